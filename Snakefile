@@ -1,0 +1,20 @@
+# servelab: one experiment, end to end. See README.md and docs/config.md.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/model.smk"
+include: "rules/runtime.smk"
+include: "rules/sweep.smk"
+include: "rules/analysis.smk"
+
+
+rule all:
+    input:
+        summary=f"{EXP}/summary.txt",
+    default_target: True

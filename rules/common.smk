@@ -1,0 +1,30 @@
+# Validate the config (schema defaults filled in), name the experiment folder, input functions.
+import sys
+
+from servelab.config import validate as _validate
+from servelab.errors import ServelabError
+
+_sources = [str(p) for p in (workflow.overwrite_configfiles or ["config/config.yaml"])]
+try:
+    _resolved = _validate(dict(config), source=", ".join(_sources))
+except ServelabError as _exc:
+    sys.exit(f"config error: {_exc}")
+config.clear()
+config.update(_resolved)
+
+EXP = f"{config['results_dir']}/{config['experiment']}"
+SERVER_CONFIGS = [c["name"] for c in config["server"]["configs"]]
+
+
+wildcard_constraints:
+    sc="|".join(SERVER_CONFIGS),
+
+
+def gpu_resources():
+    """GPU jobs declare their GPUs so a cluster executor can place them."""
+    rt = config["runtime"]
+    return {"gpu": rt["gpus"]} if rt["device"] == "gpu" and rt["gpus"] > 0 else {}
+
+
+def sweep_outputs(wildcards=None):
+    return expand(f"{EXP}/raw/{{sc}}/run.json", sc=SERVER_CONFIGS)

@@ -1,0 +1,78 @@
+"""Deterministic JSON and gzip-JSONL writing: same data, same bytes."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from servelab.errors import ServelabError
+
+
+def _clean(value: Any) -> Any:
+    """Round floats to a fixed precision and map NaN/inf to None so output is stable JSON."""
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return None
+        return float(f"{value:.9g}")
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def dumps(data: Any, indent: int | None = 2) -> str:
+    text = json.dumps(
+        _clean(data), sort_keys=True, indent=indent, ensure_ascii=False, allow_nan=False
+    )
+    return text + "\n" if indent is not None else text
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write atomically (temp file + rename) so a killed job never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ServelabError(f"{path}: file not found") from None
+    except json.JSONDecodeError as exc:
+        raise ServelabError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def write_jsonl_gz(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    """gzip with mtime 0 and no file name in the header: the bytes depend only on the rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as gz:
+        for row in rows:
+            gz.write(dumps(row, indent=None).encode("utf-8") + b"\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(buf.getvalue())
+    os.replace(tmp, path)
+
+
+def read_jsonl_gz(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ServelabError(
+                    f"{path}: line {lineno} is not valid JSON ({exc.msg})"
+                ) from None
+    return rows

@@ -1,0 +1,32 @@
+"""Reading servelab's raw layout (DESIGN.md "Raw data contract")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from servelab.errors import ServelabError
+from servelab.jsonio import read_json
+
+SUPPORTED_POINT_FORMATS = {1}
+
+
+def point_files(exp_dir: Path) -> list[Path]:
+    """Complete measured points only: `.partial` and `.incomplete` folders never match."""
+    return sorted((exp_dir / "raw").glob("*/rep[0-9][0-9]/c[0-9][0-9][0-9][0-9]/point.json"))
+
+
+def load_point(path: Path) -> dict[str, Any]:
+    point = read_json(path)
+    version = point.get("format_version")
+    if version not in SUPPORTED_POINT_FORMATS:
+        raise ServelabError(
+            f"{path}: point format_version {version!r} is not one this servelab reads "
+            f"({sorted(SUPPORTED_POINT_FORMATS)}); upgrade servelab or re-run the sweep"
+        )
+    return dict(point)
+
+
+def load_points(exp_dir: Path) -> list[dict[str, Any]]:
+    points = [load_point(p) for p in point_files(exp_dir)]
+    return [p for p in points if p.get("status") == "complete"]

@@ -1,0 +1,263 @@
+"""vLLM server lifecycle: launch, readiness, capacity facts from the log, shutdown.
+
+The server runs in its own process group (its own session) so that stopping it reaches every
+process vLLM spawns. It also gets PR_SET_PDEATHSIG, so it dies with the job even when the job is
+killed with SIGKILL and has no chance to clean up.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import ctypes
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servelab.errors import ServelabError
+
+LOG_TAIL_LINES = 25
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def choose_port(host: str, wanted: int, say: Callable[[str], None] = print) -> int:
+    """The configured port when it is free; otherwise (or for 0) a free one."""
+    if wanted and port_is_free(host, wanted):
+        return wanted
+    port = free_port(host)
+    if wanted:
+        say(f"server: port {wanted} on {host} is taken; using {port} instead")
+    return port
+
+
+# --- capacity facts from the startup log -------------------------------------------------
+
+_NUM = r"([\d,]+(?:\.\d+)?)"
+_KV_RE = re.compile(r"\b(CPU|GPU|XPU|TPU)?\s*KV cache size:\s*" + _NUM + r"\s*tokens", re.I)
+_MAXCONC_RE = re.compile(
+    r"Maximum concurrency for\s*" + _NUM + r"\s*tokens per request:\s*" + _NUM + r"\s*x", re.I
+)
+_NONDEFAULT_RE = re.compile(r"non-default args:\s*(\{.*\})")
+_VERSION_RE = re.compile(r"(?:vLLM API server version|version)\s+v?(\d+\.\d+\.\d+\S*)")
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def parse_capacity(log_text: str) -> dict[str, Any]:
+    """Facts the server prints about itself at startup. Absent facts are None, never guessed.
+
+    Handles the CPU form ("CPU KV cache size: N tokens, Maximum concurrency for L tokens per
+    request: Xx" on one line) and the GPU form, which some versions print on two lines.
+    """
+    facts: dict[str, Any] = {
+        "kv_cache_tokens": None,
+        "kv_cache_device": None,
+        "max_concurrency": None,
+        "max_concurrency_tokens_per_request": None,
+        "non_default_args": None,
+        "version": None,
+    }
+    for m in _KV_RE.finditer(log_text):
+        facts["kv_cache_tokens"] = int(_num(m.group(2)))
+        facts["kv_cache_device"] = (m.group(1) or "").upper() or None
+    for m in _MAXCONC_RE.finditer(log_text):
+        facts["max_concurrency_tokens_per_request"] = int(_num(m.group(1)))
+        facts["max_concurrency"] = _num(m.group(2))
+    for m in _NONDEFAULT_RE.finditer(log_text):
+        with contextlib.suppress(ValueError, SyntaxError):
+            value = ast.literal_eval(m.group(1))
+            if isinstance(value, dict):
+                facts["non_default_args"] = {str(k): _jsonable(v) for k, v in value.items()}
+    for m in _VERSION_RE.finditer(log_text):
+        facts["version"] = m.group(1)
+        break
+    return facts
+
+
+def _jsonable(v: Any) -> Any:
+    try:
+        json.dumps(v)
+        return v
+    except TypeError:
+        return repr(v)
+
+
+# --- the process --------------------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class ServerLaunch:
+    python: str
+    model_path: str
+    served_name: str
+    host: str
+    port: int
+    args: list[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def command(self) -> list[str]:
+        return [
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model_path,
+            "--served-model-name",
+            self.served_name,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class Server:
+    """A running server; use as a context manager so it is always stopped."""
+
+    def __init__(self, launch: ServerLaunch, log_path: Path, shutdown_timeout_s: float = 30.0):
+        self.launch = launch
+        self.log_path = log_path
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_epoch_ns = 0
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.launch.env, "PYTHONUNBUFFERED": "1"}
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed in stop()
+        self._log = log
+        self.started_epoch_ns = time.time_ns()
+        self.proc = subprocess.Popen(
+            self.launch.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_child_setup,
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
+        try:
+            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except FileNotFoundError:
+            return "(no server log)"
+        return "\n".join(lines[-n:])
+
+    def wait_ready(self, timeout_s: float, say: Callable[[str], None] = print) -> float:
+        """Poll /health until it answers 200; return seconds waited."""
+        t0 = time.monotonic()
+        last_note = t0
+        url = f"{self.launch.base_url}/health"
+        while True:
+            if not self.alive():
+                code = self.proc.returncode if self.proc else None
+                raise ServelabError(
+                    f"server exited with code {code} before it was ready; last lines of "
+                    f"{self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    if resp.status == 200:
+                        return time.monotonic() - t0
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            now = time.monotonic()
+            if now - t0 > timeout_s:
+                self.stop()
+                raise ServelabError(
+                    f"server not ready after {timeout_s:g} s (server.startup_timeout_s); last "
+                    f"lines of {self.log_path}:\n{self.log_tail()}"
+                )
+            if now - last_note >= 15:
+                say(f"server: waiting for {url} ({now - t0:.0f} s)")
+                last_note = now
+            time.sleep(0.5)
+
+    def get_json(self, path: str, timeout_s: float = 10.0) -> Any:
+        with urllib.request.urlopen(f"{self.launch.base_url}{path}", timeout=timeout_s) as resp:
+            return json.loads(resp.read())
+
+    def post_json(self, path: str, body: Mapping[str, Any], timeout_s: float = 30.0) -> Any:
+        req = urllib.request.Request(
+            f"{self.launch.base_url}{path}",
+            data=json.dumps(body).encode("utf-8"),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return json.loads(resp.read())
+
+    def stop(self) -> int | None:
+        """SIGTERM to the whole process group, then SIGKILL after the timeout. Idempotent."""
+        if self.proc is None:
+            return None
+        pgid = self.proc.pid
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=self.shutdown_timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
+                self.proc.wait()
+        # Children that outlived the leader still belong to the group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self._log.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

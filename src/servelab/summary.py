@@ -1,0 +1,87 @@
+"""The one-screen summary printed at the end of a run."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from servelab.rawdata import load_points
+
+
+def _mean(xs: list[float]) -> float | None:
+    return statistics.fmean(xs) if xs else None
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def summary_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for p in points:
+        groups[(p["server_config"], p["concurrency"])].append(p)
+    rows = []
+    for (sc, conc), ps in sorted(groups.items()):
+        tput = [p["output_throughput"] for p in ps if p.get("output_throughput") is not None]
+        ttft = [p["mean_ttft_ms"] for p in ps if p.get("mean_ttft_ms") is not None]
+        rows.append(
+            {
+                "server_config": sc,
+                "concurrency": conc,
+                "repeats": len(ps),
+                "output_throughput": _mean(tput),
+                "output_throughput_min": min(tput) if tput else None,
+                "output_throughput_max": max(tput) if tput else None,
+                "mean_ttft_ms": _mean(ttft),
+                "failed": sum(int(p.get("failed", 0)) for p in ps),
+            }
+        )
+    return rows
+
+
+def stage_times(exp_dir: Path) -> list[tuple[str, float]]:
+    out = []
+    for tsv in sorted((exp_dir / "benchmarks").glob("*.tsv")):
+        with open(tsv, encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+        if rows and "s" in rows[0]:
+            out.append((tsv.stem, float(rows[-1]["s"])))
+    return out
+
+
+def render_summary(exp_dir: Path) -> str:
+    rows = summary_rows(load_points(exp_dir))
+    lines = [f"servelab summary: {exp_dir}", ""]
+    header = (
+        f"{'server config':<20} {'conc':>5} {'n':>3} {'output tok/s':>13} {'(min-max)':>17} "
+        f"{'mean TTFT ms':>13} {'failed':>6}"
+    )
+    lines += [header, "-" * len(header)]
+    last = None
+    for r in rows:
+        if last is not None and r["server_config"] != last:
+            lines.append("")
+        last = r["server_config"]
+        rng = f"{_fmt(r['output_throughput_min'], '.0f')}-{_fmt(r['output_throughput_max'], '.0f')}"
+        lines.append(
+            f"{r['server_config']:<20} {r['concurrency']:>5} {r['repeats']:>3} "
+            f"{_fmt(r['output_throughput'], '13.1f')} {rng:>17} "
+            f"{_fmt(r['mean_ttft_ms'], '13.1f')} {r['failed']:>6}"
+        )
+    by_sc: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r["output_throughput"] is not None:
+            by_sc[r["server_config"]].append(r["output_throughput"])
+    lines.append("")
+    for sc, tputs in sorted(by_sc.items()):
+        lines.append(
+            f"{sc}: best/worst mean throughput across concurrency = {max(tputs) / min(tputs):.2f}x"
+        )
+    times = stage_times(exp_dir)
+    if times:
+        lines.append("")
+        lines.append("stage times: " + ", ".join(f"{name} {s:.1f} s" for name, s in times))
+    return "\n".join(lines) + "\n"

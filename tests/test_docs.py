@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+
+def key_paths(node: dict, prefix: str = "") -> list[str]:
+    out = []
+    for name, sub in node.get("properties", {}).items():
+        path = f"{prefix}.{name}" if prefix else name
+        out.append(path)
+        if sub.get("type") == "object":
+            out += key_paths(sub, path)
+        items = sub.get("items")
+        if sub.get("type") == "array" and isinstance(items, dict) and items.get("properties"):
+            out += key_paths(items, path + "[]")
+    return out
+
+
+def test_every_config_key_is_documented(repo: Path) -> None:
+    schema = yaml.safe_load((repo / "config" / "schema" / "config.schema.yaml").read_text())
+    doc = (repo / "docs" / "config.md").read_text()
+    missing = [k for k in key_paths(schema) if f"`{k}`" not in doc]
+    assert not missing, f"docs/config.md lacks: {missing}"
+
+
+def test_every_schema_property_has_type_description_default(repo: Path) -> None:
+    schema = yaml.safe_load((repo / "config" / "schema" / "config.schema.yaml").read_text())
+
+    def check(node: dict, path: str) -> list[str]:
+        bad = []
+        required = set(node.get("required", []))
+        for name, sub in node.get("properties", {}).items():
+            p = f"{path}.{name}" if path else name
+            if "type" not in sub or "description" not in sub:
+                bad.append(p)
+            if "default" not in sub and name not in required:
+                bad.append(p + " (no default)")
+            if sub.get("type") == "object":
+                bad += check(sub, p)
+            if isinstance(sub.get("items"), dict):
+                bad += check(sub["items"], p + "[]")
+        return bad
+
+    assert check(schema, "") == []
+
+
+def test_experiment_configs_are_valid(repo: Path) -> None:
+    from servelab.config import load
+
+    for path in sorted((repo / "config" / "experiments").glob("*.yaml")):
+        assert load(path)["experiment"] == path.stem

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servelab.errors import ServelabError
+from servelab.model import TinySpec, build_model, build_tiny, file_digests, tree_digest
+
+
+def test_tiny_model_is_byte_identical_for_the_same_seed(tmp_path: Path) -> None:
+    a = build_tiny(TinySpec(), tmp_path / "a")
+    b = build_tiny(TinySpec(), tmp_path / "b")
+    assert a["revision"] == b["revision"]
+    for name in a["files"]:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    c = build_tiny(TinySpec(seed=1), tmp_path / "c")
+    assert c["revision"] != a["revision"]
+    assert c["files"]["tokenizer.json"] == a["files"]["tokenizer.json"]
+
+
+def test_tiny_model_shape_and_revision(tmp_path: Path) -> None:
+    rec = build_model({"source": "tiny", "tiny": {"layers": 3}}, tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["architectures"] == ["Qwen2ForCausalLM"]
+    assert cfg["num_hidden_layers"] == 3 and cfg["head_dim"] == 64
+    assert cfg["vocab_size"] == rec["vocab_size"]
+    assert rec["revision"] == tree_digest(file_digests(tmp_path))
+    tok_cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert "<|im_start|>" in tok_cfg["chat_template"]
+    from safetensors.numpy import load_file
+
+    w = load_file(str(tmp_path / "model.safetensors"))
+    assert w["model.embed_tokens.weight"].shape == (rec["vocab_size"], 128)
+    assert "model.layers.2.mlp.down_proj.weight" in w
+
+
+def test_tokenizer_round_trips_text(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    build_tiny(TinySpec(), tmp_path)
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    text = "The server is serialized at concurrency 16."
+    assert tok.decode(tok.encode(text).ids) == text
+
+
+def test_unsupported_head_dim_is_refused() -> None:
+    with pytest.raises(ServelabError, match="head_dim 16"):
+        TinySpec.from_config({"hidden_size": 64, "heads": 4})
