@@ -144,24 +144,32 @@ def test_server_killed_mid_point_keeps_data_and_rerun_completes(
     assert_no_orphans(json.loads(launch_json.read_text())["pid"])
 
 
-@pytest.mark.parametrize("how", ["sigterm-snakemake", "sigkill-job"])
+@pytest.mark.parametrize("how", ["ctrl-c", "sigkill-snakemake", "sigkill-job"])
 def test_interrupted_job_leaves_no_server_behind(
     vllm_runtime: dict, tmp_path: Path, how: str
 ) -> None:
     cfg = reduced_config(tmp_path / "results")
-    cfg["workload"].update({"output_tokens": 256, "waves": 20})
+    cfg["workload"].update({"output_tokens": 256, "waves": 40})
     cfg["sweep"] = {"concurrency": [1], "repeats": 1, "order": "fixed"}
     cfg_path = write_config(tmp_path, cfg)
     launch_json = tmp_path / "results" / "e2e" / "server" / "mns4" / "launch.json"
     raw = tmp_path / "results" / "e2e" / "raw" / "mns4"
+    # its own session, like a terminal's foreground job: Ctrl-C reaches the whole group
     proc = subprocess.Popen(
-        snakemake_cmd(cfg_path), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        snakemake_cmd(cfg_path),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         wait_for(lambda: (raw / "rep01" / "c0001.partial").exists(), 600, "measurement to start")
         pid = json.loads(launch_json.read_text())["pid"]
-        if how == "sigterm-snakemake":
-            proc.send_signal(signal.SIGTERM)
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        elif how == "sigkill-snakemake":
+            os.kill(proc.pid, signal.SIGKILL)
         else:
             job = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
             os.kill(job, signal.SIGKILL)
@@ -170,9 +178,12 @@ def test_interrupted_job_leaves_no_server_behind(
         proc.kill()
     assert proc.returncode != 0
     assert_no_orphans(pid)
-    if how == "sigterm-snakemake":
+    assert not (raw / "run.json").exists()
+    assert not (raw / "rep01" / "c0001").exists()
+    if how != "sigkill-job":  # the job itself had the chance to keep what it measured
         kept = json.loads((raw / "rep01" / "c0001.incomplete" / "point.json").read_text())
         assert kept["status"] == "incomplete" and "interrupted" in kept["error"]
+        wait_for(lambda: not (raw / "rep01" / "c0001.partial").exists(), 30, "the job to finish")
 
 
 def test_argument_vllm_rejects_fails_with_log_tail(vllm_runtime: dict, tmp_path: Path) -> None:

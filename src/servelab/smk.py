@@ -15,6 +15,50 @@ from typing import Any, TextIO
 
 from servelab.errors import ServelabError
 
+WATCH_INTERVAL_S = 1.0
+
+
+def _workflow_ancestor() -> int | None:
+    """The pid of the snakemake process that runs this job (None when there is none)."""
+    import psutil
+
+    proc = psutil.Process().parent()
+    while proc is not None:
+        try:
+            if any("snakemake" in part for part in proc.cmdline()[:2]):
+                return int(proc.pid)
+            proc = proc.parent()
+        except psutil.Error:
+            return None
+    return None
+
+
+def die_with_workflow() -> None:
+    """SIGTERM this job when the snakemake process that started it is gone (killed, even with
+    SIGKILL), so a job never runs on, or leaves a server behind, without its workflow."""
+    import os
+    import signal
+    import threading
+
+    import psutil
+
+    pid = _workflow_ancestor()
+    if pid is None:
+        return
+
+    def alive() -> bool:
+        try:  # a killed workflow may linger as a zombie until its own parent reaps it
+            return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
+
+    def watch() -> None:
+        while alive():
+            time.sleep(WATCH_INTERVAL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="servelab-watch-workflow", daemon=True).start()
+
 
 class _Tee:
     def __init__(self, *streams: TextIO) -> None:
@@ -32,6 +76,7 @@ def job(smk: Any, stage: str) -> Iterator[Callable[[str], None]]:
     log: TextIO = open(log_path, "w", encoding="utf-8") if log_path else sys.stderr  # noqa: SIM115
     say = _Tee(sys.stdout, log) if log_path else _Tee(sys.stdout)
     t0 = time.monotonic()
+    die_with_workflow()
     say(f"== {stage}: started")
     try:
         yield say

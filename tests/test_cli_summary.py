@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servelab.cli import main
+from servelab.summary import render_summary, summary_rows
+
+
+def make_point(exp: Path, sc: str, rep: int, conc: int, tput: float, ttft: float, status: str = "complete", suffix: str = "") -> None:
+    d = exp / "raw" / sc / f"rep{rep:02d}" / f"c{conc:04d}{suffix}"
+    d.mkdir(parents=True)
+    (d / "point.json").write_text(json.dumps({
+        "format_version": 1, "status": status, "server_config": sc, "repeat": rep,
+        "concurrency": conc, "output_throughput": tput, "mean_ttft_ms": ttft, "failed": 0,
+    }))
+
+
+def test_summary_means_over_repeats_and_skips_incomplete(tmp_path: Path) -> None:
+    for rep, t in [(1, 100.0), (2, 110.0), (3, 90.0)]:
+        make_point(tmp_path, "a", rep, 1, t, 10.0 * rep)
+        make_point(tmp_path, "a", rep, 4, t * 1.02, 40.0)
+    make_point(tmp_path, "a", 1, 8, 1e9, 1.0, status="incomplete", suffix=".incomplete")
+    rows = summary_rows(__import__("servelab.rawdata", fromlist=["x"]).load_points(tmp_path))
+    assert [(r["concurrency"], r["repeats"]) for r in rows] == [(1, 3), (4, 3)]
+    assert rows[0]["output_throughput"] == pytest.approx(100.0)
+    assert rows[0]["mean_ttft_ms"] == pytest.approx(20.0)
+    assert (rows[0]["output_throughput_min"], rows[0]["output_throughput_max"]) == (90.0, 110.0)
+    text = render_summary(tmp_path)
+    assert "a: best/worst mean throughput across concurrency = 1.02x" in text
+    assert "1000000000" not in text
+
+
+def test_unknown_point_format_is_refused(tmp_path: Path) -> None:
+    make_point(tmp_path, "a", 1, 1, 1.0, 1.0)
+    p = tmp_path / "raw" / "a" / "rep01" / "c0001" / "point.json"
+    p.write_text(json.dumps({**json.loads(p.read_text()), "format_version": 99}))
+    with pytest.raises(Exception, match="format_version 99"):
+        render_summary(tmp_path)
+
+
+def test_cli_check_config(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-config", str(repo / "config" / "config.yaml")]) == 0
+    assert "valid; experiment quickstart-cpu" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("experiment: x\nsweep: {concurrency: []}\n")
+    assert main(["check-config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0]
+
+
+def test_cli_lock_round_trip(tmp_path: Path) -> None:
+    report = {"install": [{"metadata": {"name": "a", "version": "1"},
+                           "download_info": {"archive_info": {"hashes": {"sha256": "ab" * 32}}}}]}
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    out = tmp_path / "x.lock"
+    assert main(["lock", "--report", str(tmp_path / "r.json"), "--out", str(out), "--title", "t"]) == 0
+    from servelab.runtime import parse_lock
+
+    assert parse_lock(out.read_text()) == {"a": "1"}
