@@ -11,10 +11,15 @@ include: "rules/common.smk"
 include: "rules/model.smk"
 include: "rules/runtime.smk"
 include: "rules/sweep.smk"
+include: "rules/profile.smk"
 include: "rules/analysis.smk"
+include: "rules/bundle.smk"
 
 
 rule all:
     input:
         summary=f"{EXP}/summary.txt",
+        report=f"{EXP}/analysis/report.md",
+        profile=PROFILE_OUTPUTS,
+        bundle=f"{EXP}/bundle/manifest.json",
     default_target: True

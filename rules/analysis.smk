@@ -1,3 +1,34 @@
+# Every table, verdict and figure is a pure function of the raw data (docs/analysis.md).
+
+
+rule analysis:
+    input:
+        runs=sweep_outputs(),
+    output:
+        tables=analysis_outputs(),
+        report=report(
+            f"{EXP}/analysis/report.md", caption="../docs/report-caption.rst", category="Report"
+        ),
+        figures=[
+            report(
+                f"{EXP}/analysis/figures/{name}.svg",
+                caption="../docs/report-caption.rst",
+                category="Figures",
+            )
+            for name in FIGURES
+        ]
+        if config["analysis"]["figures"]
+        else [],
+    params:
+        config=config,
+    log:
+        f"{EXP}/logs/analysis.log",
+    benchmark:
+        f"{EXP}/benchmarks/analysis.tsv"
+    script:
+        "../scripts/analyze.py"
+
+
 rule summary:
     input:
         runs=sweep_outputs(),

@@ -28,3 +28,19 @@ def gpu_resources():
 
 def sweep_outputs(wildcards=None):
     return expand(f"{EXP}/raw/{{sc}}/run.json", sc=SERVER_CONFIGS)
+
+
+# analysis outputs (rules/analysis.smk)
+ANALYSIS_TABLES = ["points.csv", "summary.csv", "paired.csv", "dominance.csv", "knee.json",
+                   "diagnoses.json", "claims.json"]
+FIGURES = ["throughput_vs_concurrency", "latency_throughput", "ttft_distribution",
+           "paired_differences", "configs_side_by_side"]
+if config["telemetry"]["enabled"]:
+    FIGURES.append("utilization_vs_throughput")
+
+
+def analysis_outputs():
+    out = [f"{EXP}/analysis/{name}" for name in ANALYSIS_TABLES]
+    if any(v is not None for v in config["analysis"]["slo"].values()):
+        out.append(f"{EXP}/analysis/slo.json")
+    return out

@@ -30,6 +30,8 @@ def reduced_config(results: Path, **over: Any) -> dict[str, Any]:
         }
     )
     cfg["sweep"] = {"concurrency": [1, 4], "repeats": 2, "order": "latin"}
+    # one server launch less per run; the main end-to-end test turns the profiling pass on
+    cfg["profile"] = {"enabled": False}
     for key, value in over.items():
         section, _, name = key.partition("__")
         if name:
@@ -51,7 +53,12 @@ def snakemake_cmd(cfg_path: Path) -> list[str]:
 
 def run_snakemake(cfg_path: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        snakemake_cmd(cfg_path), cwd=REPO, capture_output=True, text=True, timeout=timeout
+        snakemake_cmd(cfg_path),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=run_env(),
     )
 
 
@@ -86,3 +93,49 @@ def assert_no_orphans(sid: int, timeout: float = 30) -> None:
 def read_requests(pdir: Path) -> list[dict[str, Any]]:
     with gzip.open(pdir / "requests.jsonl.gz", "rt") as fh:
         return [json.loads(line) for line in fh]
+
+
+SECRET_ENV = {"HF_TOKEN": "hf_e2e_" + os.urandom(12).hex()}
+
+
+def run_env() -> dict[str, str]:
+    """The environment of an end-to-end run: the caller's, plus a random HF_TOKEN that must
+    never show up in anything the run writes."""
+    return {**os.environ, **SECRET_ENV}
+
+
+def assert_evidence(exp: Path, cfg_path: Path, tmp: Path) -> None:
+    """What a finished run must leave besides raw data: analysis, a verifying bundle, no secret,
+    and a Snakemake report that builds."""
+    from servelab.evidence.verify import verify
+
+    report = (exp / "analysis" / "report.md").read_text()
+    assert "## Throughput by concurrency" in report and "figures/" in report
+    bundle = exp / "bundle"
+    assert verify(bundle, do_rebuild=True) == []
+    sums = subprocess.run(
+        ["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=bundle, capture_output=True, text=True
+    )
+    assert sums.returncode == 0, sums.stdout + sums.stderr
+    secret = SECRET_ENV["HF_TOKEN"].encode()
+    leaks = [p for p in exp.rglob("*") if p.is_file() and secret in p.read_bytes()]
+    assert leaks == []
+    html = tmp / "report.html"
+    rep = subprocess.run(
+        [
+            "snakemake",
+            "--cores",
+            "1",
+            "--configfile",
+            str(cfg_path),
+            "--nolock",
+            "--report",
+            str(html),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    assert html.stat().st_size > 10_000

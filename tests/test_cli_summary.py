@@ -9,13 +9,32 @@ from servelab.cli import main
 from servelab.summary import render_summary, summary_rows
 
 
-def make_point(exp: Path, sc: str, rep: int, conc: int, tput: float, ttft: float, status: str = "complete", suffix: str = "") -> None:
+def make_point(
+    exp: Path,
+    sc: str,
+    rep: int,
+    conc: int,
+    tput: float,
+    ttft: float,
+    status: str = "complete",
+    suffix: str = "",
+) -> None:
     d = exp / "raw" / sc / f"rep{rep:02d}" / f"c{conc:04d}{suffix}"
     d.mkdir(parents=True)
-    (d / "point.json").write_text(json.dumps({
-        "format_version": 1, "status": status, "server_config": sc, "repeat": rep,
-        "concurrency": conc, "output_throughput": tput, "mean_ttft_ms": ttft, "failed": 0,
-    }))
+    (d / "point.json").write_text(
+        json.dumps(
+            {
+                "format_version": 1,
+                "status": status,
+                "server_config": sc,
+                "repeat": rep,
+                "concurrency": conc,
+                "output_throughput": tput,
+                "mean_ttft_ms": ttft,
+                "failed": 0,
+            }
+        )
+    )
 
 
 def test_summary_means_over_repeats_and_skips_incomplete(tmp_path: Path) -> None:
@@ -52,11 +71,19 @@ def test_cli_check_config(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_cli_lock_round_trip(tmp_path: Path) -> None:
-    report = {"install": [{"metadata": {"name": "a", "version": "1"},
-                           "download_info": {"archive_info": {"hashes": {"sha256": "ab" * 32}}}}]}
+    report = {
+        "install": [
+            {
+                "metadata": {"name": "a", "version": "1"},
+                "download_info": {"archive_info": {"hashes": {"sha256": "ab" * 32}}},
+            }
+        ]
+    }
     (tmp_path / "r.json").write_text(json.dumps(report))
     out = tmp_path / "x.lock"
-    assert main(["lock", "--report", str(tmp_path / "r.json"), "--out", str(out), "--title", "t"]) == 0
+    assert (
+        main(["lock", "--report", str(tmp_path / "r.json"), "--out", str(out), "--title", "t"]) == 0
+    )
     from servelab.runtime import parse_lock
 
     assert parse_lock(out.read_text()) == {"a": "1"}

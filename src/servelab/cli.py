@@ -63,6 +63,58 @@ def _cmd_build_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from servelab.analysis.pipeline import Options, analyze, options_from_config
+    from servelab.config import load
+
+    opts = options_from_config(load(Path(args.config))) if args.config else Options()
+    results = analyze(
+        Path(args.root), Path(args.out), opts, name=args.name, figures=not args.no_figures
+    )
+    print(
+        f"{args.out}: {len(results['points'])} points, {len(results['diagnoses'])} diagnoses, "
+        f"{len(results['claims'])} claims"
+    )
+    for d in results["diagnoses"]:
+        where = f" c={d['concurrency']}" if "concurrency" in d else ""
+        print(f"  {d['kind']}: {d['server_config']}{where}")
+    for c in results["claims"]:
+        print(f"  claim {c['verdict']}: {c['claim']}")
+    return 0
+
+
+def _cmd_bundle(args: argparse.Namespace) -> int:
+    from servelab.config import REPO_ROOT, load
+    from servelab.evidence.bundle import build_bundle
+
+    cfg = load(Path(args.config))
+    exp = Path(args.experiment_dir)
+    manifest = build_bundle(exp, cfg, Path(args.out), REPO_ROOT)
+    print(f"{args.out}: {len(manifest['files'])} files, schema-validated")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from servelab.evidence.verify import verify
+
+    failures = verify(Path(args.path), do_rebuild=args.rebuild)
+    for line in failures:
+        print(f"FAIL {line}")
+    if failures:
+        return 1
+    what = "checksums, manifest, schemas" + (", rebuilt tables and figures" if args.rebuild else "")
+    print(f"{args.path}: OK ({what})")
+    return 0
+
+
+def _cmd_release(args: argparse.Namespace) -> int:
+    from servelab.evidence.release import release
+
+    dest = release(Path(args.bundle), args.tag, Path(args.evidence), args.allow_unpinned)
+    print(f"released {dest}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from servelab.runtime import LOCK_EXCLUDE
 
@@ -78,6 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("experiment_dir")
     s.set_defaults(func=_cmd_summary)
 
+    a = sub.add_parser("analyze", help="tables, verdicts, figures and report.md from raw data")
+    a.add_argument(
+        "root", help="results/<experiment>, or a vllm-bench tree (rep_NN/concurrency_CCC)"
+    )
+    a.add_argument("--out", required=True, help="output folder")
+    a.add_argument("--config", help="experiment config whose analysis: section to use")
+    a.add_argument("--name", help="server config name for a vllm-bench tree (default: folder name)")
+    a.add_argument("--no-figures", action="store_true", help="skip the figures")
+    a.set_defaults(func=_cmd_analyze)
+
     m = sub.add_parser("build-model", help="materialize the config's model into a folder")
     m.add_argument("config")
     m.add_argument("--out", required=True)
@@ -89,6 +151,42 @@ def build_parser() -> argparse.ArgumentParser:
     lk.add_argument("--title", required=True, help="one line: what the lock is for")
     lk.add_argument("--exclude", nargs="*", default=list(LOCK_EXCLUDE))
     lk.set_defaults(func=_cmd_lock)
+
+    b = sub.add_parser("bundle", help="assemble the evidence bundle of results/<experiment>")
+    b.add_argument("experiment_dir")
+    b.add_argument("--config", required=True, help="the experiment's config file")
+    b.add_argument("--out", required=True)
+    b.set_defaults(func=_cmd_bundle)
+
+    v = sub.add_parser(
+        "verify", help="check a bundle folder or release tarball; exit 0 only if it holds"
+    )
+    v.add_argument("path")
+    v.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="also re-render tables and figures from the raw data and compare bytes",
+    )
+    v.set_defaults(func=_cmd_verify)
+
+    r = sub.add_parser("release", help="freeze a bundle into evidence/<experiment>/<tag>/")
+    r.add_argument("bundle")
+    r.add_argument("--tag", required=True)
+    r.add_argument("--evidence", default="evidence", help="folder of releases (default: evidence)")
+    r.add_argument(
+        "--allow-unpinned",
+        action="store_true",
+        help="release even with unpinned inputs (the release records why)",
+    )
+    r.set_defaults(func=_cmd_release)
+
+    from servelab.telemetry.report import add_subcommand as add_telemetry
+
+    add_telemetry(sub)
+
+    from servelab.profile.cli import add_parser as add_profile
+
+    add_profile(sub)
     return p
 
 

@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -148,12 +148,21 @@ async def _one(
     return rec
 
 
+class RequestMarks(Protocol):
+    """Marks around each request, e.g. NVTX ranges that a GPU profiler records."""
+
+    def start(self, index: int) -> Any: ...
+
+    def end(self, token: Any) -> None: ...
+
+
 async def run_closed_loop(
     w: Workload,
     prompts: Sequence[str],
     concurrency: int,
     label: str,
     out: PointRun,
+    marks: RequestMarks | None = None,
 ) -> PointRun:
     """Send every prompt, keeping `concurrency` requests in flight, and fill `out` as they end.
 
@@ -176,7 +185,14 @@ async def run_closed_loop(
                         i, prompt = queue.get_nowait()
                     except asyncio.QueueEmpty:
                         return
-                    out.records.append(await _one(session, w, clock, f"{label}-{i:05d}", prompt))
+                    token = marks.start(i) if marks is not None else None
+                    try:
+                        out.records.append(
+                            await _one(session, w, clock, f"{label}-{i:05d}", prompt)
+                        )
+                    finally:
+                        if marks is not None:
+                            marks.end(token)
 
             await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
     finally:
@@ -187,8 +203,13 @@ async def run_closed_loop(
 
 
 def run_point(
-    w: Workload, prompts: Sequence[str], concurrency: int, label: str, out: PointRun | None = None
+    w: Workload,
+    prompts: Sequence[str],
+    concurrency: int,
+    label: str,
+    out: PointRun | None = None,
+    marks: RequestMarks | None = None,
 ) -> PointRun:
     out = out if out is not None else PointRun()
-    asyncio.run(run_closed_loop(w, prompts, concurrency, label, out))
+    asyncio.run(run_closed_loop(w, prompts, concurrency, label, out, marks))
     return out

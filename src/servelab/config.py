@@ -98,6 +98,13 @@ def _check_semantics(cfg: dict[str, Any], source: str) -> None:
                 raise ServelabError(
                     f"{source}: {where}.{key}: servelab sets --{key} itself; remove it"
                 )
+    from servelab.analysis.claims_syntax import parse_claim
+
+    for i, claim in enumerate(cfg["analysis"]["claims"]):
+        try:
+            parse_claim(claim)
+        except ServelabError as exc:
+            raise ServelabError(f"{source}: analysis.claims[{i}]: {exc}") from None
     wu = cfg["workload"]
     model_len = cfg["server"]["args"].get("max-model-len")
     if isinstance(model_len, int) and wu["input_tokens"] + wu["output_tokens"] > model_len:

@@ -16,7 +16,7 @@ PERCENTILES = (50, 90, 95, 99)
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 
 
-def _stats(name: str, values_ms: Sequence[float]) -> dict[str, float | None]:
+def latency_stats(name: str, values_ms: Sequence[float]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     arr = np.asarray(values_ms, dtype=np.float64)
     have = arr.size > 0
@@ -71,5 +71,5 @@ def point_metrics(records: Iterable[RequestRecord]) -> dict[str, Any]:
     out["output_throughput"] = total_out / dur if dur > 0 else None
     out["total_token_throughput"] = (total_in + total_out) / dur if dur > 0 else None
     for name, vals in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
-        out.update(_stats(name, vals))
+        out.update(latency_stats(name, vals))
     return out

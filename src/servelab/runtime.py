@@ -107,10 +107,29 @@ def ensure_venv(
     check_import: str = "vllm",
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Create (or reuse) the venv for lock_path and return the runtime record."""
+    """Create (or reuse) the venv for lock_path and return the runtime record.
+
+    Safe to call from several processes at once (a workflow and a test run): the first
+    creates the venv under a file lock, the others wait and reuse it.
+    """
+    import fcntl
+
+    venv = venv_dir_for(lock_path, cache_dir)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.with_name(venv.name + ".lock"), "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        return _ensure_venv_locked(lock_path, venv, log_path, check_import, say)
+
+
+def _ensure_venv_locked(
+    lock_path: Path,
+    venv: Path,
+    log_path: Path | None,
+    check_import: str,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
     digest = lock_hash(lock_path)
     pins = parse_lock(lock_path.read_text(encoding="utf-8"), str(lock_path))
-    venv = venv_dir_for(lock_path, cache_dir)
     marker = venv / READY_MARKER
     if marker.exists():
         record: dict[str, Any] = json.loads(marker.read_text(encoding="utf-8"))
@@ -119,7 +138,6 @@ def ensure_venv(
             return record
     if venv.exists():
         shutil.rmtree(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
     log_path = log_path or venv.with_suffix(".log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from servelab.errors import ServelabError
@@ -110,6 +111,18 @@ def _jsonable(v: Any) -> Any:
 
 
 # --- the process --------------------------------------------------------------------------
+
+
+def raise_on_signals() -> None:
+    """SIGTERM and SIGHUP (snakemake stopping a job) unwind like Ctrl-C, so every `finally`
+    runs and the server is stopped."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+
 
 _PR_SET_PDEATHSIG = 1
 

@@ -17,11 +17,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from servelab import config as cfgmod
@@ -31,7 +29,14 @@ from servelab.jsonio import read_json, write_json, write_jsonl_gz
 from servelab.metrics import point_metrics
 from servelab.redact import redact_argv, redact_env
 from servelab.schedule import Slot, plan
-from servelab.server import Server, ServerLaunch, choose_port, parse_capacity
+from servelab.server import (
+    Server,
+    ServerLaunch,
+    choose_port,
+    parse_capacity,
+    raise_on_signals,
+)
+from servelab.telemetry import PointTelemetry
 from servelab.workload import make_prompts
 
 FORMAT_VERSION = 1
@@ -77,17 +82,7 @@ def _write_point(pdir: Path, run: PointRun, info: dict[str, Any]) -> dict[str, A
     return point
 
 
-def _raise_on_signals() -> None:
-    """SIGTERM and SIGHUP (snakemake stopping a job) unwind like Ctrl-C, so the server stops."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, handler)
-
-
-def _vocab_ids(model_dir: Path) -> list[int]:
+def vocab_ids(model_dir: Path) -> list[int]:
     """Token ids that are whole words with a leading space ("Ġword" / "▁word").
 
     Text made of such tokens re-tokenizes to the same ids, so exact-length prompts converge
@@ -135,7 +130,7 @@ def run_sweep(
     exp_dir: Path,
     say: Say = print,
 ) -> dict[str, Any]:
-    _raise_on_signals()
+    raise_on_signals()
     t_job = time.monotonic()
     sc = server_config
     args = cfgmod.server_args(cfg, sc)
@@ -251,7 +246,7 @@ def _measure(
         n_prompts = max(c * wl["waves"] for c in cfg["sweep"]["concurrency"])
         n_prompts = max(n_prompts, wl["warmup"]["requests"])
         t_p = time.monotonic()
-        prompts = build_prompts(server, launch.served_name, wl, n_prompts, _vocab_ids(model_dir))
+        prompts = build_prompts(server, launch.served_name, wl, n_prompts, vocab_ids(model_dir))
         write_jsonl_gz(
             raw / "prompts.jsonl.gz", ({"index": i, "prompt": p} for i, p in enumerate(prompts))
         )
@@ -336,9 +331,14 @@ def _measure_point(
     }
     run = PointRun()
     label = f"{sc}-r{slot.repeat:02d}-c{slot.concurrency:04d}"
+    # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
+    # a point cut short; their summary over the point's window goes into point.json.
+    tel = PointTelemetry(cfg["telemetry"], server.pid, workload.base_url)
     try:
-        run_point(workload, prompts[:n], slot.concurrency, label, run)
+        with tel:
+            run_point(workload, prompts[:n], slot.concurrency, label, run)
     except BaseException as exc:
+        info["telemetry"] = tel.finish(partial, run.started_epoch_ns, run.finished_epoch_ns)
         _write_point(
             partial,
             run,
@@ -354,6 +354,7 @@ def _measure_point(
             f"{len(run.records)} finished requests kept in {kept} (marked incomplete)"
         )
         raise
+    info["telemetry"] = tel.finish(partial, run.started_epoch_ns, run.finished_epoch_ns)
     if not server.alive():
         code = server.proc.returncode if server.proc else None
         _write_point(

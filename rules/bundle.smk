@@ -1,0 +1,35 @@
+# The evidence bundle (docs/bundle.md) and, as an explicit target, a frozen release:
+#   snakemake --cores all release --config release_tag=v1 [release_allow_unpinned=true]
+
+
+rule bundle:
+    input:
+        report=f"{EXP}/analysis/report.md",
+        summary=f"{EXP}/summary.txt",
+        profile=PROFILE_OUTPUTS,
+    output:
+        # files, not directory(): Snakemake would leave a timestamp file inside the bundle
+        manifest=f"{EXP}/bundle/manifest.json",
+        sums=f"{EXP}/bundle/SHA256SUMS",
+    params:
+        config=config,
+    log:
+        f"{EXP}/logs/bundle.log",
+    benchmark:
+        f"{EXP}/benchmarks/bundle.tsv"
+    script:
+        "../scripts/bundle.py"
+
+
+rule release:
+    input:
+        manifest=f"{EXP}/bundle/manifest.json",
+    output:
+        release=f"evidence/{config['experiment']}/{config.get('release_tag', 'UNSET')}/release.json",
+    params:
+        tag=config.get("release_tag"),
+        allow_unpinned=config.get("release_allow_unpinned", False),
+    log:
+        f"{EXP}/logs/release.log",
+    script:
+        "../scripts/release.py"

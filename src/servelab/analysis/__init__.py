@@ -1,0 +1,1 @@
+"""Analysis: tables, verdicts, figures and the report, as pure functions of raw data."""

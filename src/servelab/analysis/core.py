@@ -1,0 +1,671 @@
+"""Tables and verdicts: pure functions of a loaded Dataset (see docs/analysis.md)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from servelab.analysis.claims_syntax import CMP as _CMP
+from servelab.analysis.claims_syntax import FUNC as _FUNC
+from servelab.analysis.claims_syntax import parse_claim
+from servelab.analysis.load import Dataset, Point
+from servelab.analysis.stats import ALPHA, THRESHOLD_PCT, describe, paired
+from servelab.errors import ServelabError
+
+POINT_METRICS = (
+    [
+        "num_prompts",
+        "completed",
+        "failed",
+        "duration",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+    ]
+    + [
+        f"{stat}_{lat}_ms"
+        for lat in ("ttft", "tpot", "itl", "e2el")
+        for stat in ("mean", "median", "std", "p50", "p90", "p95", "p99")
+    ]
+    + ["client_cpu_s"]
+)
+
+SUMMARY_METRICS = [
+    "output_throughput",
+    "request_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "p99_itl_ms",
+    "mean_e2el_ms",
+    "p99_e2el_ms",
+    "duration",
+]
+PAIRED_METRICS = ["output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms"]
+# throughput: higher is better; latencies: lower is better
+DOMINANCE = [
+    ("output_throughput", 1),
+    ("mean_ttft_ms", -1),
+    ("p99_ttft_ms", -1),
+    ("mean_tpot_ms", -1),
+    ("p99_tpot_ms", -1),
+]
+ALIASES = {"throughput": "output_throughput", "tput": "output_throughput"}
+LINEAR_TOLERANCE = 1.25  # serialized: seconds per request may vary this much across levels
+
+
+@dataclass(frozen=True)
+class Options:
+    threshold_pct: float = THRESHOLD_PCT
+    alpha: float = ALPHA
+    plateau_pct: float = 5.0  # knee: "stops rising" = gain under this
+    flat_pct: float = 5.0  # serialized: throughput varies less than this
+    slo: dict[str, float] = field(default_factory=dict)  # p99_ttft_ms, p99_tpot_ms, p99_e2el_ms
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+    claims: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def from_config(cfg: dict[str, Any] | None) -> Options:
+        cfg = cfg or {}
+        return Options(
+            threshold_pct=float(cfg.get("threshold_pct", THRESHOLD_PCT)),
+            alpha=float(cfg.get("alpha", ALPHA)),
+            plateau_pct=float(cfg.get("plateau_pct", 5.0)),
+            flat_pct=float(cfg.get("flat_pct", 5.0)),
+            slo={k: float(v) for k, v in (cfg.get("slo") or {}).items() if v is not None},
+            pairs=list(cfg.get("pairs") or []),
+            claims=list(cfg.get("claims") or []),
+        )
+
+
+class Groups:
+    """Points indexed by (server_config, concurrency) -> {repeat: Point}."""
+
+    def __init__(self, ds: Dataset) -> None:
+        self.by: dict[tuple[str, int], dict[int, Point]] = defaultdict(dict)
+        for p in ds.points:
+            self.by[(p.server_config, p.concurrency)][p.repeat] = p
+        self.configs = ds.configs()
+
+    def levels(self, sc: str) -> list[int]:
+        return sorted(c for (s, c) in self.by if s == sc)
+
+    def values(self, sc: str, c: int, metric: str) -> dict[int, float]:
+        return {
+            r: p.metrics[metric]
+            for r, p in self.by.get((sc, c), {}).items()
+            if p.metrics.get(metric) is not None
+        }
+
+    def mean(self, sc: str, c: int, metric: str) -> float | None:
+        return describe(list(self.values(sc, c, metric).values())).mean
+
+    def pair(
+        self, sc_a: str, a: int, sc_b: str, b: int, metric: str
+    ) -> tuple[list[float], list[float]]:
+        va, vb = self.values(sc_a, a, metric), self.values(sc_b, b, metric)
+        reps = sorted(set(va) & set(vb))
+        return [va[r] for r in reps], [vb[r] for r in reps]
+
+
+# --- tables ------------------------------------------------------------------------------
+
+
+def points_table(ds: Dataset) -> list[dict[str, Any]]:
+    rows = []
+    for p in sorted(ds.points, key=lambda p: (p.server_config, p.concurrency, p.repeat)):
+        row: dict[str, Any] = {
+            "server_config": p.server_config,
+            "repeat": p.repeat,
+            "concurrency": p.concurrency,
+            "position": p.position,
+        }
+        row.update({m: p.metrics.get(m) for m in POINT_METRICS})
+        rows.append(row)
+    return rows
+
+
+def summary_table(g: Groups) -> list[dict[str, Any]]:
+    rows = []
+    for sc in g.configs:
+        for c in g.levels(sc):
+            for m in SUMMARY_METRICS:
+                d = describe(list(g.values(sc, c, m).values()))
+                rows.append(
+                    {
+                        "server_config": sc,
+                        "concurrency": c,
+                        "metric": m,
+                        "n": d.n,
+                        "mean": d.mean,
+                        "sd": d.sd,
+                        "cv_pct": d.cv_pct,
+                        "ci95_low": d.ci95_low,
+                        "ci95_high": d.ci95_high,
+                        "min": d.min,
+                        "max": d.max,
+                    }
+                )
+    return rows
+
+
+def _pair_specs(g: Groups, opts: Options) -> list[tuple[str, int, int]]:
+    specs = []
+    for sc in g.configs:
+        lv = g.levels(sc)
+        specs += [(sc, a, b) for a, b in zip(lv, lv[1:], strict=False)]
+    for i, spec in enumerate(opts.pairs):
+        a, b = int(spec["a"]), int(spec["b"])
+        for sc in [spec["server_config"]] if spec.get("server_config") else g.configs:
+            if sc not in g.configs:
+                raise ServelabError(f"analysis.pairs[{i}].server_config: {sc!r} is not measured")
+            if a in g.levels(sc) and b in g.levels(sc) and (sc, a, b) not in specs:
+                specs.append((sc, a, b))
+    return specs
+
+
+def paired_table(g: Groups, opts: Options) -> list[dict[str, Any]]:
+    rows = []
+    for sc, a, b in _pair_specs(g, opts):
+        for m in PAIRED_METRICS:
+            va, vb = g.pair(sc, a, sc, b, m)
+            r = paired(va, vb, opts.threshold_pct, opts.alpha)
+            rows.append(
+                {
+                    "server_config": sc,
+                    "a": a,
+                    "b": b,
+                    "metric": m,
+                    "n": r.n,
+                    "mean_rel_diff_pct": r.mean_rel_diff_pct,
+                    "agree": r.agree,
+                    "p_value": r.p_value,
+                    "verdict": r.verdict,
+                }
+            )
+    return rows
+
+
+# --- knee, dominance, SLO ------------------------------------------------------------------
+
+
+def knee(g: Groups, opts: Options) -> list[dict[str, Any]]:
+    out = []
+    for sc in g.configs:
+        lv = g.levels(sc)
+        means = {c: g.mean(sc, c, "output_throughput") for c in lv}
+        p99 = {c: g.mean(sc, c, "p99_ttft_ms") for c in lv}
+        entry: dict[str, Any] = {
+            "server_config": sc,
+            "concurrency": None,
+            "reason": "",
+            "evidence": {},
+        }
+        usable = [c for c in lv if means[c] is not None]
+        if len(usable) < 2:
+            entry["reason"] = "fewer than two concurrency levels with throughput"
+            out.append(entry)
+            continue
+        best = max(usable, key=lambda c: (means[c], -c))
+        after = [c for c in usable if c > best]
+        if after:
+            nxt = after[0]
+            va, vb = g.pair(sc, best, sc, nxt, "output_throughput")
+            if va and all(x > y for x, y in zip(va, vb, strict=True)):
+                entry.update(
+                    concurrency=best,
+                    reason=(
+                        f"throughput peaks at {best} and falls at {nxt} in every repeat "
+                        f"({len(va)}/{len(va)})"
+                    ),
+                )
+                entry["evidence"] = {
+                    "peak_throughput": means[best],
+                    "next_concurrency": nxt,
+                    "next_throughput": means[nxt],
+                    "change_pct": 100.0 * (means[nxt] / means[best] - 1),  # type: ignore[operator]
+                    "repeats_falling": f"{len(va)}/{len(va)}",
+                }
+                out.append(entry)
+                continue
+        # plateau: the first level that no later level beats by the plateau margin,
+        # provided latency grows past it
+        for i, lo in enumerate(usable[:-1]):
+            hi = usable[i + 1]
+            later_best = max(means[c] for c in usable[i + 1 :])  # type: ignore[type-var]
+            gain = 100.0 * (later_best / means[lo] - 1) if means[lo] else math.inf  # type: ignore[operator]
+            grows = p99[hi] is not None and p99[lo] is not None and p99[hi] > p99[lo]  # type: ignore[operator]
+            if gain < opts.plateau_pct and grows:
+                entry.update(
+                    concurrency=lo,
+                    reason=(
+                        f"throughput stops rising after {lo} (no higher concurrency gains "
+                        f"{opts.plateau_pct:g}% or more; best later {gain:+.1f}%) "
+                        "while p99 TTFT grows"
+                    ),
+                )
+                entry["evidence"] = {
+                    "throughput": means[lo],
+                    "best_later_gain_pct": gain,
+                    "next_concurrency": hi,
+                    "p99_ttft_ms": p99[lo],
+                    "next_p99_ttft_ms": p99[hi],
+                }
+                break
+        else:
+            entry["reason"] = (
+                f"no knee: throughput still rises up to the highest concurrency "
+                f"measured ({usable[-1]})"
+            )
+        out.append(entry)
+    return out
+
+
+def dominance(g: Groups) -> list[dict[str, Any]]:
+    rows = []
+    for sc in g.configs:
+        lv = g.levels(sc)
+        vals = {c: {m: g.mean(sc, c, m) for m, _ in DOMINANCE} for c in lv}
+        for c in lv:
+            for d in lv:
+                if c == d or any(v is None for v in (*vals[c].values(), *vals[d].values())):
+                    continue
+                better_eq = all(sign * (vals[d][m] - vals[c][m]) >= 0 for m, sign in DOMINANCE)  # type: ignore[operator]
+                strictly = any(sign * (vals[d][m] - vals[c][m]) > 0 for m, sign in DOMINANCE)  # type: ignore[operator]
+                if better_eq and strictly:
+                    row: dict[str, Any] = {"server_config": sc, "concurrency": c, "dominated_by": d}
+                    for m, _ in DOMINANCE:
+                        row[f"{m}_delta_pct"] = _pct(vals[c][m], vals[d][m])
+                    rows.append(row)
+    return rows
+
+
+def _pct(x: float | None, ref: float | None) -> float | None:
+    return None if x is None or not ref else 100.0 * (x / ref - 1)
+
+
+def slo(g: Groups, ds: Dataset, opts: Options) -> dict[str, Any] | None:
+    if not opts.slo:
+        return None
+    limits = {"p99_ttft_ms": "ttft", "p99_tpot_ms": "tpot", "p99_e2el_ms": "e2el"}
+    unknown = sorted(set(opts.slo) - set(limits))
+    if unknown:
+        raise ServelabError(
+            f"analysis.slo.{unknown[0]}: not an SLO; use one of {', '.join(limits)}"
+        )
+    points = []
+    capacity: dict[str, Any] = {}
+    for sc in g.configs:
+        best: tuple[float, int] | None = None
+        for c in g.levels(sc):
+            reps = g.by[(sc, c)]
+            meets_all = True
+            goodputs = []
+            for _r, p in sorted(reps.items()):
+                meets = all(
+                    p.metrics.get(k) is not None and p.metrics[k] <= v for k, v in opts.slo.items()
+                )
+                meets_all &= meets
+                good = sum(1 for t, tp, e in p.per_request if _request_meets(t, tp, e, opts.slo))
+                dur = p.metrics.get("duration") or 0
+                goodputs.append(good / dur if dur > 0 else 0.0)
+            tput = g.mean(sc, c, "output_throughput")
+            points.append(
+                {
+                    "server_config": sc,
+                    "concurrency": c,
+                    "meets_slo_every_repeat": meets_all,
+                    "goodput_req_s": describe(goodputs).mean,
+                    "output_throughput": tput,
+                }
+            )
+            if meets_all and tput is not None and (best is None or tput > best[0]):
+                best = (tput, c)
+        capacity[sc] = (
+            {"concurrency": best[1], "output_throughput": best[0]}
+            if best
+            else {
+                "concurrency": None,
+                "output_throughput": None,
+                "reason": "no point meets the SLO in every repeat",
+            }
+        )
+    return {"slo": opts.slo, "points": points, "capacity": capacity}
+
+
+def _request_meets(ttft: float, tpot: float | None, e2el: float, slo_: dict[str, float]) -> bool:
+    vals = {"p99_ttft_ms": ttft, "p99_tpot_ms": tpot, "p99_e2el_ms": e2el}
+    return all(vals[k] is None or vals[k] <= v for k, v in slo_.items())  # type: ignore[operator]
+
+
+# --- diagnoses ------------------------------------------------------------------------------
+
+
+def _max_num_seqs(cap: dict[str, Any]) -> int | None:
+    nd = cap.get("non_default_args") or {}
+    for v in (nd.get("max_num_seqs"), cap.get("max_num_seqs")):
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return int(v)
+    return None
+
+
+def diagnoses(
+    g: Groups,
+    ds: Dataset,
+    knees: list[dict[str, Any]],
+    dominated: list[dict[str, Any]],
+    opts: Options,
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for sc in g.configs:
+        lv = [c for c in g.levels(sc) if g.mean(sc, c, "output_throughput") is not None]
+        cap = ds.capacity.get(sc, {})
+        means = {c: g.mean(sc, c, "output_throughput") or 0.0 for c in lv}
+        flat = _flat_span(g, sc, lv, means, opts)
+        if flat is not None:
+            mns = _max_num_seqs(cap)
+            out.append(
+                {
+                    "kind": "serialized",
+                    "server_config": sc,
+                    "evidence": {**flat, "max_num_seqs": mns},
+                    "suggestion": (
+                        "the server handles one request at a time: throughput is flat and wall "
+                        "time grows linearly with the number of requests; "
+                        + (
+                            f"--max-num-seqs is {mns}: raise it"
+                            if mns is not None
+                            else "check --max-num-seqs and the scheduler limits"
+                        )
+                    ),
+                }
+            )
+        mns = _max_num_seqs(cap)
+        maxconc = cap.get("max_concurrency")
+        if mns is not None and isinstance(maxconc, int | float) and mns < math.floor(maxconc):
+            out.append(
+                {
+                    "kind": "kv_headroom_unused",
+                    "server_config": sc,
+                    "evidence": {
+                        "max_num_seqs": mns,
+                        "max_concurrency": maxconc,
+                        "tokens_per_request": cap.get("max_concurrency_tokens_per_request"),
+                        "kv_cache_tokens": cap.get("kv_cache_tokens"),
+                    },
+                    "suggested_max_num_seqs": math.floor(maxconc),
+                    "suggestion": (
+                        f"the startup log says the KV cache fits {maxconc:g} sequences of "
+                        f"{cap.get('max_concurrency_tokens_per_request')} tokens, but "
+                        f"--max-num-seqs is {mns}; try --max-num-seqs {math.floor(maxconc)}"
+                    ),
+                }
+            )
+        dip = _dip(g, sc, lv, opts)
+        if dip is not None:
+            nd = cap.get("non_default_args") or {}
+            sizes = next((v for k, v in sorted(nd.items()) if "capture_sizes" in k), None)
+            out.append(
+                {
+                    "kind": "non_monotonic",
+                    "server_config": sc,
+                    "concurrency": dip["concurrency"],
+                    "capture_sizes": sizes,
+                    "evidence": dip,
+                    "suggestion": (
+                        "throughput dips here and recovers at higher concurrency: avoid "
+                        "this operating point (on GPUs, often a batch size outside the "
+                        "captured CUDA graphs)"
+                    ),
+                }
+            )
+        out += _utilization_misleading(g, sc, lv, means)
+    for k in knees:
+        if k["concurrency"] is None:
+            continue
+        past = [c for c in g.levels(k["server_config"]) if c > k["concurrency"]]
+        if past:
+            out.append(
+                {
+                    "kind": "past_knee",
+                    "server_config": k["server_config"],
+                    "concurrency": past,
+                    "evidence": {"knee": k["concurrency"], "reason": k["reason"]},
+                    "suggestion": (
+                        f"concurrency above {k['concurrency']} adds latency, not throughput"
+                    ),
+                }
+            )
+    for d in dominated:
+        out.append(
+            {
+                "kind": "dominated",
+                "server_config": d["server_config"],
+                "concurrency": d["concurrency"],
+                "evidence": d,
+                "suggestion": (
+                    f"concurrency {d['dominated_by']} is at least as good on "
+                    "throughput, TTFT and TPOT: do not operate here"
+                ),
+            }
+        )
+    return out
+
+
+def _flat_span(
+    g: Groups, sc: str, lv: list[int], means: dict[int, float], opts: Options
+) -> dict[str, Any] | None:
+    """The widest run of consecutive levels spanning at least 4x in concurrency over which
+    throughput varies less than flat_pct and seconds per request (duration / prompts) stay
+    within LINEAR_TOLERANCE, i.e. wall time grows linearly with the number of requests."""
+    best: dict[str, Any] | None = None
+    for i in range(len(lv)):
+        for j in range(len(lv) - 1, i, -1):
+            span = lv[i : j + 1]
+            if span[-1] / span[0] < 4:
+                break
+            tp = [means[c] for c in span]
+            if min(tp) <= 0:
+                continue
+            spread = 100.0 * (max(tp) / min(tp) - 1)
+            s_per_req = {
+                c: (g.mean(sc, c, "duration") or 0.0)
+                / max(1.0, g.mean(sc, c, "num_prompts") or 1.0)
+                for c in span
+            }
+            lo, hi = min(s_per_req.values()), max(s_per_req.values())
+            if spread < opts.flat_pct and lo > 0 and hi / lo <= LINEAR_TOLERANCE:
+                if (
+                    best is None
+                    or span[-1] / span[0]
+                    > best["concurrency_span"][1] / best["concurrency_span"][0]
+                ):
+                    best = {
+                        "throughput_spread_pct": spread,
+                        "concurrency_span": [span[0], span[-1]],
+                        "seconds_per_request": s_per_req,
+                    }
+                break
+    return best
+
+
+def _dip(g: Groups, sc: str, lv: list[int], opts: Options) -> dict[str, Any] | None:
+    means = {c: g.mean(sc, c, "output_throughput") or 0.0 for c in lv}
+    for i, c in enumerate(lv):
+        lower = [d for d in lv[:i] if means[d] > means[c] * (1 + opts.threshold_pct / 100)]
+        higher = [d for d in lv[i + 1 :] if means[d] > means[c] * (1 + opts.threshold_pct / 100)]
+        if lower and higher:
+            ref = max(lower, key=lambda d: means[d])
+            va, vb = g.pair(sc, ref, sc, c, "output_throughput")
+            test = paired(va, vb, opts.threshold_pct, opts.alpha)
+            if test.verdict == "a > b":
+                return {
+                    "concurrency": c,
+                    "throughput": means[c],
+                    "lower_concurrency": ref,
+                    "lower_throughput": means[ref],
+                    "recovers_at": higher[0],
+                    "agree": test.agree,
+                    "p_value": test.p_value,
+                }
+    return None
+
+
+def _utilization_misleading(
+    g: Groups, sc: str, lv: list[int], means: dict[int, float]
+) -> list[dict[str, Any]]:
+    """Utilization >= 95% at points delivering under half the best throughput (needs telemetry)."""
+    best = max(means.values(), default=0.0)
+    hits = []
+    for c in lv:
+        utils: list[float] = [
+            float(p.metrics["utilization_pct"])
+            for p in g.by[(sc, c)].values()
+            if p.metrics.get("utilization_pct") is not None
+        ]
+        if utils and min(utils) >= 95.0 and best > 0 and means[c] < 0.5 * best:
+            hits.append(
+                {
+                    "concurrency": c,
+                    "utilization_pct": min(utils),
+                    "output_throughput": means[c],
+                    "best_throughput": best,
+                }
+            )
+    if not hits:
+        return []
+    return [
+        {
+            "kind": "utilization_misleading",
+            "server_config": sc,
+            "concurrency": [h["concurrency"] for h in hits],
+            "evidence": hits,
+            "suggestion": "the device reads fully busy while delivering under half the best "
+            "throughput: judge by tokens/s, not utilization",
+        }
+    ]
+
+
+# --- claims -------------------------------------------------------------------------------
+
+
+def _selector(text: str, claim: str, g: Groups, need_c: bool = True) -> tuple[str, int | None]:
+    parts = dict(p.split("=", 1) for p in (x.strip() for x in text.split(",")) if "=" in p)
+    keys = set(parts) - {"c", "config"}
+    bad = [x.strip() for x in text.split(",") if x.strip() and "=" not in x]
+    if keys or bad:
+        raise ServelabError(f"analysis.claims: {claim!r}: selectors are c=N and config=NAME")
+    sc = parts.get("config", "").strip()
+    if not sc:
+        if len(g.configs) != 1:
+            raise ServelabError(
+                f"analysis.claims: {claim!r}: name the config=..., there are several"
+            )
+        sc = g.configs[0]
+    if sc not in g.configs:
+        raise ServelabError(f"analysis.claims: {claim!r}: config {sc!r} was not measured")
+    c = parts.get("c")
+    if c is None:
+        if need_c:
+            raise ServelabError(f"analysis.claims: {claim!r}: give the concurrency, e.g. [c=8]")
+        return sc, None
+    if not c.strip().isdigit() or int(c) not in g.levels(sc):
+        raise ServelabError(
+            f"analysis.claims: {claim!r}: concurrency {c} was not measured for {sc}"
+        )
+    return sc, int(c)
+
+
+def evaluate_claims(
+    g: Groups,
+    opts: Options,
+    knees: list[dict[str, Any]],
+    dominated: list[dict[str, Any]],
+    diags: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for claim in opts.claims:
+        try:
+            parse_claim(claim)
+        except ServelabError as exc:
+            raise ServelabError(f"analysis.claims: {exc}") from None
+        m = _CMP.match(claim)
+        if m:
+            ma, sel_a, op, factor, mb, sel_b = m.groups()
+            metric_a = ALIASES.get(ma, ma)
+            metric_b = ALIASES.get(mb, mb)
+            if metric_a != metric_b or metric_a not in SUMMARY_METRICS:
+                raise ServelabError(
+                    f"analysis.claims: {claim!r}: compare one metric of "
+                    f"{', '.join(SUMMARY_METRICS)}"
+                )
+            sa, ca = _selector(sel_a, claim, g)
+            sb, cb = _selector(sel_b, claim, g)
+            va, vb = g.pair(sa, ca, sb, cb, metric_a)  # type: ignore[arg-type]
+            k = float(factor) if factor else 1.0
+            test = paired(
+                va, [k * x for x in vb], 0.0 if factor else opts.threshold_pct, opts.alpha
+            )
+            want = "a > b" if op == ">" else "a < b"
+            if test.verdict == want:
+                verdict = "holds"
+            elif test.verdict in ("a > b", "a < b"):
+                verdict = "fails"
+            else:
+                verdict = "inconclusive"
+            out.append(
+                {
+                    "claim": claim,
+                    "verdict": verdict,
+                    "evidence": {
+                        "a": {"config": sa, "concurrency": ca, "mean": describe(va).mean},
+                        "b": {
+                            "config": sb,
+                            "concurrency": cb,
+                            "mean": describe(vb).mean,
+                            "factor": k,
+                        },
+                        "n": test.n,
+                        "mean_rel_diff_pct": test.mean_rel_diff_pct,
+                        "agree": test.agree,
+                        "p_value": test.p_value,
+                        "test_verdict": test.verdict,
+                    },
+                }
+            )
+            continue
+        f = _FUNC.match(claim)
+        assert f is not None
+        func, args, expect = f.groups()
+        if func in ("dominated", "past_knee"):
+            sc, c = _selector(args, claim, g)
+            if func == "dominated":
+                hits = [d for d in dominated if d["server_config"] == sc and d["concurrency"] == c]
+            else:
+                hits = [
+                    d
+                    for d in diags
+                    if d["kind"] == "past_knee"
+                    and d["server_config"] == sc
+                    and c in d["concurrency"]
+                ]
+            out.append({"claim": claim, "verdict": "holds" if hits else "fails", "evidence": hits})
+        elif func == "serialized":
+            sc, _ = _selector(args, claim, g, need_c=False)
+            hits = [d for d in diags if d["kind"] == "serialized" and d["server_config"] == sc]
+            out.append({"claim": claim, "verdict": "holds" if hits else "fails", "evidence": hits})
+        else:
+            sc, _ = _selector(args, claim, g, need_c=False)
+            kn = next(x for x in knees if x["server_config"] == sc)
+            ok = kn["concurrency"] is not None and (
+                expect is None or kn["concurrency"] == int(expect)
+            )
+            out.append({"claim": claim, "verdict": "holds" if ok else "fails", "evidence": kn})
+    return out

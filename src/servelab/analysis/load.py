@@ -1,0 +1,195 @@
+"""Load measured points from either raw layout into one shape.
+
+- servelab's own layout (docs/raw-data.md): metrics are recomputed from requests.jsonl.gz, so
+  every table is a pure function of the raw requests;
+- `vllm bench serve --save-result --save-detailed` trees: ROOT/rep_<NN>/concurrency_<CCC>/
+  benchmark.json (one server configuration per root), optionally with ROOT/server.log.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servelab.client import RequestRecord
+from servelab.errors import ServelabError
+from servelab.jsonio import read_json, read_jsonl_gz
+from servelab.metrics import latency_stats, point_metrics, request_latencies
+from servelab.rawdata import load_point, point_files
+from servelab.server import parse_capacity
+from servelab.telemetry.summary import telemetry_columns
+
+VLLM_REP = re.compile(r"^rep_(\d+)$")
+VLLM_CONC = re.compile(r"^concurrency_(\d+)$")
+
+
+@dataclass
+class Point:
+    server_config: str
+    repeat: int
+    concurrency: int
+    metrics: dict[str, Any]
+    position: int | None = None
+    ttfts_ms: list[float] = field(default_factory=list)
+    # per successful request: (ttft, tpot or None, e2el), ms; for goodput under SLOs
+    per_request: list[tuple[float, float | None, float]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Dataset:
+    layout: str  # "servelab" | "vllm-bench"
+    root: Path
+    points: list[Point]
+    capacity: dict[str, dict[str, Any]]  # server_config -> capacity facts (may be empty)
+
+    def configs(self) -> list[str]:
+        return sorted({p.server_config for p in self.points})
+
+
+def detect_layout(root: Path) -> str:
+    if (root / "raw").is_dir() and point_files(root):
+        return "servelab"
+    if any(VLLM_REP.match(d.name) and d.is_dir() for d in root.glob("rep_*")):
+        return "vllm-bench"
+    raise ServelabError(
+        f"{root}: neither servelab raw data (raw/<config>/rep<RR>/c<CCCC>/point.json) nor a "
+        "vllm-bench tree (rep_<NN>/concurrency_<CCC>/benchmark.json); pass the experiment folder"
+    )
+
+
+def load(root: Path, name: str | None = None) -> Dataset:
+    layout = detect_layout(root)
+    if layout == "servelab":
+        return _load_servelab(root)
+    return _load_vllm_bench(root, name or root.name)
+
+
+def _per_request(
+    records: list[RequestRecord],
+) -> tuple[list[float], list[tuple[float, float | None, float]]]:
+    ttfts: list[float] = []
+    per: list[tuple[float, float | None, float]] = []
+    for r in records:
+        if r.ok and r.chunk_offsets_us:
+            lat = request_latencies(r)
+            ttfts.append(lat["ttft"])
+            per.append((lat["ttft"], lat["tpot"], lat["e2el"]))
+    return ttfts, per
+
+
+def _load_servelab(root: Path) -> Dataset:
+    points = []
+    for pj in point_files(root):
+        meta = load_point(pj)
+        if meta.get("status") != "complete":
+            continue
+        recs = [RequestRecord.from_json(r) for r in read_jsonl_gz(pj.parent / "requests.jsonl.gz")]
+        ttfts, per = _per_request(recs)
+        metrics = point_metrics(recs)
+        metrics["client_cpu_s"] = meta.get("client_cpu_s")
+        if "telemetry" in meta:
+            metrics.update(telemetry_columns(meta["telemetry"]))
+        points.append(
+            Point(
+                server_config=meta["server_config"],
+                repeat=int(meta["repeat"]),
+                concurrency=int(meta["concurrency"]),
+                metrics=metrics,
+                position=meta.get("position"),
+                ttfts_ms=ttfts,
+                per_request=per,
+                extra={k: meta[k] for k in ("launch", "telemetry") if k in meta},
+            )
+        )
+    capacity = {}
+    for cap in sorted(root.glob("server/*/capacity.json")):
+        capacity[cap.parent.name] = dict(read_json(cap))
+    return Dataset("servelab", root, points, capacity)
+
+
+def _s_to_ms(xs: list[Any]) -> list[float]:
+    return [float(x) * 1000.0 for x in xs]
+
+
+def vllm_bench_metrics(
+    bench: dict[str, Any], source: str
+) -> tuple[dict[str, Any], list[float], list[tuple[float, float | None, float]]]:
+    """Metrics of one benchmark.json, from its per-request lists, with servelab's definitions."""
+    for key in ("ttfts", "itls", "output_lens", "duration"):
+        if key not in bench:
+            raise ServelabError(
+                f"{source}: key {key!r} missing; save with --save-result --save-detailed"
+            )
+    n = len(bench["ttfts"])
+    errors = bench.get("errors") or [""] * n
+    input_lens = bench.get("input_lens") or [0] * n
+    itls = bench["itls"]
+    latencies = bench.get("latencies")
+    ttft, tpot, e2el, itl_all = [], [], [], []
+    per: list[tuple[float, float | None, float]] = []
+    total_in = total_out = 0
+    completed = 0
+    for i in range(n):
+        if errors[i] or bench["output_lens"][i] in (0, None):
+            continue
+        t = float(bench["ttfts"][i]) * 1000.0
+        gaps = _s_to_ms(itls[i] or [])
+        e = float(latencies[i]) * 1000.0 if latencies else t + sum(gaps)
+        out = int(bench["output_lens"][i])
+        tp = (e - t) / (out - 1) if out > 1 else None
+        completed += 1
+        total_in += int(input_lens[i] or 0)
+        total_out += out
+        ttft.append(t)
+        e2el.append(e)
+        itl_all.extend(gaps)
+        if tp is not None:
+            tpot.append(tp)
+        per.append((t, tp, e))
+    dur = float(bench["duration"])
+    m: dict[str, Any] = {
+        "num_prompts": int(bench.get("num_prompts", n)),
+        "completed": completed,
+        "failed": n - completed,
+        "duration": dur,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": completed / dur if dur > 0 else None,
+        "output_throughput": total_out / dur if dur > 0 else None,
+        "total_token_throughput": (total_in + total_out) / dur if dur > 0 else None,
+        "client_cpu_s": None,
+    }
+
+    for name, vals in (("ttft", ttft), ("tpot", tpot), ("itl", itl_all), ("e2el", e2el)):
+        m.update(latency_stats(name, vals))
+    return m, ttft, per
+
+
+def _load_vllm_bench(root: Path, name: str) -> Dataset:
+    points = []
+    for rep_dir in sorted(d for d in root.glob("rep_*") if d.is_dir() and VLLM_REP.match(d.name)):
+        rep = int(VLLM_REP.match(rep_dir.name).group(1))  # type: ignore[union-attr]
+        for cdir in sorted(d for d in rep_dir.glob("concurrency_*") if VLLM_CONC.match(d.name)):
+            bj = cdir / "benchmark.json"
+            if not bj.exists():
+                continue
+            bench = read_json(bj)
+            conc = int(bench.get("max_concurrency") or VLLM_CONC.match(cdir.name).group(1))  # type: ignore[union-attr]
+            metrics, ttfts, per = vllm_bench_metrics(bench, str(bj))
+            points.append(Point(name, rep, conc, metrics, None, ttfts, per))
+    if not points:
+        raise ServelabError(f"{root}: no rep_<NN>/concurrency_<CCC>/benchmark.json found")
+    capacity: dict[str, dict[str, Any]] = {}
+    log = root / "server.log"
+    if log.exists():
+        capacity[name] = parse_capacity(log.read_text(encoding="utf-8", errors="replace"))
+    return Dataset("vllm-bench", root, points, capacity)
+
+
+def percentile(xs: list[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(xs), q)) if xs else None

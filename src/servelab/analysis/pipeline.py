@@ -1,0 +1,152 @@
+"""`servelab analyze`: every table, verdict and figure as a pure function of the raw data."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from servelab.analysis import core
+from servelab.analysis.core import Groups, Options
+from servelab.analysis.load import Dataset, load
+from servelab.jsonio import write_json
+from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
+
+__all__ = ["analyze", "Options", "load", "Dataset", "options_from_config"]
+
+
+def options_from_config(cfg: dict[str, Any]) -> Options:
+    return Options.from_config(cfg.get("analysis"))
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list | tuple):
+        return " ".join(fmt(v) for v in value)
+    return str(value)
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for row in rows:
+        w.writerow([fmt(row.get(c)) for c in columns])
+    path.write_text(buf.getvalue(), encoding="utf-8")
+
+
+UTILIZATION_FIGURE = "utilization_vs_throughput"
+
+
+def utilization_figure(ds: Dataset, out_dir: Path) -> list[Path]:
+    """Utilization against tokens/s, per point (telemetry): a busy-looking device that
+    delivers a fraction of the best throughput stands out."""
+    from servelab.telemetry import plot_utilization_vs_throughput, utilization_vs_throughput
+
+    rows = utilization_vs_throughput(
+        {
+            "server_config": p.server_config,
+            "concurrency": p.concurrency,
+            "repeat": p.repeat,
+            "output_throughput": p.metrics.get("output_throughput"),
+            "telemetry": p.extra.get("telemetry"),
+        }
+        for p in ds.points
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        plot_utilization_vs_throughput(rows, out_dir / f"{UTILIZATION_FIGURE}.{fmt}")
+        for fmt in ("svg", "png")
+    ]
+
+
+def analyze(
+    root: Path,
+    out: Path,
+    opts: Options | None = None,
+    name: str | None = None,
+    figures: bool = True,
+) -> dict[str, Any]:
+    opts = opts or Options()
+    ds = load(root, name)
+    g = Groups(ds)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "points": core.points_table(ds),
+        "summary": core.summary_table(g),
+        "paired": core.paired_table(g, opts),
+        "knee": core.knee(g, opts),
+        "dominance": core.dominance(g),
+        "slo": core.slo(g, ds, opts),
+    }
+    results["diagnoses"] = core.diagnoses(g, ds, results["knee"], results["dominance"], opts)
+    results["claims"] = core.evaluate_claims(
+        g, opts, results["knee"], results["dominance"], results["diagnoses"]
+    )
+    has_telemetry = any("telemetry" in p.extra for p in ds.points)
+    tel_cols = list(TELEMETRY_COLUMNS) if has_telemetry else []
+    write_csv(
+        out / "points.csv",
+        results["points"],
+        ["server_config", "repeat", "concurrency", "position", *core.POINT_METRICS, *tel_cols],
+    )
+    write_csv(
+        out / "summary.csv",
+        results["summary"],
+        [
+            "server_config",
+            "concurrency",
+            "metric",
+            "n",
+            "mean",
+            "sd",
+            "cv_pct",
+            "ci95_low",
+            "ci95_high",
+            "min",
+            "max",
+        ],
+    )
+    write_csv(
+        out / "paired.csv",
+        results["paired"],
+        [
+            "server_config",
+            "a",
+            "b",
+            "metric",
+            "n",
+            "mean_rel_diff_pct",
+            "agree",
+            "p_value",
+            "verdict",
+        ],
+    )
+    dom_cols = ["server_config", "concurrency", "dominated_by"] + [
+        f"{m}_delta_pct" for m, _ in core.DOMINANCE
+    ]
+    write_csv(out / "dominance.csv", results["dominance"], dom_cols)
+    write_json(out / "knee.json", results["knee"])
+    write_json(out / "diagnoses.json", results["diagnoses"])
+    write_json(out / "claims.json", results["claims"])
+    if results["slo"] is not None:
+        write_json(out / "slo.json", results["slo"])
+    elif (out / "slo.json").exists():
+        (out / "slo.json").unlink()
+    fig_names: list[str] = []
+    if figures:
+        from servelab.analysis.figures import render_all
+
+        fig_names = [p.name for p in render_all(g, results["dominance"], out / "figures")]
+        if has_telemetry:
+            fig_names += [p.name for p in utilization_figure(ds, out / "figures")]
+    from servelab.analysis.report import render
+
+    (out / "report.md").write_text(render(g, results, ds.layout, fig_names), encoding="utf-8")
+    return results

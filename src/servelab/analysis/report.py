@@ -1,0 +1,148 @@
+"""report.md: the tables a write-up needs, the diagnoses in plain words, and the figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servelab.analysis.core import Groups
+from servelab.analysis.stats import describe
+
+
+def _f(x: float | None, spec: str = ",.2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _ms(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
+
+
+def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) -> str:
+    lines = [
+        "# servelab analysis",
+        "",
+        f"Source layout: {layout}. Every number below is computed from the raw requests.",
+        "",
+    ]
+    lines += ["## Throughput by concurrency", ""]
+    for sc in g.configs:
+        lines += [
+            f"### {sc}",
+            "",
+            "| Concurrency | Repeats | Mean output throughput | CV | Mean TTFT | p99 TTFT "
+            "| Mean TPOT |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for c in g.levels(sc):
+            d = describe(list(g.values(sc, c, "output_throughput").values()))
+            cv = "n/a (1 repeat)" if d.n == 1 else f"{_f(d.cv_pct, '.2f')}%"
+            lines.append(
+                f"| {c} | {d.n} | {_f(d.mean)} tok/s | {cv} | {_ms(g.mean(sc, c, 'mean_ttft_ms'))} "
+                f"| {_ms(g.mean(sc, c, 'p99_ttft_ms'))} | {_ms(g.mean(sc, c, 'mean_tpot_ms'))} |"
+            )
+        lines.append("")
+    if any("utilization_pct" in p.metrics for pts in g.by.values() for p in pts.values()):
+        lines += _telemetry_section(g)
+    lines += [
+        "## Paired comparisons of adjacent concurrency levels",
+        "",
+        "Difference = mean over repeats of a/b - 1; agree = repeats where a > b; the verdict "
+        "needs both the paired t-test on log ratios and the practical threshold.",
+        "",
+    ]
+    for sc, a, b in sorted({(r["server_config"], r["a"], r["b"]) for r in results["paired"]}):
+        rows = [r for r in results["paired"] if (r["server_config"], r["a"], r["b"]) == (sc, a, b)]
+        lines += [
+            f"### {sc}: C{a} vs C{b}",
+            "",
+            f"| Metric | C{a} | C{b} | Change (b vs a) | Agree (a > b) | p | Verdict |",
+            "|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in rows:
+            ma, mb = g.mean(sc, a, r["metric"]), g.mean(sc, b, r["metric"])
+            change = _f(100.0 * (mb / ma - 1), "+.2f") + "%" if ma and mb is not None else "-"
+            lines.append(
+                f"| {r['metric']} | {_f(ma)} | {_f(mb)} | {change} | {r['agree']} "
+                f"| {_f(r['p_value'], '.3g')} | {r['verdict']} |"
+            )
+        lines.append("")
+    lines += ["## Knee", ""]
+    for k in results["knee"]:
+        where = f"concurrency {k['concurrency']}" if k["concurrency"] is not None else "none"
+        lines.append(f"- **{k['server_config']}**: {where}. {k['reason']}.")
+    lines += ["", "## Dominated operating points", ""]
+    if results["dominance"]:
+        for d in results["dominance"]:
+            lines.append(
+                f"- {d['server_config']} at concurrency {d['concurrency']} is dominated by "
+                f"{d['dominated_by']} (throughput {_f(d['output_throughput_delta_pct'], '+.1f')}%, "
+                f"mean TTFT {_f(d['mean_ttft_ms_delta_pct'], '+.1f')}%, "
+                f"mean TPOT {_f(d['mean_tpot_ms_delta_pct'], '+.1f')}% relative to it)"
+            )
+    else:
+        lines.append("- none")
+    if results.get("slo"):
+        s = results["slo"]
+        lines += [
+            "",
+            "## SLO capacity",
+            "",
+            "SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in sorted(s["slo"].items())),
+            "",
+        ]
+        for sc, cap in sorted(s["capacity"].items()):
+            if cap["concurrency"] is None:
+                lines.append(f"- {sc}: {cap['reason']}")
+            else:
+                lines.append(
+                    f"- {sc}: concurrency {cap['concurrency']}, "
+                    f"{_f(cap['output_throughput'])} tok/s"
+                )
+    lines += ["", "## Diagnoses", ""]
+    if results["diagnoses"]:
+        for d in results["diagnoses"]:
+            where = f" (concurrency {d['concurrency']})" if "concurrency" in d else ""
+            lines.append(f"- **{d['kind']}**, {d['server_config']}{where}: {d['suggestion']}.")
+    else:
+        lines.append("- none")
+    if results["claims"]:
+        lines += ["", "## Claims", "", "| Claim | Verdict |", "|---|---|"]
+        for c in results["claims"]:
+            lines.append(f"| `{c['claim']}` | {c['verdict']} |")
+    lines += ["", "## Figures", ""]
+    for name in figures:
+        if name.endswith(".svg") and not name.startswith("utilization_vs_throughput"):
+            lines.append(f"![{name.removesuffix('.svg')}](figures/{name})")
+    return "\n".join(lines) + "\n"
+
+
+def _telemetry_section(g: Groups) -> list[str]:
+    """Utilization next to tokens/s, and the server's own queue, per point (mean of repeats)."""
+    lines = [
+        "## Telemetry per point",
+        "",
+        "Utilization is the GPU's (NVML) where GPUs were sampled, else the server's CPU as a "
+        "share of all the host's cores; server CPU is in % of one core. Running, waiting "
+        "and KV usage come from the server's /metrics (peaks over the point).",
+        "",
+        "| Config | Concurrency | Output tok/s | Utilization | Server CPU | Peak running "
+        "| Peak waiting | Waiting fraction | Peak KV usage | Preemptions |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for sc in g.configs:
+        for c in g.levels(sc):
+            kv = g.mean(sc, c, "kv_usage_max")
+            wf = g.mean(sc, c, "waiting_fraction")
+            lines.append(
+                f"| {sc} | {c} | {_f(g.mean(sc, c, 'output_throughput'))} "
+                f"| {_f(g.mean(sc, c, 'utilization_pct'), '.1f')}% "
+                f"| {_f(g.mean(sc, c, 'cpu_server_util_pct_mean'), '.1f')}% "
+                f"| {_f(g.mean(sc, c, 'running_max'), '.1f')} "
+                f"| {_f(g.mean(sc, c, 'waiting_max'), '.1f')} "
+                f"| {_f(None if wf is None else 100 * wf, '.0f')}% "
+                f"| {_f(None if kv is None else 100 * kv, '.1f')}% "
+                f"| {_f(g.mean(sc, c, 'preemptions'), '.1f')} |"
+            )
+    lines += ["", "![utilization vs tokens/s](figures/utilization_vs_throughput.svg)", ""]
+    return lines

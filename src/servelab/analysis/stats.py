@@ -1,0 +1,92 @@
+"""Repeat statistics and paired comparisons.
+
+A difference is called real only when a test and a practical threshold agree. The test is a
+paired t-test on log ratios (a_r / b_r over repeats r), which can call a consistent 4-5%
+difference real with 3 repeats (a sign or rank test cannot: its smallest two-sided p at n = 3
+is 0.25). The sign agreement ("3/3") is reported beside it. Never "significant" when the test
+could not run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+ALPHA = 0.05
+THRESHOLD_PCT = 2.0
+
+
+@dataclass(frozen=True)
+class Describe:
+    n: int
+    mean: float | None
+    sd: float | None
+    cv_pct: float | None
+    ci95_low: float | None
+    ci95_high: float | None
+    min: float | None
+    max: float | None
+
+
+def describe(values: Sequence[float]) -> Describe:
+    xs = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    n = int(xs.size)
+    if n == 0:
+        return Describe(0, None, None, None, None, None, None, None)
+    mean = float(xs.mean())
+    if n == 1:  # no spread and no interval from one value
+        return Describe(1, mean, None, None, None, None, mean, mean)
+    sd = float(xs.std(ddof=1))
+    cv = 100.0 * sd / abs(mean) if mean != 0 else None
+    half = float(sps.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return Describe(n, mean, sd, cv, mean - half, mean + half, float(xs.min()), float(xs.max()))
+
+
+@dataclass(frozen=True)
+class Paired:
+    n: int
+    mean_rel_diff_pct: float | None
+    agree: str  # repeats where a > b, e.g. "3/3"
+    p_value: float | None
+    verdict: str  # "a > b" | "a < b" | "not significant" | "not testable: ..."
+
+
+def paired(
+    a: Sequence[float],
+    b: Sequence[float],
+    threshold_pct: float = THRESHOLD_PCT,
+    alpha: float = ALPHA,
+) -> Paired:
+    """Compare a and b repeat by repeat (a[i] pairs with b[i])."""
+    pairs = [(x, y) for x, y in zip(a, b, strict=True) if x is not None and y is not None]
+    n = len(pairs)
+    if n == 0:
+        return Paired(0, None, "0/0", None, "not testable: no paired repeats")
+    wins = sum(1 for x, y in pairs if x > y)
+    agree = f"{wins}/{n}"
+    if any(y <= 0 or x <= 0 for x, y in pairs):
+        rel = [100.0 * (x / y - 1) if y else math.nan for x, y in pairs]
+        mean_rel = float(np.mean(rel)) if all(map(math.isfinite, rel)) else None
+        return Paired(n, mean_rel, agree, None, "not testable: a value is zero or negative")
+    ratios = np.asarray([x / y for x, y in pairs])
+    mean_rel = float(np.mean(ratios - 1.0) * 100.0)
+    if n < 2:
+        return Paired(n, mean_rel, agree, None, f"not testable: n = {n}")
+    logs = np.log(ratios)
+    sd = float(logs.std(ddof=1))
+    mean_log = float(logs.mean())
+    if sd == 0.0:
+        # identical ratio in every repeat: no noise, the sign alone decides
+        p = 0.0 if mean_log != 0.0 else 1.0
+    else:
+        t = mean_log / (sd / math.sqrt(n))
+        p = float(2.0 * sps.t.sf(abs(t), n - 1))
+    if p < alpha and abs(mean_rel) >= threshold_pct:
+        verdict = "a > b" if mean_rel > 0 else "a < b"
+    else:
+        verdict = "not significant"
+    return Paired(n, mean_rel, agree, p, verdict)

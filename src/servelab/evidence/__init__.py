@@ -1,0 +1,1 @@
+"""The evidence bundle: manifest, checksums, provenance, schemas, verify and release."""

@@ -1,0 +1,358 @@
+"""Build the evidence bundle of one experiment (DESIGN.md "Evidence bundle")."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servelab.errors import ServelabError
+from servelab.evidence.files import sha256_file, sha256sums_text, walk_files
+from servelab.evidence.provenance import host_facts, pipeline_facts, redacted_config
+from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
+from servelab.jsonio import read_json, write_json
+
+FORMAT_VERSION = 1
+UNLISTED = {"manifest.json", "SHA256SUMS"}  # they describe the others
+WORKFLOW_FILES = [
+    "Snakefile",
+    "rules/*.smk",
+    "scripts/*.py",
+    "config/schema/*.yaml",
+    "profiles/default/config.yaml",
+]
+
+
+def role_of(path: str) -> str:
+    if path.startswith("raw/"):
+        if "/warmup/" in path:
+            return "warmup"
+        if ".incomplete" in path:
+            return "raw-incomplete"
+        return "raw"
+    first = path.split("/", 1)[0]
+    return {
+        "server": "server",
+        "tables": "table",
+        "figures": "figure",
+        "workflow": "workflow",
+        "model": "model",
+        "runtime": "runtime",
+        "telemetry": "telemetry",
+        "profile": "profile",
+        "report.md": "report",
+        "provenance.json": "provenance",
+        "config.resolved.yaml": "config",
+        "ro-crate-metadata.json": "ro-crate",
+        "attestation.intoto.json": "attestation",
+    }.get(first, "other")
+
+
+def _iso(epoch_ns: int | None) -> str | None:
+    if epoch_ns is None:
+        return None
+    return dt.datetime.fromtimestamp(epoch_ns / 1e9, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _copy_tree(src: Path, dest: Path, skip_suffixes: tuple[str, ...] = ()) -> None:
+    for rel in walk_files(src):
+        if rel.endswith(skip_suffixes):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, target)
+
+
+def _run_window(exp: Path) -> tuple[int | None, int | None]:
+    starts, ends = [], []
+    for pj in sorted((exp / "raw").glob("*/rep*/c*/point.json")) + sorted(
+        (exp / "raw").glob("*/warmup/point.json")
+    ):
+        p = read_json(pj)
+        starts.append(p.get("started_epoch_ns"))
+        ends.append(p.get("finished_epoch_ns"))
+    for lj in sorted((exp / "server").glob("*/launch.json")):
+        starts.append(read_json(lj).get("started_epoch_ns"))
+    s = [x for x in starts if isinstance(x, int)]
+    e = [x for x in ends if isinstance(x, int)]
+    return (min(s) if s else None, max(e) if e else None)
+
+
+def build_bundle(
+    exp: Path, cfg: dict[str, Any], out: Path, repo: Path, analysis_dir: Path | None = None
+) -> dict[str, Any]:
+    """Assemble, describe and validate the bundle in `out` (replaced if present)."""
+    analysis_dir = analysis_dir or exp / "analysis"
+    for need in (
+        exp / "raw",
+        analysis_dir / "report.md",
+        exp / "model" / "servelab-model.json",
+        exp / "runtime" / "runtime.json",
+    ):
+        if not need.exists():
+            raise ServelabError(f"{need}: missing; run the workflow up to the analysis first")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    _copy_tree(exp / "raw", out / "raw", skip_suffixes=(".tmp",))
+    for sc_dir in sorted((exp / "server").iterdir()):
+        for name in ("server.log", "launch.json", "capacity.json"):
+            if (sc_dir / name).exists():
+                (out / "server" / sc_dir.name).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(sc_dir / name, out / "server" / sc_dir.name / name)
+    (out / "model").mkdir()
+    shutil.copyfile(exp / "model" / "servelab-model.json", out / "model" / "servelab-model.json")
+    (out / "runtime").mkdir()
+    shutil.copyfile(exp / "runtime" / "runtime.json", out / "runtime" / "runtime.json")
+    for rel in walk_files(analysis_dir):
+        if rel == "report.md":
+            continue
+        dest = out / (rel if rel.startswith("figures/") else f"tables/{rel}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(analysis_dir / rel, dest)
+    shutil.copyfile(analysis_dir / "report.md", out / "report.md")
+    if (exp / "profile").is_dir():  # the profiling pass: traces, windows, tables
+        _copy_tree(exp / "profile", out / "profile", skip_suffixes=(".tmp",))
+    for pattern in WORKFLOW_FILES:
+        for src in sorted(repo.glob(pattern)):
+            dest = out / "workflow" / src.relative_to(repo)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+
+    config = redacted_config(cfg)
+    (out / "config.resolved.yaml").write_text(
+        yaml.safe_dump(config, sort_keys=True, default_flow_style=False), encoding="utf-8"
+    )
+    started, finished = _run_window(exp)
+    model = read_json(exp / "model" / "servelab-model.json")
+    runtime = read_json(exp / "runtime" / "runtime.json")
+    servers: dict[str, Any] = {}
+    versions = set()
+    for sc_dir in sorted((out / "server").iterdir()):
+        launch = read_json(sc_dir / "launch.json") if (sc_dir / "launch.json").exists() else {}
+        cap = read_json(sc_dir / "capacity.json") if (sc_dir / "capacity.json").exists() else {}
+        versions.add(cap.get("version_endpoint") or cap.get("version"))
+        servers[sc_dir.name] = {
+            "command": launch.get("command"),
+            "env": launch.get("env"),
+            "args": launch.get("args"),
+            "resolved_args": cap.get("non_default_args"),
+            "vllm_version": cap.get("version_endpoint") or cap.get("version"),
+        }
+    provenance = {
+        "format_version": FORMAT_VERSION,
+        "experiment": cfg["experiment"],
+        "model": {
+            "source": model["source"],
+            "repo": model.get("repo"),
+            "revision": model["revision"],
+            "files": model["files"],
+        },
+        "runtime": {
+            k: runtime.get(k) for k in ("kind", "lock", "lock_sha256", "python_version", "packages")
+        },
+        "vllm_version": sorted(v for v in versions if v)[0] if any(versions) else None,
+        "servers": servers,
+        "host": host_facts(),
+        "pipeline": pipeline_facts(repo),
+        "config": config,
+        "started_epoch_ns": started,
+        "finished_epoch_ns": finished,
+        "started": _iso(started),
+        "finished": _iso(finished),
+    }
+    write_json(out / "provenance.json", provenance)
+    _write_ro_crate(out, cfg, provenance, runtime)
+    _write_attestation(out, provenance)
+    return _finish(out, cfg["experiment"])
+
+
+def _finish(out: Path, experiment: str) -> dict[str, Any]:
+    files = [p for p in walk_files(out) if p not in UNLISTED]
+    entries = []
+    for rel in files:
+        name = schema_for(rel)
+        entries.append(
+            {
+                "path": rel,
+                "bytes": (out / rel).stat().st_size,
+                "sha256": sha256_file(out / rel),
+                "role": role_of(rel),
+                "schema": schema_id(name) if name else FOREIGN.get(rel),
+            }
+        )
+    manifest = {"format_version": FORMAT_VERSION, "experiment": experiment, "files": entries}
+    write_json(out / "manifest.json", manifest)
+    all_files = [p for p in walk_files(out) if p != "SHA256SUMS"]
+    (out / "SHA256SUMS").write_text(sha256sums_text(out, all_files), encoding="utf-8")
+    failures = check_all_json(out, all_files)
+    if failures:
+        raise ServelabError(
+            f"bundle {out}: "
+            + failures[0]
+            + (f" (and {len(failures) - 1} more)" if len(failures) > 1 else "")
+        )
+    return manifest
+
+
+def _write_ro_crate(
+    out: Path, cfg: dict[str, Any], prov: dict[str, Any], runtime: dict[str, Any]
+) -> None:
+    """A Workflow Run Crate: the workflow, one CreateAction per stage, inputs and outputs."""
+    from rocrate.model.contextentity import ContextEntity
+    from rocrate.rocrate import ROCrate
+
+    crate = ROCrate(gen_preview=False)
+    crate.root_dataset["name"] = f"servelab evidence bundle: {cfg['experiment']}"
+    crate.root_dataset["datePublished"] = prov["finished"] or "1970-01-01T00:00:00Z"
+    crate.root_dataset["conformsTo"] = [
+        {"@id": "https://w3id.org/ro/wfrun/process/0.5"},
+        {"@id": "https://w3id.org/ro/wfrun/workflow/0.5"},
+    ]
+    snakemake_lang = crate.add(
+        ContextEntity(
+            crate,
+            "#snakemake",
+            properties={
+                "@type": "ComputerLanguage",
+                "name": "Snakemake",
+                "url": "https://snakemake.github.io",
+                "version": prov["pipeline"]["snakemake_version"],
+            },
+        )
+    )
+    workflow = crate.add_file(
+        out / "workflow" / "Snakefile",
+        "workflow/Snakefile",
+        properties={
+            "@type": ["File", "SoftwareSourceCode", "ComputationalWorkflow"],
+            "name": "servelab workflow",
+            "programmingLanguage": {"@id": snakemake_lang.id},
+        },
+    )
+    crate.root_dataset["mainEntity"] = {"@id": workflow.id}
+    server_sw = crate.add(
+        ContextEntity(
+            crate,
+            "#vllm",
+            properties={
+                "@type": "SoftwareApplication",
+                "name": "vLLM",
+                "softwareVersion": prov["vllm_version"],
+                "description": (
+                    f"runtime: {runtime.get('kind')} from lock sha256 {runtime.get('lock_sha256')}"
+                ),
+            },
+        )
+    )
+
+    def files(prefix: str) -> list[Any]:
+        out_files = []
+        for rel in walk_files(out / prefix) if (out / prefix).is_dir() else []:
+            path = f"{prefix}/{rel}"
+            if path.endswith((".json", ".gz", ".csv", ".svg", ".png", ".log", ".md", ".jsonl")):
+                out_files.append(crate.add_file(out / path, path))
+        return out_files
+
+    model_files = files("model")
+    runtime_files = files("runtime")
+    start = prov["started"]
+    end = prov["finished"]
+    crate.add_action(
+        workflow,
+        identifier="#stage-model",
+        result=model_files,
+        properties={"name": "model: materialize the model"},
+    )
+    crate.add_action(
+        workflow,
+        identifier="#stage-runtime",
+        result=runtime_files,
+        properties={"name": "runtime: create the server environment"},
+    )
+    for sc in sorted(p.name for p in (out / "raw").iterdir() if p.is_dir()):
+        crate.add_action(
+            workflow,
+            identifier=f"#stage-sweep-{sc}",
+            object=model_files + runtime_files,
+            result=files(f"raw/{sc}") + files(f"server/{sc}"),
+            properties={
+                "name": f"sweep: server configuration {sc}",
+                "startTime": start,
+                "endTime": end,
+                "instrument": [{"@id": workflow.id}, {"@id": server_sw.id}],
+            },
+        )
+    tables = files("tables") + files("figures")
+    report = crate.add_file(out / "report.md", "report.md")
+    crate.add_action(
+        workflow,
+        identifier="#stage-analysis",
+        object=[],
+        result=tables + [report],
+        properties={"name": "analysis: tables, figures, report"},
+    )
+    crate.metadata.write(out)
+    # rocrate writes indented JSON; re-serialize with sorted keys for stable bytes
+    meta = json.loads((out / "ro-crate-metadata.json").read_text(encoding="utf-8"))
+    meta["@graph"].sort(key=lambda e: str(e.get("@id")))
+    (out / "ro-crate-metadata.json").write_text(
+        json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+
+
+def _write_attestation(out: Path, prov: dict[str, Any]) -> None:
+    subjects = [
+        {"name": rel, "digest": {"sha256": sha256_file(out / rel)}}
+        for rel in walk_files(out)
+        if rel not in UNLISTED and rel != "attestation.intoto.json"
+    ]
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": subjects,
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {
+            "buildDefinition": {
+                "buildType": "https://servelab.dev/buildtypes/experiment/v1",
+                "externalParameters": {"experiment": prov["experiment"], "config": prov["config"]},
+                "internalParameters": {"servelab_version": prov["pipeline"]["servelab_version"]},
+                "resolvedDependencies": [
+                    {
+                        "uri": f"servelab-model:{prov['model']['source']}",
+                        "digest": {"sha256": prov["model"]["revision"]}
+                        if len(prov["model"]["revision"]) == 64
+                        else {"gitCommit": prov["model"]["revision"]},
+                    },
+                    {
+                        "uri": f"servelab-runtime-lock:{prov['runtime']['lock']}",
+                        "digest": {"sha256": prov["runtime"]["lock_sha256"]},
+                    },
+                ]
+                + (
+                    [
+                        {
+                            "uri": "git+servelab",
+                            "digest": {"gitCommit": prov["pipeline"]["git_commit"]},
+                        }
+                    ]
+                    if prov["pipeline"]["git_commit"]
+                    else []
+                ),
+            },
+            "runDetails": {
+                "builder": {
+                    "id": f"https://servelab.dev/servelab@{prov['pipeline']['servelab_version']}"
+                },
+                "metadata": {
+                    "invocationId": prov["experiment"],
+                    "startedOn": prov["started"],
+                    "finishedOn": prov["finished"],
+                },
+            },
+        },
+    }
+    write_json(out / "attestation.intoto.json", statement)

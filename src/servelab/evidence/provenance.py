@@ -1,0 +1,99 @@
+"""Facts about the host, the pipeline and the run, for provenance.json (secrets redacted)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from servelab import __version__
+from servelab.redact import redact_env
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def host_facts() -> dict[str, Any]:
+    import psutil
+
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    os_name = platform.system()
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                os_name = line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    facts: dict[str, Any] = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_bytes": int(psutil.virtual_memory().total),
+        "os": os_name,
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "gpus": [],
+        "gpu_reason": None,
+    }
+    if shutil.which("nvidia-smi") is None:
+        facts["gpu_reason"] = "no nvidia-smi on PATH"
+        return facts
+    out = _run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+    )
+    if out is None:
+        facts["gpu_reason"] = "nvidia-smi failed"
+        return facts
+    for line in out.strip().splitlines():
+        name, driver, mem = (x.strip() for x in line.split(",", 2))
+        facts["gpus"].append({"name": name, "driver": driver, "memory": mem})
+    cuda = _run(["nvidia-smi"])
+    if cuda and "CUDA Version:" in cuda:
+        facts["cuda"] = cuda.split("CUDA Version:", 1)[1].split()[0]
+    return facts
+
+
+def pipeline_facts(repo: Path) -> dict[str, Any]:
+    import snakemake
+
+    commit = (_run(["git", "rev-parse", "HEAD"], repo) or "").strip() or None
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], repo)
+    dirty = bool(status.strip()) if status is not None else None
+    diff = _run(["git", "diff", "HEAD"], repo) if dirty else None
+    locks = {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((repo / "envs").glob("*.lock"))
+    }
+    return {
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "git_diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if diff else None,
+        "servelab_version": __version__,
+        "snakemake_version": getattr(snakemake, "__version__", None),
+        "locks": locks,
+    }
+
+
+def redacted_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    out = dict(cfg)
+    runtime = dict(out.get("runtime", {}))
+    if "env" in runtime:
+        runtime["env"] = redact_env(runtime["env"])
+    out["runtime"] = runtime
+    return out

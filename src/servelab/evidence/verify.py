@@ -1,0 +1,107 @@
+"""`servelab verify`: checksums, manifest completeness, schemas, and (--rebuild) byte-identical
+tables and figures re-rendered from the raw data."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servelab.errors import ServelabError
+from servelab.evidence.files import safe_extract, sha256_file, walk_files
+from servelab.evidence.schemas import check_all_json
+from servelab.jsonio import read_json
+
+
+def open_bundle(path: Path, workdir: Path) -> Path:
+    """A bundle directory as is, or a release tarball extracted safely into workdir."""
+    if path.is_dir():
+        return path
+    if path.name.endswith(".tar.gz"):
+        return safe_extract(path, workdir)
+    raise ServelabError(f"{path}: not a bundle directory or a .tar.gz release")
+
+
+def check_sums(root: Path, files: list[str]) -> list[str]:
+    sums = root / "SHA256SUMS"
+    if not sums.exists():
+        return ["SHA256SUMS: missing"]
+    failures = []
+    listed: dict[str, str] = {}
+    for n, line in enumerate(sums.read_text(encoding="utf-8").splitlines(), 1):
+        digest, sep, name = line.partition("  ")
+        if not sep:
+            failures.append(f"SHA256SUMS: line {n} is malformed")
+            continue
+        listed[name] = digest
+    for name, digest in sorted(listed.items()):
+        if not (root / name).is_file():
+            failures.append(f"{name}: listed in SHA256SUMS but missing")
+        elif sha256_file(root / name) != digest:
+            failures.append(f"{name}: sha256 differs from SHA256SUMS")
+    for name in files:
+        if name != "SHA256SUMS" and name not in listed:
+            failures.append(f"{name}: present but not listed in SHA256SUMS")
+    return failures
+
+
+def check_manifest(root: Path, files: list[str]) -> list[str]:
+    if not (root / "manifest.json").exists():
+        return ["manifest.json: missing"]
+    try:
+        manifest: dict[str, Any] = read_json(root / "manifest.json")
+        entries = {e["path"]: e for e in manifest["files"]}
+    except (ServelabError, KeyError, TypeError) as exc:
+        return [f"manifest.json: unreadable ({exc})"]
+    failures = []
+    for path, e in sorted(entries.items()):
+        p = root / path
+        if not p.is_file():
+            failures.append(f"{path}: in manifest.json but missing")
+            continue
+        if p.stat().st_size != e.get("bytes"):
+            failures.append(f"{path}: size differs from manifest.json")
+        elif sha256_file(p) != e.get("sha256"):
+            failures.append(f"{path}: sha256 differs from manifest.json")
+    for path in files:
+        if path not in entries and path not in ("manifest.json", "SHA256SUMS"):
+            failures.append(f"{path}: present but not in manifest.json")
+    return failures
+
+
+def rebuild(root: Path) -> list[str]:
+    """Re-run the analysis from raw/ and server/ and compare tables, figures and report bytes."""
+    from servelab.analysis.pipeline import analyze, options_from_config
+
+    cfg = yaml.safe_load((root / "config.resolved.yaml").read_text(encoding="utf-8"))
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "analysis"
+        analyze(root, out, options_from_config(cfg), figures=cfg["analysis"]["figures"])
+        for rel in walk_files(out):
+            theirs = root / (
+                "report.md"
+                if rel == "report.md"
+                else rel
+                if rel.startswith("figures/")
+                else f"tables/{rel}"
+            )
+            if not theirs.exists():
+                failures.append(f"{theirs.relative_to(root)}: rebuilt but absent from the bundle")
+            elif theirs.read_bytes() != (out / rel).read_bytes():
+                failures.append(f"{theirs.relative_to(root)}: differs when rebuilt from raw data")
+    return failures
+
+
+def verify(path: Path, do_rebuild: bool = False) -> list[str]:
+    """All failures, one line each naming the file; empty when the bundle holds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = open_bundle(path, Path(tmp))
+        files = walk_files(root)
+        failures = check_sums(root, files) + check_manifest(root, files)
+        failures += check_all_json(root, [f for f in files if f != "SHA256SUMS"])
+        if do_rebuild and not failures:
+            failures += rebuild(root)
+        return failures

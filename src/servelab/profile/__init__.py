@@ -1,0 +1,8 @@
+"""The profiling pass: capture (nsys or vLLM's torch profiler) and trace analysis.
+
+- `capture`: command lines, the profile plan, the diagnostic workload and its windows.
+- `nsys`: analysis of an `nsys export --type sqlite` file, in SQL passes.
+- `torchtrace`: analysis of a torch-profiler trace JSON.
+- `core`: the pure pieces both share (families, forwards, steady state, ratios).
+- `report`: profile.json, CSV tables and the report section.
+"""

@@ -1,0 +1,256 @@
+"""`servelab profile analyze`: a trace and its windows in, profile.json and tables out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servelab.errors import ServelabError
+from servelab.profile.core import (
+    DEFAULT_BAND,
+    DIMS,
+    FORMAT_VERSION,
+    Family,
+    Forward,
+    ForwardGrouper,
+    KernelStat,
+    Launch,
+    ResolvedWindow,
+    Window,
+    check_disjoint,
+    choose_dim,
+    default_families,
+    families_table,
+    kernels_table,
+    main_attention,
+    paths_table,
+    ratios,
+    steady_summary,
+)
+from servelab.profile.nsys import NsysTrace, is_sqlite
+from servelab.profile.torchtrace import TorchTrace
+
+
+@dataclass
+class Options:
+    layers: int | None = None
+    layers_source: str | None = None
+    families: list[Family] = field(default_factory=default_families)
+    attention_kernel: str | None = None
+    population_dim: str | None = None  # x | y | z; None: found from the launches
+    band: float = DEFAULT_BAND
+
+
+@dataclass
+class ProfileResult:
+    profile: dict[str, Any]
+    kernels: dict[str, list[dict[str, Any]]]
+    forwards: dict[str, list[tuple[str, Forward]]]
+
+
+def open_trace(paths: Sequence[Path]) -> NsysTrace | TorchTrace:
+    if not paths:
+        raise ServelabError("no trace given")
+    for p in paths:
+        if not p.is_file():
+            raise ServelabError(f"{p}: file not found")
+    kinds = [is_sqlite(p) for p in paths]
+    if all(kinds):
+        if len(paths) > 1:
+            raise ServelabError(
+                f"{paths[1]}: give one nsys SQLite export at a time (one per profile run)"
+            )
+        return NsysTrace(paths[0])
+    if any(kinds):
+        raise ServelabError(
+            f"{paths[kinds.index(True)]}: do not mix an nsys SQLite export with torch traces"
+        )
+    return TorchTrace(paths)
+
+
+def analyze(paths: Sequence[Path], windows: Sequence[Window], opts: Options) -> ProfileResult:
+    if not windows:
+        raise ServelabError("the windows file lists no window")
+    trace = open_trace(paths)
+    try:
+        return _analyze(trace, paths, windows, opts)
+    finally:
+        if isinstance(trace, NsysTrace):
+            trace.close()
+
+
+def _analyze(
+    trace: NsysTrace | TorchTrace, paths: Sequence[Path], windows: Sequence[Window], opts: Options
+) -> ProfileResult:
+    resolved = check_disjoint(trace.resolve(windows), str(paths[0]))
+    busy, stats = trace.busy_and_stats(resolved)
+    totals: dict[str, int] = {}
+    display: dict[str, str] = {}
+    for per in stats:
+        for s in per:
+            totals[s.full] = totals.get(s.full, 0) + s.total_ns
+            display[s.full] = s.name
+    leaves = trace.leaf_names() if isinstance(trace, TorchTrace) else None
+    main = main_attention(totals, opts.families, opts.attention_kernel, leaves)
+    notes: list[str] = []
+    if not main:
+        notes.append("no attention kernel found: attention paths and forwards are empty")
+
+    cpu_steps = isinstance(trace, TorchTrace) and trace.kind == "cpu"
+    dim: int | None
+    if cpu_steps:
+        dim_name: str | None = "step"
+        dim = None
+    else:
+        dim = _population_dim(stats, main, opts.population_dim)
+        dim_name = DIMS[dim] if dim is not None else None
+        if dim is None and main:
+            notes.append(
+                "no grid dimension of the main attention kernel varies: populations are "
+                "unknown (profile two concurrencies, or pass --population-dim)"
+            )
+
+    groupers: dict[tuple[int, str], ForwardGrouper] = {}
+    if opts.layers is None:
+        notes.append("layer count unknown (pass --layers or --model-config): no forwards")
+    elif main:
+        if isinstance(trace, TorchTrace):
+            for i, dev, t0, t1, grid, step in trace.launches(resolved, main):
+                if cpu_steps:
+                    pop = step.population if step else None
+                    tag: object = step.start if step else ("outside", t0)
+                else:
+                    pop = grid[dim] if grid is not None and dim is not None else None
+                    tag = pop
+                _grouper(groupers, i, dev, opts.layers).feed(Launch(t0, t1, pop, tag))
+        else:
+            key: tuple[int, str] | None = None
+            g = None
+            for i, dev, t0, t1, grid in trace.launches(resolved, main):
+                if (i, dev) != key:
+                    key, g = (i, dev), _grouper(groupers, i, dev, opts.layers)
+                pop = grid[dim] if dim is not None else None
+                g.feed(Launch(t0, t1, pop, pop))  # type: ignore[union-attr]
+        for g in groupers.values():
+            g.finish()
+
+    devices = dict(trace.devices())
+    info = trace.info()
+    info["files"] = [p.name for p in paths]
+    out_windows: dict[str, Any] = {}
+    kernels: dict[str, list[dict[str, Any]]] = {}
+    forwards: dict[str, list[tuple[str, Forward]]] = {}
+    steady_by_label: dict[str, dict[str, Any] | None] = {}
+    for i, rw in enumerate(resolved):
+        entry, fw = _window_entry(
+            i, rw, trace, busy[i], stats[i], main, display, groupers, devices, opts
+        )
+        out_windows[rw.label] = entry
+        kernels[rw.label] = kernels_table(stats[i], opts.families)
+        forwards[rw.label] = fw
+        steady_by_label[rw.label] = entry["steady"]
+    order = [w.label for w in windows]
+    profile = {
+        "format_version": FORMAT_VERSION,
+        "status": "profiled",
+        "reason": None,
+        "trace": info,
+        "settings": {
+            "layers": opts.layers,
+            "layers_source": opts.layers_source,
+            "families": [[f.name, f.pattern.pattern] for f in opts.families],
+            "attention_kernel": sorted(display.get(n, n) for n in main),
+            "population_dim": dim_name,
+            "band": opts.band,
+        },
+        "windows": {label: out_windows[label] for label in order},
+        "ratios": ratios(order, steady_by_label),
+        "notes": notes,
+    }
+    return ProfileResult(profile, kernels, forwards)
+
+
+def _grouper(
+    groupers: dict[tuple[int, str], ForwardGrouper], i: int, dev: str, layers: int
+) -> ForwardGrouper:
+    g = groupers.get((i, dev))
+    if g is None:
+        g = groupers[(i, dev)] = ForwardGrouper(layers)
+    return g
+
+
+def _population_dim(
+    stats: Sequence[Sequence[KernelStat]], main: set[str], override: str | None
+) -> int | None:
+    if override is not None:
+        if override not in DIMS:
+            raise ServelabError(f"--population-dim {override!r}: use one of x, y, z")
+        return DIMS.index(override)
+    distinct: list[set[int]] = [set(), set(), set()]
+    for per in stats:
+        for s in per:
+            if s.full in main and s.grid is not None:
+                for d in range(3):
+                    distinct[d].add(s.grid[d])
+    return choose_dim(distinct, [0, 0, 0])
+
+
+def _window_entry(
+    i: int,
+    rw: ResolvedWindow,
+    trace: NsysTrace | TorchTrace,
+    busy: dict[str, int],
+    stats: list[KernelStat],
+    main: set[str],
+    display: dict[str, str],
+    groupers: dict[tuple[int, str], ForwardGrouper],
+    devices: dict[str, str],
+    opts: Options,
+) -> tuple[dict[str, Any], list[tuple[str, Forward]]]:
+    length = rw.length_ns
+    devs = sorted(set(devices) | set(busy), key=_device_key)
+    active = {d: busy.get(d, 0) / length for d in devs}
+    mine = sorted(
+        ((d, g) for (w, d), g in groupers.items() if w == i), key=lambda t: _device_key(t[0])
+    )
+    fw = [(d, f) for d, g in mine for f in g.forwards]
+    first = next(((d, g) for d, g in mine if g.forwards), None)
+    layers = opts.layers or 1
+    forwards_info = None
+    steady = None
+    if first is not None:
+        d0, g0 = first
+        forwards_info = {
+            "device": d0,
+            "count": len(g0.forwards),
+            "layers": g0.layers,
+            "launches": g0.launches,
+            "offset": g0.offset,
+            "violations": g0.violations,
+        }
+        steady = steady_summary(g0.forwards, layers, opts.band)
+    main_stats = [s for s in stats if s.full in main]
+    names = sorted({display.get(n, n) for n in main if any(s.full == n for s in stats)})
+    entry = {
+        "start_ns": rw.lo,
+        "end_ns": rw.hi,
+        "source": rw.source,
+        "output_tokens": rw.output_tokens,
+        "requests": rw.requests,
+        "length_us": length / 1000.0,
+        "coverage": rw.coverage,
+        "tokens_source": rw.tokens_source,
+        "active_fraction": active,
+        "families": families_table(stats, opts.families, rw.output_tokens),
+        "attention_kernel": ", ".join(names) if names else None,
+        "attention_paths": paths_table(main_stats, rw.output_tokens),
+        "forwards": forwards_info,
+        "steady": steady,
+    }
+    return entry, fw
+
+
+def _device_key(d: str) -> tuple[int, int | str]:
+    return (0, int(d)) if d.isdigit() else (1, d)

@@ -1,0 +1,92 @@
+"""`servelab profile analyze`: where the time goes, from a trace and its windows."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from servelab.errors import ServelabError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("profile", help="profile traces: analyze an nsys or torch-profiler trace")
+    psub = p.add_subparsers(dest="profile_command", required=True)
+    a = psub.add_parser(
+        "analyze",
+        help="active fraction, kernel families, attention paths, forwards, steady state",
+        description="Analyze an nsys SQLite export (or torch-profiler trace JSON files) over "
+        "the windows of windows.json; write profile.json, CSV tables and profile.md.",
+    )
+    a.add_argument("trace", nargs="+", help="nsys .sqlite export, or torch trace .json[.gz]")
+    a.add_argument("--windows", required=True, help="windows.json written by the profile pass")
+    layers = a.add_mutually_exclusive_group()
+    layers.add_argument("--layers", type=int, help="transformer layers of the model")
+    layers.add_argument("--model-config", help="the model's config.json (num_hidden_layers)")
+    a.add_argument("--out", required=True, help="output folder")
+    a.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        help="kernel family, in match order (repeat; replaces the defaults; 'other' is implicit)",
+    )
+    a.add_argument(
+        "--attention-kernel",
+        help="regex of the main attention kernel (default: "
+        "the attention-family kernel with the most time)",
+    )
+    a.add_argument(
+        "--population-dim",
+        choices=["x", "y", "z"],
+        help="grid dimension that counts sequences (default: found from the trace)",
+    )
+    a.add_argument(
+        "--band",
+        type=float,
+        default=None,
+        help="steady state: relative population band (default 0.10)",
+    )
+    a.set_defaults(func=_cmd_analyze)
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from servelab.profile.analyze import Options, analyze
+    from servelab.profile.core import DEFAULT_BAND, layers_from_config, load_windows
+    from servelab.profile.core import parse_family_args as parse_families
+    from servelab.profile.report import write_outputs
+
+    opts = Options()
+    if args.layers is not None:
+        if args.layers < 1:
+            raise ServelabError(f"--layers {args.layers}: must be at least 1")
+        opts.layers, opts.layers_source = args.layers, "--layers"
+    elif args.model_config:
+        path = Path(args.model_config)
+        opts.layers, opts.layers_source = layers_from_config(path), path.name
+    if args.family:
+        opts.families = parse_families(args.family)
+    opts.attention_kernel = args.attention_kernel
+    opts.population_dim = args.population_dim
+    band = DEFAULT_BAND if args.band is None else args.band
+    if not 0 <= band < 10:
+        raise ServelabError(f"--band {band}: give a relative band such as 0.1")
+    opts.band = band
+    windows = load_windows(Path(args.windows))
+    result = analyze([Path(t) for t in args.trace], windows, opts)
+    out = Path(args.out)
+    write_outputs(out, result.profile, result)
+    for label, w in result.profile["windows"].items():
+        s = w["steady"]
+        af = ", ".join(f"{d} {v:.2f}" for d, v in w["active_fraction"].items()) or "-"
+        steady = (
+            f"steady {s['first']}-{s['last']} population {s['population_mean']:.3g}, "
+            f"{s['kernel_us_mean']:.3g} µs/launch"
+            if s
+            else "no steady state"
+        )
+        print(f"{label}: active {af}; {steady}")
+    for n in result.profile["notes"]:
+        print(f"note: {n}")
+    print(f"{out}: profile.json, {len(result.profile['windows'])} windows")
+    return 0

@@ -1,0 +1,261 @@
+"""profile.json, the CSV tables and the report section: pure renderers plus thin writers.
+
+Every table is sorted and every float printed with a fixed format, so the same profile gives
+the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from servelab.jsonio import write_json
+from servelab.profile.analyze import ProfileResult
+from servelab.profile.core import FORMAT_VERSION
+
+TABLES = (
+    "active_fraction.csv",
+    "families.csv",
+    "kernels.csv",
+    "attention_paths.csv",
+    "forwards.csv",
+    "steady.csv",
+    "ratios.csv",
+)
+REPORT = "profile.md"
+
+
+def not_profiled(
+    reason: str, server_config: str | None = None, tool: str | None = None
+) -> dict[str, Any]:
+    return {
+        "format_version": FORMAT_VERSION,
+        "status": "not profiled",
+        "reason": reason,
+        "server_config": server_config,
+        "tool": tool,
+        "trace": None,
+        "settings": None,
+        "windows": {},
+        "ratios": [],
+        "notes": [],
+    }
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:.9g}"
+    return str(v)
+
+
+def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for r in rows:
+        w.writerow([_fmt(v) for v in r])
+    return buf.getvalue()
+
+
+def tables(result: ProfileResult | None, profile: dict[str, Any]) -> dict[str, str]:
+    """File name -> CSV text. A profile that was not made still gets its tables, empty."""
+    wins: dict[str, Any] = profile.get("windows") or {}
+    order = list(wins)
+    pos = {label: i for i, label in enumerate(order)}
+
+    def by_window(rows: list[list[Any]]) -> list[list[Any]]:
+        return sorted(rows, key=lambda r: (pos[r[0]], [_sortable(v) for v in r[1:]]))
+
+    af = [[lb, d, v] for lb, w in wins.items() for d, v in w["active_fraction"].items()]
+    fam = [
+        [lb, name, f["calls"], f["total_us"], f["us_per_token"]]
+        for lb, w in wins.items()
+        for name, f in w["families"].items()
+    ]
+    paths = [
+        [lb, p["path"], p["calls"], p["total_us"], p["us_per_token"], p["mean_us"]]
+        for lb, w in wins.items()
+        for p in w["attention_paths"]
+    ]
+    steady = [
+        [
+            lb,
+            s["first"],
+            s["last"],
+            s["forwards"],
+            s["population_mean"],
+            s["kernel_us_mean"],
+            s["forward_kernel_us_mean"],
+            s["forward_span_us_mean"],
+        ]
+        for lb, w in wins.items()
+        if (s := w["steady"]) is not None
+    ]
+    kern: list[list[Any]] = []
+    fwd: list[list[Any]] = []
+    if result is not None:
+        kern = [
+            [lb, k["family"], k["kernel"], k["calls"], k["total_us"]]
+            for lb, rows in result.kernels.items()
+            for k in rows
+        ]
+        fwd = [
+            [
+                lb,
+                int(d) if d.isdigit() else d,
+                f.index,
+                f.start_ns,
+                f.end_ns,
+                f.population,
+                f.kernel_ns / 1000.0,
+                f.consistent,
+            ]
+            for lb, rows in result.forwards.items()
+            for d, f in rows
+        ]
+    ratio_rows = [
+        [r["from"], r["to"], r["population_ratio"], r["duration_ratio"]]
+        for r in profile.get("ratios") or []
+    ]
+    return {
+        "active_fraction.csv": csv_text(["window", "device", "active_fraction"], by_window(af)),
+        "families.csv": csv_text(
+            ["window", "family", "calls", "total_us", "us_per_token"], by_window(fam)
+        ),
+        "kernels.csv": csv_text(
+            ["window", "family", "kernel", "calls", "total_us"], by_window(kern)
+        ),
+        "attention_paths.csv": csv_text(
+            ["window", "path", "calls", "total_us", "us_per_token", "mean_us"], by_window(paths)
+        ),
+        "forwards.csv": csv_text(
+            [
+                "window",
+                "device",
+                "forward",
+                "start_ns",
+                "end_ns",
+                "population",
+                "kernel_us",
+                "consistent",
+            ],
+            by_window(fwd),
+        ),
+        "steady.csv": csv_text(
+            [
+                "window",
+                "first",
+                "last",
+                "forwards",
+                "population_mean",
+                "kernel_us_mean",
+                "forward_kernel_us_mean",
+                "forward_span_us_mean",
+            ],
+            by_window(steady),
+        ),
+        "ratios.csv": csv_text(["from", "to", "population_ratio", "duration_ratio"], ratio_rows),
+    }
+
+
+def _sortable(v: Any) -> tuple[int, Any]:
+    if v is None:
+        return (0, 0)
+    if isinstance(v, bool):
+        return (1, int(v))
+    if isinstance(v, int | float):
+        return (1, v)
+    return (2, str(v))
+
+
+def _num(v: Any, fmt: str = "{:.3g}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def render_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
+    lines = [f"## {title}", ""]
+    if profile.get("status") != "profiled":
+        lines += [f"Not profiled: {profile.get('reason')}", ""]
+        return "\n".join(lines)
+    trace = profile.get("trace") or {}
+    settings = profile.get("settings") or {}
+    lines += [
+        f"Trace: {trace.get('kind')} ({', '.join(trace.get('files', []))}), clock "
+        f"{trace.get('clock')}. Layers: {settings.get('layers')} "
+        f"({settings.get('layers_source') or 'not given'}). Main attention kernel: "
+        f"{', '.join(settings.get('attention_kernel') or []) or '-'}; population from "
+        f"{settings.get('population_dim') or '-'}.",
+        "",
+        "| window | source | coverage | active fraction | tokens | "
+        + " | ".join(f"{f} µs/token" for f in _family_order(profile))
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(_family_order(profile)),
+    ]
+    for label, w in profile["windows"].items():
+        af = ", ".join(f"{d}: {v:.2f}" for d, v in w["active_fraction"].items()) or "-"
+        fams = " | ".join(
+            _num(w["families"].get(f, {}).get("us_per_token")) for f in _family_order(profile)
+        )
+        lines.append(
+            f"| {label} | {w['source']} | {_num(w.get('coverage'), '{:.2f}')} | {af} | "
+            f"{_num(w['output_tokens'], '{}')} | {fams} |"
+        )
+    lines += [
+        "",
+        "| window | forwards | violations | steady range | population | attention µs per launch |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, w in profile["windows"].items():
+        f, s = w["forwards"], w["steady"]
+        rng = f"{s['first']}-{s['last']} ({s['forwards']})" if s else "-"
+        lines.append(
+            f"| {label} | {f['count'] if f else '-'} | {f['violations'] if f else '-'} | {rng} | "
+            f"{_num(s and s['population_mean'])} | {_num(s and s['kernel_us_mean'])} |"
+        )
+    if profile.get("ratios"):
+        lines += ["", "| from | to | population ratio | duration ratio |", "|---|---|---|---|"]
+        for r in profile["ratios"]:
+            lines.append(
+                f"| {r['from']} | {r['to']} | {_num(r['population_ratio'])} | "
+                f"{_num(r['duration_ratio'])} |"
+            )
+    for n in profile.get("notes") or []:
+        lines += ["", f"Note: {n}"]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _family_order(profile: dict[str, Any]) -> list[str]:
+    fams = [f[0] for f in (profile.get("settings") or {}).get("families") or []]
+    return fams + ["other"]
+
+
+def write_outputs(
+    out: Path, profile: dict[str, Any], result: ProfileResult | None, title: str = "Profile"
+) -> list[Path]:
+    """profile.json, the tables and profile.md into `out`; returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in tables(result, profile).items():
+        p = out / name
+        _write_text(p, text)
+        written.append(p)
+    md = out / REPORT
+    _write_text(md, render_markdown(profile, title))
+    pj = out / "profile.json"
+    write_json(pj, profile)
+    return [pj, md, *written]
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,120 @@
+"""`servelab telemetry summarize results/<experiment>`: per point, throughput beside telemetry."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from servelab.errors import ServelabError
+from servelab.telemetry.summary import COLUMNS, telemetry_columns, utilization_vs_throughput
+
+POINT_COLUMNS = ("server_config", "concurrency", "repeat", "output_throughput", "mean_ttft_ms")
+FIGURE_NAME = "utilization-vs-throughput"
+
+
+def point_rows(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    rows = [
+        {**{k: p.get(k) for k in POINT_COLUMNS}, **telemetry_columns(p.get("telemetry"))}
+        for p in points
+    ]
+    rows.sort(key=lambda r: (str(r["server_config"]), r["concurrency"] or 0, r["repeat"] or 0))
+    return rows
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def rows_csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    header = [*POINT_COLUMNS, *COLUMNS]
+    w.writerow(header)
+    for r in rows:
+        w.writerow([_cell(r.get(k)) for k in header])
+    return buf.getvalue()
+
+
+def _f(v: Any, spec: str, width: int) -> str:
+    return f"{'-':>{width}}" if v is None else f"{format(v, spec):>{width}}"
+
+
+def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    head = (
+        f"{'server config':<18} {'conc':>4} {'rep':>3} {'tok/s':>8} {'util%':>5} {'srv CPU%':>8} "
+        f"{'cli CPU%':>8} {'GPU%':>5} {'run max':>7} {'wait max':>8} {'wait frac':>9} "
+        f"{'KV max':>6} {'preempt':>7}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{str(r['server_config']):<18} {r['concurrency'] or 0:>4} {r['repeat'] or 0:>3} "
+            f"{_f(r['output_throughput'], '.1f', 8)} {_f(r['utilization_pct'], '.0f', 5)} "
+            f"{_f(r['cpu_server_util_pct_mean'], '.0f', 8)} "
+            f"{_f(r['cpu_client_util_pct_mean'], '.0f', 8)} {_f(r['gpu_util_pct_mean'], '.0f', 5)} "
+            f"{_f(r['running_max'], '.0f', 7)} {_f(r['waiting_max'], '.0f', 8)} "
+            f"{_f(r['waiting_fraction'], '.2f', 9)} {_f(r['kv_usage_max'], '.3f', 6)} "
+            f"{_f(r['preemptions'], '.0f', 7)}"
+        )
+    lines.append(
+        "util%: GPU utilization, or the server's CPU as a share of all the host's cores; "
+        "srv / cli CPU%: % of one core; KV: fraction of the KV cache"
+    )
+    absent = sorted({str(r["gpu_absent"]) for r in rows if r.get("gpu_absent")})
+    for reason in absent:
+        lines.append(f"GPU telemetry absent: {reason}")
+    return "\n".join(lines) + "\n"
+
+
+def summarize_experiment(exp_dir: Path, out_dir: Path | None = None) -> tuple[str, list[Path]]:
+    """The table as text, and the files written: points.csv and the figure (SVG and PNG)."""
+    from servelab.rawdata import load_points
+    from servelab.telemetry.figure import plot_utilization_vs_throughput
+
+    if not (exp_dir / "raw").is_dir():
+        raise ServelabError(f"{exp_dir}: no raw/ folder; pass results/<experiment>")
+    points = load_points(exp_dir)
+    if not points:
+        raise ServelabError(f"{exp_dir}/raw: no complete point; run the sweep first")
+    rows = point_rows(points)
+    out = out_dir if out_dir is not None else exp_dir / "telemetry"
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / "points.csv"
+    csv_path.write_text(rows_csv(rows), encoding="utf-8")
+    util = utilization_vs_throughput(points)
+    written = [csv_path]
+    for suffix in (".svg", ".png"):
+        written.append(plot_utilization_vs_throughput(util, out / f"{FIGURE_NAME}{suffix}"))
+    return render_table(rows), written
+
+
+def cmd_summarize(args: argparse.Namespace) -> int:
+    text, written = summarize_experiment(
+        Path(args.experiment_dir), Path(args.out) if args.out else None
+    )
+    print(text, end="")
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def add_subcommand(sub: Any) -> None:
+    """Register `servelab telemetry summarize` on the CLI's subparsers."""
+    t = sub.add_parser("telemetry", help="telemetry recorded alongside every point")
+    tsub = t.add_subparsers(dest="telemetry_command", required=True)
+    s = tsub.add_parser(
+        "summarize",
+        help="per point: tok/s, server and client CPU, running / waiting, KV usage; "
+        "writes points.csv and the utilization-vs-tokens/s figure",
+    )
+    s.add_argument("experiment_dir", help="results/<experiment>")
+    s.add_argument("--out", help="folder for the CSV and figure (default <experiment>/telemetry)")
+    s.set_defaults(func=cmd_summarize)

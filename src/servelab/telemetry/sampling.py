@@ -1,0 +1,227 @@
+"""Background samplers around one measured point, and the `telemetry.jsonl` they leave.
+
+Each source runs in its own daemon thread on its own clock (ticks at a fixed rate, late ticks
+skipped, never bunched). Starting waits for every sampler's first sample and stopping takes one
+last sample, so the samples bracket the point: counters (tokens, preemptions, CPU seconds) are
+read as the difference across the point. The samplers keep their own CPU time, which the CPU
+source reports (`telemetry_cpu_*`) and subtracts from the client's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from servelab.errors import ServelabError
+from servelab.jsonio import dumps
+from servelab.telemetry.sources import (
+    GpuSource,
+    HostSource,
+    Sample,
+    ServerMetricsSource,
+    Source,
+)
+from servelab.telemetry.summary import summarize
+
+FILE_NAME = "telemetry.jsonl"
+SOURCE_ORDER = {"gpu": 0, "cpu": 1, "server": 2}
+
+
+def default_settings() -> dict[str, Any]:
+    """The `telemetry:` defaults, from the config schema (the one place they are written)."""
+    from servelab.config import SCHEMA_PATH, load_yaml
+
+    props = load_yaml(SCHEMA_PATH)["properties"]["telemetry"]["properties"]
+    return {k: v["default"] for k, v in props.items()}
+
+
+class Sampler:
+    """One source, sampled at `hz` in a daemon thread until stopped."""
+
+    def __init__(self, source: Source, hz: float) -> None:
+        self.source = source
+        self.period_s = 1.0 / hz
+        self.samples: list[Sample] = []
+        self.cpu_s = 0.0  # this thread's own CPU time, updated after each tick
+        self.first = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"servelab-telemetry-{source.name}", daemon=True
+        )
+
+    def _tick(self) -> None:
+        try:
+            self.samples.extend(self.source.read())
+        except Exception as exc:  # a sampler never takes the measurement down with it
+            msg = f"{type(exc).__name__}: {exc}"[:300]
+            self.samples.append(
+                {"source": self.source.name, "epoch_ns": time.time_ns(), "error": msg}
+            )
+        self.cpu_s = time.thread_time()
+
+    def _run(self) -> None:
+        next_t = time.monotonic()
+        self._tick()
+        self.first.set()
+        while True:
+            now = time.monotonic()
+            while next_t <= now:
+                next_t += self.period_s
+            if self._stop.wait(next_t - now):
+                break
+            self._tick()
+        self._tick()  # the closing sample, after the point
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def stop(self, timeout_s: float) -> bool:
+        """Stop after the closing sample; False when the thread is still stuck in a read."""
+        self._stop.set()
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+
+class PointTelemetry:
+    """Samplers running alongside one point; use as a context manager around the point.
+
+        tel = PointTelemetry(cfg["telemetry"], server_pid, base_url)
+        with tel:
+            run_point(...)
+        summary = tel.finish(point_dir, started_epoch_ns, finished_epoch_ns)
+
+    `finish` writes telemetry.jsonl (whatever was sampled, also for a point cut short) and
+    returns the point's summary. `cfg` is the config's `telemetry:` section (see
+    `default_settings`); `nvml` replaces the pynvml module (tests).
+    """
+
+    def __init__(
+        self,
+        cfg: Mapping[str, Any],
+        server_pid: int | None,
+        base_url: str | None,
+        nvml: Any = None,
+    ) -> None:
+        self.cfg = dict(cfg)
+        self.enabled = bool(self.cfg["enabled"])
+        self.server_pid = server_pid
+        self.base_url = base_url
+        self.nvml = nvml
+        self.samplers: list[Sampler] = []
+        self.absent: list[Sample] = []
+        self._sources: list[Source] = []
+        self._started = False
+
+    def own_cpu_s(self) -> float:
+        return sum(s.cpu_s for s in self.samplers)
+
+    def start(self) -> None:
+        if not self.enabled or self._started:
+            return
+        self._started = True
+        sources: list[tuple[Source, float]] = [
+            (GpuSource(self.nvml), float(self.cfg["gpu_hz"])),
+            (HostSource(self.server_pid, self.own_cpu_s), float(self.cfg["cpu_hz"])),
+            (
+                ServerMetricsSource(self.base_url, float(self.cfg["metrics_timeout_s"])),
+                float(self.cfg["metrics_hz"]),
+            ),
+        ]
+        for source, hz in sources:
+            reason = source.open()
+            if reason is not None:
+                self.absent.append(
+                    {"source": source.name, "epoch_ns": time.time_ns(), "absent": reason}
+                )
+                continue
+            self._sources.append(source)
+            self.samplers.append(Sampler(source, hz))
+        for s in self.samplers:
+            s.start()
+        for s in self.samplers:  # the first samples come before the point
+            s.first.wait(float(self.cfg["metrics_timeout_s"]) + 1.0)
+
+    def stop(self) -> None:
+        for s in self.samplers:  # all at once: the closing samples are taken together
+            s.request_stop()
+        for s in self.samplers:
+            # A thread stuck in a read (a hung scrape) is a daemon: it is left to finish on
+            # its own, its source still open, and only what it sampled so far is kept.
+            if s.stop(float(self.cfg["metrics_timeout_s"]) + 1.0) and s.source in self._sources:
+                s.source.close()
+                self._sources.remove(s.source)
+
+    def __enter__(self) -> PointTelemetry:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def samples(self) -> list[Sample]:
+        rows = list(self.absent)
+        for s in self.samplers:
+            rows.extend(list(s.samples))
+        return sort_samples(rows)
+
+    def finish(
+        self, point_dir: Path, started_epoch_ns: int, finished_epoch_ns: int
+    ) -> dict[str, Any]:
+        """Stop (if still running), write telemetry.jsonl into `point_dir`, return the summary."""
+        if not self.enabled:
+            return {"enabled": False}
+        self.stop()
+        rows = self.samples()
+        write_samples(point_dir / FILE_NAME, rows)
+        return summarize(rows, started_epoch_ns, finished_epoch_ns)
+
+
+def sort_samples(rows: Sequence[Sample]) -> list[Sample]:
+    return sorted(
+        rows,
+        key=lambda r: (
+            int(r.get("epoch_ns", 0)),
+            SOURCE_ORDER.get(str(r.get("source")), 9),
+            int(r.get("device", -1)),
+        ),
+    )
+
+
+def write_samples(path: Path, rows: Sequence[Sample]) -> None:
+    """One JSON object per line, keys sorted, written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(dumps(r, indent=None) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_samples(path: Path) -> list[Sample]:
+    rows: list[Sample] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ServelabError(
+            f"{path}: file not found; was the point measured with telemetry?"
+        ) from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ServelabError(f"{path}: line {lineno} is not valid JSON ({exc.msg})") from None
+    return rows

@@ -1,0 +1,483 @@
+"""What the samplers read: GPUs through NVML, CPU and memory through psutil, and the server's
+Prometheus /metrics.
+
+Each source turns one reading into sample records (plain dicts): `source` (gpu, cpu, server),
+`epoch_ns` (wall clock, so samples line up with request windows and profiler traces) and values.
+A source that cannot run says why (`open()` returns the reason) and is recorded as absent; a
+reading that fails mid-run becomes a record with an `error`, never a crash.
+"""
+
+from __future__ import annotations
+
+import http.client
+import importlib
+import math
+import os
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import psutil
+
+Sample = dict[str, Any]
+
+
+class Source(Protocol):
+    name: str
+
+    def open(self) -> str | None:
+        """Prepare; return why this source cannot be sampled, or None."""
+        ...
+
+    def read(self) -> list[Sample]: ...
+
+    def close(self) -> None: ...
+
+
+# --- GPUs through NVML ---------------------------------------------------------------------
+
+# NVML's error codes (nvml.h); the module's own constants win when it has them.
+_NVML_ERROR_NOT_SUPPORTED = 3
+_NVML_ERROR_NOT_FOUND = 6
+_NVML_ERROR_GPU_IS_LOST = 15
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass
+class _Device:
+    index: int
+    handle: Any
+    name: str
+    uuid: str | None
+    lost: bool = False
+
+
+class GpuSource:
+    """Per device: utilization, SM clock, memory used, power, temperature.
+
+    `nvml` is the pynvml module; tests inject a fake. It is imported only when a sampler opens,
+    so servelab runs where nvidia-ml-py or the driver is missing and records why.
+    """
+
+    name = "gpu"
+
+    def __init__(self, nvml: Any = None) -> None:
+        self._nvml = nvml
+        self.devices: list[_Device] = []
+
+    def open(self) -> str | None:
+        if self._nvml is None:
+            try:
+                self._nvml = importlib.import_module("pynvml")
+            except ImportError:
+                return "nvidia-ml-py is not installed (no module pynvml)"
+        nvml = self._nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            return f"NVML unavailable: {_text(exc)}"
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+            for i in range(count):
+                h = nvml.nvmlDeviceGetHandleByIndex(i)
+                uuid: str | None
+                try:
+                    uuid = _text(nvml.nvmlDeviceGetUUID(h))
+                except nvml.NVMLError:
+                    uuid = None
+                self.devices.append(_Device(i, h, _text(nvml.nvmlDeviceGetName(h)), uuid))
+        except nvml.NVMLError as exc:
+            self.close()
+            return f"NVML could not list the GPUs: {_text(exc)}"
+        if not self.devices:
+            self.close()
+            return "NVML found no GPU (nvmlDeviceGetCount() = 0)"
+        return None
+
+    def _code(self, name: str, default: int) -> int:
+        return int(getattr(self._nvml, name, default))
+
+    def read(self) -> list[Sample]:
+        nvml = self._nvml
+        lost_codes = {
+            self._code("NVML_ERROR_GPU_IS_LOST", _NVML_ERROR_GPU_IS_LOST),
+            self._code("NVML_ERROR_NOT_FOUND", _NVML_ERROR_NOT_FOUND),
+        }
+        unsupported = self._code("NVML_ERROR_NOT_SUPPORTED", _NVML_ERROR_NOT_SUPPORTED)
+        clock_sm = self._code("NVML_CLOCK_SM", 1)
+        temp_gpu = self._code("NVML_TEMPERATURE_GPU", 0)
+        out: list[Sample] = []
+        for dev in self.devices:
+            if dev.lost:
+                continue
+            h = dev.handle
+            rec: Sample = {
+                "source": "gpu",
+                "epoch_ns": time.time_ns(),
+                "device": dev.index,
+                "name": dev.name,
+                "uuid": dev.uuid,
+            }
+            readers: list[tuple[str, str, tuple[int, ...]]] = [
+                ("util", "nvmlDeviceGetUtilizationRates", ()),
+                ("sm_clock_mhz", "nvmlDeviceGetClockInfo", (clock_sm,)),
+                ("mem", "nvmlDeviceGetMemoryInfo", ()),
+                ("power_mw", "nvmlDeviceGetPowerUsage", ()),
+                ("temp_c", "nvmlDeviceGetTemperature", (temp_gpu,)),
+            ]
+            values: dict[str, Any] = {}
+            errors: list[str] = []
+            for key, func, args in readers:
+                try:
+                    values[key] = getattr(nvml, func)(h, *args)
+                except nvml.NVMLError as exc:
+                    code = getattr(exc, "value", None)
+                    if code in lost_codes:
+                        dev.lost = True
+                        errors = [f"device lost: {_text(exc)}"]
+                        break
+                    values[key] = None
+                    if code != unsupported:
+                        errors.append(f"{key}: {_text(exc)}")
+            if dev.lost:
+                out.append({**rec, "error": errors[0]})
+                continue
+            util, mem = values.get("util"), values.get("mem")
+            power = values.get("power_mw")
+            rec.update(
+                {
+                    "util_pct": _num(util.gpu) if util is not None else None,
+                    "mem_util_pct": _num(util.memory) if util is not None else None,
+                    "sm_clock_mhz": _num(values.get("sm_clock_mhz")),
+                    "mem_used_bytes": _num(mem.used) if mem is not None else None,
+                    "mem_total_bytes": _num(mem.total) if mem is not None else None,
+                    "power_w": _num(power) / 1000.0 if power is not None else None,
+                    "temp_c": _num(values.get("temp_c")),
+                }
+            )
+            if errors:
+                rec["error"] = "; ".join(errors)
+            out.append(rec)
+        return out
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:  # noqa: S110 - already shut down or never initialized
+                pass
+        self.devices = []
+
+
+def _num(value: Any) -> Any:
+    return value if value is None else (int(value) if isinstance(value, int) else float(value))
+
+
+# --- CPU and memory through psutil -----------------------------------------------------------
+
+TREE_REFRESH_S = 2.0  # listing a process tree walks all of /proc: a few ms, so not every tick
+
+
+def _cpu_s(times: Any) -> float:
+    return float(times.user + times.system)
+
+
+class HostSource:
+    """The server's process tree, the client process and the host, each on its own.
+
+    CPU is cumulative seconds since the source opened (`*_cpu_s`) and the percent of one core
+    over the interval since the previous sample (`*_cpu_pct`, null on the first sample); the
+    host's `host_cpu_pct` is of all cores. The client is this process less the samplers' own
+    threads (`telemetry_cpu_*`), which `own_cpu_s` reports.
+    """
+
+    name = "cpu"
+
+    def __init__(self, server_pid: int | None, own_cpu_s: Callable[[], float]) -> None:
+        self.server_pid = server_pid
+        self.own_cpu_s = own_cpu_s
+        self._client = psutil.Process(os.getpid())
+        self._server: psutil.Process | None = None
+        self._tree: dict[int, psutil.Process] = {}
+        self._seen: dict[int, float] = {}
+        self._server_total = 0.0
+        self._tree_at = 0.0
+        self._opened_epoch_s = 0.0
+        self._client0 = 0.0
+        self._own0 = 0.0
+        self._prev: tuple[float, float, float, float] | None = None
+        self._host_prev: Any = None
+        self._server_error: str | None = None
+
+    def open(self) -> str | None:
+        self._opened_epoch_s = time.time()
+        self._client0 = _cpu_s(self._client.cpu_times())
+        self._own0 = self.own_cpu_s()
+        if self.server_pid is None:
+            self._server_error = "no server process given"
+            return None
+        try:
+            self._server = psutil.Process(self.server_pid)
+        except psutil.Error:
+            self._server_error = f"server process {self.server_pid} is gone"
+            return None
+        self._refresh_tree(time.monotonic(), first=True)
+        return None
+
+    def _refresh_tree(self, now: float, first: bool = False) -> None:
+        assert self._server is not None
+        procs = [self._server]
+        try:
+            procs += self._server.children(recursive=True)
+        except psutil.Error:
+            pass
+        tree = {p.pid: self._tree.get(p.pid, p) for p in procs}
+        for pid, p in tree.items():
+            if pid in self._seen:
+                continue
+            # A process that started after sampling began counts from zero; one that was
+            # already there counts from its first reading.
+            try:
+                base = 0.0
+                if first or p.create_time() < self._opened_epoch_s:
+                    base = _cpu_s(p.cpu_times())
+                self._seen[pid] = base
+            except psutil.Error:
+                continue
+        self._tree = tree
+        self._tree_at = now
+
+    def _server_reading(self, now: float) -> tuple[float | None, int | None, int]:
+        if self._server is None:
+            return None, None, 0
+        if now - self._tree_at >= TREE_REFRESH_S:
+            self._refresh_tree(now)
+        rss = 0
+        alive = 0
+        for pid, p in list(self._tree.items()):
+            try:
+                with p.oneshot():
+                    cpu = _cpu_s(p.cpu_times())
+                    rss += int(p.memory_info().rss)
+            except psutil.Error:
+                self._tree.pop(pid, None)
+                continue
+            alive += 1
+            self._server_total += max(0.0, cpu - self._seen.get(pid, cpu))
+            self._seen[pid] = cpu
+        if not alive:
+            self._server_error = f"server process {self.server_pid} is gone"
+            return None, None, 0
+        return self._server_total, rss, alive
+
+    def read(self) -> list[Sample]:
+        epoch_ns = time.time_ns()
+        now = time.monotonic()
+        server_cpu, server_rss, nprocs = self._server_reading(now)
+        with self._client.oneshot():
+            client_total = _cpu_s(self._client.cpu_times()) - self._client0
+            client_rss = int(self._client.memory_info().rss)
+        own = self.own_cpu_s() - self._own0
+        client_cpu = max(0.0, client_total - own)
+        host = psutil.cpu_times()
+        mem = psutil.virtual_memory()
+        rec: Sample = {
+            "source": "cpu",
+            "epoch_ns": epoch_ns,
+            "server_cpu_s": server_cpu,
+            "server_rss_bytes": server_rss,
+            "server_procs": nprocs,
+            "client_cpu_s": client_cpu,
+            "client_rss_bytes": client_rss,
+            "telemetry_cpu_s": own,
+            "host_cpus": psutil.cpu_count() or 1,
+            "host_cpu_pct": _host_busy_pct(self._host_prev, host),
+            "host_mem_used_bytes": int(mem.used),
+            "host_mem_pct": float(mem.percent),
+        }
+        self._host_prev = host
+        prev = self._prev
+        cur = (now, server_cpu if server_cpu is not None else -1.0, client_cpu, own)
+        for key, i in (("server_cpu_pct", 1), ("client_cpu_pct", 2), ("telemetry_cpu_pct", 3)):
+            ok = prev is not None and cur[0] > prev[0] and prev[i] >= 0 and cur[i] >= 0
+            rec[key] = 100.0 * (cur[i] - prev[i]) / (cur[0] - prev[0]) if ok and prev else None
+        self._prev = cur
+        if self._server_error is not None:
+            rec["server_error"] = self._server_error
+        return [rec]
+
+    def close(self) -> None:
+        self._tree = {}
+
+
+def _host_busy_pct(before: Any, after: Any) -> float | None:
+    if before is None:
+        return None
+    idle = (after.idle + getattr(after, "iowait", 0.0)) - (
+        before.idle + getattr(before, "iowait", 0.0)
+    )
+    total = sum(after) - sum(before)
+    if total <= 0:
+        return None
+    return float(max(0.0, min(100.0, 100.0 * (1.0 - idle / total))))
+
+
+# --- the server's Prometheus /metrics ----------------------------------------------------------
+
+# servelab name -> (kind, vLLM family names, newest first; older vLLM releases used the others)
+METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "running": ("gauge_sum", ("vllm:num_requests_running",)),
+    "waiting": ("gauge_sum", ("vllm:num_requests_waiting",)),
+    "kv_cache_usage": ("gauge_max", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")),
+    "preemptions_total": ("counter", ("vllm:num_preemptions",)),
+    "generation_tokens_total": ("counter", ("vllm:generation_tokens",)),
+    "prompt_tokens_total": ("counter", ("vllm:prompt_tokens",)),
+    "ttft_s": ("histogram", ("vllm:time_to_first_token_seconds",)),
+    "itl_s": (
+        "histogram",
+        ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    ),
+    "queue_s": ("histogram", ("vllm:request_queue_time_seconds",)),
+}
+_SUFFIXES = ("", "_total", "_bucket", "_count", "_sum")
+_KEEP = frozenset(
+    fam + suffix for _, fams in METRICS.values() for fam in fams for suffix in _SUFFIXES
+)
+
+
+def _wanted_lines(text: str) -> str:
+    """Only the lines of the families servelab reads: the parser then reads ~70 lines, not ~640.
+
+    This is the bulk of a scrape's cost, and the samplers must stay out of the measurement.
+    """
+    keep: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and parts[2] in _KEEP:
+                keep.append(line)
+            continue
+        end = len(line)
+        for sep in ("{", " "):
+            i = line.find(sep)
+            if 0 <= i < end:
+                end = i
+        if line[:end] in _KEEP:
+            keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
+def parse_metrics(text: str) -> dict[str, Any]:
+    """The values servelab records from one /metrics scrape, parsed with prometheus_client.
+
+    Gauges of several engines (data parallel) add up (running, waiting) or take the largest
+    (KV usage, a fraction 0-1); counters and histograms add up. A series the server does not
+    export is null. Histograms are {count, sum, buckets: [[upper bound, cumulative count]]},
+    finite bounds only (the +Inf bucket equals count).
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(_wanted_lines(text))}
+    out: dict[str, Any] = {}
+    for key, (kind, names) in METRICS.items():
+        fam = next(
+            (families[n] for n in names + tuple(n + "_total" for n in names) if n in families),
+            None,
+        )
+        if fam is None:
+            out[key] = None
+            continue
+        if kind == "histogram":
+            buckets: dict[float, float] = {}
+            count = total = 0.0
+            for s in fam.samples:
+                if s.name.endswith("_bucket"):
+                    le = float(s.labels["le"])
+                    if math.isfinite(le):  # the +Inf bucket is `count`; JSON has no Infinity
+                        buckets[le] = buckets.get(le, 0.0) + s.value
+                elif s.name.endswith("_count"):
+                    count += s.value
+                elif s.name.endswith("_sum"):
+                    total += s.value
+            out[key] = {
+                "count": count,
+                "sum": total,
+                "buckets": [[le, n] for le, n in sorted(buckets.items())],
+            }
+            continue
+        values = [s.value for s in fam.samples if not s.name.endswith("_created")]
+        if not values:
+            out[key] = None
+        elif kind == "gauge_max":
+            out[key] = max(values)
+        else:
+            out[key] = sum(values)
+    return out
+
+
+class ServerMetricsSource:
+    """Scrapes `<base_url>/metrics` over one kept-alive connection.
+
+    A sample's time is the middle of its scrape; a failed scrape is a record with an `error`.
+    """
+
+    name = "server"
+
+    def __init__(self, base_url: str | None, timeout_s: float = 2.0, path: str = "/metrics"):
+        self.base_url = base_url
+        self.timeout_s = timeout_s
+        self.path = path
+        self._conn: http.client.HTTPConnection | None = None
+
+    def open(self) -> str | None:
+        if not self.base_url:
+            return "no server URL given"
+        import prometheus_client.parser  # noqa: F401 - imported here, not during the point
+
+        url = urllib.parse.urlsplit(self.base_url)
+        if url.scheme != "http" or not url.hostname:
+            return f"cannot scrape {self.base_url}: only http://host:port is supported"
+        self._host, self._port = url.hostname, url.port or 80
+        return None
+
+    def _get(self) -> str:
+        if self._conn is None:
+            self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
+        self._conn.request("GET", self.path)
+        resp = self._conn.getresponse()
+        body = resp.read()
+        if resp.status != 200:
+            raise OSError(f"HTTP {resp.status} from {self.base_url}{self.path}")
+        return body.decode("utf-8", "replace")
+
+    def read(self) -> list[Sample]:
+        t0 = time.time_ns()
+        try:
+            text = self._get()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            msg = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+            return [{"source": "server", "epoch_ns": t0, "error": msg[:300]}]
+        t1 = time.time_ns()
+        try:
+            values = parse_metrics(text)
+        except ValueError as exc:
+            return [{"source": "server", "epoch_ns": t0, "error": f"unparsable /metrics: {exc}"}]
+        return [
+            {
+                "source": "server",
+                "epoch_ns": (t0 + t1) // 2,
+                "scrape_ms": (t1 - t0) / 1e6,
+                **values,
+            }
+        ]
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

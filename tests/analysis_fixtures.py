@@ -1,0 +1,133 @@
+"""Hand-built raw trees with known answers, in both layouts servelab reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from servelab.jsonio import write_json, write_jsonl_gz
+
+T0 = 1_800_000_000_000_000_000  # an epoch in ns
+
+
+def servelab_point(
+    exp: Path,
+    sc: str,
+    rep: int,
+    conc: int,
+    tput: float,
+    ttft_ms: float,
+    n: int | None = None,
+    out_tokens: int = 100,
+    failed: int = 0,
+    position: int = 0,
+    status: str = "complete",
+) -> dict[str, Any]:
+    """n requests all sent at once, each with the given TTFT, all ending at the same instant, so
+    duration = n * out_tokens / tput exactly, and TPOT = (duration - TTFT) / (out_tokens - 1)."""
+    n = n if n is not None else conc * 2
+    good = n - failed
+    duration_s = good * out_tokens / tput if good else 1.0
+    done_us = int(round(duration_s * 1e6))
+    ttft_us = int(round(ttft_ms * 1000))
+    step = (done_us - ttft_us) / (out_tokens - 1)
+    offsets = [ttft_us + int(round(i * step)) for i in range(out_tokens)]
+    start = T0 + rep * 10**12 + conc * 10**9
+    reqs = []
+    for i in range(n):
+        ok = i >= failed
+        reqs.append(
+            {
+                "request_id": f"{sc}-r{rep:02d}-c{conc:04d}-{i:05d}",
+                "sent_epoch_ns": start,
+                "chunk_offsets_us": offsets if ok else [],
+                "done_offset_us": done_us if ok else 5,
+                "prompt_tokens": 10 if ok else None,
+                "output_tokens": out_tokens if ok else None,
+                "ok": ok,
+                "error": None if ok else "HTTP 500: boom",
+                "http_status": 200 if ok else 500,
+            }
+        )
+    d = exp / "raw" / sc / f"rep{rep:02d}" / f"c{conc:04d}"
+    write_jsonl_gz(d / "requests.jsonl.gz", reqs)
+    point = {
+        "format_version": 1,
+        "status": status,
+        "server_config": sc,
+        "repeat": rep,
+        "concurrency": conc,
+        "position": position,
+        "kind": "measured",
+        "num_prompts": n,
+        "client_cpu_s": 0.5,
+        "started_epoch_ns": start,
+        "finished_epoch_ns": start + done_us * 1000,
+        "completed": good,
+        "failed": failed,
+        "duration": duration_s,
+    }
+    write_json(d / "point.json", point)
+    return point
+
+
+def servelab_tree(
+    exp: Path,
+    spec: dict[str, dict[int, list[tuple[float, float]]]],
+    capacity: dict[str, dict[str, Any]] | None = None,
+) -> Path:
+    """spec: {server_config: {concurrency: [(throughput, ttft_ms) per repeat]}}."""
+    for sc, levels in spec.items():
+        for conc, reps in levels.items():
+            for r, (tput, ttft) in enumerate(reps, 1):
+                servelab_point(exp, sc, r, conc, tput, ttft)
+    for sc, cap in (capacity or {}).items():
+        write_json(exp / "server" / sc / "capacity.json", cap)
+    return exp
+
+
+def vllm_bench_tree(
+    root: Path,
+    spec: dict[int, list[tuple[float, float]]],
+    with_latencies: bool = True,
+    out_tokens: int = 50,
+    server_log: str | None = None,
+) -> Path:
+    """rep_<NN>/concurrency_<CCC>/benchmark.json, as `vllm bench serve --save-detailed` writes."""
+    for conc, reps in spec.items():
+        for r, (tput, ttft_ms) in enumerate(reps, 1):
+            n = conc * 2
+            duration = n * out_tokens / tput
+            ttft = ttft_ms / 1000
+            gap = (duration - ttft) / (out_tokens - 1)
+            bench: dict[str, Any] = {
+                "duration": duration,
+                "completed": n,
+                "failed": 0,
+                "num_prompts": n,
+                "max_concurrency": conc,
+                "input_lens": [10] * n,
+                "output_lens": [out_tokens] * n,
+                "ttfts": [ttft] * n,
+                "itls": [[gap] * (out_tokens - 1) for _ in range(n)],
+                "start_times": [0.0] * n,
+                "errors": [""] * n,
+            }
+            if with_latencies:
+                bench["latencies"] = [duration] * n
+            d = root / f"rep_{r:02d}" / f"concurrency_{conc:03d}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "benchmark.json").write_text(json.dumps(bench))
+    if server_log is not None:
+        (root / "server.log").write_text(server_log)
+    return root
+
+
+# The published A100 study: C128 beats C256 by ~4.7% in 3 of 3 repeats, CVs under 0.4%,
+# and C256 is worse on TTFT too.
+KNEE_SPEC = {
+    64: [(4240.0, 300.0), (4255.0, 310.0), (4272.0, 305.0)],
+    128: [(4990.0, 420.0), (5005.0, 418.0), (4994.0, 421.0)],
+    256: [(4772.0, 746.0), (4780.0, 750.0), (4769.0, 744.0)],
+}

@@ -1,0 +1,86 @@
+"""A stand-in for vLLM's OpenAI server, to run the profiling pass's GPU path without a GPU.
+
+Serves GET /health and /version; POST /tokenize and /detokenize (token i is the word "t<i>"),
+/v1/completions (SSE, one chunk per token, usage, [DONE]), /start_profile and /stop_profile.
+Each completion logs its wall-clock interval; /stop_profile writes the capture's range and those
+intervals to `$FAKE_NSYS_OUTPUT.nsys-rep`, where tests/fake_nsys.py turns them into an export.
+
+    python tests/fake_vllm_server.py -m vllm.entrypoints.openai.api_server --host H --port P ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+from aiohttp import web
+
+STATE: dict[str, object] = {"start": None, "requests": []}
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(text="")
+
+
+async def version(request: web.Request) -> web.Response:
+    return web.json_response({"version": "0.0.0-fake"})
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    body = await request.json()
+    return web.json_response({"tokens": [int(w[1:]) for w in body["prompt"].split()]})
+
+
+async def detokenize(request: web.Request) -> web.Response:
+    body = await request.json()
+    return web.json_response({"prompt": " ".join(f"t{i}" for i in body["tokens"])})
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    t0 = time.time_ns()
+    body = await request.json()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    n = int(body["max_tokens"])
+    for _ in range(n):
+        await asyncio.sleep(0.01)
+        chunk = {"choices": [{"index": 0, "text": " x"}]}
+        await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+    usage = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": n}}
+    await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+    STATE["requests"].append((t0, time.time_ns()))  # type: ignore[attr-defined]
+    return resp
+
+
+async def start_profile(request: web.Request) -> web.Response:
+    STATE["start"] = time.time_ns()
+    STATE["requests"] = []
+    return web.Response(status=200)
+
+
+async def stop_profile(request: web.Request) -> web.Response:
+    report = {"start_ns": STATE["start"], "end_ns": time.time_ns(), "requests": STATE["requests"]}
+    with open(os.environ["FAKE_NSYS_OUTPUT"] + ".nsys-rep", "w", encoding="utf-8") as fh:
+        json.dump(report, fh)
+    return web.Response(status=200)
+
+
+def main(argv: list[str]) -> None:
+    host = argv[argv.index("--host") + 1]
+    port = int(argv[argv.index("--port") + 1])
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/version", version)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/start_profile", start_profile)
+    app.router.add_post("/stop_profile", stop_profile)
+    web.run_app(app, host=host, port=port, print=None)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

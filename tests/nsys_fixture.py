@@ -1,0 +1,399 @@
+"""Nsight Systems SQLite exports, generated: the tables servelab reads, with nsys's own DDL.
+
+The DDL below follows the Nsight Systems SQLite schema reference (column names, order,
+NOT NULL, the unquoted `end` column). Tables are created lazily, as nsys does: a table with no
+rows is left out. `ts="epoch"` writes timestamps as `nsys export --ts-normalize` does (UTC epoch
+nanoseconds); the default counts from the session start.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DDL = {
+    "StringIds": """CREATE TABLE StringIds (
+        id                          INTEGER   NOT NULL   PRIMARY KEY,
+        value                       TEXT      NOT NULL
+    )""",
+    "CUPTI_ACTIVITY_KIND_KERNEL": """CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (
+        start                       INTEGER   NOT NULL,
+        end                         INTEGER   NOT NULL,
+        deviceId                    INTEGER   NOT NULL,
+        contextId                   INTEGER   NOT NULL,
+        streamId                    INTEGER   NOT NULL,
+        correlationId               INTEGER,
+        globalPid                   INTEGER,
+        demangledName               INTEGER   NOT NULL,
+        shortName                   INTEGER   NOT NULL,
+        mangledName                 INTEGER,
+        launchType                  INTEGER,
+        cacheConfig                 INTEGER,
+        registersPerThread          INTEGER   NOT NULL,
+        gridX                       INTEGER   NOT NULL,
+        gridY                       INTEGER   NOT NULL,
+        gridZ                       INTEGER   NOT NULL,
+        blockX                      INTEGER   NOT NULL,
+        blockY                      INTEGER   NOT NULL,
+        blockZ                      INTEGER   NOT NULL,
+        staticSharedMemory          INTEGER   NOT NULL,
+        dynamicSharedMemory         INTEGER   NOT NULL,
+        localMemoryPerThread        INTEGER   NOT NULL,
+        localMemoryTotal            INTEGER   NOT NULL,
+        gridId                      INTEGER   NOT NULL,
+        sharedMemoryExecuted        INTEGER,
+        graphNodeId                 INTEGER,
+        sharedMemoryLimitConfig     INTEGER
+    )""",
+    "NVTX_EVENTS": """CREATE TABLE NVTX_EVENTS (
+        start                       INTEGER   NOT NULL,
+        end                         INTEGER,
+        eventType                   INTEGER   NOT NULL,
+        rangeId                     INTEGER,
+        category                    INTEGER,
+        color                       INTEGER,
+        text                        TEXT,
+        globalTid                   INTEGER,
+        endGlobalTid                INTEGER,
+        textId                      INTEGER,
+        domainId                    INTEGER,
+        uint64Value                 INTEGER,
+        int64Value                  INTEGER,
+        doubleValue                 REAL,
+        uint32Value                 INTEGER,
+        int32Value                  INTEGER,
+        floatValue                  REAL,
+        jsonTextId                  INTEGER,
+        jsonText                    TEXT
+    )""",
+    "TARGET_INFO_SESSION_START_TIME": """CREATE TABLE TARGET_INFO_SESSION_START_TIME (
+        utcEpochNs                  INTEGER,
+        utcTime                     TEXT,
+        localTime                   TEXT
+    )""",
+    "TARGET_INFO_GPU": """CREATE TABLE TARGET_INFO_GPU (
+        vmId                        INTEGER   NOT NULL,
+        id                          INTEGER   NOT NULL,
+        name                        TEXT,
+        busLocation                 TEXT,
+        isDiscrete                  INTEGER,
+        l2CacheSize                 INTEGER,
+        totalMemory                 INTEGER,
+        memoryBandwidth             INTEGER,
+        clockRate                   INTEGER,
+        smCount                     INTEGER,
+        pwGpuId                     INTEGER,
+        uuid                        TEXT,
+        luid                        INTEGER,
+        chipName                    TEXT,
+        cuDevice                    INTEGER,
+        ctxswDevPath                TEXT,
+        ctrlDevPath                 TEXT,
+        revision                    INTEGER,
+        nodeMask                    INTEGER,
+        constantMemory              INTEGER,
+        maxIPC                      INTEGER,
+        maxRegistersPerBlock        INTEGER,
+        maxShmemPerBlock            INTEGER,
+        maxShmemPerBlockOptin       INTEGER,
+        maxShmemPerSm               INTEGER,
+        maxRegistersPerSm           INTEGER,
+        threadsPerWarp              INTEGER,
+        asyncEngines                INTEGER,
+        maxWarpsPerSm               INTEGER,
+        maxBlocksPerSm              INTEGER,
+        maxThreadsPerBlock          INTEGER,
+        maxBlockDimX                INTEGER,
+        maxBlockDimY                INTEGER,
+        maxBlockDimZ                INTEGER,
+        maxGridDimX                 INTEGER,
+        maxGridDimY                 INTEGER,
+        maxGridDimZ                 INTEGER,
+        computeMajor                INTEGER,
+        computeMinor                INTEGER,
+        smMajor                     INTEGER,
+        smMinor                     INTEGER
+    )""",
+    "META_DATA_EXPORT": """CREATE TABLE META_DATA_EXPORT (
+        name                        TEXT      NOT NULL,
+        value                       TEXT
+    )""",
+    "ENUM_NSYS_EVENT_TYPE": """CREATE TABLE ENUM_NSYS_EVENT_TYPE (
+        id                          INTEGER   NOT NULL   PRIMARY KEY,
+        name                        TEXT,
+        label                       TEXT
+    )""",
+}
+NVTX_TYPES = [
+    (33, "NvtxCategory", "NVTX Category"),
+    (34, "NvtxMark", "NVTX Mark"),
+    (39, "NvtxThread", "NVTX Thread"),
+    (59, "NvtxPushPopRange", "NVTX PushPop Range"),
+    (60, "NvtxStartEndRange", "NVTX StartEnd Range"),
+    (75, "NvtxDomainCreate", "NVTX Domain Create"),
+    (76, "NvtxDomainDestroy", "NVTX Domain Destroy"),
+]
+SESSION_START = 1_790_000_000_000_000_000
+GLOBAL_PID = (1 << 56) | (4242 << 24)
+KERNEL_INSERT = (
+    "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES "
+    "(?, ?, ?, 1, ?, ?, ?, ?, ?, NULL, 1, 0, 64, ?, ?, ?, ?, 1, 1, 0, 0, 0, 0, ?, 0, ?, 1)"
+)
+
+
+@dataclass
+class Kernel:
+    start: int
+    end: int
+    name: str
+    device: int = 0
+    stream: int = 7
+    grid: tuple[int, int, int] = (1, 1, 1)
+    block: int = 128
+    graph_node: int | None = None
+    correlation: int | None = None
+
+
+@dataclass
+class NvtxRange:
+    start: int
+    end: int | None
+    message: str
+    payload: int | None = None
+    registered: bool = True
+    domain: str | None = "servelab"
+    event_type: int = 60
+
+
+@dataclass
+class NsysFixture:
+    session_start: int = SESSION_START
+    gpus: Sequence[tuple[int, str]] = ((0, "NVIDIA H100 80GB HBM3"),)
+    kernels: list[Kernel] = field(default_factory=list)
+    ranges: list[NvtxRange] = field(default_factory=list)
+    strings: dict[str, int] = field(default_factory=dict)
+
+    def string(self, value: str) -> int:
+        if value not in self.strings:
+            self.strings[value] = len(self.strings) + 1
+        return self.strings[value]
+
+    def kernel(self, start: int, dur: int, name: str, **kw: object) -> Kernel:
+        k = Kernel(start, start + dur, name, **kw)  # type: ignore[arg-type]
+        self.kernels.append(k)
+        return k
+
+    def write(
+        self, path: Path, ts: str = "trace", omit: Iterable[str] = (), shuffle: bool = False
+    ) -> Path:
+        """Write the export. `shuffle` stores kernel rows out of start order."""
+        omit = set(omit)
+        shift = self.session_start if ts == "epoch" else 0
+        if path.exists():
+            path.unlink()
+        con = sqlite3.connect(path)
+
+        def make(table: str) -> bool:
+            if table in omit:
+                return False
+            con.execute(DDL[table])
+            return True
+
+        # strings first so ids are stable: kernel names, then NVTX messages
+        for k in self.kernels:
+            self.string(k.name)
+            self.string(_demangled(k.name))
+        for r in self.ranges:
+            if r.registered:
+                self.string(r.message)
+        if make("StringIds"):
+            con.executemany(
+                "INSERT INTO StringIds VALUES (?, ?)", [(i, v) for v, i in self.strings.items()]
+            )
+        if make("ENUM_NSYS_EVENT_TYPE"):
+            con.executemany("INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES (?, ?, ?)", NVTX_TYPES)
+        if make("TARGET_INFO_SESSION_START_TIME"):
+            con.execute(
+                "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, ?, ?)",
+                (self.session_start, "2026-09-21T14:13:20.000Z", "2026-09-21T16:13:20.000"),
+            )
+        if make("META_DATA_EXPORT"):
+            con.executemany(
+                "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
+                [
+                    ("EXPORT_SCHEMA_VERSION", "3.16.1"),
+                    ("EXPORT_PRODUCT_VERSION", "2024.6.2.225"),
+                    ("EXPORT_PARAM_INPUT_FILE", "/tmp/servelab-fixture.nsys-rep"),
+                ],
+            )
+        if self.gpus and make("TARGET_INFO_GPU"):
+            for gid, name in self.gpus:
+                con.execute(
+                    "INSERT INTO TARGET_INFO_GPU (vmId, id, name, busLocation, smCount, "
+                    "computeMajor, computeMinor) VALUES (0, ?, ?, ?, 132, 9, 0)",
+                    (gid, name, f"0000:{gid + 1:02x}:00.0"),
+                )
+        if self.kernels and make("CUPTI_ACTIVITY_KIND_KERNEL"):
+            rows = [
+                (
+                    k.start + shift,
+                    k.end + shift,
+                    k.device,
+                    k.stream,
+                    k.correlation if k.correlation is not None else i + 1,
+                    GLOBAL_PID,
+                    self.strings[_demangled(k.name)],
+                    self.strings[k.name],
+                    *k.grid,
+                    k.block,
+                    i + 1,
+                    k.graph_node,
+                )
+                for i, k in enumerate(self.kernels)
+            ]
+            rows.sort(key=lambda r: (r[0], r[2], r[3]))
+            if shuffle:
+                rows = rows[1::2] + rows[0::2]
+            con.executemany(KERNEL_INSERT, rows)
+        if self.ranges and make("NVTX_EVENTS"):
+            domains: dict[str, int] = {}
+            for r in self.ranges:
+                if r.domain and r.domain not in domains:
+                    domains[r.domain] = len(domains) + 1
+                    con.execute(
+                        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, "
+                        "domainId) VALUES (?, NULL, 75, ?, ?, ?)",
+                        (shift, r.domain, GLOBAL_PID | 7, domains[r.domain]),
+                    )
+            for n, r in enumerate(self.ranges):
+                con.execute(
+                    "INSERT INTO NVTX_EVENTS (start, end, eventType, rangeId, text, globalTid, "
+                    "endGlobalTid, textId, domainId, int64Value) VALUES (?, ?, ?, ?, ?, ?, ?, "
+                    "?, ?, ?)",
+                    (
+                        r.start + shift,
+                        r.end + shift if r.end is not None else None,
+                        r.event_type,
+                        n + 1,
+                        None if r.registered else r.message,
+                        GLOBAL_PID | 7,
+                        GLOBAL_PID | 7,
+                        self.strings[r.message] if r.registered else None,
+                        domains.get(r.domain) if r.domain else 0,
+                        r.payload,
+                    ),
+                )
+        con.commit()
+        con.close()
+        return path
+
+
+def _demangled(name: str) -> str:
+    if name.startswith(("triton_", "nccl")):
+        return name
+    return f"void {name}<(int)128, true>(Params)"
+
+
+def windows_file(path: Path, windows: Sequence[dict[str, object]]) -> Path:
+    path.write_text(json.dumps({"format_version": 1, "windows": list(windows)}), "utf-8")
+    return path
+
+
+def model_config(path: Path, layers: int) -> Path:
+    path.write_text(
+        json.dumps({"architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": layers}), "utf-8"
+    )
+    return path
+
+
+# --- the known-answer scenario ------------------------------------------------------------
+#
+# A 3-layer model (not 36) whose attention kernel has grid (2, batch, 4) (not 9): the analysis
+# must find both. Two windows on device 0 (an H100) and device 1 idle:
+#
+#   c0001: 4 forwards, population 1.
+#   c0002: 6 forwards, populations 1 (fill), 2, 2, 2, 2, 1 (drain).
+#
+# Each forward, per layer, on stream 7, back to back from the forward's start t:
+#   gemm "nvjet_gemm" 10 us, attention "flash_fwd_kernel" (3 + 2 x batch) us,
+#   "triton_fused_act" 2 us, gemm 8 us: a layer lasts 25 + 2 x batch us, and a forward
+#   3 x (25 + 2b) us. Decode forwards (all but each window's first) are graph-replayed
+#   (graphNodeId set, one correlation id per replay).
+# On stream 21, "ncclDevKernel_AllReduce" of 30 us starts 60 us into every forward: it
+# overlaps the compute stream, so busy time is the union, never the sum.
+# Forwards start every 200 us. The NVTX range of c0002's window starts 5 us before its
+# first forward; its wall-clock window (written in windows.json) is 40 us wider on each side.
+
+FORWARD_PERIOD = 200_000
+LAYERS = 3
+C1_START = 1_000_000
+C2_START = 3_000_000
+C1_POPS = [1, 1, 1, 1]
+C2_POPS = [1, 2, 2, 2, 2, 1]
+
+
+def layer_ns(batch: int) -> int:
+    return 25_000 + 2_000 * batch
+
+
+def add_forward(fx: NsysFixture, t: int, batch: int, graph: bool, corr: int) -> None:
+    node = 100 if graph else None
+    for layer in range(LAYERS):
+        s = t + layer * layer_ns(batch)
+        extra = {
+            "graph_node": node + layer * 4 if node else None,
+            "correlation": corr if graph else None,
+        }
+        fx.kernel(s, 10_000, "nvjet_gemm", grid=(16, 2, 1), **extra)
+        fx.kernel(
+            s + 10_000, 3_000 + 2_000 * batch, "flash_fwd_kernel", grid=(2, batch, 4), **extra
+        )
+        s2 = s + 13_000 + 2_000 * batch
+        fx.kernel(s2, 2_000, "triton_fused_act", grid=(64, 1, 1), **extra)
+        fx.kernel(s2 + 2_000, 8_000, "nvjet_gemm", grid=(16, 2, 1), **extra)
+    fx.kernel(t + 60_000, 30_000, "ncclDevKernel_AllReduce", stream=21, grid=(4, 1, 1))
+
+
+def scenario() -> NsysFixture:
+    fx = NsysFixture(gpus=((0, "NVIDIA H100 80GB HBM3"), (1, "NVIDIA H100 80GB HBM3")))
+    corr = 10_000
+    for start, pops in ((C1_START, C1_POPS), (C2_START, C2_POPS)):
+        for i, b in enumerate(pops):
+            corr += 1
+            add_forward(fx, start + i * FORWARD_PERIOD, b, graph=i > 0, corr=corr)
+    # requests of c0002 as NVTX start/end ranges (registered message, request index payload)
+    end2 = C2_START + 5 * FORWARD_PERIOD + 3 * layer_ns(1)
+    fx.ranges.append(NvtxRange(C2_START - 5_000, end2, "c0002", payload=0))
+    fx.ranges.append(NvtxRange(C2_START + FORWARD_PERIOD - 5_000, end2 - 1_000, "c0002", payload=1))
+    # an unrelated range in another domain with the same text must be ignored
+    fx.ranges.append(NvtxRange(0, 10_000, "c0001", payload=None, domain="other"))
+    return fx
+
+
+def scenario_windows(ts_epoch: bool = True) -> list[dict[str, object]]:
+    """Wall-clock windows: c0001 exactly around its forwards, c0002 40 us wider each side."""
+    base = SESSION_START if ts_epoch else 0
+    clock = "epoch" if ts_epoch else "trace"
+    c1_end = C1_START + 3 * FORWARD_PERIOD + 3 * layer_ns(1)
+    c2_end = C2_START + 5 * FORWARD_PERIOD + 3 * layer_ns(1)
+    return [
+        {
+            "label": "c0001",
+            "start_ns": base + C1_START,
+            "end_ns": base + c1_end + 10_000,
+            "clock": clock,
+            "output_tokens": 4,
+            "concurrency": 1,
+        },
+        {
+            "label": "c0002",
+            "start_ns": base + C2_START - 40_000,
+            "end_ns": base + c2_end + 40_000,
+            "clock": clock,
+            "output_tokens": 10,
+            "concurrency": 2,
+        },
+    ]

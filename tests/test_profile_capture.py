@@ -1,0 +1,422 @@
+"""The capture side without a GPU: command lines, the plan, the workflow, the NVTX ranges,
+"not profiled" records, and profile.json against its JSON Schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from aiohttp import web
+from nsys_fixture import LAYERS, model_config, scenario, scenario_windows, windows_file
+
+from servelab.config import load, validate
+from servelab.errors import ServelabError
+from servelab.profile import capture
+from servelab.profile.analyze import Options, analyze
+from servelab.profile.capture import (
+    analyze_capture,
+    build_launch,
+    nsys_export_command,
+    nsys_profile_command,
+    plan,
+    run_profile,
+    torch_profiler_config,
+    vllm_profiler_args,
+)
+from servelab.profile.core import Window, load_windows, parse_windows, windows_json
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((REPO / "src" / "servelab" / "schemas" / "profile.schema.json").read_text())
+RUNTIME = {"python": "/opt/venv/bin/python"}
+
+
+def gpu_config(**profile: Any) -> dict[str, Any]:
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    raw["runtime"].update(device="gpu", gpus=1)
+    raw["profile"] = {"server_configs": ["max-num-seqs-8"], **profile}
+    return validate(raw, "test")
+
+
+def test_nsys_command_lines() -> None:
+    assert nsys_profile_command(Path("/r/profile/x/nsys/profile")) == [
+        "nsys",
+        "profile",
+        "--trace=cuda,nvtx",
+        "--cuda-graph-trace=node",
+        "--trace-fork-before-exec=true",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=repeat",
+        "--force-overwrite=true",
+        "--output=/r/profile/x/nsys/profile",
+    ]
+    assert nsys_export_command(Path("p.nsys-rep"), Path("p.sqlite"), "/usr/bin/nsys") == [
+        "/usr/bin/nsys",
+        "export",
+        "--type=sqlite",
+        "--force-overwrite=true",
+        "--output=p.sqlite",
+        "p.nsys-rep",
+    ]
+
+
+def test_gpu_config_runs_the_server_under_nsys(tmp_path: Path) -> None:
+    cfg = gpu_config(tool="auto")
+    decision = plan(cfg, which=lambda name: "/usr/local/bin/nsys")["max-num-seqs-8"]
+    assert decision.tool == "nsys"
+    out = tmp_path / "profile" / "max-num-seqs-8"
+    launch = build_launch(
+        cfg,
+        "max-num-seqs-8",
+        "nsys",
+        tmp_path / "model",
+        RUNTIME,
+        out,
+        "config",
+        "/usr/local/bin/nsys",
+        8123,
+    )
+    cmd = launch.command()
+    server = cmd.index("/opt/venv/bin/python")
+    assert cmd[:server] == nsys_profile_command(
+        (out / "nsys" / "profile").resolve(), "/usr/local/bin/nsys"
+    )
+    assert cmd[server : server + 3] == [
+        "/opt/venv/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+    ]
+    assert cmd[cmd.index("--profiler-config") + 1] == '{"profiler": "cuda"}'
+    assert cmd[cmd.index("--max-num-seqs") + 1] == "8" and cmd[cmd.index("--port") + 1] == "8123"
+    assert launch.env["HF_HUB_OFFLINE"] == "1" and "VLLM_TORCH_CUDA_PROFILE" not in launch.env
+    # an older vLLM, without --profiler-config: the environment variable instead
+    old = build_launch(
+        cfg, "max-num-seqs-8", "nsys", tmp_path / "model", RUNTIME, out, "env", "nsys", 8123
+    )
+    assert "--profiler-config" not in old.command()
+    assert old.env["VLLM_TORCH_CUDA_PROFILE"] == "1"
+
+
+def test_cpu_capture_is_bounded(tmp_path: Path) -> None:
+    cfg = load(REPO / "config" / "config.yaml")
+    assert plan(cfg, which=lambda name: None)["max-num-seqs-8"].tool == "torch"
+    launch = build_launch(
+        cfg, "max-num-seqs-1", "torch", tmp_path, RUNTIME, tmp_path, "config", "nsys", 9000
+    )
+    cmd = launch.command()
+    assert cmd[0] == "/opt/venv/bin/python"  # no wrapper
+    pc = json.loads(cmd[cmd.index("--profiler-config") + 1])
+    assert pc["profiler"] == "torch" and pc["torch_profiler_with_stack"] is False
+    assert pc["torch_profiler_record_shapes"] is False and pc["torch_profiler_with_memory"] is False
+    assert pc["max_iterations"] == cfg["profile"]["max_iterations"] > 0
+    assert pc["ignore_frontend"] is True
+    assert Path(pc["torch_profiler_dir"]).is_absolute()
+    args, env = vllm_profiler_args("torch", tmp_path, "env", 64)
+    assert args == [] and env["VLLM_TORCH_PROFILER_WITH_STACK"] == "0"
+    assert env["VLLM_TORCH_PROFILER_DIR"] == str(tmp_path)
+
+
+def test_plan_decisions_and_errors() -> None:
+    none = lambda name: None  # noqa: E731
+    found = lambda name: "/bin/nsys"  # noqa: E731
+    auto = gpu_config()
+    d = plan(auto, none)["max-num-seqs-8"]
+    assert d.tool == "torch" and "nsys (nsys) not found" in (d.note or "")
+    d = plan(gpu_config(tool="nsys"), none)["max-num-seqs-8"]
+    assert d.tool is None and d.reason == "nsys (nsys) not found on PATH"
+    with pytest.raises(
+        ServelabError,
+        match=r"profile.required is true but nsys \(nsys\) not "
+        r"found on PATH; install Nsight Systems",
+    ):
+        plan(gpu_config(tool="nsys", required=True), none)
+    assert plan(gpu_config(tool="nsys", required=True), found)["max-num-seqs-8"].tool == "nsys"
+    cpu = load(REPO / "config" / "config.yaml")
+    cpu["profile"]["tool"] = "nsys"
+    assert plan(cpu, found)["max-num-seqs-8"].reason == "profile.tool nsys needs runtime.device gpu"
+    cpu["profile"].update(tool="auto", enabled=False, required=True)
+    assert plan(cpu, none)["max-num-seqs-1"].reason == "profile.enabled is false"
+    cpu["profile"].update(enabled=True, server_configs=["max-num-seqs-9"])
+    with pytest.raises(ServelabError, match="profile.server_configs: 'max-num-seqs-9' is not in"):
+        plan(cpu, none)
+
+
+def _dry_run(tmp_path: Path, cfg: dict[str, Any], path: str) -> subprocess.CompletedProcess[str]:
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    raw["results_dir"] = str(tmp_path / "results")
+    raw["runtime"].update(device="gpu", gpus=1)
+    raw["profile"] = cfg
+    cfg_path = tmp_path / "gpu.yaml"
+    cfg_path.write_text(yaml.safe_dump(raw))
+    env = {**os.environ, "PATH": path}
+    return subprocess.run(
+        ["snakemake", "-n", "--cores", "1", "--configfile", str(cfg_path), "--nolock"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_workflow_stops_before_anything_when_required_nsys_is_missing(tmp_path: Path) -> None:
+    bindir = Path(sys.executable).parent
+    proc = _dry_run(tmp_path, {"tool": "nsys", "required": True}, f"{bindir}:/usr/bin:/bin")
+    assert proc.returncode != 0
+    assert "config error: profile.required is true but nsys (nsys) not found on PATH" in (
+        proc.stdout + proc.stderr
+    )
+    assert not (tmp_path / "results").exists()
+    # with nsys on PATH the same config plans one profile job per configuration
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nsys").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "nsys").chmod(0o755)
+    proc = _dry_run(tmp_path, {"tool": "nsys", "required": True}, f"{fake}:{bindir}:/usr/bin:/bin")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "rule profile:" in proc.stdout and "profile_report" in proc.stdout
+
+
+def test_not_profiled_is_an_explicit_record(tmp_path: Path) -> None:
+    cfg = gpu_config(tool="nsys")
+    rec = run_profile(
+        cfg,
+        "max-num-seqs-8",
+        tmp_path / "model",
+        RUNTIME,
+        tmp_path,
+        lambda s: None,
+        which=lambda name: None,
+    )
+    assert rec["status"] == "not profiled" and rec["reason"] == "nsys (nsys) not found on PATH"
+    prof = analyze_capture(cfg, "max-num-seqs-8", tmp_path, tmp_path / "model")
+    out = tmp_path / "profile" / "max-num-seqs-8"
+    assert json.loads((out / "profile.json").read_text()) == prof
+    jsonschema.validate(prof, SCHEMA)
+    assert "Not profiled: nsys (nsys) not found on PATH" in (out / "profile.md").read_text()
+    assert (out / "families.csv").read_text() == "window,family,calls,total_us,us_per_token\n"
+
+
+def test_profile_json_satisfies_its_schema(tmp_path: Path) -> None:
+    trace = scenario().write(tmp_path / "t.sqlite")
+    windows = load_windows(windows_file(tmp_path / "w.json", scenario_windows()))
+    prof = analyze([trace], windows, Options(layers=LAYERS)).profile
+    jsonschema.validate(prof, SCHEMA)
+    prof["windows"]["c0001"]["active_fraction"]["0"] = 1.5
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(prof, SCHEMA)
+
+
+def test_analyze_capture_reads_the_capture_layout(tmp_path: Path) -> None:
+    cfg = gpu_config(tool="nsys")
+    out = tmp_path / "profile" / "max-num-seqs-8"
+    (out / "nsys").mkdir(parents=True)
+    scenario().write(out / "nsys" / "profile.sqlite")
+    windows_file(out / "windows.json", scenario_windows())
+    model_config(tmp_path / "config.json", LAYERS)
+    (out / "capture.json").write_text(
+        json.dumps(
+            {
+                "status": "profiled",
+                "tool": "nsys",
+                "traces": ["nsys/profile.nsys-rep", "nsys/profile.sqlite"],
+            }
+        )
+    )
+    prof = analyze_capture(cfg, "max-num-seqs-8", tmp_path, tmp_path)
+    assert prof["server_config"] == "max-num-seqs-8" and prof["tool"] == "nsys"
+    assert prof["settings"]["layers_source"] == "model config.json"
+    assert prof["windows"]["c0002"]["steady"]["population_mean"] == 2.0
+    jsonschema.validate(prof, SCHEMA)
+    assert "| c0001 | c0002 | 2 | 1.4 |" in (out / "profile.md").read_text()
+
+
+def test_windows_json_round_trip() -> None:
+    w = [Window("c0001", 10, 20, "epoch", 128, {"concurrency": 1, "requests": 1})]
+    data = windows_json(w, server_config="a", tool="torch")
+    assert data["windows"] == [
+        {
+            "label": "c0001",
+            "start_ns": 10,
+            "end_ns": 20,
+            "clock": "epoch",
+            "output_tokens": 128,
+            "concurrency": 1,
+            "requests": 1,
+        }
+    ]
+    assert parse_windows(data, "x") == w
+    with pytest.raises(ServelabError, match="format_version 2 is not supported"):
+        parse_windows({**data, "format_version": 2}, "x")
+
+
+# --- the client's NVTX ranges ---------------------------------------------------------------
+
+
+class FakeDomain:
+    def __init__(self, log: list[tuple[Any, ...]]) -> None:
+        self.log = log
+
+    def get_registered_string(self, s: str) -> tuple[str, str]:
+        self.log.append(("register", s))
+        return ("handle", s)
+
+    def get_event_attributes(self, message: Any, payload: int) -> dict[str, Any]:
+        return {"message": message, "payload": payload}
+
+    def start_range(self, attrs: dict[str, Any]) -> int:
+        self.log.append(("start", attrs["message"][1], attrs["payload"]))
+        return int(attrs["payload"]) + 100
+
+    def end_range(self, rid: int) -> None:
+        self.log.append(("end", rid))
+
+
+@pytest.fixture
+def fake_nvtx(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    log: list[tuple[Any, ...]] = []
+    mod = types.ModuleType("nvtx")
+    mod.get_domain = lambda name: (log.append(("domain", name)), FakeDomain(log))[1]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "nvtx", mod)
+    return log
+
+
+@pytest.fixture
+def sse_server() -> Iterator[str]:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for t in "ab":
+            chunk = {"choices": [{"index": 0, "text": t}]}
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        await resp.write(
+            b'data: {"choices": [], "usage": {"prompt_tokens": 3, '
+            b'"completion_tokens": 2}}\n\ndata: [DONE]\n\n'
+        )
+        return resp
+
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_post("/v1/completions", handler)
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{port}"
+    loop.call_soon_threadsafe(loop.stop)
+    t.join(5)
+
+
+def test_client_emits_one_nvtx_range_per_request(
+    fake_nvtx: list[tuple[Any, ...]], sse_server: str
+) -> None:
+    w = capture.Workload(base_url=sse_server, model="m", max_tokens=2)
+    run = capture.run_diagnostic_point(w, ["p0", "p1", "p2"], 2, "c0002")
+    assert [r.ok for r in run.records] == [True, True, True]
+    assert run.started_epoch_ns < run.finished_epoch_ns
+    assert fake_nvtx[:2] == [("domain", "servelab"), ("register", "c0002")]
+    starts = sorted(e[2] for e in fake_nvtx if e[0] == "start")
+    ends = sorted(e[1] for e in fake_nvtx if e[0] == "end")
+    assert starts == [0, 1, 2] and ends == [100, 101, 102]
+    assert {e[1] for e in fake_nvtx if e[0] == "start"} == {"c0002"}
+
+
+def test_without_nvtx_the_client_runs_unchanged(
+    monkeypatch: pytest.MonkeyPatch, sse_server: str
+) -> None:
+    monkeypatch.setitem(sys.modules, "nvtx", None)  # import fails
+    assert not capture.NvtxRanges("c0001").active
+    w = capture.Workload(base_url=sse_server, model="m", max_tokens=2)
+    run = capture.run_diagnostic_point(w, ["p0"], 1, "c0001")
+    assert run.records[0].ok and run.records[0].request_id == "c0001-00000"
+
+
+@pytest.mark.e2e
+def test_bounded_settings_are_fields_of_the_runtime_vllm(vllm_runtime: dict) -> None:
+    """The --profiler-config keys servelab sends exist in the runtime's vLLM (no import)."""
+    proc = subprocess.run(
+        [
+            vllm_runtime["python"],
+            "-c",
+            "import importlib.util; print(importlib.util.find_spec("
+            "'vllm').submodule_search_locations[0])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    source = (Path(proc.stdout.strip()) / "config" / "profiler.py").read_text()
+    for key in torch_profiler_config(Path("/tmp"), 8):
+        assert f"    {key}:" in source, key
+    assert capture.vllm_interface(vllm_runtime["python"]) == "config"
+
+
+def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
+    """The nsys capture flow (server under `nsys profile`, one capture range driven by
+    /start_profile and /stop_profile, wait for the report, `nsys export`, analysis) against
+    tests/fake_nsys.py and tests/fake_vllm_server.py: no GPU, no vLLM."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    nsys = bindir / "nsys"
+    nsys.write_text(f'#!/bin/sh\nexec {sys.executable} {REPO / "tests" / "fake_nsys.py"} "$@"\n')
+    fakepy = bindir / "python"
+    fakepy.write_text(
+        f'#!/bin/sh\nexec {sys.executable} {REPO / "tests" / "fake_vllm_server.py"} "$@"\n'
+    )
+    for f in (nsys, fakepy):
+        f.chmod(0o755)
+    model = tmp_path / "model"
+    model.mkdir()
+    model_config(model / "config.json", 2)
+    vocab = {f"w{i}": i for i in range(1, 60)}
+    (model / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}}))
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    raw["runtime"].update(device="gpu", gpus=1)
+    raw["server"].update(
+        startup_timeout_s=60, shutdown_timeout_s=10, args={}, configs=[{"name": "fake"}]
+    )
+    raw["workload"].update(input_tokens=4, output_tokens=10)
+    raw["profile"] = {
+        "tool": "nsys",
+        "required": True,
+        "vllm_interface": "config",
+        "concurrency": [1, 2],
+        "warmup_requests": 2,
+    }
+    cfg = validate(raw, "test")
+    which = lambda name: str(nsys)  # noqa: E731
+
+    rec = run_profile(
+        cfg, "fake", model, {"python": str(fakepy)}, tmp_path, lambda s: None, which=which
+    )
+    out = tmp_path / "profile" / "fake"
+    assert rec["status"] == "profiled" and rec["tool"] == "nsys"
+    assert rec["traces"] == ["nsys/profile.nsys-rep", "nsys/profile.sqlite"]
+    assert rec["command"][:2] == [str(nsys), "profile"]
+    assert rec["command"][rec["command"].index("--profiler-config") + 1] == '{"profiler": "cuda"}'
+    recorded = json.loads((out / "nsys" / "profile.args.json").read_text())
+    assert recorded == nsys_profile_command((out / "nsys" / "profile").resolve())[2:]
+
+    prof = analyze_capture(cfg, "fake", tmp_path, model)
+    jsonschema.validate(prof, SCHEMA)
+    assert prof["trace"]["kind"] == "nsys-sqlite" and prof["settings"]["population_dim"] == "y"
+    c1, c2 = prof["windows"]["c0001"], prof["windows"]["c0002"]
+    assert c1["source"] == c2["source"] == "wallclock"
+    assert c1["steady"]["population_mean"] == 1.0 and c2["steady"]["population_mean"] == 2.0
+    assert 0 < c1["active_fraction"]["0"] < 0.2
+    assert c2["families"]["attention"]["calls"] >= 2 * c2["forwards"]["count"]
+    assert prof["ratios"][0]["population_ratio"] == 2.0

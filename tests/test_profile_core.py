@@ -1,0 +1,139 @@
+"""The pure pieces: kernel families, forwards grouping, steady state, ratios, layer counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servelab.errors import ServelabError
+from servelab.profile.core import (
+    ForwardGrouper,
+    Launch,
+    choose_dim,
+    classify,
+    default_families,
+    find_steady,
+    layers_from_config,
+    parse_family_args,
+    ratios,
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "family"),
+    [
+        (
+            "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4>(P)",
+            "gemm",
+        ),
+        ("nvjet_tst_128x64_64x4_1x2_h_bz_coopA_NTT", "gemm"),
+        (
+            "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64>>(Params)",
+            "attention",
+        ),
+        ("void vllm::paged_attention_v2_kernel<bf16, 128, 16>(...)", "attention"),
+        ("kernel_unified_attention_2d", "attention"),
+        ("triton_poi_fused_mul_silu_0", "triton"),
+        (
+            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096>)",
+            "communication",
+        ),
+        ("void vllm::cross_device_reduce_1stage<bf16, 2>(...)", "communication"),
+        ("_C::onednn_mm", "gemm"),
+        ("_C::cpu_attention_with_kv_cache", "attention"),
+        ("void vllm::rms_norm_kernel<bf16>(...)", "other"),
+    ],
+)
+def test_default_families(name: str, family: str) -> None:
+    assert classify(name, default_families()) == family
+
+
+def test_custom_families_in_order() -> None:
+    fams = parse_family_args(["norm=rms_?norm", "gemm=gemm"])
+    assert classify("void vllm::rms_norm_kernel<bf16>", fams) == "norm"
+    assert classify("flash_fwd_kernel", fams) == "other"
+    with pytest.raises(ServelabError, match="write NAME=REGEX"):
+        parse_family_args(["gemm"])
+    with pytest.raises(ServelabError, match="bad regex"):
+        parse_family_args(["x=("])
+    with pytest.raises(ServelabError, match="reserved"):
+        parse_family_args(["other=x"])
+
+
+def test_steady_state() -> None:
+    # fill 1, 3, 5, 7; steady 8; drain. 8 > 1.1 x 7: the 7s are outside a 10 % band, and
+    # inside a 20 % one
+    pops = [1, 3, 5, 7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7, 5, 3, 1]
+    assert find_steady(pops) == (4, 13)
+    assert find_steady(pops, band=0.2) == (3, 14)
+    assert find_steady(pops, band=0.0) == (4, 13)
+    assert find_steady([2, 2, None, 2, 2, 2]) == (3, 5)  # unknown populations break runs
+    assert find_steady([None, None]) is None and find_steady([]) is None
+    # the fill phase is skipped even when a long low-population run precedes the peak
+    assert find_steady([1] * 10 + [4, 4, 4]) == (10, 12)
+    # two equal runs: the higher population, then the earlier one
+    assert find_steady([4, 4, 2, 2, 4, 4], band=0.0) == (0, 1)
+
+
+def launches(pops: list[int], layers: int, t: int = 0) -> list[Launch]:
+    out = []
+    for i, p in enumerate(pops):
+        for j in range(layers):
+            s = t + i * 1000 + j * 100
+            out.append(Launch(s, s + 10 * p, p, p))
+    return out
+
+
+def test_grouper_aligns_a_cut_first_forward() -> None:
+    seq = launches([1, 2, 2, 3, 3, 3], 4)[3:]  # the window starts after 3 of 4 layers
+    g = ForwardGrouper(4)
+    for x in seq:
+        g.feed(x)
+    g.finish()
+    assert g.offset == 1 and g.violations == 0
+    assert [f.population for f in g.forwards] == [2, 2, 3, 3, 3]
+    assert [f.kernel_ns for f in g.forwards] == [80, 80, 120, 120, 120]
+
+
+def test_grouper_streams_past_its_prefix() -> None:
+    pops = [1] * 10 + [8] * 200 + [4] * 3
+    g = ForwardGrouper(3)
+    for x in launches(pops, 3)[1:]:  # one launch cut
+        g.feed(x)
+    g.finish()
+    assert g.offset == 2 and len(g.forwards) == len(pops) - 1
+    assert g.violations == 0 and g.forwards[-1].population == 4
+    with pytest.raises(ServelabError):
+        ForwardGrouper(0)
+
+
+def test_choose_dim() -> None:
+    assert choose_dim([{1}, {1, 2, 4, 8}, {32}], [0, 0, 0]) == 1
+    assert choose_dim([{1, 2}, {1, 2, 4}, {8}], [0, 0, 0]) == 1
+    assert choose_dim([{1, 2}, {1, 2, 4}, {8}], [0, 3, 0]) == 0
+    assert choose_dim([{1}, {2}, {3}], [0, 0, 0]) is None
+
+
+def test_ratios() -> None:
+    steady = {
+        "a": {"population_mean": 1.0, "kernel_us_mean": 5.0},
+        "b": {"population_mean": 8.0, "kernel_us_mean": 20.0},
+        "c": None,
+    }
+    assert ratios(["a", "b", "c"], steady) == [
+        {"from": "a", "to": "b", "population_ratio": 8.0, "duration_ratio": 4.0},
+        {"from": "b", "to": "c", "population_ratio": None, "duration_ratio": None},
+    ]
+
+
+def test_layers_from_config(tmp_path: Path) -> None:
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"text_config": {"num_hidden_layers": 36}}))
+    assert layers_from_config(p) == 36
+    p.write_text(json.dumps({"n_layer": 12}))
+    assert layers_from_config(p) == 12
+    p.write_text(json.dumps({"hidden_size": 8}))
+    with pytest.raises(ServelabError, match="pass --layers N"):
+        layers_from_config(p)

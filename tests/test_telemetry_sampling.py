@@ -1,0 +1,156 @@
+"""The sampler threads: start and stop cleanly, bracket the point, survive failing sources."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from telemetry_fakes import metrics_server
+
+from servelab.telemetry import PointTelemetry, default_settings, read_samples
+from servelab.telemetry.sampling import Sampler
+from servelab.telemetry.sources import HostSource
+
+FAST = {"enabled": True, "gpu_hz": 20, "cpu_hz": 20, "metrics_hz": 10, "metrics_timeout_s": 1}
+
+
+class CountingSource:
+    name = "cpu"
+
+    def __init__(self, fail_every: int = 0) -> None:
+        self.n = 0
+        self.fail_every = fail_every
+
+    def open(self) -> str | None:
+        return None
+
+    def read(self) -> list[dict[str, Any]]:
+        self.n += 1
+        if self.fail_every and self.n % self.fail_every == 0:
+            raise RuntimeError("flaky")
+        return [{"source": "cpu", "epoch_ns": time.time_ns(), "n": self.n}]
+
+    def close(self) -> None:
+        pass
+
+
+def telemetry_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("servelab-telemetry")]
+
+
+def test_sampler_brackets_and_stops() -> None:
+    s = Sampler(CountingSource(), hz=50)
+    s.start()
+    assert s.first.wait(5)
+    started = time.time_ns()
+    assert s.samples and s.samples[0]["epoch_ns"] <= started  # a sample before the point
+    time.sleep(0.2)
+    stopped = time.time_ns()
+    assert s.stop(5)
+    assert not s._thread.is_alive()
+    assert s.samples[-1]["epoch_ns"] >= stopped  # and one after it
+    assert 3 <= len(s.samples) <= 20  # about 50 Hz for 0.2 s, never bunched
+    assert s.cpu_s > 0
+
+
+def test_a_failing_read_is_an_error_record_and_the_sampler_goes_on() -> None:
+    s = Sampler(CountingSource(fail_every=2), hz=100)
+    s.start()
+    time.sleep(0.1)
+    assert s.stop(5)
+    errors = [r for r in s.samples if "error" in r]
+    assert errors and errors[0]["error"] == "RuntimeError: flaky"
+    assert len(s.samples) - len(errors) >= 2
+
+
+def test_default_settings_come_from_the_schema() -> None:
+    d = default_settings()
+    assert d == {
+        "enabled": True,
+        "gpu_hz": 10,
+        "cpu_hz": 4,
+        "metrics_hz": 2,
+        "metrics_timeout_s": 2,
+    }
+
+
+@pytest.fixture
+def server_tree() -> Iterator[subprocess.Popen[bytes]]:
+    """A stand-in server in its own session: a process with a child, both burning a little CPU."""
+    code = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', "
+        "'import time\\nwhile True: sum(range(10000)); time.sleep(0.001)'])\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    time.sleep(0.5)
+    yield proc
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole group: no child outlives the test
+    proc.wait()
+
+
+def test_point_telemetry_writes_every_source(
+    tmp_path: Path, server_tree: subprocess.Popen[bytes]
+) -> None:
+    with metrics_server() as url:
+        tel = PointTelemetry(FAST, server_tree.pid, url)
+        with tel:
+            assert len(telemetry_threads()) >= 2
+            t0 = time.time_ns()
+            time.sleep(0.5)
+            t1 = time.time_ns()
+        assert telemetry_threads() == []
+        summary = tel.finish(tmp_path, t0, t1)
+    rows = read_samples(tmp_path / "telemetry.jsonl")
+    assert rows == sorted(rows, key=lambda r: r["epoch_ns"])
+    assert {r["source"] for r in rows} == {"gpu", "cpu", "server"}
+    for r in rows:
+        assert isinstance(r["epoch_ns"], int)
+    cpu = [r for r in rows if r["source"] == "cpu"]
+    assert min(r["epoch_ns"] for r in cpu) <= t0 and max(r["epoch_ns"] for r in cpu) >= t1
+    assert all(r["server_procs"] == 2 for r in cpu)  # the server and its child
+    assert summary["cpu"]["server_cpu_s"] > 0 and summary["cpu"]["server_cpu_pct"]["max"] > 0
+    assert summary["server"]["samples"] >= 2 and summary["server"]["generation_tokens"] == 0.0
+    assert summary["server"]["running"]["max"] == 0.0
+    text = (tmp_path / "telemetry.jsonl").read_text()
+    assert text.endswith("\n") and '"source": "server"' in text
+
+
+def test_a_point_cut_short_keeps_what_was_sampled(tmp_path: Path) -> None:
+    tel = PointTelemetry(FAST, None, None)
+    t0 = time.time_ns()
+    with pytest.raises(KeyboardInterrupt), tel:
+        time.sleep(0.2)
+        raise KeyboardInterrupt
+    assert telemetry_threads() == []
+    summary = tel.finish(tmp_path, t0, time.time_ns())
+    assert len([r for r in read_samples(tmp_path / "telemetry.jsonl") if r["source"] == "cpu"]) >= 3
+    assert summary["server"] == {"absent": "no server URL given"}
+
+
+def test_disabled_telemetry_samples_nothing(tmp_path: Path) -> None:
+    tel = PointTelemetry({**FAST, "enabled": False}, None, None)
+    with tel:
+        assert telemetry_threads() == []
+    assert tel.finish(tmp_path, 0, 1) == {"enabled": False}
+    assert not (tmp_path / "telemetry.jsonl").exists()
+
+
+def test_a_server_that_is_gone_is_said_and_the_client_still_sampled() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    src = HostSource(proc.pid, lambda: 0.0)
+    assert src.open() is None
+    a, b = src.read()[0], (time.sleep(0.05), src.read()[0])[1]
+    assert a["server_error"] == f"server process {proc.pid} is gone"
+    assert a["server_cpu_s"] is None and b["client_cpu_s"] is not None
+    assert b["client_cpu_pct"] is not None and b["host_cpu_pct"] is not None
