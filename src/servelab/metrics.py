@@ -50,26 +50,44 @@ def point_metrics(records: Iterable[RequestRecord]) -> dict[str, Any]:
         itl.extend(lat["itl"])
         if lat["tpot"] is not None:
             tpot.append(lat["tpot"])
-    out: dict[str, Any] = {
-        "num_prompts": len(recs),
-        "completed": len(good),
-        "failed": len(recs) - len(good),
-    }
+    duration = 0.0
     if recs:
         start = min(r.sent_epoch_ns for r in recs)
         ends = [r.sent_epoch_ns + (r.done_offset_us or 0) * 1000 for r in good] or [start]
-        duration = max(ends) - start
-        out["duration"] = duration / 1e9
-    else:
-        out["duration"] = 0.0
-    total_in = sum(r.prompt_tokens or 0 for r in good)
-    total_out = sum(r.output_tokens or 0 for r in good)
-    dur = out["duration"]
-    out["total_input_tokens"] = total_in
-    out["total_output_tokens"] = total_out
-    out["request_throughput"] = len(good) / dur if dur > 0 else None
-    out["output_throughput"] = total_out / dur if dur > 0 else None
-    out["total_token_throughput"] = (total_in + total_out) / dur if dur > 0 else None
-    for name, vals in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
-        out.update(latency_stats(name, vals))
+        duration = (max(ends) - start) / 1e9
+    return assemble(
+        num_prompts=len(recs),
+        completed=len(good),
+        duration=duration,
+        total_input_tokens=sum(r.prompt_tokens or 0 for r in good),
+        total_output_tokens=sum(r.output_tokens or 0 for r in good),
+        latencies_ms={"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el},
+    )
+
+
+def assemble(
+    num_prompts: int,
+    completed: int,
+    duration: float,
+    total_input_tokens: int,
+    total_output_tokens: int,
+    latencies_ms: dict[str, list[float]],
+) -> dict[str, Any]:
+    """The metric keys of a point from its counts, duration (s) and latency lists (ms)."""
+    dur = duration
+    out: dict[str, Any] = {
+        "num_prompts": num_prompts,
+        "completed": completed,
+        "failed": num_prompts - completed,
+        "duration": dur,
+        "total_input_tokens": total_input_tokens,
+        "total_output_tokens": total_output_tokens,
+        "request_throughput": completed / dur if dur > 0 else None,
+        "output_throughput": total_output_tokens / dur if dur > 0 else None,
+        "total_token_throughput": (total_input_tokens + total_output_tokens) / dur
+        if dur > 0
+        else None,
+    }
+    for name in LATENCIES:
+        out.update(latency_stats(name, latencies_ms.get(name, [])))
     return out

@@ -18,7 +18,7 @@ import numpy as np
 from servelab.client import RequestRecord
 from servelab.errors import ServelabError
 from servelab.jsonio import read_json, read_jsonl_gz
-from servelab.metrics import latency_stats, point_metrics, request_latencies
+from servelab.metrics import assemble, point_metrics, request_latencies
 from servelab.rawdata import load_point, point_files
 from servelab.server import parse_capacity
 from servelab.telemetry.summary import telemetry_columns
@@ -151,22 +151,15 @@ def vllm_bench_metrics(
         if tp is not None:
             tpot.append(tp)
         per.append((t, tp, e))
-    dur = float(bench["duration"])
-    m: dict[str, Any] = {
-        "num_prompts": int(bench.get("num_prompts", n)),
-        "completed": completed,
-        "failed": n - completed,
-        "duration": dur,
-        "total_input_tokens": total_in,
-        "total_output_tokens": total_out,
-        "request_throughput": completed / dur if dur > 0 else None,
-        "output_throughput": total_out / dur if dur > 0 else None,
-        "total_token_throughput": (total_in + total_out) / dur if dur > 0 else None,
-        "client_cpu_s": None,
-    }
-
-    for name, vals in (("ttft", ttft), ("tpot", tpot), ("itl", itl_all), ("e2el", e2el)):
-        m.update(latency_stats(name, vals))
+    m = assemble(
+        num_prompts=n,
+        completed=completed,
+        duration=float(bench["duration"]),
+        total_input_tokens=total_in,
+        total_output_tokens=total_out,
+        latencies_ms={"ttft": ttft, "tpot": tpot, "itl": itl_all, "e2el": e2el},
+    )
+    m["client_cpu_s"] = None
     return m, ttft, per
 
 
