@@ -71,3 +71,50 @@ def test_venv_dir_is_keyed_by_lock_hash(tmp_path: Path) -> None:
 def test_missing_lock_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ServelabError, match="runtime.lock"):
         lock_hash(tmp_path / "nope.lock")
+
+
+def test_concurrent_callers_create_the_venv_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workflow and a test run may ask for the same runtime at once: one creates, one reuses."""
+    import hashlib
+    import threading
+    import zipfile
+
+    from servelab.runtime import ensure_venv
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = wheels / "slprobe-0.1-py3-none-any.whl"
+    files = {
+        "slprobe/__init__.py": "VALUE = 1\n",
+        "slprobe-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: slprobe\nVersion: 0.1\n",
+        "slprobe-0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{name},,\n" for name in files) + "slprobe-0.1.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, text in {**files, "slprobe-0.1.dist-info/RECORD": record}.items():
+            zf.writestr(name, text)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    lock = tmp_path / "probe.lock"
+    lock.write_text(f"slprobe==0.1 \\\n    --hash=sha256:{digest}\n")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    said: list[str] = []
+    records: list[dict] = []
+
+    def call() -> None:
+        records.append(
+            ensure_venv(lock, tmp_path / "cache", check_import="slprobe", say=said.append)
+        )
+
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert len(records) == 2 and records[0]["lock_sha256"] == records[1]["lock_sha256"]
+    assert records[0]["packages"]["slprobe"] == "0.1"
+    assert sum("creating" in s for s in said) == 1
+    assert sum("reusing" in s for s in said) == 1
