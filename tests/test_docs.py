@@ -51,3 +51,16 @@ def test_experiment_configs_are_valid(repo: Path) -> None:
 
     for path in sorted((repo / "config" / "experiments").glob("*.yaml")):
         assert load(path)["experiment"] == path.stem
+
+
+def test_every_cli_command_is_documented(repo: Path) -> None:
+    from servelab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    names = []
+    for name, parser in sub.choices.items():
+        nested = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+        names += [f"{name} {n}" for n in nested[0].choices] if nested else [name]
+    doc = (repo / "docs" / "cli.md").read_text()
+    assert [n for n in names if f"## {n}\n" not in doc] == []
+    assert len(names) >= 10
