@@ -44,9 +44,11 @@ def main() -> None:
     windows = measured_windows(a.results)
     if not rules or windows <= 0:
         sys.exit(f"{a.results}: no benchmarks/*.tsv or no measured points; run the experiment")
+    # the profile capture jobs measure; their trace analysis (profile-report-*) is pipeline
+    capture = {k for k in rules if k.startswith("profile-") and not k.startswith("profile-report-")}
     sweep = sum(v for k, v in rules.items() if k.startswith("sweep-"))
-    profile = sum(v for k, v in rules.items() if k.startswith("profile-"))
-    pipeline = {k: v for k, v in rules.items() if not k.startswith(("sweep-", "profile-"))}
+    profile = sum(rules[k] for k in capture)
+    pipeline = {k: v for k, v in rules.items() if not k.startswith("sweep-") and k not in capture}
     overhead = sum(pipeline.values())
     res = {
         "measured_windows_s": windows,

@@ -36,5 +36,7 @@ rule summary:
         summary=f"{EXP}/summary.txt",
     log:
         f"{EXP}/logs/summary.log",
+    benchmark:
+        f"{EXP}/benchmarks/summary.tsv"
     script:
         "../scripts/summary.py"

@@ -46,5 +46,7 @@ rule profile_report:
         config=config,
     log:
         f"{EXP}/logs/profile-report-{{sc}}.log",
+    benchmark:
+        f"{EXP}/benchmarks/profile-report-{{sc}}.tsv"
     script:
         "../scripts/profile_report.py"
