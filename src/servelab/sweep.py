@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab import config as cfgmod
-from servelab.client import PointRun, RequestRecord, Workload, run_point
+from servelab.client import PointRun, Workload, run_point
 from servelab.errors import ServelabError
 from servelab.jsonio import read_json, write_json, write_jsonl_gz
 from servelab.metrics import point_metrics
@@ -378,9 +378,3 @@ def _measure_point(
         f"[{sc}] {progress} rep{slot.repeat:02d} c={slot.concurrency:<4d} "
         f"{_summary_line(point)} ({point['duration']:.1f} s)"
     )
-
-
-def load_records(pdir: Path) -> list[RequestRecord]:
-    from servelab.jsonio import read_jsonl_gz
-
-    return [RequestRecord.from_json(r) for r in read_jsonl_gz(pdir / "requests.jsonl.gz")]

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from servelab.client import RequestRecord
 from servelab.errors import ServelabError
 from servelab.jsonio import read_json, read_jsonl_gz
@@ -182,7 +180,3 @@ def _load_vllm_bench(root: Path, name: str) -> Dataset:
     if log.exists():
         capacity[name] = parse_capacity(log.read_text(encoding="utf-8", errors="replace"))
     return Dataset("vllm-bench", root, points, capacity)
-
-
-def percentile(xs: list[float], q: float) -> float | None:
-    return float(np.percentile(np.asarray(xs), q)) if xs else None

@@ -27,6 +27,13 @@ WORKFLOW_FILES = [
 ]
 
 
+def bundle_path(analysis_rel: str) -> str:
+    """Where a file of the analysis folder lives in the bundle."""
+    if analysis_rel == "report.md" or analysis_rel.startswith("figures/"):
+        return analysis_rel
+    return f"tables/{analysis_rel}"
+
+
 def role_of(path: str) -> str:
     if path.startswith("raw/"):
         if "/warmup/" in path:
@@ -109,12 +116,9 @@ def build_bundle(
     (out / "runtime").mkdir()
     shutil.copyfile(exp / "runtime" / "runtime.json", out / "runtime" / "runtime.json")
     for rel in walk_files(analysis_dir):
-        if rel == "report.md":
-            continue
-        dest = out / (rel if rel.startswith("figures/") else f"tables/{rel}")
+        dest = out / bundle_path(rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(analysis_dir / rel, dest)
-    shutil.copyfile(analysis_dir / "report.md", out / "report.md")
     if (exp / "profile").is_dir():  # the profiling pass: traces, windows, tables
         _copy_tree(exp / "profile", out / "profile", skip_suffixes=(".tmp",))
     for pattern in WORKFLOW_FILES:

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from servelab.errors import ServelabError
+from servelab.evidence.bundle import bundle_path
 from servelab.evidence.files import safe_extract, sha256_file, walk_files
 from servelab.evidence.schemas import check_all_json
 from servelab.jsonio import read_json
@@ -81,13 +82,7 @@ def rebuild(root: Path) -> list[str]:
         out = Path(tmp) / "analysis"
         analyze(root, out, options_from_config(cfg), figures=cfg["analysis"]["figures"])
         for rel in walk_files(out):
-            theirs = root / (
-                "report.md"
-                if rel == "report.md"
-                else rel
-                if rel.startswith("figures/")
-                else f"tables/{rel}"
-            )
+            theirs = root / bundle_path(rel)
             if not theirs.exists():
                 failures.append(f"{theirs.relative_to(root)}: rebuilt but absent from the bundle")
             elif theirs.read_bytes() != (out / rel).read_bytes():
