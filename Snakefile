@@ -14,6 +14,7 @@ include: "rules/sweep.smk"
 include: "rules/profile.smk"
 include: "rules/analysis.smk"
 include: "rules/bundle.smk"
+include: "rules/reproduce.smk"
 
 
 rule all:
@@ -22,4 +23,5 @@ rule all:
         report=f"{EXP}/analysis/report.md",
         profile=PROFILE_OUTPUTS,
         bundle=f"{EXP}/bundle/manifest.json",
+        reproduction=REPRODUCTION,
     default_target: True

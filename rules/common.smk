@@ -13,6 +13,20 @@ config.clear()
 config.update(_resolved)
 
 EXP = f"{config['results_dir']}/{config['experiment']}"
+
+# A reference to reproduce is verified before anything is measured.
+REPRODUCTION = []
+if config["reference"]:
+    from pathlib import Path as _Path
+
+    from servelab.reproduce import check_reference as _check_reference
+
+    try:
+        _ref = _check_reference(_Path(config["reference"]))
+    except ServelabError as _exc:
+        sys.exit(f"reference error: {_exc}")
+    print(f"reference: {_ref}", file=sys.stderr)
+    REPRODUCTION = [f"{EXP}/reproduction/reproduction.json"]
 SERVER_CONFIGS = [c["name"] for c in config["server"]["configs"]]
 
 

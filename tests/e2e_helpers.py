@@ -20,6 +20,16 @@ def reduced_config(results: Path, **over: Any) -> dict[str, Any]:
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["results_dir"] = str(results)
     cfg["experiment"] = "e2e"
+    # the smallest model: the tests prove the pipeline, not the default's numbers
+    cfg["model"]["tiny"] = {
+        "seed": 0,
+        "layers": 2,
+        "hidden_size": 128,
+        "heads": 2,
+        "kv_heads": 2,
+        "intermediate_size": 256,
+    }
+    cfg["analysis"] = {"claims": []}
     cfg["server"]["configs"] = [{"name": "mns4", "args": {"max-num-seqs": 4}}]
     cfg["workload"].update(
         {

@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from servelab import __version__
 from servelab.errors import ServelabError
@@ -107,6 +108,33 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+EXIT_BY_VERDICT = {"REPRODUCED": 0, "NOT REPRODUCED": 1, "NOT COMPARABLE": 3}
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from servelab.config import load
+    from servelab.reproduce import Settings, compare, verdict_lines
+
+    section: dict[str, Any] = {}
+    if args.config:
+        section = dict(load(Path(args.config)).get("reproduction") or {})
+    if args.claim:
+        section["claims"] = list(section.get("claims") or []) + list(args.claim)
+    if args.tolerance_pct is not None:
+        section["tolerance_pct"] = args.tolerance_pct
+    if args.metric:
+        section["metrics"] = list(args.metric)
+    if args.sign_only:
+        section["require_significance"] = False
+    out = Path(args.out) if args.out else None
+    result = compare(Path(args.reference), Path(args.fresh), Settings.from_config(section), out)
+    for line in verdict_lines(result):
+        print(line)
+    if out is not None:
+        print(f"{out}/reproduction.json, {out}/report.md")
+    return EXIT_BY_VERDICT[result["verdict"]]
+
+
 def _cmd_release(args: argparse.Namespace) -> int:
     from servelab.evidence.release import release
 
@@ -179,6 +207,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="release even with unpinned inputs (the release records why)",
     )
     r.set_defaults(func=_cmd_release)
+
+    cp = sub.add_parser(
+        "compare",
+        help="compare a fresh run with a reference; exit 0 only when it is REPRODUCED",
+    )
+    cp.add_argument(
+        "reference", help="release folder, .tar.gz, bundle, results/<exp> or vllm-bench tree"
+    )
+    cp.add_argument("fresh", help="the same kinds as the reference")
+    cp.add_argument("--out", help="write reproduction.json and report.md here")
+    cp.add_argument("--config", help="take the reproduction: section of this experiment config")
+    cp.add_argument(
+        "--claim", action="append", help="a claim to check besides the reference's (repeatable)"
+    )
+    cp.add_argument(
+        "--metric", action="append", help="judge orderings of this metric only (repeatable)"
+    )
+    cp.add_argument(
+        "--tolerance-pct", type=float, help="also judge throughput means: at most this change"
+    )
+    cp.add_argument(
+        "--sign-only",
+        action="store_true",
+        help="an ordering holds when its sign does, even if not significant in the fresh run",
+    )
+    cp.set_defaults(func=_cmd_compare)
 
     from servelab.telemetry.report import add_subcommand as add_telemetry
 

@@ -100,11 +100,18 @@ def _check_semantics(cfg: dict[str, Any], source: str) -> None:
                 )
     from servelab.analysis.claims_syntax import parse_claim
 
-    for i, claim in enumerate(cfg["analysis"]["claims"]):
-        try:
-            parse_claim(claim)
-        except ServelabError as exc:
-            raise ServelabError(f"{source}: analysis.claims[{i}]: {exc}") from None
+    for where in ("analysis", "reproduction"):
+        for i, claim in enumerate(cfg[where]["claims"]):
+            try:
+                parse_claim(claim)
+            except ServelabError as exc:
+                raise ServelabError(f"{source}: {where}.claims[{i}]: {exc}") from None
+    ref = cfg.get("reference")
+    if ref is not None and not Path(ref).exists():
+        raise ServelabError(
+            f"{source}: reference: {ref!r} not found (relative to {Path.cwd()}); give a release "
+            "folder evidence/<experiment>/<tag>, its .tar.gz or a bundle folder"
+        )
     wu = cfg["workload"]
     model_len = cfg["server"]["args"].get("max-model-len")
     if isinstance(model_len, int) and wu["input_tokens"] + wu["output_tokens"] > model_len:

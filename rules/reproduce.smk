@@ -1,0 +1,24 @@
+# When `reference:` is set (docs/reproduce.md): the reference was verified when the workflow
+# started (rules/common.smk); after the fresh bundle is built, compare the two and give a
+# verdict per claim. The rule succeeds whatever the verdict: the verdict is its output.
+
+
+rule reproduce:
+    input:
+        manifest=f"{EXP}/bundle/manifest.json",
+    output:
+        json=f"{EXP}/reproduction/reproduction.json",
+        report=report(
+            f"{EXP}/reproduction/report.md",
+            caption="../docs/report-caption.rst",
+            category="Reproduction",
+        ),
+    params:
+        reference=config["reference"],
+        settings=config["reproduction"],
+    log:
+        f"{EXP}/logs/reproduce.log",
+    benchmark:
+        f"{EXP}/benchmarks/reproduce.tsv"
+    script:
+        "../scripts/reproduce.py"

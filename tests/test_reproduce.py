@@ -1,0 +1,307 @@
+"""Reproduction against a frozen release: known answers on hand-built experiments."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from analysis_fixtures import KNEE_SPEC, vllm_bench_tree
+from bundle_fixtures import experiment
+
+from servelab import config as cfgmod
+from servelab.cli import main
+from servelab.errors import ServelabError
+from servelab.evidence.bundle import build_bundle
+from servelab.evidence.files import safe_extract, sha256_file, write_deterministic_tar
+from servelab.evidence.release import release
+from servelab.jsonio import read_json, write_json
+from servelab.reproduce import (
+    NOT_COMPARABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Settings,
+    check_reference,
+    compare,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+CLAIMS = ["throughput[c=128] > throughput[c=256]", "dominated(c=256)"]
+# The published fresh-host rerun: every level 3-5% slower, C128 still ahead of C256 (5.6%).
+CLEAN_ROOM = {
+    64: [(4100.0, 310.0), (4114.0, 312.0), (4129.0, 309.0)],
+    128: [(4800.0, 430.0), (4815.0, 428.0), (4828.0, 433.0)],
+    256: [(4545.0, 760.0), (4560.0, 758.0), (4574.0, 765.0)],
+}
+# C256 now ahead of C128: the knee moved.
+BROKEN = {
+    64: [(4100.0, 310.0), (4114.0, 312.0), (4129.0, 309.0)],
+    128: [(4800.0, 430.0), (4815.0, 428.0), (4828.0, 433.0)],
+    256: [(5045.0, 760.0), (5060.0, 758.0), (5074.0, 765.0)],
+}
+
+
+def make_bundle(tmp: Path, spec: Any, claims: list[str] | None = None, seed: int = 0) -> Path:
+    exp, cfg = experiment(tmp, spec, CLAIMS if claims is None else claims, tiny_seed=seed)
+    build_bundle(exp, cfg, tmp / "bundle", REPO)
+    return tmp / "bundle"
+
+
+@pytest.fixture
+def reference(tmp_path: Path) -> Path:
+    bundle = make_bundle(tmp_path / "ref", KNEE_SPEC)
+    return release(bundle, "v1", tmp_path / "evidence", allow_unpinned=True)
+
+
+def fresh(tmp_path: Path, spec: Any, **kw: Any) -> Path:
+    return make_bundle(tmp_path / "fresh", spec, **kw)
+
+
+def test_clean_room_rerun_is_reproduced(reference: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = compare(reference, fresh(tmp_path, CLEAN_ROOM), out=out)
+    assert r["verdict"] == REPRODUCED, r["why"]
+    assert [c["verdict"] for c in r["claims"]] == [REPRODUCED, REPRODUCED]
+    assert [c["fresh_verdict"] for c in r["claims"]] == ["holds", "holds"]
+    # the paired advantage side by side: 4.66% in the reference, 5.58% fresh
+    adv = next(
+        p for p in r["paired"] if (p["a"], p["b"], p["metric"]) == (128, 256, "output_throughput")
+    )
+    assert adv["reference_diff_pct"] == pytest.approx(4.66, abs=0.01)
+    assert adv["fresh_diff_pct"] == pytest.approx(5.58, abs=0.01)
+    assert adv["status"] == "preserved" and adv["fresh_agree"] == "3/3"
+    chain = next(c for c in r["chains"] if c["metric"] == "output_throughput")
+    assert chain["reference"] == chain["fresh"] == "C64 < C128 > C256"
+    # absolute values moved 3-5% and are reported, not judged
+    tput = [p for p in r["points"] if p["metric"] == "output_throughput"]
+    assert all(-5.0 < p["change_pct"] < -2.5 and p["status"] == "reported" for p in tput)
+    assert tput[0]["reference_cv_pct"] is not None and tput[0]["fresh_cv_pct"] is not None
+    assert r["reference"]["tag"] == "v1" and r["reference"]["kind"] == "release"
+    assert r["provenance"]["blocking"] == []
+    text = (out / "report.md").read_text()
+    assert "**Verdict: REPRODUCED**" in text and "C64 < C128 > C256" in text
+    assert read_json(out / "reproduction.json")["verdict"] == REPRODUCED
+
+
+def test_same_inputs_same_bytes(reference: Path, tmp_path: Path) -> None:
+    new = fresh(tmp_path, CLEAN_ROOM)
+    compare(reference, new, out=tmp_path / "a")
+    compare(reference, new, out=tmp_path / "b")
+    for name in ("reproduction.json", "report.md"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_broken_ordering_is_not_reproduced(reference: Path, tmp_path: Path) -> None:
+    r = compare(reference, fresh(tmp_path, BROKEN))
+    assert r["verdict"] == NOT_REPRODUCED
+    claims = {c["claim"]: c for c in r["claims"]}
+    assert claims[CLAIMS[0]]["fresh_verdict"] == "fails"
+    assert claims[CLAIMS[0]]["verdict"] == NOT_REPRODUCED
+    assert claims["dominated(c=256)"]["verdict"] == NOT_REPRODUCED
+    adv = next(
+        o
+        for o in r["orderings"]
+        if (o["a"], o["b"], o["metric"]) == (128, 256, "output_throughput")
+    )
+    assert adv["status"] == "reversed" and adv["verdict"] == NOT_REPRODUCED
+    chain = next(c for c in r["chains"] if c["metric"] == "output_throughput")
+    assert chain["fresh"] == "C64 < C128 < C256" and not chain["same"]
+
+
+def test_model_revision_changed_is_not_comparable(reference: Path, tmp_path: Path) -> None:
+    r = compare(reference, fresh(tmp_path, CLEAN_ROOM, seed=1))
+    assert r["verdict"] == NOT_COMPARABLE
+    assert r["provenance"]["blocking"] == ["model.revision"]
+    assert any("model.revision differs" in f for f in r["provenance"]["not_clean_room"])
+    # the numbers alone would reproduce; the verdict says they cannot be compared
+    assert all(c["verdict"] == NOT_COMPARABLE for c in r["claims"])
+    assert all(c["as_measured"] == REPRODUCED for c in r["claims"])
+
+
+def test_tolerance_makes_absolute_values_part_of_the_verdict(
+    reference: Path, tmp_path: Path
+) -> None:
+    new = fresh(tmp_path, CLEAN_ROOM)
+    assert compare(reference, new, Settings(tolerance_pct=10.0))["verdict"] == REPRODUCED
+    r = compare(reference, new, Settings(tolerance_pct=2.0))
+    assert r["verdict"] == NOT_REPRODUCED
+    outside = [p for p in r["points"] if p["status"] == "outside tolerance"]
+    assert {p["concurrency"] for p in outside} == {64, 128, 256}
+    assert all(p["metric"] == "output_throughput" for p in outside)
+
+
+def test_same_sign_without_significance(tmp_path: Path) -> None:
+    ref = make_bundle(tmp_path / "ref", KNEE_SPEC, claims=[])
+    # C128 ahead of C256 on average, but not in every repeat: not a real difference
+    noisy = dict(CLEAN_ROOM)
+    noisy[256] = [(4900.0, 760.0), (4500.0, 758.0), (4200.0, 765.0)]
+    new = fresh(tmp_path, noisy, claims=[])
+    r = compare(ref, new, Settings(metrics=("output_throughput",)))
+    adv = next(o for o in r["orderings"] if (o["a"], o["b"]) == (128, 256))
+    assert adv["status"] == "same sign, not significant"
+    assert r["verdict"] == NOT_REPRODUCED
+    loose = Settings(metrics=("output_throughput",), require_significance=False)
+    assert compare(ref, new, loose)["verdict"] == REPRODUCED
+
+
+def test_min_effect_leaves_small_differences_unjudged(tmp_path: Path) -> None:
+    ref = make_bundle(tmp_path / "ref", KNEE_SPEC, claims=[])
+    r = compare(ref, fresh(tmp_path, BROKEN, claims=[]), Settings(min_effect_pct=10.0))
+    judged = {(o["a"], o["b"], o["metric"]) for o in r["orderings"]}
+    assert (128, 256, "output_throughput") not in judged  # 4.7% < 10%
+    assert (64, 128, "output_throughput") in judged  # 17%
+    assert r["verdict"] == REPRODUCED
+
+
+def rewrite_release(release_dir: Path, tmp: Path, edit: Any) -> None:
+    """A consistent forgery of the tarball: edit a file, re-tar, update release.json's hash."""
+    rel = read_json(release_dir / "release.json")
+    root = safe_extract(release_dir / rel["tarball"], tmp / "x")
+    edit(root)
+    digest = write_deterministic_tar(root, release_dir / rel["tarball"], root.name)
+    rel["tarball_sha256"] = digest
+    write_json(release_dir / "release.json", rel)
+
+
+def test_tampered_reference_is_refused(reference: Path, tmp_path: Path) -> None:
+    new = fresh(tmp_path, CLEAN_ROOM)
+    tarball = next(reference.glob("*.tar.gz"))
+    saved = tarball.read_bytes()
+    tarball.write_bytes(saved[:-10] + bytes(10))
+    with pytest.raises(ServelabError, match=r"v1\.tar\.gz: sha256 .* differs from release\.json"):
+        compare(reference, new)
+    tarball.write_bytes(saved)
+
+    def edit(root: Path) -> None:
+        p = next(root.glob("raw/a100/rep01/c0128/requests.jsonl.gz"))
+        b = p.read_bytes()
+        p.write_bytes(b[:20] + bytes([b[20] ^ 1]) + b[21:])
+
+    rewrite_release(reference, tmp_path, edit)
+    with pytest.raises(ServelabError) as exc:
+        compare(reference, new)
+    msg = str(exc.value)
+    assert "reference does not verify" in msg and "c0128/requests.jsonl.gz" in msg
+    assert "\n" not in msg
+    with pytest.raises(ServelabError, match="reference does not verify"):
+        check_reference(reference)
+
+
+def test_small_files_must_match_the_tarball(reference: Path, tmp_path: Path) -> None:
+    prov = read_json(reference / "provenance.json")
+    prov["model"]["revision"] = "0" * 64
+    write_json(reference / "provenance.json", prov)
+    with pytest.raises(ServelabError, match="provenance.json: differs from the copy inside"):
+        compare(reference, fresh(tmp_path, CLEAN_ROOM))
+
+
+def test_malformed_claims_give_one_line(reference: Path, tmp_path: Path) -> None:
+    new = fresh(tmp_path, CLEAN_ROOM)
+    with pytest.raises(ServelabError, match=r"claims: 'throughput > 5' is not a claim"):
+        compare(reference, new, Settings(extra_claims=("throughput > 5",)))
+    with pytest.raises(ServelabError, match=r"reproduction\.claims\[0\]: 'knee\(\)\)' is not"):
+        cfgmod.validate(
+            {
+                "server": {"configs": [{"name": "a"}]},
+                "sweep": {"concurrency": [1]},
+                "reproduction": {"claims": ["knee())"]},
+            },
+            source="cfg.yaml",
+        )
+    with pytest.raises(ServelabError, match=r"reference: 'nowhere/v9' not found"):
+        cfgmod.validate(
+            {
+                "server": {"configs": [{"name": "a"}]},
+                "sweep": {"concurrency": [1]},
+                "reference": "nowhere/v9",
+            },
+            source="cfg.yaml",
+        )
+
+
+def test_claim_on_a_config_the_fresh_run_lacks_is_not_comparable(
+    reference: Path, tmp_path: Path
+) -> None:
+    # the fresh run measured only 64 and 128: the claims about 256 cannot be judged
+    partial = {c: v for c, v in CLEAN_ROOM.items() if c != 256}
+    r = compare(reference, fresh(tmp_path, partial, claims=[]))
+    claims = {c["claim"]: c for c in r["claims"]}
+    assert claims[CLAIMS[0]]["verdict"] == NOT_COMPARABLE
+    assert "not measured" in claims[CLAIMS[0]]["reason"]
+    assert r["verdict"] in (NOT_COMPARABLE, NOT_REPRODUCED)
+    assert r["verdict"] != REPRODUCED
+
+
+def test_compare_cli_on_vllm_bench_trees(tmp_path: Path, capsys: Any) -> None:
+    ref = vllm_bench_tree(tmp_path / "published", KNEE_SPEC)
+    good = vllm_bench_tree(tmp_path / "rerun", CLEAN_ROOM)
+    bad = vllm_bench_tree(tmp_path / "moved", BROKEN)
+    args = [str(ref), str(good), "--claim", CLAIMS[0], "--out", str(tmp_path / "o")]
+    assert main(["compare", *args]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("reproduction: REPRODUCED")
+    r = read_json(tmp_path / "o" / "reproduction.json")
+    assert r["reference"]["kind"] == "vllm-bench"
+    assert r["notes"] == [
+        "fresh configuration 'rerun' compared with reference configuration 'published'"
+    ]
+    assert any("no provenance" in f for f in r["provenance"]["not_clean_room"])
+    assert main(["compare", str(ref), str(bad), "--claim", CLAIMS[0]]) == 1
+    out = capsys.readouterr().out
+    assert "NOT REPRODUCED" in out and "ordering published C128 vs C256" in out
+    # a reference with nothing to judge: no real difference, no claim
+    flat = vllm_bench_tree(tmp_path / "flat", {1: [(10.0, 5.0)] * 3, 2: [(10.0, 5.0)] * 3})
+    assert main(["compare", str(flat), str(flat), "--metric", "output_throughput"]) == 3
+    assert "NOT COMPARABLE" in capsys.readouterr().out
+
+
+def test_bench_model_id_differing_is_not_comparable(tmp_path: Path) -> None:
+    ref = vllm_bench_tree(tmp_path / "a", KNEE_SPEC)
+    new = vllm_bench_tree(tmp_path / "b", CLEAN_ROOM)
+    for root, model in ((ref, "Qwen/Qwen2.5-3B-Instruct"), (new, "Qwen/Qwen2.5-7B-Instruct")):
+        for f in root.glob("rep_*/concurrency_*/benchmark.json"):
+            data = json.loads(f.read_text())
+            data["model_id"] = model
+            f.write_text(json.dumps(data))
+    r = compare(ref, new)
+    assert r["verdict"] == NOT_COMPARABLE and r["provenance"]["blocking"] == ["benchmark.model_id"]
+
+
+def test_workflow_verifies_the_reference_before_anything_runs(
+    reference: Path, tmp_path: Path
+) -> None:
+    def dry(ref: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "-n",
+                "--cores",
+                "1",
+                "--config",
+                f"reference={ref}",
+                f"results_dir={tmp_path / 'results'}",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    ok = dry(reference)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert f"reference: {reference} verified (release, tag v1," in ok.stderr
+    assert "reproduce" in ok.stdout
+    shutil.copytree(reference, tmp_path / "bad")
+    tarball = next((tmp_path / "bad").glob("*.tar.gz"))
+    tarball.write_bytes(tarball.read_bytes()[:-10] + bytes(10))
+    bad = dry(tmp_path / "bad")
+    assert bad.returncode != 0
+    assert "reference error:" in bad.stderr and "differs from release.json" in bad.stderr
+    assert "sweep" not in bad.stdout
+    assert sha256_file(tarball) != read_json(tmp_path / "bad" / "release.json")["tarball_sha256"]
