@@ -20,7 +20,7 @@ rule analysis:
         if config["analysis"]["figures"]
         else [],
     params:
-        config=config,
+        config=EXPERIMENT_CONFIG,
     log:
         f"{EXP}/logs/analysis.log",
     benchmark:

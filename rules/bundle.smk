@@ -12,7 +12,7 @@ rule bundle:
         manifest=f"{EXP}/bundle/manifest.json",
         sums=f"{EXP}/bundle/SHA256SUMS",
     params:
-        config=config,
+        config=EXPERIMENT_CONFIG,
     log:
         f"{EXP}/logs/bundle.log",
     benchmark:
@@ -25,10 +25,10 @@ rule release:
     input:
         manifest=f"{EXP}/bundle/manifest.json",
     output:
-        release=f"evidence/{config['experiment']}/{config.get('release_tag', 'UNSET')}/release.json",
+        release=f"evidence/{config['experiment']}/{RELEASE_TAG or 'UNSET'}/release.json",
     params:
-        tag=config.get("release_tag"),
-        allow_unpinned=config.get("release_allow_unpinned", False),
+        tag=RELEASE_TAG,
+        allow_unpinned=RELEASE_ALLOW_UNPINNED,
     log:
         f"{EXP}/logs/release.log",
     script:

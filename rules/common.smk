@@ -5,6 +5,10 @@ from servelab.config import validate as _validate
 from servelab.errors import ServelabError
 
 _sources = [str(p) for p in (workflow.overwrite_configfiles or ["config/config.yaml"])]
+# Options of the `release` target (--config release_tag=TAG [release_allow_unpinned=true]) are
+# not part of the experiment.
+RELEASE_TAG = config.pop("release_tag", None)
+RELEASE_ALLOW_UNPINNED = config.pop("release_allow_unpinned", False)
 try:
     _resolved = _validate(dict(config), source=", ".join(_sources))
 except ServelabError as _exc:
@@ -28,6 +32,11 @@ if config["reference"]:
     print(f"reference: {_ref}", file=sys.stderr)
     REPRODUCTION = [f"{EXP}/reproduction/reproduction.json"]
 SERVER_CONFIGS = [c["name"] for c in config["server"]["configs"]]
+# What the measuring and analysing rules see: setting a reference afterwards compares an
+# existing run without measuring it again.
+EXPERIMENT_CONFIG = {k: v for k, v in config.items() if k not in ("reference", "reproduction")}
+# What the measuring rules see: a new claim or SLO re-runs the analysis, not the measurements.
+MEASURE_CONFIG = {k: v for k, v in EXPERIMENT_CONFIG.items() if k != "analysis"}
 
 
 wildcard_constraints:

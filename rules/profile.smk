@@ -23,7 +23,7 @@ rule profile:
     output:
         capture=f"{EXP}/profile/{{sc}}/capture.json",
     params:
-        config=config,
+        config=MEASURE_CONFIG,
     resources:
         measure=1,
         **gpu_resources(),
@@ -43,7 +43,7 @@ rule profile_report:
         profile=f"{EXP}/profile/{{sc}}/profile.json",
         report=report(f"{EXP}/profile/{{sc}}/profile.md", category="Profile"),
     params:
-        config=config,
+        config=MEASURE_CONFIG,
     log:
         f"{EXP}/logs/profile-report-{{sc}}.log",
     benchmark:

@@ -7,7 +7,7 @@ rule sweep:
     output:
         run=f"{EXP}/raw/{{sc}}/run.json",
     params:
-        config=config,
+        config=MEASURE_CONFIG,
     resources:
         measure=1,
         **gpu_resources(),

@@ -146,6 +146,28 @@ def test_reduced_experiment_produces_the_raw_data_contract(
     table = (exp / "telemetry" / "points.csv").read_text().splitlines()
     assert len(table) == 5 and all(line.startswith("mns4,") for line in table[1:])
 
+    # Freeze the bundle, then set it as the reference of the same experiment: only the
+    # comparison runs (nothing is measured again), and the same data, compared with itself
+    # through real provenance, must show nothing that blocks and every verdict equal.
+    from servelab.evidence.release import release
+
+    rel = release(exp / "bundle", "t1", tmp_path / "evidence", allow_unpinned=True)
+    cfg["reference"] = str(rel)
+    cfg["reproduction"] = {"claims": ["throughput[c=4] > throughput[c=1]"]}
+    proc = run_snakemake(write_config(tmp_path, cfg))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"reference: {rel} verified (release, tag t1," in proc.stderr
+    assert "== sweep" not in proc.stdout and "== profile" not in proc.stdout
+    assert "reproduction: " in proc.stdout
+    rep = json.loads((exp / "reproduction" / "reproduction.json").read_text())
+    assert rep["provenance"]["blocking"] == [] and rep["reference"]["tag"] == "t1"
+    assert [c["claim"] for c in rep["claims"]] == ["throughput[c=4] > throughput[c=1]"]
+    assert all(c["fresh_verdict"] == c["reference_verdict"] for c in rep["claims"])
+    assert all(o["status"] == "preserved" for o in rep["orderings"])
+    assert all(p["change_pct"] == 0 for p in rep["points"] if p["change_pct"] is not None)
+    assert rep["verdict"] != "NOT REPRODUCED"
+    assert "# Reproduction" in (exp / "reproduction" / "report.md").read_text()
+
 
 def test_server_killed_mid_point_keeps_data_and_rerun_completes(
     vllm_runtime: dict, tmp_path: Path
