@@ -24,6 +24,7 @@ from typing import Any
 
 from servelab import config as cfgmod
 from servelab.client import PointRun, Workload, run_point
+from servelab.container import container_run_for
 from servelab.errors import ServelabError
 from servelab.jsonio import read_json, write_json, write_jsonl_gz
 from servelab.metrics import point_metrics
@@ -33,6 +34,7 @@ from servelab.server import (
     Server,
     ServerLaunch,
     choose_port,
+    make_server,
     parse_capacity,
     raise_on_signals,
 )
@@ -168,6 +170,10 @@ def run_sweep(
     return record
 
 
+def exp_dir_of(raw: Path) -> Path:
+    return raw.parents[1]  # <exp>/raw/<sc>
+
+
 def _next_launch_index(srv_dir: Path) -> int:
     lj = srv_dir / "launch.json"
     if not lj.exists():
@@ -202,10 +208,19 @@ def _measure(
         args=cfgmod.args_to_cli(args),
         # The model is always local: the server must never reach for a hub.
         env={"HF_HUB_OFFLINE": "1", **cfg["runtime"]["env"]},
+        container=container_run_for(
+            cfg,
+            runtime,
+            str(model_dir.resolve()),
+            sc,
+            "sweep",
+            str(exp_dir_of(raw).resolve()),
+            cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        ),
     )
     log_path = srv_dir / "server.log"
     log_offset = log_path.stat().st_size if log_path.exists() else 0
-    server = Server(launch, log_path, scfg["shutdown_timeout_s"])
+    server = make_server(launch, log_path, scfg["shutdown_timeout_s"])
     t0 = time.monotonic()
     say(
         f"[{sc}] starting vLLM on {launch.base_url} (launch {launch_index}): "
@@ -234,6 +249,8 @@ def _measure(
                 "started_epoch_ns": server.started_epoch_ns,
                 "ready_s": round(ready_s, 3),
                 "runtime_lock_sha256": runtime.get("lock_sha256"),
+                "runtime_image_digest": runtime.get("image_digest"),
+                "container": launch.container.name if launch.container else None,
             },
         )
         workload = Workload(
@@ -333,7 +350,7 @@ def _measure_point(
     label = f"{sc}-r{slot.repeat:02d}-c{slot.concurrency:04d}"
     # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
     # a point cut short; their summary over the point's window goes into point.json.
-    tel = PointTelemetry(cfg["telemetry"], server.pid, workload.base_url)
+    tel = PointTelemetry(cfg["telemetry"], server.telemetry_pid(), workload.base_url)
     try:
         with tel:
             run_point(workload, prompts[:n], slot.concurrency, label, run)
