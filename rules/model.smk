@@ -5,7 +5,7 @@ rule model:
         record=f"{EXP}/model/servelab-model.json",
     params:
         model=config["model"],
-        runtime=config["runtime"],
+        cache_dir=config["runtime"]["cache_dir"],
     log:
         f"{EXP}/logs/model.log",
     benchmark:

@@ -8,7 +8,7 @@ with job(snakemake, "model") as say:  # noqa: F821
     record = build_model(
         snakemake.params.model,  # noqa: F821
         Path(snakemake.output.record).parent,  # noqa: F821
-        cache_dir_of(snakemake.params.runtime),  # noqa: F821
+        cache_dir_of({"cache_dir": snakemake.params.cache_dir}),  # noqa: F821
         say=say,
     )
     say(

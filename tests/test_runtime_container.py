@@ -289,3 +289,53 @@ def test_nsys_absent_from_the_image_is_an_explicit_record(tmp_path: Path) -> Non
     rec = run_profile(cfg, "fake", tmp_path, runtime, tmp_path, lambda s: None)
     assert rec["status"] == "not profiled" and rec["tool"] is None
     assert rec["reason"] == f"nsys is not in {PINNED} (see containers/README.md)"
+
+
+def test_a_mount_missing_on_the_host_is_refused(engine: Engine, tmp_path: Path) -> None:
+    missing = tmp_path / "no-nsight"
+    cfg = config(tmp_path, mounts=[f"{missing}:/opt/nvidia/nsight-systems-cli/2025.5.1"])
+    with pytest.raises(ServelabError) as err:
+        ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    assert str(err.value).startswith(f"runtime.mounts[0]: {missing} is not on this host")
+    missing.mkdir()
+    ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    probe = engine.calls()[-1]
+    assert f"{missing}:/opt/nvidia/nsight-systems-cli/2025.5.1:ro" in probe
+
+
+def test_apptainer_pulls_by_digest_once_and_pins_a_sif(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "apptainer.jsonl"
+    monkeypatch.setenv("FAKE_APPTAINER_LOG", str(log))
+    engine.script("apptainer", f'exec {sys.executable} {TESTS / "fake_apptainer.py"} "$@"')
+    cfg = config(tmp_path, kind="apptainer", image=f"docker://{IMAGE}", cache_dir=str(tmp_path))
+    rec = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    sif = tmp_path / "images" / "vllm_vllm-openai-6666717cd1cadf9a.sif"
+    assert rec["engine"] == "apptainer" and rec["image_ref"] == str(sif)
+    assert rec["image_digest"] == DIGEST and rec["vllm_version"] == "0.27.1"
+    assert rec["image_sha256"] == hashlib.sha256(sif.read_bytes()).hexdigest()
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert calls[1] == ["pull", f"{sif}.partial", f"docker://{PINNED}"]
+    assert calls[2][:2] == ["exec", "--cleanenv"] and calls[2][2] == str(sif)
+    ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    assert [c[0] for c in map(json.loads, log.read_text().splitlines())].count("pull") == 1
+    # a .sif file is pinned by its sha256
+    cfg = config(tmp_path, kind="apptainer", image=str(sif), image_sha256="0" * 64)
+    with pytest.raises(ServelabError) as err:
+        ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    assert str(err.value).startswith(f"runtime.image_sha256: {sif} has sha256 ")
+    cfg = config(tmp_path, kind="apptainer", image=str(sif), image_sha256=rec["image_sha256"])
+    pinned = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    assert pinned["image_digest"] is None and pinned["image_sha256"] == rec["image_sha256"]
+    import jsonschema
+
+    schema = json.loads((REPO / "src/servelab/schemas/runtime.schema.json").read_text())
+    jsonschema.validate(pinned, schema)
+    # a sweep: apptainer runs the server as the job's child, listening on server.host
+    exp = tmp_path / "results" / "fake-gpu"
+    run = run_sweep(cfg, "fake", model_dir(tmp_path), pinned, exp, lambda s: None)
+    assert run["status"] == "complete"
+    cmd = read_json(exp / "server" / "fake" / "launch.json")["command"]
+    assert cmd[:3] == [str(engine.bin / "apptainer"), "exec", "--cleanenv"]
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1"

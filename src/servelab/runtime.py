@@ -385,6 +385,12 @@ def ensure_container(
             f"is the {engine} service running and may this user use it?"
         )
     engine_version = (proc.stdout.strip().splitlines() or [""])[-1]
+    for i, mount in enumerate(settings.mounts):
+        if not Path(mount.host).exists():  # docker would create an empty folder in its place
+            raise ServelabError(
+                f"runtime.mounts[{i}]: {mount.host} is not on this host; create or install it "
+                "(containers/README.md for Nsight Systems), or remove the mount"
+            )
     facts: dict[str, Any] = {"image_sha256": None}
     if engine == "apptainer":
         image_ref, more = _check_sif(exe, settings, rt, run, say)
