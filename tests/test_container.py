@@ -215,6 +215,9 @@ def test_apptainer_server_command() -> None:
     assert env["APPTAINERENV_HF_HUB_OFFLINE"] == "1"
     assert env["APPTAINERENV_VLLM_LOGGING_LEVEL"] == "INFO"
     assert launch.container is not None and launch.container.stop_command(30) is None
+    assert "APPTAINERENV_CUDA_VISIBLE_DEVICES" not in env  # all GPUs
+    chosen = sweep_launch(cfg, runtime_record("apptainer", sif), cuda="2,3").process_env()
+    assert chosen["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "2,3"
 
 
 def test_host_network_and_options() -> None:

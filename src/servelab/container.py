@@ -195,7 +195,10 @@ class ContainerRun:
         """Variables to set for the engine's own process so that `env` reaches the container:
         docker and podman read `-e NAME` from it, apptainer reads APPTAINERENV_NAME."""
         if self.engine == "apptainer":
-            return {f"APPTAINERENV_{k}": v for k, v in env.items()}
+            out = {f"APPTAINERENV_{k}": v for k, v in env.items()}
+            if isinstance(self.gpus, tuple):  # --nv shows every GPU; --cleanenv drops the host's
+                out["APPTAINERENV_CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus)
+            return out
         return dict(env)
 
     def stop_command(self, timeout_s: float) -> list[str] | None:

@@ -90,7 +90,13 @@ def vocab_ids(model_dir: Path) -> list[int]:
     Text made of such tokens re-tokenizes to the same ids, so exact-length prompts converge
     at once; the /tokenize check still decides.
     """
-    tok = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    path = model_dir / "tokenizer.json"
+    if not path.is_file():
+        raise ServelabError(
+            f"{path}: missing; prompts are built from the model's tokenizer.json (choose a "
+            "model that has one, or add it to model.allow_patterns)"
+        )
+    tok = json.loads(path.read_text(encoding="utf-8"))
     special = {t["id"] for t in tok.get("added_tokens", [])}
     vocab: dict[str, int] = tok["model"]["vocab"]
     words = sorted(i for s, i in vocab.items() if _WORD.match(s) and i not in special)
