@@ -373,10 +373,10 @@ def ensure_container(
     engine = settings.engine
     exe = which(engine)
     if exe is None:
-        hint = "with the NVIDIA Container Toolkit for GPUs" if engine != "apptainer" else ""
+        hint = " (with the NVIDIA Container Toolkit for GPUs)" if engine != "apptainer" else ""
         raise ServelabError(
-            f"runtime.kind {engine}: {engine!r} is not on PATH; install {engine} {hint} or "
-            "choose another runtime.kind".replace("  ", " ")
+            f"runtime.kind {engine}: {engine!r} is not on PATH; install {engine}{hint} or "
+            "choose another runtime.kind"
         )
     proc = _call(run, engine_version_command(exe, engine), 60)
     if proc.returncode != 0:
