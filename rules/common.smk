@@ -5,12 +5,20 @@ from servelab.config import validate as _validate
 from servelab.errors import ServelabError
 
 _sources = [str(p) for p in (workflow.overwrite_configfiles or ["config/config.yaml"])]
+# An experiment file (--configfile) replaces the default experiment instead of extending it:
+# keys it leaves out take the schema's defaults, never config/config.yaml's values (Snakemake
+# would merge them in, e.g. the CPU quickstart's server.args into a GPU experiment).
+_raw = (
+    dict(workflow.config_settings.overwrite_config)
+    if workflow.overwrite_configfiles
+    else dict(config)
+)
 # Options of the `release` target (--config release_tag=TAG [release_allow_unpinned=true]) are
 # not part of the experiment.
-RELEASE_TAG = config.pop("release_tag", None)
-RELEASE_ALLOW_UNPINNED = config.pop("release_allow_unpinned", False)
+RELEASE_TAG = _raw.pop("release_tag", None)
+RELEASE_ALLOW_UNPINNED = _raw.pop("release_allow_unpinned", False)
 try:
-    _resolved = _validate(dict(config), source=", ".join(_sources))
+    _resolved = _validate(_raw, source=", ".join(_sources))
 except ServelabError as _exc:
     sys.exit(f"config error: {_exc}")
 config.clear()
@@ -47,6 +55,12 @@ def gpu_resources():
     """GPU jobs declare their GPUs so a cluster executor can place them."""
     rt = config["runtime"]
     return {"gpu": rt["gpus"]} if rt["device"] == "gpu" and rt["gpus"] > 0 else {}
+
+
+def runtime_inputs(wildcards):
+    """The lock of a venv runtime; a container runtime reads nothing from the repository."""
+    rt = config["runtime"]
+    return {"lock": rt["lock"]} if rt["kind"] == "venv" else {}
 
 
 def sweep_outputs(wildcards=None):

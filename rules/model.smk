@@ -1,8 +1,11 @@
+# tiny: built in {EXP}/model/. hf: downloaded at the pinned commit into a shared folder
+# (model.local_dir or the cache); the record says where (docs/config.md).
 rule model:
     output:
         record=f"{EXP}/model/servelab-model.json",
     params:
         model=config["model"],
+        cache_dir=config["runtime"]["cache_dir"],
     log:
         f"{EXP}/logs/model.log",
     benchmark:

@@ -1,10 +1,13 @@
+# venv: created from its hashed lock (an input, so a changed lock rebuilds it). docker, podman,
+# apptainer: the pinned image is checked and probed; nothing in the repository is an input.
 rule runtime:
     input:
-        lock=config["runtime"]["lock"],
+        unpack(runtime_inputs),
     output:
         record=f"{EXP}/runtime/runtime.json",
     params:
         runtime=config["runtime"],
+        profile=config["profile"],
     log:
         f"{EXP}/logs/runtime.log",
     benchmark:

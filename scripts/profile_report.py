@@ -1,5 +1,6 @@
 from pathlib import Path
 
+from servelab.model import model_dir
 from servelab.profile.capture import analyze_capture
 from servelab.smk import job
 
@@ -8,6 +9,6 @@ with job(snakemake, f"profile report {snakemake.wildcards.sc}") as say:  # noqa:
         snakemake.params.config,  # noqa: F821
         snakemake.wildcards.sc,  # noqa: F821
         Path(snakemake.input.capture).parents[2],  # noqa: F821  <exp>/profile/<sc>/capture.json
-        Path(snakemake.input.model).parent,  # noqa: F821
+        model_dir(Path(snakemake.input.model)),  # noqa: F821
     )
     say(f"{profile['status']}: {', '.join(profile['windows']) or profile['reason']}")

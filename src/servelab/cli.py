@@ -57,9 +57,10 @@ def _cmd_lock(args: argparse.Namespace) -> int:
 def _cmd_build_model(args: argparse.Namespace) -> int:
     from servelab.config import load
     from servelab.model import build_model
+    from servelab.runtime import cache_dir_of
 
     cfg = load(Path(args.config))
-    record = build_model(cfg["model"], Path(args.out))
+    record = build_model(cfg["model"], Path(args.out), cache_dir_of(cfg["runtime"]))
     print(json.dumps({"revision": record["revision"], "files": len(record["files"])}))
     return 0
 

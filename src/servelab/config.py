@@ -7,6 +7,7 @@ default and its description live. Errors name the file, the key path and what is
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,10 @@ from servelab.errors import ServelabError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
+# A value the config's author must fill in: "<set: HINT>", e.g. "<set: its 40-hex commit>".
+PLACEHOLDER = re.compile(r"^<set:\s*(?P<hint>.+?)\s*>$", re.I)
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 
 def load_yaml(path: Path) -> Any:
@@ -56,6 +61,7 @@ def validate(
     import jsonschema
 
     schema = load_yaml(schema_path)
+    _check_placeholders(config, source)
     data = _apply_defaults(schema, copy.deepcopy(config) if config is not None else {})
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(
@@ -65,7 +71,45 @@ def validate(
         err = errors[0]
         raise ServelabError(f"{source}: {key_path(err.absolute_path)}: {_describe(err)}")
     _check_semantics(data, source)
+    _resolve(data)
     return dict(data)
+
+
+def placeholders(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[str, str]]:
+    """(key path, hint) of every "<set: HINT>" value, in document order."""
+    out: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += placeholders(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += placeholders(v, (*path, i))
+    elif isinstance(node, str):
+        m = PLACEHOLDER.match(node.strip())
+        if m:
+            out.append((key_path(path), m["hint"]))
+    return out
+
+
+def _check_placeholders(config: Any, source: str) -> None:
+    """One line naming every value still to be pinned, and what to set it to."""
+    found = placeholders(config)
+    if not found:
+        return
+    keys = [k for k, _ in found]
+    names = keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + " and " + keys[-1]
+    verb = "is" if len(keys) == 1 else "are"
+    todo = ", ".join(f"{k} to {hint}" for k, hint in found[:-1])
+    todo = f"{todo} and " if todo else ""
+    todo += f"{found[-1][0]} to {found[-1][1]}"
+    raise ServelabError(f"{source}: {names} {verb} not pinned: set {todo}")
+
+
+def _resolve(cfg: dict[str, Any]) -> None:
+    """Defaults that depend on other keys."""
+    model = cfg["model"]
+    if model.get("served_name") is None:
+        model["served_name"] = model["repo"] if model["source"] == "hf" else "servelab-tiny"
 
 
 def _describe(err: Any) -> str:
@@ -77,7 +121,96 @@ def _describe(err: Any) -> str:
     return str(err.message)
 
 
+def _check_model(model: dict[str, Any], source: str) -> None:
+    if model["source"] != "hf":
+        for key in ("repo", "revision", "local_dir", "allow_patterns"):
+            if model.get(key) is not None:
+                raise ServelabError(
+                    f"{source}: model.{key}: only for model.source hf; remove it or set "
+                    "model.source: hf"
+                )
+        return
+    repo, rev = model.get("repo"), model.get("revision")
+    if not repo:
+        raise ServelabError(
+            f"{source}: model.repo: model.source hf needs a repository, e.g. "
+            "Qwen/Qwen2.5-3B-Instruct"
+        )
+    if not HF_REPO.match(repo):
+        raise ServelabError(
+            f"{source}: model.repo: {repo!r} is not a Hugging Face repository id (ORG/NAME)"
+        )
+    if not rev:
+        raise ServelabError(
+            f"{source}: model.revision: not set; pin the commit: set model.revision to the "
+            f"40-hex commit sha of {repo} (huggingface.co/{repo}/commits/main lists them)"
+        )
+    if not COMMIT.match(rev):
+        raise ServelabError(
+            f"{source}: model.revision: {rev!r} is not a commit (a branch or tag name moves); "
+            f"pin the commit: set model.revision to the full 40-hex commit sha of {repo} "
+            f"(listed at huggingface.co/{repo}/commits/main)"
+        )
+
+
+def _check_runtime(cfg: dict[str, Any], source: str) -> None:
+    from servelab.container import ContainerSettings
+
+    rt = cfg["runtime"]
+    container_keys = ("image", "image_sha256", "gpu_devices", "shm_size")
+    if rt["kind"] == "venv":
+        for key in container_keys:
+            if rt.get(key) is not None:
+                raise ServelabError(
+                    f"{source}: runtime.{key}: only for runtime.kind docker, podman or "
+                    "apptainer; remove it or change runtime.kind"
+                )
+        for key in ("mounts", "extra_args"):
+            if rt.get(key):
+                raise ServelabError(
+                    f"{source}: runtime.{key}: only for runtime.kind docker, podman or "
+                    "apptainer; remove it or change runtime.kind"
+                )
+    else:
+        try:
+            settings = ContainerSettings.from_config(rt)
+        except ServelabError as exc:
+            raise ServelabError(f"{source}: {exc}") from None
+        sha = rt.get("image_sha256")
+        if settings.image.sif is not None:
+            if not sha:
+                raise ServelabError(
+                    f"{source}: runtime.image_sha256: set it to the sha256 of "
+                    f"{settings.image.sif} (sha256sum {settings.image.sif}) to pin the .sif image"
+                )
+        elif sha is not None:
+            raise ServelabError(
+                f"{source}: runtime.image_sha256: only for a .sif image; the digest in "
+                "runtime.image pins this one - remove runtime.image_sha256"
+            )
+        if sha is not None and not re.match(r"^[0-9a-f]{64}$", sha):
+            raise ServelabError(
+                f"{source}: runtime.image_sha256: {sha!r} is not 64 lowercase hex digits"
+            )
+    if rt["device"] == "gpu":
+        devices = rt.get("gpu_devices")
+        if devices is not None and rt["gpus"] > len(devices):
+            raise ServelabError(
+                f"{source}: runtime.gpu_devices lists {len(devices)} GPU(s) but runtime.gpus "
+                f"is {rt['gpus']}; list at least runtime.gpus devices"
+            )
+        for c in cfg["server"]["configs"]:
+            tp = {**cfg["server"]["args"], **c["args"]}.get("tensor-parallel-size", 1)
+            if isinstance(tp, int) and rt["gpus"] and tp > rt["gpus"]:
+                raise ServelabError(
+                    f"{source}: server config {c['name']!r}: tensor-parallel-size {tp} needs "
+                    f"runtime.gpus >= {tp} (it is {rt['gpus']})"
+                )
+
+
 def _check_semantics(cfg: dict[str, Any], source: str) -> None:
+    _check_model(cfg["model"], source)
+    _check_runtime(cfg, source)
     names = [c["name"] for c in cfg["server"]["configs"]]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

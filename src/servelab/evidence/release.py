@@ -30,7 +30,11 @@ def unpinned_reasons(prov: dict[str, Any]) -> list[str]:
     rt = prov["runtime"]
     if rt.get("kind") == "venv" and not HEX64.match(str(rt.get("lock_sha256", ""))):
         reasons.append("runtime lock has no sha256")
-    if rt.get("kind") == "container" and "@sha256:" not in str(rt.get("image", "")):
+    if (
+        rt.get("kind") == "container"
+        and not re.match(r"^sha256:[0-9a-f]{64}$", str(rt.get("image_digest") or ""))
+        and not HEX64.match(str(rt.get("image_sha256") or ""))
+    ):
         reasons.append(f"image {rt.get('image')!r} is not pinned by digest")
     pipe = prov["pipeline"]
     if pipe.get("git_commit") is None:

@@ -20,23 +20,25 @@ import contextlib
 import importlib
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from servelab import config as cfgmod
 from servelab.client import PointRun, Workload, run_point
+from servelab.container import ENGINES, ContainerRun, container_run_for
 from servelab.errors import ServelabError
 from servelab.jsonio import read_json, write_json, write_jsonl_gz
 from servelab.profile.core import FORMAT_VERSION, Window, windows_json
 from servelab.redact import redact_argv, redact_env
-from servelab.server import Server, ServerLaunch, choose_port, raise_on_signals
+from servelab.server import ServerLaunch, choose_port, make_server, raise_on_signals
 
 Say = Callable[[str], None]
 TOOLS = ("auto", "torch", "nsys", "none")
@@ -133,12 +135,8 @@ def vllm_interface(python: str) -> str:
 
 @dataclass
 class ProfiledLaunch(ServerLaunch):
-    """A server launch with a wrapper in front (nsys profile ...)."""
-
-    wrapper: list[str] = field(default_factory=list)
-
-    def command(self) -> list[str]:
-        return [*self.wrapper, *super().command()]
+    """A server launch with a wrapper in front (nsys profile ...); in a container the wrapper
+    runs inside it (ServerLaunch.command)."""
 
 
 # --- the plan ---------------------------------------------------------------------------
@@ -174,7 +172,9 @@ def plan(
     p = cfg["profile"]
     device = cfg["runtime"]["device"]
     tool = p["tool"]
-    nsys_found = which(p["nsys"]) is not None
+    # in a container, nsys is the image's (or a mount's): the runtime stage looks for it there
+    # (runtime.json "nsys"), and for_runtime() revises this decision
+    nsys_found = cfg["runtime"]["kind"] in ENGINES or which(p["nsys"]) is not None
     decision: Decision
     if not p["enabled"]:
         decision = Decision(None, "profile.enabled is false")
@@ -200,6 +200,17 @@ def plan(
             "or set profile.required: false"
         )
     return {sc: decision for sc in profiled_configs(cfg)}
+
+
+def for_runtime(decision: Decision, cfg: dict[str, Any], runtime: dict[str, Any]) -> Decision:
+    """The plan's decision, revised by what the runtime stage found in a container image."""
+    if runtime.get("kind") != "container" or decision.tool != "nsys" or runtime.get("nsys"):
+        return decision
+    p = cfg["profile"]
+    where = f"{p['nsys']} is not in {runtime.get('image_ref')}"
+    if p["tool"] == "auto":
+        return Decision("torch", note=f"{where}; vLLM's torch profiler used")
+    return Decision(None, f"{where} (see containers/README.md)")
 
 
 # --- the diagnostic workload ------------------------------------------------------------
@@ -300,7 +311,7 @@ def run_profile(
     t_job = time.monotonic()
     out = profile_dir(exp_dir, sc)
     out.mkdir(parents=True, exist_ok=True)
-    decision = plan(cfg, which)[sc]
+    decision = for_runtime(plan(cfg, which)[sc], cfg, runtime)
     record: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "server_config": sc,
@@ -338,6 +349,17 @@ def build_launch(
     wrapper = (
         nsys_profile_command((out / "nsys" / "profile").resolve(), nsys) if tool == "nsys" else []
     )
+    # in a container: the profile folder is mounted at its own path (traces are written there)
+    container = container_run_for(
+        cfg,
+        runtime,
+        str(model_dir.resolve()),
+        sc,
+        "profile",
+        str(out.resolve().parents[1]),
+        writable=[str(out.resolve())],
+        cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
     return ProfiledLaunch(
         python=runtime["python"],
         model_path=str(model_dir.resolve()),
@@ -347,6 +369,7 @@ def build_launch(
         args=cfgmod.args_to_cli(cfgmod.server_args(cfg, sc)) + prof_args,
         env={"HF_HUB_OFFLINE": "1", **cfg["runtime"]["env"], **prof_env},
         wrapper=wrapper,
+        container=container,
     )
 
 
@@ -371,10 +394,18 @@ def _capture(
     for d in (raw_dir, trace_dir):
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
-    interface = (
-        p["vllm_interface"] if p["vllm_interface"] != "auto" else vllm_interface(runtime["python"])
+    in_container = runtime.get("kind") == "container"
+    if p["vllm_interface"] != "auto":
+        interface = p["vllm_interface"]
+    elif in_container:  # the runtime stage looked inside the image
+        interface = "env" if runtime.get("profiler_config") is False else "config"
+    else:
+        interface = vllm_interface(runtime["python"])
+    nsys = (
+        str(runtime.get("nsys") or p["nsys"])
+        if in_container
+        else str(which(p["nsys"]) or p["nsys"])
     )
-    nsys = str(which(p["nsys"]) or p["nsys"])
     port = choose_port(scfg["host"], scfg["port"], say_sc)
     launch = build_launch(cfg, sc, tool, model_dir, runtime, out, interface, nsys, port)
     log_path = out / "server.log"
@@ -384,7 +415,7 @@ def _capture(
     traces: list[str] = []
     t0 = time.monotonic()
     say_sc(f"starting vLLM with the {tool} profiler ({interface} interface) on {launch.base_url}")
-    with Server(launch, log_path, scfg["shutdown_timeout_s"]) as server:
+    with make_server(launch, log_path, scfg["shutdown_timeout_s"]) as server:
         ready_s = server.wait_ready(scfg["startup_timeout_s"], say_sc)
         say_sc(f"server ready in {ready_s:.1f} s")
         workload = Workload(
@@ -476,9 +507,12 @@ def _capture(
             if _wait_for_file(trace_dir, "*.nsys-rep", 900) is None:
                 say_sc("no nsys report yet after /stop_profile; stopping the server")
         command = redact_argv(launch.command())
-    shutil.rmtree(raw_dir, ignore_errors=True)
+    helper = _helper_container(cfg, sc, runtime, model_dir, out)
     if tool == "nsys":
-        traces = _export_nsys(trace_dir, out, nsys, say_sc)
+        traces = _export_nsys(trace_dir, out, nsys, say_sc, helper)
+    if helper is not None:
+        _give_back(helper, out, say_sc)
+    shutil.rmtree(raw_dir, ignore_errors=True)
     write_json(
         out / "windows.json",
         windows_json(windows, server_config=sc, tool=tool, nvtx=nvtx_available()),
@@ -497,13 +531,45 @@ def _capture(
     }
 
 
-def _export_nsys(trace_dir: Path, out: Path, nsys: str, say: Say) -> list[str]:
+def _helper_container(
+    cfg: dict[str, Any], sc: str, runtime: dict[str, Any], model_dir: Path, out: Path
+) -> ContainerRun | None:
+    """The image, without GPUs, for work on the profile folder (nsys export, ownership)."""
+    return container_run_for(
+        cfg,
+        runtime,
+        str(model_dir.resolve()),
+        sc,
+        "profile-helper",
+        str(out.resolve().parents[1]),
+        writable=[str(out.resolve())],
+        gpus=False,
+    )
+
+
+def _give_back(helper: ContainerRun, out: Path, say: Say) -> None:
+    """docker runs the server as root: hand what it wrote in the profile folder back to this
+    user, so that a rerun can replace it (podman and apptainer write as this user already)."""
+    if helper.engine != "docker" or os.getuid() == 0:
+        return
+    path = str(out.resolve())
+    cmd = helper.run_command(["chown", "-R", f"{os.getuid()}:{os.getgid()}", path], "", 0)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        say(f"could not hand {path} back to this user ({(proc.stderr or '').strip()[-200:]})")
+
+
+def _export_nsys(
+    trace_dir: Path, out: Path, nsys: str, say: Say, helper: ContainerRun | None = None
+) -> list[str]:
     reports = sorted(trace_dir.glob("*.nsys-rep"), key=lambda p: (p.stat().st_size, p.name))
     if not reports:
         raise ServelabError(f"nsys wrote no report in {trace_dir}; see {out / 'server.log'}")
     report = reports[-1]  # one capture range spans every point: the largest report is it
     sqlite = report.with_suffix(".sqlite")
-    cmd = nsys_export_command(report, sqlite, nsys)
+    cmd = nsys_export_command(report.resolve(), sqlite.resolve(), nsys)
+    if helper is not None:  # the image's nsys (the host may have none)
+        cmd = helper.run_command(cmd, "", 0)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise ServelabError(

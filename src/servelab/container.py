@@ -1,0 +1,359 @@
+"""Container runtimes (docker, podman, apptainer): image references and command lines.
+
+Everything here is pure: it builds the exact argv that the runtime stage, the server and the
+profiling pass run, so the tests check those argv without an engine. The IO (pulling,
+inspecting, probing) is in servelab.runtime; launching and stopping in servelab.server.
+
+Images are pinned by digest. docker and podman run `name@sha256:<digest>` (the tag in the
+config is documentation; the digest decides). The model folder is mounted read-only at
+/model; folders the server writes into (the profiling pass) are mounted at their own path, so
+a path means the same inside and outside.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from servelab.errors import ServelabError
+
+ENGINES = ("docker", "podman", "apptainer")
+CONTAINER_MODEL_DIR = "/model"
+CONTAINER_PYTHON = "python3"
+VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_COMPONENT = r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
+# a registry host has a dot or a port, or is localhost (docker's reference grammar)
+_REGISTRY = r"(?:(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::[0-9]+)?|[A-Za-z0-9-]+:[0-9]+)"
+_NAME = re.compile(rf"^(?:{_REGISTRY}/)?{_COMPONENT}(?:/{_COMPONENT})*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_NOT_PINNED = (
+    "is not pinned by digest; write it as name:tag@sha256:<64 hex> "
+    "(docker pull name:tag, then docker image inspect --format '{{index .RepoDigests 0}}' "
+    "name:tag)"
+)
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A container image pinned by digest (docker/podman/apptainer docker://) or a .sif file."""
+
+    name: str  # repository, e.g. vllm/vllm-openai ("" for a .sif file)
+    tag: str | None
+    digest: str | None  # "sha256:<64 hex>" (None for a .sif file)
+    sif: str | None = None  # path of a .sif file (apptainer)
+
+    @property
+    def pinned(self) -> str:
+        """What the engine is given: name@sha256:... (the tag dropped), or the .sif path."""
+        if self.sif is not None:
+            return self.sif
+        return f"{self.name}@{self.digest}"
+
+
+def parse_image(image: str | None, engine: str, where: str = "runtime.image") -> ImageRef:
+    """Parse and check a configured image; raise a one-line error saying how to pin it."""
+    if not image:
+        raise ServelabError(
+            f"{where}: runtime.kind {engine} needs an image pinned by digest, e.g. "
+            "vllm/vllm-openai:v0.27.1-x86_64-cu129@sha256:<64 hex>"
+        )
+    ref = image
+    if engine == "apptainer":
+        if image.endswith(".sif") and "://" not in image:
+            return ImageRef(name="", tag=None, digest=None, sif=image)
+        if not image.startswith("docker://"):
+            raise ServelabError(
+                f"{where}: {image!r}: apptainer takes docker://name:tag@sha256:<64 hex> or a "
+                ".sif file (with runtime.image_sha256)"
+            )
+        ref = image.removeprefix("docker://")
+    elif "://" in image:
+        raise ServelabError(
+            f"{where}: {image!r}: write the image without a scheme for {engine}, "
+            "e.g. vllm/vllm-openai:v0.27.1-x86_64-cu129@sha256:<64 hex>"
+        )
+    if "@" not in ref:
+        raise ServelabError(f"{where}: {image!r} {_NOT_PINNED}")
+    left, digest = ref.rsplit("@", 1)
+    algo, _, hexpart = digest.partition(":")
+    if algo != "sha256" or not HEX64.match(hexpart):
+        raise ServelabError(
+            f"{where}: {image!r}: the digest must be sha256:<64 lowercase hex>, got {digest!r}"
+        )
+    name, tag = left, None
+    last = left.rsplit("/", 1)[-1]
+    if ":" in last:
+        name, tag = left.rsplit(":", 1)
+        if not _TAG.match(tag):
+            raise ServelabError(f"{where}: {image!r}: {tag!r} is not a valid tag")
+    if not _NAME.match(name):
+        raise ServelabError(f"{where}: {image!r}: {name!r} is not a valid image name")
+    prefix = "docker://" if engine == "apptainer" else ""
+    return ImageRef(name=prefix + name, tag=tag, digest=digest)
+
+
+def normalize_repository(name: str) -> str:
+    """docker.io/library/ubuntu, library/ubuntu and ubuntu are one repository."""
+    name = name.removeprefix("docker://")
+    for prefix in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+    return name.removeprefix("library/")
+
+
+def digests_of(repo_digests: Sequence[str], name: str) -> list[str]:
+    """The digests a local image carries for one repository (from RepoDigests)."""
+    want = normalize_repository(name)
+    out = []
+    for entry in repo_digests:
+        repo, _, digest = entry.rpartition("@")
+        if repo and normalize_repository(repo) == want:
+            out.append(digest)
+    return sorted(set(out))
+
+
+@dataclass(frozen=True)
+class Mount:
+    host: str
+    container: str
+    read_only: bool = True
+
+    def spec(self) -> str:
+        return f"{self.host}:{self.container}" + (":ro" if self.read_only else "")
+
+    def apptainer_spec(self) -> str:
+        return f"{self.host}:{self.container}:{'ro' if self.read_only else 'rw'}"
+
+
+def parse_mount(text: str, where: str = "runtime.mounts") -> Mount:
+    parts = text.split(":")
+    if len(parts) == 2:
+        host, cont, mode = parts[0], parts[1], "ro"
+    elif len(parts) == 3:
+        host, cont, mode = parts
+    else:
+        raise ServelabError(f"{where}: {text!r}: write HOST:CONTAINER or HOST:CONTAINER:ro|rw")
+    if not host.startswith("/") or not cont.startswith("/") or mode not in ("ro", "rw"):
+        raise ServelabError(f"{where}: {text!r}: both paths must be absolute and the mode ro or rw")
+    return Mount(host, cont, mode == "ro")
+
+
+@dataclass(frozen=True)
+class ContainerRun:
+    """How one server (or one probe) runs in a container."""
+
+    engine: str  # docker | podman | apptainer
+    executable: str  # the engine's executable (name on PATH or a path)
+    image: str  # ImageRef.pinned
+    name: str  # container name (docker, podman)
+    gpus: str | tuple[str, ...] | None  # "all", device ids, or None (no GPU)
+    mounts: tuple[Mount, ...] = ()
+    env_names: tuple[str, ...] = ()  # passed by name: the values never reach the argv
+    network: str = "publish"
+    shm_size: str | None = None
+    extra_args: tuple[str, ...] = ()
+
+    def gpu_args(self) -> list[str]:
+        if self.gpus is None:
+            return []
+        if self.engine == "docker":
+            return ["--gpus", "all" if self.gpus == "all" else f'"device={",".join(self.gpus)}"']
+        if self.engine == "podman":  # CDI names (nvidia-ctk cdi generate)
+            ids = ["all"] if self.gpus == "all" else list(self.gpus)
+            return [a for i in ids for a in ("--device", f"nvidia.com/gpu={i}")]
+        return ["--nv"]
+
+    def run_command(self, inner: Sequence[str], host: str, port: int) -> list[str]:
+        """The full argv: the engine, its options, the image, then `inner` (the command that
+        runs inside: an optional wrapper such as `nsys profile ...`, then the server)."""
+        if not inner:
+            raise ValueError("empty container command")
+        if self.engine == "apptainer":
+            cmd = [self.executable, "exec", "--cleanenv", *self.gpu_args()]
+            for m in self.mounts:
+                cmd += ["--bind", m.apptainer_spec()]
+            return [*cmd, *self.extra_args, self.image, *inner]
+        cmd = [self.executable, "run", "--rm", "--init", "--name", self.name, *self.gpu_args()]
+        cmd.append("--ipc=host")
+        if self.shm_size:
+            cmd.append(f"--shm-size={self.shm_size}")
+        if self.network == "host":
+            cmd.append("--network=host")
+        elif port:
+            cmd += ["-p", f"{host}:{port}:{port}"]
+        for m in self.mounts:
+            cmd += ["-v", m.spec()]
+        for name in self.env_names:
+            cmd += ["-e", name]
+        return [*cmd, *self.extra_args, "--entrypoint", inner[0], self.image, *inner[1:]]
+
+    def process_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """Variables to set for the engine's own process so that `env` reaches the container:
+        docker and podman read `-e NAME` from it, apptainer reads APPTAINERENV_NAME."""
+        if self.engine == "apptainer":
+            out = {f"APPTAINERENV_{k}": v for k, v in env.items()}
+            if isinstance(self.gpus, tuple):  # --nv shows every GPU; --cleanenv drops the host's
+                out["APPTAINERENV_CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus)
+            return out
+        return dict(env)
+
+    def stop_command(self, timeout_s: float) -> list[str] | None:
+        """docker/podman stop: SIGTERM to the container's init, SIGKILL after the timeout.
+        None for apptainer, whose processes are the launcher's children."""
+        if self.engine == "apptainer":
+            return None
+        return [self.executable, "stop", "--time", str(max(1, int(timeout_s))), self.name]
+
+    def remove_command(self) -> list[str] | None:
+        if self.engine == "apptainer":
+            return None
+        return [self.executable, "rm", "--force", self.name]
+
+    def pid_command(self) -> list[str] | None:
+        """The container's init process as the host sees it (for CPU telemetry)."""
+        if self.engine == "apptainer":
+            return None
+        return [self.executable, "inspect", "--format", "{{.State.Pid}}", self.name]
+
+
+def server_inner_command(
+    served_name: str, host: str, port: int, args: Sequence[str], wrapper: Sequence[str] = ()
+) -> list[str]:
+    """What runs inside the container: [wrapper...] python3 -m vllm...api_server ..."""
+    return [
+        *wrapper,
+        CONTAINER_PYTHON,
+        "-m",
+        VLLM_SERVER_MODULE,
+        "--model",
+        CONTAINER_MODEL_DIR,
+        "--served-model-name",
+        served_name,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        *args,
+    ]
+
+
+def gpu_selection(
+    device: str, configured: Sequence[str] | None, cuda_visible: str | None
+) -> str | tuple[str, ...] | None:
+    """GPUs for the container: the configured list, else CUDA_VISIBLE_DEVICES (as a cluster
+    scheduler sets it), else all; None on a CPU runtime."""
+    if device != "gpu":
+        return None
+    if configured:
+        return tuple(str(g) for g in configured)
+    if cuda_visible is not None and cuda_visible.strip():
+        return tuple(g.strip() for g in cuda_visible.split(",") if g.strip())
+    return "all"
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    """runtime.* of a container config, parsed once."""
+
+    engine: str
+    image: ImageRef
+    mounts: tuple[Mount, ...] = ()
+    network: str = "publish"
+    shm_size: str | None = None
+    extra_args: tuple[str, ...] = ()
+
+    @staticmethod
+    def from_config(rt: Mapping[str, Any]) -> ContainerSettings:
+        engine = str(rt["kind"])
+        mounts = tuple(
+            parse_mount(str(m), f"runtime.mounts[{i}]")
+            for i, m in enumerate(rt.get("mounts") or [])
+        )
+        return ContainerSettings(
+            engine=engine,
+            image=parse_image(rt.get("image"), engine),
+            mounts=mounts,
+            network=str(rt.get("network") or "publish"),
+            shm_size=rt.get("shm_size"),
+            extra_args=tuple(str(a) for a in rt.get("extra_args") or []),
+        )
+
+
+def container_name(experiment: str, server_config: str, purpose: str, key: str) -> str:
+    """A name that is the same for the same job (so a container left by a killed job is
+    removed before the next start) and differs between results folders (key)."""
+    return f"servelab-{experiment}-{server_config}-{purpose}-{key}"
+
+
+PROBE_SCRIPT = r"""
+import importlib.metadata as m, importlib.util, json, os, platform, shutil, subprocess, sys
+out = {"python_version": platform.python_version(), "vllm_version": None,
+       "profiler_config": None, "nsys": None, "nsys_version": None, "torch_version": None}
+for name, key in (("vllm", "vllm_version"), ("torch", "torch_version")):
+    try:
+        out[key] = m.version(name)
+    except m.PackageNotFoundError:
+        pass
+spec = importlib.util.find_spec("vllm")
+if spec is not None and spec.submodule_search_locations:
+    root = list(spec.submodule_search_locations)[0]
+    out["profiler_config"] = os.path.isfile(os.path.join(root, "config", "profiler.py"))
+nsys = shutil.which(sys.argv[1]) if len(sys.argv) > 1 else None
+if nsys:
+    out["nsys"] = nsys
+    try:
+        text = subprocess.run([nsys, "--version"], capture_output=True, text=True,
+                              timeout=60).stdout
+        out["nsys_version"] = text.strip().splitlines()[-1] if text.strip() else None
+    except Exception as exc:
+        out["nsys_version"] = None
+        out["nsys_error"] = str(exc)[:200]
+print("SERVELAB-PROBE " + json.dumps(out, sort_keys=True))
+"""
+
+
+def probe_command(run: ContainerRun, nsys: str) -> list[str]:
+    """Ask the image which vLLM, Python and nsys it holds (no GPU, no vLLM import)."""
+    inner = [CONTAINER_PYTHON, "-c", PROBE_SCRIPT, nsys]
+    return run.run_command(inner, "", 0)
+
+
+def container_run_for(
+    cfg: Mapping[str, Any],
+    runtime: Mapping[str, Any],
+    model_dir: str,
+    server_config: str,
+    purpose: str,
+    exp_dir: str,
+    writable: Sequence[str] = (),
+    cuda_visible: str | None = None,
+    gpus: bool = True,
+) -> ContainerRun | None:
+    """The container a server (or a helper such as `nsys export`) runs in; None for a venv.
+
+    model_dir is mounted read-only at /model; each writable folder at its own path."""
+    if runtime.get("kind") != "container":
+        return None
+    rt = cfg["runtime"]
+    settings = ContainerSettings.from_config(rt)
+    key = hashlib.sha256(exp_dir.encode("utf-8")).hexdigest()[:8]
+    mounts = (
+        Mount(model_dir, CONTAINER_MODEL_DIR, True),
+        *(Mount(p, p, False) for p in writable),
+        *settings.mounts,
+    )
+    return ContainerRun(
+        engine=settings.engine,
+        executable=str(runtime.get("engine_executable") or settings.engine),
+        image=str(runtime.get("image_ref") or settings.image.pinned),
+        name=container_name(str(cfg["experiment"]), server_config, purpose, key),
+        gpus=gpu_selection(rt["device"], rt.get("gpu_devices"), cuda_visible) if gpus else None,
+        mounts=mounts,
+        network=settings.network,
+        shm_size=settings.shm_size,
+        extra_args=settings.extra_args,
+    )

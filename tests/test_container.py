@@ -1,0 +1,358 @@
+"""Container command lines, checked as the exact argv they produce (no engine needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from servelab.config import validate
+from servelab.container import (
+    ContainerRun,
+    Mount,
+    container_run_for,
+    digests_of,
+    gpu_selection,
+    parse_image,
+    parse_mount,
+    probe_command,
+)
+from servelab.errors import ServelabError
+from servelab.profile.capture import build_launch, nsys_profile_command
+from servelab.server import ServerLaunch
+
+REPO = Path(__file__).resolve().parents[1]
+DIGEST = "sha256:6666717cd1cadf9adfff8abec9c3f2eca6e27e742de06fe7d7f129fa3d647732"
+IMAGE = f"vllm/vllm-openai:v0.27.1-x86_64-cu129@{DIGEST}"
+PINNED = f"vllm/vllm-openai@{DIGEST}"
+NSYS = "/opt/nvidia/nsight-systems-cli/2025.5.1/target-linux-x64/nsys"
+
+
+def runtime_record(engine: str = "docker", image_ref: str = PINNED) -> dict[str, Any]:
+    return {
+        "kind": "container",
+        "engine": engine,
+        "engine_executable": f"/usr/bin/{engine}",
+        "image_ref": image_ref,
+        "image_digest": DIGEST,
+        "python": "python3",
+        "nsys": NSYS,
+        "profiler_config": True,
+    }
+
+
+def gpu_cfg(kind: str = "docker", **runtime: Any) -> dict[str, Any]:
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    image = f"docker://{IMAGE}" if kind == "apptainer" else IMAGE
+    raw["experiment"] = "knee"
+    raw["runtime"] = {"kind": kind, "image": image, "device": "gpu", "gpus": 1, "env": {}}
+    raw["runtime"].update(runtime)
+    raw["server"]["args"] = {"max-model-len": 8192, "enable-prefix-caching": False}
+    raw["server"]["configs"] = [{"name": "tp1", "args": {"max-num-seqs": 256}}]
+    return validate(raw, "test")
+
+
+def sweep_launch(
+    cfg: dict[str, Any], runtime: dict[str, Any], cuda: str | None = None
+) -> ServerLaunch:
+    """What sweep.py builds for one server (same arguments, fixed paths)."""
+    return ServerLaunch(
+        python=runtime["python"],
+        model_path="/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e",
+        served_name="Qwen/Qwen2.5-3B-Instruct",
+        host="127.0.0.1",
+        port=8123,
+        args=["--enable-chunked-prefill", "--max-model-len", "8192"],
+        env={"HF_HUB_OFFLINE": "1", **cfg["runtime"]["env"]},
+        container=container_run_for(
+            cfg,
+            runtime,
+            "/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e",
+            "tp1",
+            "sweep",
+            "/work/results/knee",
+            cuda_visible=cuda,
+        ),
+    )
+
+
+def test_docker_server_command() -> None:
+    cfg = gpu_cfg(env={"VLLM_LOGGING_LEVEL": "INFO"})
+    launch = sweep_launch(cfg, runtime_record())
+    assert launch.command() == [
+        "/usr/bin/docker",
+        "run",
+        "--rm",
+        "--init",
+        "--name",
+        "servelab-knee-tp1-sweep-" + launch.container.name.rsplit("-", 1)[1],  # type: ignore[union-attr]
+        "--gpus",
+        "all",
+        "--ipc=host",
+        "-p",
+        "127.0.0.1:8123:8123",
+        "-v",
+        "/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e:/model:ro",
+        "-e",
+        "HF_HUB_OFFLINE",
+        "-e",
+        "PYTHONUNBUFFERED",
+        "-e",
+        "VLLM_LOGGING_LEVEL",
+        "--entrypoint",
+        "python3",
+        PINNED,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/model",
+        "--served-model-name",
+        "Qwen/Qwen2.5-3B-Instruct",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8123",
+        "--enable-chunked-prefill",
+        "--max-model-len",
+        "8192",
+    ]
+    # values reach the container through the client's environment, never the argv
+    assert launch.process_env() == {
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_LOGGING_LEVEL": "INFO",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def test_container_name_is_stable_per_results_folder() -> None:
+    cfg = gpu_cfg()
+    a = container_run_for(cfg, runtime_record(), "/m", "tp1", "sweep", "/work/results/knee")
+    b = container_run_for(cfg, runtime_record(), "/m", "tp1", "sweep", "/work/results/knee")
+    c = container_run_for(cfg, runtime_record(), "/m", "tp1", "sweep", "/other/results/knee")
+    assert a is not None and b is not None and c is not None
+    assert a.name == b.name != c.name and a.name.startswith("servelab-knee-tp1-sweep-")
+
+
+def test_gpu_selection_docker_podman_apptainer() -> None:
+    assert gpu_selection("cpu", None, "0") is None
+    assert gpu_selection("gpu", None, None) == "all"
+    assert gpu_selection("gpu", None, "2,3") == ("2", "3")
+    assert gpu_selection("gpu", ["GPU-abc"], "2,3") == ("GPU-abc",)
+    run = ContainerRun("docker", "docker", PINNED, "n", ("0", "1"))
+    assert run.gpu_args() == ["--gpus", '"device=0,1"']
+    podman = ContainerRun("podman", "podman", PINNED, "n", ("0", "1"))
+    assert podman.gpu_args() == [
+        "--device",
+        "nvidia.com/gpu=0",
+        "--device",
+        "nvidia.com/gpu=1",
+    ]
+    assert ContainerRun("podman", "podman", PINNED, "n", "all").gpu_args() == [
+        "--device",
+        "nvidia.com/gpu=all",
+    ]
+    assert ContainerRun("apptainer", "apptainer", PINNED, "n", "all").gpu_args() == ["--nv"]
+    assert ContainerRun("docker", "docker", PINNED, "n", None).gpu_args() == []
+
+
+def test_cuda_visible_devices_choose_the_container_gpus() -> None:
+    launch = sweep_launch(gpu_cfg(gpus=2), runtime_record(), cuda="4,5")
+    cmd = launch.command()
+    assert cmd[cmd.index("--gpus") + 1] == '"device=4,5"'
+
+
+def test_podman_server_command_uses_cdi() -> None:
+    cfg = gpu_cfg("podman", image="docker.io/" + IMAGE)
+    launch = sweep_launch(cfg, runtime_record("podman", "docker.io/" + PINNED))
+    cmd = launch.command()
+    assert cmd[:4] == ["/usr/bin/podman", "run", "--rm", "--init"]
+    assert cmd[6:9] == ["--device", "nvidia.com/gpu=all", "--ipc=host"]
+    assert cmd[cmd.index("--entrypoint") : cmd.index("--entrypoint") + 3] == [
+        "--entrypoint",
+        "python3",
+        "docker.io/" + PINNED,
+    ]
+    assert launch.container is not None
+    assert launch.container.stop_command(30) == [
+        "/usr/bin/podman",
+        "stop",
+        "--time",
+        "30",
+        launch.container.name,
+    ]
+
+
+def test_apptainer_server_command() -> None:
+    cfg = gpu_cfg("apptainer", env={"VLLM_LOGGING_LEVEL": "INFO"})
+    sif = "/cache/images/vllm_vllm-openai-6666717cd1cadf9a.sif"
+    launch = sweep_launch(cfg, runtime_record("apptainer", sif))
+    assert launch.command() == [
+        "/usr/bin/apptainer",
+        "exec",
+        "--cleanenv",
+        "--nv",
+        "--bind",
+        "/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e:/model:ro",
+        sif,
+        "python3",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/model",
+        "--served-model-name",
+        "Qwen/Qwen2.5-3B-Instruct",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--enable-chunked-prefill",
+        "--max-model-len",
+        "8192",
+    ]
+    env = launch.process_env()
+    assert env["APPTAINERENV_HF_HUB_OFFLINE"] == "1"
+    assert env["APPTAINERENV_VLLM_LOGGING_LEVEL"] == "INFO"
+    assert launch.container is not None and launch.container.stop_command(30) is None
+    assert "APPTAINERENV_CUDA_VISIBLE_DEVICES" not in env  # all GPUs
+    chosen = sweep_launch(cfg, runtime_record("apptainer", sif), cuda="2,3").process_env()
+    assert chosen["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "2,3"
+
+
+def test_host_network_and_options() -> None:
+    cfg = gpu_cfg(
+        network="host",
+        shm_size="16g",
+        extra_args=["--ulimit", "memlock=-1"],
+        mounts=["/opt/nvidia/nsight-systems-cli/2025.5.1:/opt/nvidia/nsight-systems-cli/2025.5.1"],
+    )
+    cmd = sweep_launch(cfg, runtime_record()).command()
+    assert "-p" not in cmd and "--network=host" in cmd and "--shm-size=16g" in cmd
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1"  # vLLM listens where the client connects
+    vols = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-v"]
+    assert vols == [
+        "/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e:/model:ro",
+        "/opt/nvidia/nsight-systems-cli/2025.5.1:/opt/nvidia/nsight-systems-cli/2025.5.1:ro",
+    ]
+    e = cmd.index("--entrypoint")
+    assert cmd[e - 2 : e] == ["--ulimit", "memlock=-1"]  # extra_args go right before the image
+
+
+def test_secret_env_values_stay_off_the_command_line() -> None:
+    secret = "hf_notOnTheCommandLine123"
+    cfg = gpu_cfg(env={"HF_TOKEN": secret})
+    launch = sweep_launch(cfg, runtime_record())
+    assert secret not in " ".join(launch.command())
+    assert "HF_TOKEN" in launch.command()
+    assert launch.process_env()["HF_TOKEN"] == secret
+
+
+def test_nsys_runs_inside_the_container(tmp_path: Path) -> None:
+    cfg = gpu_cfg()
+    out = tmp_path / "results" / "knee" / "profile" / "tp1"
+    model = tmp_path / "model"
+    launch = build_launch(cfg, "tp1", "nsys", model, runtime_record(), out, "config", NSYS, 8200)
+    cmd = launch.command()
+    e = cmd.index("--entrypoint")
+    wrapper = nsys_profile_command((out / "nsys" / "profile").resolve(), NSYS)
+    assert cmd[e : e + 3] == ["--entrypoint", NSYS, PINNED]
+    assert cmd[e + 3 : e + 3 + len(wrapper) - 1] == wrapper[1:]
+    server = e + 2 + len(wrapper)
+    assert cmd[server : server + 5] == [
+        "python3",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/model",
+    ]
+    vols = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-v"]
+    assert f"{model.resolve()}:/model:ro" in vols
+    assert f"{out.resolve()}:{out.resolve()}" in vols  # traces are written at the same path
+    assert cmd[cmd.index("--profiler-config") + 1] == '{"profiler": "cuda"}'
+    assert "profile" in cmd[cmd.index("--name") + 1]
+
+
+def test_probe_and_stop_commands() -> None:
+    run = ContainerRun("docker", "docker", PINNED, "servelab-x", None)
+    probe = probe_command(run, NSYS)
+    assert probe[:2] == ["docker", "run"] and "--gpus" not in probe and "-p" not in probe
+    i = probe.index("--entrypoint")
+    assert probe[i : i + 4] == ["--entrypoint", "python3", PINNED, "-c"]
+    assert probe[-1] == NSYS and "SERVELAB-PROBE" in probe[-2]
+    compile(probe[-2], "probe", "exec")
+    assert run.stop_command(30.0) == ["docker", "stop", "--time", "30", "servelab-x"]
+    assert run.remove_command() == ["docker", "rm", "--force", "servelab-x"]
+    assert run.pid_command() == ["docker", "inspect", "--format", "{{.State.Pid}}", "servelab-x"]
+
+
+@pytest.mark.parametrize(
+    ("image", "engine", "message"),
+    [
+        (
+            "vllm/vllm-openai:v0.27.1",
+            "docker",
+            "is not pinned by digest; write it as name:tag@sha256",
+        ),
+        ("vllm/vllm-openai@sha256:abc", "docker", "the digest must be sha256:<64 lowercase hex>"),
+        ("docker://vllm/vllm-openai@" + DIGEST, "docker", "without a scheme"),
+        ("vllm/vllm-openai@" + DIGEST, "apptainer", "apptainer takes docker://"),
+        ("Vllm/vllm-openai@" + DIGEST, "docker", "not a valid image name"),
+        (None, "podman", "needs an image pinned by digest"),
+    ],
+)
+def test_unpinned_images_are_refused(image: str | None, engine: str, message: str) -> None:
+    with pytest.raises(ServelabError) as err:
+        parse_image(image, engine)
+    assert str(err.value).startswith("runtime.image: ") and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_image_references() -> None:
+    ref = parse_image(IMAGE, "docker")
+    assert (ref.name, ref.tag, ref.digest, ref.pinned) == (
+        "vllm/vllm-openai",
+        "v0.27.1-x86_64-cu129",
+        DIGEST,
+        PINNED,
+    )
+    assert parse_image("localhost:5000/servelab-vllm@" + DIGEST, "podman").tag is None
+    assert parse_image(f"docker://{IMAGE}", "apptainer").pinned == f"docker://{PINNED}"
+    assert parse_image("/images/servelab-vllm.sif", "apptainer").sif == "/images/servelab-vllm.sif"
+    repo_digests = [f"docker.io/vllm/vllm-openai@{DIGEST}", "other/image@sha256:" + "1" * 64]
+    assert digests_of(repo_digests, "vllm/vllm-openai") == [DIGEST]
+    assert digests_of(repo_digests, "docker.io/vllm/vllm-openai") == [DIGEST]
+    assert parse_mount("/a:/b") == Mount("/a", "/b", True)
+    assert parse_mount("/a:/b:rw") == Mount("/a", "/b", False)
+    with pytest.raises(ServelabError, match="both paths must be absolute"):
+        parse_mount("a:/b")
+
+
+def config_error(**runtime: Any) -> str:
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    raw["runtime"] = runtime
+    with pytest.raises(ServelabError) as err:
+        validate(raw, "exp.yaml")
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_runtime_config_errors_are_one_line() -> None:
+    assert config_error(kind="docker", image="vllm/vllm-openai:latest").startswith(
+        "exp.yaml: runtime.image: 'vllm/vllm-openai:latest' is not pinned by digest"
+    )
+    assert "runtime.image_sha256: set it to the sha256 of /x.sif" in config_error(
+        kind="apptainer", image="/x.sif"
+    )
+    assert "only for a .sif image" in config_error(
+        kind="docker", image=IMAGE, image_sha256="a" * 64
+    )
+    assert "runtime.image: only for runtime.kind docker" in config_error(kind="venv", image=IMAGE)
+    assert "runtime.mounts[0]: 'rel:/x'" in config_error(
+        kind="docker", image=IMAGE, mounts=["rel:/x"]
+    )
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    raw["runtime"] = {"kind": "docker", "image": IMAGE, "device": "gpu", "gpus": 1}
+    raw["server"]["args"]["tensor-parallel-size"] = 2
+    with pytest.raises(ServelabError, match="tensor-parallel-size 2 needs runtime.gpus >= 2"):
+        validate(raw, "exp.yaml")

@@ -1,0 +1,341 @@
+"""The container path without docker, a GPU or vLLM: tests/fake_docker.py as `docker` on PATH,
+tests/fake_vllm_server.py as the server inside, tests/fake_nsys.py as the image's nsys. The
+runtime stage, a sweep and a profiling pass run against them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from nsys_fixture import model_config
+
+from servelab.config import validate
+from servelab.errors import ServelabError
+from servelab.jsonio import read_json
+from servelab.profile.capture import analyze_capture, run_profile
+from servelab.runtime import ensure_container, ensure_runtime
+from servelab.sweep import run_sweep
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+DIGEST = "sha256:6666717cd1cadf9adfff8abec9c3f2eca6e27e742de06fe7d7f129fa3d647732"
+IMAGE = f"vllm/vllm-openai:v0.27.1-x86_64-cu129@{DIGEST}"
+PINNED = f"vllm/vllm-openai@{DIGEST}"
+
+
+class Engine:
+    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.bin = root / "bin"
+        self.state = root / "docker-state"
+        site = root / "image-site"  # what `import vllm` finds "inside the image"
+        for d in (self.bin, self.state, site / "vllm" / "config", site / "vllm-0.27.1.dist-info"):
+            d.mkdir(parents=True)
+        (site / "vllm" / "__init__.py").write_text("")
+        (site / "vllm" / "config" / "__init__.py").write_text("")
+        (site / "vllm" / "config" / "profiler.py").write_text("")
+        (site / "vllm-0.27.1.dist-info" / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: vllm\nVersion: 0.27.1\n"
+        )
+        py = sys.executable
+        self.script("docker", f'exec {py} {TESTS / "fake_docker.py"} "$@"')
+        self.script(
+            "python3",
+            'if [ "$1" = "-m" ] && [ "$2" = "vllm.entrypoints.openai.api_server" ]; then\n'
+            f'  exec {py} {TESTS / "fake_vllm_server.py"} "$@"\nfi\n'
+            f'exec {py} "$@"',
+        )
+        self.nsys = self.script(
+            "nsys",
+            'if [ "$1" = "--version" ]; then echo "NVIDIA Nsight Systems version 2025.5.1.121-fake";'
+            f' exit 0; fi\nexec {py} {TESTS / "fake_nsys.py"} "$@"',
+        )
+        monkeypatch.setenv("PATH", f"{self.bin}:{os.environ['PATH']}")
+        monkeypatch.setenv("FAKE_DOCKER_STATE", str(self.state))
+        monkeypatch.setenv("FAKE_DOCKER_REPO_DIGEST", f"docker.io/{PINNED}")
+        monkeypatch.setenv(
+            "PYTHONPATH", os.pathsep.join([str(site), str(REPO / "src"), str(TESTS)])
+        )
+
+    def script(self, name: str, body: str) -> Path:
+        path = self.bin / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+        return path
+
+    def running(self) -> list[str]:
+        """Containers whose process still runs (one-shot `run --rm` leave a stale pid file)."""
+        out = []
+        for f in (self.state / "containers").glob("*"):
+            try:
+                os.kill(int(f.read_text()), 0)
+            except ProcessLookupError:
+                continue
+            out.append(f.name)
+        return out
+
+    def calls(self) -> list[list[str]]:
+        path = self.state / "calls.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    return Engine(tmp_path, monkeypatch)
+
+
+def config(tmp_path: Path, nsys: str = "nsys", **runtime: Any) -> dict[str, Any]:
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    raw["experiment"] = "fake-gpu"
+    raw["results_dir"] = str(tmp_path / "results")
+    raw["runtime"] = {"kind": "docker", "image": IMAGE, "device": "gpu", "gpus": 1, "env": {}}
+    raw["runtime"].update(runtime)
+    raw["server"].update(
+        startup_timeout_s=60, shutdown_timeout_s=10, args={}, configs=[{"name": "fake"}]
+    )
+    raw["workload"].update(
+        input_tokens=4, output_tokens=6, waves=1, warmup={"requests": 2, "concurrency": 2}
+    )
+    raw["sweep"] = {"concurrency": [1, 2], "repeats": 1, "order": "latin"}
+    raw["telemetry"] = {"enabled": False}
+    raw["profile"] = {
+        "tool": "nsys",
+        "nsys": nsys,
+        "concurrency": [1, 2],
+        "warmup_requests": 2,
+    }
+    return validate(raw, "test")
+
+
+def model_dir(tmp_path: Path) -> Path:
+    model = tmp_path / "model"
+    model.mkdir()
+    model_config(model / "config.json", 2)
+    vocab = {f"w{i}": i for i in range(1, 60)}
+    (model / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}}))
+    return model
+
+
+def test_missing_engine_is_one_line(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    with pytest.raises(ServelabError) as err:
+        ensure_container(cfg["runtime"], cfg["profile"], say=str, which=lambda name: None)
+    msg = str(err.value)
+    assert msg.startswith("runtime.kind docker: 'docker' is not on PATH; install docker")
+    assert "\n" not in msg
+
+
+def test_runtime_stage_pulls_checks_the_digest_and_probes(engine: Engine, tmp_path: Path) -> None:
+    cfg = config(tmp_path, nsys=str(engine.nsys))
+    said: list[str] = []
+    rec = ensure_runtime(cfg["runtime"], None, said.append, cfg["profile"])
+    assert rec["kind"] == "container" and rec["engine"] == "docker"
+    assert rec["engine_executable"] == str(engine.bin / "docker")
+    assert rec["image"] == IMAGE and rec["image_ref"] == PINNED
+    assert rec["image_digest"] == DIGEST
+    assert rec["repo_digests"] == [f"docker.io/{PINNED}"]
+    assert rec["labels"] == {"dev.servelab.vllm.version": "0.27.1"}
+    assert rec["vllm_version"] == "0.27.1" and rec["packages"]["vllm"] == "0.27.1"
+    assert rec["profiler_config"] is True
+    assert rec["nsys"] == str(engine.nsys) and "2025.5.1" in rec["nsys_version"]
+    assert rec["lock_sha256"] is None and rec["python"] == "python3"
+    verbs = [c[:2] for c in engine.calls()]
+    assert verbs == [
+        ["version", "--format"],
+        ["image", "inspect"],
+        ["pull", PINNED],
+        ["image", "inspect"],
+        ["run", "--rm"],
+    ]
+    probe = engine.calls()[-1]
+    assert "--gpus" not in probe and probe[probe.index("--entrypoint") + 1] == "python3"
+    assert any("pulling" in s for s in said)
+    import jsonschema
+
+    schema = json.loads((REPO / "src/servelab/schemas/runtime.schema.json").read_text())
+    jsonschema.validate(rec, schema)
+    # present now: no second pull
+    again = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    assert again["image_digest"] == DIGEST
+    assert [c[0] for c in engine.calls()].count("pull") == 1
+
+
+def test_another_digest_is_refused(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_DOCKER_PRESENT", "1")
+    other = "sha256:" + "1" * 64
+    monkeypatch.setenv("FAKE_DOCKER_REPO_DIGEST", f"vllm/vllm-openai@{other}")
+    cfg = config(tmp_path)
+    with pytest.raises(ServelabError) as err:
+        ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    msg = str(err.value)
+    assert msg.startswith(f"runtime.image: pinned {DIGEST} but the local image {PINNED} carries")
+    assert other in msg and "\n" not in msg
+
+
+def test_required_nsys_missing_from_the_image_stops_the_runtime_stage(
+    engine: Engine, tmp_path: Path
+) -> None:
+    cfg = config(tmp_path, nsys="/opt/none/nsys")
+    cfg["profile"]["required"] = True
+    with pytest.raises(
+        ServelabError, match="profile.required is true but /opt/none/nsys is not in"
+    ):
+        ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    cfg["profile"]["required"] = False
+    rec = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    assert rec["nsys"] is None and rec["nsys_version"] is None
+
+
+def test_sweep_runs_the_server_in_the_container_and_stops_it(
+    engine: Engine, tmp_path: Path
+) -> None:
+    cfg = config(tmp_path, env={"SERVELAB_TEST_SECRET_TOKEN": "tok-123-secret"})
+    runtime = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    exp = tmp_path / "results" / "fake-gpu"
+    model = model_dir(tmp_path)
+    # a container left behind by a job killed outright: removed by name before the start
+    key = hashlib.sha256(str(exp.resolve()).encode()).hexdigest()[:8]
+    stale = subprocess.Popen(["sleep", "60"])
+    (engine.state / "containers").mkdir(exist_ok=True)
+    (engine.state / "containers" / f"servelab-fake-gpu-fake-sweep-{key}").write_text(str(stale.pid))
+    run = run_sweep(cfg, "fake", model, runtime, exp, lambda s: None)
+    assert stale.wait(timeout=10) == -9
+    assert run["status"] == "complete" and run["points"] == 2
+    launch = read_json(exp / "server" / "fake" / "launch.json")
+    name = launch["container"]
+    cmd = launch["command"]
+    assert cmd[:6] == [str(engine.bin / "docker"), "run", "--rm", "--init", "--name", name]
+    assert f"{model.resolve()}:/model:ro" in cmd and PINNED in cmd
+    assert "tok-123-secret" not in json.dumps(launch)
+    assert launch["runtime_image_digest"] == DIGEST
+    calls = engine.calls()
+    runs = [i for i, c in enumerate(calls) if c[0] == "run" and name in c]
+    assert len(runs) == 1
+    assert calls[runs[0] - 1] == ["rm", "--force", name]  # before the start
+    after = calls[runs[0] + 1 :]
+    assert ["stop", "--time", "10", name] in after and after[-1] == ["rm", "--force", name]
+    assert not (engine.state / "containers" / name).exists()
+    assert ["inspect", "--format", "{{.State.Pid}}", name] in after  # telemetry's process tree
+
+
+def test_stop_reaches_a_running_container(engine: Engine, tmp_path: Path) -> None:
+    """The `docker run` client is not the server: stopping must stop the container by name."""
+    from servelab.container import container_run_for
+    from servelab.server import ServerLaunch, free_port, make_server
+
+    cfg = config(tmp_path)
+    runtime = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    launch = ServerLaunch(
+        python="python3",
+        model_path=str(tmp_path),
+        served_name="m",
+        host="127.0.0.1",
+        port=free_port(),
+        args=[],
+        container=container_run_for(cfg, runtime, str(tmp_path), "fake", "sweep", str(tmp_path)),
+    )
+    server = make_server(launch, tmp_path / "server.log", 10)
+    with server:
+        server.wait_ready(30, str)
+        assert launch.container is not None
+        pid = int((engine.state / "containers" / launch.container.name).read_text())
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 5:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the container's server still runs after stop")
+    assert ["stop", "--time", "10", launch.container.name] in engine.calls()
+
+
+def test_profiling_pass_runs_nsys_inside_the_container(engine: Engine, tmp_path: Path) -> None:
+    cfg = config(tmp_path, nsys=str(engine.nsys))
+    runtime = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    exp = tmp_path / "results" / "fake-gpu"
+    model = model_dir(tmp_path)
+    rec = run_profile(cfg, "fake", model, runtime, exp, lambda s: None, which=lambda n: None)
+    assert rec["status"] == "profiled" and rec["tool"] == "nsys"
+    assert rec["traces"] == ["nsys/profile.nsys-rep", "nsys/profile.sqlite"]
+    cmd = rec["command"]
+    assert cmd[1] == "run" and cmd[cmd.index("--entrypoint") + 1] == str(engine.nsys)
+    assert cmd[cmd.index(PINNED) + 1] == "profile"
+    out = (exp / "profile" / "fake").resolve()
+    assert f"{out}:{out}" in cmd
+    exports = [c for c in engine.calls() if c[0] == "run" and "export" in c]
+    assert len(exports) == 1 and "--gpus" not in exports[0]
+    prof = analyze_capture(cfg, "fake", exp, model)
+    assert prof["trace"]["kind"] == "nsys-sqlite"
+    assert set(prof["windows"]) == {"c0001", "c0002"}
+    assert engine.running() == []
+
+
+def test_nsys_absent_from_the_image_is_an_explicit_record(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    runtime = {"kind": "container", "nsys": None, "image_ref": PINNED, "python": "python3"}
+    rec = run_profile(cfg, "fake", tmp_path, runtime, tmp_path, lambda s: None)
+    assert rec["status"] == "not profiled" and rec["tool"] is None
+    assert rec["reason"] == f"nsys is not in {PINNED} (see containers/README.md)"
+
+
+def test_a_mount_missing_on_the_host_is_refused(engine: Engine, tmp_path: Path) -> None:
+    missing = tmp_path / "no-nsight"
+    cfg = config(tmp_path, mounts=[f"{missing}:/opt/nvidia/nsight-systems-cli/2025.5.1"])
+    with pytest.raises(ServelabError) as err:
+        ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    assert str(err.value).startswith(f"runtime.mounts[0]: {missing} is not on this host")
+    missing.mkdir()
+    ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    probe = engine.calls()[-1]
+    assert f"{missing}:/opt/nvidia/nsight-systems-cli/2025.5.1:ro" in probe
+
+
+def test_apptainer_pulls_by_digest_once_and_pins_a_sif(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "apptainer.jsonl"
+    monkeypatch.setenv("FAKE_APPTAINER_LOG", str(log))
+    engine.script("apptainer", f'exec {sys.executable} {TESTS / "fake_apptainer.py"} "$@"')
+    cfg = config(tmp_path, kind="apptainer", image=f"docker://{IMAGE}", cache_dir=str(tmp_path))
+    rec = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    sif = tmp_path / "images" / "vllm_vllm-openai-6666717cd1cadf9a.sif"
+    assert rec["engine"] == "apptainer" and rec["image_ref"] == str(sif)
+    assert rec["image_digest"] == DIGEST and rec["vllm_version"] == "0.27.1"
+    assert rec["image_sha256"] == hashlib.sha256(sif.read_bytes()).hexdigest()
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert calls[1] == ["pull", f"{sif}.partial", f"docker://{PINNED}"]
+    assert calls[2][:2] == ["exec", "--cleanenv"] and calls[2][2] == str(sif)
+    ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    assert [c[0] for c in map(json.loads, log.read_text().splitlines())].count("pull") == 1
+    # a .sif file is pinned by its sha256
+    cfg = config(tmp_path, kind="apptainer", image=str(sif), image_sha256="0" * 64)
+    with pytest.raises(ServelabError) as err:
+        ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    assert str(err.value).startswith(f"runtime.image_sha256: {sif} has sha256 ")
+    cfg = config(tmp_path, kind="apptainer", image=str(sif), image_sha256=rec["image_sha256"])
+    pinned = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    assert pinned["image_digest"] is None and pinned["image_sha256"] == rec["image_sha256"]
+    import jsonschema
+
+    schema = json.loads((REPO / "src/servelab/schemas/runtime.schema.json").read_text())
+    jsonschema.validate(pinned, schema)
+    # a sweep: apptainer runs the server as the job's child, listening on server.host
+    exp = tmp_path / "results" / "fake-gpu"
+    run = run_sweep(cfg, "fake", model_dir(tmp_path), pinned, exp, lambda s: None)
+    assert run["status"] == "complete"
+    cmd = read_json(exp / "server" / "fake" / "launch.json")["command"]
+    assert cmd[:3] == [str(engine.bin / "apptainer"), "exec", "--cleanenv"]
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
