@@ -129,6 +129,9 @@ def raise_on_signals() -> None:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
+    # A job started from a non-interactive shell in the background inherits SIGINT ignored;
+    # Ctrl-C, or `kill -INT`, must still stop it cleanly.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 _PR_SET_PDEATHSIG = 1
