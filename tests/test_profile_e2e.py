@@ -45,7 +45,7 @@ def test_cpu_profile_pass_end_to_end(vllm_runtime: dict, tmp_path: Path) -> None
     prof = analyze_capture(cfg, "mns4", exp, model)
     schema = json.loads((REPO / "src/servelab/schemas/profile.schema.json").read_text())
     jsonschema.validate(prof, schema)
-    assert prof["settings"]["layers"] == 2  # from the model's config.json
+    assert prof["settings"]["layers"] == cfg["model"]["tiny"]["layers"] == 4  # config.json
     assert prof["settings"]["attention_kernel"] == ["_C::cpu_attention_with_kv_cache"]
     c1, c4 = prof["windows"]["c0001"], prof["windows"]["c0004"]
     assert c1["coverage"] == 1.0 and c4["coverage"] == 1.0  # the profiler ran past each point

@@ -82,6 +82,11 @@ def test_clean_room_rerun_is_reproduced(reference: Path, tmp_path: Path) -> None
     assert tput[0]["reference_cv_pct"] is not None and tput[0]["fresh_cv_pct"] is not None
     assert r["reference"]["tag"] == "v1" and r["reference"]["kind"] == "release"
     assert r["provenance"]["blocking"] == []
+    # both fixtures were built on this machine: reported, not blocking
+    assert [f for f in r["provenance"]["not_clean_room"] if "host fact" in f] == [
+        "every host fact is the same (CPU, cores, memory, OS, kernel): the same machine or an "
+        "identical one, not shown to be another host"
+    ]
     text = (out / "report.md").read_text()
     assert "**Verdict: REPRODUCED**" in text and "C64 < C128 > C256" in text
     assert read_json(out / "reproduction.json")["verdict"] == REPRODUCED

@@ -337,6 +337,12 @@ def provenance_diff(ref: Side, new: Side) -> dict[str, Any]:
                 rows.append(
                     {"field": name, "reference": a, "fresh": b, "same": a == b, "effect": kind}
                 )
+        host_rows = [r for r in rows if r["effect"] == "host"]
+        if host_rows and all(r["same"] for r in host_rows):
+            flags.append(
+                "every host fact is the same (CPU, cores, memory, OS, kernel): the same "
+                "machine or an identical one, not shown to be another host"
+            )
         if new.provenance.get("pipeline", {}).get("git_dirty"):
             flags.append("the fresh run's pipeline had uncommitted changes")
         if ref.provenance.get("pipeline", {}).get("git_dirty"):
@@ -725,7 +731,7 @@ def render(r: dict[str, Any]) -> str:
     if prov["not_clean_room"]:
         lines += [f"- **{f}**" for f in prov["not_clean_room"]]
     else:
-        lines.append("- Nothing that must match differs: a clean-room comparison.")
+        lines.append("- Nothing that must match differs, and the fresh run is on another host.")
     diff = [f for f in prov["fields"] if not f["same"]]
     if diff:
         lines += ["", "| field | reference | fresh | effect |", "|---|---|---|---|"]
