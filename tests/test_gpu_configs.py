@@ -155,6 +155,21 @@ def test_v100_dry_run_stops_with_one_pinning_line(tmp_path: Path) -> None:
     assert not (tmp_path / "called").exists()
 
 
+def test_v100_config_dry_runs_once_the_model_is_pinned(tmp_path: Path) -> None:
+    """Pinning the two placeholders is all the V100 study needs: then it dry-runs, one sweep
+    and one profiling job per --max-num-seqs configuration."""
+    text = V100.read_text()
+    text = re.sub(r'repo: "<set:[^"]*"', "repo: Qwen/Qwen2.5-7B-Instruct-AWQ", text)
+    text = re.sub(r'revision: "<set:[^"]*"', f"revision: {'a' * 40}", text)
+    pinned = tmp_path / "v100-awq-max-num-seqs.yaml"
+    pinned.write_text(text)
+    proc = dry_run(pinned, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for sc in ("max-num-seqs-1", "max-num-seqs-2", "max-num-seqs-12"):
+        assert f"results/v100-awq-max-num-seqs/raw/{sc}/run.json" in proc.stdout, sc
+    assert not (tmp_path / "called").exists()
+
+
 def test_an_experiment_file_does_not_inherit_the_quickstart(tmp_path: Path) -> None:
     """--configfile replaces config/config.yaml: its server.args (max-model-len 1024,
     num-gpu-blocks-override 68) must not leak into another experiment."""
