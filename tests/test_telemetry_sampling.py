@@ -154,3 +154,20 @@ def test_a_server_that_is_gone_is_said_and_the_client_still_sampled() -> None:
     assert a["server_error"] == f"server process {proc.pid} is gone"
     assert a["server_cpu_s"] is None and b["client_cpu_s"] is not None
     assert b["client_cpu_pct"] is not None and b["host_cpu_pct"] is not None
+
+
+def test_client_cpu_never_steps_back() -> None:
+    """psutil counts the client in 10 ms ticks, the samplers' own CPU in ns: between two ticks
+    their difference falls; the cumulative client counter must not (a point's CPU is the
+    difference of two samples and was once negative)."""
+    own = iter(i * 0.002 for i in range(1000))
+    src = HostSource(None, lambda: next(own))
+    src.open()
+    values = []
+    for _ in range(40):
+        t_end = time.process_time() + 0.004  # the client works; psutil sees it in ticks
+        while time.process_time() < t_end:
+            pass
+        values.append(src.read()[0]["client_cpu_s"])
+    assert values == sorted(values)
+    assert values[-1] > 0

@@ -209,6 +209,7 @@ class HostSource:
         self._tree_at = 0.0
         self._opened_epoch_s = 0.0
         self._client0 = 0.0
+        self._client_cpu = 0.0
         self._own0 = 0.0
         self._prev: tuple[float, float, float, float] | None = None
         self._host_prev: Any = None
@@ -217,6 +218,7 @@ class HostSource:
     def open(self) -> str | None:
         self._opened_epoch_s = time.time()
         self._client0 = _cpu_s(self._client.cpu_times())
+        self._client_cpu = 0.0
         self._own0 = self.own_cpu_s()
         if self.server_pid is None:
             self._server_error = "no server process given"
@@ -283,7 +285,10 @@ class HostSource:
             client_total = _cpu_s(self._client.cpu_times()) - self._client0
             client_rss = int(self._client.memory_info().rss)
         own = self.own_cpu_s() - self._own0
-        client_cpu = max(0.0, client_total - own)
+        # psutil counts the process in clock ticks (10 ms), the samplers' own CPU in ns: their
+        # difference can step back by a tick's fraction, a counter must not
+        self._client_cpu = max(self._client_cpu, client_total - own)
+        client_cpu = self._client_cpu
         host = psutil.cpu_times()
         mem = psutil.virtual_memory()
         rec: Sample = {
