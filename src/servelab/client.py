@@ -20,8 +20,9 @@ import asyncio
 import json
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from json.scanner import make_scanner
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
@@ -93,9 +94,9 @@ def _payload(w: Workload, prompt: str) -> bytes:
 # --- the response parser --------------------------------------------------------------------
 
 _now = time.perf_counter_ns
-# Strict JSON (as json.loads), without json.loads's per-call encoding detection; the caller
-# checks that the value fills the whole string.
-_json_value = json.JSONDecoder().raw_decode
+# Strict JSON (as json.loads): the decoder's scanner (C), called directly, without json.loads's
+# per-call encoding detection and wrappers; the caller checks that the value fills the string.
+_scan_json: Callable[[str, int], tuple[Any, int]] = make_scanner(cast(Any, json.JSONDecoder()))
 
 _HEAD, _CHUNKED, _LENGTH, _TO_CLOSE = range(4)
 # Chunked decoding: ResponseParser.left > 0 is the rest of the current chunk's data;
@@ -348,22 +349,29 @@ class ResponseParser:
         # rest (if any) is carried to the next read, never re-scanned.
         events = payload.split(b"\n\n")
         self.tail = events.pop()
+        stamp = (now - self.t0) // 1000
+        offsets = self.offsets
         for event in events:
-            for line in event.split(b"\n") if b"\n" in event else (event,):
-                if not line.startswith(b"data:"):
-                    continue
+            if event[:5] == b"data:" and b"\n" not in event:  # one data line: the usual
+                lines: Sequence[bytes] = (event,)
+            else:
+                lines = [x for x in event.split(b"\n") if x[:5] == b"data:"]
+            for line in lines:
                 body = line[5:].strip()
                 if body == b"[DONE]":
                     self.done = True
                     continue
                 text = body.decode()
-                msg, end = _json_value(text)
+                try:
+                    msg, end = _scan_json(text, 0)
+                except StopIteration as exc:
+                    raise json.JSONDecodeError("Expecting value", text, exc.value) from None
                 if end != len(text):
                     raise json.JSONDecodeError("Extra data", text, end)
                 if type(msg) is not dict:
                     raise ValueError(f"chunk is not a JSON object: {text[:80]}")
                 if msg.get("choices"):
-                    self.offsets.append((now - self.t0) // 1000)
+                    offsets.append(stamp)
                 elif "error" in msg:
                     err = msg["error"]
                     detail = err.get("message", err) if isinstance(err, dict) else err
