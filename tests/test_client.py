@@ -240,6 +240,18 @@ def test_parser_multi_line_events_and_comments() -> None:
     assert rec.ok and len(rec.chunk_offsets_us) == 2
 
 
+def test_parser_odd_but_valid_events() -> None:
+    events = (
+        b": not utf-8 \xff\xfe\n" + _chunk("a"),  # only data lines must be UTF-8
+        _chunk("b")[:-2] + b"  \t\n\n",  # whitespace after the JSON
+        b'data: {"choices": [{"text": "\xc3\xa9\\u00e9"}]}\n\n',  # UTF-8 and escapes
+        USAGE,
+        b"data: [DONE]\n\n",
+    )
+    rec, _ = parse([sse_response(*events)])
+    assert rec.ok and len(rec.chunk_offsets_us) == 3, rec.error
+
+
 def test_parser_body_until_close() -> None:
     body = b"".join(STREAM)
     rec = RequestRecord("r", 0)

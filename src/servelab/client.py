@@ -302,6 +302,20 @@ class ResponseParser:
         n = len(data)
         while pos < n:
             left = self.left
+            if left == 0:
+                # Whole chunks in a row (a read holds several when the client falls behind):
+                # taken when the size line is plain hex and the chunk's CRLF is where it says.
+                i = data.find(b"\r\n", pos, pos + 18)
+                if i > pos:
+                    try:
+                        size = int(data[pos:i], 16)
+                    except ValueError:
+                        size = 0
+                    end = i + 2 + size
+                    if size > 0 and end + 2 <= n and data[end : end + 2] == b"\r\n":
+                        out.append(data[i + 2 : end])
+                        pos = end + 2
+                        continue
             if left > 0:
                 end = pos + left
                 if end <= n:
@@ -347,42 +361,72 @@ class ResponseParser:
             payload = self.tail + payload
         # Events end with a blank line; a read usually holds whole events, so the unfinished
         # rest (if any) is carried to the next read, never re-scanned.
-        events = payload.split(b"\n\n")
-        self.tail = events.pop()
+        done, sep, self.tail = payload.rpartition(b"\n\n")
+        if not sep:
+            return
         stamp = (now - self.t0) // 1000
-        offsets = self.offsets
-        for event in events:
-            if event[:5] == b"data:" and b"\n" not in event:  # one data line: the usual
-                lines: Sequence[bytes] = (event,)
-            else:
-                lines = [x for x in event.split(b"\n") if x[:5] == b"data:"]
-            for line in lines:
-                body = line[5:].strip()
-                if body == b"[DONE]":
-                    self.done = True
-                    continue
-                text = body.decode()
-                try:
-                    msg, end = _scan_json(text, 0)
-                except StopIteration as exc:
-                    raise json.JSONDecodeError("Expecting value", text, exc.value) from None
-                if end != len(text):
-                    raise json.JSONDecodeError("Extra data", text, end)
-                if type(msg) is not dict:
-                    raise ValueError(f"chunk is not a JSON object: {text[:80]}")
-                if msg.get("choices"):
-                    offsets.append(stamp)
-                elif "error" in msg:
-                    err = msg["error"]
-                    detail = err.get("message", err) if isinstance(err, dict) else err
-                    self._fail(f"stream error: {detail}")
+        try:
+            text = done.decode()
+        except UnicodeDecodeError:  # only data lines must be UTF-8: look line by line
+            for chunk in done.split(b"\n\n"):
+                if not self._lines(chunk.decode("latin-1").split("\n"), stamp, latin1=True):
                     return
-                usage = msg.get("usage")
-                if usage:
-                    if type(usage) is not dict:
-                        raise ValueError(f"usage is not a JSON object: {text[:80]}")
-                    self.rec.prompt_tokens = usage.get("prompt_tokens")
-                    self.rec.output_tokens = usage.get("completion_tokens")
+            return
+        for event in text.split("\n\n"):
+            # The usual event, one `data: {...}` line: its JSON read in place. Anything else
+            # (and any error) goes the general way, which also gives the error message.
+            if event[:7] == "data: {" and "\n" not in event:
+                try:
+                    msg, end = _scan_json(event, 6)
+                except (StopIteration, ValueError):
+                    end = -1
+                if end == len(event):
+                    if not self._message(msg, stamp, event):
+                        return
+                    continue
+            if not self._lines(event.split("\n"), stamp):
+                return
+
+    def _lines(self, lines: list[str], stamp: int, latin1: bool = False) -> bool:
+        """The data lines of one event; False when the stream reported an error. `latin1`:
+        the event's bytes were not all UTF-8 and were decoded as latin-1 to find the lines
+        (each data line must still be UTF-8)."""
+        for line in lines:
+            if line[:5] != "data:":
+                continue
+            body = line[5:].strip(" \t\r\x0b\x0c")
+            if body == "[DONE]":
+                self.done = True
+                continue
+            if latin1:
+                body = body.encode("latin-1").decode()
+            try:
+                msg, end = _scan_json(body, 0)
+            except StopIteration as exc:
+                raise json.JSONDecodeError("Expecting value", body, exc.value) from None
+            if end != len(body):
+                raise json.JSONDecodeError("Extra data", body, end)
+            if type(msg) is not dict:
+                raise ValueError(f"chunk is not a JSON object: {body[:80]}")
+            if not self._message(msg, stamp, body):
+                return False
+        return True
+
+    def _message(self, msg: dict[str, Any], stamp: int, text: str) -> bool:
+        if msg.get("choices"):
+            self.offsets.append(stamp)
+        elif "error" in msg:
+            err = msg["error"]
+            detail = err.get("message", err) if isinstance(err, dict) else err
+            self._fail(f"stream error: {detail}")
+            return False
+        usage = msg.get("usage")
+        if usage:
+            if type(usage) is not dict:
+                raise ValueError(f"usage is not a JSON object: {text[:80]}")
+            self.rec.prompt_tokens = usage.get("prompt_tokens")
+            self.rec.output_tokens = usage.get("completion_tokens")
+        return True
 
     def _end(self, now: int) -> None:
         rec = self.rec
