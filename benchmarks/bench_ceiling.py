@@ -149,7 +149,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument(
-        "--steps-us", type=int, nargs="+", default=[4000, 2000, 1000, 700, 500, 350, 250, 0]
+        "--steps-us",
+        type=int,
+        nargs="+",
+        default=[4000, 2000, 1000, 700, 600, 500, 420, 350, 300, 250, 0],
     )
     p.add_argument("--waves", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2, help="runs per level and client")

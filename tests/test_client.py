@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -414,3 +415,36 @@ def test_failed_streams_do_not_poison_the_next_request(raw_server: tuple[str, Ra
     closed = run_point(wl(base, "close"), ["p"] * 3, 1, "c")
     assert all(r.ok for r in closed.records)
     assert srv.connections - before == 3  # Connection: close is honoured
+
+
+class LoopKind:
+    def __init__(self) -> None:
+        self.kinds: set[str] = set()
+
+    def start(self, index: int) -> None:
+        self.kinds.add(type(asyncio.get_running_loop()).__module__.split(".")[0])
+
+    def end(self, token: object) -> None:
+        pass
+
+
+def test_runs_on_uvloop_and_on_asyncio_alike(
+    sse_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("uvloop")
+    runs = {}
+    for loop in ("uvloop", "asyncio"):
+        if loop == "asyncio":
+            monkeypatch.setitem(sys.modules, "uvloop", None)  # import fails: Windows' way
+        marks = LoopKind()
+        runs[loop] = {
+            kind: run_point(wl(sse_server, kind, timeout=0.5), ["p"] * 2, 2, "t", marks=marks)
+            for kind in ("good", "broken", "slow", "error")
+        }
+        assert marks.kinds == {loop}
+    for kind in ("good", "broken", "slow", "error"):
+        a, b = runs["uvloop"][kind].records, runs["asyncio"][kind].records
+        assert [(r.ok, r.error, r.http_status, len(r.chunk_offsets_us)) for r in a] == [
+            (r.ok, r.error, r.http_status, len(r.chunk_offsets_us)) for r in b
+        ]
+    assert all(r.ok for r in runs["asyncio"]["good"].records)

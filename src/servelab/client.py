@@ -11,7 +11,7 @@ The client speaks HTTP/1.1 itself, on one keep-alive connection per concurrency 
 `ResponseParser`, which decodes the chunked transfer encoding, splits SSE events and records
 each chunk there. The request's coroutine is woken once, when its response is over, not once
 per chunk (a client's own cost per streamed token bounds how fast, and how accurately, it can
-measure a server).
+measure a server). The event loop is uvloop's where it is installed, else asyncio's.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import asyncio
 import json
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, field
 from json.scanner import make_scanner
 from typing import Any, Protocol, cast
@@ -653,5 +653,17 @@ def run_point(
     marks: RequestMarks | None = None,
 ) -> PointRun:
     out = out if out is not None else PointRun()
-    asyncio.run(run_closed_loop(w, prompts, concurrency, label, out, marks))
+    _run(run_closed_loop(w, prompts, concurrency, label, out, marks))
     return out
+
+
+def _run(main: Coroutine[Any, Any, PointRun]) -> None:
+    """Run on uvloop where it is installed (a dependency except on Windows): its event loop
+    costs about a fifth less CPU per streamed chunk than asyncio's at low rates, where each
+    chunk is a wake-up of its own."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - Windows
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
