@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
 
-from servelab.client import PointRun, Workload, run_point
+from servelab.client import PointRun, RequestRecord, ResponseParser, Workload, run_point
 
 
 def _chunk(text: str) -> bytes:
@@ -141,3 +142,309 @@ def test_connection_refused_is_a_failed_request() -> None:
     run_point(Workload(f"http://127.0.0.1:{port}", "m", 4), ["p", "q"], 2, "t", out)
     assert len(out.records) == 2 and all(not r.ok and r.http_status is None for r in out.records)
     assert all("Connect" in (r.error or "") for r in out.records)
+
+
+# --- the response parser, fed by hand ---------------------------------------------------------
+
+T0 = 1_000_000_000  # the request's send time on the parser's clock (ns)
+
+
+def sse_response(*events: bytes, chunked: bool = True, head: bytes = b"") -> bytes:
+    """A 200 response carrying `events` as uvicorn sends SSE: one chunk per write."""
+    body = b"".join(events)
+    if not chunked:
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), head, body)
+    framed = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events if e)
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+        b"transfer-encoding: chunked\r\n" + head + b"\r\n" + framed + b"0\r\n\r\n"
+    )
+
+
+STREAM = (_chunk("a"), _chunk("b"), _chunk(""), _chunk("d"), USAGE, b"data: [DONE]\n\n")
+
+
+def parse(reads: list[bytes], times_us: list[int] | None = None) -> tuple[RequestRecord, bool]:
+    """Feed `reads` in order, read i arriving at times_us[i] (default: i ms) after T0."""
+    rec = RequestRecord("r", 0)
+    p = ResponseParser(rec, T0)
+    times = times_us or [1000 * i for i in range(len(reads))]
+    over = False
+    for data, t in zip(reads, times, strict=True):
+        over = p.feed(data, T0 + t * 1000)
+    return rec, over
+
+
+def ends_of_events(raw: bytes) -> list[int]:
+    """Byte index, in the raw response, of the last byte of each content chunk's event."""
+    ends, start = [], 0
+    for event in STREAM:
+        i = raw.index(event, start)
+        start = i + len(event)
+        if b'"choices": [{' in event:
+            ends.append(start - 1)
+    return ends
+
+
+def test_parser_one_read_many_events() -> None:
+    rec, over = parse([sse_response(*STREAM)], [7])
+    assert over and rec.ok and rec.error is None and rec.http_status == 200
+    # several events in one read share its arrival time
+    assert rec.chunk_offsets_us == [7, 7, 7, 7] and rec.done_offset_us == 7
+    assert (rec.prompt_tokens, rec.output_tokens) == (3, 4)
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_parser_every_split_point(chunked: bool) -> None:
+    raw = sse_response(*STREAM, chunked=chunked)
+    ends = ends_of_events(raw)
+    for cut in range(1, len(raw)):
+        rec, over = parse([raw[:cut], raw[cut:]], [10, 20])
+        assert over and rec.ok, (cut, rec)
+        # an event counts when the read that completes it arrives
+        assert rec.chunk_offsets_us == [10 if e < cut else 20 for e in ends], cut
+        assert rec.done_offset_us == 20 and rec.output_tokens == 4
+
+
+def test_parser_one_byte_per_read() -> None:
+    # every boundary at once: inside the head, chunk-size lines, CRLFs, events, the trailer
+    raw = sse_response(*STREAM, head=b"X-Extra: 1\r\n")
+    rec, over = parse([raw[i : i + 1] for i in range(len(raw))], list(range(len(raw))))
+    assert over and rec.ok
+    assert rec.chunk_offsets_us == ends_of_events(raw)
+    assert rec.done_offset_us == len(raw) - 1
+
+
+def test_parser_chunk_extensions_trailers_and_events_split_across_chunks() -> None:
+    body = b"".join(STREAM)
+    pieces = [body[:10], body[10:150], body[150:]]  # chunk boundaries inside events
+    framed = b"".join(b"%X;name=value\r\n%s\r\n" % (len(p), p) for p in pieces)
+    raw = (
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + framed
+        + b"0\r\nX-Trailer: yes\r\n\r\n"
+    )
+    rec, over = parse([raw])
+    assert over and rec.ok and len(rec.chunk_offsets_us) == 4 and rec.output_tokens == 4
+
+
+def test_parser_multi_line_events_and_comments() -> None:
+    events = (
+        b": ping\n\n",
+        b"event: message\nid: 1\n" + _chunk("a"),
+        b"data:" + _chunk("b")[5:],  # no space after the colon
+        USAGE,
+        b"data: [DONE]\n\n",
+    )
+    rec, _ = parse([sse_response(*events)])
+    assert rec.ok and len(rec.chunk_offsets_us) == 2
+
+
+def test_parser_odd_but_valid_events() -> None:
+    events = (
+        b": not utf-8 \xff\xfe\n" + _chunk("a"),  # only data lines must be UTF-8
+        _chunk("b")[:-2] + b"  \t\n\n",  # whitespace after the JSON
+        b'data: {"choices": [{"text": "\xc3\xa9\\u00e9"}]}\n\n',  # UTF-8 and escapes
+        USAGE,
+        b"data: [DONE]\n\n",
+    )
+    rec, _ = parse([sse_response(*events)])
+    assert rec.ok and len(rec.chunk_offsets_us) == 3, rec.error
+
+
+def test_parser_body_until_close() -> None:
+    body = b"".join(STREAM)
+    rec = RequestRecord("r", 0)
+    p = ResponseParser(rec, T0)
+    assert not p.feed(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + body, T0)
+    assert not p.reusable and not rec.ok
+    p.eof(T0 + 5_000_000)
+    assert rec.ok and rec.done_offset_us == 5000 and len(rec.chunk_offsets_us) == 4
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (sse_response(_chunk("a"), b"data: {not json}\n\n"), "malformed stream: Expecting"),
+        (sse_response(_chunk("a"), b"data: [1, 2]\n\n"), "malformed stream: chunk is not"),
+        (sse_response(b'data: {"choices": [1]} x\n\n'), "malformed stream: Extra data"),
+        (sse_response(b"data: \xff\xfe\n\n"), "malformed stream"),
+        (sse_response(b'data: {"usage": 5}\n\n'), "malformed stream: usage is not"),
+        (
+            sse_response(_chunk("a"), b'data: {"error": {"message": "engine died"}}\n\n'),
+            "stream error: engine died",
+        ),
+        (sse_response(_chunk("a"), b"data: [DONE]\n\n"), "stream carried no usage"),
+        (sse_response(_chunk("a"), USAGE), "stream ended before [DONE]"),
+        (sse_response(USAGE, b"data: [DONE]\n\n"), "stream carried no content chunks"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk-size"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n", "not followed"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "bad Content-Length"),
+        (b"SMTP ready\r\n\r\n", "bad status line"),
+        (b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", "bad header line"),
+    ],
+)
+def test_parser_errors_fail_the_request(raw: bytes, error: str) -> None:
+    for reads in ([raw], [raw[i : i + 1] for i in range(len(raw))]):
+        rec = RequestRecord("r", 0)
+        p = ResponseParser(rec, T0)
+        over = False
+        for data in reads:
+            over = p.feed(data, T0)
+        if not over:  # framing errors may only show once the server gives up
+            p.eof(T0)
+        assert not rec.ok and rec.error is not None and error in rec.error, rec.error
+        assert not p.reusable or rec.error.startswith("stream ")
+
+
+def test_parser_http_error_body_any_framing() -> None:
+    body = b'{"object": "error", "message": "too\nlong"}'
+    chunked = b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n"
+    chunked += b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    length = b"HTTP/1.1 503 Busy\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    for raw, status in ((chunked, 400), (length, 503)):
+        rec, over = parse([raw[:30], raw[30:]])
+        assert over and rec.http_status == status and not rec.ok
+        assert rec.error == f"HTTP {status}: " + body.decode().replace("\n", " ")
+        assert rec.done_offset_us is None
+
+
+def test_parser_connection_reuse_rules() -> None:
+    def parser_after(raw: bytes) -> ResponseParser:
+        p = ResponseParser(RequestRecord("r", 0), T0)
+        assert p.feed(raw, T0)
+        return p
+
+    assert parser_after(sse_response(*STREAM)).reusable
+    assert not parser_after(sse_response(*STREAM, head=b"Connection: close\r\n")).reusable
+    assert not parser_after(sse_response(*STREAM) + b"HTTP/1.1 200 OK\r\n").reusable
+    p = ResponseParser(RequestRecord("r", 0), T0)
+    assert not p.feed(sse_response(*STREAM)[:-40], T0)
+    p.eof(T0, ConnectionResetError("reset by peer"))
+    assert p.rec.error == (
+        "server closed the connection mid-response (ConnectionResetError: reset by peer)"
+    )
+    q = ResponseParser(RequestRecord("r", 0), T0)
+    q.eof(T0)
+    assert q.rec.error == "server closed the connection before responding"
+    assert q.rec.http_status is None
+
+
+# --- the client against a raw server that frames its responses by hand ------------------------
+
+
+class RawServer:
+    """Answers each request by its path with scripted writes (bytes, or a float: sleep)."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.scripts: dict[str, list[bytes | float]] = {}
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode().split("\r\n")
+                hdrs = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+                await reader.readexactly(int(hdrs["content-length"]))
+                path = lines[0].split(" ")[1]
+                self.requests.append((path, hdrs))
+                for step in self.scripts[path]:
+                    if isinstance(step, float):
+                        await asyncio.sleep(step)
+                    elif step == b"CLOSE":
+                        writer.close()
+                        return
+                    else:
+                        writer.write(step)
+                        await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+
+@pytest.fixture(scope="module")
+def raw_server() -> Iterator[tuple[str, RawServer]]:
+    srv = RawServer()
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(srv.handle, "127.0.0.1", 0))
+    port = server.sockets[0].getsockname()[1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}", srv
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5)
+
+
+def test_split_reads_over_a_socket_and_keep_alive(raw_server: tuple[str, RawServer]) -> None:
+    base, srv = raw_server
+    raw = sse_response(*STREAM)
+    # the server writes at awkward places, pausing between writes so each is its own read
+    cuts = [3, 40, 45, 100, 101, 230, len(raw) - 3]
+    parts = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
+    srv.scripts["/split/v1/completions"] = [x for p in parts for x in (p, 0.02)]
+    before = srv.connections
+    run = run_point(wl(base, "split"), ["p"] * 6, 2, "k")
+    assert all(r.ok and len(r.chunk_offsets_us) == 4 for r in run.records), run.records
+    assert srv.connections - before == 2  # one keep-alive connection per slot
+    paths = [p for p, _ in srv.requests[-6:]]
+    assert paths == ["/split/v1/completions"] * 6
+    hdrs = srv.requests[-1][1]
+    assert hdrs["x-request-id"].startswith("k-") and hdrs["content-type"] == "application/json"
+
+
+def test_failed_streams_do_not_poison_the_next_request(raw_server: tuple[str, RawServer]) -> None:
+    base, srv = raw_server
+    srv.scripts["/bad/v1/completions"] = [sse_response(_chunk("a"), b"data: {oops\n\n")]
+    srv.scripts["/eof/v1/completions"] = [sse_response(*STREAM)[:-30], b"CLOSE"]
+    srv.scripts["/close/v1/completions"] = [
+        sse_response(*STREAM, head=b"Connection: close\r\n"),
+        b"CLOSE",
+    ]
+    bad = run_point(wl(base, "bad"), ["p"] * 3, 1, "b")
+    assert [r.error and r.error.startswith("malformed stream") for r in bad.records] == [True] * 3
+    assert all(len(r.chunk_offsets_us) == 1 for r in bad.records)
+    eof = run_point(wl(base, "eof"), ["p"] * 3, 1, "e")
+    assert all(
+        r.error == "server closed the connection mid-response" and len(r.chunk_offsets_us) == 4
+        for r in eof.records
+    ), eof.records
+    before = srv.connections
+    closed = run_point(wl(base, "close"), ["p"] * 3, 1, "c")
+    assert all(r.ok for r in closed.records)
+    assert srv.connections - before == 3  # Connection: close is honoured
+
+
+class LoopKind:
+    def __init__(self) -> None:
+        self.kinds: set[str] = set()
+
+    def start(self, index: int) -> None:
+        self.kinds.add(type(asyncio.get_running_loop()).__module__.split(".")[0])
+
+    def end(self, token: object) -> None:
+        pass
+
+
+def test_runs_on_uvloop_and_on_asyncio_alike(
+    sse_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("uvloop")
+    runs = {}
+    for loop in ("uvloop", "asyncio"):
+        if loop == "asyncio":
+            monkeypatch.setitem(sys.modules, "uvloop", None)  # import fails: Windows' way
+        marks = LoopKind()
+        runs[loop] = {
+            kind: run_point(wl(sse_server, kind, timeout=0.5), ["p"] * 2, 2, "t", marks=marks)
+            for kind in ("good", "broken", "slow", "error")
+        }
+        assert marks.kinds == {loop}
+    for kind in ("good", "broken", "slow", "error"):
+        a, b = runs["uvloop"][kind].records, runs["asyncio"][kind].records
+        assert [(r.ok, r.error, r.http_status, len(r.chunk_offsets_us)) for r in a] == [
+            (r.ok, r.error, r.http_status, len(r.chunk_offsets_us)) for r in b
+        ]
+    assert all(r.ok for r in runs["asyncio"]["good"].records)

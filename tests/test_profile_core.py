@@ -137,3 +137,39 @@ def test_layers_from_config(tmp_path: Path) -> None:
     p.write_text(json.dumps({"hidden_size": 8}))
     with pytest.raises(ServelabError, match="pass --layers N"):
         layers_from_config(p)
+
+
+@pytest.mark.parametrize("layers", [1, 3, 7])
+def test_feed_columns_groups_as_feed_does(layers: int) -> None:
+    import random
+
+    from servelab.profile.core import PREFIX_FORWARDS, ForwardGrouper, Launch
+
+    rnd = random.Random(layers)
+    launches = []
+    t = 0
+    pop = 4
+    for i in range(layers * (PREFIX_FORWARDS + 40) + 5):
+        if rnd.random() < 0.05:
+            pop = rnd.randrange(1, 9)  # populations change mid-forward now and then
+        launches.append(Launch(t, t + rnd.randrange(1, 50), pop, pop if i % 97 else -1))
+        t += rnd.randrange(0, 60)
+    one = ForwardGrouper(layers)
+    for x in launches[3:]:  # a window that begins mid-forward
+        one.feed(x)
+    many = ForwardGrouper(layers)
+    i = 3
+    while i < len(launches):
+        part = launches[i : i + rnd.choice([1, 2, layers, 5 * layers + 1, 300])]
+        starts, ends, pops, tags = zip(*part, strict=True)
+        many.feed_columns(starts, ends, pops, tags)
+        i += len(part)
+    one.finish()
+    many.finish()
+    assert one.forwards and (layers == 1 or not all(f.consistent for f in one.forwards))
+    assert (many.offset, many.launches, many.violations) == (
+        one.offset,
+        one.launches,
+        one.violations,
+    )
+    assert many.forwards == one.forwards

@@ -360,3 +360,97 @@ def test_rows_found_out_of_order_mid_pass_are_merged_again(
     ordered = NsysTrace(files[0])
     ordered.busy(ordered.resolve(load_windows(files[1])))
     assert ordered.ordered is True
+
+
+def _union(intervals: list[tuple[int, int]]) -> int:
+    total, end = 0, None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            total, end = total + e - s, e
+        elif e > end:
+            total, end = total + e - end, e
+    return total
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_busy_and_totals_match_a_brute_force_over_many_windows(
+    tmp_path: Path, shuffle: bool
+) -> None:
+    """Seven windows (given out of order, with gaps), three devices, kernels that straddle
+    window edges and overlap across streams: the SQL passes (window found by a binary search,
+    integer keys) against the definitions computed row by row in Python."""
+    import random
+
+    from servelab.profile.nsys import NsysTrace
+
+    rnd = random.Random(7)
+    fx = NsysFixture(gpus=((0, "a"), (1, "b"), (2, "c")))
+    for _ in range(3000):
+        fx.kernel(
+            rnd.randrange(0, 1_000_000),
+            rnd.choice([5, 50, 500, 5_000, 40_000]),
+            rnd.choice(["gemm_a", "flash_fwd_kernel", "rms_norm", "nccl_allreduce"]),
+            device=rnd.randrange(3),
+            stream=rnd.choice([7, 13]),
+            grid=(1, rnd.randrange(1, 4), 8),
+        )
+    bounds = [(10_000, 90_000), (90_000, 200_000), (250_000, 251_000), (300_000, 480_000),
+              (480_000, 700_000), (800_000, 850_000), (900_000, 990_000)]  # fmt: skip
+    order = [3, 0, 6, 2, 5, 1, 4]
+    spec = [
+        {"label": f"w{i}", "start_ns": bounds[i][0], "end_ns": bounds[i][1], "clock": "trace"}
+        for i in order
+    ]
+    trace = NsysTrace(fx.write(tmp_path / "t.sqlite", omit={"NVTX_EVENTS"}, shuffle=shuffle))
+    wins = trace.resolve(parse_windows({"windows": spec}, "test"))
+    busy, stats = trace.busy(wins), trace.stats(wins)
+    for i, w in enumerate(wins):
+        lo, hi = w.lo, w.hi
+        mine = [k for k in fx.kernels if lo <= k.start < hi]
+        want: dict[str, list[int]] = {}
+        for k in mine:
+            acc = want.setdefault(k.name, [0, 0])
+            acc[0] += 1
+            acc[1] += k.end - k.start
+        got = {s.name: [s.calls, s.total_ns] for s in stats[i]}
+        assert got == want, w.label
+        for dev in range(3):
+            # a kernel's busy time goes to the first window it overlaps, clipped to it
+            first = [
+                k for k in fx.kernels
+                if k.device == dev and k.start < hi and k.end > lo
+                and not any(v.lo < lo and k.start < v.hi and k.end > v.lo for v in wins)
+            ]  # fmt: skip
+            expect = _union([(max(k.start, lo), min(k.end, hi)) for k in first])
+            assert busy[i].get(str(dev), 0) == expect, (w.label, dev)
+    assert trace.ordered is not shuffle
+    # the main kernel's launches, read in chunks that mix windows and devices: time per grid
+    main = {"void flash_fwd_kernel<(int)128, true>(Params)"}
+    mp = trace.main_pass(wins, main, {}, 2, [1])
+    for i, w in enumerate(wins):
+        want_grid: dict[tuple[int, int, int], list[int]] = {}
+        for k in fx.kernels:
+            if k.name == "flash_fwd_kernel" and w.lo <= k.start < w.hi:
+                acc = want_grid.setdefault(k.grid, [0, 0])
+                acc[0] += 1
+                acc[1] += k.end - k.start
+        assert {s.grid: [s.calls, s.total_ns] for s in mp.stats[i]} == want_grid
+        for dev in range(3):
+            n = sum(
+                1
+                for k in fx.kernels
+                if k.name == "flash_fwd_kernel" and k.device == dev and w.lo <= k.start < w.hi
+            )
+            g = mp.groupers[1].get((i, str(dev)))
+            assert (g.launches if g else 0) == n
+    assert mp.distinct == [{1}, {1, 2, 3}, {8}]
+    # one window: a chunk then holds one window but several devices
+    big = max(wins, key=lambda w: w.hi - w.lo)
+    one = trace.main_pass([big], main, {}, 2, [1])
+    for dev in range(3):
+        n = sum(
+            1
+            for k in fx.kernels
+            if k.name == "flash_fwd_kernel" and k.device == dev and big.lo <= k.start < big.hi
+        )
+        assert n and one.groupers[1][(0, str(dev))].launches == n

@@ -5,18 +5,26 @@ from one monotonic clock and bridged to the wall clock once, at the start of the
 `sent_epoch_ns + done_offset_us` of different requests compare exactly.
 Failed requests (HTTP errors, broken streams, timeouts) are recorded with their error, never
 dropped.
+
+The client speaks HTTP/1.1 itself, on one keep-alive connection per concurrency slot: an
+`asyncio.Protocol` receives each read from the event loop, timestamps it, and hands it to a
+`ResponseParser`, which decodes the chunked transfer encoding, splits SSE events and records
+each chunk there. The request's coroutine is woken once, when its response is over, not once
+per chunk (a client's own cost per streamed token bounds how fast, and how accurately, it can
+measure a server). The event loop is uvloop's where it is installed, else asyncio's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
-
-import aiohttp
+from json.scanner import make_scanner
+from typing import Any, Protocol, cast
+from urllib.parse import urlsplit
 
 
 @dataclass
@@ -83,73 +91,506 @@ def _payload(w: Workload, prompt: str) -> bytes:
     return json.dumps(body).encode("utf-8")
 
 
+# --- the response parser --------------------------------------------------------------------
+
+_now = time.perf_counter_ns
+# Strict JSON (as json.loads): the decoder's scanner (C), called directly, without json.loads's
+# per-call encoding detection and wrappers; the caller checks that the value fills the string.
+_scan_json: Callable[[str, int], tuple[Any, int]] = make_scanner(cast(Any, json.JSONDecoder()))
+
+_HEAD, _CHUNKED, _LENGTH, _TO_CLOSE = range(4)
+# Chunked decoding: ResponseParser.left > 0 is the rest of the current chunk's data;
+# 0 means a chunk-size line comes next, and these two the other places in the framing:
+_CRLF = -1  # the CRLF after a chunk's data
+_TRAILER = -2  # trailer lines after the last (zero-size) chunk, up to a blank line
+_MAX_LINE = 65536
+_ERROR_BODY_KEEP = 4096
+_READ_SIZE = 256 * 1024  # as asyncio's transports read
+
+
+class MalformedResponse(Exception):
+    """The response broke HTTP/1.1 framing (status line, headers, chunk sizes)."""
+
+
+class ResponseParser:
+    """One HTTP/1.1 response to a streaming completions request, fed as bytes arrive.
+
+    `feed(data, now)` takes each read in arrival order with the time it arrived (perf_counter
+    ns, the clock of `t0`) and returns True once the response is over, finished or failed;
+    the record then says which, exactly as the raw data contract has it:
+    - every SSE event with a `data:` line whose JSON object carries a non-empty `choices`
+      adds one chunk offset, `(now - t0) // 1000`, where `now` is the arrival of the read
+      that completed the event;
+    - `usage` sets prompt_tokens / output_tokens; `data: [DONE]` marks a complete stream;
+    - a chunk that is not JSON, or not a JSON object, fails the request ("malformed stream");
+      an `error` object without choices fails it ("stream error");
+    - a status other than 200 fails it with its body ("HTTP <status>: <body>");
+    - the end of the body ends the request: ok only with [DONE], usage and a chunk.
+    The body may come with `Transfer-Encoding: chunked` (as uvicorn sends SSE), with a
+    Content-Length, or until the server closes the connection (`eof`). Reads may split the
+    response anywhere: inside the head, a chunk-size line, a chunk, an event or a character.
+    """
+
+    __slots__ = (
+        "rec",
+        "t0",
+        "offsets",
+        "state",
+        "status",
+        "left",
+        "buf",
+        "tail",
+        "done",
+        "body_over",
+        "finished",
+        "reusable",
+        "error_body",
+        "received",
+    )
+
+    def __init__(self, rec: RequestRecord, t0: int) -> None:
+        self.rec = rec
+        self.t0 = t0
+        self.offsets = rec.chunk_offsets_us
+        self.state = _HEAD
+        self.status = 0
+        self.left = 0  # chunked: see _CRLF/_TRAILER; Content-Length: body bytes still due
+        self.buf = b""  # framing bytes not parsed yet (head, a split chunk-size line)
+        self.tail = b""  # body bytes of an SSE event not complete yet
+        self.done = False  # saw data: [DONE]
+        self.body_over = False
+        self.finished = False
+        self.reusable = True  # the connection can carry the next request
+        self.error_body: list[bytes] = []
+        self.received = False
+
+    # feeding ---------------------------------------------------------------------------------
+
+    def feed(self, data: bytes, now: int) -> bool:
+        if self.finished:
+            return True
+        self.received = True
+        try:
+            if self.buf:
+                data = self.buf + data
+                self.buf = b""
+            if self.state == _HEAD:
+                data = self._head(data)
+                if self.state == _HEAD:
+                    return False
+            if self.state == _CHUNKED:
+                payload = self._dechunk(data)
+            elif self.state == _LENGTH:
+                payload = data[: self.left]
+                if len(data) > self.left:
+                    self.reusable = False  # bytes past the response: do not reuse
+                self.left -= len(payload)
+                self.body_over = self.left == 0
+            else:
+                payload = data
+            if payload:
+                if self.status == 200:
+                    self._events(payload, now)
+                elif sum(map(len, self.error_body)) < _ERROR_BODY_KEEP:
+                    self.error_body.append(payload)
+            if self.body_over and not self.finished:
+                self._end(now)
+        except MalformedResponse as exc:
+            self._fail(f"malformed response: {exc}")
+        except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
+            self._fail(f"malformed stream: {exc}")
+        return self.finished
+
+    def eof(self, now: int, exc: BaseException | None = None) -> None:
+        """The server closed the connection (`exc`: why, when the transport knows)."""
+        if self.finished:
+            return
+        if self.state == _TO_CLOSE:
+            self.body_over = True
+            self._end(now)
+            return
+        where = "mid-response" if self.received else "before responding"
+        why = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+        self._fail(f"server closed the connection {where}{why}")
+
+    def _fail(self, error: str) -> None:
+        self.rec.error = error[:300]
+        self.rec.ok = False
+        self.finished = True
+        self.reusable = False
+
+    # HTTP framing ----------------------------------------------------------------------------
+
+    def _head(self, data: bytes) -> bytes:
+        """Parse the status line and headers; returns the body bytes that followed them."""
+        while True:
+            i = data.find(b"\r\n\r\n")
+            if i < 0:
+                if len(data) > _MAX_LINE:
+                    raise MalformedResponse("response head too long")
+                self.buf = data
+                return b""
+            lines = data[:i].decode("latin-1").split("\r\n")
+            data = data[i + 4 :]
+            parts = lines[0].split(" ", 2)
+            if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+                raise MalformedResponse(f"bad status line {lines[0][:80]!r}")
+            status = int(parts[1])
+            if 100 <= status < 200:  # an interim response (100 Continue): its head only
+                continue
+            break
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise MalformedResponse(f"bad header line {line[:80]!r}")
+            key = name.strip().lower()
+            value = value.strip()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        self.status = status
+        self.rec.http_status = status
+        conn = headers.get("connection", "").lower()
+        if parts[0] == "HTTP/1.0":
+            self.reusable = "keep-alive" in conn
+        else:
+            self.reusable = "close" not in conn
+        te = headers.get("transfer-encoding", "").lower()
+        if status in (204, 304):
+            self.state = _LENGTH
+            self.body_over = True
+        elif te:
+            if te.rsplit(",", 1)[-1].strip() == "chunked":
+                self.state = _CHUNKED
+                self.left = 0
+            else:  # another coding last: the body runs to the connection's close
+                self.state = _TO_CLOSE
+                self.reusable = False
+        elif "content-length" in headers:
+            try:
+                n = int(headers["content-length"])
+            except ValueError:
+                raise MalformedResponse(
+                    f"bad Content-Length {headers['content-length'][:40]!r}"
+                ) from None
+            if n < 0:
+                raise MalformedResponse(f"bad Content-Length {n}")
+            self.state = _LENGTH
+            self.left = n
+            self.body_over = n == 0
+        else:
+            self.state = _TO_CLOSE
+            self.reusable = False
+        return data
+
+    def _dechunk(self, data: bytes) -> bytes:
+        """The chunk data in `data` (chunked transfer encoding), any framing left unparsed
+        kept for the next read."""
+        if self.left == 0:
+            # The usual read: exactly one whole chunk ("<size>\r\n<data>\r\n"), as a server
+            # writes one SSE event per chunk and the client keeps up.
+            i = data.find(b"\r\n", 0, 18)
+            if i > 0:
+                try:
+                    size = int(data[:i], 16)
+                except ValueError:
+                    size = 0
+                end = i + 2 + size
+                if size > 0 and len(data) == end + 2 and data.endswith(b"\r\n"):
+                    return data[i + 2 : end]
+        out: list[bytes] = []
+        pos = 0
+        n = len(data)
+        while pos < n:
+            left = self.left
+            if left == 0:
+                # Whole chunks in a row (a read holds several when the client falls behind):
+                # taken when the size line is plain hex and the chunk's CRLF is where it says.
+                i = data.find(b"\r\n", pos, pos + 18)
+                if i > pos:
+                    try:
+                        size = int(data[pos:i], 16)
+                    except ValueError:
+                        size = 0
+                    end = i + 2 + size
+                    if size > 0 and end + 2 <= n and data[end : end + 2] == b"\r\n":
+                        out.append(data[i + 2 : end])
+                        pos = end + 2
+                        continue
+            if left > 0:
+                end = pos + left
+                if end <= n:
+                    out.append(data[pos:end])
+                    pos = end
+                    self.left = _CRLF
+                else:
+                    out.append(data[pos:])
+                    self.left = end - n
+                    pos = n
+            elif left == _CRLF:
+                if n - pos < 2:
+                    break
+                if data[pos : pos + 2] != b"\r\n":
+                    raise MalformedResponse("chunk data not followed by CRLF")
+                pos += 2
+                self.left = 0
+            else:
+                i = data.find(b"\r\n", pos)
+                if i < 0:
+                    if n - pos > _MAX_LINE:
+                        raise MalformedResponse("chunk-size or trailer line too long")
+                    break
+                line = data[pos:i]
+                pos = i + 2
+                if left == 0:
+                    size = _chunk_size(line)
+                    self.left = size if size else _TRAILER
+                elif not line:  # the blank line that ends the trailers: the body is over
+                    self.body_over = True
+                    if pos < n:
+                        self.reusable = False  # bytes past the response: do not reuse
+                    pos = n
+                    break
+        if pos < n:
+            self.buf = data[pos:]
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    # SSE -------------------------------------------------------------------------------------
+
+    def _events(self, payload: bytes, now: int) -> None:
+        if self.tail:
+            payload = self.tail + payload
+        # Events end with a blank line; a read usually holds whole events, so the unfinished
+        # rest (if any) is carried to the next read, never re-scanned.
+        done, sep, self.tail = payload.rpartition(b"\n\n")
+        if not sep:
+            return
+        stamp = (now - self.t0) // 1000
+        try:
+            text = done.decode()
+        except UnicodeDecodeError:  # only data lines must be UTF-8: look line by line
+            for chunk in done.split(b"\n\n"):
+                if not self._lines(chunk.decode("latin-1").split("\n"), stamp, latin1=True):
+                    return
+            return
+        for event in text.split("\n\n"):
+            # The usual event, one `data: {...}` line: its JSON read in place. Anything else
+            # (and any error) goes the general way, which also gives the error message.
+            if event[:7] == "data: {" and "\n" not in event:
+                try:
+                    msg, end = _scan_json(event, 6)
+                except (StopIteration, ValueError):
+                    end = -1
+                if end == len(event):
+                    if not self._message(msg, stamp, event):
+                        return
+                    continue
+            if not self._lines(event.split("\n"), stamp):
+                return
+
+    def _lines(self, lines: list[str], stamp: int, latin1: bool = False) -> bool:
+        """The data lines of one event; False when the stream reported an error. `latin1`:
+        the event's bytes were not all UTF-8 and were decoded as latin-1 to find the lines
+        (each data line must still be UTF-8)."""
+        for line in lines:
+            if line[:5] != "data:":
+                continue
+            body = line[5:].strip(" \t\r\x0b\x0c")
+            if body == "[DONE]":
+                self.done = True
+                continue
+            if latin1:
+                body = body.encode("latin-1").decode()
+            try:
+                msg, end = _scan_json(body, 0)
+            except StopIteration as exc:
+                raise json.JSONDecodeError("Expecting value", body, exc.value) from None
+            if end != len(body):
+                raise json.JSONDecodeError("Extra data", body, end)
+            if type(msg) is not dict:
+                raise ValueError(f"chunk is not a JSON object: {body[:80]}")
+            if not self._message(msg, stamp, body):
+                return False
+        return True
+
+    def _message(self, msg: dict[str, Any], stamp: int, text: str) -> bool:
+        if msg.get("choices"):
+            self.offsets.append(stamp)
+        elif "error" in msg:
+            err = msg["error"]
+            detail = err.get("message", err) if isinstance(err, dict) else err
+            self._fail(f"stream error: {detail}")
+            return False
+        usage = msg.get("usage")
+        if usage:
+            if type(usage) is not dict:
+                raise ValueError(f"usage is not a JSON object: {text[:80]}")
+            self.rec.prompt_tokens = usage.get("prompt_tokens")
+            self.rec.output_tokens = usage.get("completion_tokens")
+        return True
+
+    def _end(self, now: int) -> None:
+        rec = self.rec
+        self.finished = True
+        if self.status != 200:
+            body = b"".join(self.error_body).decode("utf-8", "replace")
+            rec.error = f"HTTP {self.status}: {body[:300].replace(chr(10), ' ')}"
+            return
+        rec.done_offset_us = (now - self.t0) // 1000
+        if not self.done:
+            rec.error = "stream ended before [DONE]"
+        elif rec.output_tokens is None:
+            rec.error = "stream carried no usage (completion_tokens)"
+        elif not self.offsets:
+            rec.error = "stream carried no content chunks"
+        else:
+            rec.ok = True
+
+
+def _chunk_size(line: bytes) -> int:
+    digits = line.split(b";", 1)[0].strip()
+    if not digits or digits.strip(b"0123456789abcdefABCDEF"):
+        raise MalformedResponse(f"bad chunk-size line {line[:40]!r}")
+    return int(digits, 16)
+
+
+# --- connections ----------------------------------------------------------------------------
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One keep-alive HTTP/1.1 connection, one request at a time. Reads go straight from the
+    event loop to the parser; the request's future is completed when its response is over.
+
+    The socket is read into a buffer that every connection of a run shares (reads are copied
+    out at once, in the loop's thread): a plain Protocol makes the transport allocate a fresh
+    256 KiB bytes object per read, which costs more than the rest of the read's handling.
+    """
+
+    def __init__(self, view: memoryview) -> None:
+        self.view = view
+        self.transport: asyncio.Transport | None = None
+        self.parser: ResponseParser | None = None
+        self.fut: asyncio.Future[None] | None = None
+        self.lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        now = _now()
+        p = self.parser
+        if p is None:  # bytes nobody asked for: this connection cannot be trusted
+            self.close()
+        elif p.feed(self.view[:nbytes].tobytes(), now):
+            self._over()
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        p = self.parser
+        if p is not None:
+            p.eof(_now(), exc)
+            self._over()
+
+    def send(self, request: bytes, parser: ResponseParser) -> asyncio.Future[None]:
+        assert self.transport is not None and self.parser is None
+        self.parser = parser
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.fut = fut
+        self.transport.write(request)
+        return fut
+
+    def _over(self) -> None:
+        p, fut = self.parser, self.fut
+        self.parser = self.fut = None
+        if p is not None and not p.reusable:
+            self.close()
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def close(self, abort: bool = False) -> None:
+        self.lost = True
+        self.parser = None
+        if self.transport is not None:
+            if abort:
+                self.transport.abort()
+            else:
+                self.transport.close()
+
+
+@dataclass(frozen=True)
+class _Target:
+    host: str
+    port: int
+    path: str  # of the completions endpoint
+    host_header: str
+    tls: bool
+
+    @staticmethod
+    def of(base_url: str) -> _Target:
+        u = urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"base_url {base_url!r}: expected http(s)://host[:port][/path]")
+        tls = u.scheme == "https"
+        port = u.port or (443 if tls else 80)
+        return _Target(u.hostname, port, f"{u.path.rstrip('/')}/v1/completions", u.netloc, tls)
+
+    def request(self, request_id: str, payload: bytes) -> bytes:
+        head = (
+            f"POST {self.path} HTTP/1.1\r\nHost: {self.host_header}\r\n"
+            "User-Agent: servelab\r\nAccept: */*\r\nContent-Type: application/json\r\n"
+            f"X-Request-Id: {request_id}\r\nContent-Length: {len(payload)}\r\n\r\n"
+        )
+        return head.encode("latin-1") + payload
+
+    async def connect(self, view: memoryview) -> _Connection:
+        loop = asyncio.get_running_loop()
+        ctx = ssl.create_default_context() if self.tls else None
+        _, conn = await loop.create_connection(
+            lambda: _Connection(view),
+            self.host,
+            self.port,
+            ssl=ctx,
+            server_hostname=self.host if ctx else None,
+        )
+        return conn
+
+
 async def _one(
-    session: aiohttp.ClientSession, w: Workload, clock: _Clock, request_id: str, prompt: str
-) -> RequestRecord:
-    payload = _payload(w, prompt)
-    t0 = time.perf_counter_ns()
+    target: _Target,
+    conn: _Connection | None,
+    view: memoryview,
+    w: Workload,
+    clock: _Clock,
+    request_id: str,
+    prompt: str,
+) -> tuple[RequestRecord, _Connection | None]:
+    """One request; returns its record and the connection to reuse (None: open a new one)."""
+    request = target.request(request_id, _payload(w, prompt))
+    t0 = _now()
     rec = RequestRecord(request_id=request_id, sent_epoch_ns=clock.epoch_of(t0))
-    offsets = rec.chunk_offsets_us
-    done = False
+    parser = ResponseParser(rec, t0)
     try:
-        async with session.post(
-            f"{w.base_url}/v1/completions",
-            data=payload,
-            headers={"Content-Type": "application/json", "X-Request-Id": request_id},
-        ) as resp:
-            rec.http_status = resp.status
-            if resp.status != 200:
-                body = (await resp.text())[:300].replace("\n", " ")
-                rec.error = f"HTTP {resp.status}: {body}"
-                return rec
-            tail = b""
-            async for data in resp.content.iter_any():
-                now = time.perf_counter_ns()
-                if tail:
-                    data = tail + data
-                # Events end with a blank line; a read usually holds whole events, so the
-                # unfinished rest (if any) is carried to the next read, never re-scanned.
-                events = data.split(b"\n\n")
-                tail = events.pop()
-                for event in events:
-                    for line in event.split(b"\n"):
-                        if not line.startswith(b"data:"):
-                            continue
-                        body_bytes = line[5:].strip()
-                        if body_bytes == b"[DONE]":
-                            done = True
-                            continue
-                        msg = json.loads(body_bytes)
-                        if "error" in msg and not msg.get("choices"):
-                            err = msg["error"]
-                            detail = err.get("message", err) if isinstance(err, dict) else err
-                            rec.error = f"stream error: {detail}"
-                            return rec
-                        if msg.get("choices"):
-                            offsets.append((now - t0) // 1000)
-                        usage = msg.get("usage")
-                        if usage:
-                            rec.prompt_tokens = usage.get("prompt_tokens")
-                            rec.output_tokens = usage.get("completion_tokens")
-            rec.done_offset_us = (time.perf_counter_ns() - t0) // 1000
+        async with asyncio.timeout(w.request_timeout_s):
+            if conn is None or conn.lost:
+                conn = None
+                conn = await target.connect(view)
+            await conn.send(request, parser)
     except TimeoutError:
-        rec.error = f"timeout after {w.request_timeout_s:g} s"
-        return rec
-    except aiohttp.ClientError as exc:
-        rec.error = f"{type(exc).__name__}: {exc}"[:300]
-        return rec
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        rec.error = f"malformed stream: {exc}"[:300]
-        return rec
-    if not done:
-        rec.error = "stream ended before [DONE]"
-    elif rec.output_tokens is None:
-        rec.error = "stream carried no usage (completion_tokens)"
-    elif not offsets:
-        rec.error = "stream carried no content chunks"
-    else:
-        rec.ok = True
-    return rec
+        if conn is not None:
+            conn.close(abort=True)
+        if not parser.finished:  # (a response that ended just as the deadline passed stands)
+            rec.error = f"timeout after {w.request_timeout_s:g} s"
+        return rec, None
+    except OSError as exc:
+        where = f"{target.host}:{target.port}"
+        rec.error = f"Connect to {where} failed: {type(exc).__name__}: {exc}"[:300]
+        return rec, None
+    return rec, (None if conn.lost else conn)
 
 
 class RequestMarks(Protocol):
@@ -172,33 +613,30 @@ async def run_closed_loop(
 
     `out` is filled in place so that a caller interrupted mid-point still holds what finished.
     """
+    target = _Target.of(w.base_url)
     clock = _Clock()
     cpu0 = time.process_time()
     out.started_epoch_ns = clock.epoch0
-    queue: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
-    for i, p in enumerate(prompts):
-        queue.put_nowait((i, p))
-    timeout = aiohttp.ClientTimeout(total=w.request_timeout_s)
-    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    todo = iter(enumerate(prompts))
+    view = memoryview(bytearray(_READ_SIZE))  # every connection's reads, one at a time
+
+    async def worker() -> None:
+        conn: _Connection | None = None
+        try:
+            for i, prompt in todo:
+                token = marks.start(i) if marks is not None else None
+                try:
+                    rec, conn = await _one(target, conn, view, w, clock, f"{label}-{i:05d}", prompt)
+                    out.records.append(rec)
+                finally:
+                    if marks is not None:
+                        marks.end(token)
+        finally:
+            if conn is not None:
+                conn.close()
+
     try:
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-
-            async def worker() -> None:
-                while True:
-                    try:
-                        i, prompt = queue.get_nowait()
-                    except asyncio.QueueEmpty:
-                        return
-                    token = marks.start(i) if marks is not None else None
-                    try:
-                        out.records.append(
-                            await _one(session, w, clock, f"{label}-{i:05d}", prompt)
-                        )
-                    finally:
-                        if marks is not None:
-                            marks.end(token)
-
-            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
     finally:
         out.finished_epoch_ns = clock.epoch_of(time.perf_counter_ns())
         out.client_cpu_s = time.process_time() - cpu0
@@ -215,5 +653,17 @@ def run_point(
     marks: RequestMarks | None = None,
 ) -> PointRun:
     out = out if out is not None else PointRun()
-    asyncio.run(run_closed_loop(w, prompts, concurrency, label, out, marks))
+    _run(run_closed_loop(w, prompts, concurrency, label, out, marks))
     return out
+
+
+def _run(main: Coroutine[Any, Any, PointRun]) -> None:
+    """Run on uvloop where it is installed (a dependency except on Windows): its event loop
+    costs about a fifth less CPU per streamed chunk than asyncio's at low rates, where each
+    chunk is a wake-up of its own."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - Windows
+        asyncio.run(main)
+    else:
+        uvloop.run(main)

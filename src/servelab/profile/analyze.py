@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,56 +86,24 @@ def _analyze(
     trace: NsysTrace | TorchTrace, paths: Sequence[Path], windows: Sequence[Window], opts: Options
 ) -> ProfileResult:
     resolved = check_disjoint(trace.resolve(windows), str(paths[0]))
-    busy, stats = trace.busy_and_stats(resolved)
-    totals: dict[str, int] = {}
-    display: dict[str, str] = {}
-    for per in stats:
-        for s in per:
-            totals[s.full] = totals.get(s.full, 0) + s.total_ns
-            display[s.full] = s.name
-    leaves = trace.leaf_names() if isinstance(trace, TorchTrace) else None
-    main = main_attention(totals, opts.families, opts.attention_kernel, leaves)
     notes: list[str] = []
-    if not main:
-        notes.append("no attention kernel found: attention paths and forwards are empty")
-
-    cpu_steps = isinstance(trace, TorchTrace) and trace.kind == "cpu"
-    dim: int | None
-    if cpu_steps:
-        dim_name: str | None = "step"
-        dim = None
+    if isinstance(trace, NsysTrace):
+        busy, stats, main, dim, groupers = _nsys_passes(trace, resolved, opts, notes)
     else:
-        dim = _population_dim(stats, main, opts.population_dim)
-        dim_name = DIMS[dim] if dim is not None else None
-        if dim is None and main:
-            notes.append(
-                "no grid dimension of the main attention kernel varies: populations are "
-                "unknown (profile two concurrencies, or pass --population-dim)"
-            )
-
-    groupers: dict[tuple[int, str], ForwardGrouper] = {}
+        busy, stats, main, dim, groupers = _torch_passes(trace, resolved, opts, notes)
+    dim_name = "step" if isinstance(trace, TorchTrace) and trace.kind == "cpu" else None
+    if dim is not None:
+        dim_name = DIMS[dim]
+    elif main and dim_name is None:
+        notes.append(
+            "no grid dimension of the main attention kernel varies: populations are "
+            "unknown (profile two concurrencies, or pass --population-dim)"
+        )
     if opts.layers is None:
         notes.append("layer count unknown (pass --layers or --model-config): no forwards")
-    elif main:
-        if isinstance(trace, TorchTrace):
-            for i, dev, t0, t1, grid, step in trace.launches(resolved, main):
-                if cpu_steps:
-                    pop = step.population if step else None
-                    tag: object = step.start if step else ("outside", t0)
-                else:
-                    pop = grid[dim] if grid is not None and dim is not None else None
-                    tag = pop
-                _grouper(groupers, i, dev, opts.layers).feed(Launch(t0, t1, pop, tag))
-        else:
-            key: tuple[int, str] | None = None
-            g = None
-            for i, dev, t0, t1, grid in trace.launches(resolved, main):
-                if (i, dev) != key:
-                    key, g = (i, dev), _grouper(groupers, i, dev, opts.layers)
-                pop = grid[dim] if dim is not None else None
-                g.feed(Launch(t0, t1, pop, pop))  # type: ignore[union-attr]
-        for g in groupers.values():
-            g.finish()
+    for g in groupers.values():
+        g.finish()
+    display = {s.full: s.name for per in stats for s in per}
 
     devices = dict(trace.devices())
     info = trace.info()
@@ -172,6 +141,84 @@ def _analyze(
     return ProfileResult(profile, kernels, forwards)
 
 
+Passes = tuple[
+    list[dict[str, int]],
+    list[list[KernelStat]],
+    set[str],
+    int | None,
+    dict[tuple[int, str], ForwardGrouper],
+]
+
+
+def _main_kernel(
+    stats: Sequence[Sequence[KernelStat]], opts: Options, leaves: set[str] | None
+) -> set[str]:
+    totals: dict[str, int] = {}
+    for per in stats:
+        for s in per:
+            totals[s.full] = totals.get(s.full, 0) + s.total_ns
+    return main_attention(totals, opts.families, opts.attention_kernel, leaves)
+
+
+def _nsys_passes(
+    trace: NsysTrace, resolved: Sequence[ResolvedWindow], opts: Options, notes: list[str]
+) -> Passes:
+    """Busy time in a second thread (SQLite runs it outside the GIL) while this one reads the
+    per-kernel totals and then the main attention kernel's launches: on two cores the
+    analysis takes about as long as the longer of the two."""
+    dims = [0, 1, 2] if opts.population_dim is None else [_dim_index(opts.population_dim)]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        busy_job = pool.submit(trace.busy, resolved)
+        stats = trace.stats(resolved)
+        main = _main_kernel(stats, opts, None)
+        if not main:
+            notes.append("no attention kernel found: attention paths and forwards are empty")
+        display = {s.full: s.name for per in stats for s in per}
+        mp = trace.main_pass(resolved, main, display, opts.layers if main else None, dims)
+        busy = busy_job.result()
+    # the main kernel's totals split by grid, in place of its totals per name
+    stats = [
+        [s for s in per if s.full not in main] + split
+        for per, split in zip(stats, mp.stats, strict=True)
+    ]
+    dim = dims[0] if opts.population_dim is not None else choose_dim(mp.distinct, [0, 0, 0])
+    groupers: dict[tuple[int, str], ForwardGrouper] = {}
+    if mp.groupers:
+        groupers = mp.groupers[0 if dim is None else dim]
+        if dim is None:  # no dimension varies: dimension 0's forwards, populations unknown
+            for g in groupers.values():
+                g.forwards = [replace(f, population=None) for f in g.forwards]
+    return busy, stats, main, dim, groupers
+
+
+def _torch_passes(
+    trace: TorchTrace, resolved: Sequence[ResolvedWindow], opts: Options, notes: list[str]
+) -> Passes:
+    busy, stats = trace.busy_and_stats(resolved)
+    main = _main_kernel(stats, opts, trace.leaf_names())
+    if not main:
+        notes.append("no attention kernel found: attention paths and forwards are empty")
+    cpu_steps = trace.kind == "cpu"
+    dim = None if cpu_steps else _population_dim(stats, main, opts.population_dim)
+    groupers: dict[tuple[int, str], ForwardGrouper] = {}
+    if opts.layers is not None and main:
+        for i, dev, t0, t1, grid, step in trace.launches(resolved, main):
+            if cpu_steps:
+                pop = step.population if step else None
+                tag: object = step.start if step else ("outside", t0)
+            else:
+                pop = grid[dim] if grid is not None and dim is not None else None
+                tag = pop
+            _grouper(groupers, i, dev, opts.layers).feed(Launch(t0, t1, pop, tag))
+    return busy, stats, main, dim, groupers
+
+
+def _dim_index(name: str) -> int:
+    if name not in DIMS:
+        raise ServelabError(f"--population-dim {name!r}: use one of x, y, z")
+    return DIMS.index(name)
+
+
 def _grouper(
     groupers: dict[tuple[int, str], ForwardGrouper], i: int, dev: str, layers: int
 ) -> ForwardGrouper:
@@ -185,9 +232,7 @@ def _population_dim(
     stats: Sequence[Sequence[KernelStat]], main: set[str], override: str | None
 ) -> int | None:
     if override is not None:
-        if override not in DIMS:
-            raise ServelabError(f"--population-dim {override!r}: use one of x, y, z")
-        return DIMS.index(override)
+        return _dim_index(override)
     distinct: list[set[int]] = [set(), set(), set()]
     for per in stats:
         for s in per:

@@ -6,9 +6,11 @@ A saturated run holds millions of kernel rows, so no pass brings every row into 
   tiny accumulator table keyed by (window, device); its upsert keeps the merge state (end of
   the current busy run). Rows in start order are merged exactly; the same pass counts rows that
   arrive out of order, and only then is the pass redone with ORDER BY.
-- per-kernel totals are one upsert keyed by (window, name, grid).
-- only launches of the main attention kernel (one per layer per forward) are streamed to
-  Python, in start order.
+- per-kernel totals are one upsert keyed by (window, name).
+- both accumulators are keyed by one integer (name or device x windows + window), SQLite's
+  rowid: an upsert then costs one b-tree seek, about half of what a composite key costs.
+- only launches of the main attention kernel (one per layer per forward) are read into
+  Python, in chunks: their time per grid (the attention paths) and the forwards come from them.
 
 Schema facts relied on (Nsight Systems SQLite export): CUPTI_ACTIVITY_KIND_KERNEL(start, "end",
 deviceId, streamId, demangledName, shortName -> StringIds.id, gridX/Y/Z, graphNodeId, ...);
@@ -22,16 +24,22 @@ exported with --ts-normalize (told apart by magnitude).
 
 from __future__ import annotations
 
-import bisect
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.profile.core import KernelStat, ResolvedWindow, Window, to_trace_clock
+from servelab.profile.core import (
+    ForwardGrouper,
+    KernelStat,
+    ResolvedWindow,
+    Window,
+    to_trace_clock,
+)
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 NVTX = "NVTX_EVENTS"
@@ -227,16 +235,17 @@ class NsysTrace:
             out[w][str(d)] = int(busy)
         return out
 
-    def _looks_ordered(self, con: sqlite3.Connection, sample: int = 100_000) -> bool:
+    def _looks_ordered(self, con: sqlite3.Connection, sample: int = 20_000) -> bool:
         """Whether the first rows are stored in start order per device: then the single pass
-        is tried (and still checked row by row); else the sorted pass is run at once."""
-        row = con.execute(
-            f"""SELECT COUNT(*) FROM (
-                    SELECT start < LAG(start) OVER (PARTITION BY deviceId ORDER BY rowid) AS back
-                    FROM (SELECT rowid, deviceId, start FROM {KERNEL} LIMIT {int(sample)}))
-                WHERE back"""
-        ).fetchone()
-        return int(row[0]) == 0
+        is tried (and still checked row by row); else the sorted pass is run at once. (Checked
+        here rather than with LAG() OVER (PARTITION BY ...): SQLite's window functions cost a
+        tenth of a second even on a small sample.)"""
+        last: dict[int, int] = {}
+        for d, s in con.execute(f"SELECT deviceId, start FROM {KERNEL} LIMIT {int(sample)}"):
+            if s < last.get(d, s):
+                return False
+            last[d] = s
+        return True
 
     def _busy_pass(
         self, con: sqlite3.Connection, windows: Sequence[ResolvedWindow], ordered: bool
@@ -246,120 +255,241 @@ class NsysTrace:
         Rows are not clipped per row (that costs a CASE per bound): the first run can only
         begin before the window's start and the last run only end after its end, so the
         overhang is taken off once per key at the end."""
+        n = len(windows)
         con.execute("DROP TABLE IF EXISTS temp.busy")
         con.execute(
-            "CREATE TEMP TABLE busy (w INTEGER, d INTEGER, s0 INTEGER, s INTEGER, e INTEGER, "
-            "busy INTEGER, disorder INTEGER, PRIMARY KEY (w, d))"
+            "CREATE TEMP TABLE busy (key INTEGER PRIMARY KEY, s0 INTEGER, s INTEGER, e INTEGER, "
+            "busy INTEGER, disorder INTEGER)"
         )
-        which = _case('start < {hi} AND "end" > {lo}', windows)
-        order = "ORDER BY d, s" if ordered else ""
+        key = _window_case(windows, f"deviceId * {n} + {{i}}", overlap=True)
+        order = "ORDER BY deviceId, start" if ordered else ""
         con.execute(
             f"""
-            INSERT INTO temp.busy (w, d, s0, s, e, busy, disorder)
-            SELECT w, d, s, s, e, e - s, 0
-            FROM (SELECT {which} AS w, deviceId AS d, start AS s, "end" AS e
-                  FROM {KERNEL}
-                  WHERE start < {max(w.hi for w in windows)}
-                    AND "end" > {min(w.lo for w in windows)})
-            WHERE w IS NOT NULL {order}
-            ON CONFLICT (w, d) DO UPDATE SET
-                busy = busy + MAX(0, excluded.e - MAX(excluded.s, e)),
-                e = MAX(e, excluded.e),
+            INSERT INTO temp.busy (key, s0, s, e, busy, disorder)
+            SELECT {key}, start, start, "end", "end" - start, 0
+            FROM {KERNEL}
+            WHERE start < {max(w.hi for w in windows)} AND "end" > {min(w.lo for w in windows)}
+            {order}
+            ON CONFLICT (key) DO UPDATE SET
+                busy = busy + CASE WHEN excluded.e <= e THEN 0
+                                   WHEN excluded.s > e THEN excluded.e - excluded.s
+                                   ELSE excluded.e - e END,
+                e = CASE WHEN excluded.e > e THEN excluded.e ELSE e END,
                 disorder = disorder + (excluded.s < s),
                 s = excluded.s
             """
         )
         rows = con.execute(
-            "SELECT w, d, busy, s0, e, disorder FROM temp.busy ORDER BY w, d"
+            f"SELECT key, busy, s0, e, disorder FROM temp.busy WHERE key != {_NOWHERE}"
         ).fetchall()
         out = []
-        for w, d, busy, s0, e, disorder in rows:
-            lo, hi = windows[int(w)].lo, windows[int(w)].hi
+        for key, busy, s0, e, disorder in rows:
+            d, w = divmod(int(key), n)
+            lo, hi = windows[w].lo, windows[w].hi
             clipped = int(busy) - max(0, lo - int(s0)) - max(0, int(e) - hi)
-            out.append((int(w), int(d), clipped, int(disorder)))
+            out.append((w, d, clipped, int(disorder)))
+        out.sort()
         return out
 
     def stats(self, windows: Sequence[ResolvedWindow]) -> list[list[KernelStat]]:
-        """Per window: calls and total duration of each kernel name and grid (a kernel belongs
-        to the window it starts in)."""
+        """Per window: calls and total duration of each kernel name (a kernel belongs to the
+        window it starts in). Not split by grid: only the main attention kernel's grids are
+        used, and `main_pass` reads them from its launches."""
         out: list[list[KernelStat]] = [[] for _ in windows]
         if not windows or not self.has(KERNEL):
             return out
+        n = len(windows)
         with closing(self._connect()) as con:
             con.execute(
-                "CREATE TEMP TABLE k (w INTEGER, n INTEGER, sn INTEGER, gx INTEGER, gy INTEGER, "
-                "gz INTEGER, calls INTEGER, dur INTEGER, PRIMARY KEY (w, n, gx, gy, gz))"
+                "CREATE TEMP TABLE k (key INTEGER PRIMARY KEY, sn INTEGER, calls INTEGER, "
+                "dur INTEGER)"
             )
-            which = _case("start >= {lo} AND start < {hi}", windows)
+            key = _window_case(windows, f"demangledName * {n} + {{i}}", overlap=False)
             con.execute(
                 f"""
-                INSERT INTO temp.k (w, n, sn, gx, gy, gz, calls, dur)
-                SELECT w, n, sn, gx, gy, gz, 1, dur
-                FROM (SELECT {which} AS w, demangledName AS n, shortName AS sn, gridX AS gx,
-                             gridY AS gy, gridZ AS gz, "end" - start AS dur
-                      FROM {KERNEL}
-                      WHERE start >= {min(w.lo for w in windows)}
-                        AND start < {max(w.hi for w in windows)})
-                WHERE w IS NOT NULL
-                ON CONFLICT (w, n, gx, gy, gz) DO UPDATE SET
-                    calls = calls + 1, dur = dur + excluded.dur
+                INSERT INTO temp.k (key, sn, calls, dur)
+                SELECT {key}, shortName, 1, "end" - start
+                FROM {KERNEL}
+                WHERE start >= {min(w.lo for w in windows)} AND start < {max(w.hi for w in windows)}
+                ON CONFLICT (key) DO UPDATE SET calls = calls + 1, dur = dur + excluded.dur
                 """
             )
-            rows = con.execute("SELECT w, n, sn, gx, gy, gz, calls, dur FROM temp.k").fetchall()
-        names = self.strings([int(r[1]) for r in rows] + [int(r[2]) for r in rows])
-        for w, n, sn, gx, gy, gz, calls, dur in rows:
-            out[int(w)].append(
-                KernelStat(
-                    name=names[int(sn)],
-                    full=names[int(n)],
-                    calls=int(calls),
-                    total_ns=int(dur),
-                    grid=(int(gx), int(gy), int(gz)),
-                )
-            )
+            rows = con.execute(
+                f"SELECT key, sn, calls, dur FROM temp.k WHERE key != {_NOWHERE}"
+            ).fetchall()
+        keyed = [(*divmod(int(k), n), int(sn), int(c), int(d)) for k, sn, c, d in rows]
+        names = self.strings([r[0] for r in keyed] + [r[2] for r in keyed])
+        for name, w, sn, calls, dur in keyed:
+            out[w].append(KernelStat(name=names[sn], full=names[name], calls=calls, total_ns=dur))
         return out
 
-    def launches(
-        self, windows: Sequence[ResolvedWindow], full_names: set[str]
-    ) -> Iterator[tuple[int, str, int, int, tuple[int, int, int]]]:
-        """Launches of the main attention kernel, in start order per device (as stored when
-        the busy pass found the rows ordered, else sorted): (window index, device, start, end,
-        grid)."""
+    def main_pass(
+        self,
+        windows: Sequence[ResolvedWindow],
+        full_names: set[str],
+        display: Mapping[str, str],
+        layers: int | None,
+        dims: Sequence[int],
+    ) -> MainPass:
+        """One read of the main attention kernel's launches (one row in a few): its calls and
+        time per window and grid, each grid dimension's values, and, when `layers` is known,
+        its forwards per window and device for each grid dimension in `dims` that may carry
+        the population (the caller picks one once every value is seen). Rows are read as
+        stored while each device's launches come in start order, else again, sorted."""
+        res = MainPass([[] for _ in windows])
         if not windows or not full_names or not self.has(KERNEL):
-            return
+            return res
         names = sorted(full_names)
-        ids = [
-            int(r[0])
-            for r in self.con.execute(
-                f"SELECT id FROM StringIds WHERE value IN ({','.join('?' * len(names))})", names
+        ids = {
+            int(i): str(v)
+            for i, v in self.con.execute(
+                f"SELECT id, value FROM StringIds WHERE value IN ({','.join('?' * len(names))})",
+                names,
             )
-        ]
+        }
         if not ids:
-            return
-        marks = ",".join("?" * len(ids))
-        bounds = [(w.lo, w.hi) for w in windows]
+            return res
+        for ordered in (False, True):
+            got = self._main_pass(windows, ids, display, layers, dims, ordered)
+            if got is not None:
+                return got
+        raise AssertionError("sorted launches came out of order")  # pragma: no cover
+
+    def _main_pass(
+        self,
+        windows: Sequence[ResolvedWindow],
+        ids: Mapping[int, str],
+        display: Mapping[str, str],
+        layers: int | None,
+        dims: Sequence[int],
+        ordered: bool,
+    ) -> MainPass | None:
+        which = _window_case(windows, "{i}", overlap=False, outside="NULL")
+        # one name (the usual case): its id is not read per row
+        name = str(next(iter(ids))) if len(ids) == 1 else "n"
         cur = self.con.execute(
-            f"""SELECT deviceId, start, "end", gridX, gridY, gridZ FROM {KERNEL}
-                WHERE demangledName IN ({marks})
-                  AND start >= {min(b[0] for b in bounds)} AND start < {max(b[1] for b in bounds)}
-                {"" if self.ordered else "ORDER BY deviceId, start"}""",
-            ids,
+            f"""SELECT w, {name}, d, s, e, gx, gy, gz
+                FROM (SELECT {which} AS w, demangledName AS n, deviceId AS d, start AS s,
+                             "end" AS e, gridX AS gx, gridY AS gy, gridZ AS gz
+                      FROM {KERNEL}
+                      WHERE demangledName IN ({",".join("?" * len(ids))})
+                        AND start >= {min(w.lo for w in windows)}
+                        AND start < {max(w.hi for w in windows)})
+                WHERE w IS NOT NULL
+                {"ORDER BY d, s" if ordered else ""}""",
+            list(ids),
         )
-        los = [b[0] for b in bounds]
-        while True:
-            rows = cur.fetchmany(8192)
-            if not rows:
-                break
-            for d, s, e, gx, gy, gz in rows:
-                i = bisect.bisect_right(los, s) - 1
-                if i >= 0 and s < bounds[i][1]:
-                    yield i, str(d), int(s), int(e), (int(gx), int(gy), int(gz))
+        grid: dict[tuple[int, ...], list[int]] = {}
+        last: dict[tuple[int, int], int] = {}
+        groupers: dict[int, dict[tuple[int, str], ForwardGrouper]] = (
+            {d: {} for d in dims} if layers is not None else {}
+        )
+        while rows := cur.fetchmany(8192):
+            # column by column: the work per row stays in C
+            w_, n_, d_, s_, e_, *grids = zip(*rows, strict=True)
+            _add_grid(grid, (w_, n_, *grids), s_, e_)
+            runs: dict[tuple[int, int], tuple[Sequence[int], Sequence[int], list[Any]]]
+            if _constant(w_) and _constant(d_):  # one window, one device: the usual chunk
+                runs = {(w_[0], d_[0]): (s_, e_, grids)}
+            else:
+                at: dict[tuple[int, int], list[int]] = {}
+                for j, k in enumerate(zip(w_, d_, strict=True)):
+                    at.setdefault(k, []).append(j)
+                runs = {
+                    k: (
+                        [s_[j] for j in js],
+                        [e_[j] for j in js],
+                        [[g[j] for j in js] for g in grids],
+                    )
+                    for k, js in at.items()
+                }
+            for (w, d), (starts, ends, cols) in runs.items():
+                prev = last.get((w, d))
+                if (prev is not None and starts[0] < prev) or list(starts) != sorted(starts):
+                    cur.close()
+                    return None
+                last[(w, d)] = starts[-1]
+                for dim, per in groupers.items():
+                    assert layers is not None
+                    g = per.get((w, str(d)))
+                    if g is None:
+                        g = per[(w, str(d))] = ForwardGrouper(layers)
+                    g.feed_columns(starts, ends, cols[dim], cols[dim])
+        res = MainPass([[] for _ in windows], groupers)
+        for (w, n, gx, gy, gz), (calls, dur) in grid.items():
+            full = ids[n]
+            res.stats[w].append(
+                KernelStat(display.get(full, full), full, calls, dur, grid=(gx, gy, gz))
+            )
+            for dim, v in enumerate((gx, gy, gz)):
+                res.distinct[dim].add(v)
+        return res
 
 
-def _case(cond: str, windows: Sequence[ResolvedWindow]) -> str:
-    """SQL for the index of the window a row falls in (NULL for none); `cond` is a template
-    with {lo} and {hi}. The bounds are integers from the windows, never user text."""
-    parts = [
-        f"WHEN {cond.format(lo=int(w.lo), hi=int(w.hi))} THEN {i}" for i, w in enumerate(windows)
-    ]
-    return "CASE " + " ".join(parts) + " END"
+def _constant(col: tuple[int, ...]) -> bool:
+    return col.count(col[0]) == len(col)
+
+
+def _add_grid(
+    acc: dict[tuple[int, ...], list[int]],
+    key_cols: Sequence[tuple[int, ...]],
+    starts: Sequence[int],
+    ends: Sequence[int],
+) -> None:
+    """Calls and time per key (window, name, grid) of one chunk of launches, given as
+    columns."""
+    if all(_constant(c) for c in key_cols):
+        a = acc.setdefault(tuple(c[0] for c in key_cols), [0, 0])
+        a[0] += len(starts)
+        a[1] += sum(ends) - sum(starts)
+        return
+    for k, s, e in zip(zip(*key_cols, strict=True), starts, ends, strict=True):
+        b = acc.get(k)
+        if b is None:
+            acc[k] = [1, e - s]
+        else:
+            b[0] += 1
+            b[1] += e - s
+
+
+@dataclass
+class MainPass:
+    """What the read of the main attention kernel's launches found."""
+
+    stats: list[list[KernelStat]]  # per window: the main kernel(s), split by grid
+    # per grid dimension that may carry the population: forwards per (window, device)
+    groupers: dict[int, dict[tuple[int, str], ForwardGrouper]] = field(default_factory=dict)
+    distinct: list[set[int]] = field(default_factory=lambda: [set(), set(), set()])
+
+
+# The key of rows outside every window: they are counted under it, and it is dropped (a WHERE
+# clause that tests the window costs SQLite a second evaluation of the CASE that finds it).
+# Keys are id x windows + window, ids are non-negative.
+_NOWHERE = -(2**62)
+
+
+def _window_case(
+    windows: Sequence[ResolvedWindow], then: str, overlap: bool, outside: str = str(_NOWHERE)
+) -> str:
+    """SQL for `then` (a template with {i}, the window's index) of the window a kernel row
+    falls in, else `outside`: the window its start is in, or with `overlap`, the first window
+    it overlaps. A binary search on start over the windows sorted by start (they are disjoint,
+    see check_disjoint), so about log2(windows) comparisons per row. The bounds are integers
+    from the windows, never user text."""
+    order = sorted(range(len(windows)), key=lambda i: windows[i].lo)
+
+    def node(a: int, b: int) -> str:
+        if b - a == 1:
+            i = order[a]
+            w = windows[i]
+            cond = f'"end" > {int(w.lo)}' if overlap else f"start >= {int(w.lo)}"
+            return (
+                f"CASE WHEN {cond} AND start < {int(w.hi)} THEN {then.format(i=i)} "
+                f"ELSE {outside} END"
+            )
+        m = (a + b) // 2
+        # overlap: the first window that ends after the start; else: the one it starts in
+        split = windows[order[m - 1]].hi if overlap else windows[order[m]].lo
+        return f"CASE WHEN start < {int(split)} THEN {node(a, m)} ELSE {node(m, b)} END"
+
+    return node(0, len(windows))
