@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -448,3 +451,37 @@ def test_runs_on_uvloop_and_on_asyncio_alike(
             (r.ok, r.error, r.http_status, len(r.chunk_offsets_us)) for r in b
         ]
     assert all(r.ok for r in runs["asyncio"]["good"].records)
+
+
+STOP_SCRIPT = """
+import sys
+from servelab.client import PointRun, Workload, run_point
+from servelab.server import raise_on_signals
+raise_on_signals()
+w = Workload(base_url=sys.argv[1], model="m", max_tokens=4, request_timeout_s=30)
+out = PointRun()
+print("started", flush=True)
+try:
+    run_point(w, ["p"] * 4, 2, "x", out)
+except KeyboardInterrupt as exc:
+    print("interrupted", exc, len(out.records), flush=True)
+    sys.exit(3)
+print("completed", [r.error for r in out.records], flush=True)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_interrupts_the_point(sse_server: str, sig: int) -> None:
+    """SIGTERM (snakemake stopping the job, or the job's watchdog) mid-stream must interrupt
+    the point, not land in a read and be recorded as one failed request."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOP_SCRIPT, f"{sse_server}/slow"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+    time.sleep(1.0)  # both requests are mid-stream: one chunk in, the rest 5 s away
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 3, out
+    assert out.startswith(f"interrupted signal {int(sig)} 0")
