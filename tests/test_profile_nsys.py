@@ -454,3 +454,24 @@ def test_busy_and_totals_match_a_brute_force_over_many_windows(
             if k.name == "flash_fwd_kernel" and k.device == dev and big.lo <= k.start < big.hi
         )
         assert n and one.groupers[1][(0, str(dev))].launches == n
+
+
+def test_no_varying_grid_dimension_leaves_populations_unknown(tmp_path: Path) -> None:
+    """Every launch with the same grid: forwards are grouped, their populations unknown, and
+    the notes say why (a short trace: the grouping settles only at the end)."""
+    fx = NsysFixture()
+    for i in range(5):
+        for layer in range(3):
+            fx.kernel(1_000_000 + i * 100_000 + layer * 10_000, 5_000, "flash_fwd_kernel",
+                      grid=(4, 2, 8))  # fmt: skip
+    trace = fx.write(tmp_path / "t.sqlite", omit={"NVTX_EVENTS"})
+    w = parse_windows(
+        {"windows": [{"label": "w", "start_ns": 0, "end_ns": 2_000_000, "clock": "trace"}]},
+        "test",
+    )
+    res = analyze([trace], w, Options(layers=3))
+    assert res.profile["settings"]["population_dim"] is None
+    assert any("no grid dimension" in n for n in res.profile["notes"])
+    fw = res.forwards["w"]
+    assert len(fw) == 5 and all(f.population is None and f.consistent for _, f in fw)
+    assert res.profile["windows"]["w"]["steady"] is None

@@ -187,6 +187,7 @@ def _nsys_passes(
         groupers = mp.groupers[0 if dim is None else dim]
         if dim is None:  # no dimension varies: dimension 0's forwards, populations unknown
             for g in groupers.values():
+                g.finish()
                 g.forwards = [replace(f, population=None) for f in g.forwards]
     return busy, stats, main, dim, groupers
 
