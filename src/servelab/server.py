@@ -226,8 +226,18 @@ class Server:
         """The root of the process tree whose CPU and memory telemetry samples."""
         return self.pid
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def alive(self, grace_s: float = 0.0) -> bool:
+        """Whether the server process is running. With grace_s, wait that long for it to exit
+        first: a killed server's sockets close before its exit can be reaped, so a client that
+        just saw its connections fail may otherwise still find it "alive"."""
+        if self.proc is None:
+            return False
+        if grace_s > 0:
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                return True
+        return self.proc.poll() is None
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
         try:
