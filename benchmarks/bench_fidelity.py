@@ -46,8 +46,7 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
     )  # fmt: skip
     vllm = VllmClient(py)
     runs: list[dict[str, Any]] = []
-    with Server(launch, wd / "fidelity-server.log") as server:
-        server.start()
+    with Server(launch, wd / "fidelity-server.log") as server:  # __enter__ starts it
         waited = server.wait_ready(600, say=lambda m: print(m, file=sys.stderr))
         print(f"server ready after {waited:.0f} s", file=sys.stderr)
         wl = {"seed": a.seed, "input_tokens": a.input_tokens}
