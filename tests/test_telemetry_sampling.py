@@ -137,6 +137,27 @@ def test_a_point_cut_short_keeps_what_was_sampled(tmp_path: Path) -> None:
     assert summary["server"] == {"absent": "no server URL given"}
 
 
+def test_interrupted_while_starting_the_samplers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C can arrive after the samplers exist and before their threads start: finishing
+    must still write what there is (the point is then kept as incomplete), not fail on a
+    thread that never started."""
+    from servelab.telemetry import sampling
+
+    def interrupted(self: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sampling.Sampler, "start", interrupted)
+    tel = PointTelemetry(FAST, None, None)
+    t0 = time.time_ns()
+    with pytest.raises(KeyboardInterrupt), tel:
+        pass
+    summary = tel.finish(tmp_path, t0, time.time_ns())
+    assert (tmp_path / "telemetry.jsonl").exists()
+    assert summary["server"] == {"absent": "no server URL given"}
+
+
 def test_disabled_telemetry_samples_nothing(tmp_path: Path) -> None:
     tel = PointTelemetry({**FAST, "enabled": False}, None, None)
     with tel:

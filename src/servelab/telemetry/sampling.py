@@ -85,8 +85,12 @@ class Sampler:
         self._stop.set()
 
     def stop(self, timeout_s: float) -> bool:
-        """Stop after the closing sample; False when the thread is still stuck in a read."""
+        """Stop after the closing sample; False when the thread is still stuck in a read.
+        A sampler that never started (the point was interrupted while starting them) is
+        stopped already."""
         self._stop.set()
+        if self._thread.ident is None:
+            return True
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
