@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from servelab.analysis import core
+from servelab.analysis.claims_syntax import parse_claim
 from servelab.analysis.core import Groups, Options
 from servelab.analysis.load import Dataset, detect_layout, load
 from servelab.analysis.stats import describe
@@ -107,6 +108,15 @@ def _refuse(path: Path, failures: list[str], what: str) -> ServelabError:
     )
 
 
+def _verified(root: Path, label: Path, what: str) -> Path:
+    """`root` (a bundle folder, or a tarball already extracted safely) when it verifies;
+    failures are named after `label`, the path the user gave."""
+    failures = verify(root)
+    if failures:
+        raise _refuse(label, failures, what)
+    return root
+
+
 def _open_release(path: Path, workdir: Path, what: str) -> tuple[Path, dict[str, Any]]:
     rel = read_json(path / "release.json")
     tarball = path / str(rel.get("tarball", ""))
@@ -118,10 +128,7 @@ def _open_release(path: Path, workdir: Path, what: str) -> tuple[Path, dict[str,
             f"{tarball}: sha256 {digest[:12]}... differs from release.json "
             f"({str(rel.get('tarball_sha256'))[:12]}...): the {what} was altered; fetch it again"
         )
-    failures = verify(tarball)
-    if failures:
-        raise _refuse(tarball, failures, what)
-    root = safe_extract(tarball, workdir)
+    root = _verified(safe_extract(tarball, workdir), tarball, what)
     # The small files beside the tarball must be the tarball's own.
     for name in ("manifest.json", "provenance.json", "SHA256SUMS"):
         if (path / name).exists() and (path / name).read_bytes() != (root / name).read_bytes():
@@ -132,7 +139,7 @@ def _open_release(path: Path, workdir: Path, what: str) -> tuple[Path, dict[str,
     return root, rel
 
 
-def open_side(path: Path, workdir: Path, what: str = "reference", name: str | None = None) -> Side:
+def open_side(path: Path, workdir: Path, what: str = "reference") -> Side:
     """Open a release dir, a release tarball, a bundle, an experiment dir or a vllm-bench tree.
 
     Releases, tarballs and bundles are verified (checksums, manifest, schemas) first; a side
@@ -148,17 +155,12 @@ def open_side(path: Path, workdir: Path, what: str = "reference", name: str | No
     if path.is_file():
         if not path.name.endswith(".tar.gz"):
             raise ServelabError(f"{path}: not a .tar.gz release; give the release folder")
-        failures = verify(path)
-        if failures:
-            raise _refuse(path, failures, what)
-        return _bundle_side(str(path), "tarball", safe_extract(path, workdir), None)
+        root = _verified(safe_extract(path, workdir), path, what)
+        return _bundle_side(str(path), "tarball", root, None)
     if (path / "manifest.json").is_file():
-        failures = verify(path)
-        if failures:
-            raise _refuse(path, failures, what)
-        return _bundle_side(str(path), "bundle", path, None)
+        return _bundle_side(str(path), "bundle", _verified(path, path, what), None)
     if (path / "bundle" / "manifest.json").is_file():
-        return open_side(path / "bundle", workdir, what, name)
+        return open_side(path / "bundle", workdir, what)
     layout = detect_layout(path)
     if layout == "vllm-bench":
         return Side(str(path), "vllm-bench", path, bench_facts=_bench_facts(path))
@@ -413,12 +415,17 @@ def _points(ref: Analysed, new: Analysed, s: Settings) -> list[dict[str, Any]]:
     return rows
 
 
+def _by_pair(paired: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Rows of a paired table by (config, a, b, metric)."""
+    return {(r["server_config"], r["a"], r["b"], r["metric"]): r for r in paired}
+
+
 def _real(verdict: str | None) -> bool:
     return verdict in ("a > b", "a < b")
 
 
 def _pairs(ref: Analysed, new: Analysed, s: Settings) -> list[dict[str, Any]]:
-    fresh = {(r["server_config"], r["a"], r["b"], r["metric"]): r for r in new.paired}
+    fresh = _by_pair(new.paired)
     rows = []
     for r in ref.paired:
         n = fresh.get((r["server_config"], r["a"], r["b"], r["metric"]))
@@ -470,7 +477,7 @@ def _sym(v: str | None) -> str:
 def _chains(ref: Analysed, new: Analysed) -> list[dict[str, Any]]:
     """Adjacent levels as one line per config and metric: 'C64 < C128 > C256'."""
     out = []
-    fresh = {(r["server_config"], r["a"], r["b"], r["metric"]): r for r in new.paired}
+    reference, fresh = _by_pair(ref.paired), _by_pair(new.paired)
     for sc in ref.g.configs:
         lv = ref.g.levels(sc)
         if len(lv) < 2:
@@ -478,15 +485,7 @@ def _chains(ref: Analysed, new: Analysed) -> list[dict[str, Any]]:
         for m in core.PAIRED_METRICS:
             rs, ns = f"C{lv[0]}", f"C{lv[0]}"
             for a, b in zip(lv, lv[1:], strict=False):
-                rr = next(
-                    (
-                        r
-                        for r in ref.paired
-                        if (r["server_config"], r["a"], r["b"], r["metric"]) == (sc, a, b, m)
-                    ),
-                    None,
-                )
-                nr = fresh.get((sc, a, b, m))
+                rr, nr = reference.get((sc, a, b, m)), fresh.get((sc, a, b, m))
                 rs += f" {_sym((rr or {}).get('verdict'))} C{b}"
                 ns += f" {_sym((nr or {}).get('verdict')) if nr else '?'} C{b}"
             out.append(
@@ -542,8 +541,6 @@ def compare_sides(ref: Side, new: Side, s: Settings) -> dict[str, Any]:
     opts = reference_options(ref)
     claims = reference_claims(ref, s)
     for claim in claims:  # syntax first: one line naming the claim
-        from servelab.analysis.claims_syntax import parse_claim
-
         try:
             parse_claim(claim)
         except ServelabError as exc:
