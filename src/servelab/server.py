@@ -25,14 +25,17 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servelab.container import ContainerRun, server_inner_command
 from servelab.errors import ServelabError
+
+if TYPE_CHECKING:
+    from servelab.client import RequestRecord
 
 LOG_TAIL_LINES = 25
 
@@ -133,6 +136,10 @@ def raise_on_signals() -> None:
     # Ctrl-C, or `kill -INT`, must still stop it cleanly.
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+
+# A point with failed requests waits this long to tell a server that died from one that failed
+# some requests and is still up.
+EXIT_GRACE_S = 2.0
 
 _PR_SET_PDEATHSIG = 1
 
@@ -238,6 +245,11 @@ class Server:
             except subprocess.TimeoutExpired:
                 return True
         return self.proc.poll() is None
+
+    def alive_after(self, records: Iterable[RequestRecord]) -> bool:
+        """Whether the server survived a point: when some of its requests failed, wait up to
+        EXIT_GRACE_S for an exit, to tell a server that died from one that failed requests."""
+        return self.alive(EXIT_GRACE_S if any(not r.ok for r in records) else 0.0)
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
         try:

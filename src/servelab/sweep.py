@@ -60,11 +60,6 @@ def is_complete(pdir: Path) -> bool:
         return False
 
 
-# A point with failed requests waits this long to tell a server that died from one that failed
-# some requests and is still up.
-SERVER_EXIT_GRACE_S = 2.0
-
-
 def _keep_incomplete(partial: Path) -> Path:
     base = partial.with_name(partial.name.removesuffix(".partial") + ".incomplete")
     dest, n = base, 1
@@ -383,7 +378,7 @@ def _measure_point(
         )
         raise
     info["telemetry"] = tel.finish(partial, run.started_epoch_ns, run.finished_epoch_ns)
-    if not server.alive(grace_s=SERVER_EXIT_GRACE_S if any(not r.ok for r in run.records) else 0):
+    if not server.alive_after(run.records):
         code = server.proc.returncode if server.proc else None
         _write_point(
             partial,

@@ -440,8 +440,7 @@ def _capture(
                 body = {"profile_prefix": label} if interface == "config" else {}
                 _post(launch.base_url, "/start_profile", body, 600)
             run = run_diagnostic_point(workload, prompts[: c * p["waves"]], c, label)
-            failed = any(not r.ok for r in run.records)
-            if not server.alive(grace_s=2.0 if failed else 0.0):
+            if not server.alive_after(run.records):
                 raise ServelabError(
                     f"[{sc}] the profiled server exited during point {label}; last lines of "
                     f"{log_path}:\n{server.log_tail()}"
