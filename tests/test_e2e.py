@@ -140,6 +140,18 @@ def test_reduced_experiment_produces_the_raw_data_contract(
         "https://servelab.dev/schemas/profile/v1",
     )
 
+    # the README's browsable report, after the README's install line (pygments, jinja2)
+    html = tmp_path / "report.html"
+    rep_proc = subprocess.run(
+        [*snakemake_cmd(cfg_path), "--report", str(html)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert rep_proc.returncode == 0, rep_proc.stderr[-3000:]
+    assert html.stat().st_size > 10_000 and "throughput_vs_concurrency" in html.read_text()
+
     from servelab.cli import main as servelab_main
 
     assert servelab_main(["telemetry", "summarize", str(exp)]) == 0

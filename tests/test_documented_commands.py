@@ -1,0 +1,153 @@
+"""Every command the README and docs show works after the README's install line.
+
+Commands are read from the fenced bash blocks of README.md, docs/*.md and the READMEs of the
+repository's folders. Each `servelab ...` line must parse with the real command-line parser;
+each `python <script> ...` line must name a script whose --help accepts its options; each
+`snakemake ...` line must use options snakemake knows and targets the workflow has, and
+`--report` needs what snakemake's report needs installed. The main end-to-end test runs
+`snakemake --report` for real on a finished run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PROVIDED = ("servelab", "snakemake", "python", "pip")
+
+
+def documented_files() -> list[Path]:
+    return [
+        REPO / "README.md",
+        *sorted((REPO / "docs").glob("*.md")),
+        *sorted(p for p in REPO.glob("*/README.md")),
+        *sorted((REPO / "evidence").rglob("README.md")),
+    ]
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(file, command) for every command of the project's own programs, continuation lines
+    joined, `a && b` split, comments dropped."""
+    out: list[tuple[str, str]] = []
+    for path in documented_files():
+        text = path.read_text(encoding="utf-8")
+        for block in re.findall(r"```(?:bash|sh|console)\n(.*?)```", text, re.S):
+            joined = re.sub(r"\\\n\s*", " ", block)
+            for line in joined.splitlines():
+                line = line.split(" #", 1)[0].strip()
+                for cmd in (c.strip() for c in line.split("&&")):
+                    if cmd.split(" ", 1)[0] in PROVIDED:
+                        out.append((path.relative_to(REPO).as_posix(), cmd))
+    return out
+
+
+COMMANDS = documented_commands()
+
+
+def _argv(cmd: str) -> list[str]:
+    # placeholders a reader fills in: <name>, PORT, PID
+    cmd = re.sub(r"<[^>]+>", "x", cmd).replace("PORT", "8000").replace("PID", "1")
+    return shlex.split(cmd)
+
+
+@cache
+def snakemake_help() -> str:
+    proc = subprocess.run(
+        ["snakemake", "--help"], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    return proc.stdout
+
+
+@cache
+def workflow_rules() -> set[str]:
+    proc = subprocess.run(
+        ["snakemake", "--list-rules"], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    return {line.strip() for line in proc.stdout.splitlines() if line.strip()}
+
+
+def test_commands_are_found() -> None:
+    progs = {cmd.split(" ", 1)[0] for _, cmd in COMMANDS}
+    assert {"servelab", "snakemake", "python", "pip"} <= progs
+    assert ("README.md", "snakemake --report report.html") in COMMANDS
+
+
+@pytest.mark.parametrize(
+    "where,cmd", [c for c in COMMANDS if c[1].startswith("servelab ")], ids=lambda x: str(x)
+)
+def test_servelab_command_parses(where: str, cmd: str) -> None:
+    from servelab.cli import build_parser
+
+    try:
+        build_parser().parse_args(_argv(cmd)[1:])
+    except SystemExit as exc:  # argparse's way of refusing
+        pytest.fail(f"{where}: `{cmd}` is refused by the servelab parser (exit {exc.code})")
+
+
+@pytest.mark.parametrize(
+    "where,cmd", [c for c in COMMANDS if c[1].startswith("snakemake")], ids=lambda x: str(x)
+)
+def test_snakemake_command_uses_known_options_and_targets(where: str, cmd: str) -> None:
+    argv = _argv(cmd)[1:]
+    help_text = snakemake_help()
+    takes_value = {"--cores", "--configfile", "--report", "--profile"}
+    targets: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if not arg.startswith("-"):
+            targets.append(arg)
+            continue
+        opt = arg.split("=", 1)[0]
+        assert re.search(rf"(^|[\s,]){re.escape(opt)}\b", help_text), f"{where}: {opt}"
+        if opt == "--config":  # KEY=VALUE ...
+            while i < len(argv) and "=" in argv[i] and not argv[i].startswith("-"):
+                i += 1
+        elif opt in takes_value and "=" not in arg:
+            i += 1
+    assert not targets or set(targets) <= workflow_rules(), f"{where}: {targets}"
+    if "--report" in argv:
+        for mod in ("pygments", "jinja2"):
+            assert importlib.util.find_spec(mod), f"{where}: `{cmd}` needs {mod} installed"
+
+
+@pytest.mark.parametrize(
+    "where,cmd", [c for c in COMMANDS if c[1].startswith("python ")], ids=lambda x: str(x)
+)
+def test_python_command_script_accepts_its_options(where: str, cmd: str) -> None:
+    argv = _argv(cmd)[1:]
+    if argv[0] == "-m":
+        name = argv[1]
+        if name == "pytest":
+            assert importlib.util.find_spec("pytest")
+            return
+        if name == "venv":
+            return
+        pytest.fail(f"{where}: unexpected module {name}")
+    script = REPO / argv[0]
+    assert script.is_file(), f"{where}: {argv[0]} does not exist"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=REPO
+    )
+    assert proc.returncode == 0, f"{where}: {argv[0]} --help: {proc.stderr[-500:]}"
+    for opt in (a.split("=", 1)[0] for a in argv[1:] if a.startswith("--")):
+        assert opt in proc.stdout, f"{where}: {argv[0]} has no option {opt}"
+
+
+def test_install_line_installs_report_dependencies() -> None:
+    """`snakemake --report` needs pygments and jinja2: the package must depend on them, so
+    the README's install line brings them."""
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=!; \[]", d, maxsplit=1)[0].lower() for d in deps}
+    assert {"pygments", "jinja2"} <= names
