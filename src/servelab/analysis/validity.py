@@ -211,8 +211,13 @@ def check_streaming(f: PointFacts, t: Thresholds) -> Flag:
     return Flag("streaming", PASSED, share, limit, said)
 
 
-def _mean(block: Mapping[str, Any], key: str) -> float | None:
-    v = (block.get(key) or {}).get("mean") if isinstance(block.get(key), Mapping) else None
+def _block(d: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    v = d.get(key)
+    return v if isinstance(v, Mapping) else {}
+
+
+def _mean(d: Mapping[str, Any], key: str) -> float | None:
+    v = _block(d, key).get("mean")
     return None if v is None else float(v)
 
 
@@ -223,8 +228,7 @@ def check_contention(f: PointFacts, t: Thresholds) -> Flag:
         return Flag("contention", NOT_CHECKED, None, limit, f.no_telemetry)
     if tel.get("enabled") is False:
         return Flag("contention", NOT_CHECKED, None, limit, "telemetry disabled")
-    cpu = tel.get("cpu") if isinstance(tel.get("cpu"), Mapping) else {}
-    assert isinstance(cpu, Mapping)
+    cpu = _block(tel, "cpu")
     if cpu.get("absent"):
         return Flag("contention", NOT_CHECKED, None, limit, f"no CPU telemetry: {cpu['absent']}")
     host, cores = _mean(cpu, "host_cpu_pct"), cpu.get("host_cpus")
@@ -267,8 +271,7 @@ def check_restarted_requests(f: PointFacts, t: Thresholds) -> Flag:
     tel = f.telemetry
     if tel is None:
         return Flag("restarted_requests", NOT_CHECKED, None, None, f.no_telemetry)
-    srv = tel.get("server") if isinstance(tel.get("server"), Mapping) else {}
-    assert isinstance(srv, Mapping)
+    srv = _block(tel, "server")
     n = srv.get("preemptions")
     if tel.get("enabled") is False or n is None:
         why = "telemetry disabled" if tel.get("enabled") is False else "no preemption counter"
