@@ -23,9 +23,14 @@ def servelab_point(
     failed: int = 0,
     position: int = 0,
     status: str = "complete",
+    burst: int = 0,
+    telemetry: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """n requests all sent at once, each with the given TTFT, all ending at the same instant, so
-    duration = n * out_tokens / tput exactly, and TPOT = (duration - TTFT) / (out_tokens - 1)."""
+    duration = n * out_tokens / tput exactly, and TPOT = (duration - TTFT) / (out_tokens - 1).
+    The last `burst` successful requests receive every token in one read at the end instead
+    (TTFT = E2EL, TPOT 0), as a starved API server delivers them. `telemetry`: point.json's
+    telemetry block."""
     n = n if n is not None else conc * 2
     good = n - failed
     duration_s = good * out_tokens / tput if good else 1.0
@@ -37,11 +42,12 @@ def servelab_point(
     reqs = []
     for i in range(n):
         ok = i >= failed
+        chunks = [done_us] * out_tokens if i >= n - burst else offsets
         reqs.append(
             {
                 "request_id": f"{sc}-r{rep:02d}-c{conc:04d}-{i:05d}",
                 "sent_epoch_ns": start,
-                "chunk_offsets_us": offsets if ok else [],
+                "chunk_offsets_us": chunks if ok else [],
                 "done_offset_us": done_us if ok else 5,
                 "prompt_tokens": 10 if ok else None,
                 "output_tokens": out_tokens if ok else None,
@@ -68,6 +74,8 @@ def servelab_point(
         "failed": failed,
         "duration": duration_s,
     }
+    if telemetry is not None:
+        point["telemetry"] = telemetry
     write_json(d / "point.json", point)
     return point
 

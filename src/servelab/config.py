@@ -7,6 +7,7 @@ default and its description live. Errors name the file, the key path and what is
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,25 @@ def _apply_defaults(schema: dict[str, Any], data: Any) -> Any:
     elif isinstance(data, list) and isinstance(schema.get("items"), dict):
         return [_apply_defaults(schema["items"], item) for item in data]
     return data
+
+
+@functools.cache
+def _schema(schema_path: Path = SCHEMA_PATH) -> dict[str, Any]:
+    schema: dict[str, Any] = load_yaml(schema_path)
+    return schema
+
+
+def schema_defaults(*path: str) -> dict[str, Any]:
+    """The schema's defaults of the properties of the object at `path`, e.g.
+    schema_defaults("analysis", "validity"): for code that runs without a validated config."""
+    node = _schema()
+    for name in path:
+        node = node["properties"][name]
+    return {
+        k: copy.deepcopy(sub["default"])
+        for k, sub in node.get("properties", {}).items()
+        if "default" in sub
+    }
 
 
 def validate(

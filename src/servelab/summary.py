@@ -8,7 +8,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from servelab.rawdata import load_points
+from servelab.analysis.validity import PointFlags, Thresholds, check_point, summary_line
+from servelab.client import RequestRecord
+from servelab.jsonio import read_jsonl_gz
+from servelab.rawdata import load_point, load_points, point_files
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -52,7 +55,26 @@ def stage_times(exp_dir: Path) -> list[tuple[str, float]]:
     return out
 
 
-def render_summary(exp_dir: Path) -> str:
+def point_validity(exp_dir: Path, t: Thresholds) -> list[PointFlags]:
+    """The validity flags of every complete point (docs/analysis.md#validity); a point without
+    requests.jsonl.gz is checked on its telemetry alone."""
+    out: list[PointFlags] = []
+    for pj in point_files(exp_dir):
+        meta = load_point(pj)
+        if meta.get("status") != "complete":
+            continue
+        req = pj.parent / "requests.jsonl.gz"
+        recs = [RequestRecord.from_json(r) for r in read_jsonl_gz(req)] if req.exists() else []
+        flags = check_point(recs, meta, t)
+        out.append(
+            (str(meta["server_config"]), int(meta["repeat"]), int(meta["concurrency"]), flags)
+        )
+    return out
+
+
+def render_summary(exp_dir: Path, validity: Thresholds | None = None) -> str:
+    """validity: the thresholds of the config's analysis.validity (the schema's defaults when
+    None)."""
     rows = summary_rows(load_points(exp_dir))
     lines = [f"servelab summary: {exp_dir}", ""]
     header = (
@@ -80,6 +102,7 @@ def render_summary(exp_dir: Path) -> str:
         lines.append(
             f"{sc}: best/worst mean throughput across concurrency = {max(tputs) / min(tputs):.2f}x"
         )
+    lines += ["", summary_line(point_validity(exp_dir, validity or Thresholds.defaults()))]
     times = stage_times(exp_dir)
     if times:
         lines.append("")

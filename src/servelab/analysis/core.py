@@ -12,6 +12,7 @@ from servelab.analysis.claims_syntax import FUNC as _FUNC
 from servelab.analysis.claims_syntax import parse_claim
 from servelab.analysis.load import Dataset, Point
 from servelab.analysis.stats import ALPHA, THRESHOLD_PCT, describe, paired
+from servelab.analysis.validity import BY_NAME, CHECKS, Flag, PointFlags, Thresholds, failed
 from servelab.errors import ServelabError
 
 POINT_METRICS = (
@@ -59,6 +60,14 @@ DOMINANCE = [
 ]
 ALIASES = {"throughput": "output_throughput", "tput": "output_throughput"}
 LINEAR_TOLERANCE = 1.25  # serialized: seconds per request may vary this much across levels
+INVALID_SHOWN = 3  # points named in an "invalid: ..." text before "and N more"
+# what each kind of claim reads, besides the metric a comparison names
+CLAIM_READS = {
+    "dominated": [m for m, _ in DOMINANCE],
+    "past_knee": ["output_throughput", "p99_ttft_ms"],
+    "knee": ["output_throughput", "p99_ttft_ms"],
+    "serialized": ["output_throughput", "duration", "num_prompts"],
+}
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,7 @@ class Options:
     slo: dict[str, float] = field(default_factory=dict)  # p99_ttft_ms, p99_tpot_ms, p99_e2el_ms
     pairs: list[dict[str, Any]] = field(default_factory=list)
     claims: list[str] = field(default_factory=list)
+    validity: Thresholds = field(default_factory=Thresholds.defaults)
 
     @staticmethod
     def from_config(cfg: dict[str, Any] | None) -> Options:
@@ -82,17 +92,24 @@ class Options:
             slo={k: float(v) for k, v in (cfg.get("slo") or {}).items() if v is not None},
             pairs=list(cfg.get("pairs") or []),
             claims=list(cfg.get("claims") or []),
+            validity=Thresholds.from_config(cfg.get("validity")),
         )
 
 
 class Groups:
-    """Points indexed by (server_config, concurrency) -> {repeat: Point}."""
+    """Points indexed by (server_config, concurrency) -> {repeat: Point}.
+
+    `values` is what every statistic reads: a metric of a point that failed a validity check
+    affecting it is left out there (and so out of means, tests, knee, dominance, SLO, diagnoses
+    and claims); `left_out` says which and why.
+    """
 
     def __init__(self, ds: Dataset) -> None:
         self.by: dict[tuple[str, int], dict[int, Point]] = defaultdict(dict)
         for p in ds.points:
             self.by[(p.server_config, p.concurrency)][p.repeat] = p
         self.configs = ds.configs()
+        self.thresholds = ds.validity
 
     def levels(self, sc: str) -> list[int]:
         return sorted(c for (s, c) in self.by if s == sc)
@@ -101,8 +118,24 @@ class Groups:
         return {
             r: p.metrics[metric]
             for r, p in self.by.get((sc, c), {}).items()
-            if p.metrics.get(metric) is not None
+            if p.metrics.get(metric) is not None and not p.left_out(metric)
         }
+
+    def valid_points(self, sc: str, c: int, metric: str) -> list[Point]:
+        """The repeats of a point whose `metric` counts, by repeat."""
+        reps = self.by.get((sc, c), {})
+        return [reps[r] for r in sorted(reps) if not reps[r].left_out(metric)]
+
+    def left_out(self, sc: str, c: int, metric: str) -> list[tuple[Point, Flag]]:
+        reps = self.by.get((sc, c), {})
+        return [(reps[r], f) for r in sorted(reps) for f in reps[r].left_out(metric)]
+
+    def point_flags(self) -> list[PointFlags]:
+        return [
+            (sc, r, c, p.checks)
+            for (sc, c), reps in sorted(self.by.items())
+            for r, p in sorted(reps.items())
+        ]
 
     def mean(self, sc: str, c: int, metric: str) -> float | None:
         return describe(list(self.values(sc, c, metric).values())).mean
@@ -126,6 +159,8 @@ def points_table(ds: Dataset) -> list[dict[str, Any]]:
             "repeat": p.repeat,
             "concurrency": p.concurrency,
             "position": p.position,
+            "valid": p.valid,
+            "invalid_reasons": "; ".join(f"{f.check}: {f.reason}" for f in failed(p.checks)),
         }
         row.update({m: p.metrics.get(m) for m in POINT_METRICS})
         rows.append(row)
@@ -177,6 +212,7 @@ def paired_table(g: Groups, opts: Options) -> list[dict[str, Any]]:
         for m in PAIRED_METRICS:
             va, vb = g.pair(sc, a, sc, b, m)
             r = paired(va, vb, opts.threshold_pct, opts.alpha)
+            hits = g.left_out(sc, a, m) + g.left_out(sc, b, m)
             rows.append(
                 {
                     "server_config": sc,
@@ -186,8 +222,9 @@ def paired_table(g: Groups, opts: Options) -> list[dict[str, Any]]:
                     "n": r.n,
                     "mean_rel_diff_pct": r.mean_rel_diff_pct,
                     "agree": r.agree,
-                    "p_value": r.p_value,
-                    "verdict": r.verdict,
+                    # no test on the repeats that remain: say why one is missing
+                    "p_value": None if hits else r.p_value,
+                    "verdict": invalid_text(hits) if hits else r.verdict,
                 }
             )
     return rows
@@ -305,8 +342,11 @@ def slo(g: Groups, ds: Dataset, opts: Options) -> dict[str, Any] | None:
     for sc in g.configs:
         best: tuple[float, int] | None = None
         for c in g.levels(sc):
-            reps = g.by[(sc, c)]
-            meets_all = True
+            # a repeat counts when none of the metrics the SLO reads was left out
+            reps = {
+                r: p for r, p in g.by[(sc, c)].items() if not any(p.left_out(k) for k in opts.slo)
+            }
+            meets_all = bool(reps)
             goodputs = []
             for _r, p in sorted(reps.items()):
                 meets = all(
@@ -525,11 +565,7 @@ def _utilization_misleading(
     best = max(means.values(), default=0.0)
     hits = []
     for c in lv:
-        utils: list[float] = [
-            float(p.metrics["utilization_pct"])
-            for p in g.by[(sc, c)].values()
-            if p.metrics.get("utilization_pct") is not None
-        ]
+        utils = [float(v) for v in g.values(sc, c, "utilization_pct").values()]
         if utils and min(utils) >= 95.0 and best > 0 and means[c] < 0.5 * best:
             hits.append(
                 {
@@ -551,6 +587,68 @@ def _utilization_misleading(
             "throughput: judge by tokens/s, not utilization",
         }
     ]
+
+
+# --- validity in the tables and claims ------------------------------------------------------
+
+
+def _hit_order(h: tuple[Point, Flag]) -> tuple[str, int, int, int]:
+    p, f = h
+    return (p.server_config, p.concurrency, p.repeat, list(BY_NAME).index(f.check))
+
+
+def invalid_text(hits: list[tuple[Point, Flag]]) -> str:
+    """'invalid: rep02 c=1 max-num-seqs-1: 4 of 4 requests delivered in one read; ...'"""
+    seen: list[str] = []
+    for p, f in sorted(hits, key=_hit_order):
+        text = f"{p.label}: {f.reason}"
+        if text not in seen:
+            seen.append(text)
+    more = len(seen) - INVALID_SHOWN
+    shown = "; ".join(seen[:INVALID_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+    return f"invalid: {shown}"
+
+
+def _claim_left_out(
+    g: Groups, keys: list[tuple[str, int]], metrics: list[str]
+) -> list[tuple[Point, Flag]]:
+    found: dict[tuple[str, int, int, str], tuple[Point, Flag]] = {}
+    for sc, c in keys:
+        for m in metrics:
+            for p, f in g.left_out(sc, c, m):
+                found.setdefault((sc, c, p.repeat, f.check), (p, f))
+    return sorted(found.values(), key=_hit_order)
+
+
+def _invalid_claim(claim: str, hits: list[tuple[Point, Flag]]) -> dict[str, Any]:
+    return {
+        "claim": claim,
+        "verdict": "invalid",
+        "reason": invalid_text(hits),
+        "evidence": {
+            "invalid": [
+                {
+                    "server_config": p.server_config,
+                    "repeat": p.repeat,
+                    "concurrency": p.concurrency,
+                    "check": f.check,
+                    "reason": f.reason,
+                }
+                for p, f in sorted(hits, key=_hit_order)
+            ]
+        },
+    }
+
+
+def validity_summary(g: Groups) -> dict[str, Any]:
+    """Per check: its threshold and how many points passed, failed, were noted or not checked."""
+    from servelab.analysis.validity import counts
+
+    c = counts(g.point_flags())
+    return {
+        k.name: {"threshold": k.threshold(g.thresholds), "affects": k.affects, **c[k.name]}
+        for k in CHECKS
+    }
 
 
 # --- claims -------------------------------------------------------------------------------
@@ -608,6 +706,10 @@ def evaluate_claims(
                 )
             sa, ca = _selector(sel_a, claim, g)
             sb, cb = _selector(sel_b, claim, g)
+            lost = _claim_left_out(g, [(sa, ca), (sb, cb)], [metric_a])  # type: ignore[list-item]
+            if lost:
+                out.append(_invalid_claim(claim, lost))
+                continue
             va, vb = g.pair(sa, ca, sb, cb, metric_a)  # type: ignore[arg-type]
             k = float(factor) if factor else 1.0
             test = paired(
@@ -644,8 +746,13 @@ def evaluate_claims(
         f = _FUNC.match(claim)
         assert f is not None
         func, args, expect = f.groups()
+        sc, c = _selector(args, claim, g, need_c=func in ("dominated", "past_knee"))
+        # these read the means of every level of the config
+        lost = _claim_left_out(g, [(sc, lv) for lv in g.levels(sc)], CLAIM_READS[func])
+        if lost:
+            out.append(_invalid_claim(claim, lost))
+            continue
         if func in ("dominated", "past_knee"):
-            sc, c = _selector(args, claim, g)
             if func == "dominated":
                 hits = [d for d in dominated if d["server_config"] == sc and d["concurrency"] == c]
             else:
@@ -658,11 +765,9 @@ def evaluate_claims(
                 ]
             out.append({"claim": claim, "verdict": "holds" if hits else "fails", "evidence": hits})
         elif func == "serialized":
-            sc, _ = _selector(args, claim, g, need_c=False)
             hits = [d for d in diags if d["kind"] == "serialized" and d["server_config"] == sc]
             out.append({"claim": claim, "verdict": "holds" if hits else "fails", "evidence": hits})
         else:
-            sc, _ = _selector(args, claim, g, need_c=False)
             kn = next(x for x in knees if x["server_config"] == sc)
             ok = kn["concurrency"] is not None and (
                 expect is None or kn["concurrency"] == int(expect)

@@ -108,15 +108,14 @@ def ttft_distribution(g: Groups) -> Figure:
     keys = [(sc, c) for sc in g.configs for c in g.levels(sc)]
     fig, ax = plt.subplots(figsize=(max(6.4, 0.6 * len(keys)), 4.0))
     data = [
-        [t for p in sorted(g.by[k].values(), key=lambda p: p.repeat) for t in p.ttfts_ms] or [0.0]
-        for k in keys
+        [t for p in g.valid_points(*k, "mean_ttft_ms") for t in p.ttfts_ms] or [0.0] for k in keys
     ]
     ax.boxplot(data, showfliers=True, flierprops={"markersize": 2})
     ax.set_xticks(range(1, len(keys) + 1))
     ax.set_xticklabels([f"{sc}\nc={c}" for sc, c in keys], fontsize=7, rotation=45, ha="right")
     ax.set_yscale("log")
     ax.set_ylabel("TTFT (ms)")
-    ax.set_title("TTFT distribution per point (all repeats)")
+    ax.set_title("TTFT distribution per point (valid repeats)")
     fig.tight_layout()
     return fig
 

@@ -13,6 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servelab.analysis.validity import (
+    Flag,
+    Thresholds,
+    check_point,
+    evaluate,
+    facts_from_bench,
+    failed,
+    point_label,
+    removing,
+)
 from servelab.client import RequestRecord
 from servelab.errors import ServelabError
 from servelab.jsonio import read_json, read_jsonl_gz
@@ -36,6 +46,21 @@ class Point:
     # per successful request: (ttft, tpot or None, e2el), ms; for goodput under SLOs
     per_request: list[tuple[float, float | None, float]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # validity checks (analysis/validity.py): a failed one leaves the metrics it affects out of
+    # every statistic; `metrics` keeps the raw values
+    checks: tuple[Flag, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        return not failed(self.checks)
+
+    def left_out(self, metric: str) -> list[Flag]:
+        """The failed checks that leave `metric` of this point out of the statistics."""
+        return removing(self.checks, metric)
+
+    @property
+    def label(self) -> str:
+        return point_label(self.server_config, self.repeat, self.concurrency)
 
 
 @dataclass
@@ -44,6 +69,7 @@ class Dataset:
     root: Path
     points: list[Point]
     capacity: dict[str, dict[str, Any]]  # server_config -> capacity facts (may be empty)
+    validity: Thresholds = field(default_factory=Thresholds.defaults)
 
     def configs(self) -> list[str]:
         return sorted({p.server_config for p in self.points})
@@ -60,11 +86,14 @@ def detect_layout(root: Path) -> str:
     )
 
 
-def load(root: Path, name: str | None = None) -> Dataset:
+def load(root: Path, name: str | None = None, validity: Thresholds | None = None) -> Dataset:
+    """Every complete point with its metrics and its validity flags under `validity`
+    (the schema's defaults when None)."""
+    t = validity or Thresholds.defaults()
     layout = detect_layout(root)
     if layout == "servelab":
-        return _load_servelab(root)
-    return _load_vllm_bench(root, name or root.name)
+        return _load_servelab(root, t)
+    return _load_vllm_bench(root, name or root.name, t)
 
 
 def _per_request(
@@ -80,7 +109,7 @@ def _per_request(
     return ttfts, per
 
 
-def _load_servelab(root: Path) -> Dataset:
+def _load_servelab(root: Path, t: Thresholds) -> Dataset:
     points = []
     for pj in point_files(root):
         meta = load_point(pj)
@@ -102,12 +131,13 @@ def _load_servelab(root: Path) -> Dataset:
                 ttfts_ms=ttfts,
                 per_request=per,
                 extra={k: meta[k] for k in ("launch", "telemetry") if k in meta},
+                checks=check_point(recs, meta, t),
             )
         )
     capacity = {}
     for cap in sorted(root.glob("server/*/capacity.json")):
         capacity[cap.parent.name] = dict(read_json(cap))
-    return Dataset("servelab", root, points, capacity)
+    return Dataset("servelab", root, points, capacity, t)
 
 
 def _s_to_ms(xs: list[Any]) -> list[float]:
@@ -161,7 +191,7 @@ def vllm_bench_metrics(
     return m, ttft, per
 
 
-def _load_vllm_bench(root: Path, name: str) -> Dataset:
+def _load_vllm_bench(root: Path, name: str, t: Thresholds) -> Dataset:
     points = []
     for rep_dir in sorted(d for d in root.glob("rep_*") if d.is_dir() and VLLM_REP.match(d.name)):
         rep = int(VLLM_REP.match(rep_dir.name).group(1))  # type: ignore[union-attr]
@@ -172,11 +202,12 @@ def _load_vllm_bench(root: Path, name: str) -> Dataset:
             bench = read_json(bj)
             conc = int(bench.get("max_concurrency") or VLLM_CONC.match(cdir.name).group(1))  # type: ignore[union-attr]
             metrics, ttfts, per = vllm_bench_metrics(bench, str(bj))
-            points.append(Point(name, rep, conc, metrics, None, ttfts, per))
+            checks = evaluate(facts_from_bench(bench), t)
+            points.append(Point(name, rep, conc, metrics, None, ttfts, per, checks=checks))
     if not points:
         raise ServelabError(f"{root}: no rep_<NN>/concurrency_<CCC>/benchmark.json found")
     capacity: dict[str, dict[str, Any]] = {}
     log = root / "server.log"
     if log.exists():
         capacity[name] = parse_capacity(log.read_text(encoding="utf-8", errors="replace"))
-    return Dataset("vllm-bench", root, points, capacity)
+    return Dataset("vllm-bench", root, points, capacity, t)

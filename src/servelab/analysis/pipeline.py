@@ -10,6 +10,7 @@ from typing import Any
 from servelab.analysis import core
 from servelab.analysis.core import Groups, Options
 from servelab.analysis.load import Dataset, load
+from servelab.analysis.validity import validity_json
 from servelab.jsonio import write_json
 from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
 
@@ -74,7 +75,7 @@ def analyze(
     figures: bool = True,
 ) -> dict[str, Any]:
     opts = opts or Options()
-    ds = load(root, name)
+    ds = load(root, name, opts.validity)
     g = Groups(ds)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
@@ -84,6 +85,7 @@ def analyze(
         "knee": core.knee(g, opts),
         "dominance": core.dominance(g),
         "slo": core.slo(g, ds, opts),
+        "validity": validity_json(g.point_flags(), opts.validity),
     }
     results["diagnoses"] = core.diagnoses(g, ds, results["knee"], results["dominance"], opts)
     results["claims"] = core.evaluate_claims(
@@ -94,7 +96,16 @@ def analyze(
     write_csv(
         out / "points.csv",
         results["points"],
-        ["server_config", "repeat", "concurrency", "position", *core.POINT_METRICS, *tel_cols],
+        [
+            "server_config",
+            "repeat",
+            "concurrency",
+            "position",
+            "valid",
+            "invalid_reasons",
+            *core.POINT_METRICS,
+            *tel_cols,
+        ],
     )
     write_csv(
         out / "summary.csv",
@@ -135,6 +146,7 @@ def analyze(
     write_json(out / "knee.json", results["knee"])
     write_json(out / "diagnoses.json", results["diagnoses"])
     write_json(out / "claims.json", results["claims"])
+    write_json(out / "validity.json", results["validity"])
     if results["slo"] is not None:
         write_json(out / "slo.json", results["slo"])
     elif (out / "slo.json").exists():

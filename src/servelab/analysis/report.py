@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from servelab.analysis.core import Groups
 from servelab.analysis.stats import describe
+from servelab.analysis.validity import (
+    AFFECTS_WORDS,
+    CHECKS,
+    FAILED,
+    NOT_CHECKED,
+    NOTED,
+    PASSED,
+    SECTION,
+    counts,
+)
 
 
 def _f(x: float | None, spec: str = ",.2f") -> str:
@@ -18,6 +29,16 @@ def _ms(x: float | None) -> str:
     return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
 
 
+def _lat(g: Groups, sc: str, c: int, metric: str) -> str:
+    """A latency mean; 'invalid' when validity left out every repeat, '(k of n)' when some."""
+    kept = len(g.values(sc, c, metric))
+    lost = len({p.repeat for p, _ in g.left_out(sc, c, metric)})
+    if lost and not kept:
+        return "invalid"
+    text = _ms(g.mean(sc, c, metric))
+    return f"{text} ({kept} of {kept + lost})" if lost else text
+
+
 def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) -> str:
     lines = [
         "# servelab analysis",
@@ -25,6 +46,7 @@ def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) 
         f"Source layout: {layout}. Every number below is computed from the raw requests.",
         "",
     ]
+    lines += _validity_section(g)
     lines += ["## Throughput by concurrency", ""]
     for sc in g.configs:
         lines += [
@@ -38,8 +60,8 @@ def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) 
             d = describe(list(g.values(sc, c, "output_throughput").values()))
             cv = "n/a (1 repeat)" if d.n == 1 else f"{_f(d.cv_pct, '.2f')}%"
             lines.append(
-                f"| {c} | {d.n} | {_f(d.mean)} tok/s | {cv} | {_ms(g.mean(sc, c, 'mean_ttft_ms'))} "
-                f"| {_ms(g.mean(sc, c, 'p99_ttft_ms'))} | {_ms(g.mean(sc, c, 'mean_tpot_ms'))} |"
+                f"| {c} | {d.n} | {_f(d.mean)} tok/s | {cv} | {_lat(g, sc, c, 'mean_ttft_ms')} "
+                f"| {_lat(g, sc, c, 'p99_ttft_ms')} | {_lat(g, sc, c, 'mean_tpot_ms')} |"
             )
         lines.append("")
     if any("utilization_pct" in p.metrics for pts in g.by.values() for p in pts.values()):
@@ -109,7 +131,7 @@ def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) 
     if results["claims"]:
         lines += ["", "## Claims", "", "| Claim | Verdict |", "|---|---|"]
         for c in results["claims"]:
-            lines.append(f"| `{c['claim']}` | {c['verdict']} |")
+            lines.append(f"| `{c['claim']}` | {c.get('reason') or c['verdict']} |")
     lines += ["", "## Figures", ""]
     for name in figures:
         if name.endswith(".svg") and not name.startswith("utilization_vs_throughput"):
@@ -145,4 +167,67 @@ def _telemetry_section(g: Groups) -> list[str]:
                 f"| {_f(g.mean(sc, c, 'preemptions'), '.1f')} |"
             )
     lines += ["", "![utilization vs tokens/s](figures/utilization_vs_throughput.svg)", ""]
+    return lines
+
+
+def _validity_section(g: Groups) -> list[str]:
+    """The checks with their thresholds, how many points passed each, and every flagged point."""
+    points = g.point_flags()
+    c = counts(points)
+    lines = [
+        "## Validity",
+        "",
+        "Every point is checked (docs/analysis.md#validity). A point that fails a check keeps its "
+        "raw data (points.csv lists it with `valid` false and the reason); the metrics the check "
+        "affects are left out of every mean, paired test, knee, dominance, SLO, diagnosis and "
+        "claim, which then read `invalid: ...`. A note is recorded and never excludes.",
+        "",
+        "| Check | Threshold | A failure removes | Passed | Failed | Noted | Not checked |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for k in CHECKS:
+        t = k.threshold(g.thresholds)
+        limit = (
+            f"`{SECTION}.{k.threshold_key}` = {t:g}" if k.threshold_key and t is not None else "-"
+        )
+        n = c[k.name]
+        lines.append(
+            f"| {k.name} | {limit} | {AFFECTS_WORDS[k.affects]} | {n[PASSED]} | {n[FAILED]} "
+            f"| {n[NOTED]} | {n[NOT_CHECKED]} |"
+        )
+    lines.append("")
+    flagged = [
+        (sc, r, conc, f) for sc, r, conc, flags in points for f in flags if f.status == FAILED
+    ]
+    if not points:
+        lines += ["No measured point.", ""]
+    elif not flagged:
+        lines += [f"All {len(points)} points passed every check.", ""]
+    else:
+        n_flagged = len({(sc, r, conc) for sc, r, conc, _ in flagged})
+        lines += [
+            f"{n_flagged} of {len(points)} points flagged:",
+            "",
+            "| Config | Repeat | Concurrency | Check | Removes | Reason |",
+            "|---|---:|---:|---|---|---|",
+        ]
+        for sc, r, conc, f in flagged:
+            removes = AFFECTS_WORDS[next(k.affects for k in CHECKS if k.name == f.check)]
+            lines.append(f"| {sc} | {r} | {conc} | {f.check} | {removes} | {f.reason} |")
+        lines.append("")
+    noted = [(sc, r, conc, f) for sc, r, conc, flags in points for f in flags if f.status == NOTED]
+    if noted:
+        lines += ["Notes (not excluded):", ""]
+        lines += [f"- {sc} rep {r} c={conc}, {f.check}: {f.reason}" for sc, r, conc, f in noted]
+        lines.append("")
+    unchecked = Counter(
+        (f.check, f.reason) for *_, flags in points for f in flags if f.status == NOT_CHECKED
+    )
+    if unchecked:
+        lines += ["Not checked:", ""]
+        lines += [
+            f"- {name}: {why} ({k} point{'s' if k != 1 else ''})"
+            for (name, why), k in sorted(unchecked.items())
+        ]
+        lines.append("")
     return lines

@@ -25,6 +25,7 @@ RULES: list[tuple[str, str]] = [
     ("tables/knee.json", "knee"),
     ("tables/diagnoses.json", "diagnoses"),
     ("tables/claims.json", "claims"),
+    ("tables/validity.json", "validity"),
     ("tables/slo.json", "slo"),
     ("profile/*/profile.json", "profile"),
     ("profile/*/windows.json", "windows"),
