@@ -51,3 +51,63 @@ def test_free_configured_port_is_kept() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     assert choose_port("127.0.0.1", port, lambda _: None) == port
+
+
+def test_engine_worker_gets_the_niceness_and_the_front_end_keeps_its_own(tmp_path: Path) -> None:
+    """Every thread of the process vLLM names VLLM::Worker is reniced; its parent is not."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from servelab.server import Server, ServerLaunch
+
+    script = tmp_path / "tree.py"
+    script.write_text(
+        "import ctypes, subprocess, sys, threading, time\n"
+        "if sys.argv[1:] == ['worker']:\n"
+        "    ctypes.CDLL('libc.so.6').prctl(15, b'VLLM::Worker', 0, 0, 0)\n"
+        "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "    time.sleep(60)\n"
+        "else:\n"
+        "    subprocess.Popen([sys.executable, sys.argv[0], 'worker'])\n"
+        "    time.sleep(60)\n"
+    )
+    server = Server(ServerLaunch("python", "m", "m", "127.0.0.1", 1, []), tmp_path / "log")
+    server.proc = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        worker = None
+        while worker is None and time.monotonic() < deadline:
+            kids = psutil.Process(server.proc.pid).children(recursive=True)
+            worker = next((k for k in kids if k.name() == "VLLM::Worker"), None)
+            if worker is None or len(os.listdir(f"/proc/{worker.pid}/task")) < 2:
+                worker = None
+                time.sleep(0.1)
+        assert worker is not None
+        notes: list[str] = []
+        record = server.lower_engine_priority(7, notes.append)
+        assert record == {"engine_nice": 7, "engine_pids": [worker.pid]} and notes == []
+        tids = os.listdir(f"/proc/{worker.pid}/task")
+        assert len(tids) >= 2
+        assert all(os.getpriority(os.PRIO_PROCESS, int(t)) == 7 for t in tids)
+        assert os.getpriority(os.PRIO_PROCESS, server.proc.pid) == 0
+        assert server.lower_engine_priority(0, notes.append) == {
+            "engine_nice": 0,
+            "engine_pids": [],
+        }
+    finally:
+        server.stop()
+    # no worker under the server: said, not silently skipped
+    lone = Server(ServerLaunch("python", "m", "m", "127.0.0.1", 1, []), tmp_path / "log2")
+    lone.proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
+    try:
+        notes = []
+        assert lone.lower_engine_priority(5, notes.append)["engine_pids"] == []
+        assert len(notes) == 1 and "server.engine_nice 5 not applied" in notes[0]
+    finally:
+        lone.stop()

@@ -137,6 +137,9 @@ def raise_on_signals() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# vLLM's engine worker processes, by the names it gives them (setproctitle).
+ENGINE_PROCESS_NAMES = ("VLLM::Worker", "VllmWorker")
+
 # A point with failed requests waits this long to tell a server that died from one that failed
 # some requests and is still up.
 EXIT_GRACE_S = 2.0
@@ -250,6 +253,38 @@ class Server:
         """Whether the server survived a point: when some of its requests failed, wait up to
         EXIT_GRACE_S for an exit, to tell a server that died from one that failed requests."""
         return self.alive(EXIT_GRACE_S if any(not r.ok for r in records) else 0.0)
+
+    def lower_engine_priority(
+        self, nice: int, say: Callable[[str], None] = print
+    ) -> dict[str, Any]:
+        """Give the engine's worker processes (vLLM names them VLLM::Worker) the niceness
+        `nice`, every thread of them, so that on a host with few cores the API server and the
+        engine core still get CPU when they need it: starved, the API server holds back a
+        request's tokens and sends them in one burst (docs/raw-data.md). What was done is
+        returned for launch.json; 0 changes nothing."""
+        record: dict[str, Any] = {"engine_nice": nice, "engine_pids": []}
+        if nice == 0 or self.pid is None:
+            return record
+        import psutil
+
+        try:
+            tree = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            tree = []
+        for proc in tree:
+            with contextlib.suppress(psutil.Error, OSError):
+                if not any(w in proc.name() for w in ENGINE_PROCESS_NAMES):
+                    continue
+                for tid in os.listdir(f"/proc/{proc.pid}/task"):
+                    with contextlib.suppress(OSError):
+                        os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+                record["engine_pids"].append(proc.pid)
+        if not record["engine_pids"]:
+            say(
+                f"server: no engine worker process ({', '.join(ENGINE_PROCESS_NAMES)}) under "
+                f"pid {self.pid}; server.engine_nice {nice} not applied"
+            )
+        return record
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
         try:

@@ -235,6 +235,7 @@ def _measure(
     with server:
         ready_s = server.wait_ready(scfg["startup_timeout_s"], say_sc)
         say(f"[{sc}] server ready in {ready_s:.1f} s")
+        placement = server.lower_engine_priority(scfg["engine_nice"], say_sc)
         log_text = log_path.read_bytes()[log_offset:].decode("utf-8", errors="replace")
         capacity = parse_capacity(log_text)
         capacity["version_endpoint"] = server.get_json("/version").get("version")
@@ -254,6 +255,7 @@ def _measure(
                 "pid": server.pid,
                 "started_epoch_ns": server.started_epoch_ns,
                 "ready_s": round(ready_s, 3),
+                "placement": placement,
                 "runtime_lock_sha256": runtime.get("lock_sha256"),
                 "runtime_image_digest": runtime.get("image_digest"),
                 "container": launch.container.name if launch.container else None,

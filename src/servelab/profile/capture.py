@@ -418,6 +418,7 @@ def _capture(
     with make_server(launch, log_path, scfg["shutdown_timeout_s"]) as server:
         ready_s = server.wait_ready(scfg["startup_timeout_s"], say_sc)
         say_sc(f"server ready in {ready_s:.1f} s")
+        placement = server.lower_engine_priority(scfg["engine_nice"], say_sc)
         workload = Workload(
             base_url=launch.base_url,
             model=launch.served_name,
@@ -525,6 +526,7 @@ def _capture(
         "command": command,
         "env": redact_env(launch.env),
         "ready_s": round(ready_s, 3),
+        "placement": placement,
         "traces": traces,
         "windows": "windows.json",
         "points": points,
