@@ -142,6 +142,25 @@ def test_rebuild_catches_a_consistent_forgery(bundle: Path) -> None:
     ]
 
 
+def test_rebuild_of_a_bundle_made_by_another_analysis_version_says_so(bundle: Path) -> None:
+    """Tables made by an older analysis cannot rebuild byte for byte: --rebuild names the
+    version and the commit to rebuild with, instead of a list of differing files."""
+    from servelab.analysis.pipeline import ANALYSIS_VERSION
+    from servelab.evidence.bundle import _finish
+
+    prov = json.loads((bundle / "provenance.json").read_text())
+    assert prov["pipeline"]["analysis_version"] == ANALYSIS_VERSION
+    del prov["pipeline"]["analysis_version"]  # as in bundles made before it was recorded
+    (bundle / "provenance.json").write_text(json.dumps(prov))
+    (bundle / "manifest.json").unlink()
+    (bundle / "SHA256SUMS").unlink()
+    _finish(bundle, "fixture")
+    assert verify(bundle) == []
+    (failure,) = verify(bundle, do_rebuild=True)
+    assert f"made by analysis version 1, this servelab has version {ANALYSIS_VERSION}" in failure
+    assert str(prov["pipeline"]["git_commit"]) in failure
+
+
 def test_schema_failure_names_file_and_json_path(bundle: Path) -> None:
     from servelab.evidence.bundle import _finish
 

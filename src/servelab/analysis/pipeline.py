@@ -14,7 +14,12 @@ from servelab.analysis.validity import validity_json
 from servelab.jsonio import write_json
 from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
 
-__all__ = ["analyze", "Options", "load", "Dataset", "options_from_config"]
+__all__ = ["analyze", "Options", "load", "Dataset", "options_from_config", "ANALYSIS_VERSION"]
+
+# Bumped whenever analyze() writes different bytes for the same raw data, so that a bundle says
+# which analysis made its tables (provenance.json pipeline.analysis_version; absent = 1).
+# 1: until the validity checks; 2: validity checks (validity.json, points.csv columns).
+ANALYSIS_VERSION = 2
 
 
 def options_from_config(cfg: dict[str, Any]) -> Options:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab import __version__
+from servelab.analysis.pipeline import ANALYSIS_VERSION
 from servelab.redact import redact_env
 
 
@@ -85,6 +86,7 @@ def pipeline_facts(repo: Path) -> dict[str, Any]:
         "git_dirty": dirty,
         "git_diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if diff else None,
         "servelab_version": __version__,
+        "analysis_version": ANALYSIS_VERSION,
         "snakemake_version": getattr(snakemake, "__version__", None),
         "locks": locks,
     }

@@ -76,6 +76,17 @@ def rebuild(root: Path) -> list[str]:
     """Re-run the analysis from raw/ and server/ and compare tables, figures and report bytes."""
     from servelab.analysis.pipeline import analyze, options_from_config
 
+    from servelab.analysis.pipeline import ANALYSIS_VERSION
+
+    pipeline = read_json(root / "provenance.json").get("pipeline", {})
+    made_by = int(pipeline.get("analysis_version") or 1)
+    if made_by != ANALYSIS_VERSION:
+        commit = pipeline.get("git_commit") or "the commit in provenance.json"
+        return [
+            f"tables, figures, report.md: made by analysis version {made_by}, this servelab "
+            f"has version {ANALYSIS_VERSION}; a byte-for-byte rebuild needs servelab at "
+            f"{commit} (verify without --rebuild checks every byte against the checksums)"
+        ]
     cfg = yaml.safe_load((root / "config.resolved.yaml").read_text(encoding="utf-8"))
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
