@@ -32,6 +32,8 @@ rule analysis:
 rule summary:
     input:
         runs=sweep_outputs(),
+        # after the profiling pass, so that the time of every measuring stage is known
+        profile=PROFILE_OUTPUTS,
     output:
         summary=f"{EXP}/summary.txt",
     log:

@@ -87,3 +87,25 @@ def test_cli_lock_round_trip(tmp_path: Path) -> None:
     from servelab.runtime import parse_lock
 
     assert parse_lock(out.read_text()) == {"a": "1"}
+
+
+def test_summary_says_where_the_time_went(tmp_path: Path) -> None:
+    """Server starts, measured points and the rest, per sweep and profiling pass, from the
+    jobs' benchmark files, launch.json / capture.json and the points' durations."""
+    for rep, dur in [(1, 10.0), (2, 12.5)]:
+        make_point(tmp_path, "a", rep, 1, 100.0, 10.0)
+        p = tmp_path / "raw" / "a" / f"rep{rep:02d}" / "c0001" / "point.json"
+        p.write_text(json.dumps({**json.loads(p.read_text()), "duration": dur}))
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    for name, s in [("runtime", 2.0), ("model", 3.5), ("sweep-a", 130.0), ("profile-a", 95.0)]:
+        (bench / f"{name}.tsv").write_text(f"s\th:m:s\n{s}\t0:00:00\n")
+    (tmp_path / "server" / "a").mkdir(parents=True)
+    (tmp_path / "server" / "a" / "launch.json").write_text(json.dumps({"ready_s": 80.25}))
+    (tmp_path / "profile" / "a").mkdir(parents=True)
+    (tmp_path / "profile" / "a" / "capture.json").write_text(json.dumps({"ready_s": 70.0}))
+    text = render_summary(tmp_path)
+    assert "where the time went on this host:" in text
+    assert "sweep-a                        130.0 s = server start 80.2 s + 2 points 22.5 s + other 27.2 s" in text
+    assert "profile-a                       95.0 s = server start 70.0 s + other 25.0 s" in text
+    assert "runtime                          2.0 s" in text

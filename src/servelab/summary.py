@@ -10,7 +10,7 @@ from typing import Any
 
 from servelab.analysis.validity import PointFlags, Thresholds, check_point, summary_line
 from servelab.client import RequestRecord
-from servelab.jsonio import read_jsonl_gz
+from servelab.jsonio import read_json, read_jsonl_gz
 from servelab.rawdata import load_point, load_points, point_files
 
 
@@ -107,4 +107,44 @@ def render_summary(exp_dir: Path, validity: Thresholds | None = None) -> str:
     if times:
         lines.append("")
         lines.append("stage times: " + ", ".join(f"{name} {s:.1f} s" for name, s in times))
+        lines += time_breakdown(exp_dir, dict(times))
     return "\n".join(lines) + "\n"
+
+
+def _ready_s(path: Path) -> float | None:
+    if not path.is_file():
+        return None
+    value = read_json(path).get("ready_s")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def time_breakdown(exp_dir: Path, times: dict[str, float]) -> list[str]:
+    """Where the time of the measuring stages went on this host: server starts, measured
+    points and the rest (prompts, warm-up, shutdown) per sweep; server start per profiling
+    pass. Times move between hosts (a slow host starts vLLM in minutes), so say them here."""
+    lines = ["where the time went on this host:"]
+    for name in ("runtime", "model"):
+        if name in times:
+            lines.append(f"  {name:<28} {times[name]:7.1f} s")
+    durations: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for p in load_points(exp_dir):
+        durations[p["server_config"]] += float(p.get("duration") or 0.0)
+        counts[p["server_config"]] += 1
+    for stage, total in sorted(times.items()):
+        kind, _, sc = stage.partition("-")
+        if kind not in ("sweep", "profile") or not sc:
+            continue
+        ready = _ready_s(
+            exp_dir
+            / ("server" if kind == "sweep" else "profile")
+            / sc
+            / ("launch.json" if kind == "sweep" else "capture.json")
+        )
+        parts = [f"server start {ready:.1f} s" if ready is not None else "server start ?"]
+        if kind == "sweep":
+            parts.append(f"{counts[sc]} points {durations[sc]:.1f} s")
+        known = (ready or 0.0) + (durations[sc] if kind == "sweep" else 0.0)
+        parts.append(f"other {max(0.0, total - known):.1f} s")
+        lines.append(f"  {stage:<28} {total:7.1f} s = " + " + ".join(parts))
+    return lines if len(lines) > 1 else []
