@@ -89,7 +89,8 @@ def test_cpu_facts_read_sys_and_cgroup_v2(tmp_path: Path) -> None:
         {
             "proc/cpuinfo": SPR,
             "proc/self/cgroup": "0::/job.slice/run-1\n",
-            "sys/fs/cgroup/job.slice/run-1/cpu.max": "200000 100000\n",
+            "sys/fs/cgroup/job.slice/run-1/cpu.max": "max 100000\n",
+            "sys/fs/cgroup/job.slice/cpu.max": "200000 100000\n",  # the parent's limit holds
             "sys/fs/cgroup/cpu.max": "max 100000\n",
             "sys/devices/system/node/node0/cpulist": "0-1\n",
             "sys/devices/system/node/node1/cpulist": "2-3\n",
@@ -101,7 +102,7 @@ def test_cpu_facts_read_sys_and_cgroup_v2(tmp_path: Path) -> None:
     assert c["numa_nodes"] == 2
     assert c["max_mhz"] == 3800.0
     assert c["affinity"] == "0-2" and c["affinity_cpus"] == 3
-    assert c["cgroup_cpu_quota"] == 2.0  # this process's cgroup, not the root's "max"
+    assert c["cgroup_cpu_quota"] == 2.0  # this process's cgroup's parent, not the root's "max"
     assert c["effective_cpus"] == 2.0
     assert c["isa_class"] == "avx512_bf16+amx"
 

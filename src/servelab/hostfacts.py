@@ -55,8 +55,9 @@ def isa_class(flags: Mapping[str, bool]) -> str:
 
 
 def _int(text: str | None) -> int | None:
+    t = str(text).strip()
     try:
-        return int(str(text).strip(), 0)
+        return int(t, 16) if t.lower().startswith("0x") else int(t)
     except ValueError:
         return None
 
@@ -172,21 +173,32 @@ def _cgroup_paths(proc_cgroup: str | None) -> tuple[str, str]:
     return v2, v1
 
 
+def _ancestors(base: Path, path: str) -> list[Path]:
+    """base/a/b/c, base/a/b, base/a, base: a quota set on any of them applies."""
+    parts = [p for p in path.split("/") if p]
+    return [base.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
+
+
 def cgroup_cpu_quota(root: Path = Path("/")) -> float | None:
-    """The CPU quota of this process's cgroup (v2 cpu.max, else v1 CFS), as CPUs."""
+    """The CPU quota of this process's cgroup and its ancestors (v2 cpu.max, else v1 CFS), as
+    CPUs: the tightest one; None when unlimited or not readable."""
     fs = root / "sys" / "fs" / "cgroup"
     v2, v1 = _cgroup_paths(_read(root / "proc" / "self" / "cgroup"))
-    for base in dict.fromkeys([fs / v2.lstrip("/"), fs]):
-        text = _read(base / "cpu.max")
+    found = False
+    quotas: list[float | None] = []
+    for d in _ancestors(fs, v2):
+        text = _read(d / "cpu.max")
         if text is not None:
-            return parse_cpu_max(text)
-    for ctl in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-        for base in dict.fromkeys([fs / ctl / v1.lstrip("/"), fs / ctl]):
-            quota = _read(base / "cpu.cfs_quota_us")
-            period = _read(base / "cpu.cfs_period_us")
-            if quota is not None and period is not None:
-                return parse_cfs(quota, period)
-    return None
+            found = True
+            quotas.append(parse_cpu_max(text))
+    if not found:
+        for ctl in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+            for d in _ancestors(fs / ctl, v1):
+                quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+                if quota is not None and period is not None:
+                    quotas.append(parse_cfs(quota, period))
+    limits = [q for q in quotas if q is not None]
+    return min(limits) if limits else None
 
 
 def numa_nodes(root: Path = Path("/")) -> int | None:
