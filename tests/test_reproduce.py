@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from analysis_fixtures import KNEE_SPEC, vllm_bench_tree
 from bundle_fixtures import experiment
+from host_fixtures import AMD, host, isa
 
 from servelab import config as cfgmod
 from servelab.cli import main
@@ -27,6 +28,8 @@ from servelab.reproduce import (
     Settings,
     check_reference,
     compare,
+    render,
+    verdict_lines,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,8 +90,14 @@ def test_clean_room_rerun_is_reproduced(reference: Path, tmp_path: Path) -> None
         "every host fact is the same (CPU, cores, memory, OS, kernel): the same machine or an "
         "identical one, not shown to be another host"
     ]
+    assert r["host"]["class"] == "identical"
+    assert (
+        r["verdict_text"]
+        == "REPRODUCED on the same host or an identical one (no host fact differs)"
+    )
     text = (out / "report.md").read_text()
-    assert "**Verdict: REPRODUCED**" in text and "C64 < C128 > C256" in text
+    assert "**Verdict: REPRODUCED on the same host or an identical one" in text
+    assert "C64 < C128 > C256" in text
     assert read_json(out / "reproduction.json")["verdict"] == REPRODUCED
 
 
@@ -310,3 +319,116 @@ def test_workflow_verifies_the_reference_before_anything_runs(
     assert "reference error:" in bad.stderr and "differs from release.json" in bad.stderr
     assert "sweep" not in bad.stdout
     assert sha256_file(tarball) != read_json(tmp_path / "bad" / "release.json")["tarball_sha256"]
+
+
+# --- the host a reproduction ran on -------------------------------------------------------
+
+
+def host_bundle(
+    tmp: Path, spec: Any, host_facts: dict[str, Any], runtime_isa: dict[str, Any] | None
+) -> Path:
+    """A bundle recorded on the given host; runtime_isa None: a runtime record without `isa`
+    (bundles made before the runtime stage probed it)."""
+    exp, cfg = experiment(tmp, spec, CLAIMS)
+    if runtime_isa is not None:
+        rt = read_json(exp / "runtime" / "runtime.json")
+        write_json(exp / "runtime" / "runtime.json", {**rt, "isa": runtime_isa})
+    build_bundle(exp, cfg, tmp / "bundle", REPO, host=host_facts)
+    return tmp / "bundle"
+
+
+@pytest.fixture
+def spr_reference(tmp_path: Path) -> Path:
+    """The reference, recorded on an AVX-512 + AMX host whose runtime used AVX512."""
+    return host_bundle(tmp_path / "ref", KNEE_SPEC, host(), isa("AVX512"))
+
+
+NO_AVX512 = {"avx512f": False, "avx512_bf16": False}
+
+
+def test_failure_on_a_host_without_avx512_names_the_flags(
+    spr_reference: Path, tmp_path: Path
+) -> None:
+    new = host_bundle(tmp_path / "new", BROKEN, host(**NO_AVX512), isa("AVX2"))
+    out = tmp_path / "out"
+    r = compare(spr_reference, new, out=out)
+    assert r["verdict"] == NOT_REPRODUCED  # the verdict itself does not change
+    assert r["host"]["class"] == "differs"
+    assert r["verdict_text"] == (
+        "NOT REPRODUCED on a host that differs in: PyTorch CPU capability AVX512 -> AVX2, "
+        "oneDNN ISA Intel AVX-512 with AMX -> Intel AVX2, ISA class avx512_bf16+amx -> avx2, "
+        "avx512f, avx512_bf16"
+    )
+    diffs = {d["fact"]: d for d in r["host"]["relevant_differences"]}
+    assert diffs["cpu.avx512_bf16"] == {
+        "fact": "cpu.avx512_bf16",
+        "short": "avx512_bf16",
+        "reference": True,
+        "fresh": False,
+    }
+    assert r["host"]["other_differences"] == [] and r["host"]["unknown"] == []
+    claim = next(c for c in r["claims"] if c["claim"] == CLAIMS[0])
+    assert claim["host"] == r["verdict_text"]
+    lines = verdict_lines(r)
+    assert lines[0].startswith(
+        "reproduction: NOT REPRODUCED on a host that differs in: PyTorch CPU capability"
+    )
+    assert f"  claim {CLAIMS[0]!r}: NOT REPRODUCED on a host that differs in:" in lines[1]
+    text = (out / "report.md").read_text()
+    assert "**Verdict: NOT REPRODUCED on a host that differs in: " in text
+    assert "Host class: **differs**" in text
+    assert "| cpu.avx512_bf16 | true | false | yes |" in text
+    assert read_json(out / "reproduction.json")["host"]["class"] == "differs"
+
+
+def test_failure_on_an_equivalent_host_is_a_regression(spr_reference: Path, tmp_path: Path) -> None:
+    other = host()
+    other.update(memory_bytes=128 * 2**30, kernel="6.8.0-47-generic", python="3.11.9")
+    r = compare(spr_reference, host_bundle(tmp_path / "new", BROKEN, other, isa("AVX512")))
+    assert r["verdict"] == NOT_REPRODUCED
+    assert r["host"]["class"] == "equivalent" and r["host"]["relevant_differences"] == []
+    assert [d["fact"] for d in r["host"]["other_differences"]] == [
+        "host.memory_bytes",
+        "host.kernel",
+        "host.python",
+    ]
+    assert r["verdict_text"] == (
+        "NOT REPRODUCED on an equivalent host (no performance-relevant difference): a regression"
+    )
+    assert verdict_lines(r)[0].startswith(f"reproduction: {r['verdict_text']} (")
+    assert "Host class: **equivalent**" in render(r)
+    assert not any("host fact is the same" in f for f in r["provenance"]["not_clean_room"])
+
+
+def test_reproduced_on_a_differing_host_lists_the_differences(
+    spr_reference: Path, tmp_path: Path
+) -> None:
+    r = compare(
+        spr_reference, host_bundle(tmp_path / "new", CLEAN_ROOM, host(**NO_AVX512), isa("AVX2"))
+    )
+    assert r["verdict"] == REPRODUCED
+    assert r["host"]["class"] == "differs"
+    assert r["verdict_text"].startswith("REPRODUCED on a host that differs in: ")
+    assert r["verdict_text"].endswith("avx512f, avx512_bf16")
+    assert all(c["host"] == r["verdict_text"] for c in r["claims"])
+    assert verdict_lines(r)[0].startswith(f"reproduction: {r['verdict_text']} (all ")
+
+
+def test_reference_without_host_facts_says_what_is_unknown(tmp_path: Path) -> None:
+    """A reference like the v1 release: CPU model name, cores, memory, OS, kernel, no ISA."""
+    v1 = read_json(REPO / "evidence" / "quickstart-cpu" / "v1" / "provenance.json")["host"]
+    ref = host_bundle(tmp_path / "ref", KNEE_SPEC, v1, None)
+    out = tmp_path / "out"
+    r = compare(ref, host_bundle(tmp_path / "new", BROKEN, host(AMD), isa("AVX2")), out=out)
+    assert r["verdict"] == NOT_REPRODUCED
+    h = r["host"]
+    assert h["class"] == "unknown" and h["relevant_differences"] == []
+    unknown = {u["fact"] for u in h["unknown"] if u["relevant"]}
+    assert {"cpu.avx512_bf16", "cpu.isa_class", "runtime.cpu_capability", "cpu.family"} <= unknown
+    assert all(u["missing_in"] == ["reference"] for u in h["unknown"])
+    assert r["verdict_text"].startswith(
+        "NOT REPRODUCED on a host not known to be equivalent: the reference does not record "
+        "PyTorch CPU capability, oneDNN ISA, ISA caps in the server env, ISA class, ISA flags, "
+    )
+    assert "regression" not in r["verdict_text"] and "equivalent host" not in r["verdict_text"]
+    assert "Not recorded on both sides" in (out / "report.md").read_text()

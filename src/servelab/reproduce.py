@@ -10,7 +10,11 @@ the comparison never trusts a table it could recompute. What decides the verdict
   in the reference;
 - absolute values only when a tolerance is set (they move between hosts);
 - provenance: a different model revision, runtime, vLLM version, GPU model or measured
-  configuration makes the comparison NOT COMPARABLE whatever the numbers say.
+  configuration makes the comparison NOT COMPARABLE whatever the numbers say;
+- the host never decides the verdict, but every host-fact difference is classified as
+  performance-relevant or not (`hostfacts.compare_hosts`) and the verdict text says which host
+  it was reached on: one that differs (naming how), an equivalent one (a failure there is a
+  regression), or one not known to be equivalent.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from servelab.errors import ServelabError
 from servelab.evidence.files import safe_extract, sha256_file
 from servelab.evidence.schemas import validate_file
 from servelab.evidence.verify import verify
+from servelab.hostfacts import compare_hosts, host_qualifier
 from servelab.jsonio import read_json, write_json
 
 REPRODUCED = "REPRODUCED"
@@ -277,25 +282,6 @@ BLOCKING: list[tuple[str, Any]] = [
     ("config.workload", _cfg("workload")),
     ("config.sweep.concurrency", _cfg("sweep", "concurrency")),
 ]
-# Expected to differ on another host (reported, never judged).
-HOST: list[tuple[str, Any]] = [
-    ("host.cpu", _at("host", "cpu")),
-    ("host.cores", _at("host", "cores")),
-    ("host.memory_bytes", _at("host", "memory_bytes")),
-    ("host.os", _at("host", "os")),
-    ("host.kernel", _at("host", "kernel")),
-    ("host.python", _at("host", "python")),
-    (
-        "host.gpu_driver",
-        lambda p: (
-            sorted({str(g.get("driver")) for g in p.get("host", {}).get("gpus") or []}) or None
-        ),
-    ),
-    (
-        "host.cuda",
-        lambda p: sorted({str(g.get("cuda")) for g in p.get("host", {}).get("gpus") or []}) or None,
-    ),
-]
 # Worth knowing, not blocking.
 NOTES: list[tuple[str, Any]] = [
     ("pipeline.git_commit", _at("pipeline", "git_commit")),
@@ -308,8 +294,9 @@ NOTES: list[tuple[str, Any]] = [
 ]
 
 
-def provenance_diff(ref: Side, new: Side) -> dict[str, Any]:
-    """Field by field: what differs, and whether it stops the comparison being clean-room."""
+def provenance_diff(ref: Side, new: Side, host: dict[str, Any]) -> dict[str, Any]:
+    """Field by field: what differs, and whether it stops the comparison being clean-room.
+    `host` is the hosts' comparison (`compare_hosts`), whose differing facts are listed too."""
     rows: list[dict[str, Any]] = []
     flags: list[str] = []
     if ref.provenance is None or new.provenance is None:
@@ -331,7 +318,7 @@ def provenance_diff(ref: Side, new: Side) -> dict[str, Any]:
                 }
             )
     else:
-        for kind, table in (("blocks", BLOCKING), ("host", HOST), ("note", NOTES)):
+        for kind, table in (("blocks", BLOCKING), ("note", NOTES)):
             for name, get in table:
                 a, b = get(ref.provenance), get(new.provenance)
                 if a is None and b is None:
@@ -339,8 +326,7 @@ def provenance_diff(ref: Side, new: Side) -> dict[str, Any]:
                 rows.append(
                     {"field": name, "reference": a, "fresh": b, "same": a == b, "effect": kind}
                 )
-        host_rows = [r for r in rows if r["effect"] == "host"]
-        if host_rows and all(r["same"] for r in host_rows):
+        if host["class"] == "identical":
             flags.append(
                 "every host fact is the same (CPU, cores, memory, OS, kernel): the same "
                 "machine or an identical one, not shown to be another host"
@@ -357,9 +343,10 @@ def provenance_diff(ref: Side, new: Side) -> dict[str, Any]:
     blocking = [r["field"] for r in rows if r["effect"] == "blocks" and not r["same"]]
     for f in blocking:
         flags.append(f"{f} differs: not the same experiment")
+    host_differs = [d["fact"] for d in host["relevant_differences"] + host["other_differences"]]
     return {
         "fields": rows,
-        "differs": [r["field"] for r in rows if not r["same"]],
+        "differs": [r["field"] for r in rows if not r["same"]] + host_differs,
         "blocking": blocking,
         "not_clean_room": flags,
     }
@@ -553,7 +540,8 @@ def compare_sides(ref: Side, new: Side, s: Settings) -> dict[str, Any]:
     rds, nds = load(ref.root), load(new.root)
     notes = [n for n in [_align(rds, nds)] if n]
     ra, na = _analyse(rds, opts), _analyse(nds, opts)
-    prov = provenance_diff(ref, new)
+    host = compare_hosts(ref.provenance, new.provenance)
+    prov = provenance_diff(ref, new, host)
     points = _points(ra, na, s)
     pairs = _pairs(ra, na, s)
     claim_rows = _claims(ra, na, opts, claims)
@@ -579,10 +567,16 @@ def compare_sides(ref: Side, new: Side, s: Settings) -> dict[str, Any]:
         for row in claim_rows:
             row["as_measured"] = row["verdict"]
             row["verdict"] = NOT_COMPARABLE
+    host["qualifier"] = host_qualifier(host)
+    for row in claim_rows:
+        if row["verdict"] != NOT_COMPARABLE:
+            row["host"] = _qualified(row["verdict"], host)
     return {
         "format_version": FORMAT_VERSION,
         "verdict": overall,
+        "verdict_text": _qualified(overall, host),
         "why": why,
+        "host": host,
         "reference": ref.describe(),
         "fresh": new.describe(),
         "settings": {
@@ -608,6 +602,17 @@ def compare_sides(ref: Side, new: Side, s: Settings) -> dict[str, Any]:
             "not_comparable": judged.count(NOT_COMPARABLE),
         },
     }
+
+
+def _qualified(verdict: str, host: dict[str, Any]) -> str:
+    """The verdict with the host it was reached on: a failure on an equivalent host is a
+    regression, one on a differing host names the differences (NOT COMPARABLE stays bare)."""
+    if verdict == NOT_COMPARABLE:
+        return verdict
+    text = f"{verdict} {host['qualifier']}"
+    if verdict == NOT_REPRODUCED and host["class"] in ("equivalent", "identical"):
+        text += ": a regression"
+    return text
 
 
 def compare(
@@ -645,7 +650,7 @@ def render(r: dict[str, Any]) -> str:
     lines = [
         "# Reproduction",
         "",
-        f"**Verdict: {r['verdict']}** ({r['why']}).",
+        f"**Verdict: {_verdict(r)}** ({r['why']}).",
         "",
         f"- Reference: `{ref['path']}` ({ref['kind']}"
         + (f", tag {ref['tag']}" if ref.get("tag") else "")
@@ -680,7 +685,7 @@ def render(r: dict[str, Any]) -> str:
             why = f" ({c['reason']})" if c.get("reason") else ""
             lines.append(
                 f"| `{c['claim']}` | {c['reference_verdict']} | "
-                f"{c['fresh_verdict'] or '-'} | {c['verdict']}{why} |"
+                f"{c['fresh_verdict'] or '-'} | {_claim_verdict(c)}{why} |"
             )
     else:
         lines.append("The reference states no claims.")
@@ -723,6 +728,7 @@ def render(r: dict[str, Any]) -> str:
             f"{_f(p['fresh_mean'])} ({_f(p['fresh_cv_pct'], '.1f')}%) | "
             f"{_signed(p['change_pct'])} | {p['status']} |"
         )
+    lines += _host_section(r.get("host"))
     prov = r["provenance"]
     lines += ["", "## Provenance", ""]
     if prov["not_clean_room"]:
@@ -733,15 +739,60 @@ def render(r: dict[str, Any]) -> str:
     if diff:
         lines += ["", "| field | reference | fresh | effect |", "|---|---|---|---|"]
         for f in diff:
-            effect = {
-                "blocks": "not comparable",
-                "host": "another host (expected)",
-                "note": "noted",
-            }[f["effect"]]
+            effect = {"blocks": "not comparable", "note": "noted"}[f["effect"]]
             lines.append(
                 f"| {f['field']} | {_short(f['reference'])} | {_short(f['fresh'])} | {effect} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _verdict(r: dict[str, Any]) -> str:
+    return str(r.get("verdict_text") or r["verdict"])
+
+
+def _claim_verdict(c: dict[str, Any]) -> str:
+    return str(c.get("host") or c["verdict"])
+
+
+HOST_CLASS_TEXT = {
+    "differs": "a performance-relevant host fact differs",
+    "equivalent": "only facts that do not affect performance differ",
+    "identical": "every recorded host fact is the same",
+    "unknown": "no performance-relevant difference is known, but a side does not record "
+    "every relevant fact",
+}
+
+
+def _host_section(host: dict[str, Any] | None) -> list[str]:
+    if host is None:
+        return []
+    lines = [
+        "",
+        "## Host",
+        "",
+        f"Host class: **{host['class']}** ({HOST_CLASS_TEXT[host['class']]}); "
+        "docs/reproduce.md says which facts are performance-relevant and why.",
+    ]
+    rows = [(d, "yes") for d in host["relevant_differences"]]
+    rows += [
+        (d, "no" + (f" ({d['note']})" if d.get("note") else "")) for d in host["other_differences"]
+    ]
+    if rows:
+        lines += ["", "| fact | reference | fresh | performance-relevant |", "|---|---|---|---|"]
+        for d, rel in rows:
+            lines.append(
+                f"| {d['fact']} | {_short(d['reference'])} | {_short(d['fresh'])} | {rel} |"
+            )
+    unknown = host["unknown"]
+    if unknown:
+        lines += ["", "Not recorded on both sides (cannot be compared):", ""]
+        lines += ["| fact | not recorded by | performance-relevant |", "|---|---|---|"]
+        for u in unknown:
+            lines.append(
+                f"| {u['fact']} | {', '.join(u['missing_in'])} | "
+                f"{'yes' if u['relevant'] else 'no'} |"
+            )
+    return lines
 
 
 def _short(v: Any) -> str:
@@ -756,12 +807,12 @@ def verdict_lines(r: dict[str, Any]) -> list[str]:
     that did not reproduce and per claim."""
     c = r["counts"]
     lines = [
-        f"reproduction: {r['verdict']} ({r['why']}; {c['reproduced']} reproduced, "
+        f"reproduction: {_verdict(r)} ({r['why']}; {c['reproduced']} reproduced, "
         f"{c['not_reproduced']} not reproduced, {c['not_comparable']} not comparable)"
     ]
     for cl in r["claims"]:
         lines.append(
-            f"  claim {cl['claim']!r}: {cl['verdict']} (reference {cl['reference_verdict']}, "
+            f"  claim {cl['claim']!r}: {_claim_verdict(cl)} (reference {cl['reference_verdict']}, "
             f"fresh {cl['fresh_verdict'] or '-'})"
         )
     for o in r["orderings"]:

