@@ -74,9 +74,7 @@ def check_manifest(root: Path, files: list[str]) -> list[str]:
 
 def rebuild(root: Path) -> list[str]:
     """Re-run the analysis from raw/ and server/ and compare tables, figures and report bytes."""
-    from servelab.analysis.pipeline import analyze, options_from_config
-
-    from servelab.analysis.pipeline import ANALYSIS_VERSION
+    from servelab.analysis.pipeline import ANALYSIS_VERSION, analyze, options_from_config
 
     pipeline = read_json(root / "provenance.json").get("pipeline", {})
     made_by = int(pipeline.get("analysis_version") or 1)
