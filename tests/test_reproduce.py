@@ -432,3 +432,34 @@ def test_reference_without_host_facts_says_what_is_unknown(tmp_path: Path) -> No
     )
     assert "regression" not in r["verdict_text"] and "equivalent host" not in r["verdict_text"]
     assert "Not recorded on both sides" in (out / "report.md").read_text()
+
+
+def test_a_fresh_point_that_fails_validity_leaves_its_claims_not_comparable(
+    reference: Path, tmp_path: Path
+) -> None:
+    """A burst-delivered point of the fresh run has no TTFT to compare: a claim and an ordering
+    that read it are NOT COMPARABLE, with the validity reason, never NOT REPRODUCED."""
+    import gzip
+
+    exp, cfg = experiment(tmp_path / "fresh", CLEAN_ROOM, CLAIMS)
+    req = exp / "raw" / "a100" / "rep02" / "c0256" / "requests.jsonl.gz"
+    rows = [json.loads(line) for line in gzip.open(req, "rt")]
+    for r in rows:
+        r["chunk_offsets_us"] = [r["done_offset_us"]] * len(r["chunk_offsets_us"])
+    with gzip.open(req, "wt") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    build_bundle(exp, cfg, tmp_path / "fresh" / "bundle", REPO)
+    r = compare(reference, tmp_path / "fresh" / "bundle", out=tmp_path / "out")
+    dom = next(c for c in r["claims"] if c["claim"].startswith("dominated"))
+    assert (dom["reference_verdict"], dom["fresh_verdict"]) == ("holds", "invalid")
+    assert dom["verdict"] == NOT_COMPARABLE
+    assert dom["reason"].startswith("invalid in the fresh run: invalid: rep02 c=256 a100: ")
+    assert "delivered in one read" in dom["reason"]
+    ttft = next(
+        p for p in r["paired"] if (p["a"], p["b"], p["metric"]) == (128, 256, "mean_ttft_ms")
+    )
+    assert ttft["status"] == "invalid in the fresh run"
+    # throughput is not a latency metric: its claim and ordering are still judged
+    tput = next(c for c in r["claims"] if c["claim"].startswith("throughput"))
+    assert tput["verdict"] == REPRODUCED
+    assert r["verdict"] == NOT_COMPARABLE

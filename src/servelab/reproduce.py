@@ -411,6 +411,11 @@ def _real(verdict: str | None) -> bool:
     return verdict in ("a > b", "a < b")
 
 
+def _invalid(verdict: str | None) -> bool:
+    """A paired row or claim that the validity checks left without data (docs/analysis.md)."""
+    return verdict is not None and (verdict == "invalid" or verdict.startswith("invalid:"))
+
+
 def _pairs(ref: Analysed, new: Analysed, s: Settings) -> list[dict[str, Any]]:
     fresh = _by_pair(new.paired)
     rows = []
@@ -424,7 +429,11 @@ def _pairs(ref: Analysed, new: Analysed, s: Settings) -> list[dict[str, Any]]:
             and abs(rp) >= s.min_effect_pct
         )
         nv = (n or {}).get("verdict")
-        if n is None or np_ is None:
+        if _invalid(r["verdict"]):
+            status, verdict = "invalid in the reference", None
+        elif _invalid(nv):
+            status, verdict = "invalid in the fresh run", NOT_COMPARABLE
+        elif n is None or np_ is None:
             status, verdict = "missing", NOT_COMPARABLE
         elif not _real(r["verdict"]):
             status, verdict = "no difference in the reference", None
@@ -499,6 +508,10 @@ def _claims(ref: Analysed, new: Analysed, opts: Options, claims: list[str]) -> l
             verdict = NOT_COMPARABLE
         elif rc["verdict"] == "inconclusive":
             verdict, reason = NOT_COMPARABLE, "inconclusive in the reference"
+        elif _invalid(rc["verdict"]):
+            verdict, reason = NOT_COMPARABLE, f"invalid in the reference: {rc.get('reason')}"
+        elif _invalid(fresh_verdict):
+            verdict, reason = NOT_COMPARABLE, f"invalid in the fresh run: {nc.get('reason')}"
         else:
             verdict = REPRODUCED if fresh_verdict == rc["verdict"] else NOT_REPRODUCED
         rows.append(
@@ -537,7 +550,8 @@ def compare_sides(ref: Side, new: Side, s: Settings) -> dict[str, Any]:
         raise ServelabError(
             f"reproduction.metrics: {unknown[0]!r} is not one of {', '.join(POINT_METRICS)}"
         )
-    rds, nds = load(ref.root), load(new.root)
+    # both sides checked with the reference's validity thresholds (its analysis: section)
+    rds, nds = load(ref.root, validity=opts.validity), load(new.root, validity=opts.validity)
     notes = [n for n in [_align(rds, nds)] if n]
     ra, na = _analyse(rds, opts), _analyse(nds, opts)
     host = compare_hosts(ref.provenance, new.provenance)
