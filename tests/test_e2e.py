@@ -122,8 +122,8 @@ def test_reduced_experiment_produces_the_raw_data_contract(
     assert cap["max_num_seqs"] == 4 and cap["non_default_args"]["max_num_seqs"] == 4
     launch = json.loads((srv / "launch.json").read_text())
     assert "--max-num-seqs" in launch["command"]
-    # the default's server.engine_nice reached vLLM's engine worker (one, on CPU)
-    assert launch["placement"]["engine_nice"] == 10 and len(launch["placement"]["engine_pids"]) == 1
+    # the default's server.engine_nice reached vLLM's engine core and its one worker
+    assert launch["placement"]["engine_nice"] == 10 and len(launch["placement"]["engine_pids"]) == 2
     assert "Maximum concurrency" in (srv / "server.log").read_text()
     assert_no_orphans(launch["pid"])
 

@@ -137,8 +137,9 @@ def raise_on_signals() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# vLLM's engine worker processes, by the names it gives them (setproctitle).
-ENGINE_PROCESS_NAMES = ("VLLM::Worker", "VllmWorker")
+# vLLM's engine processes, by the names it gives them (setproctitle): the engine core, which
+# schedules and waits on its workers, and the workers, which run the model.
+ENGINE_PROCESS_NAMES = ("VLLM::EngineCore", "EngineCore", "VLLM::Worker", "VllmWorker")
 
 # A point with failed requests waits this long to tell a server that died from one that failed
 # some requests and is still up.
@@ -257,11 +258,13 @@ class Server:
     def lower_engine_priority(
         self, nice: int, say: Callable[[str], None] = print
     ) -> dict[str, Any]:
-        """Give the engine's worker processes (vLLM names them VLLM::Worker) the niceness
-        `nice`, every thread of them, so that on a host with few cores the API server and the
-        engine core still get CPU when they need it: starved, the API server holds back a
-        request's tokens and sends them in one burst (docs/raw-data.md). What was done is
-        returned for launch.json; 0 changes nothing."""
+        """Give vLLM's engine processes (its engine core and workers, ENGINE_PROCESS_NAMES)
+        the niceness `nice`, every thread of them, so that on a host with few cores the API
+        server gets the CPU when it needs it: starved, it holds back a request's tokens and
+        sends them in one burst (docs/analysis.md, the `streaming` check). The engine core
+        waits on its workers by polling, so it is lowered with them: lowering the workers alone
+        lets the poller take their core. What was done is returned for launch.json; 0 changes
+        nothing."""
         record: dict[str, Any] = {"engine_nice": nice, "engine_pids": []}
         if nice == 0 or self.pid is None:
             return record
@@ -273,7 +276,8 @@ class Server:
             tree = []
         for proc in tree:
             with contextlib.suppress(psutil.Error, OSError):
-                if not any(w in proc.name() for w in ENGINE_PROCESS_NAMES):
+                name = proc.name()  # the kernel keeps 15 characters of a process name
+                if not any(w in name or name == w[:15] for w in ENGINE_PROCESS_NAMES):
                     continue
                 for tid in os.listdir(f"/proc/{proc.pid}/task"):
                     with contextlib.suppress(OSError):
@@ -281,7 +285,7 @@ class Server:
                 record["engine_pids"].append(proc.pid)
         if not record["engine_pids"]:
             say(
-                f"server: no engine worker process ({', '.join(ENGINE_PROCESS_NAMES)}) under "
+                f"server: no vLLM engine process ({', '.join(ENGINE_PROCESS_NAMES)}) under "
                 f"pid {self.pid}; server.engine_nice {nice} not applied"
             )
         return record
