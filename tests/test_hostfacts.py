@@ -507,3 +507,28 @@ def test_facts_neither_side_records() -> None:
     assert "ISA flags" in q
     none = hf.compare_hosts(None, old)
     assert none["class"] == "unknown" and none["unknown"][0]["missing_in"] == ["reference"]
+
+
+def test_report_shows_the_measuring_hosts_isa_and_the_runtimes(tmp_path: Path) -> None:
+    """report.md's Host section: the CPU of launch.json and the runtime's ISA of runtime.json,
+    the facts that explain a difference from another host."""
+    from analysis_fixtures import servelab_tree
+    from host_fixtures import AMD, host, isa
+
+    from servelab.analysis.pipeline import analyze
+    from servelab.jsonio import write_json
+
+    exp = servelab_tree(tmp_path / "exp", {"a": {1: [(100.0, 10.0)] * 3, 4: [(300.0, 20.0)] * 3}})
+    write_json(exp / "server" / "a" / "launch.json", {"cpu_facts": host(AMD)["cpu_facts"]})
+    write_json(exp / "runtime" / "runtime.json", {"isa": isa("AVX2", ONEDNN_MAX_CPU_ISA="AVX2")})
+    analyze(exp, tmp_path / "out", figures=False)
+    text = (tmp_path / "out" / "report.md").read_text()
+    section = text.split("## Host\n", 1)[1].split("\n## ", 1)[0]
+    assert "AMD EPYC (AuthenticAMD family 25 model 1 stepping 1), 2 logical CPUs" in section
+    assert "class `avx2`; present: avx, avx2, fma, f16c; absent: avx_vnni, avx512f" in section
+    assert "avx512_bf16" in section.split("absent:", 1)[1]
+    assert "PyTorch AVX2, oneDNN Intel AVX2; capped by ONEDNN_MAX_CPU_ISA=AVX2." in section
+    # no host facts in the raw data (an older run): no section, not an empty one
+    bare = servelab_tree(tmp_path / "bare", {"a": {1: [(100.0, 10.0)] * 3, 4: [(300.0, 20.0)] * 3}})
+    analyze(bare, tmp_path / "out2", figures=False)
+    assert "## Host" not in (tmp_path / "out2" / "report.md").read_text()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab import config as cfgmod
+from servelab import hostfacts
 from servelab.client import PointRun, Workload, run_point
 from servelab.container import container_run_for
 from servelab.errors import ServelabError
@@ -256,6 +257,8 @@ def _measure(
                 "started_epoch_ns": server.started_epoch_ns,
                 "ready_s": round(ready_s, 3),
                 "placement": placement,
+                # the measuring host, beside the measurement (the report's Host section)
+                "cpu_facts": hostfacts.cpu_facts(),
                 "runtime_lock_sha256": runtime.get("lock_sha256"),
                 "runtime_image_digest": runtime.get("image_digest"),
                 "container": launch.container.name if launch.container else None,

@@ -70,6 +70,10 @@ class Dataset:
     points: list[Point]
     capacity: dict[str, dict[str, Any]]  # server_config -> capacity facts (may be empty)
     validity: Thresholds = field(default_factory=Thresholds.defaults)
+    # the measuring host per server config (launch.json cpu_facts) and what the runtime
+    # computes with (runtime/runtime.json isa); empty where the raw data has none
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runtime_isa: dict[str, Any] | None = None
 
     def configs(self) -> list[str]:
         return sorted({p.server_config for p in self.points})
@@ -137,7 +141,16 @@ def _load_servelab(root: Path, t: Thresholds) -> Dataset:
     capacity = {}
     for cap in sorted(root.glob("server/*/capacity.json")):
         capacity[cap.parent.name] = dict(read_json(cap))
-    return Dataset("servelab", root, points, capacity, t)
+    hosts = {}
+    for lj in sorted(root.glob("server/*/launch.json")):
+        facts = read_json(lj).get("cpu_facts")
+        if isinstance(facts, dict):
+            hosts[lj.parent.name] = facts
+    rt = root / "runtime" / "runtime.json"
+    isa = read_json(rt).get("isa") if rt.is_file() else None
+    return Dataset(
+        "servelab", root, points, capacity, t, hosts, isa if isinstance(isa, dict) else None
+    )
 
 
 def _s_to_ms(xs: list[Any]) -> list[float]:

@@ -91,6 +91,7 @@ def analyze(
         "dominance": core.dominance(g),
         "slo": core.slo(g, ds, opts),
         "validity": validity_json(g.point_flags(), opts.validity),
+        "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa},
     }
     results["diagnoses"] = core.diagnoses(g, ds, results["knee"], results["dominance"], opts)
     results["claims"] = core.evaluate_claims(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -17,6 +18,7 @@ from servelab.analysis.validity import (
     SECTION,
     counts,
 )
+from servelab.hostfacts import ISA_FLAGS
 
 
 def _f(x: float | None, spec: str = ",.2f") -> str:
@@ -39,6 +41,58 @@ def _lat(g: Groups, sc: str, c: int, metric: str) -> str:
     return f"{text} ({kept} of {kept + lost})" if lost else text
 
 
+def _cpu_line(f: dict[str, Any]) -> str:
+    quota = f.get("cgroup_cpu_quota")
+    return (
+        f"{f.get('model_name')} ({f.get('vendor')} family {f.get('family')} model "
+        f"{f.get('model')} stepping {f.get('stepping')}), {f.get('logical_cpus')} logical CPUs "
+        f"({f.get('sockets')} socket(s), {f.get('cores_per_socket')} cores each, "
+        f"{f.get('threads_per_core')} thread(s) per core, {f.get('numa_nodes')} NUMA node(s)), "
+        f"affinity {f.get('affinity')}, "
+        + (f"cgroup CPU quota {quota:g} CPUs" if quota is not None else "no cgroup CPU quota")
+        + (", under a hypervisor" if f.get("hypervisor") else "")
+    )
+
+
+def _host_section(host: dict[str, Any]) -> list[str]:
+    """The measuring host's CPU and instruction sets, and what the server runtime computes
+    with: what explains a difference from another host (docs/reproduce.md)."""
+    hosts: dict[str, dict[str, Any]] = host.get("hosts") or {}
+    isa = host.get("runtime_isa")
+    if not hosts and not isa:
+        return []
+    lines = ["## Host", ""]
+    distinct = {json.dumps(f, sort_keys=True) for f in hosts.values()}
+    for label, f in (
+        [("every server config", next(iter(hosts.values())))]
+        if len(distinct) == 1
+        else sorted(hosts.items())
+    ):
+        flags = f.get("flags") or {}
+        order = [k for k in ISA_FLAGS if k in flags] + sorted(set(flags) - set(ISA_FLAGS))
+        have = [k for k in order if flags[k]]
+        lack = [k for k in order if not flags[k]]
+        lines += [
+            f"- CPU ({label}): {_cpu_line(f)}.",
+            f"- Instruction sets: class `{f.get('isa_class')}`; present: "
+            f"{', '.join(have) or 'none of those checked'}; absent: {', '.join(lack) or 'none'}.",
+        ]
+    if isa:
+        caps = isa.get("env") or {}
+        lines.append(
+            f"- The server runtime computes with: PyTorch {isa.get('cpu_capability')}, oneDNN "
+            f"{isa.get('onednn_isa')}"
+            + (
+                "; capped by " + ", ".join(f"{k}={v}" for k, v in sorted(caps.items()))
+                if caps
+                else " (no ISA cap set)"
+            )
+            + (f"; probe error: {isa['error']}" if isa.get("error") else "")
+            + "."
+        )
+    return lines + [""]
+
+
 def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) -> str:
     lines = [
         "# servelab analysis",
@@ -46,6 +100,7 @@ def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) 
         f"Source layout: {layout}. Every number below is computed from the raw requests.",
         "",
     ]
+    lines += _host_section(results.get("host") or {})
     lines += _validity_section(g)
     lines += ["## Throughput by concurrency", ""]
     for sc in g.configs:
