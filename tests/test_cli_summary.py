@@ -98,7 +98,13 @@ def test_summary_says_where_the_time_went(tmp_path: Path) -> None:
         p.write_text(json.dumps({**json.loads(p.read_text()), "duration": dur}))
     bench = tmp_path / "benchmarks"
     bench.mkdir()
-    for name, s in [("runtime", 2.0), ("model", 3.5), ("sweep-a", 130.0), ("profile-a", 95.0)]:
+    for name, s in [
+        ("runtime", 2.0),
+        ("model", 3.5),
+        ("sweep-a", 130.0),
+        ("profile-a", 95.0),
+        ("profile-report-a", 1.5),
+    ]:
         (bench / f"{name}.tsv").write_text(f"s\th:m:s\n{s}\t0:00:00\n")
     (tmp_path / "server" / "a").mkdir(parents=True)
     (tmp_path / "server" / "a" / "launch.json").write_text(json.dumps({"ready_s": 80.25}))
@@ -109,3 +115,4 @@ def test_summary_says_where_the_time_went(tmp_path: Path) -> None:
     assert "sweep-a                        130.0 s = server start 80.2 s + 2 points 22.5 s + other 27.2 s" in text
     assert "profile-a                       95.0 s = server start 70.0 s + other 25.0 s" in text
     assert "runtime                          2.0 s" in text
+    assert "profile-report-a " not in text.split("where the time went", 1)[1]

@@ -133,8 +133,8 @@ def time_breakdown(exp_dir: Path, times: dict[str, float]) -> list[str]:
         counts[p["server_config"]] += 1
     for stage, total in sorted(times.items()):
         kind, _, sc = stage.partition("-")
-        if kind not in ("sweep", "profile") or not sc:
-            continue
+        if kind not in ("sweep", "profile") or not (exp_dir / "raw" / sc).is_dir():
+            continue  # profile-report-<sc> and the like: listed under stage times only
         ready = _ready_s(
             exp_dir
             / ("server" if kind == "sweep" else "profile")
