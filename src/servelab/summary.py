@@ -75,7 +75,8 @@ def point_validity(exp_dir: Path, t: Thresholds) -> list[PointFlags]:
 def render_summary(exp_dir: Path, validity: Thresholds | None = None) -> str:
     """validity: the thresholds of the config's analysis.validity (the schema's defaults when
     None)."""
-    rows = summary_rows(load_points(exp_dir))
+    points = load_points(exp_dir)
+    rows = summary_rows(points)
     lines = [f"servelab summary: {exp_dir}", ""]
     header = (
         f"{'server config':<20} {'conc':>5} {'n':>3} {'output tok/s':>13} {'(min-max)':>17} "
@@ -107,7 +108,7 @@ def render_summary(exp_dir: Path, validity: Thresholds | None = None) -> str:
     if times:
         lines.append("")
         lines.append("stage times: " + ", ".join(f"{name} {s:.1f} s" for name, s in times))
-        lines += time_breakdown(exp_dir, dict(times))
+        lines += time_breakdown(exp_dir, dict(times), points)
     return "\n".join(lines) + "\n"
 
 
@@ -118,7 +119,9 @@ def _ready_s(path: Path) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def time_breakdown(exp_dir: Path, times: dict[str, float]) -> list[str]:
+def time_breakdown(
+    exp_dir: Path, times: dict[str, float], points: list[dict[str, Any]]
+) -> list[str]:
     """Where the time of the measuring stages went on this host: server starts, measured
     points and the rest (prompts, warm-up, shutdown) per sweep; server start per profiling
     pass. Times move between hosts (a slow host starts vLLM in minutes), so say them here."""
@@ -128,7 +131,7 @@ def time_breakdown(exp_dir: Path, times: dict[str, float]) -> list[str]:
             lines.append(f"  {name:<28} {times[name]:7.1f} s")
     durations: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
-    for p in load_points(exp_dir):
+    for p in points:
         durations[p["server_config"]] += float(p.get("duration") or 0.0)
         counts[p["server_config"]] += 1
     for stage, total in sorted(times.items()):
