@@ -30,3 +30,17 @@ def load_point(path: Path) -> dict[str, Any]:
 def load_points(exp_dir: Path) -> list[dict[str, Any]]:
     points = [load_point(p) for p in point_files(exp_dir)]
     return [p for p in points if p.get("status") == "complete"]
+
+
+def point_context(exp_dir: Path, server_config: str) -> dict[str, Any]:
+    """What the validity checks read beside a point of `server_config`: the launch arguments
+    (server/<sc>/launch.json `args`) and the warm-up's point.json (raw/<sc>/warmup/); each
+    None when absent."""
+    lj = exp_dir / "server" / server_config / "launch.json"
+    args = read_json(lj).get("args") if lj.is_file() else None
+    wp = exp_dir / "raw" / server_config / "warmup" / "point.json"
+    warmup = read_json(wp) if wp.is_file() else None
+    return {
+        "server_args": args if isinstance(args, dict) else None,
+        "warmup": warmup if isinstance(warmup, dict) else None,
+    }

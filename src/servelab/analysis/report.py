@@ -235,7 +235,9 @@ def _validity_section(g: Groups) -> list[str]:
         "Every point is checked (docs/analysis.md#validity). A point that fails a check keeps its "
         "raw data (points.csv lists it with `valid` false and the reason); the metrics the check "
         "affects are left out of every mean, paired test, knee, dominance, SLO, diagnosis and "
-        "claim, which then read `invalid: ...`. A note is recorded and never excludes.",
+        "claim, which then read `invalid: ...`. A note is recorded and never excludes. The "
+        "checks from `chunk_tokens` on catch the measurement mistakes other serving benchmarks "
+        "are known for (docs/pitfalls.md).",
         "",
         "| Check | Threshold | A failure removes | Passed | Failed | Noted | Not checked |",
         "|---|---|---|---:|---:|---:|---:|",

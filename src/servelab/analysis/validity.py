@@ -4,8 +4,9 @@ A check is a pure function of what was recorded for one point (its requests, its
 its telemetry summary) and the thresholds of the config's `analysis.validity` section. It
 returns a Flag: passed, failed, noted (recorded, never excluding) or not checked (the data it
 needs was not recorded). A failed check removes the metrics it affects from every statistic:
-`latency` (TTFT, TPOT and ITL metrics: burst delivery leaves E2EL and throughput intact) or
-`all`. The raw data stays as it was.
+`latency` (TTFT, TPOT and ITL metrics: burst delivery leaves E2EL and throughput intact),
+`ttft` or `itl` alone, or `all`. The raw data stays as it was. docs/pitfalls.md maps each
+check to the measurement mistake it catches.
 
 To add a check: write a function (PointFacts, Thresholds) -> Flag, add the facts it reads to
 PointFacts (and to both builders), its threshold to Thresholds and to the schema, and an entry
@@ -14,6 +15,7 @@ to CHECKS.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -25,9 +27,19 @@ from servelab.errors import ServelabError
 FORMAT_VERSION = 1
 PASSED, FAILED, NOTED, NOT_CHECKED = "passed", "failed", "noted", "not checked"
 STATUSES = (PASSED, FAILED, NOTED, NOT_CHECKED)
-LATENCY, ALL, NONE = "latency", "all", "none"
-AFFECTS_WORDS = {LATENCY: "TTFT, TPOT, ITL", ALL: "every metric", NONE: "nothing (note)"}
-LATENCY_METRIC = re.compile(r"_(ttft|tpot|itl)_ms$")
+LATENCY, TTFT, ITL, ALL, NONE = "latency", "ttft", "itl", "all", "none"
+AFFECTS_WORDS = {
+    LATENCY: "TTFT, TPOT, ITL",
+    TTFT: "TTFT",
+    ITL: "ITL",
+    ALL: "every metric",
+    NONE: "nothing (note)",
+}
+AFFECTED_METRIC = {
+    LATENCY: re.compile(r"_(ttft|tpot|itl)_ms$"),
+    TTFT: re.compile(r"_ttft_ms$"),
+    ITL: re.compile(r"_itl_ms$"),
+}
 SECTION = "analysis.validity"
 
 # streaming: a request is burst-delivered when its content came in at most this many reads
@@ -48,6 +60,14 @@ class Thresholds:
     max_other_cpu_cores: float
     max_failed_requests: int
     min_point_duration_s: float
+    max_merged_chunk_share: float
+    max_prefix_cache_hit_rate: float
+    max_prompt_drift_pct: float
+    max_output_drift_pct: float
+    min_achieved_concurrency: float
+    max_client_cpu_cores: float
+    max_client_wait_ms: float
+    max_count_mismatch_pct: float
 
     @staticmethod
     def from_config(cfg: Mapping[str, Any] | None) -> Thresholds:
@@ -65,15 +85,14 @@ class Thresholds:
             v = values.get(name)
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise ServelabError(f"{SECTION}.{name}: {v!r} is not a number >= 0")
-        if values["max_burst_share"] > 1:
-            raise ServelabError(
-                f"{SECTION}.max_burst_share: {values['max_burst_share']!r} is a share: 0 to 1"
-            )
+        for name in ("max_burst_share", "max_merged_chunk_share", "max_prefix_cache_hit_rate"):
+            if values[name] > 1:
+                raise ServelabError(f"{SECTION}.{name}: {values[name]!r} is a share: 0 to 1")
         return Thresholds(
-            max_burst_share=float(values["max_burst_share"]),
-            max_other_cpu_cores=float(values["max_other_cpu_cores"]),
-            max_failed_requests=int(values["max_failed_requests"]),
-            min_point_duration_s=float(values["min_point_duration_s"]),
+            **{
+                name: int(values[name]) if name == "max_failed_requests" else float(values[name])
+                for name in names
+            }
         )
 
     @staticmethod
@@ -90,6 +109,14 @@ class RequestFacts:
     output_tokens: int | None
     reads: int | None  # reads that carried content; None when unknown
     error: str | None
+    prompt_tokens: int | None = None
+    chunks: int | None = None  # content chunks; None when unknown
+    # tokens each content chunk carried (the server's per-chunk usage); None when not recorded
+    chunk_tokens: tuple[int, ...] | None = None
+    # content chunks without text, by index; None when not recorded
+    empty_chunks: tuple[int, ...] | None = None
+    queued_us: int | None = None  # waited in the client for its slot
+    cached_tokens: int | None = None  # prompt tokens the server found in its prefix cache
 
 
 @dataclass(frozen=True)
@@ -100,6 +127,21 @@ class PointFacts:
     duration_s: float | None  # first send to last completion; None when nothing completed
     telemetry: Mapping[str, Any] | None  # point.json's `telemetry` block
     no_telemetry: str = "no telemetry recorded"
+    # what the point asked for (point.json); None when not recorded
+    concurrency: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    ignore_eos: bool | None = None
+    # the server configuration's arguments (launch.json `args`); None when not recorded
+    server_args: Mapping[str, Any] | None = None
+    # time-weighted requests in flight, first send to last send (servelab.metrics)
+    achieved_concurrency: float | None = None
+    # client CPU seconds over the point's window, when the telemetry block lacks it
+    client_cpu_s: float | None = None
+    window_s: float | None = None
+    # the warm-up of the same server launch ended after the point's first send (ns); None when
+    # it ended before, or nothing says
+    warmup_overlap_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -118,14 +160,15 @@ class Flag:
 class Check:
     name: str
     definition: str
-    affects: str  # LATENCY | ALL | NONE
+    affects: str  # LATENCY | TTFT | ITL | ALL | NONE
     threshold_key: str | None  # key under analysis.validity
     run: Callable[[PointFacts, Thresholds], Flag]
 
     def removes(self, metric: str) -> bool:
         if self.affects == ALL:
             return True
-        return self.affects == LATENCY and LATENCY_METRIC.search(metric) is not None
+        pattern = AFFECTED_METRIC.get(self.affects)
+        return pattern is not None and pattern.search(metric) is not None
 
     def threshold(self, t: Thresholds) -> float | None:
         return None if self.threshold_key is None else float(getattr(t, self.threshold_key))
@@ -134,8 +177,20 @@ class Check:
 # --- facts from the raw layouts -------------------------------------------------------------
 
 
-def facts_from_records(records: Sequence[RequestRecord], meta: Mapping[str, Any]) -> PointFacts:
-    """servelab's layout: requests.jsonl.gz and point.json."""
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None or isinstance(v, bool) else int(v)
+
+
+def facts_from_records(
+    records: Sequence[RequestRecord],
+    meta: Mapping[str, Any],
+    server_args: Mapping[str, Any] | None = None,
+    warmup: Mapping[str, Any] | None = None,
+) -> PointFacts:
+    """servelab's layout: requests.jsonl.gz, point.json, the configuration's launch.json `args`
+    and the warm-up's point.json (same server launch)."""
+    from servelab.metrics import in_flight
+
     reqs = []
     for r in records:
         done = bool(r.ok and r.chunk_offsets_us)
@@ -148,6 +203,12 @@ def facts_from_records(records: Sequence[RequestRecord], meta: Mapping[str, Any]
                 output_tokens=r.output_tokens,
                 reads=len(set(r.chunk_offsets_us)) if done else None,
                 error=error,
+                prompt_tokens=r.prompt_tokens,
+                chunks=len(r.chunk_offsets_us),
+                chunk_tokens=tuple(r.chunk_tokens) if r.chunk_tokens is not None else None,
+                empty_chunks=tuple(r.empty_chunks) if r.empty_chunks is not None else None,
+                queued_us=r.queued_us,
+                cached_tokens=r.cached_tokens,
             )
         )
     good = [r for r in records if r.ok and r.chunk_offsets_us]
@@ -157,15 +218,38 @@ def facts_from_records(records: Sequence[RequestRecord], meta: Mapping[str, Any]
         end = max(r.sent_epoch_ns + (r.done_offset_us or 0) * 1000 for r in good)
         duration = (end - start) / 1e9
     telemetry = meta.get("telemetry")
-    return PointFacts(tuple(reqs), duration, telemetry if isinstance(telemetry, Mapping) else None)
+    t0, t1 = meta.get("started_epoch_ns"), meta.get("finished_epoch_ns")
+    window = (int(t1) - int(t0)) / 1e9 if t0 and t1 and int(t1) > int(t0) else None
+    overlap = None
+    if warmup is not None and records and warmup.get("launch") == meta.get("launch"):
+        first_send = min(r.sent_epoch_ns for r in records)
+        wend = warmup.get("finished_epoch_ns")
+        if wend is not None and int(wend) > first_send:
+            overlap = int(wend) - first_send
+    ignore_eos = meta.get("ignore_eos")
+    return PointFacts(
+        tuple(reqs),
+        duration,
+        telemetry if isinstance(telemetry, Mapping) else None,
+        concurrency=_int_or_none(meta.get("concurrency")),
+        input_tokens=_int_or_none(meta.get("input_tokens")),
+        output_tokens=_int_or_none(meta.get("output_tokens")),
+        ignore_eos=ignore_eos if isinstance(ignore_eos, bool) else None,
+        server_args=server_args,
+        achieved_concurrency=in_flight(records)[0],
+        client_cpu_s=meta.get("client_cpu_s"),
+        window_s=window,
+        warmup_overlap_ns=overlap,
+    )
 
 
 def facts_from_bench(bench: Mapping[str, Any]) -> PointFacts:
     """A `vllm bench serve --save-detailed` benchmark.json: per-request ITLs stand in for reads
-    (gaps under BENCH_SAME_READ_S join one read); no telemetry."""
+    (gaps under BENCH_SAME_READ_S join one read) and chunks; no telemetry."""
     n = len(bench["ttfts"])
     errors = bench.get("errors") or [""] * n
     itls = bench.get("itls") or [None] * n
+    input_lens = bench.get("input_lens") or [None] * n
     reqs = []
     for i in range(n):
         out = bench["output_lens"][i]
@@ -178,10 +262,18 @@ def facts_from_bench(bench: Mapping[str, Any]) -> PointFacts:
                 output_tokens=int(out) if out is not None else None,
                 reads=reads if done and gaps is not None else None,
                 error=None if done else (str(errors[i]) or "no output"),
+                prompt_tokens=_int_or_none(input_lens[i] if i < len(input_lens) else None),
+                chunks=len(gaps) + 1 if done and gaps is not None else None,
             )
         )
     duration = float(bench["duration"]) if any(r.completed for r in reqs) else None
-    return PointFacts(tuple(reqs), duration, None, no_telemetry="not recorded by vllm bench")
+    return PointFacts(
+        tuple(reqs),
+        duration,
+        None,
+        no_telemetry="not recorded by vllm bench",
+        concurrency=_int_or_none(bench.get("max_concurrency")),
+    )
 
 
 # --- the checks -----------------------------------------------------------------------------
@@ -189,6 +281,10 @@ def facts_from_bench(bench: Mapping[str, Any]) -> PointFacts:
 
 def _g(x: float) -> str:
     return f"{x:g}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.3g}%"
 
 
 def check_streaming(f: PointFacts, t: Thresholds) -> Flag:
@@ -294,6 +390,278 @@ def check_min_duration(f: PointFacts, t: Thresholds) -> Flag:
     return Flag("min_duration", PASSED, f.duration_s, limit, said)
 
 
+# --- the pitfalls of serving benchmarks (docs/pitfalls.md) ----------------------------------
+
+
+def _arg(args: Mapping[str, Any] | None, *names: str) -> Any:
+    if not args:
+        return None
+    for name in names:
+        for key in (name, name.replace("-", "_")):
+            if key in args:
+                return args[key]
+    return None
+
+
+def tokens_per_chunk_allowed(args: Mapping[str, Any] | None) -> int:
+    """Tokens one streamed chunk may carry under the server's configuration: one per decode
+    step, 1 + k with speculative decoding of k tokens (`num_speculative_tokens`)."""
+    spec = _arg(args, "speculative-config")
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except ValueError:
+            spec = None
+    k = spec.get("num_speculative_tokens") if isinstance(spec, Mapping) else None
+    if k is None:
+        k = _arg(args, "num-speculative-tokens")
+    try:
+        return 1 + max(0, int(k)) if k is not None else 1
+    except (TypeError, ValueError):
+        return 1
+
+
+def check_chunk_tokens(f: PointFacts, t: Thresholds) -> Flag:
+    limit = t.max_merged_chunk_share
+    allowed = tokens_per_chunk_allowed(f.server_args)
+    done = [r for r in f.requests if r.completed and r.chunks and r.output_tokens is not None]
+    if not done:
+        return Flag("chunk_tokens", NOT_CHECKED, None, limit, "no completed request")
+    chunks = merged = 0
+    estimated = mismatch = 0
+    for r in done:
+        n = int(r.chunks or 0)
+        chunks += n
+        if r.chunk_tokens is not None and len(r.chunk_tokens) == n:
+            merged += sum(1 for k in r.chunk_tokens if k > allowed)
+            mismatch += sum(r.chunk_tokens) != r.output_tokens
+        else:  # from the totals: the most chunks the surplus tokens could occupy
+            estimated += 1
+            merged += min(n, max(0, int(r.output_tokens or 0) - n * allowed))
+    share = merged / chunks
+    per = "1 token" if allowed == 1 else f"up to {allowed} tokens"
+    said = f"{merged} of {chunks} chunks carried more than {per}"
+    if estimated:
+        said += f" ({estimated} requests without per-chunk counts: judged from usage totals)"
+    if mismatch:
+        said += f"; {mismatch} requests' chunk counts do not add up to their usage"
+    if share > limit or mismatch:
+        return Flag("chunk_tokens", FAILED, share, limit, f"{said} (limit {_pct(limit)})")
+    return Flag("chunk_tokens", PASSED, share, limit, said)
+
+
+def check_first_token(f: PointFacts, t: Thresholds) -> Flag:
+    done = [r for r in f.requests if r.completed and r.chunks]
+    if not done:
+        return Flag("first_token", NOT_CHECKED, None, None, "no completed request")
+    known = [r for r in done if r.empty_chunks is not None]
+    if not known:
+        return Flag("first_token", NOT_CHECKED, None, None, "chunks without text not recorded")
+    no_text = [r for r in known if len(set(r.empty_chunks or ())) >= int(r.chunks or 0)]
+    late = [r for r in known if 0 in (r.empty_chunks or ()) and r not in no_text]
+    if no_text:
+        said = f"{len(no_text)} of {len(known)} requests carried no text (TTFT undefined)"
+        return Flag("first_token", FAILED, float(len(no_text)), None, said)
+    if late:
+        said = (
+            f"{len(late)} of {len(known)} requests' first chunk carried no text: "
+            "their TTFT is the first chunk with text"
+        )
+        return Flag("first_token", NOTED, float(len(late)), None, said)
+    return Flag("first_token", PASSED, 0.0, None, "every first chunk carried text")
+
+
+def _caching_asked(args: Mapping[str, Any] | None) -> bool:
+    v = _arg(args, "enable-prefix-caching")
+    return v is True or (isinstance(v, str) and v.lower() in ("true", "1", "yes"))
+
+
+def check_prefix_cache(f: PointFacts, t: Thresholds) -> Flag:
+    limit = t.max_prefix_cache_hit_rate
+    srv = _block(f.telemetry or {}, "server")
+    queries, hits = srv.get("prefix_cache_queries"), srv.get("prefix_cache_hits")
+    source = "server counters"
+    if queries is None or hits is None:
+        cached = [r for r in f.requests if r.cached_tokens is not None]
+        if not cached:
+            why = f.no_telemetry if f.telemetry is None else "no prefix-cache counters"
+            if srv.get("absent"):
+                why = f"no server metrics: {srv['absent']}"
+            return Flag("prefix_cache", NOT_CHECKED, None, limit, why)
+        hits = sum(int(r.cached_tokens or 0) for r in cached)
+        queries = sum(int(r.prompt_tokens or 0) for r in cached)
+        source = "per-request cached tokens"
+    if not queries:
+        return Flag("prefix_cache", PASSED, 0.0, limit, "no prompt tokens looked up")
+    rate = float(hits) / float(queries)
+    said = f"{_g(float(hits))} of {_g(float(queries))} prompt tokens came from the prefix cache"
+    if _caching_asked(f.server_args):
+        return Flag(
+            "prefix_cache", NOTED, rate, limit, f"{said} (caching enabled by the configuration)"
+        )
+    if rate > limit:
+        return Flag(
+            "prefix_cache",
+            FAILED,
+            rate,
+            limit,
+            f"{said} ({source}; the configuration did not ask for caching; limit {_pct(limit)})",
+        )
+    return Flag("prefix_cache", PASSED, rate, limit, said)
+
+
+def _drift(name: str, limit: float, wanted: int, got: list[int], what: str) -> Flag:
+    worst = max(abs(g - wanted) for g in got) / wanted
+    off = [g for g in got if abs(g - wanted) / wanted * 100 > limit]
+    lo, hi = min(got), max(got)
+    span = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    said = f"{what} of {span} tokens for {wanted} requested"
+    if off:
+        return Flag(
+            name,
+            FAILED,
+            100 * worst,
+            limit,
+            f"{len(off)} of {len(got)} requests: {said} (limit {_g(limit)}%)",
+        )
+    return Flag(name, PASSED, 100 * worst, limit, said)
+
+
+def check_prompt_length(f: PointFacts, t: Thresholds) -> Flag:
+    limit = t.max_prompt_drift_pct
+    if not f.input_tokens:
+        return Flag("prompt_length", NOT_CHECKED, None, limit, "requested length not recorded")
+    got = [int(r.prompt_tokens) for r in f.requests if r.completed and r.prompt_tokens is not None]
+    if not got:
+        return Flag("prompt_length", NOT_CHECKED, None, limit, "no usage.prompt_tokens recorded")
+    return _drift("prompt_length", limit, f.input_tokens, got, "prompts")
+
+
+def check_output_length(f: PointFacts, t: Thresholds) -> Flag:
+    limit = t.max_output_drift_pct
+    if f.ignore_eos is None or not f.output_tokens:
+        why = "whether the workload fixes the output length is not recorded"
+        return Flag("output_length", NOT_CHECKED, None, limit, why)
+    if not f.ignore_eos:
+        why = "the workload does not fix the output length (ignore_eos false)"
+        return Flag("output_length", NOT_CHECKED, None, limit, why)
+    got = [int(r.output_tokens) for r in f.requests if r.completed and r.output_tokens is not None]
+    if not got:
+        return Flag("output_length", NOT_CHECKED, None, limit, "no completed request")
+    return _drift("output_length", limit, f.output_tokens, got, "outputs")
+
+
+def check_achieved_concurrency(f: PointFacts, t: Thresholds) -> Flag:
+    limit = t.min_achieved_concurrency
+    if not f.concurrency:
+        why = "requested concurrency not recorded"
+        return Flag("achieved_concurrency", NOT_CHECKED, None, limit, why)
+    if f.achieved_concurrency is None:
+        why = "send times not recorded, or every request was sent at once"
+        return Flag("achieved_concurrency", NOT_CHECKED, None, limit, why)
+    share = f.achieved_concurrency / f.concurrency
+    said = (
+        f"{f.achieved_concurrency:.2f} requests in flight on average while sending, "
+        f"for {f.concurrency} requested"
+    )
+    if share < limit:
+        return Flag(
+            "achieved_concurrency", FAILED, share, limit, f"{said} (minimum {_pct(limit)})"
+        )
+    return Flag("achieved_concurrency", PASSED, share, limit, said)
+
+
+def check_client_cpu(f: PointFacts, t: Thresholds) -> Flag:
+    limit = t.max_client_cpu_cores
+    cpu = _block(f.telemetry or {}, "cpu")
+    pct = _mean(cpu, "client_cpu_pct")
+    if pct is not None:
+        cores, source = pct / 100.0, "telemetry"
+    elif f.client_cpu_s is not None and f.window_s:
+        cores, source = float(f.client_cpu_s) / f.window_s, "process time"
+    else:
+        return Flag("client_cpu", NOT_CHECKED, None, limit, "client CPU not recorded")
+    said = f"the client used {cores:.2f} CPU cores ({source})"
+    if cores > limit:
+        return Flag("client_cpu", FAILED, cores, limit, f"{said} (limit {_g(limit)})")
+    return Flag("client_cpu", PASSED, cores, limit, said)
+
+
+def check_client_wait(f: PointFacts, t: Thresholds) -> Flag:
+    limit = t.max_client_wait_ms
+    waits = [r.queued_us for r in f.requests if r.queued_us is not None]
+    if not waits:
+        return Flag("client_wait", NOT_CHECKED, None, limit, "client wait not recorded")
+    mean_ms = sum(waits) / len(waits) / 1000.0
+    said = (
+        f"requests waited {mean_ms:.3g} ms on average (longest {max(waits) / 1000.0:.3g} ms) "
+        "between a free slot and their send"
+    )
+    if mean_ms > limit:
+        return Flag("client_wait", FAILED, mean_ms, limit, f"{said} (limit {_g(limit)} ms)")
+    return Flag("client_wait", PASSED, mean_ms, limit, said)
+
+
+def _server_block(f: PointFacts, name: str, key: str) -> tuple[Mapping[str, Any], Flag | None]:
+    tel = f.telemetry
+    if tel is None:
+        return {}, Flag(name, NOT_CHECKED, None, None, f.no_telemetry)
+    if tel.get("enabled") is False:
+        return {}, Flag(name, NOT_CHECKED, None, None, "telemetry disabled")
+    srv = _block(tel, "server")
+    if srv.get("absent"):
+        return {}, Flag(name, NOT_CHECKED, None, None, f"no server metrics: {srv['absent']}")
+    if srv.get(key) is None:
+        return {}, Flag(name, NOT_CHECKED, None, None, f"no server counter {key}")
+    return srv, None
+
+
+def check_leftover_requests(f: PointFacts, t: Thresholds) -> Flag:
+    if f.warmup_overlap_ns is not None:
+        said = f"the warm-up ended {f.warmup_overlap_ns / 1e6:.1f} ms after the point began"
+        return Flag("leftover_requests", FAILED, f.warmup_overlap_ns / 1e6, 0.0, said)
+    srv, skip = _server_block(f, "leftover_requests", "requests_finished")
+    if skip is not None:
+        return skip
+    server_n, client_n = float(srv["requests_finished"]), len(f.requests)
+    extra = server_n - client_n
+    said = (
+        f"the server finished {_g(server_n)} requests during the point, the client sent "
+        f"{client_n}"
+    )
+    if extra > 0:
+        return Flag(
+            "leftover_requests",
+            FAILED,
+            extra,
+            0.0,
+            f"{said}: {_g(extra)} from before the point (warm-up or an earlier point)",
+        )
+    return Flag("leftover_requests", PASSED, max(0.0, extra), 0.0, said)
+
+
+def check_server_counts(f: PointFacts, t: Thresholds) -> Flag:
+    limit = t.max_count_mismatch_pct
+    srv, skip = _server_block(f, "server_counts", "generation_tokens")
+    if skip is not None:
+        return Flag("server_counts", NOT_CHECKED, None, limit, skip.reason)
+    done = [r for r in f.requests if r.completed]
+    pairs = [("output", float(srv["generation_tokens"]), sum(r.output_tokens or 0 for r in done))]
+    if srv.get("prompt_tokens") is not None:
+        pairs.append(
+            ("prompt", float(srv["prompt_tokens"]), sum(r.prompt_tokens or 0 for r in done))
+        )
+    worst, parts = 0.0, []
+    for what, server_n, client_n in pairs:
+        diff = abs(server_n - client_n) / max(client_n, 1) * 100
+        worst = max(worst, diff)
+        parts.append(f"{what} tokens: server {_g(server_n)}, client {client_n}")
+    said = "; ".join(parts)
+    if worst > limit:
+        return Flag("server_counts", FAILED, worst, limit, f"{said} (limit {_g(limit)}%)")
+    return Flag("server_counts", PASSED, worst, limit, said)
+
+
 CHECKS: tuple[Check, ...] = (
     Check(
         "streaming",
@@ -332,6 +700,86 @@ CHECKS: tuple[Check, ...] = (
         "min_point_duration_s",
         check_min_duration,
     ),
+    Check(
+        "chunk_tokens",
+        "share of streamed chunks carrying more tokens than the server's configuration puts in "
+        "one (1, or 1 + k with speculative decoding), from the server's per-chunk usage",
+        ITL,
+        "max_merged_chunk_share",
+        check_chunk_tokens,
+    ),
+    Check(
+        "first_token",
+        "requests whose first chunk carried no text (TTFT is the first chunk with text: a "
+        "note) or that carried no text at all (failed)",
+        TTFT,
+        None,
+        check_first_token,
+    ),
+    Check(
+        "prefix_cache",
+        "share of prompt tokens served from the server's prefix cache when the configuration "
+        "did not enable caching (a note when it did)",
+        ALL,
+        "max_prefix_cache_hit_rate",
+        check_prefix_cache,
+    ),
+    Check(
+        "prompt_length",
+        "largest difference between a request's usage.prompt_tokens and the requested "
+        "input_tokens (%)",
+        ALL,
+        "max_prompt_drift_pct",
+        check_prompt_length,
+    ),
+    Check(
+        "output_length",
+        "largest difference between a request's usage.completion_tokens and the requested "
+        "output_tokens when the workload fixes it (ignore_eos) (%)",
+        ALL,
+        "max_output_drift_pct",
+        check_output_length,
+    ),
+    Check(
+        "achieved_concurrency",
+        "time-weighted requests in flight from the first send to the last, as a share of the "
+        "requested concurrency",
+        ALL,
+        "min_achieved_concurrency",
+        check_achieved_concurrency,
+    ),
+    Check(
+        "client_cpu",
+        "CPU cores the client process used over the point",
+        ALL,
+        "max_client_cpu_cores",
+        check_client_cpu,
+    ),
+    Check(
+        "client_wait",
+        "mean time a request waited in the client between its slot becoming free and its "
+        "send (ms)",
+        ALL,
+        "max_client_wait_ms",
+        check_client_wait,
+    ),
+    Check(
+        "leftover_requests",
+        "requests the server finished during the point beyond those the client sent in it "
+        "(warm-up or earlier requests leaking in), and a warm-up that ended after the point "
+        "began",
+        ALL,
+        None,
+        check_leftover_requests,
+    ),
+    Check(
+        "server_counts",
+        "largest difference between the client's output and prompt token totals and the "
+        "server's counters over the point (%)",
+        ALL,
+        "max_count_mismatch_pct",
+        check_server_counts,
+    ),
 )
 BY_NAME = {c.name: c for c in CHECKS}
 
@@ -341,10 +789,15 @@ def evaluate(facts: PointFacts, t: Thresholds) -> tuple[Flag, ...]:
 
 
 def check_point(
-    records: Sequence[RequestRecord], meta: Mapping[str, Any], t: Thresholds
+    records: Sequence[RequestRecord],
+    meta: Mapping[str, Any],
+    t: Thresholds,
+    server_args: Mapping[str, Any] | None = None,
+    warmup: Mapping[str, Any] | None = None,
 ) -> tuple[Flag, ...]:
-    """Every check on one point of servelab's layout (records, point.json)."""
-    return evaluate(facts_from_records(records, meta), t)
+    """Every check on one point of servelab's layout (records, point.json, the configuration's
+    launch arguments, the warm-up's point.json)."""
+    return evaluate(facts_from_records(records, meta, server_args, warmup), t)
 
 
 def removing(flags: Iterable[Flag], metric: str) -> list[Flag]:
@@ -416,7 +869,7 @@ def summary_line(points: Sequence[PointFlags], anchor: str = "analysis/report.md
         line = f"validity: {flagged} of {n} points flagged ({by}); see {anchor}"
     elif any(c[k][NOT_CHECKED] < n for k in excluding):
         ran = [k for k in excluding if c[k][NOT_CHECKED] < n]
-        line = f"validity: all {n} points passed ({', '.join(ran)})"
+        line = f"validity: all {n} points passed the {len(ran)} checks that could run"
     else:
         return f"validity: no check could run on the {n} points (no requests or telemetry)"
     skipped = [k for k in excluding if c[k][NOT_CHECKED] == n]
