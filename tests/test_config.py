@@ -36,6 +36,18 @@ def test_defaults_reach_array_items() -> None:
     assert cfg["model"]["tiny"]["hidden_size"] == 128
 
 
+def test_unique_prompts_default_true_and_must_be_boolean() -> None:
+    cfg = config.validate(minimal())
+    assert cfg["workload"]["unique_prompts"] is True
+    off = config.validate(config.merge(minimal(), {"workload": {"unique_prompts": False}}))
+    assert off["workload"]["unique_prompts"] is False
+    for bad in ("yes", 1, None):
+        with pytest.raises(ServelabError) as err:
+            config.validate(config.merge(minimal(), {"workload": {"unique_prompts": bad}}))
+        assert "workload.unique_prompts" in str(err.value)
+        assert "is not of type 'boolean'" in str(err.value)
+
+
 @pytest.mark.parametrize(
     ("patch", "expected"),
     [

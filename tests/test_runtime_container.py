@@ -229,6 +229,43 @@ def test_sweep_runs_the_server_in_the_container_and_stops_it(
     assert ["inspect", "--format", "{{.State.Pid}}", name] in after  # telemetry's process tree
 
 
+def test_sweep_gives_each_point_its_own_prompts_also_when_resumed(
+    engine: Engine, tmp_path: Path
+) -> None:
+    import gzip
+    import shutil
+
+    import jsonschema
+
+    cfg = config(tmp_path)
+    runtime = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    exp = tmp_path / "results" / "fake-gpu"
+    model = model_dir(tmp_path)
+    run = run_sweep(cfg, "fake", model, runtime, exp, lambda s: None)
+    raw = exp / "raw" / "fake"
+    schema = json.loads((REPO / "src/servelab/schemas/point.schema.json").read_text())
+    points = {}
+    for slot in run["plan"]:
+        pj = read_json(
+            raw / f"rep{slot['repeat']:02d}" / f"c{slot['concurrency']:04d}" / "point.json"
+        )
+        jsonschema.validate(pj, schema)
+        assert pj["ignore_eos"] is True and pj["unique_prompts"] is True
+        points[slot["run_index"]] = (slot["concurrency"], pj["prompt_offset"])
+    warm = read_json(raw / "warmup" / "point.json")
+    assert warm["prompt_offset"] == 0 and warm["num_prompts"] == 2
+    # latin, one repeat, waves 1: the warm-up's 2 prompts, then c=1 and c=2 in plan order
+    assert points == {0: (1, 2), 1: (2, 3)}
+    prompts = gzip.decompress((raw / "prompts.jsonl.gz").read_bytes())
+    assert len(prompts.splitlines()) == 5
+    # a resumed run measures only the missing point, with the prompts a fresh run gives it
+    shutil.rmtree(raw / "rep01" / "c0002")
+    run_sweep(cfg, "fake", model, runtime, exp, lambda s: None)
+    again = read_json(raw / "rep01" / "c0002" / "point.json")
+    assert again["launch"] == 2 and again["prompt_offset"] == 3
+    assert gzip.decompress((raw / "prompts.jsonl.gz").read_bytes()) == prompts
+
+
 def test_stop_reaches_a_running_container(engine: Engine, tmp_path: Path) -> None:
     """The `docker run` client is not the server: stopping must stop the container by name."""
     from servelab.container import container_run_for

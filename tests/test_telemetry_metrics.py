@@ -40,7 +40,13 @@ def test_prefilter_keeps_what_the_full_parse_sees() -> None:
     v = parse_metrics(text)
     assert v["generation_tokens_total"] == full["vllm:generation_tokens_total"]
     assert v["ttft_s"]["count"] == full["vllm:time_to_first_token_seconds_count"]
-    assert "vllm:request_success_total" not in kept
+    assert "vllm:request_success_created" not in kept
+    assert v["requests_finished_total"] == sum(
+        s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "vllm:request_success_total"
+    )
 
 
 def test_engines_add_up_and_kv_usage_takes_the_largest() -> None:
@@ -65,6 +71,49 @@ vllm:num_preemptions_total{engine="1",model_name="m"} 1.0
         5,
     )
     assert v["generation_tokens_total"] is None and v["ttft_s"] is None
+
+
+PREFIX_AND_FINISHED = """# HELP vllm:prefix_cache_queries Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0",model_name="t"} 242.0
+vllm:prefix_cache_queries_created{engine="0",model_name="t"} 1.79e+09
+# HELP vllm:prefix_cache_hits Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{engine="0",model_name="t"} 0.0
+vllm:prefix_cache_hits_created{engine="0",model_name="t"} 1.79e+09
+# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{engine="0",model_name="t"} 242.0
+# TYPE vllm:generation_tokens counter
+vllm:generation_tokens_total{engine="0",model_name="t"} 16.0
+# HELP vllm:request_success Count of successfully processed requests.
+# TYPE vllm:request_success counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="t"} 0.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="t"} 2.0
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="t"} 0.0
+vllm:request_success_total{engine="0",finished_reason="error",model_name="t"} 1.0
+vllm:request_success_total{engine="0",finished_reason="repetition",model_name="t"} 0.0
+vllm:request_success_total{engine="1",finished_reason="length",model_name="t"} 3.0
+vllm:request_success_created{engine="0",finished_reason="stop",model_name="t"} 1.79e+09
+vllm:request_success_created{engine="0",finished_reason="length",model_name="t"} 1.79e+09
+"""
+
+
+def test_prefix_cache_and_finished_requests() -> None:
+    v = parse_metrics(PREFIX_AND_FINISHED)
+    assert v["prefix_cache_queries_total"] == 242.0
+    assert v["prefix_cache_hits_total"] == 0.0
+    # every finished_reason and every engine; the _created samples are not counts
+    assert v["requests_finished_total"] == 6.0
+    assert v["prompt_tokens_total"] == 242.0 and v["generation_tokens_total"] == 16.0
+    # the same families as the recorded scrape declares them (TYPE ..._total counter)
+    rec = parse_metrics(FIXTURE.read_text())
+    assert (rec["prefix_cache_queries_total"], rec["prefix_cache_hits_total"]) == (0.0, 0.0)
+    assert rec["requests_finished_total"] == 1.0
+    # a server that exports none of them
+    none = parse_metrics("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n")
+    assert none["prefix_cache_queries_total"] is None
+    assert none["prefix_cache_hits_total"] is None
+    assert none["requests_finished_total"] is None
 
 
 def test_older_vllm_names_are_understood() -> None:

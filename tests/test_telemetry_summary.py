@@ -79,6 +79,33 @@ def test_samples_outside_the_window_are_left_out() -> None:
     assert s["generation_tokens_per_s"] == pytest.approx(100.0)
 
 
+def test_prefix_cache_and_finished_request_counters_over_the_window() -> None:
+    def at(t: float, queries: float, hits: float, done: float) -> dict[str, Any]:
+        return server(
+            t,
+            1,
+            0,
+            10 * t,
+            prefix_cache_queries_total=queries,
+            prefix_cache_hits_total=hits,
+            requests_finished_total=done,
+        )
+
+    samples = [at(0, 100, 0, 2), at(1, 228, 0, 3), at(2, 484, 64, 5), at(3, 740, 64, 7)]
+    samples.append(at(4, 900, 96, 9))  # after the point: left out
+    s = summarize(samples, *window(1, 3))["server"]
+    assert s["prefix_cache_queries"] == 512.0
+    assert s["prefix_cache_hits"] == 64.0
+    assert s["requests_finished"] == 4.0
+    cols = telemetry_columns(summarize(samples, *window(1, 3)))
+    assert cols["server_prefix_cache_queries"] == 512.0
+    assert cols["server_prefix_cache_hits"] == 64.0
+    assert cols["server_requests_finished"] == 4.0
+    # a server that does not export them (older samples): null, not zero
+    old = summarize([server(t, 1, 0, 10 * t) for t in (0, 1, 2)], *window(0, 2))["server"]
+    assert old["prefix_cache_queries"] is None and old["requests_finished"] is None
+
+
 def test_counters_without_a_sample_before_the_start_use_the_first() -> None:
     samples = [server(t, 1, 0, 10 * t) for t in (2, 3, 4)]
     s = summarize(samples, *window(1, 3.5))["server"]
@@ -142,6 +169,13 @@ def test_columns_are_flat_and_stable() -> None:
     samples += [cpu(2, 1.0, 100.0), cpu(3, 2.0, 100.0), *gpu]
     cols = telemetry_columns(summarize(samples, *window(1.5, 2.5)))
     assert tuple(cols) == COLUMNS
+    # the columns added later come last, after the earlier ones
+    assert COLUMNS[-3:] == (
+        "server_prefix_cache_queries",
+        "server_prefix_cache_hits",
+        "server_requests_finished",
+    )
+    assert COLUMNS.index("telemetry_samples_server") == len(COLUMNS) - 4
     assert cols["running_max"] == 8.0 and cols["waiting_max"] == 5.0
     assert cols["waiting_fraction"] == 1.0 and cols["kv_usage_max"] == pytest.approx(0.08)
     assert cols["gpu_util_pct_mean"] == pytest.approx(95.0) and cols["gpu_util_pct_max"] == 100.0

@@ -20,7 +20,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from servelab import config as cfgmod
 from servelab import hostfacts
@@ -119,6 +119,30 @@ def build_prompts(
         return str(server.post_json("/detokenize", {"model": model, "tokens": ids})["prompt"])
 
     return make_prompts(wl["seed"], count, wl["input_tokens"], vocab, tokenize, detokenize)
+
+
+class PromptPlan(NamedTuple):
+    """Which prompts of raw/<sc>/prompts.jsonl.gz the warm-up and every point send."""
+
+    total: int  # prompts to build
+    offsets: dict[tuple[int, int], int]  # (repeat, concurrency) -> index of its first prompt
+    warmup_offset: int
+
+
+def prompt_plan(slots: list[Slot], waves: int, warmup_requests: int, unique: bool) -> PromptPlan:
+    """Unique: the warm-up takes prompts [0, warmup_requests) and each slot of the full plan,
+    in plan order, its own concurrency x waves prompts after them, so no prompt is sent twice
+    and a resumed run gives every point the prompts a fresh run would. Not unique: every
+    point starts at prompt 0, as does the warm-up."""
+    if not unique:
+        total = max([warmup_requests, *(s.concurrency * waves for s in slots)])
+        return PromptPlan(total, {(s.repeat, s.concurrency): 0 for s in slots}, 0)
+    offsets: dict[tuple[int, int], int] = {}
+    at = warmup_requests
+    for s in slots:
+        offsets[(s.repeat, s.concurrency)] = at
+        at += s.concurrency * waves
+    return PromptPlan(at, offsets, 0)
 
 
 def _summary_line(point: dict[str, Any]) -> str:
@@ -271,21 +295,22 @@ def _measure(
             ignore_eos=wl["ignore_eos"],
             request_timeout_s=wl["request_timeout_s"],
         )
-        n_prompts = max(c * wl["waves"] for c in cfg["sweep"]["concurrency"])
-        n_prompts = max(n_prompts, wl["warmup"]["requests"])
+        n_warmup = wl["warmup"]["requests"]
+        pplan = prompt_plan(slots, wl["waves"], n_warmup, wl["unique_prompts"])
         t_p = time.monotonic()
-        prompts = build_prompts(server, launch.served_name, wl, n_prompts, vocab_ids(model_dir))
+        prompts = build_prompts(server, launch.served_name, wl, pplan.total, vocab_ids(model_dir))
         write_jsonl_gz(
             raw / "prompts.jsonl.gz", ({"index": i, "prompt": p} for i, p in enumerate(prompts))
         )
         say(
-            f"[{sc}] {n_prompts} prompts of {wl['input_tokens']} tokens ready "
-            f"({time.monotonic() - t_p:.1f} s)"
+            f"[{sc}] {pplan.total} prompts of {wl['input_tokens']} tokens ready "
+            f"({'unique per point' if wl['unique_prompts'] else 'shared by the points'}, "
+            f"{time.monotonic() - t_p:.1f} s)"
         )
-        if wl["warmup"]["requests"]:
+        if n_warmup:
             wu = run_point(
                 workload,
-                prompts[: wl["warmup"]["requests"]],
+                prompts[pplan.warmup_offset : pplan.warmup_offset + n_warmup],
                 wl["warmup"]["concurrency"],
                 f"{sc}-warmup",
             )
@@ -297,6 +322,9 @@ def _measure(
                     "kind": "warmup",
                     "launch": launch_index,
                     "concurrency": wl["warmup"]["concurrency"],
+                    "prompt_offset": pplan.warmup_offset,
+                    "ignore_eos": bool(wl["ignore_eos"]),
+                    "unique_prompts": bool(wl["unique_prompts"]),
                     "status": "complete",
                 },
             )
@@ -307,6 +335,7 @@ def _measure(
                 server,
                 workload,
                 prompts,
+                pplan.offsets[(slot.repeat, slot.concurrency)],
                 cfg,
                 sc,
                 raw,
@@ -330,6 +359,7 @@ def _measure_point(
     server: Server,
     workload: Workload,
     prompts: list[str],
+    prompt_offset: int,
     cfg: dict[str, Any],
     sc: str,
     raw: Path,
@@ -356,6 +386,9 @@ def _measure_point(
         "launch": launch_index,
         "input_tokens": wl["input_tokens"],
         "output_tokens": wl["output_tokens"],
+        "prompt_offset": prompt_offset,
+        "ignore_eos": bool(wl["ignore_eos"]),
+        "unique_prompts": bool(wl["unique_prompts"]),
     }
     run = PointRun()
     label = f"{sc}-r{slot.repeat:02d}-c{slot.concurrency:04d}"
@@ -364,7 +397,9 @@ def _measure_point(
     tel = PointTelemetry(cfg["telemetry"], server.telemetry_pid(), workload.base_url)
     try:
         with tel:
-            run_point(workload, prompts[:n], slot.concurrency, label, run)
+            run_point(
+                workload, prompts[prompt_offset : prompt_offset + n], slot.concurrency, label, run
+            )
     except BaseException as exc:
         info["telemetry"] = tel.finish(partial, run.started_epoch_ns, run.finished_epoch_ns)
         _write_point(

@@ -348,6 +348,11 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     ),
     "queue_s": ("histogram", ("vllm:request_queue_time_seconds",)),
+    # in tokens: prompt tokens looked up in the prefix cache, and those found there
+    "prefix_cache_queries_total": ("counter", ("vllm:prefix_cache_queries",)),
+    "prefix_cache_hits_total": ("counter", ("vllm:prefix_cache_hits",)),
+    # requests finished, whatever the reason (stop, length, abort, error, ...)
+    "requests_finished_total": ("counter", ("vllm:request_success",)),
 }
 _SUFFIXES = ("", "_total", "_bucket", "_count", "_sum")
 _KEEP = frozenset(
@@ -356,7 +361,7 @@ _KEEP = frozenset(
 
 
 def _wanted_lines(text: str) -> str:
-    """Only the lines of the families servelab reads: the parser then reads ~70 lines, not ~640.
+    """Only the lines of the families servelab reads: the parser then reads ~110 lines, not ~640.
 
     This is the bulk of a scrape's cost, and the samplers must stay out of the measurement.
     """
@@ -387,20 +392,25 @@ def parse_metrics(text: str) -> dict[str, Any]:
     """
     from prometheus_client.parser import text_string_to_metric_families
 
-    families = {f.name: f for f in text_string_to_metric_families(_wanted_lines(text))}
+    # A family's samples, by name. A counter declared without its suffix (`# TYPE x counter`
+    # over samples `x_total`, as prometheus_client's OpenMetrics writer has it) leaves the
+    # text parser an empty family `x` and one untyped family `x_total` per sample: gather them.
+    families: dict[str, list[Any]] = {}
+    for fam in text_string_to_metric_families(_wanted_lines(text)):
+        families.setdefault(fam.name, []).extend(fam.samples)
     out: dict[str, Any] = {}
     for key, (kind, names) in METRICS.items():
-        fam = next(
-            (families[n] for n in names + tuple(n + "_total" for n in names) if n in families),
+        samples = next(
+            (families[n] for n in names + tuple(n + "_total" for n in names) if families.get(n)),
             None,
         )
-        if fam is None:
+        if samples is None:
             out[key] = None
             continue
         if kind == "histogram":
             buckets: dict[float, float] = {}
             count = total = 0.0
-            for s in fam.samples:
+            for s in samples:
                 if s.name.endswith("_bucket"):
                     le = float(s.labels["le"])
                     if math.isfinite(le):  # the +Inf bucket is `count`; JSON has no Infinity
@@ -415,7 +425,7 @@ def parse_metrics(text: str) -> dict[str, Any]:
                 "buckets": [[le, n] for le, n in sorted(buckets.items())],
             }
             continue
-        values = [s.value for s in fam.samples if not s.name.endswith("_created")]
+        values = [s.value for s in samples if not s.name.endswith("_created")]
         if not values:
             out[key] = None
         elif kind == "gauge_max":

@@ -6,11 +6,12 @@ Pure functions of the samples of `telemetry.jsonl` and the point window
 - a gauge-like series (GPU fields, memory, running / waiting / KV usage, CPU percent over each
   sampling interval) is summarized by mean, p95 (linear interpolation) and max of the samples
   inside the window; samples outside it are left out;
-- a counter (server tokens, preemptions, CPU seconds) is the difference between the last sample
-  at or before the start and the first sample at or after the end (the samplers take one
-  sample just before and one just after every point), so nothing that happened during the
-  point is missed however short it is. The mean CPU percent is such a difference too: CPU
-  seconds over the span between those two samples.
+- a counter (server tokens, prefix-cache tokens, finished requests, preemptions, CPU
+  seconds) is the difference between the last sample at or before the start and the first
+  sample at or after the end (the samplers take one sample just before and one just after
+  every point), so nothing that happened during the point is missed however short it is.
+  The mean CPU percent is such a difference too: CPU seconds over the span between those
+  two samples.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ SERVER_COUNTERS = (
     ("preemptions_total", "preemptions"),
     ("generation_tokens_total", "generation_tokens"),
     ("prompt_tokens_total", "prompt_tokens"),
+    ("prefix_cache_queries_total", "prefix_cache_queries"),
+    ("prefix_cache_hits_total", "prefix_cache_hits"),
+    ("requests_finished_total", "requests_finished"),
 )
 SERVER_HISTOGRAMS = (("ttft_s", "ttft"), ("itl_s", "itl"), ("queue_s", "queue_time"))
 
@@ -270,6 +274,9 @@ COLUMNS = (
     "telemetry_samples_gpu",
     "telemetry_samples_cpu",
     "telemetry_samples_server",
+    "server_prefix_cache_queries",
+    "server_prefix_cache_hits",
+    "server_requests_finished",
 )
 
 
@@ -343,6 +350,9 @@ def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Any]:
     out["server_generation_tokens"] = srv.get("generation_tokens")
     out["server_generation_tokens_per_s"] = srv.get("generation_tokens_per_s")
     out["server_prompt_tokens"] = srv.get("prompt_tokens")
+    out["server_prefix_cache_queries"] = srv.get("prefix_cache_queries")
+    out["server_prefix_cache_hits"] = srv.get("prefix_cache_hits")
+    out["server_requests_finished"] = srv.get("requests_finished")
     for name in ("ttft", "itl", "queue_time"):
         out[f"server_{name}_mean_ms"] = _get(srv, name, "mean_ms")
         out[f"server_{name}_p95_ms"] = _get(srv, name, "p95_ms")

@@ -1,0 +1,64 @@
+"""Which prompts the warm-up and every point send (servelab.sweep.prompt_plan)."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.schedule import plan
+from servelab.sweep import prompt_plan
+
+LEVELS = [1, 2, 4, 8, 16]
+
+
+def test_unique_prompts_give_every_point_its_own_range_after_the_warmup() -> None:
+    slots = plan(LEVELS, 3, "latin")
+    waves, warmup = 4, 16
+    pp = prompt_plan(slots, waves, warmup, unique=True)
+    # the default experiment: 16 warm-up prompts + 3 repeats x (1+2+4+8+16) x 4
+    assert pp.total == 16 + 3 * 31 * 4 == 388
+    assert pp.warmup_offset == 0
+    assert set(pp.offsets) == {(s.repeat, s.concurrency) for s in slots}
+    # in the order of the plan, contiguous, starting after the warm-up, ending at the total
+    at = warmup
+    for s in slots:
+        assert pp.offsets[(s.repeat, s.concurrency)] == at
+        at += s.concurrency * waves
+    assert at == pp.total
+    # disjoint: no prompt is sent twice, the warm-up's included
+    used = list(range(pp.warmup_offset, pp.warmup_offset + warmup))
+    for s in slots:
+        start = pp.offsets[(s.repeat, s.concurrency)]
+        used += range(start, start + s.concurrency * waves)
+    assert sorted(used) == list(range(pp.total))
+
+
+def test_offsets_depend_on_the_full_plan_not_on_what_is_left_to_do() -> None:
+    """A resumed run measures only some slots but plans with all of them (the sweep passes
+    every slot; tests/test_runtime_container.py checks it on a resumed sweep), so each point
+    gets the prompts a fresh run would have given it; planning with the remaining slots alone
+    would not."""
+    slots = plan(LEVELS, 2, "williams")
+    fresh = prompt_plan(slots, 2, 8, unique=True)
+    assert prompt_plan(list(slots), 2, 8, unique=True) == fresh  # a pure function
+    todo = slots[3:]
+    partial = prompt_plan(todo, 2, 8, unique=True)
+    keys = [(s.repeat, s.concurrency) for s in todo]
+    assert [partial.offsets[k] for k in keys] != [fresh.offsets[k] for k in keys]
+    # another order gives other ranges, each still its own
+    other = prompt_plan(plan(LEVELS, 2, "fixed"), 2, 8, unique=True)
+    assert other.total == fresh.total and other.offsets != fresh.offsets
+
+
+@pytest.mark.parametrize("warmup", [0, 16, 200])
+def test_shared_prompts_are_the_first_ones_as_before(warmup: int) -> None:
+    slots = plan(LEVELS, 3, "latin")
+    pp = prompt_plan(slots, 4, warmup, unique=False)
+    assert pp.warmup_offset == 0
+    assert set(pp.offsets.values()) == {0}
+    assert pp.total == max(16 * 4, warmup)
+
+
+def test_no_warmup_starts_the_first_point_at_zero() -> None:
+    slots = plan([3, 1], 1, "fixed")
+    pp = prompt_plan(slots, 2, 0, unique=True)
+    assert pp.offsets == {(1, 3): 0, (1, 1): 6} and pp.total == 8
