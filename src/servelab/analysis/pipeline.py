@@ -18,8 +18,10 @@ __all__ = ["analyze", "Options", "load", "Dataset", "options_from_config", "ANAL
 
 # Bumped whenever analyze() writes different bytes for the same raw data, so that a bundle says
 # which analysis made its tables (provenance.json pipeline.analysis_version; absent = 1).
-# 1: until the validity checks; 2: validity checks (validity.json, points.csv columns).
-ANALYSIS_VERSION = 2
+# 1: until the validity checks; 2: validity checks (validity.json, points.csv columns);
+# 3: the pitfall checks (docs/pitfalls.md), TTFT at the first chunk with text, the client-wait,
+# first-byte and in-flight metrics.
+ANALYSIS_VERSION = 3
 
 
 def options_from_config(cfg: dict[str, Any]) -> Options:
