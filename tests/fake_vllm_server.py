@@ -1,7 +1,8 @@
 """A stand-in for vLLM's OpenAI server, to run the profiling pass's GPU path without a GPU.
 
 Serves GET /health and /version; POST /tokenize and /detokenize (token i is the word "t<i>"),
-/v1/completions (SSE, one chunk per token, usage, [DONE]), /start_profile and /stop_profile.
+/v1/completions (SSE, one chunk per token, usage (also in every chunk with
+continuous_usage_stats, as vLLM), [DONE]), /start_profile and /stop_profile.
 Each completion logs its wall-clock interval; /stop_profile writes the capture's range and those
 intervals to `$FAKE_NSYS_OUTPUT.nsys-rep`, where tests/fake_nsys.py turns them into an export.
 
@@ -45,9 +46,13 @@ async def completions(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     n = int(body["max_tokens"])
-    for _ in range(n):
+    # as vLLM: with continuous_usage_stats, every chunk carries the usage so far
+    continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+    for i in range(n):
         await asyncio.sleep(0.01)
-        chunk = {"choices": [{"index": 0, "text": " x"}]}
+        chunk: dict[str, object] = {"choices": [{"index": 0, "text": " x"}]}
+        if continuous:
+            chunk["usage"] = {"prompt_tokens": 1, "total_tokens": 2 + i, "completion_tokens": i + 1}
         await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
     usage = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": n}}
     await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")

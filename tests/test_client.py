@@ -14,7 +14,14 @@ from collections.abc import Iterator
 import pytest
 from aiohttp import web
 
-from servelab.client import PointRun, RequestRecord, ResponseParser, Workload, run_point
+from servelab.client import (
+    PointRun,
+    RequestRecord,
+    ResponseParser,
+    Workload,
+    _payload,
+    run_point,
+)
 
 
 def _chunk(text: str) -> bytes:
@@ -22,15 +29,46 @@ def _chunk(text: str) -> bytes:
 
 
 USAGE = b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}\n\n'
+STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+
+
+def _usage_chunk(text: str | None, completion_tokens: int) -> bytes:
+    """A content chunk as vLLM sends it with continuous_usage_stats (cumulative usage)."""
+    msg = {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 1,
+        "model": "t",
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": None}],
+        "usage": {
+            "prompt_tokens": 3,
+            "total_tokens": 3 + completion_tokens,
+            "completion_tokens": completion_tokens,
+        },
+    }
+    return b"data: " + json.dumps(msg, separators=(",", ":")).encode() + b"\n\n"
 
 
 async def good(request: web.Request) -> web.StreamResponse:
     body = await request.json()
-    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["stream"] is True and body["stream_options"] == STREAM_OPTIONS
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     for t in ["a", "b", "", "d"]:
         await resp.write(_chunk(t))
+        await asyncio.sleep(0.01)
+    await resp.write(USAGE + b"data: [DONE]\n\n")
+    return resp
+
+
+async def continuous(request: web.Request) -> web.StreamResponse:
+    """As vLLM with continuous_usage_stats: usage so far in every chunk; two tokens merged."""
+    body = await request.json()
+    assert body["stream_options"]["continuous_usage_stats"] is True
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    for text, cum in [("a", 1), ("bc", 3), ("d", 4)]:
+        await resp.write(_usage_chunk(text, cum))
         await asyncio.sleep(0.01)
     await resp.write(USAGE + b"data: [DONE]\n\n")
     return resp
@@ -70,6 +108,7 @@ def sse_server() -> Iterator[str]:
     app = web.Application()
     for name, handler in [
         ("good", good),
+        ("continuous", continuous),
         ("error", http_error),
         ("broken", broken),
         ("slow", slow),
@@ -105,6 +144,38 @@ def test_good_stream_records_every_chunk(sse_server: str) -> None:
         assert (r.prompt_tokens, r.output_tokens) == (3, 4)
     assert run.finished_epoch_ns > run.started_epoch_ns
     assert run.client_cpu_s > 0
+
+
+def test_new_fields_over_a_socket(sse_server: str) -> None:
+    good = run_point(wl(sse_server, "good"), ["p"] * 2, 2, "t")
+    for r in good.records:  # no usage in the content chunks: tokens per chunk unknown
+        assert r.chunk_tokens is None and r.empty_chunks == [2]
+        assert r.first_byte_offset_us is not None
+        assert 0 <= r.first_byte_offset_us <= r.chunk_offsets_us[0]
+    cont = run_point(wl(sse_server, "continuous"), ["p"] * 2, 2, "t")
+    for r in cont.records:
+        assert r.ok and r.chunk_tokens == [1, 2, 1] and r.empty_chunks == []
+        assert r.output_tokens == 4 and r.cached_tokens is None
+
+
+def test_queued_us_is_the_wait_in_the_client(sse_server: str) -> None:
+    run = run_point(wl(sse_server, "continuous"), ["p"] * 3, 1, "q")
+    assert [r.ok for r in run.records] == [True] * 3
+    waits = [r.queued_us for r in run.records]
+    assert all(q is not None and 0 <= q < 50_000 for q in waits), waits
+    # one slot: each request waits from the previous one's end (not its send) to its own send
+    for prev, nxt in zip(run.records, run.records[1:], strict=False):
+        assert prev.done_offset_us is not None and nxt.queued_us is not None
+        end = prev.sent_epoch_ns + prev.done_offset_us * 1000
+        assert nxt.sent_epoch_ns - nxt.queued_us * 1000 >= end - 1000
+    # the first request waits from the point's start
+    assert run.records[0].sent_epoch_ns - run.records[0].queued_us * 1000 >= run.started_epoch_ns  # type: ignore[operator]
+
+
+def test_payload_asks_for_usage_in_every_chunk() -> None:
+    body = json.loads(_payload(Workload("http://h", "m", 4), "p"))
+    assert body["stream_options"] == STREAM_OPTIONS
+    assert body["stream"] is True and body["ignore_eos"] is True
 
 
 def test_concurrency_is_respected(sse_server: str) -> None:
@@ -254,6 +325,81 @@ def test_parser_odd_but_valid_events() -> None:
     )
     rec, _ = parse([sse_response(*events)])
     assert rec.ok and len(rec.chunk_offsets_us) == 3, rec.error
+
+
+CONTINUOUS = (
+    _usage_chunk("a", 1),
+    _usage_chunk("", 2),  # text held back (inside a multi-byte character)
+    _usage_chunk("bcd", 5),  # three tokens merged into one chunk
+    _usage_chunk(None, 6),
+    _usage_chunk("e", 7),
+    b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 7, '
+    b'"prompt_tokens_details": {"cached_tokens": 2}}}\n\n',
+    b"data: [DONE]\n\n",
+)
+
+
+def test_parser_tokens_per_chunk_from_continuous_usage() -> None:
+    raw = sse_response(*CONTINUOUS)
+    for reads in ([raw], [raw[i : i + 1] for i in range(len(raw))]):
+        rec, over = parse(reads)
+        assert over and rec.ok, rec.error
+        assert len(rec.chunk_offsets_us) == 5
+        assert rec.chunk_tokens == [1, 1, 3, 1, 1]
+        assert rec.empty_chunks == [1, 3]
+        assert (rec.prompt_tokens, rec.output_tokens, rec.cached_tokens) == (3, 7, 2)
+    for cut in range(1, len(raw)):
+        rec, _ = parse([raw[:cut], raw[cut:]], [10, 20])
+        assert rec.chunk_tokens == [1, 1, 3, 1, 1] and rec.empty_chunks == [1, 3], cut
+
+
+def test_parser_no_tokens_per_chunk_without_usage_in_every_chunk() -> None:
+    rec, _ = parse([sse_response(*STREAM)])
+    assert rec.ok and rec.chunk_tokens is None and rec.cached_tokens is None
+    assert rec.empty_chunks == [2]  # _chunk("")
+    mixed = (_usage_chunk("a", 1), _chunk("b"), _usage_chunk("c", 3), USAGE, b"data: [DONE]\n\n")
+    rec, _ = parse([sse_response(*mixed)])
+    assert rec.ok and rec.chunk_tokens is None and len(rec.chunk_offsets_us) == 3
+    odd = (
+        b'data: {"choices": [{"index": 0}]}\n\n',  # no text at all
+        b'data: {"choices": [{"index": 0, "text": " x"}], "usage": {"completion_tokens": 2}}\n\n',
+        USAGE,
+        b"data: [DONE]\n\n",
+    )
+    rec, _ = parse([sse_response(*odd)])
+    assert rec.ok and rec.empty_chunks == [0] and rec.chunk_tokens is None
+
+
+def test_parser_first_byte_is_the_read_that_starts_the_head() -> None:
+    raw = sse_response(*STREAM)
+    rec, _ = parse([raw[:5], raw[5:60], raw[60:]], [30, 45, 90])
+    assert rec.ok and rec.first_byte_offset_us == 30
+    assert rec.chunk_offsets_us[0] == 90
+    rec, _ = parse([raw], [250])
+    assert rec.first_byte_offset_us == 250
+    untouched = ResponseParser(RequestRecord("r", 0), T0)
+    untouched.eof(T0 + 9_000_000)
+    assert untouched.rec.first_byte_offset_us is None
+
+
+def test_record_from_old_raw_data_reads_new_fields_as_none() -> None:
+    old = {
+        "request_id": "r",
+        "sent_epoch_ns": 5,
+        "chunk_offsets_us": [1, 2],
+        "done_offset_us": 3,
+        "prompt_tokens": 1,
+        "output_tokens": 2,
+        "ok": True,
+        "error": None,
+        "http_status": 200,
+    }
+    rec = RequestRecord.from_json(old)
+    assert rec.chunk_offsets_us == [1, 2] and rec.ok
+    new = ("first_byte_offset_us", "chunk_tokens", "empty_chunks", "queued_us", "cached_tokens")
+    assert all(getattr(rec, k) is None for k in new)
+    assert list(rec.to_json())[-6:] == ["http_status", *new]
+    assert RequestRecord.from_json(rec.to_json()) == rec
 
 
 def test_parser_body_until_close() -> None:

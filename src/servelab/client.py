@@ -39,6 +39,12 @@ class RequestRecord:
     ok: bool = False
     error: str | None = None
     http_status: int | None = None
+    # Added later: raw data written before them lacks these, and reads back None.
+    first_byte_offset_us: int | None = None
+    chunk_tokens: list[int] | None = None
+    empty_chunks: list[int] | None = None
+    queued_us: int | None = None
+    cached_tokens: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,7 +91,8 @@ def _payload(w: Workload, prompt: str) -> bytes:
         "max_tokens": w.max_tokens,
         "temperature": w.temperature,
         "stream": True,
-        "stream_options": {"include_usage": True},
+        # usage in every chunk (cumulative completion_tokens): how many tokens each carried
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
     if w.ignore_eos:
         body["ignore_eos"] = True
@@ -119,10 +126,16 @@ class ResponseParser:
     `feed(data, now)` takes each read in arrival order with the time it arrived (perf_counter
     ns, the clock of `t0`) and returns True once the response is over, finished or failed;
     the record then says which, exactly as the raw data contract has it:
+    - the read that carried the start of the response sets first_byte_offset_us;
     - every SSE event with a `data:` line whose JSON object carries a non-empty `choices`
       adds one chunk offset, `(now - t0) // 1000`, where `now` is the arrival of the read
-      that completed the event;
-    - `usage` sets prompt_tokens / output_tokens; `data: [DONE]` marks a complete stream;
+      that completed the event; its index goes to empty_chunks when its first choice has no
+      text; its `usage.completion_tokens` (cumulative, with `continuous_usage_stats`) less the
+      previous chunk's goes to chunk_tokens, which becomes None once a content chunk comes
+      without usage;
+    - `usage` sets prompt_tokens / output_tokens (the last one seen: the final total) and
+      cached_tokens (`prompt_tokens_details.cached_tokens`, where the server reports it);
+      `data: [DONE]` marks a complete stream;
     - a chunk that is not JSON, or not a JSON object, fails the request ("malformed stream");
       an `error` object without choices fails it ("stream error");
     - a status other than 200 fails it with its body ("HTTP <status>: <body>");
@@ -136,6 +149,10 @@ class ResponseParser:
         "rec",
         "t0",
         "offsets",
+        "empty",
+        "tokens",
+        "cum",
+        "ended",
         "state",
         "status",
         "left",
@@ -153,6 +170,12 @@ class ResponseParser:
         self.rec = rec
         self.t0 = t0
         self.offsets = rec.chunk_offsets_us
+        self.empty: list[int] = []
+        rec.empty_chunks = self.empty
+        self.tokens: list[int] | None = []  # None: a content chunk came without usage
+        rec.chunk_tokens = self.tokens
+        self.cum = 0  # the last content chunk's cumulative completion_tokens
+        self.ended = 0  # when the response was over (perf_counter ns), 0 until then
         self.state = _HEAD
         self.status = 0
         self.left = 0  # chunked: see _CRLF/_TRAILER; Content-Length: body bytes still due
@@ -170,7 +193,9 @@ class ResponseParser:
     def feed(self, data: bytes, now: int) -> bool:
         if self.finished:
             return True
-        self.received = True
+        if not self.received:
+            self.received = True
+            self.rec.first_byte_offset_us = (now - self.t0) // 1000
         try:
             if self.buf:
                 data = self.buf + data
@@ -200,7 +225,11 @@ class ResponseParser:
             self._fail(f"malformed response: {exc}")
         except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
             self._fail(f"malformed stream: {exc}")
-        return self.finished
+        if self.finished:
+            if not self.ended:
+                self.ended = now
+            return True
+        return False
 
     def eof(self, now: int, exc: BaseException | None = None) -> None:
         """The server closed the connection (`exc`: why, when the transport knows)."""
@@ -213,6 +242,7 @@ class ResponseParser:
         where = "mid-response" if self.received else "before responding"
         why = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
         self._fail(f"server closed the connection {where}{why}")
+        self.ended = now
 
     def _fail(self, error: str) -> None:
         self.rec.error = error[:300]
@@ -414,9 +444,37 @@ class ResponseParser:
         return True
 
     def _message(self, msg: dict[str, Any], stamp: int, text: str) -> bool:
-        if msg.get("choices"):
-            self.offsets.append(stamp)
-        elif "error" in msg:
+        # Once per chunk, on the client's hot path: constant work only, the content chunk's
+        # case inline.
+        choices = msg.get("choices")
+        if choices:
+            offsets = self.offsets
+            offsets.append(stamp)
+            try:
+                if not choices[0]["text"]:
+                    self.empty.append(len(offsets) - 1)
+            except (LookupError, TypeError):  # no text, or not a choice object
+                self.empty.append(len(offsets) - 1)
+            usage = msg.get("usage")
+            if usage:
+                if type(usage) is not dict:
+                    raise ValueError(f"usage is not a JSON object: {text[:80]}")
+                rec = self.rec
+                rec.prompt_tokens = usage.get("prompt_tokens")
+                n = rec.output_tokens = usage.get("completion_tokens")
+                tokens = self.tokens
+                if tokens is not None:
+                    if type(n) is int:
+                        tokens.append(n - self.cum)
+                        self.cum = n
+                    else:  # no completion_tokens in this chunk's usage
+                        self.tokens = rec.chunk_tokens = None
+                if "prompt_tokens_details" in usage:
+                    self._cached(usage)
+            elif self.tokens is not None:
+                self.tokens = self.rec.chunk_tokens = None
+            return True
+        if "error" in msg:
             err = msg["error"]
             detail = err.get("message", err) if isinstance(err, dict) else err
             self._fail(f"stream error: {detail}")
@@ -427,11 +485,20 @@ class ResponseParser:
                 raise ValueError(f"usage is not a JSON object: {text[:80]}")
             self.rec.prompt_tokens = usage.get("prompt_tokens")
             self.rec.output_tokens = usage.get("completion_tokens")
+            if "prompt_tokens_details" in usage:
+                self._cached(usage)
         return True
+
+    def _cached(self, usage: dict[str, Any]) -> None:
+        details = usage["prompt_tokens_details"]
+        cached = details.get("cached_tokens") if type(details) is dict else None
+        if type(cached) is int:
+            self.rec.cached_tokens = cached
 
     def _end(self, now: int) -> None:
         rec = self.rec
         self.finished = True
+        self.ended = now
         if self.status != 200:
             body = b"".join(self.error_body).decode("utf-8", "replace")
             rec.error = f"HTTP {self.status}: {body[:300].replace(chr(10), ' ')}"
@@ -569,8 +636,10 @@ async def _one(
     clock: _Clock,
     request_id: str,
     prompt: str,
-) -> tuple[RequestRecord, _Connection | None]:
-    """One request; returns its record and the connection to reuse (None: open a new one)."""
+) -> tuple[RequestRecord, _Connection | None, int]:
+    """One request; returns its record, the connection to reuse (None: open a new one) and
+    when the request was over (perf_counter ns: the read that ended its response, else the
+    moment it failed)."""
     request = target.request(request_id, _payload(w, prompt))
     t0 = _now()
     rec = RequestRecord(request_id=request_id, sent_epoch_ns=clock.epoch_of(t0))
@@ -586,12 +655,12 @@ async def _one(
             conn.close(abort=True)
         if not parser.finished:  # (a response that ended just as the deadline passed stands)
             rec.error = f"timeout after {w.request_timeout_s:g} s"
-        return rec, None
+        return rec, None, parser.ended or _now()
     except OSError as exc:
         where = f"{target.host}:{target.port}"
         rec.error = f"Connect to {where} failed: {type(exc).__name__}: {exc}"[:300]
-        return rec, None
-    return rec, (None if conn.lost else conn)
+        return rec, None, _now()
+    return rec, (None if conn.lost else conn), parser.ended or _now()
 
 
 class RequestMarks(Protocol):
@@ -623,11 +692,16 @@ async def run_closed_loop(
 
     async def worker() -> None:
         conn: _Connection | None = None
+        free = clock.mono0  # when this slot became free: the point's start, then each end
         try:
             for i, prompt in todo:
                 token = marks.start(i) if marks is not None else None
                 try:
-                    rec, conn = await _one(target, conn, view, w, clock, f"{label}-{i:05d}", prompt)
+                    rid = f"{label}-{i:05d}"
+                    rec, conn, free_next = await _one(target, conn, view, w, clock, rid, prompt)
+                    # the time from the slot's becoming free to the send, in the client
+                    rec.queued_us = (rec.sent_epoch_ns - clock.epoch_of(free)) // 1000
+                    free = free_next
                     out.records.append(rec)
                 finally:
                     if marks is not None:

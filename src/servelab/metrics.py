@@ -1,6 +1,7 @@
 """Per-point metrics with the names and meaning of `vllm bench serve` (see docs/analysis.md).
 
-Only successful requests count toward latencies; failures are counted in `failed`.
+Only successful requests count toward latencies (except `client_wait`, the client's own wait
+before each send, over every request); failures are counted in `failed`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import numpy as np
 from servelab.client import RequestRecord
 
 PERCENTILES = (50, 90, 95, 99)
-LATENCIES = ("ttft", "tpot", "itl", "e2el")
+LATENCIES = ("ttft", "tpot", "itl", "e2el", "ttfb", "client_wait")
+MIN_WINDOW_NS = 1_000_000  # achieved_concurrency needs a send window at least this long
 
 
 def latency_stats(name: str, values_ms: Sequence[float]) -> dict[str, float | None]:
@@ -28,15 +30,60 @@ def latency_stats(name: str, values_ms: Sequence[float]) -> dict[str, float | No
     return out
 
 
+def first_text_chunk(rec: RequestRecord) -> int:
+    """Index of the first content chunk that carries text: the first not in `empty_chunks`
+    (0 when none is listed, as in raw data older than the field, or when all are)."""
+    empty = rec.empty_chunks
+    if not empty:
+        return 0
+    skip = set(empty)
+    for i in range(len(rec.chunk_offsets_us)):
+        if i not in skip:
+            return i
+    return 0
+
+
 def request_latencies(rec: RequestRecord) -> dict[str, Any]:
     """TTFT, E2EL, TPOT and ITLs (ms) of one successful request."""
     offs = rec.chunk_offsets_us
-    ttft = offs[0] / 1000.0
+    ttft = offs[first_text_chunk(rec)] / 1000.0
     e2el = (rec.done_offset_us if rec.done_offset_us is not None else offs[-1]) / 1000.0
     n = rec.output_tokens or 0
     tpot = (e2el - ttft) / (n - 1) if n > 1 else None
     itl = [(b - a) / 1000.0 for a, b in zip(offs, offs[1:], strict=False)]
     return {"ttft": ttft, "e2el": e2el, "tpot": tpot, "itl": itl}
+
+
+def request_end_ns(rec: RequestRecord) -> int:
+    """When a request stopped being in flight (wall clock, ns): the end of its stream, else
+    (a failed request) its last known arrival: the last chunk, else the first byte, else its
+    send."""
+    if rec.done_offset_us is not None:
+        off = rec.done_offset_us
+    elif rec.chunk_offsets_us:
+        off = rec.chunk_offsets_us[-1]
+    else:
+        off = rec.first_byte_offset_us or 0
+    return rec.sent_epoch_ns + off * 1000
+
+
+def in_flight(recs: Sequence[RequestRecord]) -> tuple[float | None, float | None]:
+    """(achieved_concurrency, mean_in_flight): the time-weighted mean number of requests in
+    flight (each from its send to `request_end_ns`, failed ones included) from the first
+    send to the last send (None when that is under 1 ms), and from the first send to the
+    last end (None when that is not positive)."""
+    if not recs:
+        return None, None
+    spans = [(r.sent_epoch_ns, max(r.sent_epoch_ns, request_end_ns(r))) for r in recs]
+    first = min(s for s, _ in spans)
+    last_send = max(s for s, _ in spans)
+    last_end = max(e for _, e in spans)
+    achieved = None
+    if last_send - first >= MIN_WINDOW_NS:
+        busy = sum(max(0, min(e, last_send) - s) for s, e in spans)
+        achieved = busy / (last_send - first)
+    mean = sum(e - s for s, e in spans) / (last_end - first) if last_end > first else None
+    return achieved, mean
 
 
 def point_metrics(records: Iterable[RequestRecord]) -> dict[str, Any]:
@@ -50,18 +97,30 @@ def point_metrics(records: Iterable[RequestRecord]) -> dict[str, Any]:
         itl.extend(lat["itl"])
         if lat["tpot"] is not None:
             tpot.append(lat["tpot"])
+    ttfb = [r.first_byte_offset_us / 1000.0 for r in good if r.first_byte_offset_us is not None]
+    wait = [r.queued_us / 1000.0 for r in recs if r.queued_us is not None]
     duration = 0.0
     if recs:
         start = min(r.sent_epoch_ns for r in recs)
         ends = [r.sent_epoch_ns + (r.done_offset_us or 0) * 1000 for r in good] or [start]
         duration = (max(ends) - start) / 1e9
+    achieved, mean_in_flight = in_flight(recs)
     return assemble(
         num_prompts=len(recs),
         completed=len(good),
         duration=duration,
         total_input_tokens=sum(r.prompt_tokens or 0 for r in good),
         total_output_tokens=sum(r.output_tokens or 0 for r in good),
-        latencies_ms={"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el},
+        latencies_ms={
+            "ttft": ttft,
+            "tpot": tpot,
+            "itl": itl,
+            "e2el": e2el,
+            "ttfb": ttfb,
+            "client_wait": wait,
+        },
+        achieved_concurrency=achieved,
+        mean_in_flight=mean_in_flight,
     )
 
 
@@ -72,8 +131,11 @@ def assemble(
     total_input_tokens: int,
     total_output_tokens: int,
     latencies_ms: dict[str, list[float]],
+    achieved_concurrency: float | None = None,
+    mean_in_flight: float | None = None,
 ) -> dict[str, Any]:
-    """The metric keys of a point from its counts, duration (s) and latency lists (ms)."""
+    """The metric keys of a point from its counts, duration (s), latency lists (ms; a family
+    left out is null) and mean numbers of requests in flight (None where unknown)."""
     dur = duration
     out: dict[str, Any] = {
         "num_prompts": num_prompts,
@@ -90,4 +152,6 @@ def assemble(
     }
     for name in LATENCIES:
         out.update(latency_stats(name, latencies_ms.get(name, [])))
+    out["achieved_concurrency"] = achieved_concurrency
+    out["mean_in_flight"] = mean_in_flight
     return out
