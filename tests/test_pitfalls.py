@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from analysis_fixtures import servelab_point
 
+from servelab.analysis.core import Options
 from servelab.analysis.load import load
 from servelab.analysis.pipeline import analyze
-from servelab.analysis.core import Options
 from servelab.analysis.validity import (
     CHECKS,
     FAILED,
@@ -351,14 +351,17 @@ def test_old_raw_data_leaves_the_new_checks_not_checked(fixtures: Path) -> None:
     assert f["first_token"].status == NOT_CHECKED
     assert f["client_wait"].status == NOT_CHECKED
     assert f["output_length"].status == NOT_CHECKED  # ignore_eos not recorded then
-    assert f["chunk_tokens"].status == PASSED and "judged from usage totals" in f["chunk_tokens"].reason
+    assert (
+        f["chunk_tokens"].status == PASSED
+        and "judged from usage totals" in f["chunk_tokens"].reason
+    )
     assert f["prompt_length"].status == PASSED
 
 
 def test_an_itl_only_flag_keeps_ttft_and_throughput_in_the_tables(tmp_path: Path) -> None:
     exp = tmp_path / "exp"
     for rep in (1, 2, 3):
-        servelab_point(exp, "x", rep, 2, 100.0 + rep, 20.0, n=4, out_tokens=10)
+        servelab_point(exp, "x", rep, 2, 10.0 + rep, 20.0, n=4, out_tokens=10)
     # rep 2: one request's tokens came two per chunk (5 chunks for 10 tokens)
     d = exp / "raw" / "x" / "rep02" / "c0002"
     rows = list(read_jsonl_gz(d / "requests.jsonl.gz"))

@@ -88,12 +88,8 @@ class Thresholds:
         for name in ("max_burst_share", "max_merged_chunk_share", "max_prefix_cache_hit_rate"):
             if values[name] > 1:
                 raise ServelabError(f"{SECTION}.{name}: {values[name]!r} is a share: 0 to 1")
-        return Thresholds(
-            **{
-                name: int(values[name]) if name == "max_failed_requests" else float(values[name])
-                for name in names
-            }
-        )
+        floats = {name: float(values[name]) for name in names if name != "max_failed_requests"}
+        return Thresholds(max_failed_requests=int(values["max_failed_requests"]), **floats)
 
     @staticmethod
     def defaults() -> Thresholds:
@@ -565,9 +561,7 @@ def check_achieved_concurrency(f: PointFacts, t: Thresholds) -> Flag:
         f"for {f.concurrency} requested"
     )
     if share < limit:
-        return Flag(
-            "achieved_concurrency", FAILED, share, limit, f"{said} (minimum {_pct(limit)})"
-        )
+        return Flag("achieved_concurrency", FAILED, share, limit, f"{said} (minimum {_pct(limit)})")
     return Flag("achieved_concurrency", PASSED, share, limit, said)
 
 
@@ -626,8 +620,7 @@ def check_leftover_requests(f: PointFacts, t: Thresholds) -> Flag:
     server_n, client_n = float(srv["requests_finished"]), len(f.requests)
     extra = server_n - client_n
     said = (
-        f"the server finished {_g(server_n)} requests during the point, the client sent "
-        f"{client_n}"
+        f"the server finished {_g(server_n)} requests during the point, the client sent {client_n}"
     )
     if extra > 0:
         return Flag(
@@ -757,8 +750,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "client_wait",
-        "mean time a request waited in the client between its slot becoming free and its "
-        "send (ms)",
+        "mean time a request waited in the client between its slot becoming free and its send (ms)",
         ALL,
         "max_client_wait_ms",
         check_client_wait,
