@@ -29,6 +29,7 @@ from servelab.analysis.validity import (
 )
 from servelab.client import RequestRecord
 from servelab.jsonio import read_jsonl_gz, write_json, write_jsonl_gz
+from servelab.metrics import request_latencies
 
 T = Thresholds.defaults()
 T0 = 1_800_000_000_000_000_000
@@ -159,18 +160,43 @@ def test_without_per_chunk_usage_the_totals_decide() -> None:
 # 2. what counts as the first token
 
 
-def test_first_token_notes_an_empty_first_chunk_and_fails_a_textless_request() -> None:
-    late = req(empty=(0,))
-    f = run(facts([late, req()]))["first_token"]
+def test_first_token_notes_a_role_only_first_chunk_and_fails_an_outputless_request() -> None:
+    role_only = req(tokens=8, chunk_tokens=(0,) + (1,) * 8, empty=(0,))  # no text, no token
+    f = run(facts([role_only, req()]))["first_token"]
     assert f.status == NOTED and f.value == 1.0
-    assert "their TTFT is the first chunk with text" in f.reason
-    textless = req(tokens=2, empty=(0, 1))
-    g = run(facts([textless, req()]))["first_token"]
+    assert "their TTFT is the first chunk that did" in f.reason
+    # a first chunk without text that still carried a token (text held back, a special
+    # token) is the token's arrival: nothing to note
+    held_back = req(tokens=8, empty=(0,))
+    assert run(facts([held_back]))["first_token"].status == PASSED
+    # no text anywhere and no per-chunk token counts: TTFT is undefined
+    blank = RequestFacts(True, 2, 2, None, prompt_tokens=128, chunks=2, empty_chunks=(0, 1))
+    g = run(facts([blank, req()]))["first_token"]
     assert g.status == FAILED and "TTFT undefined" in g.reason
     check = next(k for k in CHECKS if k.name == "first_token")
     assert check.removes("mean_ttft_ms") and not check.removes("mean_itl_ms")
     unknown = req(empty=None)
     assert run(facts([unknown]))["first_token"].status == NOT_CHECKED
+
+
+def test_ttft_skips_a_chunk_without_output_not_one_without_text() -> None:
+    base: dict[str, Any] = {
+        "request_id": "x",
+        "sent_epoch_ns": T0,
+        "chunk_offsets_us": [1000, 2000, 3000],
+        "done_offset_us": 3100,
+        "prompt_tokens": 128,
+        "output_tokens": 2,
+        "ok": True,
+    }
+    role_only = RequestRecord(**base, chunk_tokens=[0, 1, 1], empty_chunks=[0])
+    assert request_latencies(role_only)["ttft"] == 2.0
+    held_back = RequestRecord(
+        **{**base, "output_tokens": 3}, chunk_tokens=[1, 1, 1], empty_chunks=[0]
+    )
+    assert request_latencies(held_back)["ttft"] == 1.0
+    no_counts = RequestRecord(**base, empty_chunks=[0])
+    assert request_latencies(no_counts)["ttft"] == 2.0
 
 
 # 3. prefix-cache contamination

@@ -30,23 +30,33 @@ def latency_stats(name: str, values_ms: Sequence[float]) -> dict[str, float | No
     return out
 
 
-def first_text_chunk(rec: RequestRecord) -> int:
-    """Index of the first content chunk that carries text: the first not in `empty_chunks`
-    (0 when none is listed, as in raw data older than the field, or when all are)."""
-    empty = rec.empty_chunks
-    if not empty:
-        return 0
-    skip = set(empty)
-    for i in range(len(rec.chunk_offsets_us)):
-        if i not in skip:
+def first_output_chunk(
+    n_chunks: int, empty_chunks: Sequence[int] | None, chunk_tokens: Sequence[int] | None
+) -> int | None:
+    """Index of the first content chunk that carries generated output: text, or, where the
+    server reported tokens per chunk, at least one token (a token whose text is held back or
+    is a special token still arrived). None when no chunk does: no text and no token counts."""
+    if not empty_chunks:
+        return 0 if n_chunks else None
+    skip = set(empty_chunks)
+    known = chunk_tokens is not None and len(chunk_tokens) == n_chunks
+    for i in range(n_chunks):
+        if i not in skip or (known and chunk_tokens[i] > 0):  # type: ignore[index]
             return i
-    return 0
+    return None
+
+
+def ttft_chunk(rec: RequestRecord) -> int:
+    """The chunk TTFT is measured at: the first that carries output (`first_output_chunk`);
+    the first chunk when none does (raw data older than `empty_chunks` reads that way too)."""
+    i = first_output_chunk(len(rec.chunk_offsets_us), rec.empty_chunks, rec.chunk_tokens)
+    return 0 if i is None else i
 
 
 def request_latencies(rec: RequestRecord) -> dict[str, Any]:
     """TTFT, E2EL, TPOT and ITLs (ms) of one successful request."""
     offs = rec.chunk_offsets_us
-    ttft = offs[first_text_chunk(rec)] / 1000.0
+    ttft = offs[ttft_chunk(rec)] / 1000.0
     e2el = (rec.done_offset_us if rec.done_offset_us is not None else offs[-1]) / 1000.0
     n = rec.output_tokens or 0
     tpot = (e2el - ttft) / (n - 1) if n > 1 else None

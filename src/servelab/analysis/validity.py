@@ -447,24 +447,30 @@ def check_chunk_tokens(f: PointFacts, t: Thresholds) -> Flag:
 
 
 def check_first_token(f: PointFacts, t: Thresholds) -> Flag:
+    from servelab.metrics import first_output_chunk
+
     done = [r for r in f.requests if r.completed and r.chunks]
     if not done:
         return Flag("first_token", NOT_CHECKED, None, None, "no completed request")
     known = [r for r in done if r.empty_chunks is not None]
     if not known:
         return Flag("first_token", NOT_CHECKED, None, None, "chunks without text not recorded")
-    no_text = [r for r in known if len(set(r.empty_chunks or ())) >= int(r.chunks or 0)]
-    late = [r for r in known if 0 in (r.empty_chunks or ()) and r not in no_text]
-    if no_text:
-        said = f"{len(no_text)} of {len(known)} requests carried no text (TTFT undefined)"
-        return Flag("first_token", FAILED, float(len(no_text)), None, said)
+    first = [first_output_chunk(int(r.chunks or 0), r.empty_chunks, r.chunk_tokens) for r in known]
+    none = sum(1 for i in first if i is None)
+    late = sum(1 for i in first if i)
+    if none:
+        said = (
+            f"{none} of {len(known)} requests carried neither text nor a per-chunk token count "
+            "(TTFT undefined)"
+        )
+        return Flag("first_token", FAILED, float(none), None, said)
     if late:
         said = (
-            f"{len(late)} of {len(known)} requests' first chunk carried no text: "
-            "their TTFT is the first chunk with text"
+            f"{late} of {len(known)} requests' first chunk carried no output (no text, no "
+            "token): their TTFT is the first chunk that did"
         )
-        return Flag("first_token", NOTED, float(len(late)), None, said)
-    return Flag("first_token", PASSED, 0.0, None, "every first chunk carried text")
+        return Flag("first_token", NOTED, float(late), None, said)
+    return Flag("first_token", PASSED, 0.0, None, "every first chunk carried output")
 
 
 def _caching_asked(args: Mapping[str, Any] | None) -> bool:
@@ -703,8 +709,8 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "first_token",
-        "requests whose first chunk carried no text (TTFT is the first chunk with text: a "
-        "note) or that carried no text at all (failed)",
+        "requests whose first chunk carried no output, neither text nor a token (TTFT is the "
+        "first chunk that does: a note), or whose chunks carry none at all (failed)",
         TTFT,
         None,
         check_first_token,
