@@ -29,10 +29,10 @@ POINT_METRICS = (
     ]
     + [
         f"{stat}_{lat}_ms"
-        for lat in ("ttft", "tpot", "itl", "e2el")
+        for lat in ("ttft", "tpot", "itl", "e2el", "ttfb", "client_wait")
         for stat in ("mean", "median", "std", "p50", "p90", "p95", "p99")
     ]
-    + ["client_cpu_s"]
+    + ["achieved_concurrency", "mean_in_flight", "client_cpu_s"]
 )
 
 SUMMARY_METRICS = [
