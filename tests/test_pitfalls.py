@@ -29,7 +29,7 @@ from servelab.analysis.validity import (
 )
 from servelab.client import RequestRecord
 from servelab.jsonio import read_jsonl_gz, write_json, write_jsonl_gz
-from servelab.metrics import request_latencies
+from servelab.metrics import point_metrics, request_latencies
 
 T = Thresholds.defaults()
 T0 = 1_800_000_000_000_000_000
@@ -280,6 +280,9 @@ def test_requests_from_before_the_point_finishing_inside_it() -> None:
     late_warmup = run(facts([req()], warmup_overlap_ns=2_500_000))["leftover_requests"]
     assert late_warmup.status == FAILED and "2.5 ms after the point began" in late_warmup.reason
     assert run(facts([req()]))["leftover_requests"].status == NOT_CHECKED
+    missing = server_telemetry(requests_finished=3.0)
+    m = run(facts([req() for _ in range(4)], telemetry=missing))["leftover_requests"]
+    assert m.status == FAILED and m.reason.endswith("the server's counter misses 1")
 
 
 def test_server_and_client_token_counts() -> None:
@@ -287,6 +290,24 @@ def test_server_and_client_token_counts() -> None:
     f = run(facts([req() for _ in range(4)], telemetry=tel))["server_counts"]
     assert f.status == FAILED and f.value == pytest.approx(50.0)
     assert f.reason.startswith("output tokens: server 16, client 32; prompt tokens: server 512")
+
+
+# 9. failed or empty requests in the statistics
+
+
+def test_an_empty_request_is_a_failure_never_a_zero_in_the_statistics() -> None:
+    """A request that ended with [DONE] and usage but no content chunk (as a server that sends
+    nothing can) would read TTFT 0 if averaged in."""
+    good = [record(i, T0 + i * 10**6, 10_000) for i in range(3)]
+    empty = record(3, T0 + 3 * 10**6, 10_000, chunk_offsets_us=[], output_tokens=0, ok=True)
+    m = point_metrics([*good, empty])
+    assert m["completed"] == 3 and m["failed"] == 1
+    assert m["median_ttft_ms"] == 1.0 and m["mean_ttft_ms"] == 1.0
+    f = by_check(check_point([*good, empty], meta(1, good), T))["failed_requests"]
+    assert f.status == FAILED
+    assert f.reason == "1 of 4 requests failed (limit 0; first: no content received)"
+    clean = by_check(check_point(good, meta(1, good), T))["failed_requests"]
+    assert clean.status == PASSED
 
 
 # the recorded layout: records, point.json, launch args and the warm-up

@@ -636,7 +636,12 @@ def check_leftover_requests(f: PointFacts, t: Thresholds) -> Flag:
             0.0,
             f"{said}: {_g(extra)} from before the point (warm-up or an earlier point)",
         )
-    return Flag("leftover_requests", PASSED, max(0.0, extra), 0.0, said)
+    if extra < 0:
+        # every request the client saw end was finished by the engine before the sample that
+        # closes the window: fewer means the counters do not describe this point
+        why = f"{said}: the server's counter misses {_g(-extra)}"
+        return Flag("leftover_requests", FAILED, extra, 0.0, why)
+    return Flag("leftover_requests", PASSED, 0.0, 0.0, said)
 
 
 def check_server_counts(f: PointFacts, t: Thresholds) -> Flag:
@@ -763,9 +768,9 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "leftover_requests",
-        "requests the server finished during the point beyond those the client sent in it "
-        "(warm-up or earlier requests leaking in), and a warm-up that ended after the point "
-        "began",
+        "requests the server finished during the point against those the client sent in it "
+        "(more: warm-up or earlier requests leaking in; fewer: counters that do not describe "
+        "the point), and a warm-up that ended after the point began",
         ALL,
         None,
         check_leftover_requests,
