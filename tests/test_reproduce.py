@@ -463,3 +463,35 @@ def test_a_fresh_point_that_fails_validity_leaves_its_claims_not_comparable(
     tput = next(c for c in r["claims"] if c["claim"].startswith("throughput"))
     assert tput["verdict"] == REPRODUCED
     assert r["verdict"] == NOT_COMPARABLE
+
+
+def test_unique_prompts_is_noted_not_blocking(tmp_path: Path) -> None:
+    """A reference made before workload.unique_prompts existed resent the same prompts; that
+    matters only to a prefix cache (checked per point), so it is a note."""
+    from servelab.reproduce import Side, provenance_diff
+
+    wl = {"seed": 0, "input_tokens": 128, "output_tokens": 64, "waves": 4}
+    old = {"config": {"workload": dict(wl)}, "pipeline": {}}
+    new = {"config": {"workload": {**wl, "unique_prompts": True}}, "pipeline": {}}
+    hosts = {"class": "equivalent", "relevant_differences": [], "other_differences": []}
+    d = provenance_diff(
+        Side("ref", "release", tmp_path, provenance=old),
+        Side("new", "experiment", tmp_path, provenance=new),
+        hosts,
+    )
+    assert d["blocking"] == []
+    row = next(r for r in d["fields"] if r["field"] == "config.workload.unique_prompts")
+    assert row == {
+        "field": "config.workload.unique_prompts",
+        "reference": None,
+        "fresh": True,
+        "same": False,
+        "effect": "note",
+    }
+    other = {"config": {"workload": {**wl, "unique_prompts": True, "seed": 1}}, "pipeline": {}}
+    d2 = provenance_diff(
+        Side("ref", "release", tmp_path, provenance=old),
+        Side("new", "experiment", tmp_path, provenance=other),
+        hosts,
+    )
+    assert d2["blocking"] == ["config.workload"]

@@ -267,6 +267,15 @@ def _at(*keys: str) -> Any:
     return get
 
 
+def _workload(p: dict[str, Any]) -> Any:
+    w = _cfg("workload")(p)
+    if not isinstance(w, dict):
+        return w
+    return {k: v for k, v in w.items() if k not in NOTED_WORKLOAD_KEYS}
+
+
+NOTED_WORKLOAD_KEYS = frozenset({"unique_prompts"})
+
 BLOCKING: list[tuple[str, Any]] = [
     ("model.source", _at("model", "source")),
     ("model.repo", _at("model", "repo")),
@@ -279,7 +288,7 @@ BLOCKING: list[tuple[str, Any]] = [
     ("config.server.args", _cfg("server", "args")),
     ("config.server.configs", _cfg("server", "configs")),
     ("config.runtime.env", _cfg("runtime", "env")),
-    ("config.workload", _cfg("workload")),
+    ("config.workload", _workload),
     ("config.sweep.concurrency", _cfg("sweep", "concurrency")),
 ]
 # Worth knowing, not blocking.
@@ -291,6 +300,9 @@ NOTES: list[tuple[str, Any]] = [
     ("config.sweep.order", _cfg("sweep", "order")),
     ("config.analysis", _cfg("analysis")),
     ("config.profile.enabled", _cfg("profile", "enabled")),
+    # whether points resend the same prompts matters only with prefix caching, which the
+    # prefix_cache validity check catches on every point of either side
+    ("config.workload.unique_prompts", _cfg("workload", "unique_prompts")),
 ]
 
 

@@ -66,7 +66,7 @@ class Thresholds:
     max_output_drift_pct: float
     min_achieved_concurrency: float
     max_client_cpu_cores: float
-    max_client_wait_ms: float
+    max_client_wait_pct: float
     max_count_mismatch_pct: float
 
     @staticmethod
@@ -113,6 +113,7 @@ class RequestFacts:
     empty_chunks: tuple[int, ...] | None = None
     queued_us: int | None = None  # waited in the client for its slot
     cached_tokens: int | None = None  # prompt tokens the server found in its prefix cache
+    e2el_us: int | None = None  # send to end of stream
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,7 @@ def facts_from_records(
                 empty_chunks=tuple(r.empty_chunks) if r.empty_chunks is not None else None,
                 queued_us=r.queued_us,
                 cached_tokens=r.cached_tokens,
+                e2el_us=r.done_offset_us if done else None,
             )
         )
     good = [r for r in records if r.ok and r.chunk_offsets_us]
@@ -588,18 +590,24 @@ def check_client_cpu(f: PointFacts, t: Thresholds) -> Flag:
 
 
 def check_client_wait(f: PointFacts, t: Thresholds) -> Flag:
-    limit = t.max_client_wait_ms
+    limit = t.max_client_wait_pct
     waits = [r.queued_us for r in f.requests if r.queued_us is not None]
     if not waits:
         return Flag("client_wait", NOT_CHECKED, None, limit, "client wait not recorded")
-    mean_ms = sum(waits) / len(waits) / 1000.0
+    e2el = [r.e2el_us for r in f.requests if r.e2el_us is not None]
+    if not e2el:
+        return Flag("client_wait", NOT_CHECKED, None, limit, "no completed request")
+    wait_ms = sum(waits) / len(waits) / 1000.0
+    e2el_ms = sum(e2el) / len(e2el) / 1000.0
+    pct = 100.0 * wait_ms / e2el_ms if e2el_ms > 0 else 0.0
     said = (
-        f"requests waited {mean_ms:.3g} ms on average (longest {max(waits) / 1000.0:.3g} ms) "
-        "between a free slot and their send"
+        f"requests waited {wait_ms:.3g} ms on average (longest {max(waits) / 1000.0:.3g} ms) "
+        f"between a free slot and their send, {pct:.2g}% of their mean latency "
+        f"({e2el_ms:.4g} ms)"
     )
-    if mean_ms > limit:
-        return Flag("client_wait", FAILED, mean_ms, limit, f"{said} (limit {_g(limit)} ms)")
-    return Flag("client_wait", PASSED, mean_ms, limit, said)
+    if pct > limit:
+        return Flag("client_wait", FAILED, pct, limit, f"{said} (limit {_g(limit)}%)")
+    return Flag("client_wait", PASSED, pct, limit, said)
 
 
 def _server_block(f: PointFacts, name: str, key: str) -> tuple[Mapping[str, Any], Flag | None]:
@@ -761,9 +769,10 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "client_wait",
-        "mean time a request waited in the client between its slot becoming free and its send (ms)",
+        "mean time a request waited in the client between its slot becoming free and its "
+        "send, in percent of the mean request latency (E2EL)",
         ALL,
-        "max_client_wait_ms",
+        "max_client_wait_pct",
         check_client_wait,
     ),
     Check(
