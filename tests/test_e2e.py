@@ -33,6 +33,11 @@ CONTRACT_FIELDS = {
     "ok",
     "error",
     "http_status",
+    "first_byte_offset_us",
+    "chunk_tokens",
+    "empty_chunks",
+    "queued_us",
+    "cached_tokens",
 }
 
 
@@ -60,6 +65,8 @@ def assert_point_telemetry(pdir: Path, point: dict) -> None:
     assert summary["server"]["generation_tokens"] == point["total_output_tokens"]
     assert summary["server"]["prompt_tokens"] == point["total_input_tokens"]
     assert summary["server"]["preemptions"] == 0
+    # and finished exactly the requests the client sent (no warm-up request leaked in)
+    assert summary["server"]["requests_finished"] == point["num_prompts"]
 
 
 def test_reduced_experiment_produces_the_raw_data_contract(
@@ -77,6 +84,7 @@ def test_reduced_experiment_produces_the_raw_data_contract(
     assert run["status"] == "complete" and run["points"] == 4 and run["launches"] == 1
 
     orders = {}
+    offsets: list[tuple[int, int]] = []
     for rep in (1, 2):
         for conc in (1, 4):
             pdir = raw / f"rep{rep:02d}" / f"c{conc:04d}"
@@ -109,6 +117,18 @@ def test_reduced_experiment_produces_the_raw_data_contract(
                 assert offs == sorted(offs) and offs[0] > 0
                 assert r["done_offset_us"] >= offs[-1]
                 assert point["started_epoch_ns"] <= r["sent_epoch_ns"] <= point["finished_epoch_ns"]
+                # the real server's per-chunk usage: tokens per chunk add up to the usage
+                assert len(r["chunk_tokens"]) == len(offs) and min(r["chunk_tokens"]) >= 0
+                assert sum(r["chunk_tokens"]) == r["output_tokens"]
+                assert all(0 <= i < len(offs) for i in r["empty_chunks"])
+                assert 0 < r["first_byte_offset_us"] <= offs[0]
+                assert r["queued_us"] >= 0 and r["cached_tokens"] is None
+            # every point sent prompts of its own (workload.unique_prompts)
+            assert point["ignore_eos"] is True and point["unique_prompts"] is True
+            offsets.append((point["prompt_offset"], point["num_prompts"]))
+    spans = sorted(offsets)
+    assert spans[0][0] == 4  # after the warm-up's 4
+    assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:], strict=False))
     # cyclic Latin square: the two repeats run the points in opposite orders
     assert orders == {(1, 0): 1, (1, 1): 4, (2, 0): 4, (2, 1): 1}
 
