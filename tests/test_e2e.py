@@ -143,7 +143,7 @@ def test_reduced_experiment_produces_the_raw_data_contract(
     launch = json.loads((srv / "launch.json").read_text())
     assert "--max-num-seqs" in launch["command"]
     # the default's server.engine_nice reached vLLM's engine core and its one worker
-    assert launch["placement"]["engine_nice"] == 10 and len(launch["placement"]["engine_pids"]) == 2
+    assert launch["placement"]["engine_nice"] == 19 and len(launch["placement"]["engine_pids"]) == 2
     assert "Maximum concurrency" in (srv / "server.log").read_text()
     assert_no_orphans(launch["pid"])
 
