@@ -32,15 +32,21 @@ def load_points(exp_dir: Path) -> list[dict[str, Any]]:
     return [p for p in points if p.get("status") == "complete"]
 
 
-def point_context(exp_dir: Path, server_config: str) -> dict[str, Any]:
-    """What the validity checks read beside a point of `server_config`: the launch arguments
-    (server/<sc>/launch.json `args`) and the warm-up's point.json (raw/<sc>/warmup/); each
-    None when absent."""
-    lj = exp_dir / "server" / server_config / "launch.json"
-    args = read_json(lj).get("args") if lj.is_file() else None
-    wp = exp_dir / "raw" / server_config / "warmup" / "point.json"
-    warmup = read_json(wp) if wp.is_file() else None
-    return {
-        "server_args": args if isinstance(args, dict) else None,
-        "warmup": warmup if isinstance(warmup, dict) else None,
-    }
+def point_contexts(exp_dir: Path) -> dict[str, dict[str, Any]]:
+    """What the validity checks read beside the points of each server configuration (by
+    name, for every raw/<sc>/): its launch arguments (server/<sc>/launch.json `args`) and the
+    warm-up's point.json (raw/<sc>/warmup/); each None when absent."""
+    out: dict[str, dict[str, Any]] = {}
+    raw = exp_dir / "raw"
+    for d in sorted(raw.iterdir()) if raw.is_dir() else []:
+        if not d.is_dir():
+            continue
+        lj = exp_dir / "server" / d.name / "launch.json"
+        args = read_json(lj).get("args") if lj.is_file() else None
+        wp = d / "warmup" / "point.json"
+        warmup = read_json(wp) if wp.is_file() else None
+        out[d.name] = {
+            "server_args": args if isinstance(args, dict) else None,
+            "warmup": warmup if isinstance(warmup, dict) else None,
+        }
+    return out

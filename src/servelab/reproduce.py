@@ -267,14 +267,16 @@ def _at(*keys: str) -> Any:
     return get
 
 
+# workload keys compared as notes (NOTES), not as part of the blocking `config.workload`
+NOTED_WORKLOAD_KEYS = frozenset({"unique_prompts"})
+
+
 def _workload(p: dict[str, Any]) -> Any:
     w = _cfg("workload")(p)
     if not isinstance(w, dict):
         return w
     return {k: v for k, v in w.items() if k not in NOTED_WORKLOAD_KEYS}
 
-
-NOTED_WORKLOAD_KEYS = frozenset({"unique_prompts"})
 
 BLOCKING: list[tuple[str, Any]] = [
     ("model.source", _at("model", "source")),

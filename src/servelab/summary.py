@@ -11,7 +11,7 @@ from typing import Any
 from servelab.analysis.validity import PointFlags, Thresholds, check_point, summary_line
 from servelab.client import RequestRecord
 from servelab.jsonio import read_json, read_jsonl_gz
-from servelab.rawdata import load_point, load_points, point_context, point_files
+from servelab.rawdata import load_point, load_points, point_contexts, point_files
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -59,17 +59,14 @@ def point_validity(exp_dir: Path, t: Thresholds) -> list[PointFlags]:
     """The validity flags of every complete point (docs/analysis.md#validity); a point without
     requests.jsonl.gz is checked on its telemetry alone."""
     out: list[PointFlags] = []
-    context: dict[str, dict[str, Any]] = {}
+    context = point_contexts(exp_dir)
     for pj in point_files(exp_dir):
         meta = load_point(pj)
         if meta.get("status") != "complete":
             continue
-        sc = str(meta["server_config"])
-        if sc not in context:
-            context[sc] = point_context(exp_dir, sc)
         req = pj.parent / "requests.jsonl.gz"
         recs = [RequestRecord.from_json(r) for r in read_jsonl_gz(req)] if req.exists() else []
-        flags = check_point(recs, meta, t, **context[sc])
+        flags = check_point(recs, meta, t, **context.get(str(meta["server_config"]), {}))
         out.append(
             (str(meta["server_config"]), int(meta["repeat"]), int(meta["concurrency"]), flags)
         )

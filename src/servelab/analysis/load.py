@@ -27,7 +27,7 @@ from servelab.client import RequestRecord
 from servelab.errors import ServelabError
 from servelab.jsonio import read_json, read_jsonl_gz
 from servelab.metrics import assemble, point_metrics, request_latencies
-from servelab.rawdata import load_point, point_context, point_files
+from servelab.rawdata import load_point, point_contexts, point_files
 from servelab.server import parse_capacity
 from servelab.telemetry.summary import telemetry_columns
 
@@ -115,14 +115,11 @@ def _per_request(
 
 def _load_servelab(root: Path, t: Thresholds) -> Dataset:
     points = []
-    context: dict[str, dict[str, Any]] = {}
+    context = point_contexts(root)
     for pj in point_files(root):
         meta = load_point(pj)
         if meta.get("status") != "complete":
             continue
-        sc = str(meta["server_config"])
-        if sc not in context:
-            context[sc] = point_context(root, sc)
         recs = [RequestRecord.from_json(r) for r in read_jsonl_gz(pj.parent / "requests.jsonl.gz")]
         ttfts, per = _per_request(recs)
         metrics = point_metrics(recs)
@@ -139,7 +136,7 @@ def _load_servelab(root: Path, t: Thresholds) -> Dataset:
                 ttfts_ms=ttfts,
                 per_request=per,
                 extra={k: meta[k] for k in ("launch", "telemetry") if k in meta},
-                checks=check_point(recs, meta, t, **context[sc]),
+                checks=check_point(recs, meta, t, **context.get(str(meta["server_config"]), {})),
             )
         )
     capacity = {}

@@ -610,18 +610,23 @@ def check_client_wait(f: PointFacts, t: Thresholds) -> Flag:
     return Flag("client_wait", PASSED, pct, limit, said)
 
 
-def _server_block(f: PointFacts, name: str, key: str) -> tuple[Mapping[str, Any], Flag | None]:
+def _server_block(
+    f: PointFacts, name: str, key: str, limit: float | None = None
+) -> tuple[Mapping[str, Any], Flag | None]:
+    """The telemetry's server block when it has counter `key`, else the check's not-checked
+    flag saying why."""
     tel = f.telemetry
+    why = None
+    srv = _block(tel or {}, "server")
     if tel is None:
-        return {}, Flag(name, NOT_CHECKED, None, None, f.no_telemetry)
-    if tel.get("enabled") is False:
-        return {}, Flag(name, NOT_CHECKED, None, None, "telemetry disabled")
-    srv = _block(tel, "server")
-    if srv.get("absent"):
-        return {}, Flag(name, NOT_CHECKED, None, None, f"no server metrics: {srv['absent']}")
-    if srv.get(key) is None:
-        return {}, Flag(name, NOT_CHECKED, None, None, f"no server counter {key}")
-    return srv, None
+        why = f.no_telemetry
+    elif tel.get("enabled") is False:
+        why = "telemetry disabled"
+    elif srv.get("absent"):
+        why = f"no server metrics: {srv['absent']}"
+    elif srv.get(key) is None:
+        why = f"no server counter {key}"
+    return srv, None if why is None else Flag(name, NOT_CHECKED, None, limit, why)
 
 
 def check_leftover_requests(f: PointFacts, t: Thresholds) -> Flag:
@@ -654,9 +659,9 @@ def check_leftover_requests(f: PointFacts, t: Thresholds) -> Flag:
 
 def check_server_counts(f: PointFacts, t: Thresholds) -> Flag:
     limit = t.max_count_mismatch_pct
-    srv, skip = _server_block(f, "server_counts", "generation_tokens")
+    srv, skip = _server_block(f, "server_counts", "generation_tokens", limit)
     if skip is not None:
-        return Flag("server_counts", NOT_CHECKED, None, limit, skip.reason)
+        return skip
     done = [r for r in f.requests if r.completed]
     pairs = [("output", float(srv["generation_tokens"]), sum(r.output_tokens or 0 for r in done))]
     if srv.get("prompt_tokens") is not None:
