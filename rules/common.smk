@@ -18,7 +18,7 @@ _raw = (
 RELEASE_TAG = _raw.pop("release_tag", None)
 RELEASE_ALLOW_UNPINNED = _raw.pop("release_allow_unpinned", False)
 try:
-    _resolved = _validate(_raw, source=", ".join(_sources))
+    _resolved = _validate(_raw, source=", ".join(_sources)).to_dict()
 except ServelabError as _exc:
     sys.exit(f"config error: {_exc}")
 config.clear()

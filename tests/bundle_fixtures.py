@@ -78,6 +78,6 @@ def experiment(
             "claims": ["throughput[c=128] > throughput[c=256]"] if claims is None else claims
         },
     }
-    cfg = cfgmod.validate(raw)
+    cfg = cfgmod.validate(raw).to_dict()
     analyze(exp, exp / "analysis", options_from_config(cfg))
     return exp, cfg

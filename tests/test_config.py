@@ -22,7 +22,7 @@ def minimal() -> dict:
 
 
 def test_default_config_is_valid_and_defaults_fill_in(repo: Path) -> None:
-    cfg = config.load(repo / "config" / "config.yaml")
+    cfg = config.load(repo / "config" / "config.yaml").to_dict()
     assert cfg["experiment"] == "quickstart-cpu"
     assert [c["name"] for c in cfg["server"]["configs"]] == ["max-num-seqs-1", "max-num-seqs-8"]
     assert cfg["server"]["port"] == 0  # from the schema's default
@@ -31,15 +31,15 @@ def test_default_config_is_valid_and_defaults_fill_in(repo: Path) -> None:
 
 
 def test_defaults_reach_array_items() -> None:
-    cfg = config.validate(minimal())
+    cfg = config.validate(minimal()).to_dict()
     assert cfg["server"]["configs"][0]["args"] == {}
     assert cfg["model"]["tiny"]["hidden_size"] == 128
 
 
 def test_unique_prompts_default_true_and_must_be_boolean() -> None:
-    cfg = config.validate(minimal())
+    cfg = config.validate(minimal()).to_dict()
     assert cfg["workload"]["unique_prompts"] is True
-    off = config.validate(config.merge(minimal(), {"workload": {"unique_prompts": False}}))
+    off = config.validate(config.merge(minimal(), {"workload": {"unique_prompts": False}})).to_dict()
     assert off["workload"]["unique_prompts"] is False
     for bad in ("yes", 1, None):
         with pytest.raises(ServelabError) as err:
@@ -93,7 +93,7 @@ def test_args_to_cli_handles_flags() -> None:
 
 
 def test_server_args_merge_config_over_shared(repo: Path) -> None:
-    cfg = config.load(repo / "config" / "config.yaml")
+    cfg = config.load(repo / "config" / "config.yaml").to_dict()
     args = config.server_args(cfg, "max-num-seqs-8")
     assert args["max-num-seqs"] == 8 and args["max-model-len"] == 1024
 

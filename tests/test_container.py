@@ -51,7 +51,7 @@ def gpu_cfg(kind: str = "docker", **runtime: Any) -> dict[str, Any]:
     raw["runtime"].update(runtime)
     raw["server"]["args"] = {"max-model-len": 8192, "enable-prefix-caching": False}
     raw["server"]["configs"] = [{"name": "tp1", "args": {"max-num-seqs": 256}}]
-    return validate(raw, "test")
+    return validate(raw, "test").to_dict()
 
 
 def sweep_launch(

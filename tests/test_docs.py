@@ -58,7 +58,7 @@ def test_experiment_configs_are_valid(repo: Path) -> None:
         raw = yaml.safe_load(path.read_text())
         todo = placeholders(raw)
         if not todo:
-            assert load(path)["experiment"] == path.stem
+            assert load(path).name == path.stem
             continue
         with pytest.raises(ServelabError, match="not pinned: set ") as err:
             load(path)
@@ -67,7 +67,7 @@ def test_experiment_configs_are_valid(repo: Path) -> None:
         for key, _ in todo:
             section, name = key.split(".")
             raw[section][name] = filled[key]
-        assert validate(raw, str(path))["experiment"] == path.stem
+        assert validate(raw, str(path)).name == path.stem
 
 
 def test_every_cli_command_is_documented(repo: Path) -> None:

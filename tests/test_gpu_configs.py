@@ -27,7 +27,7 @@ NSYS_DIR = re.compile(r"/opt/nvidia/nsight-systems-cli/(\d{4}\.\d+\.\d+)")
 
 
 def test_a100_knee_config_pins_what_a_clean_room_run_must_match() -> None:
-    cfg = load(A100)
+    cfg = load(A100).to_dict()
     assert cfg["experiment"] == "a100-qwen2.5-3b-knee"
     model = cfg["model"]
     assert (model["source"], model["repo"], model["revision"]) == (
@@ -73,7 +73,7 @@ def test_v100_config_is_refused_until_the_model_is_pinned() -> None:
     )
     raw = yaml.safe_load(V100.read_text())
     raw["model"].update(repo="Qwen/Qwen2.5-7B-Instruct-AWQ", revision="0" * 40)
-    cfg = validate(raw, str(V100))
+    cfg = validate(raw, str(V100)).to_dict()
     assert [c["name"] for c in cfg["server"]["configs"]] == [
         "max-num-seqs-1",
         "max-num-seqs-2",

@@ -185,11 +185,11 @@ def test_missing_revision_and_repo_are_refused() -> None:
 
 
 def test_served_name_defaults_to_the_repo() -> None:
-    cfg = config.validate(minimal_hf(revision=COMMIT))
+    cfg = config.validate(minimal_hf(revision=COMMIT)).to_dict()
     assert cfg["model"]["served_name"] == REPO
-    cfg = config.validate(minimal_hf(revision=COMMIT, served_name="short"))
+    cfg = config.validate(minimal_hf(revision=COMMIT, served_name="short")).to_dict()
     assert cfg["model"]["served_name"] == "short"
-    tiny = config.validate({**minimal_hf(), "model": {"source": "tiny"}})
+    tiny = config.validate({**minimal_hf(), "model": {"source": "tiny"}}).to_dict()
     assert tiny["model"]["served_name"] == "servelab-tiny"
     with pytest.raises(ServelabError, match="model.repo: only for model.source hf"):
         config.validate({**minimal_hf(), "model": {"source": "tiny", "repo": REPO}})

@@ -44,7 +44,7 @@ def gpu_config(**profile: Any) -> dict[str, Any]:
     raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     raw["runtime"].update(device="gpu", gpus=1)
     raw["profile"] = {"server_configs": ["max-num-seqs-8"], **profile}
-    return validate(raw, "test")
+    return validate(raw, "test").to_dict()
 
 
 def test_nsys_command_lines() -> None:
@@ -107,7 +107,7 @@ def test_gpu_config_runs_the_server_under_nsys(tmp_path: Path) -> None:
 
 
 def test_cpu_capture_is_bounded(tmp_path: Path) -> None:
-    cfg = load(REPO / "config" / "config.yaml")
+    cfg = load(REPO / "config" / "config.yaml").to_dict()
     assert plan(cfg, which=lambda name: None)["max-num-seqs-8"].tool == "torch"
     launch = build_launch(
         cfg, "max-num-seqs-1", "torch", tmp_path, RUNTIME, tmp_path, "config", "nsys", 9000
@@ -140,7 +140,7 @@ def test_plan_decisions_and_errors() -> None:
     ):
         plan(gpu_config(tool="nsys", required=True), none)
     assert plan(gpu_config(tool="nsys", required=True), found)["max-num-seqs-8"].tool == "nsys"
-    cpu = load(REPO / "config" / "config.yaml")
+    cpu = load(REPO / "config" / "config.yaml").to_dict()
     cpu["profile"]["tool"] = "nsys"
     assert plan(cpu, found)["max-num-seqs-8"].reason == "profile.tool nsys needs runtime.device gpu"
     cpu["profile"].update(tool="auto", enabled=False, required=True)
@@ -397,7 +397,7 @@ def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
         "concurrency": [1, 2],
         "warmup_requests": 2,
     }
-    cfg = validate(raw, "test")
+    cfg = validate(raw, "test").to_dict()
     which = lambda name: str(nsys)  # noqa: E731
 
     rec = run_profile(

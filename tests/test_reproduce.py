@@ -18,8 +18,9 @@ from servelab import config as cfgmod
 from servelab.cli import main
 from servelab.errors import ServelabError
 from servelab.evidence.bundle import build_bundle
-from servelab.evidence.files import safe_extract, sha256_file, write_deterministic_tar
+from servelab.evidence.files import safe_extract, write_deterministic_tar
 from servelab.evidence.release import release
+from servelab.hashing import sha256_file
 from servelab.jsonio import read_json, write_json
 from servelab.reproduce import (
     NOT_COMPARABLE,

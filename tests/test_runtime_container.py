@@ -113,7 +113,7 @@ def config(tmp_path: Path, nsys: str = "nsys", **runtime: Any) -> dict[str, Any]
         "concurrency": [1, 2],
         "warmup_requests": 2,
     }
-    return validate(raw, "test")
+    return validate(raw, "test").to_dict()
 
 
 def model_dir(tmp_path: Path) -> Path:

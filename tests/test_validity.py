@@ -356,7 +356,7 @@ def test_vllm_bench_bursts_from_itls(tmp_path: Path) -> None:
 
 def test_defaults_come_from_the_schema(repo: Path) -> None:
     assert DEFAULTS.to_json() == schema_defaults("analysis", "validity")
-    cfg = validate(load_yaml(repo / "config" / "config.yaml"), "config.yaml")
+    cfg = validate(load_yaml(repo / "config" / "config.yaml"), "config.yaml").to_dict()
     assert Options.from_config(cfg["analysis"]).validity == DEFAULTS
     assert cfg["analysis"]["validity"]["max_burst_share"] == 0.05
 

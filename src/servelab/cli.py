@@ -17,11 +17,10 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     from servelab.config import load
 
     cfg = load(Path(args.config))
-    names = ", ".join(c["name"] for c in cfg["server"]["configs"])
-    sw = cfg["sweep"]
-    points = len(sw["concurrency"]) * sw["repeats"]
+    names = ", ".join(cfg.server.names)
+    points = len(cfg.sweep.concurrency) * cfg.sweep.repeats
     print(
-        f"{args.config}: valid; experiment {cfg['experiment']}, server configs: {names}; "
+        f"{args.config}: valid; experiment {cfg.name}, server configs: {names}; "
         f"{points} points each"
     )
     return 0
@@ -59,7 +58,7 @@ def _cmd_build_model(args: argparse.Namespace) -> int:
     from servelab.model import build_model
     from servelab.runtime import cache_dir_of
 
-    cfg = load(Path(args.config))
+    cfg = load(Path(args.config)).to_dict()
     record = build_model(cfg["model"], Path(args.out), cache_dir_of(cfg["runtime"]))
     print(json.dumps({"revision": record["revision"], "files": len(record["files"])}))
     return 0
@@ -69,7 +68,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from servelab.analysis.pipeline import Options, analyze, options_from_config
     from servelab.config import load
 
-    opts = options_from_config(load(Path(args.config))) if args.config else Options()
+    opts = options_from_config(load(Path(args.config)).to_dict()) if args.config else Options()
     results = analyze(
         Path(args.root), Path(args.out), opts, name=args.name, figures=not args.no_figures
     )
@@ -89,7 +88,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
     from servelab.config import REPO_ROOT, load
     from servelab.evidence.bundle import build_bundle
 
-    cfg = load(Path(args.config))
+    cfg = load(Path(args.config)).to_dict()
     exp = Path(args.experiment_dir)
     manifest = build_bundle(exp, cfg, Path(args.out), REPO_ROOT)
     print(f"{args.out}: {len(manifest['files'])} files, schema-validated")
@@ -118,7 +117,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     section: dict[str, Any] = {}
     if args.config:
-        section = dict(load(Path(args.config)).get("reproduction") or {})
+        section = load(Path(args.config)).to_dict()["reproduction"]
     if args.claim:
         section["claims"] = list(section.get("claims") or []) + list(args.claim)
     if args.tolerance_pct is not None:

@@ -10,11 +10,14 @@ import copy
 import functools
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from servelab.errors import ServelabError
+from servelab.experiment import Experiment, section_from_dict
+
+_S = TypeVar("_S")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
@@ -74,10 +77,24 @@ def schema_defaults(*path: str) -> dict[str, Any]:
     }
 
 
-def validate(
-    config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH
-) -> dict[str, Any]:
-    """Validate; return a copy with defaults filled in. Raise ServelabError on the first error."""
+def default_section(cls: type[_S], *path: str) -> _S:
+    """A section with every key at its schema default, for code that runs without an
+    experiment config, e.g. default_section(AnalysisSection, "analysis")."""
+    node = _schema()
+    for name in path:
+        node = node["properties"][name]
+    return section_from_dict(cls, _apply_defaults(node, {}), ".".join(path))
+
+
+def validate(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH) -> Experiment:
+    """Validate; return the typed experiment, built from a copy with defaults filled in.
+    Raise ServelabError on the first error."""
+    return Experiment.from_dict(resolve(config, source, schema_path))
+
+
+def resolve(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH) -> dict[str, Any]:
+    """Validate; return a copy with defaults filled in, as a plain dict. Raise ServelabError
+    on the first error."""
     import jsonschema
 
     schema = load_yaml(schema_path)
@@ -275,7 +292,7 @@ def _check_semantics(cfg: dict[str, Any], source: str) -> None:
         )
 
 
-def load(path: Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def load(path: Path, overrides: dict[str, Any] | None = None) -> Experiment:
     raw = load_yaml(path)
     if overrides:
         raw = merge(raw or {}, overrides)

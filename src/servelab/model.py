@@ -31,7 +31,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from servelab.errors import ServelabError
+from servelab.hashing import git_blob_sha1, sha256_file
 from servelab.jsonio import write_json
+from servelab.paths import default_cache_dir
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
@@ -153,24 +155,6 @@ def _hf_config(spec: TinySpec, vocab: int, eos_id: int) -> dict[str, Any]:
 
 
 RECORD = "servelab-model.json"
-_CHUNK = 1 << 20
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(_CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def git_blob_sha1(path: Path) -> str:
-    """The id git (and the hub) gives a file's content: sha1 of "blob <size>\\0" + content."""
-    h = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(_CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def file_digests(model_dir: Path) -> dict[str, str]:
@@ -346,8 +330,6 @@ def select_files(files: Iterable[HubFile], allow_patterns: Sequence[str] | None)
 
 
 def default_model_dir(repo: str, revision: str, cache_dir: Path | None) -> Path:
-    from servelab.runtime import default_cache_dir
-
     return (cache_dir or default_cache_dir()) / "models" / repo.replace("/", "--") / revision
 
 

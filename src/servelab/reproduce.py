@@ -35,9 +35,10 @@ from servelab.analysis.core import Groups, Options
 from servelab.analysis.load import Dataset, detect_layout, load
 from servelab.analysis.stats import describe
 from servelab.errors import ServelabError
-from servelab.evidence.files import safe_extract, sha256_file
+from servelab.evidence.files import safe_extract
 from servelab.evidence.schemas import validate_file
 from servelab.evidence.verify import verify
+from servelab.hashing import check_pinned
 from servelab.hostfacts import compare_hosts, host_qualifier
 from servelab.jsonio import read_json, write_json
 
@@ -127,12 +128,14 @@ def _open_release(path: Path, workdir: Path, what: str) -> tuple[Path, dict[str,
     tarball = path / str(rel.get("tarball", ""))
     if not tarball.is_file():
         raise ServelabError(f"{tarball}: the release's tarball is missing")
-    digest = sha256_file(tarball)
-    if digest != rel.get("tarball_sha256"):
-        raise ServelabError(
-            f"{tarball}: sha256 {digest[:12]}... differs from release.json "
+    check_pinned(
+        tarball,
+        rel.get("tarball_sha256"),
+        lambda d: (
+            f"{tarball}: sha256 {d[:12]}... differs from release.json "
             f"({str(rel.get('tarball_sha256'))[:12]}...): the {what} was altered; fetch it again"
-        )
+        ),
+    )
     root = _verified(safe_extract(tarball, workdir), tarball, what)
     # The small files beside the tarball must be the tarball's own.
     for name in ("manifest.json", "provenance.json", "SHA256SUMS"):

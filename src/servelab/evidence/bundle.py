@@ -11,9 +11,10 @@ from typing import Any
 import yaml
 
 from servelab.errors import ServelabError
-from servelab.evidence.files import sha256_file, sha256sums_text, walk_files
+from servelab.evidence.files import sha256sums_text, walk_files
 from servelab.evidence.provenance import host_facts, pipeline_facts, redacted_config
 from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
+from servelab.hashing import sha256_file
 from servelab.jsonio import read_json, write_json
 
 FORMAT_VERSION = 1

@@ -12,14 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from servelab.errors import ServelabError
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+from servelab.hashing import sha256_file
 
 
 def walk_files(root: Path) -> list[str]:

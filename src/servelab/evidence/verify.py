@@ -11,8 +11,9 @@ import yaml
 
 from servelab.errors import ServelabError
 from servelab.evidence.bundle import bundle_path
-from servelab.evidence.files import safe_extract, sha256_file, walk_files
+from servelab.evidence.files import safe_extract, walk_files
 from servelab.evidence.schemas import check_all_json
+from servelab.hashing import sha256_file
 from servelab.jsonio import read_json
 
 

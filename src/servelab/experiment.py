@@ -1,0 +1,284 @@
+"""The typed experiment: the validated config as a frozen dataclass tree.
+
+`config.validate()` fills the schema's defaults, checks the result and returns an
+`Experiment` built from it. The schema (config/schema/config.schema.yaml) stays the only place
+a default is written: these classes declare fields without defaults, and `Experiment.from_dict`
+refuses a dict that lacks one (it takes validated dicts only). `to_dict()` gives back the
+resolved dict it was built from, for Snakemake params and the resolved config in provenance.
+
+Sections mirror the schema's top-level keys; a field's name is its key. Free-form maps (vLLM
+arguments, environment variables) are read-only mappings; lists are tuples.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from servelab.errors import ServelabError
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """model.tiny: the shape of the locally built model."""
+
+    seed: int
+    layers: int
+    hidden_size: int
+    heads: int
+    kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    source: str
+    served_name: str
+    repo: str | None
+    revision: str | None
+    local_dir: str | None
+    allow_patterns: tuple[str, ...] | None
+    tiny: TinySpec
+
+
+@dataclass(frozen=True)
+class RuntimeSection:
+    kind: str
+    lock: str
+    cache_dir: str | None
+    device: str
+    gpus: int
+    image: str | None
+    image_sha256: str | None
+    gpu_devices: tuple[str | int, ...] | None
+    mounts: tuple[Any, ...]
+    network: str
+    shm_size: str | None
+    extra_args: tuple[str, ...]
+    env: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One entry of server.configs: a name and the vLLM arguments it adds."""
+
+    name: str
+    args: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ServerSection:
+    host: str
+    port: int
+    startup_timeout_s: float
+    shutdown_timeout_s: float
+    engine_nice: int
+    args: Mapping[str, Any]
+    configs: tuple[ServerConfig, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.configs]
+
+    def args_of(self, name: str) -> dict[str, Any]:
+        """Resolved vLLM arguments of one server configuration (shared args, then its own)."""
+        for c in self.configs:
+            if c.name == name:
+                return {**self.args, **c.args}
+        raise ServelabError(f"server config {name!r} is not in server.configs")
+
+
+@dataclass(frozen=True)
+class WarmupSection:
+    requests: int
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class WorkloadSection:
+    seed: int
+    input_tokens: int
+    output_tokens: int
+    ignore_eos: bool
+    waves: int
+    unique_prompts: bool
+    request_timeout_s: float
+    warmup: WarmupSection
+
+
+@dataclass(frozen=True)
+class SweepSection:
+    concurrency: tuple[int, ...]
+    repeats: int
+    order: str
+    order_seed: int
+
+
+@dataclass(frozen=True)
+class TelemetrySection:
+    enabled: bool
+    gpu_hz: float
+    cpu_hz: float
+    metrics_hz: float
+    metrics_timeout_s: float
+
+
+@dataclass(frozen=True)
+class SloSection:
+    p99_ttft_ms: float | None
+    p99_tpot_ms: float | None
+    p99_e2el_ms: float | None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in dataclasses.astuple(self))
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    a: int
+    b: int
+    server_config: str | None
+
+
+@dataclass(frozen=True)
+class ValiditySection:
+    """analysis.validity: the thresholds of the per-point validity checks."""
+
+    max_burst_share: float
+    max_other_cpu_cores: float
+    max_failed_requests: int
+    min_point_duration_s: float
+    max_merged_chunk_share: float
+    max_prefix_cache_hit_rate: float
+    max_prompt_drift_pct: float
+    max_output_drift_pct: float
+    min_achieved_concurrency: float
+    max_client_cpu_cores: float
+    max_client_wait_pct: float
+    max_count_mismatch_pct: float
+
+
+@dataclass(frozen=True)
+class AnalysisSection:
+    threshold_pct: float
+    alpha: float
+    plateau_pct: float
+    flat_pct: float
+    slo: SloSection
+    pairs: tuple[PairSpec, ...]
+    claims: tuple[str, ...]
+    figures: bool
+    validity: ValiditySection
+
+
+@dataclass(frozen=True)
+class ReproductionSection:
+    metrics: tuple[str, ...]
+    min_effect_pct: float
+    require_significance: bool
+    tolerance_pct: float | None
+    tolerance_metrics: tuple[str, ...]
+    claims: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ProfileSection:
+    enabled: bool
+    server_configs: tuple[str, ...] | None
+    concurrency: tuple[int, ...]
+    waves: int
+    warmup_requests: int
+    tool: str
+    required: bool
+    nsys: str
+    max_iterations: int
+    vllm_interface: str
+    families: tuple[str, ...] | None
+    attention_kernel: str | None
+    band: float
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment, as validated: every section typed, every default filled."""
+
+    experiment: str
+    results_dir: str
+    model: ModelSection
+    runtime: RuntimeSection
+    server: ServerSection
+    workload: WorkloadSection
+    sweep: SweepSection
+    telemetry: TelemetrySection
+    analysis: AnalysisSection
+    reference: str | None
+    reproduction: ReproductionSection
+    profile: ProfileSection
+    _source: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.experiment
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Experiment:
+        """The typed view of a validated config dict (`config.validate` makes one)."""
+        exp = _build(cls, data, "")
+        object.__setattr__(exp, "_source", copy.deepcopy(dict(data)))
+        return exp
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as a plain dict (a copy), key order as validated."""
+        return copy.deepcopy(dict(self._source))
+
+
+_T = typing.TypeVar("_T")
+
+
+def section_from_dict(cls: type[_T], data: Mapping[str, Any], where: str) -> _T:
+    """One section from its validated dict, e.g. `section_from_dict(ValiditySection,
+    d, "analysis.validity")`."""
+    return _build(cls, data, where)
+
+
+def _build(cls: type[_T], data: Any, where: str) -> _T:
+    if not isinstance(data, Mapping):
+        raise ServelabError(f"config {where or '(top level)'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name.startswith("_"):
+            continue
+        key = f"{where}.{f.name}" if where else f.name
+        if f.name not in data:
+            raise ServelabError(
+                f"config {key}: missing; build an Experiment from config.validate(), which "
+                "fills the schema's defaults"
+            )
+        kwargs[f.name] = _value(hints[f.name], data[f.name], key)
+    return cls(**kwargs)
+
+
+def _value(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        if value is None:
+            return None
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _value(inner[0], value, where) if len(inner) == 1 else value
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)  # type: ignore[arg-type]
+    if origin is tuple:
+        item = typing.get_args(hint)[0]
+        return tuple(_value(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is not None and issubclass(origin, Mapping):
+        return types.MappingProxyType(copy.deepcopy(dict(value)))
+    return value

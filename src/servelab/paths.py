@@ -1,0 +1,116 @@
+"""Where things live: the cache, an experiment's folders, and the names of the outputs.
+
+Everything that names a file of an experiment folder (DESIGN.md "Raw data contract") reads it
+from here; the Snakemake rules import the output names too, so each name is written once.
+
+    <results_dir>/<experiment>/
+      model/ runtime/                    the pinned model and server runtime
+      server/<sc>/launch.json ...        one folder per server configuration
+      raw/<sc>/run.json                  the sweep of one server configuration
+      raw/<sc>/rep01/c0008/point.json    one measured point
+      raw/<sc>/warmup/point.json         its warm-up
+      profile/<sc>/                      the profiling pass
+      analysis/ bundle/ reproduction/    derived outputs
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# analysis/: the tables and verdicts, and the figures (each under one name, .svg)
+ANALYSIS_TABLES = (
+    "points.csv",
+    "summary.csv",
+    "paired.csv",
+    "dominance.csv",
+    "knee.json",
+    "diagnoses.json",
+    "claims.json",
+)
+SLO_TABLE = "slo.json"
+VALIDITY_TABLE = "validity.json"
+ANALYSIS_REPORT = "report.md"
+FIGURES = (
+    "throughput_vs_concurrency",
+    "latency_throughput",
+    "ttft_distribution",
+    "paired_differences",
+    "configs_side_by_side",
+)
+TELEMETRY_FIGURE = "utilization_vs_throughput"
+POINT_FILE = "point.json"
+RUN_FILE = "run.json"
+
+
+def figure_names(telemetry: bool) -> list[str]:
+    """The analysis figures of an experiment, without suffix."""
+    return [*FIGURES, TELEMETRY_FIGURE] if telemetry else list(FIGURES)
+
+
+def default_cache_dir() -> Path:
+    """$SERVELAB_CACHE, else $XDG_CACHE_HOME/servelab, else ~/.cache/servelab."""
+    env = os.environ.get("SERVELAB_CACHE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servelab"
+
+
+def point_label(repeat: int, concurrency: int) -> str:
+    """rep01/c0008: a point's folder under raw/<sc>/."""
+    return f"rep{repeat:02d}/c{concurrency:04d}"
+
+
+@dataclass(frozen=True)
+class ExperimentPaths:
+    """The folders of one experiment, e.g. ExperimentPaths(Path("results/quickstart-cpu"))."""
+
+    root: Path
+
+    @property
+    def raw(self) -> Path:
+        return self.root / "raw"
+
+    def raw_config(self, sc: str) -> Path:
+        return self.raw / sc
+
+    def point(self, sc: str, repeat: int, concurrency: int) -> Path:
+        """The folder of one point (its point.json and requests)."""
+        return self.raw / sc / f"rep{repeat:02d}" / f"c{concurrency:04d}"
+
+    def warmup(self, sc: str) -> Path:
+        return self.raw / sc / "warmup"
+
+    def run(self, sc: str) -> Path:
+        return self.raw / sc / RUN_FILE
+
+    def server(self, sc: str) -> Path:
+        return self.root / "server" / sc
+
+    def profile(self, sc: str) -> Path:
+        return self.root / "profile" / sc
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def runtime(self) -> Path:
+        return self.root / "runtime"
+
+    @property
+    def analysis(self) -> Path:
+        return self.root / "analysis"
+
+    @property
+    def bundle(self) -> Path:
+        return self.root / "bundle"
+
+    @property
+    def reproduction(self) -> Path:
+        return self.root / "reproduction"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
