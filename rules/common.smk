@@ -2,6 +2,7 @@
 import sys
 
 from servelab.config import validate as _validate
+from servelab import paths as _paths
 from servelab.errors import ServelabError
 
 _sources = [str(p) for p in (workflow.overwrite_configfiles or ["config/config.yaml"])]
@@ -67,17 +68,12 @@ def sweep_outputs(wildcards=None):
     return expand(f"{EXP}/raw/{{sc}}/run.json", sc=SERVER_CONFIGS)
 
 
-# analysis outputs (rules/analysis.smk)
-ANALYSIS_TABLES = ["points.csv", "summary.csv", "paired.csv", "dominance.csv", "knee.json",
-                   "diagnoses.json", "claims.json"]
-FIGURES = ["throughput_vs_concurrency", "latency_throughput", "ttft_distribution",
-           "paired_differences", "configs_side_by_side"]
-if config["telemetry"]["enabled"]:
-    FIGURES.append("utilization_vs_throughput")
+# analysis outputs (rules/analysis.smk), named once in servelab.paths
+FIGURES = _paths.figure_names(config["telemetry"]["enabled"])
 
 
 def analysis_outputs():
-    out = [f"{EXP}/analysis/{name}" for name in ANALYSIS_TABLES]
+    out = [f"{EXP}/analysis/{name}" for name in _paths.ANALYSIS_TABLES]
     if any(v is not None for v in config["analysis"]["slo"].values()):
-        out.append(f"{EXP}/analysis/slo.json")
+        out.append(f"{EXP}/analysis/{_paths.SLO_TABLE}")
     return out

@@ -11,9 +11,12 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TextIO
 
 from servelab.errors import ServelabError
+from servelab.experiment import Experiment
+from servelab.paths import ExperimentPaths
 
 WATCH_INTERVAL_S = 1.0
 
@@ -68,6 +71,12 @@ class _Tee:
         for s in self.streams:
             s.write(line + "\n")
             s.flush()
+
+
+def experiment(smk: Any) -> tuple[Experiment, ExperimentPaths]:
+    """The typed experiment (built from the workflow's validated config) and its folders
+    (the rule's `params.exp`)."""
+    return Experiment.from_dict(smk.config), ExperimentPaths(Path(smk.params.exp))
 
 
 @contextmanager

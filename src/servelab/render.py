@@ -1,0 +1,126 @@
+"""The one rendering toolkit: numbers, CSV, Markdown tables and figures, each written one way.
+
+Same data, same bytes: every table, report and figure servelab writes goes through these.
+
+- `num`: a number for people (reports, terminal tables): "-" when there is none.
+- `cell` / `csv_text` / `write_csv`: CSV for programs. Floats to `digits` significant
+  digits: 6 for the analysis and telemetry tables (changing it changes every released table),
+  9 where values are microsecond totals (the profile's tables), as in JSON (jsonio).
+- `md_table`: a Markdown table, "|---|" rules, ":" for right-aligned columns.
+- `figure_style` / `save_figure`: deterministic matplotlib output (fixed SVG hash salt, no
+  dates or versions in the files).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+MISSING = "-"
+
+
+def num(x: Any, spec: str = ",.2f", missing: str = MISSING) -> str:
+    """`format(x, spec)`, or `missing` for None and NaN."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return missing
+    return format(x, spec)
+
+
+def cell(value: Any, digits: int = 6) -> str:
+    """One CSV cell: empty for None, true/false, floats to `digits` significant digits,
+    lists space-separated."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    if isinstance(value, list | tuple):
+        return " ".join(cell(v, digits) for v in value)
+    return str(value)
+
+
+def csv_text(
+    columns: Sequence[str],
+    rows: Iterable[Mapping[str, Any] | Sequence[Any]],
+    digits: int = 6,
+) -> str:
+    """A header line and one line per row; a row is a mapping (read by column name) or a
+    sequence in column order."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for row in rows:
+        values = [row.get(c) for c in columns] if isinstance(row, Mapping) else list(row)
+        w.writerow([cell(v, digits) for v in values])
+    return buf.getvalue()
+
+
+def write_csv(
+    path: Path,
+    columns: Sequence[str],
+    rows: Iterable[Mapping[str, Any] | Sequence[Any]],
+    digits: int = 6,
+) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(csv_text(columns, rows, digits), encoding="utf-8")
+
+
+def md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -> list[str]:
+    """Lines of a Markdown table. `align` has one letter per column, "l" or "r" (default
+    "l" for all); cells are written with str()."""
+    rule = "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header), "l"))
+    out = ["| " + " | ".join(header) + " |", "|" + rule]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out
+
+
+FIGURE_RC: dict[str, Any] = {
+    "svg.hashsalt": "servelab",
+    "svg.fonttype": "none",
+    "font.family": "DejaVu Sans",
+    "font.size": 9,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "figure.dpi": 100,
+}
+FIGURE_FORMATS = ("svg", "png")
+
+
+@contextmanager
+def figure_style(**overrides: Any) -> Iterator[None]:
+    """matplotlib settings for servelab's figures (FIGURE_RC, then `overrides`)."""
+    import matplotlib
+
+    rc: dict[str, Any] = {**FIGURE_RC, **overrides}
+    with matplotlib.rc_context(rc):  # type: ignore[arg-type]
+        yield
+
+
+def save_figure(
+    fig: Any, out_dir: Path, name: str, formats: Sequence[str] = FIGURE_FORMATS
+) -> list[Path]:
+    """Write `fig` as <out_dir>/<name>.<format> for each format, without dates or versions,
+    and close it."""
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = out_dir / f"{name}.{fmt}"
+        meta: dict[str, Any] = (
+            {"Date": None, "Creator": None} if fmt == "svg" else {"Software": None}
+        )
+        fig.savefig(path, format=fmt, metadata=meta)
+        paths.append(path)
+    plt.close(fig)
+    return paths
