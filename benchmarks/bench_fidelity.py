@@ -21,7 +21,7 @@ from _common import VllmClient, spread, tiny_model, venv_python, vllm_argv, work
 from servelab.client import Workload, run_point
 from servelab.metrics import point_metrics
 from servelab.server import Server, ServerLaunch, free_port
-from servelab.sweep import build_prompts, vocab_ids
+from servelab.workload import build_prompts, vocab_ids
 
 SERVED = "servelab-tiny"
 SERVER_ARGS = [
@@ -49,9 +49,13 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
     with Server(launch, wd / "fidelity-server.log") as server:  # __enter__ starts it
         waited = server.wait_ready(600, say=lambda m: print(m, file=sys.stderr))
         print(f"server ready after {waited:.0f} s", file=sys.stderr)
-        wl = {"seed": a.seed, "input_tokens": a.input_tokens}
         prompts = build_prompts(
-            server, SERVED, wl, n_prompts(max(a.concurrency), a.waves), vocab_ids(model)
+            server,
+            SERVED,
+            n_prompts(max(a.concurrency), a.waves),
+            vocab_ids(model),
+            seed=a.seed,
+            input_tokens=a.input_tokens,
         )
         w = Workload(base_url=launch.base_url, model=SERVED, max_tokens=a.output_tokens)
         run_point(w, prompts[:16], 8, "warmup")

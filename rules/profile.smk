@@ -6,10 +6,11 @@
 import sys
 
 from servelab.errors import ServelabError
-from servelab.profile.capture import plan as _profile_plan
+from servelab.experiment import Experiment as _Experiment
+from servelab.profile.plan import profile_plan as _profile_plan
 
 try:
-    PROFILE_PLAN = _profile_plan(config)
+    PROFILE_PLAN = _profile_plan(_Experiment.from_dict(config))
 except ServelabError as _exc:
     sys.exit(f"config error: {_exc}")
 PROFILE_OUTPUTS = expand(f"{EXP}/profile/{{sc}}/profile.json", sc=list(PROFILE_PLAN))
@@ -24,6 +25,7 @@ rule profile:
         capture=f"{EXP}/profile/{{sc}}/capture.json",
     params:
         config=MEASURE_CONFIG,
+        exp=EXP,
     resources:
         measure=1,
         **gpu_resources(),
@@ -44,6 +46,7 @@ rule profile_report:
         report=report(f"{EXP}/profile/{{sc}}/profile.md", category="Profile"),
     params:
         config=MEASURE_CONFIG,
+        exp=EXP,
     log:
         f"{EXP}/logs/profile-report-{{sc}}.log",
     benchmark:

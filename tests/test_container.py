@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
@@ -20,8 +22,12 @@ from servelab.container import (
     probe_command,
 )
 from servelab.errors import ServelabError
-from servelab.profile.capture import build_launch, nsys_profile_command
+from servelab.experiment import Experiment
+from servelab.paths import ExperimentPaths
+from servelab.profile.capture import profiled_launch
+from servelab.profile.commands import nsys_profile_command
 from servelab.server import ServerLaunch
+from servelab.session import build_launch
 
 REPO = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:6666717cd1cadf9adfff8abec9c3f2eca6e27e742de06fe7d7f129fa3d647732"
@@ -43,39 +49,36 @@ def runtime_record(engine: str = "docker", image_ref: str = PINNED) -> dict[str,
     }
 
 
-def gpu_cfg(kind: str = "docker", **runtime: Any) -> dict[str, Any]:
+def gpu_cfg(kind: str = "docker", **runtime: Any) -> Experiment:
     raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     image = f"docker://{IMAGE}" if kind == "apptainer" else IMAGE
     raw["experiment"] = "knee"
     raw["runtime"] = {"kind": kind, "image": image, "device": "gpu", "gpus": 1, "env": {}}
     raw["runtime"].update(runtime)
     raw["server"]["args"] = {"max-model-len": 8192, "enable-prefix-caching": False}
+    raw["model"]["served_name"] = "Qwen/Qwen2.5-3B-Instruct"
     raw["server"]["configs"] = [{"name": "tp1", "args": {"max-num-seqs": 256}}]
-    return validate(raw, "test").to_dict()
+    return validate(raw, "test")
 
 
-def sweep_launch(
-    cfg: dict[str, Any], runtime: dict[str, Any], cuda: str | None = None
-) -> ServerLaunch:
-    """What sweep.py builds for one server (same arguments, fixed paths)."""
-    return ServerLaunch(
-        python=runtime["python"],
-        model_path="/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e",
-        served_name="Qwen/Qwen2.5-3B-Instruct",
-        host="127.0.0.1",
-        port=8123,
-        args=["--enable-chunked-prefill", "--max-model-len", "8192"],
-        env={"HF_HUB_OFFLINE": "1", **cfg["runtime"]["env"]},
-        container=container_run_for(
+# the server arguments of gpu_cfg's configuration tp1, as the launch passes them
+TP1_ARGS = ["--no-enable-prefix-caching", "--max-model-len", "8192", "--max-num-seqs", "256"]
+
+
+def sweep_launch(cfg: Experiment, runtime: dict[str, Any], cuda: str | None = None) -> ServerLaunch:
+    """What the sweep launches for one server (fixed paths, CUDA_VISIBLE_DEVICES as given)."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    if cuda is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda
+    with mock.patch.dict(os.environ, env, clear=True):
+        return build_launch(
             cfg,
-            runtime,
-            "/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e",
+            ExperimentPaths(Path("/work/results/knee")),
             "tp1",
-            "sweep",
-            "/work/results/knee",
-            cuda_visible=cuda,
-        ),
-    )
+            model_dir=Path("/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e"),
+            runtime=runtime,
+            port=8123,
+        )
 
 
 def test_docker_server_command() -> None:
@@ -114,9 +117,7 @@ def test_docker_server_command() -> None:
         "0.0.0.0",
         "--port",
         "8123",
-        "--enable-chunked-prefill",
-        "--max-model-len",
-        "8192",
+        *TP1_ARGS,
     ]
     # values reach the container through the client's environment, never the argv
     assert launch.process_env() == {
@@ -128,9 +129,10 @@ def test_docker_server_command() -> None:
 
 def test_container_name_is_stable_per_results_folder() -> None:
     cfg = gpu_cfg()
-    a = container_run_for(cfg, runtime_record(), "/m", "tp1", "sweep", "/work/results/knee")
-    b = container_run_for(cfg, runtime_record(), "/m", "tp1", "sweep", "/work/results/knee")
-    c = container_run_for(cfg, runtime_record(), "/m", "tp1", "sweep", "/other/results/knee")
+    where = {"model_dir": "/m", "server_config": "tp1", "purpose": "sweep"}
+    a = container_run_for(cfg, runtime_record(), exp_dir="/work/results/knee", **where)
+    b = container_run_for(cfg, runtime_record(), exp_dir="/work/results/knee", **where)
+    c = container_run_for(cfg, runtime_record(), exp_dir="/other/results/knee", **where)
     assert a is not None and b is not None and c is not None
     assert a.name == b.name != c.name and a.name.startswith("servelab-knee-tp1-sweep-")
 
@@ -207,9 +209,7 @@ def test_apptainer_server_command() -> None:
         "127.0.0.1",
         "--port",
         "8123",
-        "--enable-chunked-prefill",
-        "--max-model-len",
-        "8192",
+        *TP1_ARGS,
     ]
     env = launch.process_env()
     assert env["APPTAINERENV_HF_HUB_OFFLINE"] == "1"
@@ -250,9 +250,20 @@ def test_secret_env_values_stay_off_the_command_line() -> None:
 
 def test_nsys_runs_inside_the_container(tmp_path: Path) -> None:
     cfg = gpu_cfg()
+    paths = ExperimentPaths(tmp_path / "results" / "knee")
     out = tmp_path / "results" / "knee" / "profile" / "tp1"
     model = tmp_path / "model"
-    launch = build_launch(cfg, "tp1", "nsys", model, runtime_record(), out, "config", NSYS, 8200)
+    launch = profiled_launch(
+        cfg,
+        paths,
+        "tp1",
+        tool="nsys",
+        model_dir=model,
+        runtime=runtime_record(),
+        interface="config",
+        nsys=NSYS,
+        port=8200,
+    )
     cmd = launch.command()
     e = cmd.index("--entrypoint")
     wrapper = nsys_profile_command((out / "nsys" / "profile").resolve(), NSYS)

@@ -21,23 +21,36 @@ from nsys_fixture import LAYERS, model_config, scenario, scenario_windows, windo
 
 from servelab.config import load, validate
 from servelab.errors import ServelabError
-from servelab.profile import capture
+from servelab.experiment import Experiment
+from servelab.paths import ExperimentPaths
+from servelab.profile import capture, commands
 from servelab.profile.analyze import Options, analyze
-from servelab.profile.capture import (
-    analyze_capture,
-    build_launch,
+from servelab.profile.capture import analyze_capture, profiled_launch, run_profile
+from servelab.profile.commands import (
     nsys_export_command,
     nsys_profile_command,
-    plan,
-    run_profile,
     torch_profiler_config,
     vllm_profiler_args,
 )
 from servelab.profile.core import Window, load_windows, parse_windows, windows_json
+from servelab.profile.plan import Decision, profile_plan
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((REPO / "src" / "servelab" / "schemas" / "profile.schema.json").read_text())
 RUNTIME = {"python": "/opt/venv/bin/python"}
+typed = Experiment.from_dict
+
+
+def plan_of(cfg: dict[str, Any], which: Any) -> dict[str, Decision]:
+    """profile_plan of a validated config dict."""
+    return profile_plan(typed(cfg), which)
+
+
+def launch_of(cfg: dict[str, Any], exp_dir: Path, sc: str, tool: str, **kw: Any) -> Any:
+    """The profiled launch of `sc` (the runtime's python /opt/venv/bin/python)."""
+    return profiled_launch(
+        typed(cfg), ExperimentPaths(exp_dir), sc, tool=tool, runtime=RUNTIME, **kw
+    )
 
 
 def gpu_config(**profile: Any) -> dict[str, Any]:
@@ -71,19 +84,18 @@ def test_nsys_command_lines() -> None:
 
 def test_gpu_config_runs_the_server_under_nsys(tmp_path: Path) -> None:
     cfg = gpu_config(tool="auto")
-    decision = plan(cfg, which=lambda name: "/usr/local/bin/nsys")["max-num-seqs-8"]
+    decision = plan_of(cfg, which=lambda name: "/usr/local/bin/nsys")["max-num-seqs-8"]
     assert decision.tool == "nsys"
     out = tmp_path / "profile" / "max-num-seqs-8"
-    launch = build_launch(
+    launch = launch_of(
         cfg,
+        tmp_path,
         "max-num-seqs-8",
         "nsys",
-        tmp_path / "model",
-        RUNTIME,
-        out,
-        "config",
-        "/usr/local/bin/nsys",
-        8123,
+        model_dir=tmp_path / "model",
+        interface="config",
+        nsys="/usr/local/bin/nsys",
+        port=8123,
     )
     cmd = launch.command()
     server = cmd.index("/opt/venv/bin/python")
@@ -99,8 +111,15 @@ def test_gpu_config_runs_the_server_under_nsys(tmp_path: Path) -> None:
     assert cmd[cmd.index("--max-num-seqs") + 1] == "8" and cmd[cmd.index("--port") + 1] == "8123"
     assert launch.env["HF_HUB_OFFLINE"] == "1" and "VLLM_TORCH_CUDA_PROFILE" not in launch.env
     # an older vLLM, without --profiler-config: the environment variable instead
-    old = build_launch(
-        cfg, "max-num-seqs-8", "nsys", tmp_path / "model", RUNTIME, out, "env", "nsys", 8123
+    old = launch_of(
+        cfg,
+        tmp_path,
+        "max-num-seqs-8",
+        "nsys",
+        model_dir=tmp_path / "model",
+        interface="env",
+        nsys="nsys",
+        port=8123,
     )
     assert "--profiler-config" not in old.command()
     assert old.env["VLLM_TORCH_CUDA_PROFILE"] == "1"
@@ -108,9 +127,16 @@ def test_gpu_config_runs_the_server_under_nsys(tmp_path: Path) -> None:
 
 def test_cpu_capture_is_bounded(tmp_path: Path) -> None:
     cfg = load(REPO / "config" / "config.yaml").to_dict()
-    assert plan(cfg, which=lambda name: None)["max-num-seqs-8"].tool == "torch"
-    launch = build_launch(
-        cfg, "max-num-seqs-1", "torch", tmp_path, RUNTIME, tmp_path, "config", "nsys", 9000
+    assert plan_of(cfg, which=lambda name: None)["max-num-seqs-8"].tool == "torch"
+    launch = launch_of(
+        cfg,
+        tmp_path,
+        "max-num-seqs-1",
+        "torch",
+        model_dir=tmp_path,
+        interface="config",
+        nsys="nsys",
+        port=9000,
     )
     cmd = launch.command()
     assert cmd[0] == "/opt/venv/bin/python"  # no wrapper
@@ -129,25 +155,27 @@ def test_plan_decisions_and_errors() -> None:
     none = lambda name: None  # noqa: E731
     found = lambda name: "/bin/nsys"  # noqa: E731
     auto = gpu_config()
-    d = plan(auto, none)["max-num-seqs-8"]
+    d = plan_of(auto, none)["max-num-seqs-8"]
     assert d.tool == "torch" and "nsys (nsys) not found" in (d.note or "")
-    d = plan(gpu_config(tool="nsys"), none)["max-num-seqs-8"]
+    d = plan_of(gpu_config(tool="nsys"), none)["max-num-seqs-8"]
     assert d.tool is None and d.reason == "nsys (nsys) not found on PATH"
     with pytest.raises(
         ServelabError,
         match=r"profile.required is true but nsys \(nsys\) not "
         r"found on PATH; install Nsight Systems",
     ):
-        plan(gpu_config(tool="nsys", required=True), none)
-    assert plan(gpu_config(tool="nsys", required=True), found)["max-num-seqs-8"].tool == "nsys"
+        plan_of(gpu_config(tool="nsys", required=True), none)
+    assert plan_of(gpu_config(tool="nsys", required=True), found)["max-num-seqs-8"].tool == "nsys"
     cpu = load(REPO / "config" / "config.yaml").to_dict()
     cpu["profile"]["tool"] = "nsys"
-    assert plan(cpu, found)["max-num-seqs-8"].reason == "profile.tool nsys needs runtime.device gpu"
+    assert (
+        plan_of(cpu, found)["max-num-seqs-8"].reason == "profile.tool nsys needs runtime.device gpu"
+    )
     cpu["profile"].update(tool="auto", enabled=False, required=True)
-    assert plan(cpu, none)["max-num-seqs-1"].reason == "profile.enabled is false"
+    assert plan_of(cpu, none)["max-num-seqs-1"].reason == "profile.enabled is false"
     cpu["profile"].update(enabled=True, server_configs=["max-num-seqs-9"])
     with pytest.raises(ServelabError, match="profile.server_configs: 'max-num-seqs-9' is not in"):
-        plan(cpu, none)
+        plan_of(cpu, none)
 
 
 def _dry_run(tmp_path: Path, cfg: dict[str, Any], path: str) -> subprocess.CompletedProcess[str]:
@@ -189,12 +217,12 @@ def test_workflow_stops_before_anything_when_required_nsys_is_missing(tmp_path: 
 def test_not_profiled_is_an_explicit_record(tmp_path: Path) -> None:
     cfg = gpu_config(tool="nsys")
     rec = run_profile(
-        cfg,
+        typed(cfg),
+        ExperimentPaths(tmp_path),
         "max-num-seqs-8",
-        tmp_path / "model",
-        RUNTIME,
-        tmp_path,
-        lambda s: None,
+        model_dir=tmp_path / "model",
+        runtime=RUNTIME,
+        say=lambda s: None,
         which=lambda name: None,
     )
     assert rec["status"] == "not profiled" and rec["reason"] == "nsys (nsys) not found on PATH"
@@ -362,7 +390,7 @@ def test_bounded_settings_are_fields_of_the_runtime_vllm(vllm_runtime: dict) -> 
     source = (Path(proc.stdout.strip()) / "config" / "profiler.py").read_text()
     for key in torch_profiler_config(Path("/tmp"), 8):
         assert f"    {key}:" in source, key
-    assert capture.vllm_interface(vllm_runtime["python"]) == "config"
+    assert commands.vllm_interface(vllm_runtime["python"]) == "config"
 
 
 def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
@@ -401,7 +429,13 @@ def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
     which = lambda name: str(nsys)  # noqa: E731
 
     rec = run_profile(
-        cfg, "fake", model, {"python": str(fakepy)}, tmp_path, lambda s: None, which=which
+        typed(cfg),
+        ExperimentPaths(tmp_path),
+        "fake",
+        model_dir=model,
+        runtime={"python": str(fakepy)},
+        say=lambda s: None,
+        which=which,
     )
     out = tmp_path / "profile" / "fake"
     assert rec["status"] == "profiled" and rec["tool"] == "nsys"

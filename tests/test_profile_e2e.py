@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from servelab.config import validate
+from servelab.experiment import Experiment
 from servelab.model import build_model
+from servelab.paths import ExperimentPaths
 from servelab.profile.capture import analyze_capture, run_profile
 
 pytestmark = pytest.mark.e2e
@@ -27,7 +29,14 @@ def test_cpu_profile_pass_end_to_end(vllm_runtime: dict, tmp_path: Path) -> None
     build_model(cfg["model"], model)
     exp = tmp_path / "exp"
 
-    capture = run_profile(cfg, "mns4", model, vllm_runtime, exp, lambda s: None)
+    capture = run_profile(
+        Experiment.from_dict(cfg),
+        ExperimentPaths(exp),
+        "mns4",
+        model_dir=model,
+        runtime=vllm_runtime,
+        say=lambda s: None,
+    )
     out = exp / "profile" / "mns4"
     assert capture["status"] == "profiled" and capture["tool"] == "torch"
     assert capture["interface"] == "config"

@@ -1,11 +1,11 @@
-"""Which prompts the warm-up and every point send (servelab.sweep.prompt_plan)."""
+"""Which prompts the warm-up and every point send (servelab.workload.prompt_plan)."""
 
 from __future__ import annotations
 
 import pytest
 
 from servelab.schedule import plan
-from servelab.sweep import prompt_plan
+from servelab.workload import prompt_plan
 
 LEVELS = [1, 2, 4, 8, 16]
 

@@ -19,7 +19,9 @@ from nsys_fixture import model_config
 
 from servelab.config import validate
 from servelab.errors import ServelabError
+from servelab.experiment import Experiment
 from servelab.jsonio import read_json
+from servelab.paths import ExperimentPaths
 from servelab.profile.capture import analyze_capture, run_profile
 from servelab.runtime import ensure_container, ensure_runtime
 from servelab.sweep import run_sweep
@@ -209,7 +211,14 @@ def test_sweep_runs_the_server_in_the_container_and_stops_it(
     stale = subprocess.Popen(["sleep", "60"])
     (engine.state / "containers").mkdir(exist_ok=True)
     (engine.state / "containers" / f"servelab-fake-gpu-fake-sweep-{key}").write_text(str(stale.pid))
-    run = run_sweep(cfg, "fake", model, runtime, exp, lambda s: None)
+    run = run_sweep(
+        Experiment.from_dict(cfg),
+        ExperimentPaths(exp),
+        "fake",
+        model_dir=model,
+        runtime=runtime,
+        say=lambda s: None,
+    )
     assert stale.wait(timeout=10) == -9
     assert run["status"] == "complete" and run["points"] == 2
     launch = read_json(exp / "server" / "fake" / "launch.json")
@@ -241,7 +250,14 @@ def test_sweep_gives_each_point_its_own_prompts_also_when_resumed(
     runtime = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
     exp = tmp_path / "results" / "fake-gpu"
     model = model_dir(tmp_path)
-    run = run_sweep(cfg, "fake", model, runtime, exp, lambda s: None)
+    run = run_sweep(
+        Experiment.from_dict(cfg),
+        ExperimentPaths(exp),
+        "fake",
+        model_dir=model,
+        runtime=runtime,
+        say=lambda s: None,
+    )
     raw = exp / "raw" / "fake"
     schema = json.loads((REPO / "src/servelab/schemas/point.schema.json").read_text())
     points = {}
@@ -260,7 +276,14 @@ def test_sweep_gives_each_point_its_own_prompts_also_when_resumed(
     assert len(prompts.splitlines()) == 5
     # a resumed run measures only the missing point, with the prompts a fresh run gives it
     shutil.rmtree(raw / "rep01" / "c0002")
-    run_sweep(cfg, "fake", model, runtime, exp, lambda s: None)
+    run_sweep(
+        Experiment.from_dict(cfg),
+        ExperimentPaths(exp),
+        "fake",
+        model_dir=model,
+        runtime=runtime,
+        say=lambda s: None,
+    )
     again = read_json(raw / "rep01" / "c0002" / "point.json")
     assert again["launch"] == 2 and again["prompt_offset"] == 3
     assert gzip.decompress((raw / "prompts.jsonl.gz").read_bytes()) == prompts
@@ -280,7 +303,14 @@ def test_stop_reaches_a_running_container(engine: Engine, tmp_path: Path) -> Non
         host="127.0.0.1",
         port=free_port(),
         args=[],
-        container=container_run_for(cfg, runtime, str(tmp_path), "fake", "sweep", str(tmp_path)),
+        container=container_run_for(
+            Experiment.from_dict(cfg),
+            runtime,
+            model_dir=str(tmp_path),
+            server_config="fake",
+            purpose="sweep",
+            exp_dir=str(tmp_path),
+        ),
     )
     server = make_server(launch, tmp_path / "server.log", 10)
     with server:
@@ -304,7 +334,15 @@ def test_profiling_pass_runs_nsys_inside_the_container(engine: Engine, tmp_path:
     runtime = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
     exp = tmp_path / "results" / "fake-gpu"
     model = model_dir(tmp_path)
-    rec = run_profile(cfg, "fake", model, runtime, exp, lambda s: None, which=lambda n: None)
+    rec = run_profile(
+        Experiment.from_dict(cfg),
+        ExperimentPaths(exp),
+        "fake",
+        model_dir=model,
+        runtime=runtime,
+        say=lambda s: None,
+        which=lambda n: None,
+    )
     assert rec["status"] == "profiled" and rec["tool"] == "nsys"
     assert rec["traces"] == ["nsys/profile.nsys-rep", "nsys/profile.sqlite"]
     cmd = rec["command"]
@@ -323,7 +361,14 @@ def test_profiling_pass_runs_nsys_inside_the_container(engine: Engine, tmp_path:
 def test_nsys_absent_from_the_image_is_an_explicit_record(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     runtime = {"kind": "container", "nsys": None, "image_ref": PINNED, "python": "python3"}
-    rec = run_profile(cfg, "fake", tmp_path, runtime, tmp_path, lambda s: None)
+    rec = run_profile(
+        Experiment.from_dict(cfg),
+        ExperimentPaths(tmp_path),
+        "fake",
+        model_dir=tmp_path,
+        runtime=runtime,
+        say=lambda s: None,
+    )
     assert rec["status"] == "not profiled" and rec["tool"] is None
     assert rec["reason"] == f"nsys is not in {PINNED} (see containers/README.md)"
 
@@ -371,7 +416,14 @@ def test_apptainer_pulls_by_digest_once_and_pins_a_sif(
     jsonschema.validate(pinned, schema)
     # a sweep: apptainer runs the server as the job's child, listening on server.host
     exp = tmp_path / "results" / "fake-gpu"
-    run = run_sweep(cfg, "fake", model_dir(tmp_path), pinned, exp, lambda s: None)
+    run = run_sweep(
+        Experiment.from_dict(cfg),
+        ExperimentPaths(exp),
+        "fake",
+        model_dir=model_dir(tmp_path),
+        runtime=pinned,
+        say=lambda s: None,
+    )
     assert run["status"] == "complete"
     cmd = read_json(exp / "server" / "fake" / "launch.json")["command"]
     assert cmd[:3] == [str(engine.bin / "apptainer"), "exec", "--cleanenv"]

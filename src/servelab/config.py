@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import yaml
 
 from servelab.errors import ServelabError
-from servelab.experiment import Experiment, section_from_dict
+from servelab.experiment import Experiment, RuntimeSection, section_from_dict
 
 _S = TypeVar("_S")
 
@@ -210,7 +210,8 @@ def _check_runtime(cfg: dict[str, Any], source: str) -> None:
                 )
     else:
         try:
-            settings = ContainerSettings.from_config(rt)
+            section = section_from_dict(RuntimeSection, rt, "runtime")
+            settings = ContainerSettings.from_config(section)
         except ServelabError as exc:
             raise ServelabError(f"{source}: {exc}") from None
         sha = rt.get("image_sha256")

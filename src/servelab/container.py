@@ -16,9 +16,12 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servelab.errors import ServelabError
+
+if TYPE_CHECKING:
+    from servelab.experiment import Experiment, RuntimeSection
 
 ENGINES = ("docker", "podman", "apptainer")
 CONTAINER_MODEL_DIR = "/model"
@@ -242,7 +245,7 @@ def server_inner_command(
 
 
 def gpu_selection(
-    device: str, configured: Sequence[str] | None, cuda_visible: str | None
+    device: str, configured: Sequence[str | int] | None, cuda_visible: str | None
 ) -> str | tuple[str, ...] | None:
     """GPUs for the container: the configured list, else CUDA_VISIBLE_DEVICES (as a cluster
     scheduler sets it), else all; None on a CPU runtime."""
@@ -267,19 +270,18 @@ class ContainerSettings:
     extra_args: tuple[str, ...] = ()
 
     @staticmethod
-    def from_config(rt: Mapping[str, Any]) -> ContainerSettings:
-        engine = str(rt["kind"])
+    def from_config(rt: RuntimeSection) -> ContainerSettings:
+        engine = str(rt.kind)
         mounts = tuple(
-            parse_mount(str(m), f"runtime.mounts[{i}]")
-            for i, m in enumerate(rt.get("mounts") or [])
+            parse_mount(str(m), f"runtime.mounts[{i}]") for i, m in enumerate(rt.mounts or ())
         )
         return ContainerSettings(
             engine=engine,
-            image=parse_image(rt.get("image"), engine),
+            image=parse_image(rt.image, engine),
             mounts=mounts,
-            network=str(rt.get("network") or "publish"),
-            shm_size=rt.get("shm_size"),
-            extra_args=tuple(str(a) for a in rt.get("extra_args") or []),
+            network=str(rt.network or "publish"),
+            shm_size=rt.shm_size,
+            extra_args=tuple(str(a) for a in rt.extra_args or ()),
         )
 
 
@@ -323,8 +325,9 @@ def probe_command(run: ContainerRun, nsys: str) -> list[str]:
 
 
 def container_run_for(
-    cfg: Mapping[str, Any],
+    exp: Experiment,
     runtime: Mapping[str, Any],
+    *,
     model_dir: str,
     server_config: str,
     purpose: str,
@@ -338,7 +341,7 @@ def container_run_for(
     model_dir is mounted read-only at /model; each writable folder at its own path."""
     if runtime.get("kind") != "container":
         return None
-    rt = cfg["runtime"]
+    rt = exp.runtime
     settings = ContainerSettings.from_config(rt)
     key = hashlib.sha256(exp_dir.encode("utf-8")).hexdigest()[:8]
     mounts = (
@@ -350,8 +353,8 @@ def container_run_for(
         engine=settings.engine,
         executable=str(runtime.get("engine_executable") or settings.engine),
         image=str(runtime.get("image_ref") or settings.image.pinned),
-        name=container_name(str(cfg["experiment"]), server_config, purpose, key),
-        gpus=gpu_selection(rt["device"], rt.get("gpu_devices"), cuda_visible) if gpus else None,
+        name=container_name(exp.name, server_config, purpose, key),
+        gpus=gpu_selection(rt.device, rt.gpu_devices, cuda_visible) if gpus else None,
         mounts=mounts,
         network=settings.network,
         shm_size=settings.shm_size,

@@ -34,6 +34,7 @@ from servelab.container import (
     probe_command,
 )
 from servelab.errors import ServelabError
+from servelab.experiment import RuntimeSection, section_from_dict
 from servelab.hashing import check_pinned, sha256_file
 from servelab.hostfacts import describe_isa, runtime_isa
 from servelab.paths import default_cache_dir
@@ -369,7 +370,7 @@ def ensure_container(
     run: Runner = subprocess.run,
 ) -> dict[str, Any]:
     """Check the engine and the image, probe it, and return the runtime record."""
-    settings = ContainerSettings.from_config(rt)
+    settings = ContainerSettings.from_config(section_from_dict(RuntimeSection, rt, "runtime"))
     engine = settings.engine
     exe = which(engine)
     if exe is None:

@@ -331,14 +331,17 @@ class Server:
         with urllib.request.urlopen(f"{self.launch.base_url}{path}", timeout=timeout_s) as resp:
             return json.loads(resp.read())
 
-    def post_json(self, path: str, body: Mapping[str, Any], timeout_s: float = 30.0) -> Any:
+    def post_json(self, path: str, body: Mapping[str, Any] | None, timeout_s: float = 30.0) -> Any:
+        """POST a JSON body (None: an empty one) and return the decoded answer (None when the
+        answer is empty, as vLLM's /start_profile and /stop_profile give)."""
         req = urllib.request.Request(
             f"{self.launch.base_url}{path}",
-            data=json.dumps(body).encode("utf-8"),
+            data=json.dumps(body).encode("utf-8") if body is not None else b"",
             headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return json.loads(resp.read())
+            data = resp.read()
+        return json.loads(data) if data else None
 
     def stop(self) -> int | None:
         """SIGTERM to the whole process group, then SIGKILL after the timeout. Idempotent."""

@@ -16,39 +16,28 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from servelab import config as cfgmod
 from servelab import hostfacts
 from servelab.client import PointRun, Workload, run_point
-from servelab.container import container_run_for
 from servelab.errors import ServelabError
+from servelab.experiment import Experiment, SweepSection, TelemetrySection, WorkloadSection
 from servelab.jsonio import read_json, write_json, write_jsonl_gz
 from servelab.metrics import point_metrics
+from servelab.paths import ExperimentPaths
 from servelab.redact import redact_argv, redact_env
 from servelab.schedule import Slot, plan
-from servelab.server import (
-    Server,
-    ServerLaunch,
-    choose_port,
-    make_server,
-    parse_capacity,
-    raise_on_signals,
-)
+from servelab.server import choose_port, parse_capacity, raise_on_signals
+from servelab.session import Session, build_launch, serve
 from servelab.telemetry import PointTelemetry
-from servelab.workload import make_prompts
+from servelab.workload import prompt_plan
 
 FORMAT_VERSION = 1
-_WORD = re.compile("^(\u0120|\u2581)[A-Za-z]{2,}$")
 Say = Callable[[str], None]
-
-
-def point_dir(raw: Path, repeat: int, concurrency: int) -> Path:
-    return raw / f"rep{repeat:02d}" / f"c{concurrency:04d}"
 
 
 def is_complete(pdir: Path) -> bool:
@@ -85,66 +74,6 @@ def _write_point(pdir: Path, run: PointRun, info: dict[str, Any]) -> dict[str, A
     return point
 
 
-def vocab_ids(model_dir: Path) -> list[int]:
-    """Token ids that are whole words with a leading space ("Ġword" / "▁word").
-
-    Text made of such tokens re-tokenizes to the same ids, so exact-length prompts converge
-    at once; the /tokenize check still decides.
-    """
-    path = model_dir / "tokenizer.json"
-    if not path.is_file():
-        raise ServelabError(
-            f"{path}: missing; prompts are built from the model's tokenizer.json (choose a "
-            "model that has one, or add it to model.allow_patterns)"
-        )
-    tok = json.loads(path.read_text(encoding="utf-8"))
-    special = {t["id"] for t in tok.get("added_tokens", [])}
-    vocab: dict[str, int] = tok["model"]["vocab"]
-    words = sorted(i for s, i in vocab.items() if _WORD.match(s) and i not in special)
-    if len(words) >= 50:
-        return words
-    return sorted(i for i in vocab.values() if i not in special)
-
-
-def build_prompts(
-    server: Server, model: str, wl: dict[str, Any], count: int, vocab: list[int]
-) -> list[str]:
-    def tokenize(text: str) -> list[int]:
-        body = server.post_json(
-            "/tokenize", {"model": model, "prompt": text, "add_special_tokens": False}
-        )
-        return list(body["tokens"])
-
-    def detokenize(ids: list[int]) -> str:
-        return str(server.post_json("/detokenize", {"model": model, "tokens": ids})["prompt"])
-
-    return make_prompts(wl["seed"], count, wl["input_tokens"], vocab, tokenize, detokenize)
-
-
-class PromptPlan(NamedTuple):
-    """Which prompts of raw/<sc>/prompts.jsonl.gz the warm-up and every point send."""
-
-    total: int  # prompts to build
-    offsets: dict[tuple[int, int], int]  # (repeat, concurrency) -> index of its first prompt
-    warmup_offset: int
-
-
-def prompt_plan(slots: list[Slot], waves: int, warmup_requests: int, unique: bool) -> PromptPlan:
-    """Unique: the warm-up takes prompts [0, warmup_requests) and each slot of the full plan,
-    in plan order, its own concurrency x waves prompts after them, so no prompt is sent twice
-    and a resumed run gives every point the prompts a fresh run would. Not unique: every
-    point starts at prompt 0, as does the warm-up."""
-    if not unique:
-        total = max([warmup_requests, *(s.concurrency * waves for s in slots)])
-        return PromptPlan(total, {(s.repeat, s.concurrency): 0 for s in slots}, 0)
-    offsets: dict[tuple[int, int], int] = {}
-    at = warmup_requests
-    for s in slots:
-        offsets[(s.repeat, s.concurrency)] = at
-        at += s.concurrency * waves
-    return PromptPlan(at, offsets, 0)
-
-
 def _summary_line(point: dict[str, Any]) -> str:
     tput = point.get("output_throughput")
     ttft = point.get("mean_ttft_ms")
@@ -155,54 +84,72 @@ def _summary_line(point: dict[str, Any]) -> str:
     ) + f", {point['failed']} failed"
 
 
+@dataclass(frozen=True)
+class SweepJob:
+    """One sweep job: a server configuration of an experiment, its model and runtime, and
+    where its data goes."""
+
+    exp: Experiment
+    paths: ExperimentPaths
+    sc: str
+    model_dir: Path
+    runtime: Mapping[str, Any]
+    say: Say
+
+    @property
+    def raw(self) -> Path:
+        return self.paths.raw_config(self.sc)
+
+    @property
+    def server_dir(self) -> Path:
+        return self.paths.server(self.sc)
+
+    def note(self, msg: str) -> None:
+        self.say(f"[{self.sc}] {msg}")
+
+
 def run_sweep(
-    cfg: dict[str, Any],
+    exp: Experiment,
+    paths: ExperimentPaths,
     server_config: str,
+    *,
     model_dir: Path,
-    runtime: dict[str, Any],
-    exp_dir: Path,
+    runtime: Mapping[str, Any],
     say: Say = print,
 ) -> dict[str, Any]:
+    """Measure every missing point of one server configuration; writes run.json last."""
     raise_on_signals()
     t_job = time.monotonic()
-    sc = server_config
-    args = cfgmod.server_args(cfg, sc)
-    srv_dir = exp_dir / "server" / sc
-    raw = exp_dir / "raw" / sc
+    job = SweepJob(exp, paths, server_config, model_dir, runtime, say)
+    sc, raw = job.sc, job.raw
     raw.mkdir(parents=True, exist_ok=True)
-    sweep = cfg["sweep"]
-    slots = plan(sweep["concurrency"], sweep["repeats"], sweep["order"], sweep["order_seed"])
-    todo = [s for s in slots if not is_complete(point_dir(raw, s.repeat, s.concurrency))]
+    sweep = exp.sweep
+    slots = plan(list(sweep.concurrency), sweep.repeats, sweep.order, sweep.order_seed)
+    todo = [s for s in slots if not is_complete(paths.point(sc, s.repeat, s.concurrency))]
     for stale in raw.glob("rep*/c*.partial"):
         _keep_incomplete(stale)
-    launch_index = _next_launch_index(srv_dir)
+    launch_index = _next_launch_index(job.server_dir)
     if not todo:
-        say(f"[{sc}] all {len(slots)} points already complete")
+        job.note(f"all {len(slots)} points already complete")
     else:
         if len(todo) < len(slots):
-            say(
-                f"[{sc}] resuming: {len(slots) - len(todo)} of {len(slots)} points already complete"
-            )
-        _measure(cfg, sc, args, model_dir, runtime, srv_dir, raw, slots, todo, launch_index, say)
+            job.note(f"resuming: {len(slots) - len(todo)} of {len(slots)} points already complete")
+        _measure(job, slots, todo, launch_index)
     record = {
         "format_version": FORMAT_VERSION,
         "server_config": sc,
         "status": "complete",
         "points": len(slots),
-        "launches": _next_launch_index(srv_dir) - 1,
-        "order": sweep["order"],
+        "launches": _next_launch_index(job.server_dir) - 1,
+        "order": sweep.order,
         "plan": [s.__dict__ for s in slots],
         "incomplete_kept": sorted(
             p.relative_to(raw).as_posix() for p in raw.glob("rep*/c*.incomplete*")
         ),
         "job_wall_s": round(time.monotonic() - t_job, 3),
     }
-    write_json(raw / "run.json", record)
+    write_json(paths.run(sc), record)
     return record
-
-
-def exp_dir_of(raw: Path) -> Path:
-    return raw.parents[1]  # <exp>/raw/<sc>
 
 
 def _next_launch_index(srv_dir: Path) -> int:
@@ -212,140 +159,75 @@ def _next_launch_index(srv_dir: Path) -> int:
     return int(read_json(lj).get("launch", 0)) + 1
 
 
-def _measure(
-    cfg: dict[str, Any],
-    sc: str,
-    args: dict[str, Any],
-    model_dir: Path,
-    runtime: dict[str, Any],
-    srv_dir: Path,
-    raw: Path,
-    slots: list[Slot],
-    todo: list[Slot],
-    launch_index: int,
-    say: Say,
-) -> None:
-    scfg = cfg["server"]
-    wl = cfg["workload"]
-    host = scfg["host"]
-    say_sc: Say = lambda msg: say(f"[{sc}] {msg}")  # noqa: E731
-    port = choose_port(host, scfg["port"], say_sc)
-    launch = ServerLaunch(
-        python=runtime["python"],
-        model_path=str(model_dir.resolve()),
-        served_name=cfg["model"]["served_name"],
-        host=host,
-        port=port,
-        args=cfgmod.args_to_cli(args),
-        # The model is always local: the server must never reach for a hub.
-        env={"HF_HUB_OFFLINE": "1", **cfg["runtime"]["env"]},
-        container=container_run_for(
-            cfg,
-            runtime,
-            str(model_dir.resolve()),
-            sc,
-            "sweep",
-            str(exp_dir_of(raw).resolve()),
-            cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
-        ),
+def _measure(job: SweepJob, slots: list[Slot], todo: list[Slot], launch_index: int) -> None:
+    """One server launch: its capacity and launch records, the prompts, the warm-up, then
+    every point still to measure."""
+    exp, sc, wl = job.exp, job.sc, job.exp.workload
+    port = choose_port(exp.server.host, exp.server.port, job.note)
+    launch = build_launch(
+        exp, job.paths, sc, model_dir=job.model_dir, runtime=job.runtime, port=port
     )
-    log_path = srv_dir / "server.log"
-    log_offset = log_path.stat().st_size if log_path.exists() else 0
-    server = make_server(launch, log_path, scfg["shutdown_timeout_s"])
+    args = exp.server.args_of(sc)
     t0 = time.monotonic()
-    say(
-        f"[{sc}] starting vLLM on {launch.base_url} (launch {launch_index}): "
-        f"{' '.join(launch.args)}"
-    )
-    with server:
-        ready_s = server.wait_ready(scfg["startup_timeout_s"], say_sc)
-        say(f"[{sc}] server ready in {ready_s:.1f} s")
-        placement = server.lower_engine_priority(scfg["engine_nice"], say_sc)
-        log_text = log_path.read_bytes()[log_offset:].decode("utf-8", errors="replace")
-        capacity = parse_capacity(log_text)
+    job.note(f"starting vLLM on {launch.base_url} (launch {launch_index}): {' '.join(launch.args)}")
+    with serve(launch, job.server_dir / "server.log", exp.server, job.note) as session:
+        server = session.server
+        capacity = parse_capacity(session.startup_log())
         capacity["version_endpoint"] = server.get_json("/version").get("version")
         capacity["max_num_seqs"] = args.get("max-num-seqs")
         capacity["server_config"] = sc
-        write_json(srv_dir / "capacity.json", capacity)
+        write_json(job.server_dir / "capacity.json", capacity)
         write_json(
-            srv_dir / "launch.json",
+            job.server_dir / "launch.json",
             {
                 "launch": launch_index,
                 "server_config": sc,
                 "command": redact_argv(launch.command()),
                 "env": redact_env(launch.env),
                 "args": args,
-                "host": host,
+                "host": exp.server.host,
                 "port": port,
                 "pid": server.pid,
                 "started_epoch_ns": server.started_epoch_ns,
-                "ready_s": round(ready_s, 3),
-                "placement": placement,
+                "ready_s": round(session.ready_s, 3),
+                "placement": session.placement,
                 # the measuring host, beside the measurement (the report's Host section)
                 "cpu_facts": hostfacts.cpu_facts(),
-                "runtime_lock_sha256": runtime.get("lock_sha256"),
-                "runtime_image_digest": runtime.get("image_digest"),
+                "runtime_lock_sha256": job.runtime.get("lock_sha256"),
+                "runtime_image_digest": job.runtime.get("image_digest"),
                 "container": launch.container.name if launch.container else None,
             },
         )
-        workload = Workload(
-            base_url=launch.base_url,
-            model=launch.served_name,
-            max_tokens=wl["output_tokens"],
-            ignore_eos=wl["ignore_eos"],
-            request_timeout_s=wl["request_timeout_s"],
-        )
-        n_warmup = wl["warmup"]["requests"]
-        pplan = prompt_plan(slots, wl["waves"], n_warmup, wl["unique_prompts"])
+        n_warmup = wl.warmup.requests
+        pplan = prompt_plan(slots, wl.waves, n_warmup, wl.unique_prompts)
         t_p = time.monotonic()
-        prompts = build_prompts(server, launch.served_name, wl, pplan.total, vocab_ids(model_dir))
+        prompts = session.prompts(wl, pplan.total, job.model_dir)
         write_jsonl_gz(
-            raw / "prompts.jsonl.gz", ({"index": i, "prompt": p} for i, p in enumerate(prompts))
+            job.raw / "prompts.jsonl.gz", ({"index": i, "prompt": p} for i, p in enumerate(prompts))
         )
-        say(
-            f"[{sc}] {pplan.total} prompts of {wl['input_tokens']} tokens ready "
-            f"({'unique per point' if wl['unique_prompts'] else 'shared by the points'}, "
+        job.note(
+            f"{pplan.total} prompts of {wl.input_tokens} tokens ready "
+            f"({'unique per point' if wl.unique_prompts else 'shared by the points'}, "
             f"{time.monotonic() - t_p:.1f} s)"
         )
+        points = PointJob(
+            sc=sc,
+            session=session,
+            client=session.client(wl),
+            paths=job.paths,
+            workload=wl,
+            sweep=exp.sweep,
+            telemetry=exp.telemetry,
+            prompts=prompts,
+            launch_index=launch_index,
+            orders=_orders_by_repeat(slots),
+            say=job.say,
+        )
         if n_warmup:
-            wu = run_point(
-                workload,
-                prompts[pplan.warmup_offset : pplan.warmup_offset + n_warmup],
-                wl["warmup"]["concurrency"],
-                f"{sc}-warmup",
-            )
-            wp = _write_point(
-                raw / "warmup",
-                wu,
-                {
-                    "server_config": sc,
-                    "kind": "warmup",
-                    "launch": launch_index,
-                    "concurrency": wl["warmup"]["concurrency"],
-                    "prompt_offset": pplan.warmup_offset,
-                    "ignore_eos": bool(wl["ignore_eos"]),
-                    "unique_prompts": bool(wl["unique_prompts"]),
-                    "status": "complete",
-                },
-            )
-            say(f"[{sc}] warm-up: {wp['num_prompts']} requests, {_summary_line(wp)}")
-        orders = _orders_by_repeat(slots)
+            points.warmup(pplan.warmup_offset)
         for k, slot in enumerate(todo, 1):
-            _measure_point(
-                server,
-                workload,
-                prompts,
-                pplan.offsets[(slot.repeat, slot.concurrency)],
-                cfg,
-                sc,
-                raw,
-                slot,
-                orders,
-                launch_index,
-                f"{k}/{len(todo)}",
-                say,
-            )
-    say(f"[{sc}] server stopped; measured {len(todo)} points in {time.monotonic() - t0:.1f} s")
+            points.measure(slot, pplan.offsets[(slot.repeat, slot.concurrency)], f"{k}/{len(todo)}")
+    job.note(f"server stopped; measured {len(todo)} points in {time.monotonic() - t0:.1f} s")
 
 
 def _orders_by_repeat(slots: list[Slot]) -> dict[int, list[int]]:
@@ -355,89 +237,124 @@ def _orders_by_repeat(slots: list[Slot]) -> dict[int, list[int]]:
     return out
 
 
-def _measure_point(
-    server: Server,
-    workload: Workload,
-    prompts: list[str],
-    prompt_offset: int,
-    cfg: dict[str, Any],
-    sc: str,
-    raw: Path,
-    slot: Slot,
-    orders: dict[int, list[int]],
-    launch_index: int,
-    progress: str,
-    say: Say,
-) -> None:
-    wl = cfg["workload"]
-    final = point_dir(raw, slot.repeat, slot.concurrency)
-    partial = final.with_name(final.name + ".partial")
-    partial.mkdir(parents=True, exist_ok=True)
-    n = slot.concurrency * wl["waves"]
-    info: dict[str, Any] = {
-        "server_config": sc,
-        "kind": "measured",
-        "repeat": slot.repeat,
-        "concurrency": slot.concurrency,
-        "position": slot.position,
-        "run_index": slot.run_index,
-        "order": orders[slot.repeat],
-        "order_kind": cfg["sweep"]["order"],
-        "launch": launch_index,
-        "input_tokens": wl["input_tokens"],
-        "output_tokens": wl["output_tokens"],
-        "prompt_offset": prompt_offset,
-        "ignore_eos": bool(wl["ignore_eos"]),
-        "unique_prompts": bool(wl["unique_prompts"]),
-    }
-    run = PointRun()
-    label = f"{sc}-r{slot.repeat:02d}-c{slot.concurrency:04d}"
-    # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
-    # a point cut short; their summary over the point's window goes into point.json.
-    tel = PointTelemetry(cfg["telemetry"], server.telemetry_pid(), workload.base_url)
-    try:
-        with tel:
-            run_point(
-                workload, prompts[prompt_offset : prompt_offset + n], slot.concurrency, label, run
+@dataclass(frozen=True)
+class PointJob:
+    """What the warm-up and every point of one server launch share."""
+
+    sc: str
+    session: Session
+    client: Workload
+    paths: ExperimentPaths  # points go to raw/<sc>/rep<RR>/c<CCCC>, the warm-up to raw/<sc>/warmup
+    workload: WorkloadSection
+    sweep: SweepSection
+    telemetry: TelemetrySection
+    prompts: Sequence[str]
+    launch_index: int
+    orders: Mapping[int, list[int]]  # repeat -> its concurrency levels in run order
+    say: Say
+
+    def warmup(self, offset: int) -> None:
+        wl = self.workload
+        n = wl.warmup.requests
+        run = run_point(
+            self.client,
+            self.prompts[offset : offset + n],
+            wl.warmup.concurrency,
+            f"{self.sc}-warmup",
+        )
+        point = _write_point(
+            self.paths.warmup(self.sc),
+            run,
+            {
+                "server_config": self.sc,
+                "kind": "warmup",
+                "launch": self.launch_index,
+                "concurrency": wl.warmup.concurrency,
+                "prompt_offset": offset,
+                "ignore_eos": bool(wl.ignore_eos),
+                "unique_prompts": bool(wl.unique_prompts),
+                "status": "complete",
+            },
+        )
+        self.say(f"[{self.sc}] warm-up: {point['num_prompts']} requests, {_summary_line(point)}")
+
+    def measure(self, slot: Slot, prompt_offset: int, progress: str) -> None:
+        """Measure one point into c<CCCC>.partial/ and rename it when it is complete; a point
+        cut short is kept as incomplete, and a server that died ends the job."""
+        sc, wl, server = self.sc, self.workload, self.session.server
+        final = self.paths.point(sc, slot.repeat, slot.concurrency)
+        partial = final.with_name(final.name + ".partial")
+        partial.mkdir(parents=True, exist_ok=True)
+        n = slot.concurrency * wl.waves
+        info: dict[str, Any] = {
+            "server_config": sc,
+            "kind": "measured",
+            "repeat": slot.repeat,
+            "concurrency": slot.concurrency,
+            "position": slot.position,
+            "run_index": slot.run_index,
+            "order": self.orders[slot.repeat],
+            "order_kind": self.sweep.order,
+            "launch": self.launch_index,
+            "input_tokens": wl.input_tokens,
+            "output_tokens": wl.output_tokens,
+            "prompt_offset": prompt_offset,
+            "ignore_eos": bool(wl.ignore_eos),
+            "unique_prompts": bool(wl.unique_prompts),
+        }
+        run = PointRun()
+        label = f"{sc}-r{slot.repeat:02d}-c{slot.concurrency:04d}"
+        # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
+        # a point cut short; their summary over the point's window goes into point.json.
+        tel = PointTelemetry(asdict(self.telemetry), server.telemetry_pid(), self.client.base_url)
+        try:
+            with tel:
+                run_point(
+                    self.client,
+                    self.prompts[prompt_offset : prompt_offset + n],
+                    slot.concurrency,
+                    label,
+                    run,
+                )
+        except BaseException as exc:
+            info["telemetry"] = tel.finish(partial, run.started_epoch_ns, run.finished_epoch_ns)
+            _write_point(
+                partial,
+                run,
+                {
+                    **info,
+                    "status": "incomplete",
+                    "error": f"interrupted: {type(exc).__name__} {exc}".strip(),
+                },
             )
-    except BaseException as exc:
+            kept = _keep_incomplete(partial)
+            self.say(
+                f"[{sc}] point rep{slot.repeat:02d} c={slot.concurrency} interrupted; "
+                f"{len(run.records)} finished requests kept in {kept} (marked incomplete)"
+            )
+            raise
         info["telemetry"] = tel.finish(partial, run.started_epoch_ns, run.finished_epoch_ns)
-        _write_point(
-            partial,
-            run,
-            {
-                **info,
-                "status": "incomplete",
-                "error": f"interrupted: {type(exc).__name__} {exc}".strip(),
-            },
+        if not server.alive_after(run.records):
+            code = server.proc.returncode if server.proc else None
+            _write_point(
+                partial,
+                run,
+                {
+                    **info,
+                    "status": "incomplete",
+                    "error": f"server exited with code {code} during the point",
+                },
+            )
+            kept = _keep_incomplete(partial)
+            raise ServelabError(
+                f"[{sc}] the server exited during point rep{slot.repeat:02d} "
+                f"c={slot.concurrency}; the point is kept as {kept} (incomplete), completed "
+                f"points stay in {self.paths.raw_config(sc)}; rerun to measure the rest. Last "
+                f"lines of {server.log_path}:\n{server.log_tail()}"
+            )
+        point = _write_point(partial, run, {**info, "status": "complete"})
+        os.replace(partial, final)  # final cannot exist: only missing points are measured
+        self.say(
+            f"[{sc}] {progress} rep{slot.repeat:02d} c={slot.concurrency:<4d} "
+            f"{_summary_line(point)} ({point['duration']:.1f} s)"
         )
-        kept = _keep_incomplete(partial)
-        say(
-            f"[{sc}] point rep{slot.repeat:02d} c={slot.concurrency} interrupted; "
-            f"{len(run.records)} finished requests kept in {kept} (marked incomplete)"
-        )
-        raise
-    info["telemetry"] = tel.finish(partial, run.started_epoch_ns, run.finished_epoch_ns)
-    if not server.alive_after(run.records):
-        code = server.proc.returncode if server.proc else None
-        _write_point(
-            partial,
-            run,
-            {
-                **info,
-                "status": "incomplete",
-                "error": f"server exited with code {code} during the point",
-            },
-        )
-        kept = _keep_incomplete(partial)
-        raise ServelabError(
-            f"[{sc}] the server exited during point rep{slot.repeat:02d} c={slot.concurrency}; "
-            f"the point is kept as {kept} (incomplete), completed points stay in {raw}; rerun "
-            f"to measure the rest. Last lines of {server.log_path}:\n{server.log_tail()}"
-        )
-    point = _write_point(partial, run, {**info, "status": "complete"})
-    os.replace(partial, final)  # final cannot exist: only missing points are measured
-    say(
-        f"[{sc}] {progress} rep{slot.repeat:02d} c={slot.concurrency:<4d} "
-        f"{_summary_line(point)} ({point['duration']:.1f} s)"
-    )

@@ -1,0 +1,138 @@
+"""The command lines of the profiling pass: `nsys profile` in front of the server and `nsys
+export` after it, vLLM's profiler settings (--profiler-config, or the VLLM_TORCH_* variables of
+older releases), which of the two interfaces the runtime's vLLM has, and which nsys runs.
+
+`profiler_additions` hands them to the one server launch (servelab.session.build_launch) as
+what the capture adds: server arguments, environment, the wrapper, the folder it writes into.
+Everything here is pure but `vllm_interface`, which asks the runtime's Python.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from servelab.experiment import ProfileSection
+from servelab.session import LaunchAdditions
+
+NSYS_PROFILE_ARGS = (
+    "profile",
+    "--trace=cuda,nvtx",
+    "--cuda-graph-trace=node",
+    "--trace-fork-before-exec=true",
+    "--capture-range=cudaProfilerApi",
+    "--capture-range-end=repeat",
+    "--force-overwrite=true",
+)
+
+
+def nsys_profile_command(output: Path, nsys: str = "nsys") -> list[str]:
+    """The prefix that runs the server under Nsight Systems (output: report path, no suffix)."""
+    return [nsys, *NSYS_PROFILE_ARGS, f"--output={output}"]
+
+
+def nsys_export_command(report: Path, sqlite: Path, nsys: str = "nsys") -> list[str]:
+    return [
+        nsys,
+        "export",
+        "--type=sqlite",
+        "--force-overwrite=true",
+        f"--output={sqlite}",
+        str(report),
+    ]
+
+
+def torch_profiler_config(trace_dir: Path, max_iterations: int) -> dict[str, Any]:
+    """vLLM's --profiler-config for a bounded CPU capture (names as in vllm/config/profiler.py)."""
+    return {
+        "profiler": "torch",
+        "torch_profiler_dir": str(trace_dir),
+        "torch_profiler_with_stack": False,
+        "torch_profiler_record_shapes": False,
+        "torch_profiler_with_memory": False,
+        "torch_profiler_with_flops": False,
+        "torch_profiler_use_gzip": True,
+        "ignore_frontend": True,
+        "max_iterations": max_iterations,
+    }
+
+
+def vllm_profiler_args(
+    tool: str, trace_dir: Path, interface: str, max_iterations: int
+) -> tuple[list[str], dict[str, str]]:
+    """Server arguments and environment that enable vLLM's profiler endpoints."""
+    if tool not in ("torch", "nsys"):
+        raise ValueError(tool)
+    if interface == "config":
+        cfg = (
+            torch_profiler_config(trace_dir, max_iterations)
+            if tool == "torch"
+            else {"profiler": "cuda"}
+        )
+        return ["--profiler-config", json.dumps(cfg, sort_keys=True)], {}
+    if tool == "nsys":
+        return [], {"VLLM_TORCH_CUDA_PROFILE": "1"}
+    env = {
+        "VLLM_TORCH_PROFILER_DIR": str(trace_dir),
+        "VLLM_TORCH_PROFILER_WITH_STACK": "0",
+        "VLLM_TORCH_PROFILER_RECORD_SHAPES": "0",
+        "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": "0",
+        "VLLM_TORCH_PROFILER_WITH_FLOPS": "0",
+    }
+    if max_iterations:
+        env["VLLM_PROFILER_MAX_ITERS"] = str(max_iterations)
+    return [], env
+
+
+def vllm_interface(python: str) -> str:
+    """'config' when the runtime's vLLM has --profiler-config (vllm/config/profiler.py), else
+    'env' (older releases read VLLM_TORCH_* variables). Looked up without importing vLLM."""
+    code = (
+        "import importlib.util, os; s = importlib.util.find_spec('vllm'); "
+        "print(os.path.isfile(os.path.join(list(s.submodule_search_locations)[0], "
+        "'config', 'profiler.py')))"
+    )
+    try:
+        out = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "config"
+    return "env" if out == "False" else "config"
+
+
+def profiler_interface(profile: ProfileSection, runtime: Mapping[str, Any]) -> str:
+    """profile.vllm_interface, or for auto what the runtime's vLLM has: in a container the
+    runtime stage looked inside the image (runtime.json "profiler_config"); a venv is asked."""
+    if profile.vllm_interface != "auto":
+        return profile.vllm_interface
+    if runtime.get("kind") == "container":
+        return "env" if runtime.get("profiler_config") is False else "config"
+    return vllm_interface(runtime["python"])
+
+
+def nsys_executable(
+    profile: ProfileSection, runtime: Mapping[str, Any], which: Callable[[str], str | None]
+) -> str:
+    """The nsys that runs: in a container the image's (runtime.json "nsys"), else profile.nsys
+    as found on PATH."""
+    if runtime.get("kind") == "container":
+        return str(runtime.get("nsys") or profile.nsys)
+    return str(which(profile.nsys) or profile.nsys)
+
+
+def profiler_additions(
+    tool: str, out: Path, *, interface: str, nsys: str, max_iterations: int
+) -> LaunchAdditions:
+    """What the capture adds to the server's launch: vLLM's profiler arguments and
+    environment (torch traces go to <out>/torch-raw), `nsys profile` in front of the server
+    for nsys (report <out>/nsys/profile), and <out> as a folder the server writes into (in a
+    container: mounted at its own path)."""
+    args, env = vllm_profiler_args(tool, (out / "torch-raw").resolve(), interface, max_iterations)
+    wrapper = (
+        nsys_profile_command((out / "nsys" / "profile").resolve(), nsys) if tool == "nsys" else []
+    )
+    return LaunchAdditions(args=tuple(args), env=env, wrapper=tuple(wrapper), writable=(out,))
