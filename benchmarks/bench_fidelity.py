@@ -46,7 +46,7 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
     )  # fmt: skip
     vllm = VllmClient(py)
     runs: list[dict[str, Any]] = []
-    with Server(launch, wd / "fidelity-server.log") as server:  # __enter__ starts it
+    with Server(launch, wd / "fidelity-server.log", 30) as server:  # __enter__ starts it
         waited = server.wait_ready(600, say=lambda m: print(m, file=sys.stderr))
         print(f"server ready after {waited:.0f} s", file=sys.stderr)
         prompts = build_prompts(

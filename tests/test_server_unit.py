@@ -80,7 +80,7 @@ def test_engine_worker_gets_the_niceness_and_the_front_end_keeps_its_own(tmp_pat
         "    subprocess.Popen([sys.executable, sys.argv[0], 'core'])\n"
         "    time.sleep(60)\n"
     )
-    server = Server(ServerLaunch("python", "m", "m", "127.0.0.1", 1, []), tmp_path / "log")
+    server = Server(ServerLaunch("python", "m", "m", "127.0.0.1", 1, []), tmp_path / "log", 30.0)
     server.proc = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
     try:
         deadline = time.monotonic() + 20
@@ -111,7 +111,7 @@ def test_engine_worker_gets_the_niceness_and_the_front_end_keeps_its_own(tmp_pat
     finally:
         server.stop()
     # no worker under the server: said, not silently skipped
-    lone = Server(ServerLaunch("python", "m", "m", "127.0.0.1", 1, []), tmp_path / "log2")
+    lone = Server(ServerLaunch("python", "m", "m", "127.0.0.1", 1, []), tmp_path / "log2", 30.0)
     lone.proc = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
     )

@@ -26,13 +26,13 @@ class ToyTokenizer:
 
 def test_prompts_have_exact_length_and_are_seeded() -> None:
     t = ToyTokenizer()
-    a = make_prompts(3, 20, 7, range(5), t.tokenize, t.detokenize)
+    a = make_prompts(3, 20, 7, range(5), tokenize=t.tokenize, detokenize=t.detokenize)
     assert len(a) == 20
     assert all(len(t.tokenize(p)) == 7 for p in a)
-    assert a == make_prompts(3, 20, 7, range(5), t.tokenize, t.detokenize)
-    assert a != make_prompts(4, 20, 7, range(5), t.tokenize, t.detokenize)
+    assert a == make_prompts(3, 20, 7, range(5), tokenize=t.tokenize, detokenize=t.detokenize)
+    assert a != make_prompts(4, 20, 7, range(5), tokenize=t.tokenize, detokenize=t.detokenize)
 
 
 def test_unreachable_length_is_a_clear_error() -> None:
     with pytest.raises(ServelabError, match="exactly 5 tokens"):
-        make_prompts(0, 1, 5, [0], lambda s: [0] * 6, lambda ids: "x")
+        make_prompts(0, 1, 5, [0], tokenize=lambda s: [0] * 6, detokenize=lambda ids: "x")

@@ -8,6 +8,7 @@ repeats == points); a Williams design also balances which point runs right befor
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servelab.errors import ServelabError
@@ -75,7 +76,7 @@ class Slot:
     run_index: int  # index in the whole run
 
 
-def plan(concurrency: list[int], repeats: int, kind: str, seed: int = 0) -> list[Slot]:
+def plan(concurrency: Sequence[int], repeats: int, kind: str, seed: int = 0) -> list[Slot]:
     levels = list(concurrency)
     slots: list[Slot] = []
     for r, row in enumerate(orders(kind, len(levels), repeats, seed), 1):

@@ -206,7 +206,7 @@ class ServerLaunch:
 class Server:
     """A running server; use as a context manager so it is always stopped."""
 
-    def __init__(self, launch: ServerLaunch, log_path: Path, shutdown_timeout_s: float = 30.0):
+    def __init__(self, launch: ServerLaunch, log_path: Path, shutdown_timeout_s: float):
         self.launch = launch
         self.log_path = log_path
         self.shutdown_timeout_s = shutdown_timeout_s
@@ -384,7 +384,7 @@ class ContainerServer(Server):
         self,
         launch: ServerLaunch,
         log_path: Path,
-        shutdown_timeout_s: float = 30.0,
+        shutdown_timeout_s: float,
         run: Runner = subprocess.run,
     ) -> None:
         super().__init__(launch, log_path, shutdown_timeout_s)

@@ -124,7 +124,7 @@ def run_sweep(
     sc, raw = job.sc, job.raw
     raw.mkdir(parents=True, exist_ok=True)
     sweep = exp.sweep
-    slots = plan(list(sweep.concurrency), sweep.repeats, sweep.order, sweep.order_seed)
+    slots = plan(sweep.concurrency, sweep.repeats, sweep.order, sweep.order_seed)
     todo = [s for s in slots if not is_complete(paths.point(sc, s.repeat, s.concurrency))]
     for stale in raw.glob("rep*/c*.partial"):
         _keep_incomplete(stale)

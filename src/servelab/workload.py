@@ -57,6 +57,7 @@ def make_prompts(
     count: int,
     length: int,
     vocab: Sequence[int],
+    *,
     tokenize: Tokenize,
     detokenize: Detokenize,
 ) -> list[str]:
@@ -100,7 +101,7 @@ def build_prompts(
     def detokenize(ids: list[int]) -> str:
         return str(server.post_json("/detokenize", {"model": model, "tokens": ids})["prompt"])
 
-    return make_prompts(seed, count, input_tokens, vocab, tokenize, detokenize)
+    return make_prompts(seed, count, input_tokens, vocab, tokenize=tokenize, detokenize=detokenize)
 
 
 class PromptPlan(NamedTuple):
