@@ -10,6 +10,9 @@ Nothing measured is lost on failure: a point is measured into `c<CCCC>.partial/`
 when it completes; a point cut short is kept as `c<CCCC>.incomplete[.N]/` with status
 "incomplete" and never read as data. A rerun keeps the completed points, skips them, and
 measures the rest on a fresh server launch (recorded in each point as `launch`).
+
+`SweepJob` is the job; its `measure` serves one launch (servelab.session, as the profile
+capture does) and hands the points to a `PointJob`, which holds what they share.
 """
 
 from __future__ import annotations
@@ -107,6 +110,81 @@ class SweepJob:
     def note(self, msg: str) -> None:
         self.say(f"[{self.sc}] {msg}")
 
+    def measure(self, slots: list[Slot], todo: list[Slot], launch_index: int) -> None:
+        """One server launch: its capacity and launch records, the prompts, the warm-up, then
+        every point still to measure."""
+        exp, sc, wl = self.exp, self.sc, self.exp.workload
+        port = choose_port(exp.server.host, exp.server.port, self.note)
+        launch = build_launch(
+            exp, self.paths, sc, model_dir=self.model_dir, runtime=self.runtime, port=port
+        )
+        args = exp.server.args_of(sc)
+        t0 = time.monotonic()
+        self.note(
+            f"starting vLLM on {launch.base_url} (launch {launch_index}): {' '.join(launch.args)}"
+        )
+        with serve(launch, self.server_dir / "server.log", exp.server, self.note) as session:
+            server = session.server
+            capacity = parse_capacity(session.startup_log())
+            capacity["version_endpoint"] = server.get_json("/version").get("version")
+            capacity["max_num_seqs"] = args.get("max-num-seqs")
+            capacity["server_config"] = sc
+            write_json(self.server_dir / "capacity.json", capacity)
+            write_json(
+                self.server_dir / "launch.json",
+                {
+                    "launch": launch_index,
+                    "server_config": sc,
+                    "command": redact_argv(launch.command()),
+                    "env": redact_env(launch.env),
+                    "args": args,
+                    "host": exp.server.host,
+                    "port": port,
+                    "pid": server.pid,
+                    "started_epoch_ns": server.started_epoch_ns,
+                    "ready_s": round(session.ready_s, 3),
+                    "placement": session.placement,
+                    # the measuring host, beside the measurement (the report's Host section)
+                    "cpu_facts": hostfacts.cpu_facts(),
+                    "runtime_lock_sha256": self.runtime.get("lock_sha256"),
+                    "runtime_image_digest": self.runtime.get("image_digest"),
+                    "container": launch.container.name if launch.container else None,
+                },
+            )
+            n_warmup = wl.warmup.requests
+            pplan = prompt_plan(slots, wl.waves, n_warmup, wl.unique_prompts)
+            t_p = time.monotonic()
+            prompts = session.prompts(wl, pplan.total, self.model_dir)
+            write_jsonl_gz(
+                self.raw / "prompts.jsonl.gz",
+                ({"index": i, "prompt": p} for i, p in enumerate(prompts)),
+            )
+            self.note(
+                f"{pplan.total} prompts of {wl.input_tokens} tokens ready "
+                f"({'unique per point' if wl.unique_prompts else 'shared by the points'}, "
+                f"{time.monotonic() - t_p:.1f} s)"
+            )
+            points = PointJob(
+                sc=sc,
+                session=session,
+                client=session.client(wl),
+                paths=self.paths,
+                workload=wl,
+                sweep=exp.sweep,
+                telemetry=exp.telemetry,
+                prompts=prompts,
+                launch_index=launch_index,
+                orders=_orders_by_repeat(slots),
+                say=self.say,
+            )
+            if n_warmup:
+                points.warmup(pplan.warmup_offset)
+            for k, slot in enumerate(todo, 1):
+                points.measure(
+                    slot, pplan.offsets[(slot.repeat, slot.concurrency)], f"{k}/{len(todo)}"
+                )
+        self.note(f"server stopped; measured {len(todo)} points in {time.monotonic() - t0:.1f} s")
+
 
 def run_sweep(
     exp: Experiment,
@@ -134,7 +212,7 @@ def run_sweep(
     else:
         if len(todo) < len(slots):
             job.note(f"resuming: {len(slots) - len(todo)} of {len(slots)} points already complete")
-        _measure(job, slots, todo, launch_index)
+        job.measure(slots, todo, launch_index)
     record = {
         "format_version": FORMAT_VERSION,
         "server_config": sc,
@@ -157,77 +235,6 @@ def _next_launch_index(srv_dir: Path) -> int:
     if not lj.exists():
         return 1
     return int(read_json(lj).get("launch", 0)) + 1
-
-
-def _measure(job: SweepJob, slots: list[Slot], todo: list[Slot], launch_index: int) -> None:
-    """One server launch: its capacity and launch records, the prompts, the warm-up, then
-    every point still to measure."""
-    exp, sc, wl = job.exp, job.sc, job.exp.workload
-    port = choose_port(exp.server.host, exp.server.port, job.note)
-    launch = build_launch(
-        exp, job.paths, sc, model_dir=job.model_dir, runtime=job.runtime, port=port
-    )
-    args = exp.server.args_of(sc)
-    t0 = time.monotonic()
-    job.note(f"starting vLLM on {launch.base_url} (launch {launch_index}): {' '.join(launch.args)}")
-    with serve(launch, job.server_dir / "server.log", exp.server, job.note) as session:
-        server = session.server
-        capacity = parse_capacity(session.startup_log())
-        capacity["version_endpoint"] = server.get_json("/version").get("version")
-        capacity["max_num_seqs"] = args.get("max-num-seqs")
-        capacity["server_config"] = sc
-        write_json(job.server_dir / "capacity.json", capacity)
-        write_json(
-            job.server_dir / "launch.json",
-            {
-                "launch": launch_index,
-                "server_config": sc,
-                "command": redact_argv(launch.command()),
-                "env": redact_env(launch.env),
-                "args": args,
-                "host": exp.server.host,
-                "port": port,
-                "pid": server.pid,
-                "started_epoch_ns": server.started_epoch_ns,
-                "ready_s": round(session.ready_s, 3),
-                "placement": session.placement,
-                # the measuring host, beside the measurement (the report's Host section)
-                "cpu_facts": hostfacts.cpu_facts(),
-                "runtime_lock_sha256": job.runtime.get("lock_sha256"),
-                "runtime_image_digest": job.runtime.get("image_digest"),
-                "container": launch.container.name if launch.container else None,
-            },
-        )
-        n_warmup = wl.warmup.requests
-        pplan = prompt_plan(slots, wl.waves, n_warmup, wl.unique_prompts)
-        t_p = time.monotonic()
-        prompts = session.prompts(wl, pplan.total, job.model_dir)
-        write_jsonl_gz(
-            job.raw / "prompts.jsonl.gz", ({"index": i, "prompt": p} for i, p in enumerate(prompts))
-        )
-        job.note(
-            f"{pplan.total} prompts of {wl.input_tokens} tokens ready "
-            f"({'unique per point' if wl.unique_prompts else 'shared by the points'}, "
-            f"{time.monotonic() - t_p:.1f} s)"
-        )
-        points = PointJob(
-            sc=sc,
-            session=session,
-            client=session.client(wl),
-            paths=job.paths,
-            workload=wl,
-            sweep=exp.sweep,
-            telemetry=exp.telemetry,
-            prompts=prompts,
-            launch_index=launch_index,
-            orders=_orders_by_repeat(slots),
-            say=job.say,
-        )
-        if n_warmup:
-            points.warmup(pplan.warmup_offset)
-        for k, slot in enumerate(todo, 1):
-            points.measure(slot, pplan.offsets[(slot.repeat, slot.concurrency)], f"{k}/{len(todo)}")
-    job.note(f"server stopped; measured {len(todo)} points in {time.monotonic() - t0:.1f} s")
 
 
 def _orders_by_repeat(slots: list[Slot]) -> dict[int, list[int]]:
