@@ -4,6 +4,7 @@ rule model:
     output:
         record=f"{EXP}/model/servelab-model.json",
     params:
+        exp=EXP,
         model=config["model"],
         cache_dir=config["runtime"]["cache_dir"],
     log:

@@ -6,6 +6,7 @@ rule runtime:
     output:
         record=f"{EXP}/runtime/runtime.json",
     params:
+        exp=EXP,
         runtime=config["runtime"],
         profile=config["profile"],
     log:

@@ -22,9 +22,10 @@ def test_cpu_profile_pass_end_to_end(vllm_runtime: dict, tmp_path: Path) -> None
     raw["server"]["configs"] = [{"name": "mns4", "args": {"max-num-seqs": 4}}]
     raw["workload"].update(input_tokens=32, output_tokens=32)
     raw["profile"] = {"concurrency": [1, 4], "warmup_requests": 2}
-    cfg = validate(raw, "test").to_dict()
+    exp_cfg = validate(raw, "test")
+    cfg = exp_cfg.to_dict()
     model = tmp_path / "model"
-    build_model(cfg["model"], model)
+    build_model(exp_cfg.model, model)
     exp = tmp_path / "exp"
 
     capture = run_profile(cfg, "mns4", model, vllm_runtime, exp, lambda s: None)
