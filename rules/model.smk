@@ -12,4 +12,4 @@ rule model:
     benchmark:
         f"{EXP}/benchmarks/model.tsv"
     script:
-        "../scripts/build_model.py"
+        "../scripts/model.py"

@@ -43,6 +43,7 @@ rule profile_report:
         profile=f"{EXP}/profile/{{sc}}/profile.json",
         report=report(f"{EXP}/profile/{{sc}}/profile.md", category="Profile"),
     params:
+        exp=EXP,
         config=MEASURE_CONFIG,
     log:
         f"{EXP}/logs/profile-report-{{sc}}.log",

@@ -14,4 +14,4 @@ rule runtime:
     benchmark:
         f"{EXP}/benchmarks/runtime.tsv"
     script:
-        "../scripts/make_runtime.py"
+        "../scripts/runtime.py"

@@ -21,10 +21,11 @@ from nsys_fixture import LAYERS, model_config, scenario, scenario_windows, windo
 
 from servelab.config import load, validate
 from servelab.errors import ServelabError
+from servelab.experiment import Experiment
+from servelab.paths import ExperimentPaths
 from servelab.profile import capture
 from servelab.profile.analyze import Options, analyze
 from servelab.profile.capture import (
-    analyze_capture,
     build_launch,
     nsys_export_command,
     nsys_profile_command,
@@ -34,6 +35,7 @@ from servelab.profile.capture import (
     vllm_profiler_args,
 )
 from servelab.profile.core import Window, load_windows, parse_windows, windows_json
+from servelab.profile.report import analyze_capture
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((REPO / "src" / "servelab" / "schemas" / "profile.schema.json").read_text())
@@ -198,7 +200,8 @@ def test_not_profiled_is_an_explicit_record(tmp_path: Path) -> None:
         which=lambda name: None,
     )
     assert rec["status"] == "not profiled" and rec["reason"] == "nsys (nsys) not found on PATH"
-    prof = analyze_capture(cfg, "max-num-seqs-8", tmp_path, tmp_path / "model")
+    profile = Experiment.from_dict(cfg).profile
+    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "max-num-seqs-8", tmp_path / "model")
     out = tmp_path / "profile" / "max-num-seqs-8"
     assert json.loads((out / "profile.json").read_text()) == prof
     jsonschema.validate(prof, SCHEMA)
@@ -232,7 +235,8 @@ def test_analyze_capture_reads_the_capture_layout(tmp_path: Path) -> None:
             }
         )
     )
-    prof = analyze_capture(cfg, "max-num-seqs-8", tmp_path, tmp_path)
+    profile = Experiment.from_dict(cfg).profile
+    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "max-num-seqs-8", tmp_path)
     assert prof["server_config"] == "max-num-seqs-8" and prof["tool"] == "nsys"
     assert prof["settings"]["layers_source"] == "model config.json"
     assert prof["windows"]["c0002"]["steady"]["population_mean"] == 2.0
@@ -411,7 +415,8 @@ def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
     recorded = json.loads((out / "nsys" / "profile.args.json").read_text())
     assert recorded == nsys_profile_command((out / "nsys" / "profile").resolve())[2:]
 
-    prof = analyze_capture(cfg, "fake", tmp_path, model)
+    profile = Experiment.from_dict(cfg).profile
+    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "fake", model)
     jsonschema.validate(prof, SCHEMA)
     assert prof["trace"]["kind"] == "nsys-sqlite" and prof["settings"]["population_dim"] == "y"
     c1, c2 = prof["windows"]["c0001"], prof["windows"]["c0002"]

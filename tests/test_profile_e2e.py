@@ -11,7 +11,9 @@ import yaml
 
 from servelab.config import validate
 from servelab.model import build_model
-from servelab.profile.capture import analyze_capture, run_profile
+from servelab.paths import ExperimentPaths
+from servelab.profile.capture import run_profile
+from servelab.profile.report import analyze_capture
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +45,7 @@ def test_cpu_profile_pass_end_to_end(vllm_runtime: dict, tmp_path: Path) -> None
         ("c0004", "epoch", 128),
     ]
 
-    prof = analyze_capture(cfg, "mns4", exp, model)
+    prof = analyze_capture(exp_cfg.profile, ExperimentPaths(exp), "mns4", model)
     schema = json.loads((REPO / "src/servelab/schemas/profile.schema.json").read_text())
     jsonschema.validate(prof, schema)
     assert prof["settings"]["layers"] == cfg["model"]["tiny"]["layers"] == 4  # config.json

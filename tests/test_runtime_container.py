@@ -22,7 +22,9 @@ from servelab.config import validate
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.jsonio import read_json
-from servelab.profile.capture import analyze_capture, run_profile
+from servelab.paths import ExperimentPaths
+from servelab.profile.capture import run_profile
+from servelab.profile.report import analyze_capture
 from servelab.runtime import ensure_container, ensure_runtime
 from servelab.sweep import run_sweep
 
@@ -323,7 +325,8 @@ def test_profiling_pass_runs_nsys_inside_the_container(engine: Engine, tmp_path:
     assert f"{out}:{out}" in cmd
     exports = [c for c in engine.calls() if c[0] == "run" and "export" in c]
     assert len(exports) == 1 and "--gpus" not in exports[0]
-    prof = analyze_capture(cfg, "fake", exp, model)
+    profile = Experiment.from_dict(cfg).profile
+    prof = analyze_capture(profile, ExperimentPaths(exp), "fake", model)
     assert prof["trace"]["kind"] == "nsys-sqlite"
     assert set(prof["windows"]) == {"c0001", "c0002"}
     assert engine.running() == []

@@ -1,4 +1,5 @@
-"""profile.json, the CSV tables and the report section: pure renderers plus thin writers.
+"""The `profile_report` stage: one captured configuration's traces analyzed into profile.json,
+the CSV tables and the report section (pure renderers plus thin writers).
 
 Every table is sorted and every float printed with a fixed format, so the same profile gives
 the same bytes.
@@ -13,9 +14,17 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from servelab.jsonio import write_json
-from servelab.profile.analyze import ProfileResult
-from servelab.profile.core import FORMAT_VERSION
+from servelab.experiment import ProfileSection
+from servelab.jsonio import read_json, write_json
+from servelab.paths import ExperimentPaths
+from servelab.profile.analyze import Options, ProfileResult, analyze
+from servelab.profile.core import (
+    FORMAT_VERSION,
+    default_families,
+    families_from_pairs,
+    layers_from_config,
+    load_windows,
+)
 
 TABLES = (
     "active_fraction.csv",
@@ -259,3 +268,34 @@ def _write_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def analyze_capture(
+    profile: ProfileSection, paths: ExperimentPaths, sc: str, model_dir: Path
+) -> dict[str, Any]:
+    """profile.json, tables and profile.md for one captured configuration."""
+    out = paths.profile(sc)
+    capture = read_json(out / "capture.json")
+    title = f"Profile: {sc}"
+    if capture.get("status") != "profiled":
+        record = not_profiled(str(capture.get("reason")), sc, capture.get("tool"))
+        write_outputs(out, record, None, title)
+        return record
+    opts = Options(
+        layers=layers_from_config(model_dir / "config.json"),
+        layers_source="model config.json",
+        families=(
+            families_from_pairs(
+                ((f["name"], f["regex"]) for f in profile.families), "profile.families"
+            )
+            if profile.families
+            else default_families()
+        ),
+        attention_kernel=profile.attention_kernel,
+        band=profile.band,
+    )
+    traces = [out / t for t in capture["traces"] if not t.endswith(".nsys-rep")]
+    result = analyze(traces, load_windows(out / "windows.json"), opts)
+    record = {**result.profile, "server_config": sc, "tool": capture["tool"]}
+    write_outputs(out, record, result, title)
+    return record
