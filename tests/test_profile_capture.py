@@ -24,7 +24,7 @@ from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.paths import ExperimentPaths
 from servelab.profile import capture
-from servelab.profile.analyze import Options, analyze
+from servelab.profile.analyze import TraceOptions, analyze_trace
 from servelab.profile.capture import (
     build_launch,
     nsys_export_command,
@@ -212,7 +212,7 @@ def test_not_profiled_is_an_explicit_record(tmp_path: Path) -> None:
 def test_profile_json_satisfies_its_schema(tmp_path: Path) -> None:
     trace = scenario().write(tmp_path / "t.sqlite")
     windows = load_windows(windows_file(tmp_path / "w.json", scenario_windows()))
-    prof = analyze([trace], windows, Options(layers=LAYERS)).profile
+    prof = analyze_trace([trace], windows, TraceOptions(layers=LAYERS)).profile
     jsonschema.validate(prof, SCHEMA)
     prof["windows"]["c0001"]["active_fraction"]["0"] = 1.5
     with pytest.raises(jsonschema.ValidationError):

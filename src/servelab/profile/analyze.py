@@ -35,7 +35,7 @@ from servelab.profile.torchtrace import TorchTrace
 
 
 @dataclass
-class Options:
+class TraceOptions:
     layers: int | None = None
     layers_source: str | None = None
     families: list[Family] = field(default_factory=default_families)
@@ -71,7 +71,9 @@ def open_trace(paths: Sequence[Path]) -> NsysTrace | TorchTrace:
     return TorchTrace(paths)
 
 
-def analyze(paths: Sequence[Path], windows: Sequence[Window], opts: Options) -> ProfileResult:
+def analyze_trace(
+    paths: Sequence[Path], windows: Sequence[Window], opts: TraceOptions
+) -> ProfileResult:
     if not windows:
         raise ServelabError("the windows file lists no window")
     trace = open_trace(paths)
@@ -83,7 +85,10 @@ def analyze(paths: Sequence[Path], windows: Sequence[Window], opts: Options) -> 
 
 
 def _analyze(
-    trace: NsysTrace | TorchTrace, paths: Sequence[Path], windows: Sequence[Window], opts: Options
+    trace: NsysTrace | TorchTrace,
+    paths: Sequence[Path],
+    windows: Sequence[Window],
+    opts: TraceOptions,
 ) -> ProfileResult:
     resolved = check_disjoint(trace.resolve(windows), str(paths[0]))
     notes: list[str] = []
@@ -151,7 +156,7 @@ Passes = tuple[
 
 
 def _main_kernel(
-    stats: Sequence[Sequence[KernelStat]], opts: Options, leaves: set[str] | None
+    stats: Sequence[Sequence[KernelStat]], opts: TraceOptions, leaves: set[str] | None
 ) -> set[str]:
     totals: dict[str, int] = {}
     for per in stats:
@@ -161,7 +166,7 @@ def _main_kernel(
 
 
 def _nsys_passes(
-    trace: NsysTrace, resolved: Sequence[ResolvedWindow], opts: Options, notes: list[str]
+    trace: NsysTrace, resolved: Sequence[ResolvedWindow], opts: TraceOptions, notes: list[str]
 ) -> Passes:
     """Busy time in a second thread (SQLite runs it outside the GIL) while this one reads the
     per-kernel totals and then the main attention kernel's launches: on two cores the
@@ -193,7 +198,7 @@ def _nsys_passes(
 
 
 def _torch_passes(
-    trace: TorchTrace, resolved: Sequence[ResolvedWindow], opts: Options, notes: list[str]
+    trace: TorchTrace, resolved: Sequence[ResolvedWindow], opts: TraceOptions, notes: list[str]
 ) -> Passes:
     busy, stats = trace.busy_and_stats(resolved)
     main = _main_kernel(stats, opts, trace.leaf_names())
@@ -253,7 +258,7 @@ def _window_entry(
     display: dict[str, str],
     groupers: dict[tuple[int, str], ForwardGrouper],
     devices: dict[str, str],
-    opts: Options,
+    opts: TraceOptions,
 ) -> tuple[dict[str, Any], list[tuple[str, Forward]]]:
     length = rw.length_ns
     devs = sorted(set(devices) | set(busy), key=_device_key)

@@ -47,16 +47,16 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="steady state: relative population band (default 0.10)",
     )
-    a.set_defaults(func=_cmd_analyze)
+    a.set_defaults(func=_cmd_profile_analyze)
 
 
-def _cmd_analyze(args: argparse.Namespace) -> int:
-    from servelab.profile.analyze import Options, analyze
+def _cmd_profile_analyze(args: argparse.Namespace) -> int:
+    from servelab.profile.analyze import TraceOptions, analyze_trace
     from servelab.profile.core import DEFAULT_BAND, layers_from_config, load_windows
     from servelab.profile.core import parse_family_args as parse_families
-    from servelab.profile.report import write_outputs
+    from servelab.profile.report import write_profile
 
-    opts = Options()
+    opts = TraceOptions()
     if args.layers is not None:
         if args.layers < 1:
             raise ServelabError(f"--layers {args.layers}: must be at least 1")
@@ -73,9 +73,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         raise ServelabError(f"--band {band}: give a relative band such as 0.1")
     opts.band = band
     windows = load_windows(Path(args.windows))
-    result = analyze([Path(t) for t in args.trace], windows, opts)
+    result = analyze_trace([Path(t) for t in args.trace], windows, opts)
     out = Path(args.out)
-    write_outputs(out, result.profile, result)
+    write_profile(out, result.profile, result)
     for label, w in result.profile["windows"].items():
         s = w["steady"]
         af = ", ".join(f"{d} {v:.2f}" for d, v in w["active_fraction"].items()) or "-"

@@ -17,7 +17,7 @@ from typing import Any
 from servelab.experiment import ProfileSection
 from servelab.jsonio import read_json, write_json
 from servelab.paths import ExperimentPaths
-from servelab.profile.analyze import Options, ProfileResult, analyze
+from servelab.profile.analyze import ProfileResult, TraceOptions, analyze_trace
 from servelab.profile.core import (
     FORMAT_VERSION,
     default_families,
@@ -74,7 +74,7 @@ def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return buf.getvalue()
 
 
-def tables(result: ProfileResult | None, profile: dict[str, Any]) -> dict[str, str]:
+def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dict[str, str]:
     """File name -> CSV text. A profile that was not made still gets its tables, empty."""
     wins: dict[str, Any] = profile.get("windows") or {}
     order = list(wins)
@@ -189,7 +189,7 @@ def _num(v: Any, fmt: str = "{:.3g}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def render_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
+def profile_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
     lines = [f"## {title}", ""]
     if profile.get("status") != "profiled":
         lines += [f"Not profiled: {profile.get('reason')}", ""]
@@ -247,18 +247,18 @@ def _family_order(profile: dict[str, Any]) -> list[str]:
     return fams + ["other"]
 
 
-def write_outputs(
+def write_profile(
     out: Path, profile: dict[str, Any], result: ProfileResult | None, title: str = "Profile"
 ) -> list[Path]:
     """profile.json, the tables and profile.md into `out`; returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in tables(result, profile).items():
+    for name, text in profile_tables(result, profile).items():
         p = out / name
         _write_text(p, text)
         written.append(p)
     md = out / REPORT
-    _write_text(md, render_markdown(profile, title))
+    _write_text(md, profile_markdown(profile, title))
     pj = out / "profile.json"
     write_json(pj, profile)
     return [pj, md, *written]
@@ -279,9 +279,9 @@ def analyze_capture(
     title = f"Profile: {sc}"
     if capture.get("status") != "profiled":
         record = not_profiled(str(capture.get("reason")), sc, capture.get("tool"))
-        write_outputs(out, record, None, title)
+        write_profile(out, record, None, title)
         return record
-    opts = Options(
+    opts = TraceOptions(
         layers=layers_from_config(model_dir / "config.json"),
         layers_source="model config.json",
         families=(
@@ -295,7 +295,7 @@ def analyze_capture(
         band=profile.band,
     )
     traces = [out / t for t in capture["traces"] if not t.endswith(".nsys-rep")]
-    result = analyze(traces, load_windows(out / "windows.json"), opts)
+    result = analyze_trace(traces, load_windows(out / "windows.json"), opts)
     record = {**result.profile, "server_config": sc, "tool": capture["tool"]}
-    write_outputs(out, record, result, title)
+    write_profile(out, record, result, title)
     return record
