@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from nsys_fixture import DDL, SESSION_START  # noqa: E402
 
 from servelab.profile.analyze import TraceOptions, analyze_trace  # noqa: E402
-from servelab.profile.core import parse_windows  # noqa: E402
+from servelab.profile.windows import parse_windows  # noqa: E402
 
 LAYERS = 36
 PER_LAYER = 11  # 10 compute kernels on stream 7, one all-reduce (slot 4) on stream 13

@@ -34,8 +34,8 @@ from servelab.profile.capture import (
     torch_profiler_config,
     vllm_profiler_args,
 )
-from servelab.profile.core import Window, load_windows, parse_windows, windows_json
 from servelab.profile.report import analyze_capture
+from servelab.profile.windows import Window, load_windows, parse_windows, windows_json
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((REPO / "src" / "servelab" / "schemas" / "profile.schema.json").read_text())

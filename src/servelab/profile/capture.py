@@ -36,7 +36,7 @@ from servelab.client import PointRun, Workload, run_point
 from servelab.container import ENGINES, ContainerRun, container_run_for
 from servelab.errors import ServelabError
 from servelab.jsonio import write_json, write_jsonl_gz
-from servelab.profile.core import FORMAT_VERSION, Window, windows_json
+from servelab.profile.windows import FORMAT_VERSION, Window, windows_json
 from servelab.redact import redact_argv, redact_env
 from servelab.server import ServerLaunch, choose_port, make_server, raise_on_signals
 

@@ -52,9 +52,10 @@ def add_parser(sub: Any) -> None:
 
 def _cmd_profile_analyze(args: argparse.Namespace) -> int:
     from servelab.profile.analyze import TraceOptions, analyze_trace
-    from servelab.profile.core import DEFAULT_BAND, layers_from_config, load_windows
-    from servelab.profile.core import parse_family_args as parse_families
+    from servelab.profile.forwards import layers_from_config
+    from servelab.profile.kernels import parse_family_args as parse_families
     from servelab.profile.report import write_profile
+    from servelab.profile.windows import load_windows
 
     opts = TraceOptions()
     if args.layers is not None:
@@ -68,10 +69,10 @@ def _cmd_profile_analyze(args: argparse.Namespace) -> int:
         opts.families = parse_families(args.family)
     opts.attention_kernel = args.attention_kernel
     opts.population_dim = args.population_dim
-    band = DEFAULT_BAND if args.band is None else args.band
-    if not 0 <= band < 10:
-        raise ServelabError(f"--band {band}: give a relative band such as 0.1")
-    opts.band = band
+    if args.band is not None:
+        if not 0 <= args.band < 10:
+            raise ServelabError(f"--band {args.band}: give a relative band such as 0.1")
+        opts.band = args.band
     windows = load_windows(Path(args.windows))
     result = analyze_trace([Path(t) for t in args.trace], windows, opts)
     out = Path(args.out)

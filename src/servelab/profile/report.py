@@ -18,13 +18,9 @@ from servelab.experiment import ProfileSection
 from servelab.jsonio import read_json, write_json
 from servelab.paths import ExperimentPaths
 from servelab.profile.analyze import ProfileResult, TraceOptions, analyze_trace
-from servelab.profile.core import (
-    FORMAT_VERSION,
-    default_families,
-    families_from_pairs,
-    layers_from_config,
-    load_windows,
-)
+from servelab.profile.forwards import layers_from_config
+from servelab.profile.kernels import default_families, families_from_pairs
+from servelab.profile.windows import FORMAT_VERSION, load_windows
 
 TABLES = (
     "active_fraction.csv",
