@@ -7,13 +7,12 @@ the same bytes.
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from servelab import render
 from servelab.experiment import ProfileSection
 from servelab.jsonio import read_json, write_json
 from servelab.paths import ExperimentPaths
@@ -32,6 +31,8 @@ TABLES = (
     "ratios.csv",
 )
 REPORT = "profile.md"
+# The tables' values are microsecond totals: 9 significant digits, as in profile.json.
+DIGITS = 9
 
 
 def not_profiled(
@@ -51,23 +52,8 @@ def not_profiled(
     }
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return f"{v:.9g}"
-    return str(v)
-
-
-def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    for r in rows:
-        w.writerow([_fmt(v) for v in r])
-    return buf.getvalue()
+def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    return render.csv_text(columns, rows, digits=DIGITS)
 
 
 def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dict[str, str]:
@@ -131,17 +117,15 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
         for r in profile.get("ratios") or []
     ]
     return {
-        "active_fraction.csv": csv_text(["window", "device", "active_fraction"], by_window(af)),
-        "families.csv": csv_text(
+        "active_fraction.csv": _csv(["window", "device", "active_fraction"], by_window(af)),
+        "families.csv": _csv(
             ["window", "family", "calls", "total_us", "us_per_token"], by_window(fam)
         ),
-        "kernels.csv": csv_text(
-            ["window", "family", "kernel", "calls", "total_us"], by_window(kern)
-        ),
-        "attention_paths.csv": csv_text(
+        "kernels.csv": _csv(["window", "family", "kernel", "calls", "total_us"], by_window(kern)),
+        "attention_paths.csv": _csv(
             ["window", "path", "calls", "total_us", "us_per_token", "mean_us"], by_window(paths)
         ),
-        "forwards.csv": csv_text(
+        "forwards.csv": _csv(
             [
                 "window",
                 "device",
@@ -154,7 +138,7 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
             ],
             by_window(fwd),
         ),
-        "steady.csv": csv_text(
+        "steady.csv": _csv(
             [
                 "window",
                 "first",
@@ -167,7 +151,7 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
             ],
             by_window(steady),
         ),
-        "ratios.csv": csv_text(["from", "to", "population_ratio", "duration_ratio"], ratio_rows),
+        "ratios.csv": _csv(["from", "to", "population_ratio", "duration_ratio"], ratio_rows),
     }
 
 
@@ -181,8 +165,8 @@ def _sortable(v: Any) -> tuple[int, Any]:
     return (2, str(v))
 
 
-def _num(v: Any, fmt: str = "{:.3g}") -> str:
-    return "-" if v is None else fmt.format(v)
+def _num(v: Any, spec: str = ".3g") -> str:
+    return render.num(v, spec)
 
 
 def profile_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
@@ -192,6 +176,7 @@ def profile_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
         return "\n".join(lines)
     trace = profile.get("trace") or {}
     settings = profile.get("settings") or {}
+    families = _family_order(profile)
     lines += [
         f"Trace: {trace.get('kind')} ({', '.join(trace.get('files', []))}), clock "
         f"{trace.get('clock')}. Layers: {settings.get('layers')} "
@@ -199,43 +184,59 @@ def profile_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
         f"{', '.join(settings.get('attention_kernel') or []) or '-'}; population from "
         f"{settings.get('population_dim') or '-'}.",
         "",
-        "| window | source | coverage | active fraction | tokens | "
-        + " | ".join(f"{f} µs/token" for f in _family_order(profile))
-        + " |",
-        "|---|---|---|---|---|" + "---|" * len(_family_order(profile)),
     ]
-    for label, w in profile["windows"].items():
-        af = ", ".join(f"{d}: {v:.2f}" for d, v in w["active_fraction"].items()) or "-"
-        fams = " | ".join(
-            _num(w["families"].get(f, {}).get("us_per_token")) for f in _family_order(profile)
-        )
-        lines.append(
-            f"| {label} | {w['source']} | {_num(w.get('coverage'), '{:.2f}')} | {af} | "
-            f"{_num(w['output_tokens'], '{}')} | {fams} |"
-        )
-    lines += [
-        "",
-        "| window | forwards | violations | steady range | population | attention µs per launch |",
-        "|---|---|---|---|---|---|",
-    ]
-    for label, w in profile["windows"].items():
-        f, s = w["forwards"], w["steady"]
-        rng = f"{s['first']}-{s['last']} ({s['forwards']})" if s else "-"
-        lines.append(
-            f"| {label} | {f['count'] if f else '-'} | {f['violations'] if f else '-'} | {rng} | "
-            f"{_num(s and s['population_mean'])} | {_num(s and s['kernel_us_mean'])} |"
-        )
+    windows = profile["windows"].items()
+    lines += render.md_table(
+        ["window", "source", "coverage", "active fraction", "tokens"]
+        + [f"{f} µs/token" for f in families],
+        (
+            [
+                label,
+                w["source"],
+                _num(w.get("coverage"), ".2f"),
+                ", ".join(f"{d}: {v:.2f}" for d, v in w["active_fraction"].items()) or "-",
+                _num(w["output_tokens"], ""),
+                *(_num(w["families"].get(f, {}).get("us_per_token")) for f in families),
+            ]
+            for label, w in windows
+        ),
+    )
+    lines.append("")
+    lines += render.md_table(
+        [
+            "window",
+            "forwards",
+            "violations",
+            "steady range",
+            "population",
+            "attention µs per launch",
+        ],
+        (_forwards_row(label, w["forwards"], w["steady"]) for label, w in windows),
+    )
     if profile.get("ratios"):
-        lines += ["", "| from | to | population ratio | duration ratio |", "|---|---|---|---|"]
-        for r in profile["ratios"]:
-            lines.append(
-                f"| {r['from']} | {r['to']} | {_num(r['population_ratio'])} | "
-                f"{_num(r['duration_ratio'])} |"
-            )
+        lines.append("")
+        lines += render.md_table(
+            ["from", "to", "population ratio", "duration ratio"],
+            (
+                [r["from"], r["to"], _num(r["population_ratio"]), _num(r["duration_ratio"])]
+                for r in profile["ratios"]
+            ),
+        )
     for n in profile.get("notes") or []:
         lines += ["", f"Note: {n}"]
     lines.append("")
     return "\n".join(lines)
+
+
+def _forwards_row(label: str, f: dict[str, Any] | None, s: dict[str, Any] | None) -> list[Any]:
+    return [
+        label,
+        f["count"] if f else "-",
+        f["violations"] if f else "-",
+        f"{s['first']}-{s['last']} ({s['forwards']})" if s else "-",
+        _num(s and s["population_mean"]),
+        _num(s and s["kernel_us_mean"]),
+    ]
 
 
 def _family_order(profile: dict[str, Any]) -> list[str]:
