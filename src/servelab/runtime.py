@@ -36,7 +36,7 @@ from servelab.container import (
 from servelab.errors import ServelabError
 from servelab.experiment import ProfileSection, RuntimeSection
 from servelab.hashing import check_pinned, sha256_file
-from servelab.hostfacts import describe_isa, runtime_isa
+from servelab.hostfacts.isa import describe_isa, runtime_isa
 from servelab.paths import default_cache_dir
 
 READY_MARKER = "servelab-runtime.json"
