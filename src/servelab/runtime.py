@@ -364,16 +364,8 @@ def parse_probe(text: str) -> dict[str, Any]:
     raise ServelabError("runtime: the probe inside the image printed no result")
 
 
-def ensure_container(
-    rt: RuntimeSection,
-    profile: ProfileSection,
-    say: Callable[[str], None] = print,
-    which: Callable[[str], str | None] = shutil.which,
-    run: Runner = subprocess.run,
-) -> dict[str, Any]:
-    """Check the engine and the image, probe it, and return the runtime record."""
-    settings = ContainerSettings.from_config(vars(rt))  # runtime.* by key
-    engine = settings.engine
+def _check_engine(engine: str, which: Callable[[str], str | None], run: Runner) -> tuple[str, str]:
+    """(the engine's executable, its version); raises when it is not there or does not answer."""
     exe = which(engine)
     if exe is None:
         hint = " (with the NVIDIA Container Toolkit for GPUs)" if engine != "apptainer" else ""
@@ -387,7 +379,44 @@ def ensure_container(
             f"runtime.kind {engine}: {exe} does not answer ({_last_line(proc)}); "
             f"is the {engine} service running and may this user use it?"
         )
-    engine_version = (proc.stdout.strip().splitlines() or [""])[-1]
+    return exe, (proc.stdout.strip().splitlines() or [""])[-1]
+
+
+def _probe_image(probe_run: ContainerRun, profile: ProfileSection, run: Runner) -> dict[str, Any]:
+    """What the probe finds in the image; raises when it has no vLLM, or no Nsight Systems
+    although profile.required asks for it."""
+    image_ref = probe_run.image
+    proc = _call(run, probe_command(probe_run, profile.nsys), 900)
+    if proc.returncode != 0:
+        raise ServelabError(
+            f"runtime: the probe in {image_ref} failed: {_last_line(proc)}; does the image "
+            "have python3?"
+        )
+    probe = parse_probe(proc.stdout)
+    if not probe.get("vllm_version"):
+        raise ServelabError(f"runtime.image: {image_ref} has no vllm package (python3 -m pip)")
+    wants_nsys = profile.enabled and profile.tool == "nsys"
+    if wants_nsys and profile.required and not probe.get("nsys"):
+        raise ServelabError(
+            f"profile.required is true but {profile.nsys} is not in {image_ref}; build "
+            "containers/Dockerfile and set runtime.image to its digest, mount an Nsight "
+            "Systems install (runtime.mounts) and point profile.nsys at it, or set "
+            "profile.required: false"
+        )
+    return probe
+
+
+def ensure_container(
+    rt: RuntimeSection,
+    profile: ProfileSection,
+    say: Callable[[str], None] = print,
+    which: Callable[[str], str | None] = shutil.which,
+    run: Runner = subprocess.run,
+) -> dict[str, Any]:
+    """Check the engine and the image, probe it, and return the runtime record."""
+    settings = ContainerSettings.from_config(vars(rt))  # runtime.* by key
+    engine = settings.engine
+    exe, engine_version = _check_engine(engine, which, run)
     for i, mount in enumerate(settings.mounts):
         if not Path(mount.host).exists():  # docker would create an empty folder in its place
             raise ServelabError(
@@ -401,7 +430,6 @@ def ensure_container(
     else:
         image_ref = settings.image.pinned
         facts.update(_check_image(exe, settings, run, say))
-    nsys = profile.nsys
     probe_run = ContainerRun(
         engine=engine,
         executable=exe,
@@ -411,23 +439,7 @@ def ensure_container(
         mounts=settings.mounts,
         extra_args=settings.extra_args,
     )
-    proc = _call(run, probe_command(probe_run, nsys), 900)
-    if proc.returncode != 0:
-        raise ServelabError(
-            f"runtime: the probe in {image_ref} failed: {_last_line(proc)}; does the image "
-            "have python3?"
-        )
-    probe = parse_probe(proc.stdout)
-    if not probe.get("vllm_version"):
-        raise ServelabError(f"runtime.image: {image_ref} has no vllm package (python3 -m pip)")
-    wants_nsys = profile.enabled and profile.tool == "nsys"
-    if wants_nsys and profile.required and not probe.get("nsys"):
-        raise ServelabError(
-            f"profile.required is true but {nsys} is not in {image_ref}; build "
-            "containers/Dockerfile and set runtime.image to its digest, mount an Nsight "
-            "Systems install (runtime.mounts) and point profile.nsys at it, or set "
-            "profile.required: false"
-        )
+    probe = _probe_image(probe_run, profile, run)
     packages = {
         k: v
         for k, v in (("vllm", probe.get("vllm_version")), ("torch", probe.get("torch_version")))
