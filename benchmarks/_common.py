@@ -11,7 +11,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from servelab.model import TinySpec, build_tiny
+from servelab.config import default_section
+from servelab.experiment import TinySpec
+from servelab.model import build_tiny
 from servelab.runtime import ensure_venv
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +27,7 @@ def venv_python() -> str:
 def tiny_model(workdir: Path) -> Path:
     out = workdir / "model"
     if not (out / "tokenizer.json").exists():
-        build_tiny(TinySpec(), out)
+        build_tiny(default_section(TinySpec, "model", "tiny"), out)
     return out
 
 

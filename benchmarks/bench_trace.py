@@ -31,8 +31,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from nsys_fixture import DDL, SESSION_START  # noqa: E402
 
-from servelab.profile.analyze import Options, analyze  # noqa: E402
-from servelab.profile.core import parse_windows  # noqa: E402
+from servelab.profile.analyze import TraceOptions, analyze_trace  # noqa: E402
+from servelab.profile.windows import parse_windows  # noqa: E402
 
 LAYERS = 36
 PER_LAYER = 11  # 10 compute kernels on stream 7, one all-reduce (slot 4) on stream 13
@@ -167,7 +167,7 @@ def main() -> int:
     runs = []
     for _ in range(args.repeat):
         t = time.perf_counter()
-        res = analyze([db], wins, Options(layers=LAYERS))
+        res = analyze_trace([db], wins, TraceOptions(layers=LAYERS))
         runs.append(time.perf_counter() - t)
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     steady = {

@@ -4,6 +4,7 @@ rule model:
     output:
         record=f"{EXP}/model/servelab-model.json",
     params:
+        exp=EXP,
         model=config["model"],
         cache_dir=config["runtime"]["cache_dir"],
     log:
@@ -11,4 +12,4 @@ rule model:
     benchmark:
         f"{EXP}/benchmarks/model.tsv"
     script:
-        "../scripts/build_model.py"
+        "../scripts/model.py"

@@ -6,6 +6,7 @@ rule runtime:
     output:
         record=f"{EXP}/runtime/runtime.json",
     params:
+        exp=EXP,
         runtime=config["runtime"],
         profile=config["profile"],
     log:
@@ -13,4 +14,4 @@ rule runtime:
     benchmark:
         f"{EXP}/benchmarks/runtime.tsv"
     script:
-        "../scripts/make_runtime.py"
+        "../scripts/runtime.py"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +10,9 @@ from analysis_fixtures import KNEE_SPEC, servelab_tree
 
 from servelab import config as cfgmod
 from servelab.analysis.pipeline import analyze, options_from_config
+from servelab.experiment import TinySpec
 from servelab.jsonio import write_json
-from servelab.model import TinySpec, build_tiny
+from servelab.model import build_tiny
 
 SECRET = "hf_supersecret_0123456789"
 
@@ -56,7 +58,8 @@ def experiment(
         },
     )
     (exp / "server" / "a100" / "server.log").write_text("INFO started\n")
-    build_tiny(TinySpec(seed=tiny_seed), exp / "model")
+    tiny = cfgmod.default_section(TinySpec, "model", "tiny")
+    build_tiny(replace(tiny, seed=tiny_seed), exp / "model")
     write_json(
         exp / "runtime" / "runtime.json",
         {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,8 +14,10 @@ import pytest
 from host_fixtures import AMD, SPR, host, prov
 
 from servelab import hostfacts as hf
+from servelab.config import default_section
 from servelab.evidence.provenance import host_facts
 from servelab.evidence.schemas import load_schema
+from servelab.experiment import ProfileSection, RuntimeSection
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -373,10 +376,13 @@ def test_runtime_stage_probes_the_isa_every_time(
     }
     (venv / READY_MARKER).write_text(json.dumps(marker))
     said: list[str] = []
-    cfg = {"kind": "venv", "cache_dir": str(tmp_path / "cache"), "env": {}}
+    rt = replace(default_section(RuntimeSection, "runtime"), cache_dir=str(tmp_path / "cache"))
+    assert rt.kind == "venv"
+    profile = default_section(ProfileSection, "profile")
     env = {"PYTHONPATH": str(fake_torch)}
-    first = ensure_runtime({**cfg, "env": env}, lock, said.append)
-    capped = ensure_runtime({**cfg, "env": {**env, "ATEN_CPU_CAPABILITY": "avx2"}}, lock, str)
+    first = ensure_runtime(replace(rt, env=env), profile, lock, said.append)
+    capped_env = {**env, "ATEN_CPU_CAPABILITY": "avx2"}
+    capped = ensure_runtime(replace(rt, env=capped_env), profile, lock, str)
     assert any("reusing" in s for s in said)
     assert first["isa"]["cpu_capability"] == "AVX512"
     assert capped["isa"]["cpu_capability"] == "AVX2"

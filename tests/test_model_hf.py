@@ -12,6 +12,7 @@ from fake_hf_hub import COMMIT, FIXTURE, REPO, FakeHub, recorded_tree
 
 from servelab import config
 from servelab.errors import ServelabError
+from servelab.experiment import ModelSection
 from servelab.model import (
     HfHub,
     HubFile,
@@ -22,15 +23,9 @@ from servelab.model import (
 )
 
 
-def hf_cfg(**over: object) -> dict:
-    return {
-        "source": "hf",
-        "repo": REPO,
-        "revision": COMMIT,
-        "local_dir": None,
-        "allow_patterns": None,
-        **over,
-    }
+def hf_cfg(**over: object) -> ModelSection:
+    raw = {"source": "hf", "repo": REPO, "revision": COMMIT, **over}
+    return config.validate({**minimal_hf(), "model": raw}).model
 
 
 class RecordedHub:

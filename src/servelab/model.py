@@ -17,6 +17,7 @@ them).
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import hashlib
 import json
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from servelab.errors import ServelabError
+from servelab.experiment import ModelSection, TinySpec
 from servelab.hashing import git_blob_sha1, sha256_file
 from servelab.jsonio import write_json
 from servelab.paths import default_cache_dir
@@ -44,36 +46,24 @@ CHAT_TEMPLATE = (
 )
 
 
-@dataclass(frozen=True)
-class TinySpec:
-    seed: int = 0
-    layers: int = 2
-    hidden_size: int = 128
-    heads: int = 2
-    kv_heads: int = 2
-    intermediate_size: int = 256
-    vocab_size: int = 2048
-    max_position_embeddings: int = 4096
+def head_dim(spec: TinySpec) -> int:
+    return spec.hidden_size // spec.heads
 
-    @staticmethod
-    def from_config(cfg: dict[str, Any]) -> TinySpec:
-        spec = TinySpec(**cfg)
-        if spec.hidden_size % spec.heads:
-            raise ServelabError(
-                f"model.tiny: hidden_size {spec.hidden_size} is not divisible by heads {spec.heads}"
-            )
-        if spec.heads % spec.kv_heads:
-            raise ServelabError(f"model.tiny: heads {spec.heads} must be a multiple of kv_heads")
-        if spec.hidden_size // spec.heads not in (32, 64, 80, 96, 112, 128, 256):
-            raise ServelabError(
-                f"model.tiny: head_dim {spec.hidden_size // spec.heads} is not supported by "
-                "vLLM's CPU attention; use hidden_size/heads = 64 (e.g. hidden_size 128, heads 2)"
-            )
-        return spec
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.heads
+def check_tiny(spec: TinySpec) -> TinySpec:
+    """The tiny model's shape, refused when vLLM could not load it."""
+    if spec.hidden_size % spec.heads:
+        raise ServelabError(
+            f"model.tiny: hidden_size {spec.hidden_size} is not divisible by heads {spec.heads}"
+        )
+    if spec.heads % spec.kv_heads:
+        raise ServelabError(f"model.tiny: heads {spec.heads} must be a multiple of kv_heads")
+    if head_dim(spec) not in (32, 64, 80, 96, 112, 128, 256):
+        raise ServelabError(
+            f"model.tiny: head_dim {head_dim(spec)} is not supported by "
+            "vLLM's CPU attention; use hidden_size/heads = 64 (e.g. hidden_size 128, heads 2)"
+        )
+    return spec
 
 
 def corpus_text() -> str:
@@ -100,7 +90,7 @@ def build_tokenizer_json(vocab_size: int) -> str:
 
 def _weights(spec: TinySpec, vocab: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(spec.seed)
-    h, i, hd = spec.hidden_size, spec.intermediate_size, spec.head_dim
+    h, i, hd = spec.hidden_size, spec.intermediate_size, head_dim(spec)
     q, kv = spec.heads * hd, spec.kv_heads * hd
 
     def normal(*shape: int) -> np.ndarray:
@@ -135,7 +125,7 @@ def _hf_config(spec: TinySpec, vocab: int, eos_id: int) -> dict[str, Any]:
         "num_hidden_layers": spec.layers,
         "num_attention_heads": spec.heads,
         "num_key_value_heads": spec.kv_heads,
-        "head_dim": spec.head_dim,
+        "head_dim": head_dim(spec),
         "hidden_act": "silu",
         "max_position_embeddings": spec.max_position_embeddings,
         "max_window_layers": spec.layers,
@@ -178,6 +168,7 @@ def build_tiny(spec: TinySpec, out_dir: Path) -> dict[str, Any]:
     """Write the tiny model into out_dir and return its record (written as servelab-model.json)."""
     from safetensors.numpy import save_file
 
+    check_tiny(spec)
     out_dir.mkdir(parents=True, exist_ok=True)
     tok_json = build_tokenizer_json(spec.vocab_size)
     vocab = len(json.loads(tok_json)["model"]["vocab"])
@@ -208,7 +199,7 @@ def build_tiny(spec: TinySpec, out_dir: Path) -> dict[str, Any]:
     record = {
         "source": "tiny",
         "path": ".",
-        "spec": spec.__dict__,
+        "spec": dataclasses.asdict(spec),
         "vocab_size": vocab,
         "revision": tree_digest(digests),
         "tree_sha256": tree_digest(digests),
@@ -404,7 +395,7 @@ def _reusable(folder: Path, repo: str, revision: str, patterns: list[str] | None
 
 
 def build_hf(
-    model_cfg: dict[str, Any],
+    model: ModelSection,
     out_dir: Path,
     cache_dir: Path | None = None,
     hub: Hub | None = None,
@@ -413,11 +404,13 @@ def build_hf(
     """Download (or reuse) the pinned commit and write its record into out_dir."""
     import fcntl
 
-    repo, revision = model_cfg["repo"], model_cfg["revision"]
-    patterns = list(model_cfg["allow_patterns"]) if model_cfg.get("allow_patterns") else None
+    repo, revision = model.repo, model.revision
+    if repo is None or revision is None:  # config.validate refuses an hf model without them
+        raise ServelabError("model.source hf needs model.repo and model.revision")
+    patterns = list(model.allow_patterns) if model.allow_patterns else None
     folder = (
-        Path(model_cfg["local_dir"]).expanduser()
-        if model_cfg.get("local_dir")
+        Path(model.local_dir).expanduser()
+        if model.local_dir
         else default_model_dir(repo, revision, cache_dir)
     ).resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -463,15 +456,15 @@ def build_hf(
 
 
 def build_model(
-    model_cfg: dict[str, Any],
+    model: ModelSection,
     out_dir: Path,
     cache_dir: Path | None = None,
     hub: Hub | None = None,
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Materialize the configured model (the `model` stage); the record goes into out_dir."""
-    if model_cfg["source"] == "tiny":
-        return build_tiny(TinySpec.from_config(model_cfg.get("tiny", {})), out_dir)
-    if model_cfg["source"] == "hf":
-        return build_hf(model_cfg, out_dir, cache_dir, hub, say)
-    raise ServelabError(f"model.source: {model_cfg['source']!r} is not supported")
+    if model.source == "tiny":
+        return build_tiny(model.tiny, out_dir)
+    if model.source == "hf":
+        return build_hf(model, out_dir, cache_dir, hub, say)
+    raise ServelabError(f"model.source: {model.source!r} is not supported")

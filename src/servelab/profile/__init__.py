@@ -3,8 +3,11 @@
 - `capture`: the capture job: the diagnostic workload and its windows.
 - `commands`: the command lines (nsys, vLLM's profiler settings and interface).
 - `plan`: which configurations are profiled, with which tool.
-- `nsys`: analysis of an `nsys export --type sqlite` file, in SQL passes.
-- `torchtrace`: analysis of a torch-profiler trace JSON.
-- `core`: the pure pieces both share (families, forwards, steady state, ratios).
-- `report`: profile.json, CSV tables and the report section.
+- `windows`: windows.json, read and checked, and windows mapped into a trace's clock.
+- `nsys`: reading an `nsys export --type sqlite` file, in SQL passes.
+- `torchtrace`: reading a torch-profiler trace JSON.
+- `kernels`: kernel families, the main attention kernel, per-kernel tables.
+- `forwards`: forwards from attention launches, the steady state, ratios between windows.
+- `analyze`: a trace and its windows in, the profile out (`analyze_trace`).
+- `report`: the `profile_report` stage: profile.json, CSV tables and the report section.
 """

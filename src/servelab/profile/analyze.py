@@ -5,43 +5,53 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.profile.core import (
-    DEFAULT_BAND,
+from servelab.profile.forwards import (
     DIMS,
-    FORMAT_VERSION,
-    Family,
     Forward,
     ForwardGrouper,
-    KernelStat,
     Launch,
-    ResolvedWindow,
-    Window,
-    check_disjoint,
     choose_dim,
+    ratios,
+    steady_summary,
+)
+from servelab.profile.kernels import (
+    Family,
+    KernelStat,
     default_families,
     families_table,
     kernels_table,
     main_attention,
     paths_table,
-    ratios,
-    steady_summary,
 )
 from servelab.profile.nsys import NsysTrace, is_sqlite
 from servelab.profile.torchtrace import TorchTrace
+from servelab.profile.windows import FORMAT_VERSION, ResolvedWindow, Window, check_disjoint
+
+
+def _default_band() -> float:
+    """profile.band at its schema default."""
+    from servelab.config import default_section
+    from servelab.experiment import ProfileSection
+
+    return default_section(ProfileSection, "profile").band
 
 
 @dataclass
-class Options:
+class TraceOptions:
+    """How a trace is analyzed: the layer count, kernel families, the main attention kernel,
+    the population dimension and the steady-state band."""
+
     layers: int | None = None
     layers_source: str | None = None
     families: list[Family] = field(default_factory=default_families)
     attention_kernel: str | None = None
     population_dim: str | None = None  # x | y | z; None: found from the launches
-    band: float = DEFAULT_BAND
+    band: float = field(default_factory=_default_band)
 
 
 @dataclass
@@ -71,7 +81,9 @@ def open_trace(paths: Sequence[Path]) -> NsysTrace | TorchTrace:
     return TorchTrace(paths)
 
 
-def analyze(paths: Sequence[Path], windows: Sequence[Window], opts: Options) -> ProfileResult:
+def analyze_trace(
+    paths: Sequence[Path], windows: Sequence[Window], opts: TraceOptions
+) -> ProfileResult:
     if not windows:
         raise ServelabError("the windows file lists no window")
     trace = open_trace(paths)
@@ -83,17 +95,21 @@ def analyze(paths: Sequence[Path], windows: Sequence[Window], opts: Options) -> 
 
 
 def _analyze(
-    trace: NsysTrace | TorchTrace, paths: Sequence[Path], windows: Sequence[Window], opts: Options
+    trace: NsysTrace | TorchTrace,
+    paths: Sequence[Path],
+    windows: Sequence[Window],
+    opts: TraceOptions,
 ) -> ProfileResult:
     resolved = check_disjoint(trace.resolve(windows), str(paths[0]))
     notes: list[str] = []
     if isinstance(trace, NsysTrace):
-        busy, stats, main, dim, groupers = _nsys_passes(trace, resolved, opts, notes)
+        passes = _nsys_passes(trace, resolved, opts, notes)
     else:
-        busy, stats, main, dim, groupers = _torch_passes(trace, resolved, opts, notes)
+        passes = _torch_passes(trace, resolved, opts, notes)
+    main = passes.main
     dim_name = "step" if isinstance(trace, TorchTrace) and trace.kind == "cpu" else None
-    if dim is not None:
-        dim_name = DIMS[dim]
+    if passes.dim is not None:
+        dim_name = DIMS[passes.dim]
     elif main and dim_name is None:
         notes.append(
             "no grid dimension of the main attention kernel varies: populations are "
@@ -101,9 +117,9 @@ def _analyze(
         )
     if opts.layers is None:
         notes.append("layer count unknown (pass --layers or --model-config): no forwards")
-    for g in groupers.values():
+    for g in passes.groupers.values():
         g.finish()
-    display = {s.full: s.name for per in stats for s in per}
+    display = passes.display
 
     devices = dict(trace.devices())
     info = trace.info()
@@ -113,11 +129,9 @@ def _analyze(
     forwards: dict[str, list[tuple[str, Forward]]] = {}
     steady_by_label: dict[str, dict[str, Any] | None] = {}
     for i, rw in enumerate(resolved):
-        entry, fw = _window_entry(
-            i, rw, trace, busy[i], stats[i], main, display, groupers, devices, opts
-        )
+        entry, fw = _window_entry(i, rw, passes, devices, opts)
         out_windows[rw.label] = entry
-        kernels[rw.label] = kernels_table(stats[i], opts.families)
+        kernels[rw.label] = kernels_table(passes.stats[i], opts.families)
         forwards[rw.label] = fw
         steady_by_label[rw.label] = entry["steady"]
     order = [w.label for w in windows]
@@ -141,17 +155,26 @@ def _analyze(
     return ProfileResult(profile, kernels, forwards)
 
 
-Passes = tuple[
-    list[dict[str, int]],
-    list[list[KernelStat]],
-    set[str],
-    int | None,
-    dict[tuple[int, str], ForwardGrouper],
-]
+@dataclass(frozen=True)
+class Passes:
+    """What a reader's passes over a trace give: per window, busy time per device and the
+    per-kernel totals; the main attention kernel's names, the grid dimension that carries the
+    population, and the forwards per (window, device)."""
+
+    busy: list[dict[str, int]]
+    stats: list[list[KernelStat]]
+    main: set[str]
+    dim: int | None
+    groupers: dict[tuple[int, str], ForwardGrouper]
+
+    @cached_property
+    def display(self) -> dict[str, str]:
+        """Full kernel name -> the name shown (nsys shortName, torch op name)."""
+        return {s.full: s.name for per in self.stats for s in per}
 
 
 def _main_kernel(
-    stats: Sequence[Sequence[KernelStat]], opts: Options, leaves: set[str] | None
+    stats: Sequence[Sequence[KernelStat]], opts: TraceOptions, leaves: set[str] | None
 ) -> set[str]:
     totals: dict[str, int] = {}
     for per in stats:
@@ -161,7 +184,7 @@ def _main_kernel(
 
 
 def _nsys_passes(
-    trace: NsysTrace, resolved: Sequence[ResolvedWindow], opts: Options, notes: list[str]
+    trace: NsysTrace, resolved: Sequence[ResolvedWindow], opts: TraceOptions, notes: list[str]
 ) -> Passes:
     """Busy time in a second thread (SQLite runs it outside the GIL) while this one reads the
     per-kernel totals and then the main attention kernel's launches: on two cores the
@@ -189,11 +212,11 @@ def _nsys_passes(
             for g in groupers.values():
                 g.finish()
                 g.forwards = [replace(f, population=None) for f in g.forwards]
-    return busy, stats, main, dim, groupers
+    return Passes(busy, stats, main, dim, groupers)
 
 
 def _torch_passes(
-    trace: TorchTrace, resolved: Sequence[ResolvedWindow], opts: Options, notes: list[str]
+    trace: TorchTrace, resolved: Sequence[ResolvedWindow], opts: TraceOptions, notes: list[str]
 ) -> Passes:
     busy, stats = trace.busy_and_stats(resolved)
     main = _main_kernel(stats, opts, trace.leaf_names())
@@ -211,7 +234,7 @@ def _torch_passes(
                 pop = grid[dim] if grid is not None and dim is not None else None
                 tag = pop
             _grouper(groupers, i, dev, opts.layers).feed(Launch(t0, t1, pop, tag))
-    return busy, stats, main, dim, groupers
+    return Passes(busy, stats, main, dim, groupers)
 
 
 def _dim_index(name: str) -> int:
@@ -244,22 +267,16 @@ def _population_dim(
 
 
 def _window_entry(
-    i: int,
-    rw: ResolvedWindow,
-    trace: NsysTrace | TorchTrace,
-    busy: dict[str, int],
-    stats: list[KernelStat],
-    main: set[str],
-    display: dict[str, str],
-    groupers: dict[tuple[int, str], ForwardGrouper],
-    devices: dict[str, str],
-    opts: Options,
+    i: int, rw: ResolvedWindow, passes: Passes, devices: dict[str, str], opts: TraceOptions
 ) -> tuple[dict[str, Any], list[tuple[str, Forward]]]:
+    """Window i's entry of profile.json, and its forwards."""
+    busy, stats, main, display = passes.busy[i], passes.stats[i], passes.main, passes.display
     length = rw.length_ns
     devs = sorted(set(devices) | set(busy), key=_device_key)
     active = {d: busy.get(d, 0) / length for d in devs}
     mine = sorted(
-        ((d, g) for (w, d), g in groupers.items() if w == i), key=lambda t: _device_key(t[0])
+        ((d, g) for (w, d), g in passes.groupers.items() if w == i),
+        key=lambda t: _device_key(t[0]),
     )
     fw = [(d, f) for d, g in mine for f in g.forwards]
     first = next(((d, g) for d, g in mine if g.forwards), None)

@@ -38,7 +38,7 @@ from servelab.client import PointRun, Workload, run_point
 from servelab.container import ContainerRun
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
-from servelab.jsonio import read_json, write_json, write_jsonl_gz
+from servelab.jsonio import write_json, write_jsonl_gz
 from servelab.paths import ExperimentPaths
 from servelab.profile.commands import (
     nsys_executable,
@@ -46,8 +46,8 @@ from servelab.profile.commands import (
     profiler_additions,
     profiler_interface,
 )
-from servelab.profile.core import FORMAT_VERSION, Window, windows_json
 from servelab.profile.plan import for_runtime, profile_plan
+from servelab.profile.windows import FORMAT_VERSION, Window, windows_json
 from servelab.redact import redact_argv, redact_env
 from servelab.server import Server, ServerLaunch, choose_port, raise_on_signals
 from servelab.session import Session, build_launch, serve, server_container
@@ -448,45 +448,3 @@ def _export_nsys(
         )
     say(f"exported {report.name} to {sqlite.name}")
     return [report.relative_to(out).as_posix(), sqlite.relative_to(out).as_posix()]
-
-
-# --- the analysis job ---------------------------------------------------------------------
-
-
-def analyze_capture(cfg: dict[str, Any], sc: str, exp_dir: Path, model_dir: Path) -> dict[str, Any]:
-    """profile.json, tables and profile.md for one captured configuration."""
-    from servelab.profile.analyze import Options, analyze
-    from servelab.profile.core import (
-        default_families,
-        families_from_pairs,
-        layers_from_config,
-        load_windows,
-    )
-    from servelab.profile.report import not_profiled, write_outputs
-
-    out = profile_dir(exp_dir, sc)
-    capture = read_json(out / "capture.json")
-    title = f"Profile: {sc}"
-    if capture.get("status") != "profiled":
-        profile = not_profiled(str(capture.get("reason")), sc, capture.get("tool"))
-        write_outputs(out, profile, None, title)
-        return profile
-    p = cfg["profile"]
-    opts = Options(
-        layers=layers_from_config(model_dir / "config.json"),
-        layers_source="model config.json",
-        families=(
-            families_from_pairs(
-                ((f["name"], f["regex"]) for f in p["families"]), "profile.families"
-            )
-            if p["families"]
-            else default_families()
-        ),
-        attention_kernel=p["attention_kernel"],
-        band=p["band"],
-    )
-    traces = [out / t for t in capture["traces"] if not t.endswith(".nsys-rep")]
-    result = analyze(traces, load_windows(out / "windows.json"), opts)
-    profile = {**result.profile, "server_config": sc, "tool": capture["tool"]}
-    write_outputs(out, profile, result, title)
-    return profile

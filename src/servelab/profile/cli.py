@@ -47,16 +47,17 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="steady state: relative population band (default 0.10)",
     )
-    a.set_defaults(func=_cmd_analyze)
+    a.set_defaults(func=_cmd_profile_analyze)
 
 
-def _cmd_analyze(args: argparse.Namespace) -> int:
-    from servelab.profile.analyze import Options, analyze
-    from servelab.profile.core import DEFAULT_BAND, layers_from_config, load_windows
-    from servelab.profile.core import parse_family_args as parse_families
-    from servelab.profile.report import write_outputs
+def _cmd_profile_analyze(args: argparse.Namespace) -> int:
+    from servelab.profile.analyze import TraceOptions, analyze_trace
+    from servelab.profile.forwards import layers_from_config
+    from servelab.profile.kernels import parse_family_args as parse_families
+    from servelab.profile.report import write_profile
+    from servelab.profile.windows import load_windows
 
-    opts = Options()
+    opts = TraceOptions()
     if args.layers is not None:
         if args.layers < 1:
             raise ServelabError(f"--layers {args.layers}: must be at least 1")
@@ -68,14 +69,14 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         opts.families = parse_families(args.family)
     opts.attention_kernel = args.attention_kernel
     opts.population_dim = args.population_dim
-    band = DEFAULT_BAND if args.band is None else args.band
-    if not 0 <= band < 10:
-        raise ServelabError(f"--band {band}: give a relative band such as 0.1")
-    opts.band = band
+    if args.band is not None:
+        if not 0 <= args.band < 10:
+            raise ServelabError(f"--band {args.band}: give a relative band such as 0.1")
+        opts.band = args.band
     windows = load_windows(Path(args.windows))
-    result = analyze([Path(t) for t in args.trace], windows, opts)
+    result = analyze_trace([Path(t) for t in args.trace], windows, opts)
     out = Path(args.out)
-    write_outputs(out, result.profile, result)
+    write_profile(out, result.profile, result)
     for label, w in result.profile["windows"].items():
         s = w["steady"]
         af = ", ".join(f"{d} {v:.2f}" for d, v in w["active_fraction"].items()) or "-"

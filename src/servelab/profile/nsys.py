@@ -33,13 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.profile.core import (
-    ForwardGrouper,
-    KernelStat,
-    ResolvedWindow,
-    Window,
-    to_trace_clock,
-)
+from servelab.profile.forwards import ForwardGrouper
+from servelab.profile.kernels import KernelStat
+from servelab.profile.windows import ResolvedWindow, Window, to_trace_clock
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 NVTX = "NVTX_EVENTS"

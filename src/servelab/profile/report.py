@@ -1,4 +1,5 @@
-"""profile.json, the CSV tables and the report section: pure renderers plus thin writers.
+"""The `profile_report` stage: one captured configuration's traces analyzed into profile.json,
+the CSV tables and the report section (pure renderers plus thin writers).
 
 Every table is sorted and every float printed with a fixed format, so the same profile gives
 the same bytes.
@@ -6,16 +7,19 @@ the same bytes.
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from servelab.jsonio import write_json
-from servelab.profile.analyze import ProfileResult
-from servelab.profile.core import FORMAT_VERSION
+from servelab import render
+from servelab.experiment import ProfileSection
+from servelab.jsonio import read_json, write_json
+from servelab.paths import ExperimentPaths
+from servelab.profile.analyze import ProfileResult, TraceOptions, analyze_trace
+from servelab.profile.forwards import layers_from_config
+from servelab.profile.kernels import default_families, families_from_pairs
+from servelab.profile.windows import FORMAT_VERSION, load_windows
 
 TABLES = (
     "active_fraction.csv",
@@ -27,6 +31,8 @@ TABLES = (
     "ratios.csv",
 )
 REPORT = "profile.md"
+# The tables' values are microsecond totals: 9 significant digits, as in profile.json.
+DIGITS = 9
 
 
 def not_profiled(
@@ -46,26 +52,11 @@ def not_profiled(
     }
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return f"{v:.9g}"
-    return str(v)
+def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    return render.csv_text(columns, rows, digits=DIGITS)
 
 
-def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    for r in rows:
-        w.writerow([_fmt(v) for v in r])
-    return buf.getvalue()
-
-
-def tables(result: ProfileResult | None, profile: dict[str, Any]) -> dict[str, str]:
+def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dict[str, str]:
     """File name -> CSV text. A profile that was not made still gets its tables, empty."""
     wins: dict[str, Any] = profile.get("windows") or {}
     order = list(wins)
@@ -126,17 +117,15 @@ def tables(result: ProfileResult | None, profile: dict[str, Any]) -> dict[str, s
         for r in profile.get("ratios") or []
     ]
     return {
-        "active_fraction.csv": csv_text(["window", "device", "active_fraction"], by_window(af)),
-        "families.csv": csv_text(
+        "active_fraction.csv": _csv(["window", "device", "active_fraction"], by_window(af)),
+        "families.csv": _csv(
             ["window", "family", "calls", "total_us", "us_per_token"], by_window(fam)
         ),
-        "kernels.csv": csv_text(
-            ["window", "family", "kernel", "calls", "total_us"], by_window(kern)
-        ),
-        "attention_paths.csv": csv_text(
+        "kernels.csv": _csv(["window", "family", "kernel", "calls", "total_us"], by_window(kern)),
+        "attention_paths.csv": _csv(
             ["window", "path", "calls", "total_us", "us_per_token", "mean_us"], by_window(paths)
         ),
-        "forwards.csv": csv_text(
+        "forwards.csv": _csv(
             [
                 "window",
                 "device",
@@ -149,7 +138,7 @@ def tables(result: ProfileResult | None, profile: dict[str, Any]) -> dict[str, s
             ],
             by_window(fwd),
         ),
-        "steady.csv": csv_text(
+        "steady.csv": _csv(
             [
                 "window",
                 "first",
@@ -162,7 +151,7 @@ def tables(result: ProfileResult | None, profile: dict[str, Any]) -> dict[str, s
             ],
             by_window(steady),
         ),
-        "ratios.csv": csv_text(["from", "to", "population_ratio", "duration_ratio"], ratio_rows),
+        "ratios.csv": _csv(["from", "to", "population_ratio", "duration_ratio"], ratio_rows),
     }
 
 
@@ -176,17 +165,18 @@ def _sortable(v: Any) -> tuple[int, Any]:
     return (2, str(v))
 
 
-def _num(v: Any, fmt: str = "{:.3g}") -> str:
-    return "-" if v is None else fmt.format(v)
+def _num(v: Any, spec: str = ".3g") -> str:
+    return render.num(v, spec)
 
 
-def render_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
+def profile_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
     lines = [f"## {title}", ""]
     if profile.get("status") != "profiled":
         lines += [f"Not profiled: {profile.get('reason')}", ""]
         return "\n".join(lines)
     trace = profile.get("trace") or {}
     settings = profile.get("settings") or {}
+    families = _family_order(profile)
     lines += [
         f"Trace: {trace.get('kind')} ({', '.join(trace.get('files', []))}), clock "
         f"{trace.get('clock')}. Layers: {settings.get('layers')} "
@@ -194,43 +184,59 @@ def render_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
         f"{', '.join(settings.get('attention_kernel') or []) or '-'}; population from "
         f"{settings.get('population_dim') or '-'}.",
         "",
-        "| window | source | coverage | active fraction | tokens | "
-        + " | ".join(f"{f} µs/token" for f in _family_order(profile))
-        + " |",
-        "|---|---|---|---|---|" + "---|" * len(_family_order(profile)),
     ]
-    for label, w in profile["windows"].items():
-        af = ", ".join(f"{d}: {v:.2f}" for d, v in w["active_fraction"].items()) or "-"
-        fams = " | ".join(
-            _num(w["families"].get(f, {}).get("us_per_token")) for f in _family_order(profile)
-        )
-        lines.append(
-            f"| {label} | {w['source']} | {_num(w.get('coverage'), '{:.2f}')} | {af} | "
-            f"{_num(w['output_tokens'], '{}')} | {fams} |"
-        )
-    lines += [
-        "",
-        "| window | forwards | violations | steady range | population | attention µs per launch |",
-        "|---|---|---|---|---|---|",
-    ]
-    for label, w in profile["windows"].items():
-        f, s = w["forwards"], w["steady"]
-        rng = f"{s['first']}-{s['last']} ({s['forwards']})" if s else "-"
-        lines.append(
-            f"| {label} | {f['count'] if f else '-'} | {f['violations'] if f else '-'} | {rng} | "
-            f"{_num(s and s['population_mean'])} | {_num(s and s['kernel_us_mean'])} |"
-        )
+    windows = profile["windows"].items()
+    lines += render.md_table(
+        ["window", "source", "coverage", "active fraction", "tokens"]
+        + [f"{f} µs/token" for f in families],
+        (
+            [
+                label,
+                w["source"],
+                _num(w.get("coverage"), ".2f"),
+                ", ".join(f"{d}: {v:.2f}" for d, v in w["active_fraction"].items()) or "-",
+                _num(w["output_tokens"], ""),
+                *(_num(w["families"].get(f, {}).get("us_per_token")) for f in families),
+            ]
+            for label, w in windows
+        ),
+    )
+    lines.append("")
+    lines += render.md_table(
+        [
+            "window",
+            "forwards",
+            "violations",
+            "steady range",
+            "population",
+            "attention µs per launch",
+        ],
+        (_forwards_row(label, w["forwards"], w["steady"]) for label, w in windows),
+    )
     if profile.get("ratios"):
-        lines += ["", "| from | to | population ratio | duration ratio |", "|---|---|---|---|"]
-        for r in profile["ratios"]:
-            lines.append(
-                f"| {r['from']} | {r['to']} | {_num(r['population_ratio'])} | "
-                f"{_num(r['duration_ratio'])} |"
-            )
+        lines.append("")
+        lines += render.md_table(
+            ["from", "to", "population ratio", "duration ratio"],
+            (
+                [r["from"], r["to"], _num(r["population_ratio"]), _num(r["duration_ratio"])]
+                for r in profile["ratios"]
+            ),
+        )
     for n in profile.get("notes") or []:
         lines += ["", f"Note: {n}"]
     lines.append("")
     return "\n".join(lines)
+
+
+def _forwards_row(label: str, f: dict[str, Any] | None, s: dict[str, Any] | None) -> list[Any]:
+    return [
+        label,
+        f["count"] if f else "-",
+        f["violations"] if f else "-",
+        f"{s['first']}-{s['last']} ({s['forwards']})" if s else "-",
+        _num(s and s["population_mean"]),
+        _num(s and s["kernel_us_mean"]),
+    ]
 
 
 def _family_order(profile: dict[str, Any]) -> list[str]:
@@ -238,18 +244,18 @@ def _family_order(profile: dict[str, Any]) -> list[str]:
     return fams + ["other"]
 
 
-def write_outputs(
+def write_profile(
     out: Path, profile: dict[str, Any], result: ProfileResult | None, title: str = "Profile"
 ) -> list[Path]:
     """profile.json, the tables and profile.md into `out`; returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in tables(result, profile).items():
+    for name, text in profile_tables(result, profile).items():
         p = out / name
         _write_text(p, text)
         written.append(p)
     md = out / REPORT
-    _write_text(md, render_markdown(profile, title))
+    _write_text(md, profile_markdown(profile, title))
     pj = out / "profile.json"
     write_json(pj, profile)
     return [pj, md, *written]
@@ -259,3 +265,34 @@ def _write_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def analyze_capture(
+    profile: ProfileSection, paths: ExperimentPaths, sc: str, model_dir: Path
+) -> dict[str, Any]:
+    """profile.json, tables and profile.md for one captured configuration."""
+    out = paths.profile(sc)
+    capture = read_json(out / "capture.json")
+    title = f"Profile: {sc}"
+    if capture.get("status") != "profiled":
+        record = not_profiled(str(capture.get("reason")), sc, capture.get("tool"))
+        write_profile(out, record, None, title)
+        return record
+    opts = TraceOptions(
+        layers=layers_from_config(model_dir / "config.json"),
+        layers_source="model config.json",
+        families=(
+            families_from_pairs(
+                ((f["name"], f["regex"]) for f in profile.families), "profile.families"
+            )
+            if profile.families
+            else default_families()
+        ),
+        attention_kernel=profile.attention_kernel,
+        band=profile.band,
+    )
+    traces = [out / t for t in capture["traces"] if not t.endswith(".nsys-rep")]
+    result = analyze_trace(traces, load_windows(out / "windows.json"), opts)
+    record = {**result.profile, "server_config": sc, "tool": capture["tool"]}
+    write_profile(out, record, result, title)
+    return record

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.profile.core import KernelStat, ResolvedWindow, Window, to_trace_clock
+from servelab.profile.kernels import KernelStat
+from servelab.profile.windows import ResolvedWindow, Window, to_trace_clock
 
 _STEP_SIMPLE = re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
 _STEP_DETAILED = re.compile(r"^execute_(\d+)_context_(\d+)\(sq(\d+).*\)_generation_(\d+)\(sq(\d+)")

@@ -1,0 +1,67 @@
+"""Host facts that can explain a performance difference between two runs, one module per kind:
+
+- `cpu`: identity, instruction-set flags, frequency, topology, affinity, cgroup quota.
+- `gpu`: GPUs, driver, CUDA and topology through NVML.
+- `isa`: the instruction set PyTorch and oneDNN use in the server's runtime.
+- `compare`: two runs' host facts classified (differs, unknown, equivalent, identical).
+
+A fact that cannot be read is None, never an error: provenance is written on any host. The
+names below are the package's interface (`hostfacts.cpu_facts()`, ...).
+"""
+
+from servelab.hostfacts.compare import (
+    FREQUENCY_MARGIN_PCT,
+    HOST_CLASSES,
+    HOST_FACTS,
+    MISSING,
+    compare_hosts,
+    host_qualifier,
+)
+from servelab.hostfacts.cpu import (
+    ISA_FLAGS,
+    cgroup_cpu_quota,
+    cpu_facts,
+    cpu_list,
+    isa_class,
+    numa_nodes,
+    parse_cfs,
+    parse_cpu_max,
+    parse_cpuinfo,
+    parse_khz,
+)
+from servelab.hostfacts.gpu import TOPOLOGY, gpu_facts
+from servelab.hostfacts.isa import (
+    ISA_ENV,
+    ISA_MARK,
+    ISA_PROBE,
+    describe_isa,
+    parse_isa_probe,
+    runtime_isa,
+)
+
+__all__ = [
+    "FREQUENCY_MARGIN_PCT",
+    "HOST_CLASSES",
+    "HOST_FACTS",
+    "ISA_ENV",
+    "ISA_FLAGS",
+    "ISA_MARK",
+    "ISA_PROBE",
+    "MISSING",
+    "TOPOLOGY",
+    "cgroup_cpu_quota",
+    "compare_hosts",
+    "cpu_facts",
+    "cpu_list",
+    "describe_isa",
+    "gpu_facts",
+    "host_qualifier",
+    "isa_class",
+    "numa_nodes",
+    "parse_cfs",
+    "parse_cpu_max",
+    "parse_cpuinfo",
+    "parse_isa_probe",
+    "parse_khz",
+    "runtime_isa",
+]
