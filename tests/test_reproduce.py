@@ -29,7 +29,7 @@ from servelab.reproduce import (
     Settings,
     check_reference,
     compare,
-    render,
+    report_markdown,
     verdict_lines,
 )
 
@@ -397,7 +397,7 @@ def test_failure_on_an_equivalent_host_is_a_regression(spr_reference: Path, tmp_
         "NOT REPRODUCED on an equivalent host (no performance-relevant difference): a regression"
     )
     assert verdict_lines(r)[0].startswith(f"reproduction: {r['verdict_text']} (")
-    assert "Host class: **equivalent**" in render(r)
+    assert "Host class: **equivalent**" in report_markdown(r)
     assert not any("host fact is the same" in f for f in r["provenance"]["not_clean_room"])
 
 
