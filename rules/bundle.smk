@@ -12,6 +12,7 @@ rule bundle:
         manifest=f"{EXP}/bundle/manifest.json",
         sums=f"{EXP}/bundle/SHA256SUMS",
     params:
+        exp=EXP,
         config=EXPERIMENT_CONFIG,
     log:
         f"{EXP}/logs/bundle.log",

@@ -22,8 +22,13 @@ the verdict and writes reproduction.json and report.md; `report` renders report.
 gives the lines the CLI and the workflow print.
 """
 
-from servelab.reproduce.checks import NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED, Settings
-from servelab.reproduce.comparison import check_reference, compare, compare_sides
+from servelab.reproduce.checks import NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED
+from servelab.reproduce.comparison import (
+    check_reference,
+    compare,
+    compare_sides,
+    reproduce_experiment,
+)
 from servelab.reproduce.provenance_diff import provenance_diff
 from servelab.reproduce.report import report_markdown
 from servelab.reproduce.sides import Side, open_side
@@ -33,7 +38,6 @@ __all__ = [
     "NOT_COMPARABLE",
     "NOT_REPRODUCED",
     "REPRODUCED",
-    "Settings",
     "Side",
     "check_reference",
     "compare",
@@ -41,5 +45,6 @@ __all__ = [
     "open_side",
     "provenance_diff",
     "report_markdown",
+    "reproduce_experiment",
     "verdict_lines",
 ]

@@ -12,37 +12,12 @@ from servelab.analysis.core import Groups, Options
 from servelab.analysis.load import Dataset
 from servelab.analysis.stats import describe
 from servelab.errors import ServelabError
+from servelab.experiment import ReproductionSection
 
 REPRODUCED = "REPRODUCED"
 NOT_REPRODUCED = "NOT REPRODUCED"
 NOT_COMPARABLE = "NOT COMPARABLE"
 POINT_METRICS = core.PAIRED_METRICS
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How strictly the fresh run must match (config key `reproduction`, docs/config.md)."""
-
-    metrics: tuple[str, ...] = tuple(core.PAIRED_METRICS)
-    min_effect_pct: float = 0.0
-    require_significance: bool = True
-    tolerance_pct: float | None = None
-    tolerance_metrics: tuple[str, ...] = ("output_throughput",)
-    extra_claims: tuple[str, ...] = ()
-
-    @staticmethod
-    def from_config(cfg: dict[str, Any] | None) -> Settings:
-        cfg = cfg or {}
-        d = Settings()
-        tol = cfg.get("tolerance_pct")
-        return Settings(
-            metrics=tuple(cfg.get("metrics") or d.metrics),
-            min_effect_pct=float(cfg.get("min_effect_pct", d.min_effect_pct)),
-            require_significance=bool(cfg.get("require_significance", True)),
-            tolerance_pct=None if tol is None else float(tol),
-            tolerance_metrics=tuple(cfg.get("tolerance_metrics") or d.tolerance_metrics),
-            extra_claims=tuple(cfg.get("claims") or ()),
-        )
 
 
 @dataclass
@@ -88,7 +63,7 @@ def _pct_change(ref: float | None, new: float | None) -> float | None:
     return 100.0 * (new / ref - 1.0)
 
 
-def point_rows(ref: Analysed, new: Analysed, s: Settings) -> list[dict[str, Any]]:
+def point_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict[str, Any]]:
     rows = []
     for sc in ref.g.configs:
         for c in ref.g.levels(sc):
@@ -143,7 +118,7 @@ def _invalid(verdict: str | None) -> bool:
     return verdict is not None and (verdict == "invalid" or verdict.startswith("invalid:"))
 
 
-def pair_rows(ref: Analysed, new: Analysed, s: Settings) -> list[dict[str, Any]]:
+def pair_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict[str, Any]]:
     fresh = _by_pair(new.paired)
     rows = []
     for r in ref.paired:

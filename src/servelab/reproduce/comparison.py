@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -9,16 +10,18 @@ from typing import Any
 from servelab.analysis.claims_syntax import parse_claim
 from servelab.analysis.core import Options
 from servelab.analysis.load import load
+from servelab.config import default_section
 from servelab.errors import ServelabError
 from servelab.evidence.schemas import validate_file
+from servelab.experiment import Experiment, ReproductionSection
 from servelab.hostfacts import compare_hosts, host_qualifier
 from servelab.jsonio import write_json
+from servelab.paths import ExperimentPaths
 from servelab.reproduce.checks import (
     NOT_COMPARABLE,
     NOT_REPRODUCED,
     POINT_METRICS,
     REPRODUCED,
-    Settings,
     align_configs,
     analyse,
     chain_rows,
@@ -33,16 +36,18 @@ from servelab.reproduce.sides import Side, open_side
 FORMAT_VERSION = 1
 
 
-def reference_claims(side: Side, s: Settings) -> list[str]:
-    own = list(((side.config or {}).get("analysis") or {}).get("claims") or [])
-    return own + [c for c in s.extra_claims if c not in own]
+def reference_claims(side: Side, s: ReproductionSection) -> list[str]:
+    """The reference's own claims, then the extra claims of `reproduction.claims`."""
+    own = list(side.analysis.claims)
+    return own + [c for c in s.claims if c not in own]
 
 
 def reference_options(side: Side) -> Options:
-    return Options.from_config((side.config or {}).get("analysis"))
+    """The analysis options of the reference: both sides are analysed with them."""
+    return Options.from_config(dataclasses.asdict(side.analysis))
 
 
-def compare_sides(ref: Side, new: Side, s: Settings) -> dict[str, Any]:
+def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any]:
     opts = reference_options(ref)
     claims = reference_claims(ref, s)
     for claim in claims:  # syntax first: one line naming the claim
@@ -99,10 +104,11 @@ def compare_sides(ref: Side, new: Side, s: Settings) -> dict[str, Any]:
         "reference": ref.describe(),
         "fresh": new.describe(),
         "settings": {
+            # as floats: a config may write them as integers (the schema's default is 0)
             "metrics": list(s.metrics),
-            "min_effect_pct": s.min_effect_pct,
+            "min_effect_pct": float(s.min_effect_pct),
             "require_significance": s.require_significance,
-            "tolerance_pct": s.tolerance_pct,
+            "tolerance_pct": None if s.tolerance_pct is None else float(s.tolerance_pct),
             "tolerance_metrics": list(s.tolerance_metrics),
             "threshold_pct": opts.threshold_pct,
             "alpha": opts.alpha,
@@ -135,10 +141,14 @@ def _qualified(verdict: str, host: dict[str, Any]) -> str:
 
 
 def compare(
-    ref_path: Path, new_path: Path, s: Settings | None = None, out: Path | None = None
+    ref_path: Path,
+    new_path: Path,
+    settings: ReproductionSection | None = None,
+    out: Path | None = None,
 ) -> dict[str, Any]:
-    """Open (and verify) both sides, compare, and write reproduction.json and report.md."""
-    s = s or Settings()
+    """Open (and verify) both sides, compare, and write reproduction.json and report.md.
+    `settings`: how strictly the fresh run must match (None: the schema's defaults)."""
+    s = settings or default_section(ReproductionSection, "reproduction")
     with tempfile.TemporaryDirectory(prefix="servelab-compare-") as tmp:
         ref = open_side(ref_path, Path(tmp) / "reference", "reference")
         new = open_side(new_path, Path(tmp) / "fresh", "fresh run")
@@ -149,6 +159,14 @@ def compare(
         validate_file(out / "reproduction.json", "reproduction", "reproduction.json")
         (out / "report.md").write_text(report_markdown(result), encoding="utf-8")
     return result
+
+
+def reproduce_experiment(exp: Experiment, paths: ExperimentPaths) -> dict[str, Any]:
+    """The workflow's stage: compare the experiment's fresh bundle with its `reference:`, as
+    its `reproduction:` section says; write reproduction.json and report.md."""
+    if exp.reference is None:
+        raise ServelabError("no reference to compare with: set `reference:` (docs/reproduce.md)")
+    return compare(Path(exp.reference), paths.bundle, exp.reproduction, paths.reproduction)
 
 
 def check_reference(path: Path) -> str:
@@ -162,6 +180,6 @@ def check_reference(path: Path) -> str:
                 "compare those with `servelab compare`)"
             )
         d = side.describe()
-        claims = len(reference_claims(side, Settings()))
+        claims = len(side.analysis.claims)
     tag = f" tag {d['tag']}," if d.get("tag") else ""
     return f"{path} verified ({d['kind']},{tag} experiment {d.get('experiment')}, {claims} claims)"
