@@ -47,10 +47,10 @@ def reference_options(side: Side) -> Options:
     return Options.from_config(dataclasses.asdict(side.analysis))
 
 
-def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any]:
-    opts = reference_options(ref)
-    claims = reference_claims(ref, s)
-    for claim in claims:  # syntax first: one line naming the claim
+def _check_settings(claims: list[str], s: ReproductionSection) -> None:
+    """Claims parse and metrics exist, before anything is analysed: one line naming the first
+    that does not."""
+    for claim in claims:
         try:
             parse_claim(claim)
         except ServelabError as exc:
@@ -60,6 +60,29 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any
         raise ServelabError(
             f"reproduction.metrics: {unknown[0]!r} is not one of {', '.join(POINT_METRICS)}"
         )
+
+
+def _overall(blocking: list[str], judged: list[str]) -> tuple[str, str]:
+    """The verdict over every judged check, and why."""
+    if blocking:
+        return NOT_COMPARABLE, "provenance differs: " + ", ".join(blocking)
+    if not judged:
+        return NOT_COMPARABLE, "the reference has no ordering or claim to check"
+    if NOT_REPRODUCED in judged:
+        n = judged.count(NOT_REPRODUCED)
+        return NOT_REPRODUCED, f"{n} of {len(judged)} checks not reproduced"
+    if NOT_COMPARABLE in judged:
+        n = judged.count(NOT_COMPARABLE)
+        return NOT_COMPARABLE, f"{n} of {len(judged)} checks have no fresh data"
+    return REPRODUCED, f"all {len(judged)} checks reproduced"
+
+
+def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any]:
+    """Both sides analysed with the reference's options, checked, and judged: the content of
+    reproduction.json."""
+    opts = reference_options(ref)
+    claims = reference_claims(ref, s)
+    _check_settings(claims, s)
     # both sides checked with the reference's validity thresholds (its analysis: section)
     rds, nds = load(ref.root, validity=opts.validity), load(new.root, validity=opts.validity)
     notes = [n for n in [align_configs(rds, nds)] if n]
@@ -74,19 +97,7 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any
         + [c["verdict"] for c in claims_checked]
         + [p["verdict"] for p in points if p["verdict"]]
     )
-    if prov["blocking"]:
-        overall = NOT_COMPARABLE
-        why = "provenance differs: " + ", ".join(prov["blocking"])
-    elif not judged:
-        overall, why = NOT_COMPARABLE, "the reference has no ordering or claim to check"
-    elif NOT_REPRODUCED in judged:
-        overall = NOT_REPRODUCED
-        why = f"{judged.count(NOT_REPRODUCED)} of {len(judged)} checks not reproduced"
-    elif NOT_COMPARABLE in judged:
-        overall = NOT_COMPARABLE
-        why = f"{judged.count(NOT_COMPARABLE)} of {len(judged)} checks have no fresh data"
-    else:
-        overall, why = REPRODUCED, f"all {len(judged)} checks reproduced"
+    overall, why = _overall(prov["blocking"], judged)
     if prov["blocking"]:
         for row in claims_checked:
             row["as_measured"] = row["verdict"]
