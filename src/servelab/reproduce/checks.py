@@ -31,6 +31,7 @@ class Analysed:
 
 
 def analyse(ds: Dataset, opts: Options) -> Analysed:
+    """One side's tables (paired differences, knee, dominance, diagnoses), claims apart."""
     g = Groups(ds)
     opts = replace(opts, claims=[])
     kn = core.knee(g, opts)
@@ -64,6 +65,7 @@ def _pct_change(ref: float | None, new: float | None) -> float | None:
 
 
 def point_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict[str, Any]]:
+    """Each point's mean on both sides; judged against `tolerance_pct` only when one is set."""
     rows = []
     for sc in ref.g.configs:
         for c in ref.g.levels(sc):
@@ -119,6 +121,8 @@ def _invalid(verdict: str | None) -> bool:
 
 
 def pair_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict[str, Any]]:
+    """Every paired difference of the reference beside the fresh one; judged (the orderings)
+    where the reference called it real on a judged metric, by at least `min_effect_pct`."""
     fresh = _by_pair(new.paired)
     rows = []
     for r in ref.paired:
@@ -195,6 +199,9 @@ def chain_rows(ref: Analysed, new: Analysed) -> list[dict[str, Any]]:
 def claim_rows(
     ref: Analysed, new: Analysed, opts: Options, claims: list[str]
 ) -> list[dict[str, Any]]:
+    """Each claim evaluated on both sides: reproduced when the fresh run gives the reference's
+    verdict; not comparable without fresh data, or when either side is invalid or the
+    reference inconclusive."""
     rows = []
     for claim in claims:
         try:
