@@ -12,6 +12,7 @@ rule bundle:
         manifest=f"{EXP}/bundle/manifest.json",
         sums=f"{EXP}/bundle/SHA256SUMS",
     params:
+        exp=EXP,
         config=EXPERIMENT_CONFIG,
     log:
         f"{EXP}/logs/bundle.log",
@@ -21,12 +22,17 @@ rule bundle:
         "../scripts/bundle.py"
 
 
+EVIDENCE = "evidence"  # releases: evidence/<experiment>/<tag>/
+
+
 rule release:
     input:
         manifest=f"{EXP}/bundle/manifest.json",
     output:
-        release=f"evidence/{config['experiment']}/{RELEASE_TAG or 'UNSET'}/release.json",
+        release=f"{EVIDENCE}/{config['experiment']}/{RELEASE_TAG or 'UNSET'}/release.json",
     params:
+        exp=EXP,
+        evidence=EVIDENCE,
         tag=RELEASE_TAG,
         allow_unpinned=RELEASE_ALLOW_UNPINNED,
     log:

@@ -14,6 +14,7 @@ rule reproduce:
             category="Reproduction",
         ),
     params:
+        exp=EXP,
         reference=config["reference"],
         settings=config["reproduction"],
     log:

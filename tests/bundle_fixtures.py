@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from analysis_fixtures import KNEE_SPEC, servelab_tree
 
 from servelab import config as cfgmod
 from servelab.analysis.pipeline import analyze, options_from_config
-from servelab.experiment import TinySpec
+from servelab.experiment import Experiment, TinySpec
 from servelab.jsonio import write_json
 from servelab.model import build_tiny
+from servelab.paths import ExperimentPaths
 
 SECRET = "hf_supersecret_0123456789"
 
@@ -22,8 +22,9 @@ def experiment(
     spec: dict[int, list[tuple[float, float]]] | None = None,
     claims: list[str] | None = None,
     tiny_seed: int = 0,
-) -> tuple[Path, dict[str, Any]]:
-    """A finished experiment (one config, "a100"), analysed, ready to bundle."""
+) -> tuple[ExperimentPaths, Experiment]:
+    """A finished experiment (one config, "a100"), analysed, ready to bundle: its folders
+    and its config."""
     exp = servelab_tree(
         tmp / "exp",
         {"a100": spec or KNEE_SPEC},
@@ -81,6 +82,6 @@ def experiment(
             "claims": ["throughput[c=128] > throughput[c=256]"] if claims is None else claims
         },
     }
-    cfg = cfgmod.validate(raw).to_dict()
-    analyze(exp, exp / "analysis", options_from_config(cfg))
-    return exp, cfg
+    cfg = cfgmod.validate(raw)
+    analyze(exp, exp / "analysis", options_from_config(cfg.to_dict()))
+    return ExperimentPaths(exp), cfg

@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def bundle(tmp_path: Path) -> Path:
-    exp, cfg = experiment(tmp_path)
-    build_bundle(exp, cfg, tmp_path / "bundle", REPO)
+    paths, exp = experiment(tmp_path)
+    build_bundle(exp, paths, tmp_path / "bundle", REPO)
     return tmp_path / "bundle"
 
 
@@ -66,9 +66,9 @@ def test_bundle_verifies_and_sha256sum_accepts_it(bundle: Path) -> None:
 
 
 def test_two_builds_are_byte_identical(tmp_path: Path) -> None:
-    exp, cfg = experiment(tmp_path)
-    build_bundle(exp, cfg, tmp_path / "one", REPO)
-    build_bundle(exp, cfg, tmp_path / "two", REPO)
+    paths, exp = experiment(tmp_path)
+    build_bundle(exp, paths, tmp_path / "one", REPO)
+    build_bundle(exp, paths, tmp_path / "two", REPO)
     one = sorted(
         p.relative_to(tmp_path / "one") for p in (tmp_path / "one").rglob("*") if p.is_file()
     )
@@ -268,3 +268,20 @@ def test_cli_verify_exit_codes(bundle: Path) -> None:
     assert main(["verify", str(bundle)]) == 1
     shutil.rmtree(bundle)
     assert main(["verify", str(bundle)]) == 2
+
+
+def test_the_workflow_records_the_config_without_the_reference(tmp_path: Path) -> None:
+    """The workflow's bundle records the config its rule sees: `reference:` and
+    `reproduction:` (how a run is judged, not what was run) are left out; `servelab bundle`
+    records the config file as given."""
+    import yaml
+
+    paths, exp = experiment(tmp_path)
+    build_bundle(exp, paths, tmp_path / "cli", REPO)
+    build_bundle(exp, paths, tmp_path / "wf", REPO, leave_out={"reference", "reproduction"})
+    given = yaml.safe_load((tmp_path / "cli" / "config.resolved.yaml").read_text())
+    recorded = yaml.safe_load((tmp_path / "wf" / "config.resolved.yaml").read_text())
+    assert {"reference", "reproduction"} <= set(given)
+    assert recorded == {k: v for k, v in given.items() if k not in ("reference", "reproduction")}
+    prov = json.loads((tmp_path / "wf" / "provenance.json").read_text())
+    assert prov["config"] == recorded

@@ -19,10 +19,10 @@ COMMIT = "aa8e72537993ba99e69dfaafa59ed015b17504d1"
 
 
 def test_container_and_hf_provenance(tmp_path: Path) -> None:
-    exp, cfg = experiment(tmp_path)
+    paths, exp = experiment(tmp_path)
     files = {"config.json": "1" * 64, "model-00001-of-00002.safetensors": "2" * 64}
     write_json(
-        exp / "model" / "servelab-model.json",
+        paths.model / "servelab-model.json",
         {
             "source": "hf",
             "repo": "Qwen/Qwen2.5-3B-Instruct",
@@ -36,7 +36,7 @@ def test_container_and_hf_provenance(tmp_path: Path) -> None:
         },
     )
     write_json(
-        exp / "runtime" / "runtime.json",
+        paths.runtime / "runtime.json",
         {
             "kind": "container",
             "engine": "docker",
@@ -61,7 +61,7 @@ def test_container_and_hf_provenance(tmp_path: Path) -> None:
         },
     )
     out = tmp_path / "bundle"
-    build_bundle(exp, cfg, out, REPO)
+    build_bundle(exp, paths, out, REPO)
     assert verify(out, do_rebuild=True) == []
     prov = json.loads((out / "provenance.json").read_text())
     rt = prov["runtime"]

@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +21,16 @@ from servelab.errors import ServelabError
 from servelab.evidence.bundle import build_bundle
 from servelab.evidence.files import safe_extract, write_deterministic_tar
 from servelab.evidence.release import release
+from servelab.experiment import ReproductionSection
 from servelab.hashing import sha256_file
 from servelab.jsonio import read_json, write_json
 from servelab.reproduce import (
     NOT_COMPARABLE,
     NOT_REPRODUCED,
     REPRODUCED,
-    Settings,
     check_reference,
     compare,
-    render,
+    report_markdown,
     verdict_lines,
 )
 
@@ -49,9 +50,14 @@ BROKEN = {
 }
 
 
+def settings(**changes: Any) -> ReproductionSection:
+    """The `reproduction:` section at the schema's defaults, with `changes`."""
+    return replace(cfgmod.default_section(ReproductionSection, "reproduction"), **changes)
+
+
 def make_bundle(tmp: Path, spec: Any, claims: list[str] | None = None, seed: int = 0) -> Path:
-    exp, cfg = experiment(tmp, spec, CLAIMS if claims is None else claims, tiny_seed=seed)
-    build_bundle(exp, cfg, tmp / "bundle", REPO)
+    paths, exp = experiment(tmp, spec, CLAIMS if claims is None else claims, tiny_seed=seed)
+    build_bundle(exp, paths, tmp / "bundle", REPO)
     return tmp / "bundle"
 
 
@@ -141,8 +147,8 @@ def test_tolerance_makes_absolute_values_part_of_the_verdict(
     reference: Path, tmp_path: Path
 ) -> None:
     new = fresh(tmp_path, CLEAN_ROOM)
-    assert compare(reference, new, Settings(tolerance_pct=10.0))["verdict"] == REPRODUCED
-    r = compare(reference, new, Settings(tolerance_pct=2.0))
+    assert compare(reference, new, settings(tolerance_pct=10.0))["verdict"] == REPRODUCED
+    r = compare(reference, new, settings(tolerance_pct=2.0))
     assert r["verdict"] == NOT_REPRODUCED
     outside = [p for p in r["points"] if p["status"] == "outside tolerance"]
     assert {p["concurrency"] for p in outside} == {64, 128, 256}
@@ -155,17 +161,17 @@ def test_same_sign_without_significance(tmp_path: Path) -> None:
     noisy = dict(CLEAN_ROOM)
     noisy[256] = [(4900.0, 760.0), (4500.0, 758.0), (4200.0, 765.0)]
     new = fresh(tmp_path, noisy, claims=[])
-    r = compare(ref, new, Settings(metrics=("output_throughput",)))
+    r = compare(ref, new, settings(metrics=("output_throughput",)))
     adv = next(o for o in r["orderings"] if (o["a"], o["b"]) == (128, 256))
     assert adv["status"] == "same sign, not significant"
     assert r["verdict"] == NOT_REPRODUCED
-    loose = Settings(metrics=("output_throughput",), require_significance=False)
+    loose = settings(metrics=("output_throughput",), require_significance=False)
     assert compare(ref, new, loose)["verdict"] == REPRODUCED
 
 
 def test_min_effect_leaves_small_differences_unjudged(tmp_path: Path) -> None:
     ref = make_bundle(tmp_path / "ref", KNEE_SPEC, claims=[])
-    r = compare(ref, fresh(tmp_path, BROKEN, claims=[]), Settings(min_effect_pct=10.0))
+    r = compare(ref, fresh(tmp_path, BROKEN, claims=[]), settings(min_effect_pct=10.0))
     judged = {(o["a"], o["b"], o["metric"]) for o in r["orderings"]}
     assert (128, 256, "output_throughput") not in judged  # 4.7% < 10%
     assert (64, 128, "output_throughput") in judged  # 17%
@@ -217,7 +223,7 @@ def test_small_files_must_match_the_tarball(reference: Path, tmp_path: Path) -> 
 def test_malformed_claims_give_one_line(reference: Path, tmp_path: Path) -> None:
     new = fresh(tmp_path, CLEAN_ROOM)
     with pytest.raises(ServelabError, match=r"claims: 'throughput > 5' is not a claim"):
-        compare(reference, new, Settings(extra_claims=("throughput > 5",)))
+        compare(reference, new, settings(claims=("throughput > 5",)))
     with pytest.raises(ServelabError, match=r"reproduction\.claims\[0\]: 'knee\(\)\)' is not"):
         cfgmod.validate(
             {
@@ -330,11 +336,11 @@ def host_bundle(
 ) -> Path:
     """A bundle recorded on the given host; runtime_isa None: a runtime record without `isa`
     (bundles made before the runtime stage probed it)."""
-    exp, cfg = experiment(tmp, spec, CLAIMS)
+    paths, exp = experiment(tmp, spec, CLAIMS)
     if runtime_isa is not None:
-        rt = read_json(exp / "runtime" / "runtime.json")
-        write_json(exp / "runtime" / "runtime.json", {**rt, "isa": runtime_isa})
-    build_bundle(exp, cfg, tmp / "bundle", REPO, host=host_facts)
+        rt = read_json(paths.runtime / "runtime.json")
+        write_json(paths.runtime / "runtime.json", {**rt, "isa": runtime_isa})
+    build_bundle(exp, paths, tmp / "bundle", REPO, host=host_facts)
     return tmp / "bundle"
 
 
@@ -397,7 +403,7 @@ def test_failure_on_an_equivalent_host_is_a_regression(spr_reference: Path, tmp_
         "NOT REPRODUCED on an equivalent host (no performance-relevant difference): a regression"
     )
     assert verdict_lines(r)[0].startswith(f"reproduction: {r['verdict_text']} (")
-    assert "Host class: **equivalent**" in render(r)
+    assert "Host class: **equivalent**" in report_markdown(r)
     assert not any("host fact is the same" in f for f in r["provenance"]["not_clean_room"])
 
 
@@ -442,14 +448,14 @@ def test_a_fresh_point_that_fails_validity_leaves_its_claims_not_comparable(
     that read it are NOT COMPARABLE, with the validity reason, never NOT REPRODUCED."""
     import gzip
 
-    exp, cfg = experiment(tmp_path / "fresh", CLEAN_ROOM, CLAIMS)
-    req = exp / "raw" / "a100" / "rep02" / "c0256" / "requests.jsonl.gz"
+    paths, exp = experiment(tmp_path / "fresh", CLEAN_ROOM, CLAIMS)
+    req = paths.point("a100", 2, 256) / "requests.jsonl.gz"
     rows = [json.loads(line) for line in gzip.open(req, "rt")]
     for r in rows:
         r["chunk_offsets_us"] = [r["done_offset_us"]] * len(r["chunk_offsets_us"])
     with gzip.open(req, "wt") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rows)
-    build_bundle(exp, cfg, tmp_path / "fresh" / "bundle", REPO)
+    build_bundle(exp, paths, tmp_path / "fresh" / "bundle", REPO)
     r = compare(reference, tmp_path / "fresh" / "bundle", out=tmp_path / "out")
     dom = next(c for c in r["claims"] if c["claim"].startswith("dominated"))
     assert (dom["reference_verdict"], dom["fresh_verdict"]) == ("holds", "invalid")

@@ -7,7 +7,6 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from servelab import __version__
 from servelab.errors import ServelabError
@@ -87,10 +86,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 def _cmd_bundle(args: argparse.Namespace) -> int:
     from servelab.config import REPO_ROOT, load
     from servelab.evidence.bundle import build_bundle
+    from servelab.paths import ExperimentPaths
 
-    cfg = load(Path(args.config)).to_dict()
-    exp = Path(args.experiment_dir)
-    manifest = build_bundle(exp, cfg, Path(args.out), REPO_ROOT)
+    exp = load(Path(args.config))
+    paths = ExperimentPaths(Path(args.experiment_dir))
+    manifest = build_bundle(exp, paths, Path(args.out), REPO_ROOT)
     print(f"{args.out}: {len(manifest['files'])} files, schema-validated")
     return 0
 
@@ -112,22 +112,27 @@ EXIT_BY_VERDICT = {"REPRODUCED": 0, "NOT REPRODUCED": 1, "NOT COMPARABLE": 3}
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from servelab.config import load
-    from servelab.reproduce import Settings, compare, verdict_lines
+    from dataclasses import replace
 
-    section: dict[str, Any] = {}
-    if args.config:
-        section = load(Path(args.config)).to_dict()["reproduction"]
+    from servelab.config import default_section, load
+    from servelab.experiment import ReproductionSection
+    from servelab.reproduce import compare, verdict_lines
+
+    section = (
+        load(Path(args.config)).reproduction
+        if args.config
+        else default_section(ReproductionSection, "reproduction")
+    )
     if args.claim:
-        section["claims"] = list(section.get("claims") or []) + list(args.claim)
+        section = replace(section, claims=(*section.claims, *args.claim))
     if args.tolerance_pct is not None:
-        section["tolerance_pct"] = args.tolerance_pct
+        section = replace(section, tolerance_pct=args.tolerance_pct)
     if args.metric:
-        section["metrics"] = list(args.metric)
+        section = replace(section, metrics=tuple(args.metric))
     if args.sign_only:
-        section["require_significance"] = False
+        section = replace(section, require_significance=False)
     out = Path(args.out) if args.out else None
-    result = compare(Path(args.reference), Path(args.fresh), Settings.from_config(section), out)
+    result = compare(Path(args.reference), Path(args.fresh), section, out)
     for line in verdict_lines(result):
         print(line)
     if out is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ from servelab.errors import ServelabError
 from servelab.evidence.files import sha256sums_text, walk_files
 from servelab.evidence.provenance import host_facts, pipeline_facts, redacted_config
 from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
+from servelab.experiment import Experiment
 from servelab.hashing import sha256_file
 from servelab.jsonio import read_json, write_json
+from servelab.paths import ANALYSIS_REPORT, ExperimentPaths
 
 FORMAT_VERSION = 1
 # runtime.json keys carried into provenance.json: the first five always (venv), the others when
@@ -94,15 +97,15 @@ def _copy_tree(src: Path, dest: Path, skip_suffixes: tuple[str, ...] = ()) -> No
         shutil.copyfile(src / rel, target)
 
 
-def _run_window(exp: Path) -> tuple[int | None, int | None]:
+def _run_window(paths: ExperimentPaths) -> tuple[int | None, int | None]:
     starts, ends = [], []
-    for pj in sorted((exp / "raw").glob("*/rep*/c*/point.json")) + sorted(
-        (exp / "raw").glob("*/warmup/point.json")
+    for pj in sorted(paths.raw.glob("*/rep*/c*/point.json")) + sorted(
+        paths.raw.glob("*/warmup/point.json")
     ):
         p = read_json(pj)
         starts.append(p.get("started_epoch_ns"))
         ends.append(p.get("finished_epoch_ns"))
-    for lj in sorted((exp / "server").glob("*/launch.json")):
+    for lj in sorted((paths.root / "server").glob("*/launch.json")):
         starts.append(read_json(lj).get("started_epoch_ns"))
     s = [x for x in starts if isinstance(x, int)]
     e = [x for x in ends if isinstance(x, int)]
@@ -110,56 +113,57 @@ def _run_window(exp: Path) -> tuple[int | None, int | None]:
 
 
 def build_bundle(
-    exp: Path,
-    cfg: dict[str, Any],
+    exp: Experiment,
+    paths: ExperimentPaths,
     out: Path,
     repo: Path,
-    analysis_dir: Path | None = None,
+    *,
+    leave_out: Collection[str] = (),
     host: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Assemble, describe and validate the bundle in `out` (replaced if present). `host`: the
-    host facts to record (None: this host's, the normal case)."""
-    analysis_dir = analysis_dir or exp / "analysis"
-    for need in (
-        exp / "raw",
-        analysis_dir / "report.md",
-        exp / "model" / "servelab-model.json",
-        exp / "runtime" / "runtime.json",
-    ):
+    """Assemble, describe and validate the bundle of the experiment in `paths` into `out`
+    (replaced if present). `repo`: the checkout whose workflow files are copied. The resolved
+    config is recorded without the top-level keys in `leave_out` (the workflow leaves out
+    those its bundle rule does not see). `host`: the host facts to record (None: this host's,
+    the normal case)."""
+    analysis_dir = paths.analysis
+    model_record = paths.model / "servelab-model.json"
+    runtime_record = paths.runtime / "runtime.json"
+    for need in (paths.raw, analysis_dir / ANALYSIS_REPORT, model_record, runtime_record):
         if not need.exists():
             raise ServelabError(f"{need}: missing; run the workflow up to the analysis first")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    _copy_tree(exp / "raw", out / "raw", skip_suffixes=(".tmp",))
-    for sc_dir in sorted((exp / "server").iterdir()):
+    _copy_tree(paths.raw, out / "raw", skip_suffixes=(".tmp",))
+    for sc_dir in sorted((paths.root / "server").iterdir()):
         for name in ("server.log", "launch.json", "capacity.json"):
             if (sc_dir / name).exists():
                 (out / "server" / sc_dir.name).mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(sc_dir / name, out / "server" / sc_dir.name / name)
     (out / "model").mkdir()
-    shutil.copyfile(exp / "model" / "servelab-model.json", out / "model" / "servelab-model.json")
+    shutil.copyfile(model_record, out / "model" / model_record.name)
     (out / "runtime").mkdir()
-    shutil.copyfile(exp / "runtime" / "runtime.json", out / "runtime" / "runtime.json")
+    shutil.copyfile(runtime_record, out / "runtime" / runtime_record.name)
     for rel in walk_files(analysis_dir):
         dest = out / bundle_path(rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(analysis_dir / rel, dest)
-    if (exp / "profile").is_dir():  # the profiling pass: traces, windows, tables
-        _copy_tree(exp / "profile", out / "profile", skip_suffixes=(".tmp",))
+    if (paths.root / "profile").is_dir():  # the profiling pass: traces, windows, tables
+        _copy_tree(paths.root / "profile", out / "profile", skip_suffixes=(".tmp",))
     for pattern in WORKFLOW_FILES:
         for src in sorted(repo.glob(pattern)):
             dest = out / "workflow" / src.relative_to(repo)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dest)
 
-    config = redacted_config(cfg)
+    config = redacted_config({k: v for k, v in exp.to_dict().items() if k not in leave_out})
     (out / "config.resolved.yaml").write_text(
         yaml.safe_dump(config, sort_keys=True, default_flow_style=False), encoding="utf-8"
     )
-    started, finished = _run_window(exp)
-    model = read_json(exp / "model" / "servelab-model.json")
-    runtime = read_json(exp / "runtime" / "runtime.json")
+    started, finished = _run_window(paths)
+    model = read_json(model_record)
+    runtime = read_json(runtime_record)
     servers: dict[str, Any] = {}
     versions = set()
     for sc_dir in sorted((out / "server").iterdir()):
@@ -175,7 +179,7 @@ def build_bundle(
         }
     provenance = {
         "format_version": FORMAT_VERSION,
-        "experiment": cfg["experiment"],
+        "experiment": exp.name,
         "model": {
             "source": model["source"],
             "repo": model.get("repo"),
@@ -196,9 +200,9 @@ def build_bundle(
         "finished": _iso(finished),
     }
     write_json(out / "provenance.json", provenance)
-    _write_ro_crate(out, cfg, provenance, runtime)
+    _write_ro_crate(out, exp.name, provenance, runtime)
     _write_attestation(out, provenance)
-    return _finish(out, cfg["experiment"])
+    return _finish(out, exp.name)
 
 
 def _finish(out: Path, experiment: str) -> dict[str, Any]:
@@ -230,14 +234,14 @@ def _finish(out: Path, experiment: str) -> dict[str, Any]:
 
 
 def _write_ro_crate(
-    out: Path, cfg: dict[str, Any], prov: dict[str, Any], runtime: dict[str, Any]
+    out: Path, experiment: str, prov: dict[str, Any], runtime: dict[str, Any]
 ) -> None:
     """A Workflow Run Crate: the workflow, one CreateAction per stage, inputs and outputs."""
     from rocrate.model.contextentity import ContextEntity
     from rocrate.rocrate import ROCrate
 
     crate = ROCrate(gen_preview=False)
-    crate.root_dataset["name"] = f"servelab evidence bundle: {cfg['experiment']}"
+    crate.root_dataset["name"] = f"servelab evidence bundle: {experiment}"
     crate.root_dataset["datePublished"] = prov["finished"] or "1970-01-01T00:00:00Z"
     crate.root_dataset["conformsTo"] = [
         {"@id": "https://w3id.org/ro/wfrun/process/0.5"},

@@ -1,0 +1,239 @@
+"""The checks of a comparison: both sides analysed with the reference's options, then the
+orderings (paired differences), the claims and the points (absolute values, judged only with
+a tolerance), each row with its status and its verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from servelab.analysis import core
+from servelab.analysis.core import Groups, Options
+from servelab.analysis.load import Dataset
+from servelab.analysis.stats import describe
+from servelab.errors import ServelabError
+from servelab.experiment import ReproductionSection
+
+REPRODUCED = "REPRODUCED"
+NOT_REPRODUCED = "NOT REPRODUCED"
+NOT_COMPARABLE = "NOT COMPARABLE"
+POINT_METRICS = core.PAIRED_METRICS
+
+
+@dataclass
+class Analysed:
+    ds: Dataset
+    g: Groups
+    paired: list[dict[str, Any]]
+    knee: list[dict[str, Any]]
+    dominance: list[dict[str, Any]]
+    diagnoses: list[dict[str, Any]]
+
+
+def analyse(ds: Dataset, opts: Options) -> Analysed:
+    """One side's tables (paired differences, knee, dominance, diagnoses), claims apart."""
+    g = Groups(ds)
+    opts = replace(opts, claims=[])
+    kn = core.knee(g, opts)
+    dom = core.dominance(g)
+    return Analysed(
+        ds, g, core.paired_table(g, opts), kn, dom, core.diagnoses(g, ds, kn, dom, opts)
+    )
+
+
+def _claim(a: Analysed, opts: Options, claim: str) -> dict[str, Any]:
+    res = core.evaluate_claims(a.g, replace(opts, claims=[claim]), a.knee, a.dominance, a.diagnoses)
+    return res[0]
+
+
+def align_configs(ref: Dataset, new: Dataset) -> str | None:
+    """One configuration on each side under different names (vllm-bench trees are named after
+    their folder): compare them as one. Returns a note when renamed."""
+    rc, nc = ref.configs(), new.configs()
+    if rc == nc or len(rc) != 1 or len(nc) != 1:
+        return None
+    for p in new.points:
+        p.server_config = rc[0]
+    new.capacity = {rc[0]: next(iter(new.capacity.values()))} if new.capacity else {}
+    return f"fresh configuration {nc[0]!r} compared with reference configuration {rc[0]!r}"
+
+
+def _pct_change(ref: float | None, new: float | None) -> float | None:
+    if ref is None or new is None or ref == 0:
+        return None
+    return 100.0 * (new / ref - 1.0)
+
+
+def point_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict[str, Any]]:
+    """Each point's mean on both sides; judged against `tolerance_pct` only when one is set."""
+    rows = []
+    for sc in ref.g.configs:
+        for c in ref.g.levels(sc):
+            for m in POINT_METRICS:
+                rv = list(ref.g.values(sc, c, m).values())
+                nv = list(new.g.values(sc, c, m).values())
+                rd, nd = describe(rv), describe(nv)
+                change = _pct_change(rd.mean, nd.mean)
+                judged = s.tolerance_pct is not None and m in s.tolerance_metrics
+                if not nv:
+                    status = "missing"
+                elif not judged:
+                    status = "reported"
+                elif change is not None and abs(change) <= float(s.tolerance_pct or 0):
+                    status = "within tolerance"
+                else:
+                    status = "outside tolerance"
+                rows.append(
+                    {
+                        "server_config": sc,
+                        "concurrency": c,
+                        "metric": m,
+                        "reference_mean": rd.mean,
+                        "fresh_mean": nd.mean,
+                        "change_pct": change,
+                        "reference_cv_pct": rd.cv_pct,
+                        "fresh_cv_pct": nd.cv_pct,
+                        "reference_n": rd.n,
+                        "fresh_n": nd.n,
+                        "status": status,
+                        "verdict": {
+                            "missing": NOT_COMPARABLE if judged else None,
+                            "within tolerance": REPRODUCED,
+                            "outside tolerance": NOT_REPRODUCED,
+                        }.get(status),
+                    }
+                )
+    return rows
+
+
+def _by_pair(paired: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Rows of a paired table by (config, a, b, metric)."""
+    return {(r["server_config"], r["a"], r["b"], r["metric"]): r for r in paired}
+
+
+def _real(verdict: str | None) -> bool:
+    return verdict in ("a > b", "a < b")
+
+
+def _invalid(verdict: str | None) -> bool:
+    """A paired row or claim that the validity checks left without data (docs/analysis.md)."""
+    return verdict is not None and (verdict == "invalid" or verdict.startswith("invalid:"))
+
+
+def pair_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict[str, Any]]:
+    """Every paired difference of the reference beside the fresh one; judged (the orderings)
+    where the reference called it real on a judged metric, by at least `min_effect_pct`."""
+    fresh = _by_pair(new.paired)
+    rows = []
+    for r in ref.paired:
+        n = fresh.get((r["server_config"], r["a"], r["b"], r["metric"]))
+        rp, np_ = r["mean_rel_diff_pct"], (n or {}).get("mean_rel_diff_pct")
+        judged = (
+            _real(r["verdict"])
+            and r["metric"] in s.metrics
+            and rp is not None
+            and abs(rp) >= s.min_effect_pct
+        )
+        nv = (n or {}).get("verdict")
+        if _invalid(r["verdict"]):
+            status, verdict = "invalid in the reference", None
+        elif _invalid(nv):
+            status, verdict = "invalid in the fresh run", NOT_COMPARABLE
+        elif n is None or np_ is None:
+            status, verdict = "missing", NOT_COMPARABLE
+        elif not _real(r["verdict"]):
+            status, verdict = "no difference in the reference", None
+        elif nv == r["verdict"]:
+            status, verdict = "preserved", REPRODUCED
+        elif _real(nv):
+            status, verdict = "reversed", NOT_REPRODUCED
+        elif (np_ > 0) == (rp > 0):
+            status = "same sign, not significant"
+            verdict = NOT_REPRODUCED if s.require_significance else REPRODUCED
+        else:
+            status, verdict = "opposite sign, not significant", NOT_REPRODUCED
+        rows.append(
+            {
+                "server_config": r["server_config"],
+                "a": r["a"],
+                "b": r["b"],
+                "metric": r["metric"],
+                "reference_diff_pct": rp,
+                "reference_agree": r["agree"],
+                "reference_verdict": r["verdict"],
+                "fresh_diff_pct": np_,
+                "fresh_agree": (n or {}).get("agree"),
+                "fresh_verdict": nv,
+                "judged": judged,
+                "status": status,
+                "verdict": verdict if judged else None,
+            }
+        )
+    return rows
+
+
+def _sym(v: str | None) -> str:
+    return {"a > b": ">", "a < b": "<"}.get(v or "", "~")
+
+
+def chain_rows(ref: Analysed, new: Analysed) -> list[dict[str, Any]]:
+    """Adjacent levels as one line per config and metric: 'C64 < C128 > C256'."""
+    out = []
+    reference, fresh = _by_pair(ref.paired), _by_pair(new.paired)
+    for sc in ref.g.configs:
+        lv = ref.g.levels(sc)
+        if len(lv) < 2:
+            continue
+        for m in core.PAIRED_METRICS:
+            rs, ns = f"C{lv[0]}", f"C{lv[0]}"
+            for a, b in zip(lv, lv[1:], strict=False):
+                rr, nr = reference.get((sc, a, b, m)), fresh.get((sc, a, b, m))
+                rs += f" {_sym((rr or {}).get('verdict'))} C{b}"
+                ns += f" {_sym((nr or {}).get('verdict')) if nr else '?'} C{b}"
+            out.append(
+                {"server_config": sc, "metric": m, "reference": rs, "fresh": ns, "same": rs == ns}
+            )
+    return out
+
+
+def claim_rows(
+    ref: Analysed, new: Analysed, opts: Options, claims: list[str]
+) -> list[dict[str, Any]]:
+    """Each claim evaluated on both sides: reproduced when the fresh run gives the reference's
+    verdict; not comparable without fresh data, or when either side is invalid or the
+    reference inconclusive."""
+    rows = []
+    for claim in claims:
+        try:
+            rc = _claim(ref, opts, claim)
+        except ServelabError as exc:
+            raise ServelabError(f"reference claim {claim!r}: {exc}") from None
+        try:
+            nc = _claim(new, opts, claim)
+            fresh_verdict: str | None = nc["verdict"]
+            evidence: Any = nc["evidence"]
+            reason = None
+        except ServelabError as exc:
+            fresh_verdict, evidence, reason = None, None, str(exc)
+        if fresh_verdict is None:
+            verdict = NOT_COMPARABLE
+        elif rc["verdict"] == "inconclusive":
+            verdict, reason = NOT_COMPARABLE, "inconclusive in the reference"
+        elif _invalid(rc["verdict"]):
+            verdict, reason = NOT_COMPARABLE, f"invalid in the reference: {rc.get('reason')}"
+        elif _invalid(fresh_verdict):
+            verdict, reason = NOT_COMPARABLE, f"invalid in the fresh run: {nc.get('reason')}"
+        else:
+            verdict = REPRODUCED if fresh_verdict == rc["verdict"] else NOT_REPRODUCED
+        rows.append(
+            {
+                "claim": claim,
+                "reference_verdict": rc["verdict"],
+                "fresh_verdict": fresh_verdict,
+                "reference_evidence": rc["evidence"],
+                "fresh_evidence": evidence,
+                "verdict": verdict,
+                "reason": reason,
+            }
+        )
+    return rows

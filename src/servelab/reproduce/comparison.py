@@ -1,0 +1,196 @@
+"""The comparison: open both sides, run the checks, reach the verdict, write the outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from servelab.analysis.claims_syntax import parse_claim
+from servelab.analysis.core import Options
+from servelab.analysis.load import load
+from servelab.config import default_section
+from servelab.errors import ServelabError
+from servelab.evidence.schemas import validate_file
+from servelab.experiment import Experiment, ReproductionSection
+from servelab.hostfacts import compare_hosts, host_qualifier
+from servelab.jsonio import write_json
+from servelab.paths import ExperimentPaths
+from servelab.reproduce.checks import (
+    NOT_COMPARABLE,
+    NOT_REPRODUCED,
+    POINT_METRICS,
+    REPRODUCED,
+    align_configs,
+    analyse,
+    chain_rows,
+    claim_rows,
+    pair_rows,
+    point_rows,
+)
+from servelab.reproduce.provenance_diff import provenance_diff
+from servelab.reproduce.report import report_markdown
+from servelab.reproduce.sides import Side, open_side
+
+FORMAT_VERSION = 1
+
+
+def reference_claims(side: Side, s: ReproductionSection) -> list[str]:
+    """The reference's own claims, then the extra claims of `reproduction.claims`."""
+    own = list(side.analysis.claims)
+    return own + [c for c in s.claims if c not in own]
+
+
+def reference_options(side: Side) -> Options:
+    """The analysis options of the reference: both sides are analysed with them."""
+    return Options.from_config(dataclasses.asdict(side.analysis))
+
+
+def _check_settings(claims: list[str], s: ReproductionSection) -> None:
+    """Claims parse and metrics exist, before anything is analysed: one line naming the first
+    that does not."""
+    for claim in claims:
+        try:
+            parse_claim(claim)
+        except ServelabError as exc:
+            raise ServelabError(f"claims: {exc}") from None
+    unknown = [m for m in (*s.metrics, *s.tolerance_metrics) if m not in POINT_METRICS]
+    if unknown:
+        raise ServelabError(
+            f"reproduction.metrics: {unknown[0]!r} is not one of {', '.join(POINT_METRICS)}"
+        )
+
+
+def _overall(blocking: list[str], judged: list[str]) -> tuple[str, str]:
+    """The verdict over every judged check, and why."""
+    if blocking:
+        return NOT_COMPARABLE, "provenance differs: " + ", ".join(blocking)
+    if not judged:
+        return NOT_COMPARABLE, "the reference has no ordering or claim to check"
+    if NOT_REPRODUCED in judged:
+        n = judged.count(NOT_REPRODUCED)
+        return NOT_REPRODUCED, f"{n} of {len(judged)} checks not reproduced"
+    if NOT_COMPARABLE in judged:
+        n = judged.count(NOT_COMPARABLE)
+        return NOT_COMPARABLE, f"{n} of {len(judged)} checks have no fresh data"
+    return REPRODUCED, f"all {len(judged)} checks reproduced"
+
+
+def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any]:
+    """Both sides analysed with the reference's options, checked, and judged: the content of
+    reproduction.json."""
+    opts = reference_options(ref)
+    claims = reference_claims(ref, s)
+    _check_settings(claims, s)
+    # both sides checked with the reference's validity thresholds (its analysis: section)
+    rds, nds = load(ref.root, validity=opts.validity), load(new.root, validity=opts.validity)
+    notes = [n for n in [align_configs(rds, nds)] if n]
+    ra, na = analyse(rds, opts), analyse(nds, opts)
+    host = compare_hosts(ref.provenance, new.provenance)
+    prov = provenance_diff(ref, new, host)
+    points = point_rows(ra, na, s)
+    pairs = pair_rows(ra, na, s)
+    claims_checked = claim_rows(ra, na, opts, claims)
+    judged = (
+        [p["verdict"] for p in pairs if p["verdict"]]
+        + [c["verdict"] for c in claims_checked]
+        + [p["verdict"] for p in points if p["verdict"]]
+    )
+    overall, why = _overall(prov["blocking"], judged)
+    if prov["blocking"]:
+        for row in claims_checked:
+            row["as_measured"] = row["verdict"]
+            row["verdict"] = NOT_COMPARABLE
+    host["qualifier"] = host_qualifier(host)
+    for row in claims_checked:
+        if row["verdict"] != NOT_COMPARABLE:
+            row["host"] = _qualified(row["verdict"], host)
+    return {
+        "format_version": FORMAT_VERSION,
+        "verdict": overall,
+        "verdict_text": _qualified(overall, host),
+        "why": why,
+        "host": host,
+        "reference": ref.describe(),
+        "fresh": new.describe(),
+        "settings": {
+            # as floats: a config may write them as integers (the schema's default is 0)
+            "metrics": list(s.metrics),
+            "min_effect_pct": float(s.min_effect_pct),
+            "require_significance": s.require_significance,
+            "tolerance_pct": None if s.tolerance_pct is None else float(s.tolerance_pct),
+            "tolerance_metrics": list(s.tolerance_metrics),
+            "threshold_pct": opts.threshold_pct,
+            "alpha": opts.alpha,
+        },
+        "notes": notes,
+        "claims": claims_checked,
+        "orderings": [p for p in pairs if p["judged"]],
+        "chains": chain_rows(ra, na),
+        "paired": pairs,
+        "points": points,
+        "provenance": prov,
+        "counts": {
+            "checks": len(judged),
+            "reproduced": judged.count(REPRODUCED),
+            "not_reproduced": judged.count(NOT_REPRODUCED),
+            "not_comparable": judged.count(NOT_COMPARABLE),
+        },
+    }
+
+
+def _qualified(verdict: str, host: dict[str, Any]) -> str:
+    """The verdict with the host it was reached on: a failure on an equivalent host is a
+    regression, one on a differing host names the differences (NOT COMPARABLE stays bare)."""
+    if verdict == NOT_COMPARABLE:
+        return verdict
+    text = f"{verdict} {host['qualifier']}"
+    if verdict == NOT_REPRODUCED and host["class"] in ("equivalent", "identical"):
+        text += ": a regression"
+    return text
+
+
+def compare(
+    ref_path: Path,
+    new_path: Path,
+    settings: ReproductionSection | None = None,
+    out: Path | None = None,
+) -> dict[str, Any]:
+    """Open (and verify) both sides, compare, and write reproduction.json and report.md.
+    `settings`: how strictly the fresh run must match (None: the schema's defaults)."""
+    s = settings or default_section(ReproductionSection, "reproduction")
+    with tempfile.TemporaryDirectory(prefix="servelab-compare-") as tmp:
+        ref = open_side(ref_path, Path(tmp) / "reference", "reference")
+        new = open_side(new_path, Path(tmp) / "fresh", "fresh run")
+        result = compare_sides(ref, new, s)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "reproduction.json", result)
+        validate_file(out / "reproduction.json", "reproduction", "reproduction.json")
+        (out / "report.md").write_text(report_markdown(result), encoding="utf-8")
+    return result
+
+
+def reproduce_experiment(exp: Experiment, paths: ExperimentPaths) -> dict[str, Any]:
+    """The workflow's stage: compare the experiment's fresh bundle with its `reference:`, as
+    its `reproduction:` section says; write reproduction.json and report.md."""
+    if exp.reference is None:
+        raise ServelabError("no reference to compare with: set `reference:` (docs/reproduce.md)")
+    return compare(Path(exp.reference), paths.bundle, exp.reproduction, paths.reproduction)
+
+
+def check_reference(path: Path) -> str:
+    """Open and verify a reference (for the workflow's start); one line describing it."""
+    with tempfile.TemporaryDirectory(prefix="servelab-reference-") as tmp:
+        side = open_side(path, Path(tmp), "reference")
+        if side.kind in ("experiment", "vllm-bench"):
+            raise ServelabError(
+                f"{path}: reference must be a release folder, its .tar.gz or a bundle folder "
+                f"(this is {'a vllm-bench tree' if side.kind == 'vllm-bench' else 'raw results'}: "
+                "compare those with `servelab compare`)"
+            )
+        d = side.describe()
+        claims = len(side.analysis.claims)
+    tag = f" tag {d['tag']}," if d.get("tag") else ""
+    return f"{path} verified ({d['kind']},{tag} experiment {d.get('experiment')}, {claims} claims)"

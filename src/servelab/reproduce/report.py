@@ -1,0 +1,192 @@
+"""The Markdown report of a comparison (report.md beside reproduction.json): the verdict and
+what was judged, then one section each for the claims, the orderings, the points, the host
+and the provenance."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from servelab.render import md_escape, md_table, num
+from servelab.reproduce.verdict import claim_verdict_text, signed_pct, verdict_text
+
+SHORT = {
+    "output_throughput": "tok/s",
+    "mean_ttft_ms": "mean TTFT ms",
+    "p99_ttft_ms": "p99 TTFT ms",
+    "mean_tpot_ms": "mean TPOT ms",
+    "p99_tpot_ms": "p99 TPOT ms",
+}
+# the point metrics the report shows (reproduction.json has them all)
+REPORTED_POINT_METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
+HOST_CLASS_TEXT = {
+    "differs": "a performance-relevant host fact differs",
+    "equivalent": "only facts that do not affect performance differ",
+    "identical": "every recorded host fact is the same",
+    "unknown": "no performance-relevant difference is known, but a side does not record "
+    "every relevant fact",
+}
+
+
+def report_markdown(r: dict[str, Any]) -> str:
+    lines = _head(r)
+    lines += _claims(r["claims"])
+    lines += _orderings(r)
+    lines += _points(r["points"])
+    lines += _host_section(r.get("host"))
+    lines += _provenance(r["provenance"])
+    return "\n".join(lines) + "\n"
+
+
+def _head(r: dict[str, Any]) -> list[str]:
+    ref, new, s = r["reference"], r["fresh"], r["settings"]
+    lines = [
+        "# Reproduction",
+        "",
+        f"**Verdict: {verdict_text(r)}** ({r['why']}).",
+        "",
+        f"- Reference: `{ref['path']}` ({ref['kind']}"
+        + (f", tag {ref['tag']}" if ref.get("tag") else "")
+        + (f", started {ref['started']}" if ref.get("started") else "")
+        + ")",
+        f"- Fresh: `{new['path']}` ({new['kind']}"
+        + (f", started {new['started']}" if new.get("started") else "")
+        + ")",
+        f"- Judged: orderings of {', '.join(s['metrics'])} the reference called "
+        f"real (paired t-test on log ratios, alpha {s['alpha']}, threshold "
+        f"{s['threshold_pct']}%"
+        + (f", effect at least {s['min_effect_pct']}%" if s["min_effect_pct"] else "")
+        + ("" if s["require_significance"] else ", sign only")
+        + "), every claim"
+        + (
+            f", and {', '.join(s['tolerance_metrics'])} within {s['tolerance_pct']}%"
+            if s["tolerance_pct"] is not None
+            else "; absolute values are reported, not judged"
+        )
+        + ".",
+    ]
+    return lines + [f"- Note: {n}" for n in r["notes"]]
+
+
+def _claims(claims: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "## Claims", ""]
+    if not claims:
+        return [*lines, "The reference states no claims."]
+    rows = [
+        (
+            f"`{c['claim']}`",
+            c["reference_verdict"],
+            c["fresh_verdict"] or "-",
+            claim_verdict_text(c) + (f" ({c['reason']})" if c.get("reason") else ""),
+        )
+        for c in claims
+    ]
+    return lines + md_table(("claim", "reference", "fresh", "verdict"), rows)
+
+
+def _orderings(r: dict[str, Any]) -> list[str]:
+    lines = ["", "## Orderings", ""]
+    lines += ["Adjacent concurrency levels, `<`/`>` a real difference, `~` none:", ""]
+    chains = [
+        (
+            ch["server_config"],
+            SHORT.get(ch["metric"], ch["metric"]),
+            ch["reference"],
+            ch["fresh"] + ("" if ch["same"] else " (differs)"),
+        )
+        for ch in r["chains"]
+        if ch["metric"] in r["settings"]["metrics"]
+    ]
+    lines += md_table(("config", "metric", "reference", "fresh"), chains)
+    lines += ["", "Judged pairs (the reference called them real):", ""]
+    if not r["orderings"]:
+        return [*lines, "None."]
+    pairs = [
+        (
+            o["server_config"],
+            f"C{o['a']} vs C{o['b']}",
+            SHORT.get(o["metric"], o["metric"]),
+            f"{signed_pct(o['reference_diff_pct'])} ({o['reference_agree']})",
+            f"{signed_pct(o['fresh_diff_pct'])} ({o['fresh_agree'] or '-'})",
+            o["status"],
+            o["verdict"],
+        )
+        for o in r["orderings"]
+    ]
+    header = ("config", "pair", "metric", "reference", "fresh", "status", "verdict")
+    return lines + md_table(header, pairs)
+
+
+def _points(points: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "## Points", "", "Means over repeats; change = fresh / reference - 1.", ""]
+    rows = [
+        (
+            p["server_config"],
+            p["concurrency"],
+            SHORT[p["metric"]],
+            f"{num(p['reference_mean'])} ({num(p['reference_cv_pct'], '.1f')}%)",
+            f"{num(p['fresh_mean'])} ({num(p['fresh_cv_pct'], '.1f')}%)",
+            signed_pct(p["change_pct"]),
+            p["status"],
+        )
+        for p in points
+        if p["metric"] in REPORTED_POINT_METRICS
+    ]
+    header = ("config", "c", "metric", "reference (CV)", "fresh (CV)", "change", "status")
+    return lines + md_table(header, rows)
+
+
+def _host_section(host: dict[str, Any] | None) -> list[str]:
+    if host is None:
+        return []
+    lines = [
+        "",
+        "## Host",
+        "",
+        f"Host class: **{host['class']}** ({HOST_CLASS_TEXT[host['class']]}); "
+        "docs/reproduce.md says which facts are performance-relevant and why.",
+    ]
+    differences = [(d, "yes") for d in host["relevant_differences"]]
+    differences += [
+        (d, "no" + (f" ({d['note']})" if d.get("note") else "")) for d in host["other_differences"]
+    ]
+    if differences:
+        rows = [
+            (d["fact"], _short(d["reference"]), _short(d["fresh"]), rel) for d, rel in differences
+        ]
+        lines += ["", *md_table(("fact", "reference", "fresh", "performance-relevant"), rows)]
+    unknown = host["unknown"]
+    if unknown:
+        lines += ["", "Not recorded on both sides (cannot be compared):", ""]
+        missing = [
+            (u["fact"], ", ".join(u["missing_in"]), "yes" if u["relevant"] else "no")
+            for u in unknown
+        ]
+        lines += md_table(("fact", "not recorded by", "performance-relevant"), missing)
+    return lines
+
+
+def _provenance(prov: dict[str, Any]) -> list[str]:
+    lines = ["", "## Provenance", ""]
+    if prov["not_clean_room"]:
+        lines += [f"- **{f}**" for f in prov["not_clean_room"]]
+    else:
+        lines.append("- Nothing that must match differs, and the fresh run is on another host.")
+    effect = {"blocks": "not comparable", "note": "noted"}
+    rows = [
+        (f["field"], _short(f["reference"]), _short(f["fresh"]), effect[f["effect"]])
+        for f in prov["fields"]
+        if not f["same"]
+    ]
+    if rows:
+        lines += ["", *md_table(("field", "reference", "fresh", "effect"), rows)]
+    return lines
+
+
+def _short(v: Any) -> str:
+    """A value for a table cell: JSON unless a string; a long one as its start and a hash."""
+    text = json.dumps(v, sort_keys=True) if not isinstance(v, str) else v
+    if len(text) > 60:
+        return f"{text[:40]}... (sha256 {hashlib.sha256(text.encode()).hexdigest()[:8]})"
+    return md_escape(text)

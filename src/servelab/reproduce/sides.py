@@ -1,0 +1,145 @@
+"""The two sides of a comparison, opened and verified.
+
+A side is a release folder (its tarball checked against release.json, then verified, and the
+small files beside it checked against the tarball's own), a release tarball, a bundle folder,
+results/<experiment> (its bundle when it has one, else its raw data), or a vllm-bench tree.
+Releases, tarballs and bundles that do not verify are refused, naming the first failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servelab.analysis.load import detect_layout
+from servelab.config import default_section, merge
+from servelab.errors import ServelabError
+from servelab.evidence.files import safe_extract
+from servelab.evidence.verify import verify
+from servelab.experiment import AnalysisSection, section_from_dict
+from servelab.hashing import check_pinned
+from servelab.jsonio import read_json
+
+
+@dataclass
+class Side:
+    """One side of a comparison, opened and (for bundles and releases) verified."""
+
+    given: str
+    kind: str  # release | tarball | bundle | experiment | vllm-bench
+    root: Path
+    config: dict[str, Any] | None = None
+    provenance: dict[str, Any] | None = None
+    release: dict[str, Any] | None = None
+    bench_facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def analysis(self) -> AnalysisSection:
+        """The side's recorded `analysis:` section (its claims, thresholds and validity
+        checks), keys it lacks (newer than the side) at the schema's defaults; the defaults for
+        a side that records no config (raw results, a vllm-bench tree)."""
+        defaults = dataclasses.asdict(default_section(AnalysisSection, "analysis"))
+        recorded = (self.config or {}).get("analysis") or {}
+        return section_from_dict(AnalysisSection, merge(defaults, recorded), "analysis")
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.given, "kind": self.kind}
+        if self.release:
+            out["tag"] = self.release.get("tag")
+            out["tarball_sha256"] = self.release.get("tarball_sha256")
+            out["pinned"] = self.release.get("pinned")
+        if self.provenance:
+            out["experiment"] = self.provenance.get("experiment")
+            out["started"] = self.provenance.get("started")
+        return out
+
+
+def _refuse(path: Path, failures: list[str], what: str) -> ServelabError:
+    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+    return ServelabError(
+        f"{path}: {what} does not verify: {failures[0]}{more}; "
+        f"run `servelab verify {path}` for every failure"
+    )
+
+
+def _verified(root: Path, label: Path, what: str) -> Path:
+    """`root` (a bundle folder, or a tarball already extracted safely) when it verifies;
+    failures are named after `label`, the path the user gave."""
+    failures = verify(root)
+    if failures:
+        raise _refuse(label, failures, what)
+    return root
+
+
+def _open_release(path: Path, workdir: Path, what: str) -> tuple[Path, dict[str, Any]]:
+    rel = read_json(path / "release.json")
+    tarball = path / str(rel.get("tarball", ""))
+    if not tarball.is_file():
+        raise ServelabError(f"{tarball}: the release's tarball is missing")
+    check_pinned(
+        tarball,
+        rel.get("tarball_sha256"),
+        lambda d: (
+            f"{tarball}: sha256 {d[:12]}... differs from release.json "
+            f"({str(rel.get('tarball_sha256'))[:12]}...): the {what} was altered; fetch it again"
+        ),
+    )
+    root = _verified(safe_extract(tarball, workdir), tarball, what)
+    # The small files beside the tarball must be the tarball's own.
+    for name in ("manifest.json", "provenance.json", "SHA256SUMS"):
+        if (path / name).exists() and (path / name).read_bytes() != (root / name).read_bytes():
+            raise ServelabError(
+                f"{path / name}: differs from the copy inside {tarball.name}: the {what} was "
+                "altered; fetch it again"
+            )
+    return root, rel
+
+
+def open_side(path: Path, workdir: Path, what: str = "reference") -> Side:
+    """Open a release dir, a release tarball, a bundle, an experiment dir or a vllm-bench tree.
+
+    Releases, tarballs and bundles are verified (checksums, manifest, schemas) first; a side
+    that does not verify is refused."""
+    if not path.exists():
+        raise ServelabError(
+            f"{path}: {what} not found; give a release folder, a .tar.gz, a "
+            "bundle, an experiment folder or a vllm-bench tree"
+        )
+    if path.is_dir() and (path / "release.json").is_file():
+        root, rel = _open_release(path, workdir, what)
+        return _bundle_side(str(path), "release", root, rel)
+    if path.is_file():
+        if not path.name.endswith(".tar.gz"):
+            raise ServelabError(f"{path}: not a .tar.gz release; give the release folder")
+        root = _verified(safe_extract(path, workdir), path, what)
+        return _bundle_side(str(path), "tarball", root, None)
+    if (path / "manifest.json").is_file():
+        return _bundle_side(str(path), "bundle", _verified(path, path, what), None)
+    if (path / "bundle" / "manifest.json").is_file():
+        return open_side(path / "bundle", workdir, what)
+    layout = detect_layout(path)
+    if layout == "vllm-bench":
+        return Side(str(path), "vllm-bench", path, bench_facts=_bench_facts(path))
+    return Side(str(path), "experiment", path)
+
+
+def _bundle_side(given: str, kind: str, root: Path, rel: dict[str, Any] | None) -> Side:
+    cfg = yaml.safe_load((root / "config.resolved.yaml").read_text(encoding="utf-8"))
+    return Side(given, kind, root, cfg, read_json(root / "provenance.json"), rel)
+
+
+BENCH_FACTS = ("model_id", "tokenizer_id", "backend", "endpoint_type", "label")
+
+
+def _bench_facts(root: Path) -> dict[str, Any]:
+    """What a vllm-bench tree says about its setup (from its first benchmark.json)."""
+    files = sorted(root.glob("rep_*/concurrency_*/benchmark.json"))
+    if not files:
+        return {}
+    data = json.loads(files[0].read_text(encoding="utf-8"))
+    return {k: data[k] for k in BENCH_FACTS if data.get(k) is not None}
