@@ -10,7 +10,7 @@ as for `servelab analyze`. docs/python.md has an example and the columns.
   (`server_config`, `repeat`, `concurrency`, `request`, `ok`, `error`, `prompt_tokens`,
   `output_tokens`, `ttft_ms`, `tpot_ms`, `e2el_ms`, `itl_ms`), then the layout's own fields.
 
-A value the raw data lacks is NaN (None in a column of lists or text).
+A value the raw data lacks is missing: NaN, or None among lists and text (`isna()` either way).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ REQUEST_COLUMNS = (
     "e2el_ms",
     "itl_ms",
 )
+NO_LATENCIES: dict[str, Any] = dict.fromkeys(("ttft_ms", "tpot_ms", "e2el_ms", "itl_ms"))
 # benchmark.json's per-request lists that the common columns hold
 BENCH_MAPPED = ("ttfts", "itls", "latencies", "errors", "input_lens", "output_lens")
 
@@ -96,9 +97,6 @@ def _frame(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> pd.Data
 
 def _latencies(ttft: float, e2el: float, tpot: float | None, itl: list[float]) -> dict[str, Any]:
     return {"ttft_ms": ttft, "tpot_ms": tpot, "e2el_ms": e2el, "itl_ms": itl}
-
-
-NO_LATENCIES = {"ttft_ms": None, "tpot_ms": None, "e2el_ms": None, "itl_ms": None}
 
 
 def _servelab_requests(root: Path) -> Iterator[dict[str, Any]]:
