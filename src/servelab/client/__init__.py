@@ -1,0 +1,37 @@
+"""Closed-loop streaming load generator for the OpenAI completions API (SSE).
+
+Every request gets exactly the fields of the raw data contract. Times within a point are taken
+from one monotonic clock and bridged to the wall clock once, at the start of the point, so
+`sent_epoch_ns + done_offset_us` of different requests compare exactly.
+Failed requests (HTTP errors, broken streams, timeouts) are recorded with their error, never
+dropped.
+
+The client speaks HTTP/1.1 itself, on one keep-alive connection per concurrency slot: an
+`asyncio.Protocol` receives each read from the event loop, timestamps it, and hands it to a
+`ResponseParser`, which decodes the chunked transfer encoding, splits SSE events and records
+each chunk there. The request's coroutine is woken once, when its response is over, not once
+per chunk (a client's own cost per streamed token bounds how fast, and how accurately, it can
+measure a server). The event loop is uvloop's where it is installed, else asyncio's.
+
+The package, by concern: `record` (RequestRecord, one request's fields), `parser` (the HTTP/1.1
+response and its SSE events), `connection` (one keep-alive connection), `closed_loop` (the
+concurrency driver: Workload, PointRun, run_point) and `signals` (stop signals cancel a point).
+"""
+
+from servelab.client.closed_loop import PointRun, RequestMarks, Workload, run_closed_loop, run_point
+from servelab.client.closed_loop import _payload as _payload
+from servelab.client.parser import MalformedResponse, ResponseParser
+from servelab.client.record import RequestRecord
+from servelab.client.signals import STOP_SIGNALS
+
+__all__ = [
+    "STOP_SIGNALS",
+    "MalformedResponse",
+    "PointRun",
+    "RequestMarks",
+    "RequestRecord",
+    "ResponseParser",
+    "Workload",
+    "run_closed_loop",
+    "run_point",
+]

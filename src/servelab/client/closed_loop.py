@@ -1,0 +1,170 @@
+"""The closed loop: every prompt of a point sent, `concurrency` requests in flight, one
+connection per slot, each request's record collected as it ends.
+
+Times within a point are taken from one monotonic clock and bridged to the wall clock once, at
+the start of the point, so `sent_epoch_ns + done_offset_us` of different requests compare
+exactly. Failed requests (HTTP errors, broken streams, timeouts) are recorded with their
+error, never dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
+from servelab.client.parser import ResponseParser
+from servelab.client.record import RequestRecord
+from servelab.client.signals import run_stoppable
+
+
+@dataclass(frozen=True)
+class Workload:
+    base_url: str
+    model: str
+    max_tokens: int
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    request_timeout_s: float = 300.0
+
+
+@dataclass
+class PointRun:
+    """What one closed-loop run measured; `records` fills in as requests finish."""
+
+    records: list[RequestRecord] = field(default_factory=list)
+    started_epoch_ns: int = 0
+    finished_epoch_ns: int = 0
+    client_cpu_s: float = 0.0
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.epoch0 = time.time_ns()
+        self.mono0 = time.perf_counter_ns()
+
+    def epoch_of(self, mono_ns: int) -> int:
+        return self.epoch0 + (mono_ns - self.mono0)
+
+
+def _payload(w: Workload, prompt: str) -> bytes:
+    body: dict[str, Any] = {
+        "model": w.model,
+        "prompt": prompt,
+        "max_tokens": w.max_tokens,
+        "temperature": w.temperature,
+        "stream": True,
+        # usage in every chunk (cumulative completion_tokens): how many tokens each carried
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    if w.ignore_eos:
+        body["ignore_eos"] = True
+    return json.dumps(body).encode("utf-8")
+
+
+async def _one(
+    target: Target,
+    conn: Connection | None,
+    view: memoryview,
+    w: Workload,
+    clock: _Clock,
+    request_id: str,
+    prompt: str,
+) -> tuple[RequestRecord, Connection | None, int]:
+    """One request; returns its record, the connection to reuse (None: open a new one) and
+    when the request was over (perf_counter ns: the read that ended its response, else the
+    moment it failed)."""
+    request = target.request(request_id, _payload(w, prompt))
+    t0 = perf_ns()
+    rec = RequestRecord(request_id=request_id, sent_epoch_ns=clock.epoch_of(t0))
+    parser = ResponseParser(rec, t0)
+    try:
+        async with asyncio.timeout(w.request_timeout_s):
+            if conn is None or conn.lost:
+                conn = None
+                conn = await target.connect(view)
+            await conn.send(request, parser)
+    except TimeoutError:
+        if conn is not None:
+            conn.close(abort=True)
+        if not parser.finished:  # (a response that ended just as the deadline passed stands)
+            rec.error = f"timeout after {w.request_timeout_s:g} s"
+        return rec, None, parser.ended or perf_ns()
+    except OSError as exc:
+        where = f"{target.host}:{target.port}"
+        rec.error = f"Connect to {where} failed: {type(exc).__name__}: {exc}"[:300]
+        return rec, None, perf_ns()
+    return rec, (None if conn.lost else conn), parser.ended or perf_ns()
+
+
+class RequestMarks(Protocol):
+    """Marks around each request, e.g. NVTX ranges that a GPU profiler records."""
+
+    def start(self, index: int) -> Any: ...
+
+    def end(self, token: Any) -> None: ...
+
+
+async def run_closed_loop(
+    w: Workload,
+    prompts: Sequence[str],
+    concurrency: int,
+    label: str,
+    out: PointRun,
+    marks: RequestMarks | None = None,
+) -> PointRun:
+    """Send every prompt, keeping `concurrency` requests in flight, and fill `out` as they end.
+
+    `out` is filled in place so that a caller interrupted mid-point still holds what finished.
+    """
+    target = Target.of(w.base_url)
+    clock = _Clock()
+    cpu0 = time.process_time()
+    out.started_epoch_ns = clock.epoch0
+    todo = iter(enumerate(prompts))
+    view = memoryview(bytearray(READ_SIZE))  # every connection's reads, one at a time
+
+    async def worker() -> None:
+        conn: Connection | None = None
+        free = clock.mono0  # when this slot became free: the point's start, then each end
+        try:
+            for i, prompt in todo:
+                token = marks.start(i) if marks is not None else None
+                try:
+                    rid = f"{label}-{i:05d}"
+                    rec, conn, free_next = await _one(target, conn, view, w, clock, rid, prompt)
+                    # the time from the slot's becoming free to the send, in the client
+                    rec.queued_us = (rec.sent_epoch_ns - clock.epoch_of(free)) // 1000
+                    free = free_next
+                    out.records.append(rec)
+                finally:
+                    if marks is not None:
+                        marks.end(token)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
+    finally:
+        out.finished_epoch_ns = clock.epoch_of(time.perf_counter_ns())
+        out.client_cpu_s = time.process_time() - cpu0
+    out.records.sort(key=lambda r: r.request_id)
+    return out
+
+
+def run_point(
+    w: Workload,
+    prompts: Sequence[str],
+    concurrency: int,
+    label: str,
+    out: PointRun | None = None,
+    marks: RequestMarks | None = None,
+) -> PointRun:
+    out = out if out is not None else PointRun()
+    run_stoppable(run_closed_loop(w, prompts, concurrency, label, out, marks))
+    return out
