@@ -21,6 +21,7 @@ rule analysis:
         else [],
     params:
         config=EXPERIMENT_CONFIG,
+        exp=EXP,
     log:
         f"{EXP}/logs/analysis.log",
     benchmark:
@@ -36,6 +37,8 @@ rule summary:
         profile=PROFILE_OUTPUTS,
     output:
         summary=f"{EXP}/summary.txt",
+    params:
+        exp=EXP,
     log:
         f"{EXP}/logs/summary.log",
     benchmark:

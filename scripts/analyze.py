@@ -1,14 +1,9 @@
-from pathlib import Path
+from servelab.analysis.pipeline import analyze
+from servelab.smk import experiment, job
 
-from servelab.analysis.pipeline import analyze, options_from_config
-from servelab.smk import job
-
-with job(snakemake, "analysis") as say:  # noqa: F821
-    cfg = snakemake.params.config  # noqa: F821
-    exp_dir = Path(snakemake.output.report).parents[1]  # noqa: F821  <exp>/analysis/report.md
-    results = analyze(
-        exp_dir, exp_dir / "analysis", options_from_config(cfg), figures=cfg["analysis"]["figures"]
-    )
+with job(snakemake, "analysis") as say:
+    exp, paths = experiment(snakemake)
+    results = analyze(paths.root, paths.analysis, exp.analysis, figures=exp.analysis.figures)
     for d in results["diagnoses"]:
         where = f" c={d['concurrency']}" if "concurrency" in d else ""
         say(f"diagnosis {d['kind']}: {d['server_config']}{where}")

@@ -8,7 +8,7 @@ from typing import Any
 from analysis_fixtures import KNEE_SPEC, servelab_tree
 
 from servelab import config as cfgmod
-from servelab.analysis.pipeline import analyze, options_from_config
+from servelab.analysis.pipeline import analyze
 from servelab.jsonio import write_json
 from servelab.model import TinySpec, build_tiny
 
@@ -78,6 +78,7 @@ def experiment(
             "claims": ["throughput[c=128] > throughput[c=256]"] if claims is None else claims
         },
     }
-    cfg = cfgmod.validate(raw).to_dict()
-    analyze(exp, exp / "analysis", options_from_config(cfg))
+    exp_cfg = cfgmod.validate(raw)
+    cfg = exp_cfg.to_dict()
+    analyze(exp, exp / "analysis", exp_cfg.analysis)
     return exp, cfg

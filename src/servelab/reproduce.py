@@ -31,13 +31,15 @@ import yaml
 
 from servelab.analysis import core
 from servelab.analysis.claims_syntax import parse_claim
-from servelab.analysis.core import Groups, Options
+from servelab.analysis.core import Groups
 from servelab.analysis.load import Dataset, detect_layout, load
+from servelab.analysis.pipeline import analysis_section
 from servelab.analysis.stats import describe
 from servelab.errors import ServelabError
 from servelab.evidence.files import safe_extract
 from servelab.evidence.schemas import validate_file
 from servelab.evidence.verify import verify
+from servelab.experiment import AnalysisSection
 from servelab.hashing import check_pinned
 from servelab.hostfacts import compare_hosts, host_qualifier
 from servelab.jsonio import read_json, write_json
@@ -205,9 +207,9 @@ class Analysed:
     diagnoses: list[dict[str, Any]]
 
 
-def _analyse(ds: Dataset, opts: Options) -> Analysed:
+def _analyse(ds: Dataset, opts: AnalysisSection) -> Analysed:
     g = Groups(ds)
-    opts = replace(opts, claims=[])
+    opts = replace(opts, claims=())
     kn = core.knee(g, opts)
     dom = core.dominance(g)
     return Analysed(
@@ -215,8 +217,10 @@ def _analyse(ds: Dataset, opts: Options) -> Analysed:
     )
 
 
-def _claim(a: Analysed, opts: Options, claim: str) -> dict[str, Any]:
-    res = core.evaluate_claims(a.g, replace(opts, claims=[claim]), a.knee, a.dominance, a.diagnoses)
+def _claim(a: Analysed, opts: AnalysisSection, claim: str) -> dict[str, Any]:
+    res = core.evaluate_claims(
+        a.g, replace(opts, claims=(claim,)), a.knee, a.dominance, a.diagnoses
+    )
     return res[0]
 
 
@@ -507,7 +511,9 @@ def _chains(ref: Analysed, new: Analysed) -> list[dict[str, Any]]:
     return out
 
 
-def _claims(ref: Analysed, new: Analysed, opts: Options, claims: list[str]) -> list[dict[str, Any]]:
+def _claims(
+    ref: Analysed, new: Analysed, opts: AnalysisSection, claims: list[str]
+) -> list[dict[str, Any]]:
     rows = []
     for claim in claims:
         try:
@@ -550,8 +556,8 @@ def reference_claims(side: Side, s: Settings) -> list[str]:
     return own + [c for c in s.extra_claims if c not in own]
 
 
-def reference_options(side: Side) -> Options:
-    return Options.from_config((side.config or {}).get("analysis"))
+def reference_options(side: Side) -> AnalysisSection:
+    return analysis_section((side.config or {}).get("analysis"))
 
 
 def compare_sides(ref: Side, new: Side, s: Settings) -> dict[str, Any]:

@@ -8,8 +8,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from servelab.analysis.validity import PointFlags, Thresholds, check_point, summary_line
+from servelab.analysis.validity import PointFlags, check_point, summary_line
 from servelab.client import RequestRecord
+from servelab.config import default_section
+from servelab.experiment import ValiditySection
 from servelab.jsonio import read_json, read_jsonl_gz
 from servelab.rawdata import load_point, load_points, point_contexts, point_files
 
@@ -55,7 +57,7 @@ def stage_times(exp_dir: Path) -> list[tuple[str, float]]:
     return out
 
 
-def point_validity(exp_dir: Path, t: Thresholds) -> list[PointFlags]:
+def point_validity(exp_dir: Path, t: ValiditySection) -> list[PointFlags]:
     """The validity flags of every complete point (docs/analysis.md#validity); a point without
     requests.jsonl.gz is checked on its telemetry alone."""
     out: list[PointFlags] = []
@@ -73,7 +75,7 @@ def point_validity(exp_dir: Path, t: Thresholds) -> list[PointFlags]:
     return out
 
 
-def render_summary(exp_dir: Path, validity: Thresholds | None = None) -> str:
+def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> str:
     """validity: the thresholds of the config's analysis.validity (the schema's defaults when
     None)."""
     points = load_points(exp_dir)
@@ -104,7 +106,14 @@ def render_summary(exp_dir: Path, validity: Thresholds | None = None) -> str:
         lines.append(
             f"{sc}: best/worst mean throughput across concurrency = {max(tputs) / min(tputs):.2f}x"
         )
-    lines += ["", summary_line(point_validity(exp_dir, validity or Thresholds.defaults()))]
+    lines += [
+        "",
+        summary_line(
+            point_validity(
+                exp_dir, validity or default_section(ValiditySection, "analysis", "validity")
+            )
+        ),
+    ]
     times = stage_times(exp_dir)
     if times:
         lines.append("")

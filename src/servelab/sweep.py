@@ -27,6 +27,7 @@ from servelab import hostfacts
 from servelab.client import PointRun, Workload, run_point
 from servelab.container import container_run_for
 from servelab.errors import ServelabError
+from servelab.experiment import TelemetrySection, section_from_dict
 from servelab.jsonio import read_json, write_json, write_jsonl_gz
 from servelab.metrics import point_metrics
 from servelab.redact import redact_argv, redact_env
@@ -394,7 +395,8 @@ def _measure_point(
     label = f"{sc}-r{slot.repeat:02d}-c{slot.concurrency:04d}"
     # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
     # a point cut short; their summary over the point's window goes into point.json.
-    tel = PointTelemetry(cfg["telemetry"], server.telemetry_pid(), workload.base_url)
+    telemetry = section_from_dict(TelemetrySection, cfg["telemetry"], "telemetry")
+    tel = PointTelemetry(telemetry, server.telemetry_pid(), workload.base_url)
     try:
         with tel:
             run_point(

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import fields
 from typing import Any
 
 from servelab.analysis.claims_syntax import CMP as _CMP
 from servelab.analysis.claims_syntax import FUNC as _FUNC
 from servelab.analysis.claims_syntax import parse_claim
 from servelab.analysis.load import Dataset, Point
-from servelab.analysis.stats import ALPHA, THRESHOLD_PCT, describe, paired
-from servelab.analysis.validity import BY_NAME, CHECKS, Flag, PointFlags, Thresholds, failed
+from servelab.analysis.stats import describe, paired
+from servelab.analysis.validity import BY_NAME, CHECKS, Flag, PointFlags, failed
 from servelab.errors import ServelabError
+from servelab.experiment import AnalysisSection, SloSection
 
 POINT_METRICS = (
     [
@@ -68,32 +69,6 @@ CLAIM_READS = {
     "knee": ["output_throughput", "p99_ttft_ms"],
     "serialized": ["output_throughput", "duration", "num_prompts"],
 }
-
-
-@dataclass(frozen=True)
-class Options:
-    threshold_pct: float = THRESHOLD_PCT
-    alpha: float = ALPHA
-    plateau_pct: float = 5.0  # knee: "stops rising" = gain under this
-    flat_pct: float = 5.0  # serialized: throughput varies less than this
-    slo: dict[str, float] = field(default_factory=dict)  # p99_ttft_ms, p99_tpot_ms, p99_e2el_ms
-    pairs: list[dict[str, Any]] = field(default_factory=list)
-    claims: list[str] = field(default_factory=list)
-    validity: Thresholds = field(default_factory=Thresholds.defaults)
-
-    @staticmethod
-    def from_config(cfg: dict[str, Any] | None) -> Options:
-        cfg = cfg or {}
-        return Options(
-            threshold_pct=float(cfg.get("threshold_pct", THRESHOLD_PCT)),
-            alpha=float(cfg.get("alpha", ALPHA)),
-            plateau_pct=float(cfg.get("plateau_pct", 5.0)),
-            flat_pct=float(cfg.get("flat_pct", 5.0)),
-            slo={k: float(v) for k, v in (cfg.get("slo") or {}).items() if v is not None},
-            pairs=list(cfg.get("pairs") or []),
-            claims=list(cfg.get("claims") or []),
-            validity=Thresholds.from_config(cfg.get("validity")),
-        )
 
 
 class Groups:
@@ -191,14 +166,14 @@ def summary_table(g: Groups) -> list[dict[str, Any]]:
     return rows
 
 
-def _pair_specs(g: Groups, opts: Options) -> list[tuple[str, int, int]]:
+def _pair_specs(g: Groups, analysis: AnalysisSection) -> list[tuple[str, int, int]]:
     specs = []
     for sc in g.configs:
         lv = g.levels(sc)
         specs += [(sc, a, b) for a, b in zip(lv, lv[1:], strict=False)]
-    for i, spec in enumerate(opts.pairs):
-        a, b = int(spec["a"]), int(spec["b"])
-        for sc in [spec["server_config"]] if spec.get("server_config") else g.configs:
+    for i, spec in enumerate(analysis.pairs):
+        a, b = spec.a, spec.b
+        for sc in [spec.server_config] if spec.server_config else g.configs:
             if sc not in g.configs:
                 raise ServelabError(f"analysis.pairs[{i}].server_config: {sc!r} is not measured")
             if a in g.levels(sc) and b in g.levels(sc) and (sc, a, b) not in specs:
@@ -206,12 +181,12 @@ def _pair_specs(g: Groups, opts: Options) -> list[tuple[str, int, int]]:
     return specs
 
 
-def paired_table(g: Groups, opts: Options) -> list[dict[str, Any]]:
+def paired_table(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
     rows = []
-    for sc, a, b in _pair_specs(g, opts):
+    for sc, a, b in _pair_specs(g, analysis):
         for m in PAIRED_METRICS:
             va, vb = g.pair(sc, a, sc, b, m)
-            r = paired(va, vb, opts.threshold_pct, opts.alpha)
+            r = paired(va, vb, analysis.threshold_pct, analysis.alpha)
             hits = g.left_out(sc, a, m) + g.left_out(sc, b, m)
             rows.append(
                 {
@@ -233,7 +208,7 @@ def paired_table(g: Groups, opts: Options) -> list[dict[str, Any]]:
 # --- knee, dominance, SLO ------------------------------------------------------------------
 
 
-def knee(g: Groups, opts: Options) -> list[dict[str, Any]]:
+def knee(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
     out = []
     for sc in g.configs:
         lv = g.levels(sc)
@@ -279,12 +254,12 @@ def knee(g: Groups, opts: Options) -> list[dict[str, Any]]:
             later_best = max(means[c] for c in usable[i + 1 :])  # type: ignore[type-var]
             gain = 100.0 * (later_best / means[lo] - 1) if means[lo] else math.inf  # type: ignore[operator]
             grows = p99[hi] is not None and p99[lo] is not None and p99[hi] > p99[lo]  # type: ignore[operator]
-            if gain < opts.plateau_pct and grows:
+            if gain < analysis.plateau_pct and grows:
                 entry.update(
                     concurrency=lo,
                     reason=(
                         f"throughput stops rising after {lo} (no higher concurrency gains "
-                        f"{opts.plateau_pct:g}% or more; best later {gain:+.1f}%) "
+                        f"{analysis.plateau_pct:g}% or more; best later {gain:+.1f}%) "
                         "while p99 TTFT grows"
                     ),
                 )
@@ -328,15 +303,10 @@ def _pct(x: float | None, ref: float | None) -> float | None:
     return None if x is None or not ref else 100.0 * (x / ref - 1)
 
 
-def slo(g: Groups, ds: Dataset, opts: Options) -> dict[str, Any] | None:
-    if not opts.slo:
+def slo(g: Groups, ds: Dataset, analysis: AnalysisSection) -> dict[str, Any] | None:
+    if not analysis.slo.any:
         return None
-    limits = {"p99_ttft_ms": "ttft", "p99_tpot_ms": "tpot", "p99_e2el_ms": "e2el"}
-    unknown = sorted(set(opts.slo) - set(limits))
-    if unknown:
-        raise ServelabError(
-            f"analysis.slo.{unknown[0]}: not an SLO; use one of {', '.join(limits)}"
-        )
+    limits = slo_limits(analysis.slo)
     points = []
     capacity: dict[str, Any] = {}
     for sc in g.configs:
@@ -344,16 +314,16 @@ def slo(g: Groups, ds: Dataset, opts: Options) -> dict[str, Any] | None:
         for c in g.levels(sc):
             # a repeat counts when none of the metrics the SLO reads was left out
             reps = {
-                r: p for r, p in g.by[(sc, c)].items() if not any(p.left_out(k) for k in opts.slo)
+                r: p for r, p in g.by[(sc, c)].items() if not any(p.left_out(k) for k in limits)
             }
             meets_all = bool(reps)
             goodputs = []
             for _r, p in sorted(reps.items()):
                 meets = all(
-                    p.metrics.get(k) is not None and p.metrics[k] <= v for k, v in opts.slo.items()
+                    p.metrics.get(k) is not None and p.metrics[k] <= v for k, v in limits.items()
                 )
                 meets_all &= meets
-                good = sum(1 for t, tp, e in p.per_request if _request_meets(t, tp, e, opts.slo))
+                good = sum(1 for t, tp, e in p.per_request if _request_meets(t, tp, e, limits))
                 dur = p.metrics.get("duration") or 0
                 goodputs.append(good / dur if dur > 0 else 0.0)
             tput = g.mean(sc, c, "output_throughput")
@@ -377,7 +347,14 @@ def slo(g: Groups, ds: Dataset, opts: Options) -> dict[str, Any] | None:
                 "reason": "no point meets the SLO in every repeat",
             }
         )
-    return {"slo": opts.slo, "points": points, "capacity": capacity}
+    return {"slo": limits, "points": points, "capacity": capacity}
+
+
+def slo_limits(slo_: SloSection) -> dict[str, float]:
+    """The SLO's limits that are set, by metric (p99_ttft_ms, p99_tpot_ms, p99_e2el_ms)."""
+    return {
+        f.name: float(v) for f in fields(slo_) for v in [getattr(slo_, f.name)] if v is not None
+    }
 
 
 def _request_meets(ttft: float, tpot: float | None, e2el: float, slo_: dict[str, float]) -> bool:
@@ -401,14 +378,14 @@ def diagnoses(
     ds: Dataset,
     knees: list[dict[str, Any]],
     dominated: list[dict[str, Any]],
-    opts: Options,
+    analysis: AnalysisSection,
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for sc in g.configs:
         lv = [c for c in g.levels(sc) if g.mean(sc, c, "output_throughput") is not None]
         cap = ds.capacity.get(sc, {})
         means = {c: g.mean(sc, c, "output_throughput") or 0.0 for c in lv}
-        flat = _flat_span(g, sc, lv, means, opts)
+        flat = _flat_span(g, sc, lv, means, analysis)
         if flat is not None:
             mns = _max_num_seqs(cap)
             out.append(
@@ -448,7 +425,7 @@ def diagnoses(
                     ),
                 }
             )
-        dip = _dip(g, sc, lv, opts)
+        dip = _dip(g, sc, lv, analysis)
         if dip is not None:
             nd = cap.get("non_default_args") or {}
             sizes = next((v for k, v in sorted(nd.items()) if "capture_sizes" in k), None)
@@ -500,7 +477,7 @@ def diagnoses(
 
 
 def _flat_span(
-    g: Groups, sc: str, lv: list[int], means: dict[int, float], opts: Options
+    g: Groups, sc: str, lv: list[int], means: dict[int, float], analysis: AnalysisSection
 ) -> dict[str, Any] | None:
     """The widest run of consecutive levels spanning at least 4x in concurrency over which
     throughput varies less than flat_pct and seconds per request (duration / prompts) stay
@@ -521,7 +498,7 @@ def _flat_span(
                 for c in span
             }
             lo, hi = min(s_per_req.values()), max(s_per_req.values())
-            if spread < opts.flat_pct and lo > 0 and hi / lo <= LINEAR_TOLERANCE:
+            if spread < analysis.flat_pct and lo > 0 and hi / lo <= LINEAR_TOLERANCE:
                 if (
                     best is None
                     or span[-1] / span[0]
@@ -536,15 +513,17 @@ def _flat_span(
     return best
 
 
-def _dip(g: Groups, sc: str, lv: list[int], opts: Options) -> dict[str, Any] | None:
+def _dip(g: Groups, sc: str, lv: list[int], analysis: AnalysisSection) -> dict[str, Any] | None:
     means = {c: g.mean(sc, c, "output_throughput") or 0.0 for c in lv}
     for i, c in enumerate(lv):
-        lower = [d for d in lv[:i] if means[d] > means[c] * (1 + opts.threshold_pct / 100)]
-        higher = [d for d in lv[i + 1 :] if means[d] > means[c] * (1 + opts.threshold_pct / 100)]
+        lower = [d for d in lv[:i] if means[d] > means[c] * (1 + analysis.threshold_pct / 100)]
+        higher = [
+            d for d in lv[i + 1 :] if means[d] > means[c] * (1 + analysis.threshold_pct / 100)
+        ]
         if lower and higher:
             ref = max(lower, key=lambda d: means[d])
             va, vb = g.pair(sc, ref, sc, c, "output_throughput")
-            test = paired(va, vb, opts.threshold_pct, opts.alpha)
+            test = paired(va, vb, analysis.threshold_pct, analysis.alpha)
             if test.verdict == "a > b":
                 return {
                     "concurrency": c,
@@ -683,13 +662,13 @@ def _selector(text: str, claim: str, g: Groups, need_c: bool = True) -> tuple[st
 
 def evaluate_claims(
     g: Groups,
-    opts: Options,
+    analysis: AnalysisSection,
     knees: list[dict[str, Any]],
     dominated: list[dict[str, Any]],
     diags: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for claim in opts.claims:
+    for claim in analysis.claims:
         try:
             parse_claim(claim)
         except ServelabError as exc:
@@ -713,7 +692,7 @@ def evaluate_claims(
             va, vb = g.pair(sa, ca, sb, cb, metric_a)  # type: ignore[arg-type]
             k = float(factor) if factor else 1.0
             test = paired(
-                va, [k * x for x in vb], 0.0 if factor else opts.threshold_pct, opts.alpha
+                va, [k * x for x in vb], 0.0 if factor else analysis.threshold_pct, analysis.alpha
             )
             want = "a > b" if op == ">" else "a < b"
             if test.verdict == want:

@@ -15,7 +15,6 @@ from typing import Any
 
 from servelab.analysis.validity import (
     Flag,
-    Thresholds,
     check_point,
     evaluate,
     facts_from_bench,
@@ -24,7 +23,9 @@ from servelab.analysis.validity import (
     removing,
 )
 from servelab.client import RequestRecord
+from servelab.config import default_section
 from servelab.errors import ServelabError
+from servelab.experiment import ValiditySection
 from servelab.jsonio import read_json, read_jsonl_gz
 from servelab.metrics import assemble, point_metrics, request_latencies
 from servelab.rawdata import load_point, point_contexts, point_files
@@ -69,7 +70,8 @@ class Dataset:
     root: Path
     points: list[Point]
     capacity: dict[str, dict[str, Any]]  # server_config -> capacity facts (may be empty)
-    validity: Thresholds = field(default_factory=Thresholds.defaults)
+    # the thresholds the points were checked with
+    validity: ValiditySection
     # the measuring host per server config (launch.json cpu_facts) and what the runtime
     # computes with (runtime/runtime.json isa); empty where the raw data has none
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -90,10 +92,10 @@ def detect_layout(root: Path) -> str:
     )
 
 
-def load(root: Path, name: str | None = None, validity: Thresholds | None = None) -> Dataset:
+def load(root: Path, name: str | None = None, validity: ValiditySection | None = None) -> Dataset:
     """Every complete point with its metrics and its validity flags under `validity`
     (the schema's defaults when None)."""
-    t = validity or Thresholds.defaults()
+    t = validity or default_section(ValiditySection, "analysis", "validity")
     layout = detect_layout(root)
     if layout == "servelab":
         return _load_servelab(root, t)
@@ -113,7 +115,7 @@ def _per_request(
     return ttfts, per
 
 
-def _load_servelab(root: Path, t: Thresholds) -> Dataset:
+def _load_servelab(root: Path, t: ValiditySection) -> Dataset:
     points = []
     context = point_contexts(root)
     for pj in point_files(root):
@@ -205,7 +207,7 @@ def vllm_bench_metrics(
     return m, ttft, per
 
 
-def _load_vllm_bench(root: Path, name: str, t: Thresholds) -> Dataset:
+def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
     points = []
     for rep_dir in sorted(d for d in root.glob("rep_*") if d.is_dir() and VLLM_REP.match(d.name)):
         rep = int(VLLM_REP.match(rep_dir.name).group(1))  # type: ignore[union-attr]

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from servelab.analysis import core
-from servelab.analysis.core import Groups, Options
+from servelab.analysis.core import Groups
 from servelab.analysis.load import Dataset, load
 from servelab.analysis.validity import validity_json
+from servelab.config import default_section, merge
+from servelab.experiment import AnalysisSection, section_from_dict
 from servelab.jsonio import write_json
 from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
 
-__all__ = ["analyze", "Options", "load", "Dataset", "options_from_config", "ANALYSIS_VERSION"]
+__all__ = ["analyze", "analysis_section", "load", "Dataset", "ANALYSIS_VERSION"]
 
 # Bumped whenever analyze() writes different bytes for the same raw data, so that a bundle says
 # which analysis made its tables (provenance.json pipeline.analysis_version; absent = 1).
@@ -24,8 +28,20 @@ __all__ = ["analyze", "Options", "load", "Dataset", "options_from_config", "ANAL
 ANALYSIS_VERSION = 3
 
 
-def options_from_config(cfg: dict[str, Any]) -> Options:
-    return Options.from_config(cfg.get("analysis"))
+def analysis_section(recorded: Mapping[str, Any] | None) -> AnalysisSection:
+    """The `analysis:` section of a recorded config (a bundle's config.resolved.yaml, written
+    by this servelab or an older one that lacked newer keys) filled over the schema's
+    defaults; the schema's defaults where there is none. Numbers the schema calls numbers
+    are floats, as when the section was read then."""
+    base = asdict(default_section(AnalysisSection, "analysis"))
+    a = section_from_dict(AnalysisSection, merge(base, dict(recorded or {})), "analysis")
+    return replace(
+        a,
+        threshold_pct=float(a.threshold_pct),
+        alpha=float(a.alpha),
+        plateau_pct=float(a.plateau_pct),
+        flat_pct=float(a.flat_pct),
+    )
 
 
 def fmt(value: Any) -> str:
@@ -77,11 +93,13 @@ def utilization_figure(ds: Dataset, out_dir: Path) -> list[Path]:
 def analyze(
     root: Path,
     out: Path,
-    opts: Options | None = None,
+    analysis: AnalysisSection | None = None,
     name: str | None = None,
     figures: bool = True,
 ) -> dict[str, Any]:
-    opts = opts or Options()
+    """Every table, verdict and figure of the points under `root` into `out`; `analysis`:
+    the experiment's analysis section (the schema's defaults when None)."""
+    opts = analysis or default_section(AnalysisSection, "analysis")
     ds = load(root, name, opts.validity)
     g = Groups(ds)
     out.mkdir(parents=True, exist_ok=True)

@@ -8,9 +8,9 @@ needs was not recorded). A failed check removes the metrics it affects from ever
 `ttft` or `itl` alone, or `all`. The raw data stays as it was. docs/pitfalls.md maps each
 check to the measurement mistake it catches.
 
-To add a check: write a function (PointFacts, Thresholds) -> Flag, add the facts it reads to
-PointFacts (and to both builders), its threshold to Thresholds and to the schema, and an entry
-to CHECKS.
+To add a check: write a function (PointFacts, ValiditySection) -> Flag, add the facts it reads
+to PointFacts (and to both builders), its threshold to the schema (analysis.validity) and to
+servelab.experiment.ValiditySection, and an entry to CHECKS.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from servelab.client import RequestRecord
-from servelab.errors import ServelabError
+from servelab.experiment import ValiditySection
 
 FORMAT_VERSION = 1
 PASSED, FAILED, NOTED, NOT_CHECKED = "passed", "failed", "noted", "not checked"
@@ -52,51 +52,13 @@ BENCH_SAME_READ_S = 1e-4
 ERROR_CHARS = 80
 
 
-@dataclass(frozen=True)
-class Thresholds:
-    """The `analysis.validity` section; defaults are the schema's."""
-
-    max_burst_share: float
-    max_other_cpu_cores: float
-    max_failed_requests: int
-    min_point_duration_s: float
-    max_merged_chunk_share: float
-    max_prefix_cache_hit_rate: float
-    max_prompt_drift_pct: float
-    max_output_drift_pct: float
-    min_achieved_concurrency: float
-    max_client_cpu_cores: float
-    max_client_wait_pct: float
-    max_count_mismatch_pct: float
-
-    @staticmethod
-    def from_config(cfg: Mapping[str, Any] | None) -> Thresholds:
-        from servelab.config import schema_defaults
-
-        names = [f.name for f in fields(Thresholds)]
-        given = dict(cfg or {})
-        unknown = sorted(set(given) - set(names))
-        if unknown:
-            raise ServelabError(
-                f"{SECTION}.{unknown[0]}: not a validity threshold; use one of {', '.join(names)}"
-            )
-        values = {**schema_defaults("analysis", "validity"), **given}
-        for name in names:
-            v = values.get(name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-                raise ServelabError(f"{SECTION}.{name}: {v!r} is not a number >= 0")
-        for name in ("max_burst_share", "max_merged_chunk_share", "max_prefix_cache_hit_rate"):
-            if values[name] > 1:
-                raise ServelabError(f"{SECTION}.{name}: {values[name]!r} is a share: 0 to 1")
-        floats = {name: float(values[name]) for name in names if name != "max_failed_requests"}
-        return Thresholds(max_failed_requests=int(values["max_failed_requests"]), **floats)
-
-    @staticmethod
-    def defaults() -> Thresholds:
-        return Thresholds.from_config(None)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+def thresholds_json(t: ValiditySection) -> dict[str, Any]:
+    """The thresholds as validity.json records them: numbers, counts as integers."""
+    return {
+        f.name: int(v) if f.name == "max_failed_requests" else float(v)
+        for f in fields(t)
+        for v in [getattr(t, f.name)]
+    }
 
 
 @dataclass(frozen=True)
@@ -159,7 +121,7 @@ class Check:
     definition: str
     affects: str  # LATENCY | TTFT | ITL | ALL | NONE
     threshold_key: str | None  # key under analysis.validity
-    run: Callable[[PointFacts, Thresholds], Flag]
+    run: Callable[[PointFacts, ValiditySection], Flag]
 
     def removes(self, metric: str) -> bool:
         if self.affects == ALL:
@@ -167,7 +129,7 @@ class Check:
         pattern = AFFECTED_METRIC.get(self.affects)
         return pattern is not None and pattern.search(metric) is not None
 
-    def threshold(self, t: Thresholds) -> float | None:
+    def threshold(self, t: ValiditySection) -> float | None:
         return None if self.threshold_key is None else float(getattr(t, self.threshold_key))
 
 
@@ -285,8 +247,8 @@ def _pct(x: float) -> str:
     return f"{100 * x:.3g}%"
 
 
-def check_streaming(f: PointFacts, t: Thresholds) -> Flag:
-    limit = t.max_burst_share
+def check_streaming(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.max_burst_share)
     eligible = [r for r in f.requests if r.completed and (r.output_tokens or 0) >= BURST_MIN_TOKENS]
     known = [r for r in eligible if r.reads is not None]
     if not known:
@@ -315,8 +277,8 @@ def _mean(d: Mapping[str, Any], key: str) -> float | None:
     return None if v is None else float(v)
 
 
-def check_contention(f: PointFacts, t: Thresholds) -> Flag:
-    limit = t.max_other_cpu_cores
+def check_contention(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.max_other_cpu_cores)
     tel = f.telemetry
     if tel is None:
         return Flag("contention", NOT_CHECKED, None, limit, f.no_telemetry)
@@ -342,7 +304,7 @@ def check_contention(f: PointFacts, t: Thresholds) -> Flag:
     return Flag("contention", PASSED, other, limit, said)
 
 
-def check_failed_requests(f: PointFacts, t: Thresholds) -> Flag:
+def check_failed_requests(f: PointFacts, t: ValiditySection) -> Flag:
     limit = float(t.max_failed_requests)
     n = len(f.requests)
     if n == 0:
@@ -361,7 +323,7 @@ def check_failed_requests(f: PointFacts, t: Thresholds) -> Flag:
     return Flag("failed_requests", PASSED, float(len(bad)), limit, said)
 
 
-def check_restarted_requests(f: PointFacts, t: Thresholds) -> Flag:
+def check_restarted_requests(f: PointFacts, t: ValiditySection) -> Flag:
     tel = f.telemetry
     if tel is None:
         return Flag("restarted_requests", NOT_CHECKED, None, None, f.no_telemetry)
@@ -378,8 +340,8 @@ def check_restarted_requests(f: PointFacts, t: Thresholds) -> Flag:
     return Flag("restarted_requests", PASSED, 0.0, None, "no preemption")
 
 
-def check_min_duration(f: PointFacts, t: Thresholds) -> Flag:
-    limit = t.min_point_duration_s
+def check_min_duration(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.min_point_duration_s)
     if f.duration_s is None:
         return Flag("min_duration", NOT_CHECKED, None, limit, "no request completed")
     said = f"the point lasted {f.duration_s:.2f} s"
@@ -419,8 +381,8 @@ def tokens_per_chunk_allowed(args: Mapping[str, Any] | None) -> int:
         return 1
 
 
-def check_chunk_tokens(f: PointFacts, t: Thresholds) -> Flag:
-    limit = t.max_merged_chunk_share
+def check_chunk_tokens(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.max_merged_chunk_share)
     allowed = tokens_per_chunk_allowed(f.server_args)
     done = [r for r in f.requests if r.completed and r.chunks and r.output_tokens is not None]
     if not done:
@@ -448,7 +410,7 @@ def check_chunk_tokens(f: PointFacts, t: Thresholds) -> Flag:
     return Flag("chunk_tokens", PASSED, share, limit, said)
 
 
-def check_first_token(f: PointFacts, t: Thresholds) -> Flag:
+def check_first_token(f: PointFacts, t: ValiditySection) -> Flag:
     from servelab.metrics import first_output_chunk
 
     done = [r for r in f.requests if r.completed and r.chunks]
@@ -480,8 +442,8 @@ def _caching_asked(args: Mapping[str, Any] | None) -> bool:
     return v is True or (isinstance(v, str) and v.lower() in ("true", "1", "yes"))
 
 
-def check_prefix_cache(f: PointFacts, t: Thresholds) -> Flag:
-    limit = t.max_prefix_cache_hit_rate
+def check_prefix_cache(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.max_prefix_cache_hit_rate)
     srv = _block(f.telemetry or {}, "server")
     queries, hits = srv.get("prefix_cache_queries"), srv.get("prefix_cache_hits")
     source = "server counters"
@@ -531,8 +493,8 @@ def _drift(name: str, limit: float, wanted: int, got: list[int], what: str) -> F
     return Flag(name, PASSED, 100 * worst, limit, said)
 
 
-def check_prompt_length(f: PointFacts, t: Thresholds) -> Flag:
-    limit = t.max_prompt_drift_pct
+def check_prompt_length(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.max_prompt_drift_pct)
     if not f.input_tokens:
         return Flag("prompt_length", NOT_CHECKED, None, limit, "requested length not recorded")
     got = [int(r.prompt_tokens) for r in f.requests if r.completed and r.prompt_tokens is not None]
@@ -541,8 +503,8 @@ def check_prompt_length(f: PointFacts, t: Thresholds) -> Flag:
     return _drift("prompt_length", limit, f.input_tokens, got, "prompts")
 
 
-def check_output_length(f: PointFacts, t: Thresholds) -> Flag:
-    limit = t.max_output_drift_pct
+def check_output_length(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.max_output_drift_pct)
     if f.ignore_eos is None or not f.output_tokens:
         why = "whether the workload fixes the output length is not recorded"
         return Flag("output_length", NOT_CHECKED, None, limit, why)
@@ -555,8 +517,8 @@ def check_output_length(f: PointFacts, t: Thresholds) -> Flag:
     return _drift("output_length", limit, f.output_tokens, got, "outputs")
 
 
-def check_achieved_concurrency(f: PointFacts, t: Thresholds) -> Flag:
-    limit = t.min_achieved_concurrency
+def check_achieved_concurrency(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.min_achieved_concurrency)
     if not f.concurrency:
         why = "requested concurrency not recorded"
         return Flag("achieved_concurrency", NOT_CHECKED, None, limit, why)
@@ -573,8 +535,8 @@ def check_achieved_concurrency(f: PointFacts, t: Thresholds) -> Flag:
     return Flag("achieved_concurrency", PASSED, share, limit, said)
 
 
-def check_client_cpu(f: PointFacts, t: Thresholds) -> Flag:
-    limit = t.max_client_cpu_cores
+def check_client_cpu(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.max_client_cpu_cores)
     cpu = _block(f.telemetry or {}, "cpu")
     pct = _mean(cpu, "client_cpu_pct")
     if pct is not None:
@@ -589,8 +551,8 @@ def check_client_cpu(f: PointFacts, t: Thresholds) -> Flag:
     return Flag("client_cpu", PASSED, cores, limit, said)
 
 
-def check_client_wait(f: PointFacts, t: Thresholds) -> Flag:
-    limit = t.max_client_wait_pct
+def check_client_wait(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.max_client_wait_pct)
     waits = [r.queued_us for r in f.requests if r.queued_us is not None]
     if not waits:
         return Flag("client_wait", NOT_CHECKED, None, limit, "client wait not recorded")
@@ -629,7 +591,7 @@ def _server_block(
     return srv, None if why is None else Flag(name, NOT_CHECKED, None, limit, why)
 
 
-def check_leftover_requests(f: PointFacts, t: Thresholds) -> Flag:
+def check_leftover_requests(f: PointFacts, t: ValiditySection) -> Flag:
     if f.warmup_overlap_ns is not None:
         said = f"the warm-up ended {f.warmup_overlap_ns / 1e6:.1f} ms after the point began"
         return Flag("leftover_requests", FAILED, f.warmup_overlap_ns / 1e6, 0.0, said)
@@ -657,8 +619,8 @@ def check_leftover_requests(f: PointFacts, t: Thresholds) -> Flag:
     return Flag("leftover_requests", PASSED, 0.0, 0.0, said)
 
 
-def check_server_counts(f: PointFacts, t: Thresholds) -> Flag:
-    limit = t.max_count_mismatch_pct
+def check_server_counts(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.max_count_mismatch_pct)
     srv, skip = _server_block(f, "server_counts", "generation_tokens", limit)
     if skip is not None:
         return skip
@@ -801,14 +763,14 @@ CHECKS: tuple[Check, ...] = (
 BY_NAME = {c.name: c for c in CHECKS}
 
 
-def evaluate(facts: PointFacts, t: Thresholds) -> tuple[Flag, ...]:
+def evaluate(facts: PointFacts, t: ValiditySection) -> tuple[Flag, ...]:
     return tuple(c.run(facts, t) for c in CHECKS)
 
 
 def check_point(
     records: Sequence[RequestRecord],
     meta: Mapping[str, Any],
-    t: Thresholds,
+    t: ValiditySection,
     server_args: Mapping[str, Any] | None = None,
     warmup: Mapping[str, Any] | None = None,
 ) -> tuple[Flag, ...]:
@@ -844,11 +806,11 @@ def counts(points: Sequence[PointFlags]) -> dict[str, dict[str, int]]:
     return out
 
 
-def validity_json(points: Sequence[PointFlags], t: Thresholds) -> dict[str, Any]:
+def validity_json(points: Sequence[PointFlags], t: ValiditySection) -> dict[str, Any]:
     rows = sorted(points, key=lambda p: (p[0], p[2], p[1]))
     return {
         "format_version": FORMAT_VERSION,
-        "thresholds": t.to_json(),
+        "thresholds": thresholds_json(t),
         "checks": [
             {
                 "name": c.name,
