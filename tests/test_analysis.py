@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from analysis_fixtures import KNEE_SPEC, servelab_point, servelab_tree, vllm_bench_tree
 
-from servelab.analysis.load import detect_layout, load
+from servelab.analysis.dataset import detect_layout, load_dataset
 from servelab.analysis.pipeline import analysis_section, analyze
 from servelab.analysis.stats import describe, paired
 from servelab.config import load_yaml, validate
@@ -163,7 +163,7 @@ def test_vllm_bench_layout_matches_servelab_layout(tmp_path: Path) -> None:
         "INFO Maximum concurrency for 8,192 tokens per request: 48.98x\n",
     )
     assert detect_layout(root) == "vllm-bench"
-    ds = load(root)
+    ds = load_dataset(root)
     assert ds.configs() == ["qwen-knee"] and ds.capacity["qwen-knee"]["max_concurrency"] == 48.98
     res = analyze(
         root,
@@ -245,7 +245,7 @@ def test_outputs_are_byte_identical_across_runs(tmp_path: Path) -> None:
 
 def test_unknown_layout_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ServelabError, match="neither servelab raw data"):
-        load(tmp_path)
+        load_dataset(tmp_path)
 
 
 def test_serialized_over_the_widest_flat_span(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from analysis_fixtures import servelab_point
 
-from servelab.analysis.load import load
+from servelab.analysis.dataset import load_dataset
 from servelab.analysis.pipeline import analyze
 from servelab.analysis.validity import (
     CHECKS,
@@ -425,7 +425,7 @@ def test_an_itl_only_flag_keeps_ttft_and_throughput_in_the_tables(tmp_path: Path
     rows[0]["chunk_offsets_us"] = rows[0]["chunk_offsets_us"][::2]
     rows[0]["chunk_tokens"] = [2] * 5
     write_jsonl_gz(d / "requests.jsonl.gz", rows)
-    ds = load(exp)
+    ds = load_dataset(exp)
     p2 = next(p for p in ds.points if p.repeat == 2)
     assert [f.check for f in p2.checks if f.status == FAILED] == ["chunk_tokens"]
     assert p2.left_out("mean_itl_ms") and not p2.left_out("mean_ttft_ms")
@@ -444,10 +444,10 @@ def test_launch_args_reach_the_checks(tmp_path: Path) -> None:
         servelab_point(exp, "x", rep, 1, 100.0, 20.0, n=4, telemetry=hot)
     assert all(
         next(f for f in p.checks if f.check == "prefix_cache").status == FAILED
-        for p in load(exp).points
+        for p in load_dataset(exp).points
     )
     write_json(exp / "server" / "x" / "launch.json", {"args": {"enable-prefix-caching": True}})
     assert all(
         next(f for f in p.checks if f.check == "prefix_cache").status == NOTED
-        for p in load(exp).points
+        for p in load_dataset(exp).points
     )

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from analysis_fixtures import servelab_point, vllm_bench_tree
 
-from servelab.analysis.load import load
+from servelab.analysis.dataset import load_dataset
 from servelab.analysis.pipeline import analysis_section, analyze
 from servelab.analysis.validity import (
     FAILED,
@@ -304,10 +304,10 @@ def test_thresholds_are_analysis_options(tmp_path: Path) -> None:
     laxer threshold takes the point back."""
     exp = tmp_path / "exp"
     three_repeats(exp, "x", 1, 100.0, 20.0, burst=1)  # 1 of 4 requests
-    strict = load(exp)
+    strict = load_dataset(exp)
     assert [p.valid for p in strict.points] == [True, False, True]
     lax = analysis_section({"validity": {"max_burst_share": 0.25}})
-    assert all(p.valid for p in load(exp, validity=lax.validity).points)
+    assert all(p.valid for p in load_dataset(exp, validity=lax.validity).points)
     res = analyze(exp, tmp_path / "out", lax, figures=False)
     s = {r["metric"]: r["n"] for r in res["summary"]}
     assert s["mean_ttft_ms"] == 3
@@ -343,7 +343,7 @@ def test_vllm_bench_bursts_from_itls(tmp_path: Path) -> None:
     bench = json.loads(bench_file.read_text())
     bench["itls"] = [[0.00001] * len(x) for x in bench["itls"]]  # every chunk in one read
     bench_file.write_text(json.dumps(bench))
-    ds = load(root)
+    ds = load_dataset(root)
     flags = {(p.repeat, p.concurrency): by_check(p.checks) for p in ds.points}
     assert flags[(2, 1)]["streaming"].status == FAILED
     assert flags[(2, 1)]["streaming"].reason == "2 of 2 requests delivered in one read (limit 5%)"

@@ -29,10 +29,12 @@ from typing import Any
 
 import yaml
 
-from servelab.analysis import core
+from servelab.analysis.claims import evaluate_claims
 from servelab.analysis.claims_syntax import parse_claim
-from servelab.analysis.core import Groups
-from servelab.analysis.load import Dataset, detect_layout, load
+from servelab.analysis.dataset import Dataset, detect_layout, load_dataset
+from servelab.analysis.diagnoses import diagnoses
+from servelab.analysis.groups import PAIRED_METRICS, Groups, paired_table
+from servelab.analysis.knee import dominance, knee
 from servelab.analysis.pipeline import analysis_section
 from servelab.analysis.stats import describe
 from servelab.errors import ServelabError
@@ -48,7 +50,7 @@ REPRODUCED = "REPRODUCED"
 NOT_REPRODUCED = "NOT REPRODUCED"
 NOT_COMPARABLE = "NOT COMPARABLE"
 FORMAT_VERSION = 1
-POINT_METRICS = core.PAIRED_METRICS
+POINT_METRICS = PAIRED_METRICS
 SHORT = {
     "output_throughput": "tok/s",
     "mean_ttft_ms": "mean TTFT ms",
@@ -62,7 +64,7 @@ SHORT = {
 class Settings:
     """How strictly the fresh run must match (config key `reproduction`, docs/config.md)."""
 
-    metrics: tuple[str, ...] = tuple(core.PAIRED_METRICS)
+    metrics: tuple[str, ...] = tuple(PAIRED_METRICS)
     min_effect_pct: float = 0.0
     require_significance: bool = True
     tolerance_pct: float | None = None
@@ -210,17 +212,13 @@ class Analysed:
 def _analyse(ds: Dataset, opts: AnalysisSection) -> Analysed:
     g = Groups(ds)
     opts = replace(opts, claims=())
-    kn = core.knee(g, opts)
-    dom = core.dominance(g)
-    return Analysed(
-        ds, g, core.paired_table(g, opts), kn, dom, core.diagnoses(g, ds, kn, dom, opts)
-    )
+    kn = knee(g, opts)
+    dom = dominance(g)
+    return Analysed(ds, g, paired_table(g, opts), kn, dom, diagnoses(g, ds, kn, dom, opts))
 
 
 def _claim(a: Analysed, opts: AnalysisSection, claim: str) -> dict[str, Any]:
-    res = core.evaluate_claims(
-        a.g, replace(opts, claims=(claim,)), a.knee, a.dominance, a.diagnoses
-    )
+    res = evaluate_claims(a.g, replace(opts, claims=(claim,)), a.knee, a.dominance, a.diagnoses)
     return res[0]
 
 
@@ -499,7 +497,7 @@ def _chains(ref: Analysed, new: Analysed) -> list[dict[str, Any]]:
         lv = ref.g.levels(sc)
         if len(lv) < 2:
             continue
-        for m in core.PAIRED_METRICS:
+        for m in PAIRED_METRICS:
             rs, ns = f"C{lv[0]}", f"C{lv[0]}"
             for a, b in zip(lv, lv[1:], strict=False):
                 rr, nr = reference.get((sc, a, b, m)), fresh.get((sc, a, b, m))
@@ -574,7 +572,8 @@ def compare_sides(ref: Side, new: Side, s: Settings) -> dict[str, Any]:
             f"reproduction.metrics: {unknown[0]!r} is not one of {', '.join(POINT_METRICS)}"
         )
     # both sides checked with the reference's validity thresholds (its analysis: section)
-    rds, nds = load(ref.root, validity=opts.validity), load(new.root, validity=opts.validity)
+    rds = load_dataset(ref.root, validity=opts.validity)
+    nds = load_dataset(new.root, validity=opts.validity)
     notes = [n for n in [_align(rds, nds)] if n]
     ra, na = _analyse(rds, opts), _analyse(nds, opts)
     host = compare_hosts(ref.provenance, new.provenance)

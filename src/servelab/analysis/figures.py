@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from servelab.analysis.core import Groups  # noqa: E402
+from servelab.analysis.groups import Groups  # noqa: E402
 from servelab.analysis.stats import describe, paired  # noqa: E402
 
 RC: dict[str, Any] = {

@@ -9,16 +9,25 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from servelab.analysis import core
-from servelab.analysis.core import Groups
-from servelab.analysis.load import Dataset, load
+from servelab.analysis.claims import evaluate_claims
+from servelab.analysis.dataset import Dataset, load_dataset
+from servelab.analysis.diagnoses import diagnoses
+from servelab.analysis.groups import (
+    POINT_METRICS,
+    Groups,
+    paired_table,
+    points_table,
+    summary_table,
+)
+from servelab.analysis.knee import DOMINANCE, dominance, knee
+from servelab.analysis.slo import slo_capacity
 from servelab.analysis.validity import validity_json
 from servelab.config import default_section, merge
 from servelab.experiment import AnalysisSection, section_from_dict
 from servelab.jsonio import write_json
 from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
 
-__all__ = ["analyze", "analysis_section", "load", "Dataset", "ANALYSIS_VERSION"]
+__all__ = ["ANALYSIS_VERSION", "Dataset", "analysis_section", "analyze", "load_dataset"]
 
 # Bumped whenever analyze() writes different bytes for the same raw data, so that a bundle says
 # which analysis made its tables (provenance.json pipeline.analysis_version; absent = 1).
@@ -100,21 +109,21 @@ def analyze(
     """Every table, verdict and figure of the points under `root` into `out`; `analysis`:
     the experiment's analysis section (the schema's defaults when None)."""
     opts = analysis or default_section(AnalysisSection, "analysis")
-    ds = load(root, name, opts.validity)
+    ds = load_dataset(root, name, opts.validity)
     g = Groups(ds)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
-        "points": core.points_table(ds),
-        "summary": core.summary_table(g),
-        "paired": core.paired_table(g, opts),
-        "knee": core.knee(g, opts),
-        "dominance": core.dominance(g),
-        "slo": core.slo(g, ds, opts),
+        "points": points_table(ds),
+        "summary": summary_table(g),
+        "paired": paired_table(g, opts),
+        "knee": knee(g, opts),
+        "dominance": dominance(g),
+        "slo": slo_capacity(g, opts),
         "validity": validity_json(g.point_flags(), opts.validity),
         "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa},
     }
-    results["diagnoses"] = core.diagnoses(g, ds, results["knee"], results["dominance"], opts)
-    results["claims"] = core.evaluate_claims(
+    results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
+    results["claims"] = evaluate_claims(
         g, opts, results["knee"], results["dominance"], results["diagnoses"]
     )
     has_telemetry = any("telemetry" in p.extra for p in ds.points)
@@ -129,7 +138,7 @@ def analyze(
             "position",
             "valid",
             "invalid_reasons",
-            *core.POINT_METRICS,
+            *POINT_METRICS,
             *tel_cols,
         ],
     )
@@ -166,7 +175,7 @@ def analyze(
         ],
     )
     dom_cols = ["server_config", "concurrency", "dominated_by"] + [
-        f"{m}_delta_pct" for m, _ in core.DOMINANCE
+        f"{m}_delta_pct" for m, _ in DOMINANCE
     ]
     write_csv(out / "dominance.csv", results["dominance"], dom_cols)
     write_json(out / "knee.json", results["knee"])

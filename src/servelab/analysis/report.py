@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from servelab.analysis.core import Groups
+from servelab.analysis.groups import Groups
 from servelab.analysis.stats import describe
 from servelab.analysis.validity import (
     AFFECTS_WORDS,

@@ -92,7 +92,9 @@ def detect_layout(root: Path) -> str:
     )
 
 
-def load(root: Path, name: str | None = None, validity: ValiditySection | None = None) -> Dataset:
+def load_dataset(
+    root: Path, name: str | None = None, validity: ValiditySection | None = None
+) -> Dataset:
     """Every complete point with its metrics and its validity flags under `validity`
     (the schema's defaults when None)."""
     t = validity or default_section(ValiditySection, "analysis", "validity")
