@@ -12,8 +12,8 @@ from servelab.analysis.validity import PointFlags, check_point, summary_line
 from servelab.client import RequestRecord
 from servelab.config import default_section
 from servelab.experiment import ValiditySection
-from servelab.jsonio import read_json, read_jsonl_gz
-from servelab.rawdata import load_point, load_points, point_contexts, point_files
+from servelab.jsonio import read_json
+from servelab.rawdata import RawPoint, load_points
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -57,28 +57,24 @@ def stage_times(exp_dir: Path) -> list[tuple[str, float]]:
     return out
 
 
-def point_validity(exp_dir: Path, t: ValiditySection) -> list[PointFlags]:
-    """The validity flags of every complete point (docs/analysis.md#validity); a point without
+def point_validity(points: list[RawPoint], t: ValiditySection) -> list[PointFlags]:
+    """The validity flags of every point (docs/analysis.md#validity); a point without
     requests.jsonl.gz is checked on its telemetry alone."""
     out: list[PointFlags] = []
-    context = point_contexts(exp_dir)
-    for pj in point_files(exp_dir):
-        meta = load_point(pj)
-        if meta.get("status") != "complete":
-            continue
-        req = pj.parent / "requests.jsonl.gz"
-        recs = [RequestRecord.from_json(r) for r in read_jsonl_gz(req)] if req.exists() else []
-        flags = check_point(recs, meta, t, **context.get(str(meta["server_config"]), {}))
-        out.append(
-            (str(meta["server_config"]), int(meta["repeat"]), int(meta["concurrency"]), flags)
-        )
+    for p in points:
+        rows = p.request_rows() if p.requests_path.exists() else []
+        recs = [RequestRecord.from_json(r) for r in rows]
+        flags = check_point(recs, p.meta, t, p.server_args, p.warmup)
+        out.append((p.server_config, int(p.meta["repeat"]), int(p.meta["concurrency"]), flags))
     return out
 
 
 def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> str:
     """validity: the thresholds of the config's analysis.validity (the schema's defaults when
     None)."""
-    points = load_points(exp_dir)
+    t = validity or default_section(ValiditySection, "analysis", "validity")
+    raw = load_points(exp_dir)
+    points = [p.meta for p in raw]
     rows = summary_rows(points)
     lines = [f"servelab summary: {exp_dir}", ""]
     header = (
@@ -106,14 +102,7 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
         lines.append(
             f"{sc}: best/worst mean throughput across concurrency = {max(tputs) / min(tputs):.2f}x"
         )
-    lines += [
-        "",
-        summary_line(
-            point_validity(
-                exp_dir, validity or default_section(ValiditySection, "analysis", "validity")
-            )
-        ),
-    ]
+    lines += ["", summary_line(point_validity(raw, t))]
     times = stage_times(exp_dir)
     if times:
         lines.append("")

@@ -26,9 +26,9 @@ from servelab.client import RequestRecord
 from servelab.config import default_section
 from servelab.errors import ServelabError
 from servelab.experiment import ValiditySection
-from servelab.jsonio import read_json, read_jsonl_gz
+from servelab.jsonio import read_json
 from servelab.metrics import assemble, point_metrics, request_latencies
-from servelab.rawdata import load_point, point_contexts, point_files
+from servelab.rawdata import load_points, point_files
 from servelab.server import parse_capacity
 from servelab.telemetry.summary import telemetry_columns
 
@@ -47,7 +47,7 @@ class Point:
     # per successful request: (ttft, tpot or None, e2el), ms; for goodput under SLOs
     per_request: list[tuple[float, float | None, float]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
-    # validity checks (analysis/validity.py): a failed one leaves the metrics it affects out of
+    # validity checks (analysis/validity/): a failed one leaves the metrics it affects out of
     # every statistic; `metrics` keeps the raw values
     checks: tuple[Flag, ...] = ()
 
@@ -119,12 +119,9 @@ def _per_request(
 
 def _load_servelab(root: Path, t: ValiditySection) -> Dataset:
     points = []
-    context = point_contexts(root)
-    for pj in point_files(root):
-        meta = load_point(pj)
-        if meta.get("status") != "complete":
-            continue
-        recs = [RequestRecord.from_json(r) for r in read_jsonl_gz(pj.parent / "requests.jsonl.gz")]
+    for raw in load_points(root):
+        meta = raw.meta
+        recs = [RequestRecord.from_json(r) for r in raw.request_rows()]
         ttfts, per = _per_request(recs)
         metrics = point_metrics(recs)
         metrics["client_cpu_s"] = meta.get("client_cpu_s")
@@ -140,7 +137,7 @@ def _load_servelab(root: Path, t: ValiditySection) -> Dataset:
                 ttfts_ms=ttfts,
                 per_request=per,
                 extra={k: meta[k] for k in ("launch", "telemetry") if k in meta},
-                checks=check_point(recs, meta, t, **context.get(str(meta["server_config"]), {})),
+                checks=check_point(recs, meta, t, raw.server_args, raw.warmup),
             )
         )
     capacity = {}

@@ -81,7 +81,7 @@ def summarize_experiment(exp_dir: Path, out_dir: Path | None = None) -> tuple[st
 
     if not (exp_dir / "raw").is_dir():
         raise ServelabError(f"{exp_dir}: no raw/ folder; pass results/<experiment>")
-    points = load_points(exp_dir)
+    points = [p.meta for p in load_points(exp_dir)]
     if not points:
         raise ServelabError(f"{exp_dir}/raw: no complete point; run the sweep first")
     rows = point_rows(points)
