@@ -142,15 +142,18 @@ def test_failed_requests_and_point_without_success(tmp_path: Path) -> None:
 def test_identical_values_have_cv_zero() -> None:
     d = describe([7.0, 7.0, 7.0])
     assert d.cv_pct == 0.0 and d.sd == 0.0 and d.ci95_low == d.ci95_high == 7.0
-    assert paired([5.0, 5.0], [5.0, 5.0]).verdict == "not significant"
+    assert (
+        paired([5.0, 5.0], [5.0, 5.0], threshold_pct=2.0, alpha=0.05).verdict == "not significant"
+    )
 
 
 def test_sign_test_could_not_but_log_ratio_t_test_can() -> None:
-    r = paired([104.7, 104.6, 104.8], [100.0, 100.1, 99.9])
+    r = paired([104.7, 104.6, 104.8], [100.0, 100.1, 99.9], threshold_pct=2.0, alpha=0.05)
     assert r.agree == "3/3" and r.verdict == "a > b" and r.p_value is not None and r.p_value < 0.01
-    small = paired([101.0, 100.9, 101.1], [100.0, 100.1, 99.9])  # real but under 2%
+    # real but under 2%
+    small = paired([101.0, 100.9, 101.1], [100.0, 100.1, 99.9], threshold_pct=2.0, alpha=0.05)
     assert small.verdict == "not significant"
-    noisy = paired([110.0, 95.0, 104.0], [100.0, 100.0, 100.0])
+    noisy = paired([110.0, 95.0, 104.0], [100.0, 100.0, 100.0], threshold_pct=2.0, alpha=0.05)
     assert noisy.verdict == "not significant"
 
 

@@ -14,14 +14,11 @@ from servelab.config import default_section
 from servelab.experiment import ValiditySection
 from servelab.jsonio import read_json
 from servelab.rawdata import RawPoint, load_points
+from servelab.render import num
 
 
 def _mean(xs: list[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
-
-
-def _fmt(x: float | None, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
 
 
 def summary_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -87,11 +84,11 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
         if last is not None and r["server_config"] != last:
             lines.append("")
         last = r["server_config"]
-        rng = f"{_fmt(r['output_throughput_min'], '.0f')}-{_fmt(r['output_throughput_max'], '.0f')}"
+        rng = f"{num(r['output_throughput_min'], '.0f')}-{num(r['output_throughput_max'], '.0f')}"
         lines.append(
             f"{r['server_config']:<20} {r['concurrency']:>5} {r['repeats']:>3} "
-            f"{_fmt(r['output_throughput'], '13.1f')} {rng:>17} "
-            f"{_fmt(r['mean_ttft_ms'], '13.1f')} {r['failed']:>6}"
+            f"{num(r['output_throughput'], '13.1f')} {rng:>17} "
+            f"{num(r['mean_ttft_ms'], '13.1f')} {r['failed']:>6}"
         )
     by_sc: dict[str, list[float]] = defaultdict(list)
     for r in rows:

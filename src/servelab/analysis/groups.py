@@ -50,6 +50,41 @@ SUMMARY_METRICS = [
     "duration",
 ]
 PAIRED_METRICS = ["output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms"]
+# the columns of points.csv (then the telemetry columns, where points have telemetry),
+# summary.csv and paired.csv
+POINTS_COLUMNS = (
+    "server_config",
+    "repeat",
+    "concurrency",
+    "position",
+    "valid",
+    "invalid_reasons",
+    *POINT_METRICS,
+)
+SUMMARY_COLUMNS = (
+    "server_config",
+    "concurrency",
+    "metric",
+    "n",
+    "mean",
+    "sd",
+    "cv_pct",
+    "ci95_low",
+    "ci95_high",
+    "min",
+    "max",
+)
+PAIRED_COLUMNS = (
+    "server_config",
+    "a",
+    "b",
+    "metric",
+    "n",
+    "mean_rel_diff_pct",
+    "agree",
+    "p_value",
+    "verdict",
+)
 INVALID_SHOWN = 3  # points named in an "invalid: ..." text before "and N more"
 
 

@@ -17,6 +17,12 @@ DOMINANCE = [
     ("mean_tpot_ms", -1),
     ("p99_tpot_ms", -1),
 ]
+DOMINANCE_COLUMNS = (
+    "server_config",
+    "concurrency",
+    "dominated_by",
+    *(f"{m}_delta_pct" for m, _ in DOMINANCE),
+)
 
 
 def knee(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -13,18 +11,22 @@ from servelab.analysis.claims import evaluate_claims
 from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.groups import (
-    POINT_METRICS,
+    PAIRED_COLUMNS,
+    POINTS_COLUMNS,
+    SUMMARY_COLUMNS,
     Groups,
     paired_table,
     points_table,
     summary_table,
 )
-from servelab.analysis.knee import DOMINANCE, dominance, knee
+from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
 from servelab.analysis.slo import slo_capacity
 from servelab.analysis.validity import validity_json
 from servelab.config import default_section, merge
 from servelab.experiment import AnalysisSection, section_from_dict
 from servelab.jsonio import write_json
+from servelab.paths import ANALYSIS_REPORT, ANALYSIS_TABLES, SLO_TABLE, VALIDITY_TABLE
+from servelab.render import write_csv
 from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
 
 __all__ = ["ANALYSIS_VERSION", "Dataset", "analysis_section", "analyze", "load_dataset"]
@@ -53,30 +55,6 @@ def analysis_section(recorded: Mapping[str, Any] | None) -> AnalysisSection:
     )
 
 
-def fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, list | tuple):
-        return " ".join(fmt(v) for v in value)
-    return str(value)
-
-
-def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(columns)
-    for row in rows:
-        w.writerow([fmt(row.get(c)) for c in columns])
-    path.write_text(buf.getvalue(), encoding="utf-8")
-
-
-UTILIZATION_FIGURE = "utilization_vs_throughput"
-
-
 def utilization_figure(ds: Dataset, out_dir: Path) -> list[Path]:
     """Utilization against tokens/s, per point (telemetry): a busy-looking device that
     delivers a fraction of the best throughput stands out."""
@@ -92,11 +70,7 @@ def utilization_figure(ds: Dataset, out_dir: Path) -> list[Path]:
         }
         for p in ds.points
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return [
-        plot_utilization_vs_throughput(rows, out_dir / f"{UTILIZATION_FIGURE}.{fmt}")
-        for fmt in ("svg", "png")
-    ]
+    return plot_utilization_vs_throughput(rows, out_dir)
 
 
 def analyze(
@@ -127,65 +101,23 @@ def analyze(
         g, opts, results["knee"], results["dominance"], results["diagnoses"]
     )
     has_telemetry = any("telemetry" in p.extra for p in ds.points)
-    tel_cols = list(TELEMETRY_COLUMNS) if has_telemetry else []
-    write_csv(
-        out / "points.csv",
-        results["points"],
-        [
-            "server_config",
-            "repeat",
-            "concurrency",
-            "position",
-            "valid",
-            "invalid_reasons",
-            *POINT_METRICS,
-            *tel_cols,
-        ],
-    )
-    write_csv(
-        out / "summary.csv",
-        results["summary"],
-        [
-            "server_config",
-            "concurrency",
-            "metric",
-            "n",
-            "mean",
-            "sd",
-            "cv_pct",
-            "ci95_low",
-            "ci95_high",
-            "min",
-            "max",
-        ],
-    )
-    write_csv(
-        out / "paired.csv",
-        results["paired"],
-        [
-            "server_config",
-            "a",
-            "b",
-            "metric",
-            "n",
-            "mean_rel_diff_pct",
-            "agree",
-            "p_value",
-            "verdict",
-        ],
-    )
-    dom_cols = ["server_config", "concurrency", "dominated_by"] + [
-        f"{m}_delta_pct" for m, _ in DOMINANCE
-    ]
-    write_csv(out / "dominance.csv", results["dominance"], dom_cols)
-    write_json(out / "knee.json", results["knee"])
-    write_json(out / "diagnoses.json", results["diagnoses"])
-    write_json(out / "claims.json", results["claims"])
-    write_json(out / "validity.json", results["validity"])
+    columns = {
+        "points": [*POINTS_COLUMNS, *(TELEMETRY_COLUMNS if has_telemetry else ())],
+        "summary": SUMMARY_COLUMNS,
+        "paired": PAIRED_COLUMNS,
+        "dominance": DOMINANCE_COLUMNS,
+    }
+    for table in ANALYSIS_TABLES:  # points.csv, knee.json, ...: the results of that name
+        key, suffix = table.rsplit(".", 1)
+        if suffix == "csv":
+            write_csv(out / table, columns[key], results[key])
+        else:
+            write_json(out / table, results[key])
+    write_json(out / VALIDITY_TABLE, results["validity"])
     if results["slo"] is not None:
-        write_json(out / "slo.json", results["slo"])
-    elif (out / "slo.json").exists():
-        (out / "slo.json").unlink()
+        write_json(out / SLO_TABLE, results["slo"])
+    elif (out / SLO_TABLE).exists():
+        (out / SLO_TABLE).unlink()
     fig_names: list[str] = []
     if figures:
         from servelab.analysis.figures import render_all
@@ -193,7 +125,9 @@ def analyze(
         fig_names = [p.name for p in render_all(g, results["dominance"], out / "figures")]
         if has_telemetry:
             fig_names += [p.name for p in utilization_figure(ds, out / "figures")]
-    from servelab.analysis.report import render
+    from servelab.analysis.report import render_report
 
-    (out / "report.md").write_text(render(g, results, ds.layout, fig_names), encoding="utf-8")
+    (out / ANALYSIS_REPORT).write_text(
+        render_report(g, results, ds.layout, fig_names), encoding="utf-8"
+    )
     return results
