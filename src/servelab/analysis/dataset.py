@@ -19,7 +19,7 @@ from servelab.analysis.validity import (
     evaluate,
     facts_from_bench,
     failed,
-    point_label,
+    point_name,
     removing,
 )
 from servelab.client import RequestRecord
@@ -61,7 +61,7 @@ class Point:
 
     @property
     def label(self) -> str:
-        return point_label(self.server_config, self.repeat, self.concurrency)
+        return point_name(self.server_config, self.repeat, self.concurrency)
 
 
 @dataclass

@@ -52,7 +52,7 @@ from servelab.analysis.validity.pitfalls import tokens_per_chunk_allowed
 from servelab.analysis.validity.results import (
     PointFlags,
     counts,
-    point_label,
+    point_name,
     summary_line,
     validity_json,
 )
@@ -83,7 +83,7 @@ __all__ = [
     "facts_from_bench",
     "facts_from_records",
     "failed",
-    "point_label",
+    "point_name",
     "removing",
     "summary_line",
     "thresholds_json",

@@ -23,7 +23,8 @@ FORMAT_VERSION = 1
 PointFlags = tuple[str, int, int, Sequence[Flag]]  # server_config, repeat, concurrency, flags
 
 
-def point_label(server_config: str, repeat: int, concurrency: int) -> str:
+def point_name(server_config: str, repeat: int, concurrency: int) -> str:
+    """A point as the report and invalid-verdicts name it: 'rep02 c=1 max-num-seqs-1'."""
     return f"rep{repeat:02d} c={concurrency} {server_config}"
 
 
