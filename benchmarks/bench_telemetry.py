@@ -130,7 +130,9 @@ def server_side_cost(base_url: str, pid: int, scrapes: int) -> dict[str, Any]:
                 pass
         return total
 
-    src = ServerMetricsSource(base_url)
+    src = ServerMetricsSource(
+        base_url, default_section(TelemetrySection, "telemetry").metrics_timeout_s
+    )
     assert src.open() is None
     src.read()  # connect
     t0, c0 = time.monotonic(), tree_cpu_s()
