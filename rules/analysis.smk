@@ -21,24 +21,10 @@ rule analysis:
         else [],
     params:
         config=EXPERIMENT_CONFIG,
+        exp=EXP,
     log:
         f"{EXP}/logs/analysis.log",
     benchmark:
         f"{EXP}/benchmarks/analysis.tsv"
     script:
-        "../scripts/analyze.py"
-
-
-rule summary:
-    input:
-        runs=sweep_outputs(),
-        # after the profiling pass, so that the time of every measuring stage is known
-        profile=PROFILE_OUTPUTS,
-    output:
-        summary=f"{EXP}/summary.txt",
-    log:
-        f"{EXP}/logs/summary.log",
-    benchmark:
-        f"{EXP}/benchmarks/summary.tsv"
-    script:
-        "../scripts/summary.py"
+        "../scripts/analysis.py"

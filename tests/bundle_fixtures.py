@@ -8,7 +8,7 @@ from pathlib import Path
 from analysis_fixtures import KNEE_SPEC, servelab_tree
 
 from servelab import config as cfgmod
-from servelab.analysis.pipeline import analyze, options_from_config
+from servelab.analysis.pipeline import analyze
 from servelab.experiment import Experiment, TinySpec
 from servelab.jsonio import write_json
 from servelab.model import build_tiny
@@ -83,5 +83,5 @@ def experiment(
         },
     }
     cfg = cfgmod.validate(raw)
-    analyze(exp, exp / "analysis", options_from_config(cfg.to_dict()))
+    analyze(exp, exp / "analysis", cfg.analysis)
     return ExperimentPaths(exp), cfg

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from analysis_fixtures import KNEE_SPEC, servelab_point, servelab_tree, vllm_bench_tree
 
-from servelab.analysis.core import Options
-from servelab.analysis.load import detect_layout, load
-from servelab.analysis.pipeline import analyze
+from servelab.analysis.dataset import detect_layout, load_dataset
+from servelab.analysis.pipeline import analysis_section, analyze
 from servelab.analysis.stats import describe, paired
+from servelab.config import load_yaml, validate
 from servelab.errors import ServelabError
 
 
@@ -23,13 +23,15 @@ def rows(path: Path) -> list[dict[str, str]]:
 
 def test_published_knee_is_called_real_with_three_repeats(tmp_path: Path) -> None:
     exp = servelab_tree(tmp_path / "exp", {"a100": KNEE_SPEC})
-    opts = Options(
-        claims=[
-            "throughput[c=128] > throughput[c=256]",
-            "dominated(c=256)",
-            "knee(config=a100) == 128",
-            "throughput[c=64] > throughput[c=128]",
-        ]
+    opts = analysis_section(
+        {
+            "claims": [
+                "throughput[c=128] > throughput[c=256]",
+                "dominated(c=256)",
+                "knee(config=a100) == 128",
+                "throughput[c=64] > throughput[c=128]",
+            ]
+        }
     )
     res = analyze(exp, tmp_path / "out", opts, figures=False)
     pair = next(
@@ -87,7 +89,7 @@ def test_serialized_and_kv_headroom(tmp_path: Path) -> None:
     res = analyze(
         exp,
         tmp_path / "out",
-        Options(claims=["serialized(config=mns1)", "serialized(config=mns12)"]),
+        analysis_section({"claims": ["serialized(config=mns1)", "serialized(config=mns12)"]}),
         figures=False,
     )
     by = {(d["kind"], d["server_config"]): d for d in res["diagnoses"]}
@@ -140,15 +142,18 @@ def test_failed_requests_and_point_without_success(tmp_path: Path) -> None:
 def test_identical_values_have_cv_zero() -> None:
     d = describe([7.0, 7.0, 7.0])
     assert d.cv_pct == 0.0 and d.sd == 0.0 and d.ci95_low == d.ci95_high == 7.0
-    assert paired([5.0, 5.0], [5.0, 5.0]).verdict == "not significant"
+    assert (
+        paired([5.0, 5.0], [5.0, 5.0], threshold_pct=2.0, alpha=0.05).verdict == "not significant"
+    )
 
 
 def test_sign_test_could_not_but_log_ratio_t_test_can() -> None:
-    r = paired([104.7, 104.6, 104.8], [100.0, 100.1, 99.9])
+    r = paired([104.7, 104.6, 104.8], [100.0, 100.1, 99.9], threshold_pct=2.0, alpha=0.05)
     assert r.agree == "3/3" and r.verdict == "a > b" and r.p_value is not None and r.p_value < 0.01
-    small = paired([101.0, 100.9, 101.1], [100.0, 100.1, 99.9])  # real but under 2%
+    # real but under 2%
+    small = paired([101.0, 100.9, 101.1], [100.0, 100.1, 99.9], threshold_pct=2.0, alpha=0.05)
     assert small.verdict == "not significant"
-    noisy = paired([110.0, 95.0, 104.0], [100.0, 100.0, 100.0])
+    noisy = paired([110.0, 95.0, 104.0], [100.0, 100.0, 100.0], threshold_pct=2.0, alpha=0.05)
     assert noisy.verdict == "not significant"
 
 
@@ -161,12 +166,12 @@ def test_vllm_bench_layout_matches_servelab_layout(tmp_path: Path) -> None:
         "INFO Maximum concurrency for 8,192 tokens per request: 48.98x\n",
     )
     assert detect_layout(root) == "vllm-bench"
-    ds = load(root)
+    ds = load_dataset(root)
     assert ds.configs() == ["qwen-knee"] and ds.capacity["qwen-knee"]["max_concurrency"] == 48.98
     res = analyze(
         root,
         tmp_path / "out",
-        Options(claims=["throughput[c=128] > throughput[c=256]"]),
+        analysis_section({"claims": ["throughput[c=128] > throughput[c=256]"]}),
         figures=False,
     )
     p128 = [p for p in res["points"] if p["concurrency"] == 128]
@@ -180,7 +185,9 @@ def test_vllm_bench_layout_matches_servelab_layout(tmp_path: Path) -> None:
 
 def test_slo_capacity_and_goodput(tmp_path: Path) -> None:
     exp = servelab_tree(tmp_path / "exp", {"a100": KNEE_SPEC})
-    res = analyze(exp, tmp_path / "out", Options(slo={"p99_ttft_ms": 500.0}), figures=False)
+    res = analyze(
+        exp, tmp_path / "out", analysis_section({"slo": {"p99_ttft_ms": 500.0}}), figures=False
+    )
     slo = json.loads((tmp_path / "out" / "slo.json").read_text())
     assert slo["capacity"]["a100"] == {
         "concurrency": 128,
@@ -193,8 +200,14 @@ def test_slo_capacity_and_goodput(tmp_path: Path) -> None:
         describe([4240 / 100, 4255 / 100, 4272 / 100]).mean
     )
     assert res["slo"]["capacity"]["a100"]["concurrency"] == 128
-    with pytest.raises(ServelabError, match="analysis.slo.p50_ttft_ms"):
-        analyze(exp, tmp_path / "o2", Options(slo={"p50_ttft_ms": 1.0}), figures=False)
+
+
+def test_an_unknown_slo_is_a_config_error(repo: Path) -> None:
+    raw = load_yaml(repo / "config" / "config.yaml")
+    raw["analysis"]["slo"] = {"p50_ttft_ms": 1.0}
+    with pytest.raises(ServelabError, match=r"analysis\.slo: .*p50_ttft_ms") as err:
+        validate(raw, "config.yaml")
+    assert "p99_ttft_ms" in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -210,7 +223,7 @@ def test_slo_capacity_and_goodput(tmp_path: Path) -> None:
 def test_malformed_claims_are_clear_errors(tmp_path: Path, claim: str, msg: str) -> None:
     exp = servelab_tree(tmp_path / "exp", {"a100": KNEE_SPEC})
     with pytest.raises(ServelabError, match=msg) as err:
-        analyze(exp, tmp_path / "out", Options(claims=[claim]), figures=False)
+        analyze(exp, tmp_path / "out", analysis_section({"claims": [claim]}), figures=False)
     assert str(err.value).startswith("analysis.claims: ")
 
 
@@ -218,7 +231,9 @@ def test_outputs_are_byte_identical_across_runs(tmp_path: Path) -> None:
     exp = servelab_tree(
         tmp_path / "exp", {"a100": KNEE_SPEC, "b": {64: [(100.0, 5.0)] * 3, 128: [(90.0, 9.0)] * 3}}
     )
-    opts = Options(slo={"p99_ttft_ms": 500.0}, claims=["dominated(config=a100, c=256)"])
+    opts = analysis_section(
+        {"slo": {"p99_ttft_ms": 500.0}, "claims": ["dominated(config=a100, c=256)"]}
+    )
     analyze(exp, tmp_path / "one", opts)
     analyze(exp, tmp_path / "two", opts)
     files = sorted(
@@ -233,7 +248,7 @@ def test_outputs_are_byte_identical_across_runs(tmp_path: Path) -> None:
 
 def test_unknown_layout_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ServelabError, match="neither servelab raw data"):
-        load(tmp_path)
+        load_dataset(tmp_path)
 
 
 def test_serialized_over_the_widest_flat_span(tmp_path: Path) -> None:

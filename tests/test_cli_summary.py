@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from servelab.cli import main
+from servelab.rawdata import load_points
 from servelab.summary import render_summary, summary_rows
 
 
@@ -42,7 +43,7 @@ def test_summary_means_over_repeats_and_skips_incomplete(tmp_path: Path) -> None
         make_point(tmp_path, "a", rep, 1, t, 10.0 * rep)
         make_point(tmp_path, "a", rep, 4, t * 1.02, 40.0)
     make_point(tmp_path, "a", 1, 8, 1e9, 1.0, status="incomplete", suffix=".incomplete")
-    rows = summary_rows(__import__("servelab.rawdata", fromlist=["x"]).load_points(tmp_path))
+    rows = summary_rows([p.meta for p in load_points(tmp_path)])
     assert [(r["concurrency"], r["repeats"]) for r in rows] == [(1, 3), (4, 3)]
     assert rows[0]["output_throughput"] == pytest.approx(100.0)
     assert rows[0]["mean_ttft_ms"] == pytest.approx(20.0)
@@ -112,7 +113,10 @@ def test_summary_says_where_the_time_went(tmp_path: Path) -> None:
     (tmp_path / "profile" / "a" / "capture.json").write_text(json.dumps({"ready_s": 70.0}))
     text = render_summary(tmp_path)
     assert "where the time went on this host:" in text
-    assert "sweep-a                        130.0 s = server start 80.2 s + 2 points 22.5 s + other 27.2 s" in text
+    assert (
+        "sweep-a                        130.0 s = server start 80.2 s + 2 points 22.5 s + other 27.2 s"
+        in text
+    )
     assert "profile-a                       95.0 s = server start 70.0 s + other 25.0 s" in text
     assert "runtime                          2.0 s" in text
     assert "profile-report-a " not in text.split("where the time went", 1)[1]

@@ -6,8 +6,8 @@ Every import counts, wherever it stands (module level, inside a function, under
 
 A module belongs to the unit named right after `servelab.` (servelab.analysis.core: analysis;
 `servelab` alone is the package's __init__.py, the public API for notebooks). A module may
-import modules of its own unit, and of units in lower layers; never a unit of its own layer,
-never a higher one. Imports of the package itself for its `__version__` are no dependency
+import modules of its own unit, of the units listed after its own in its layer, and of lower
+layers; never a unit listed before it, never a higher layer (docs/architecture.md). Imports of the package itself for its `__version__` are no dependency
 (importing any submodule loads the package first) and are left out.
 """
 
@@ -17,42 +17,37 @@ import ast
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-# Highest layer first.
+# Highest layer first. Within a layer, a unit may import the units listed after it.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "entry": ("servelab", "cli", "smk"),
-    "stages": (
-        "analysis",
-        "evidence",
-        "reproduce",
-        "profile",
-        "sweep",
-        "summary",
-        "tables",
-    ),
+    "entry": ("servelab", "cli", "smk", "tables"),
+    "stages": ("reproduce", "evidence", "summary", "analysis", "profile", "sweep"),
     "services": (
-        "client",
+        "session",
+        "workload",
         "server",
         "telemetry",
-        "container",
         "runtime",
         "model",
-        "workload",
-        "schedule",
-        "hostfacts",
         "metrics",
         "rawdata",
+        "config",
+        "client",
+        "container",
+        "schedule",
+        "hostfacts",
     ),
     "base": (
-        "errors",
+        "experiment",
+        "claims_syntax",
+        "render",
         "jsonio",
         "hashing",
         "paths",
-        "render",
-        "experiment",
-        "config",
         "redact",
+        "errors",
     ),
 }
+ORDER = {unit: i for i, unit in enumerate(u for units in LAYERS.values() for u in units)}
 RANK = {unit: i for i, units in enumerate(LAYERS.values()) for unit in units}
 LAYER_OF = {unit: layer for layer, units in LAYERS.items() for unit in units}
 NO_DEPENDENCY = {"__version__"}  # names of the package itself (`from servelab import ...`)
@@ -190,10 +185,10 @@ def violations(edges: Mapping[str, Mapping[str, int]]) -> list[str]:
             a, b = unit(mod), unit(target)
             if a == b or a not in RANK or b not in RANK:
                 continue
-            if RANK[b] == RANK[a]:
-                why = f"same layer ({LAYER_OF[a]}), another unit"
-            elif RANK[b] < RANK[a]:
+            if RANK[b] < RANK[a]:
                 why = f"upward: {LAYER_OF[a]} imports {LAYER_OF[b]}"
+            elif RANK[b] == RANK[a] and ORDER[b] < ORDER[a]:
+                why = f"same layer ({LAYER_OF[a]}): {b} is listed before {a}"
             else:
                 continue
             out.append(f"{mod} (line {line}) imports {target}: {why}")
@@ -280,8 +275,8 @@ def test_the_checker_reports_cycles_and_layers() -> None:
         "servelab.analysis.load": {"servelab.client": 4},
         "servelab.client": {"servelab.analysis.core": 5, "servelab.summary": 6},
         "servelab.errors": {},
-        "servelab.summary": {"servelab.errors": 7, "servelab.tables": 8},
-        "servelab.tables": {"servelab.summary": 9},
+        "servelab.summary": {"servelab.errors": 7, "servelab.sweep": 8},
+        "servelab.sweep": {"servelab.summary": 9},
     }
     assert cycles(edges) == [
         [
@@ -290,13 +285,13 @@ def test_the_checker_reports_cycles_and_layers() -> None:
             "servelab.client",
             "servelab.analysis.core",
         ],
-        ["servelab.summary", "servelab.tables", "servelab.summary"],
+        ["servelab.summary", "servelab.sweep", "servelab.summary"],
     ]
     assert violations(edges) == [
         "servelab.client (line 5) imports servelab.analysis.core: upward: services imports stages",
         "servelab.client (line 6) imports servelab.summary: upward: services imports stages",
-        "servelab.summary (line 8) imports servelab.tables: same layer (stages), another unit",
-        "servelab.tables (line 9) imports servelab.summary: same layer (stages), another unit",
+        "servelab.sweep (line 9) imports servelab.summary: same layer (stages): summary is "
+        "listed before sweep",
     ]
 
 

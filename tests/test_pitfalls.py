@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from analysis_fixtures import servelab_point
 
-from servelab.analysis.core import Options
-from servelab.analysis.load import load
+from servelab.analysis.dataset import load_dataset
 from servelab.analysis.pipeline import analyze
 from servelab.analysis.validity import (
     CHECKS,
@@ -23,16 +22,17 @@ from servelab.analysis.validity import (
     Flag,
     PointFacts,
     RequestFacts,
-    Thresholds,
     check_point,
     evaluate,
     tokens_per_chunk_allowed,
 )
 from servelab.client import RequestRecord
+from servelab.config import default_section
+from servelab.experiment import AnalysisSection, ValiditySection
 from servelab.jsonio import read_jsonl_gz, write_json, write_jsonl_gz
 from servelab.metrics import point_metrics, request_latencies
 
-T = Thresholds.defaults()
+T = default_section(ValiditySection, "analysis", "validity")
 T0 = 1_800_000_000_000_000_000
 
 
@@ -89,7 +89,7 @@ def facts(reqs: list[RequestFacts], **kw: Any) -> PointFacts:
     return PointFacts(tuple(reqs), 2.0, tel, **base)
 
 
-def run(f: PointFacts, t: Thresholds = T) -> dict[str, Flag]:
+def run(f: PointFacts, t: ValiditySection = T) -> dict[str, Flag]:
     return by_check(evaluate(f, t))
 
 
@@ -425,11 +425,13 @@ def test_an_itl_only_flag_keeps_ttft_and_throughput_in_the_tables(tmp_path: Path
     rows[0]["chunk_offsets_us"] = rows[0]["chunk_offsets_us"][::2]
     rows[0]["chunk_tokens"] = [2] * 5
     write_jsonl_gz(d / "requests.jsonl.gz", rows)
-    ds = load(exp)
+    ds = load_dataset(exp)
     p2 = next(p for p in ds.points if p.repeat == 2)
     assert [f.check for f in p2.checks if f.status == FAILED] == ["chunk_tokens"]
     assert p2.left_out("mean_itl_ms") and not p2.left_out("mean_ttft_ms")
-    res = analyze(exp, tmp_path / "out", Options(), figures=False)
+    res = analyze(
+        exp, tmp_path / "out", default_section(AnalysisSection, "analysis"), figures=False
+    )
     n = {r["metric"]: r["n"] for r in res["summary"]}
     assert n["mean_itl_ms"] == 2 and n["mean_ttft_ms"] == 3 and n["output_throughput"] == 3
 
@@ -442,10 +444,10 @@ def test_launch_args_reach_the_checks(tmp_path: Path) -> None:
         servelab_point(exp, "x", rep, 1, 100.0, 20.0, n=4, telemetry=hot)
     assert all(
         next(f for f in p.checks if f.check == "prefix_cache").status == FAILED
-        for p in load(exp).points
+        for p in load_dataset(exp).points
     )
     write_json(exp / "server" / "x" / "launch.json", {"args": {"enable-prefix-caching": True}})
     assert all(
         next(f for f in p.checks if f.check == "prefix_cache").status == NOTED
-        for p in load(exp).points
+        for p in load_dataset(exp).points
     )

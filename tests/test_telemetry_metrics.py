@@ -132,7 +132,7 @@ vllm:time_per_output_token_seconds_sum{model_name="m"} 0.05
 
 def test_scrape_over_http() -> None:
     with metrics_server() as url:
-        src = ServerMetricsSource(url)
+        src = ServerMetricsSource(url, timeout_s=2.0)
         assert src.open() is None
         t0 = time.time_ns()
         (a,) = src.read()
@@ -146,11 +146,11 @@ def test_scrape_over_http() -> None:
 
 def test_failed_scrapes_are_records_with_an_error() -> None:
     with metrics_server(b"oops", status=500) as url:
-        src = ServerMetricsSource(url)
+        src = ServerMetricsSource(url, timeout_s=2.0)
         assert src.open() is None
         (rec,) = src.read()
     assert rec["error"].startswith("OSError: HTTP 500")
     (gone,) = src.read()  # the server is gone now: connection refused
     assert gone["source"] == "server" and gone["error"].startswith("ConnectionRefusedError")
-    assert ServerMetricsSource(None).open() == "no server URL given"
-    assert "only http" in str(ServerMetricsSource("https://x:1").open())
+    assert ServerMetricsSource(None, timeout_s=2.0).open() == "no server URL given"
+    assert "only http" in str(ServerMetricsSource("https://x:1", timeout_s=2.0).open())

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from telemetry_fakes import FakeNVML, device
 
+from servelab.experiment import TelemetrySection
 from servelab.telemetry import PointTelemetry, read_samples
 from servelab.telemetry.sources import GpuSource
 
@@ -72,7 +73,7 @@ def test_missing_nvidia_ml_py_is_a_reason(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_point_records_gpu_absent_with_reason(tmp_path: Path) -> None:
-    cfg = {"enabled": True, "gpu_hz": 20, "cpu_hz": 20, "metrics_hz": 1, "metrics_timeout_s": 1}
+    cfg = TelemetrySection(enabled=True, gpu_hz=20, cpu_hz=20, metrics_hz=1, metrics_timeout_s=1)
     tel = PointTelemetry(cfg, None, None, nvml=FakeNVML([], init_error=12))
     with tel:
         t0 = time.time_ns()
@@ -92,7 +93,7 @@ def test_point_records_gpu_absent_with_reason(tmp_path: Path) -> None:
 
 def test_device_lost_mid_point_keeps_sampling_the_others(tmp_path: Path) -> None:
     nvml = FakeNVML([device(), device(util=50)])
-    cfg = {"enabled": True, "gpu_hz": 50, "cpu_hz": 5, "metrics_hz": 1, "metrics_timeout_s": 1}
+    cfg = TelemetrySection(enabled=True, gpu_hz=50, cpu_hz=5, metrics_hz=1, metrics_timeout_s=1)
     tel = PointTelemetry(cfg, None, None, nvml=nvml)
     with tel:
         t0 = time.time_ns()

@@ -9,17 +9,20 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from telemetry_fakes import metrics_server
 
-from servelab.telemetry import PointTelemetry, default_settings, read_samples
+from servelab.config import default_section
+from servelab.experiment import TelemetrySection
+from servelab.telemetry import PointTelemetry, read_samples
 from servelab.telemetry.sampling import Sampler
 from servelab.telemetry.sources import HostSource
 
-FAST = {"enabled": True, "gpu_hz": 20, "cpu_hz": 20, "metrics_hz": 10, "metrics_timeout_s": 1}
+FAST = TelemetrySection(enabled=True, gpu_hz=20, cpu_hz=20, metrics_hz=10, metrics_timeout_s=1)
 
 
 class CountingSource:
@@ -72,14 +75,10 @@ def test_a_failing_read_is_an_error_record_and_the_sampler_goes_on() -> None:
 
 
 def test_default_settings_come_from_the_schema() -> None:
-    d = default_settings()
-    assert d == {
-        "enabled": True,
-        "gpu_hz": 10,
-        "cpu_hz": 4,
-        "metrics_hz": 2,
-        "metrics_timeout_s": 2,
-    }
+    d = default_section(TelemetrySection, "telemetry")
+    assert d == TelemetrySection(
+        enabled=True, gpu_hz=10, cpu_hz=4, metrics_hz=2, metrics_timeout_s=2
+    )
 
 
 @pytest.fixture
@@ -159,7 +158,7 @@ def test_interrupted_while_starting_the_samplers(
 
 
 def test_disabled_telemetry_samples_nothing(tmp_path: Path) -> None:
-    tel = PointTelemetry({**FAST, "enabled": False}, None, None)
+    tel = PointTelemetry(replace(FAST, enabled=False), None, None)
     with tel:
         assert telemetry_threads() == []
     assert tel.finish(tmp_path, 0, 1) == {"enabled": False}

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from servelab.cli import main
+from servelab.paths import TELEMETRY_FIGURE
 from servelab.telemetry import (
     COLUMNS,
     plot_utilization_vs_throughput,
@@ -230,11 +231,12 @@ def test_figure_is_byte_for_byte_reproducible(tmp_path: Path) -> None:
         [_point("mns-1", c, r, 600.0 + r, 100.0 + c) for c in (1, 8) for r in (1, 2)]
         + [_point("mns-8", c, 1, 400.0 * c, 40.0 * c) for c in (1, 8)]
     )
-    for suffix in (".svg", ".png"):
-        a = plot_utilization_vs_throughput(rows, tmp_path / f"a{suffix}").read_bytes()
-        b = plot_utilization_vs_throughput(rows, tmp_path / f"b{suffix}").read_bytes()
-        assert a == b and len(a) > 1000
-    svg = (tmp_path / "a.svg").read_text()
+    one = plot_utilization_vs_throughput(rows, tmp_path / "a")
+    two = plot_utilization_vs_throughput(rows, tmp_path / "b")
+    assert [p.name for p in one] == [f"{TELEMETRY_FIGURE}.svg", f"{TELEMETRY_FIGURE}.png"]
+    for a, b in zip(one, two, strict=True):
+        assert a.read_bytes() == b.read_bytes() and len(a.read_bytes()) > 1000
+    svg = one[0].read_text()
     assert "<dc:date>" not in svg and "mns-8" in svg and "of all the host's cores (2)" in svg
 
 
@@ -256,6 +258,6 @@ def test_cli_summarize(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         rows = list(csv.DictReader(fh))
     assert [r["server_config"] for r in rows] == ["mns-1", "mns-8"]
     assert float(rows[1]["cpu_server_util_pct_mean"]) == pytest.approx(180.0)
-    assert (exp / "telemetry" / "utilization-vs-throughput.svg").exists()
+    assert (exp / "telemetry" / "utilization_vs_throughput.svg").exists()
     assert main(["telemetry", "summarize", str(tmp_path / "nope")]) == 2
     assert "no raw/ folder" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import copy
 import csv
 import json
 import shutil
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,26 +15,26 @@ import jsonschema
 import pytest
 from analysis_fixtures import servelab_point, vllm_bench_tree
 
-from servelab.analysis.core import Options
-from servelab.analysis.load import load
-from servelab.analysis.pipeline import analyze
+from servelab.analysis.dataset import load_dataset
+from servelab.analysis.pipeline import analysis_section, analyze
 from servelab.analysis.validity import (
     FAILED,
     NOT_CHECKED,
     NOTED,
     PASSED,
     Flag,
-    Thresholds,
     check_point,
+    thresholds_json,
 )
 from servelab.client import RequestRecord
-from servelab.config import load_yaml, schema_defaults, validate
+from servelab.config import default_section, load_yaml, schema_defaults, validate
 from servelab.errors import ServelabError
 from servelab.evidence.schemas import load_schema, schema_for
+from servelab.experiment import ValiditySection
 from servelab.jsonio import read_json, read_jsonl_gz
 from servelab.summary import render_summary
 
-DEFAULTS = Thresholds.defaults()
+DEFAULTS = default_section(ValiditySection, "analysis", "validity")
 BURST_SAID = "4 of 4 requests delivered in one read (limit 5%)"
 
 
@@ -157,7 +158,7 @@ def test_contention_trips_on_busy_host_not_on_quiet_one() -> None:
     )
     quiet = by_check(check_point(recs, {"telemetry": QUIET}, DEFAULTS))["contention"]
     assert quiet.status == PASSED and quiet.value == pytest.approx(0.04)
-    lax = Thresholds.from_config({"max_other_cpu_cores": 1.0})
+    lax = replace(DEFAULTS, max_other_cpu_cores=1.0)
     assert by_check(check_point(recs, {"telemetry": BUSY}, lax))["contention"].status == PASSED
     # without telemetry it is not checked, and not failed
     for meta, why in [
@@ -178,7 +179,7 @@ def test_failed_requests_short_points_and_preemptions() -> None:
     f = by_check(check_point(recs, {}, DEFAULTS))
     assert f["failed_requests"].status == FAILED
     assert f["failed_requests"].reason == "1 of 4 requests failed (limit 0; first: HTTP 500: boom)"
-    one_ok = Thresholds.from_config({"max_failed_requests": 1})
+    one_ok = replace(DEFAULTS, max_failed_requests=1)
     assert by_check(check_point(recs, {}, one_ok))["failed_requests"].status == PASSED
     short = [rec(i, list(range(1000, 400_000, 20_000))) for i in range(4)]
     m = by_check(check_point(short, {}, DEFAULTS))["min_duration"]
@@ -246,7 +247,7 @@ def test_claims_over_invalid_points_read_invalid(tmp_path: Path) -> None:
         "serialized(config=x)",
         "knee(config=x)",
     ]
-    res = analyze(exp, tmp_path / "out", Options(claims=claims), figures=False)
+    res = analyze(exp, tmp_path / "out", analysis_section({"claims": claims}), figures=False)
     got = {c["claim"]: c for c in json.loads((tmp_path / "out" / "claims.json").read_text())}
     first = got[claims[0]]
     assert first["verdict"] == "invalid"
@@ -290,7 +291,7 @@ def test_report_section_and_validity_json(tmp_path: Path) -> None:
     assert schema_for("tables/validity.json") == "validity"
     assert doc["counts"]["streaming"] == {"passed": 5, "failed": 1, "noted": 0, "not checked": 0}
     assert [p["valid"] for p in doc["points"]] == [True, False, True, True, True, True]
-    assert doc["thresholds"] == DEFAULTS.to_json()
+    assert doc["thresholds"] == thresholds_json(DEFAULTS)
 
     clean = tmp_path / "clean"
     three_repeats(clean, "x", 1, 100.0, 20.0)
@@ -303,10 +304,10 @@ def test_thresholds_are_analysis_options(tmp_path: Path) -> None:
     laxer threshold takes the point back."""
     exp = tmp_path / "exp"
     three_repeats(exp, "x", 1, 100.0, 20.0, burst=1)  # 1 of 4 requests
-    strict = load(exp)
+    strict = load_dataset(exp)
     assert [p.valid for p in strict.points] == [True, False, True]
-    lax = Options.from_config({"validity": {"max_burst_share": 0.25}})
-    assert all(p.valid for p in load(exp, validity=lax.validity).points)
+    lax = analysis_section({"validity": {"max_burst_share": 0.25}})
+    assert all(p.valid for p in load_dataset(exp, validity=lax.validity).points)
     res = analyze(exp, tmp_path / "out", lax, figures=False)
     s = {r["metric"]: r["n"] for r in res["summary"]}
     assert s["mean_ttft_ms"] == 3
@@ -342,7 +343,7 @@ def test_vllm_bench_bursts_from_itls(tmp_path: Path) -> None:
     bench = json.loads(bench_file.read_text())
     bench["itls"] = [[0.00001] * len(x) for x in bench["itls"]]  # every chunk in one read
     bench_file.write_text(json.dumps(bench))
-    ds = load(root)
+    ds = load_dataset(root)
     flags = {(p.repeat, p.concurrency): by_check(p.checks) for p in ds.points}
     assert flags[(2, 1)]["streaming"].status == FAILED
     assert flags[(2, 1)]["streaming"].reason == "2 of 2 requests delivered in one read (limit 5%)"
@@ -355,23 +356,29 @@ def test_vllm_bench_bursts_from_itls(tmp_path: Path) -> None:
 
 
 def test_defaults_come_from_the_schema(repo: Path) -> None:
-    assert DEFAULTS.to_json() == schema_defaults("analysis", "validity")
-    cfg = validate(load_yaml(repo / "config" / "config.yaml"), "config.yaml").to_dict()
-    assert Options.from_config(cfg["analysis"]).validity == DEFAULTS
-    assert cfg["analysis"]["validity"]["max_burst_share"] == 0.05
+    assert asdict(DEFAULTS) == schema_defaults("analysis", "validity")
+    exp = validate(load_yaml(repo / "config" / "config.yaml"), "config.yaml")
+    assert exp.analysis.validity == DEFAULTS
+    assert exp.analysis.validity.max_burst_share == 0.05
+    # validity.json records every threshold as a number, counts as integers
+    written = thresholds_json(DEFAULTS)
+    assert written["max_prompt_drift_pct"] == 5.0 and type(written["max_prompt_drift_pct"]) is float
+    assert type(written["max_failed_requests"]) is int
 
 
 @pytest.mark.parametrize(
     ("section", "msg"),
     [
-        ({"max_bursts": 0.1}, "analysis.validity.max_bursts: not a validity threshold"),
-        ({"max_burst_share": 2}, "analysis.validity.max_burst_share: 2 is a share: 0 to 1"),
-        ({"max_other_cpu_cores": -1}, "analysis.validity.max_other_cpu_cores: -1 is not a number"),
+        ({"max_bursts": 0.1}, r"analysis\.validity: .*'max_bursts' was unexpected"),
+        ({"max_burst_share": 2}, r"analysis\.validity\.max_burst_share: 2 is greater than"),
+        ({"max_other_cpu_cores": -1}, r"analysis\.validity\.max_other_cpu_cores: -1 is less than"),
     ],
 )
-def test_bad_thresholds_are_one_line_errors(section: dict[str, Any], msg: str) -> None:
+def test_bad_thresholds_are_one_line_errors(repo: Path, section: dict[str, Any], msg: str) -> None:
+    raw = load_yaml(repo / "config" / "config.yaml")
+    raw["analysis"]["validity"] = section
     with pytest.raises(ServelabError, match=msg) as err:
-        Thresholds.from_config(section)
+        validate(raw, "config.yaml")
     assert "\n" not in str(err.value)
 
 

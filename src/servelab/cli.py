@@ -64,10 +64,15 @@ def _cmd_build_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from servelab.analysis.pipeline import Options, analyze, options_from_config
-    from servelab.config import load
+    from servelab.analysis.pipeline import analyze
+    from servelab.config import default_section, load
+    from servelab.experiment import AnalysisSection
 
-    opts = options_from_config(load(Path(args.config)).to_dict()) if args.config else Options()
+    opts = (
+        load(Path(args.config)).analysis
+        if args.config
+        else default_section(AnalysisSection, "analysis")
+    )
     results = analyze(
         Path(args.root), Path(args.out), opts, name=args.name, figures=not args.no_figures
     )

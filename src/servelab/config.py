@@ -269,7 +269,7 @@ def _check_semantics(cfg: dict[str, Any], source: str) -> None:
                 raise ServelabError(
                     f"{source}: {where}.{key}: servelab sets --{key} itself; remove it"
                 )
-    from servelab.analysis.claims_syntax import parse_claim
+    from servelab.claims_syntax import parse_claim
 
     for where in ("analysis", "reproduction"):
         for i, claim in enumerate(cfg[where]["claims"]):

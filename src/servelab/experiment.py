@@ -274,6 +274,8 @@ def _value(hint: Any, value: Any, where: str) -> Any:
             return None
         inner = [a for a in typing.get_args(hint) if a is not type(None)]
         return _value(inner[0], value, where) if len(inner) == 1 else value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)  # the schema's "number": 2 and 2.0 are the same setting
     if dataclasses.is_dataclass(hint):
         return _build(hint, value, where)  # type: ignore[arg-type]
     if origin is tuple:

@@ -8,18 +8,17 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from servelab.analysis.validity import PointFlags, Thresholds, check_point, summary_line
+from servelab.analysis.validity import PointFlags, check_point, summary_line
 from servelab.client import RequestRecord
-from servelab.jsonio import read_json, read_jsonl_gz
-from servelab.rawdata import load_point, load_points, point_contexts, point_files
+from servelab.config import default_section
+from servelab.experiment import ValiditySection
+from servelab.jsonio import read_json
+from servelab.rawdata import RawPoint, load_points
+from servelab.render import num
 
 
 def _mean(xs: list[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
-
-
-def _fmt(x: float | None, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
 
 
 def summary_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -55,28 +54,24 @@ def stage_times(exp_dir: Path) -> list[tuple[str, float]]:
     return out
 
 
-def point_validity(exp_dir: Path, t: Thresholds) -> list[PointFlags]:
-    """The validity flags of every complete point (docs/analysis.md#validity); a point without
+def point_validity(points: list[RawPoint], t: ValiditySection) -> list[PointFlags]:
+    """The validity flags of every point (docs/analysis.md#validity); a point without
     requests.jsonl.gz is checked on its telemetry alone."""
     out: list[PointFlags] = []
-    context = point_contexts(exp_dir)
-    for pj in point_files(exp_dir):
-        meta = load_point(pj)
-        if meta.get("status") != "complete":
-            continue
-        req = pj.parent / "requests.jsonl.gz"
-        recs = [RequestRecord.from_json(r) for r in read_jsonl_gz(req)] if req.exists() else []
-        flags = check_point(recs, meta, t, **context.get(str(meta["server_config"]), {}))
-        out.append(
-            (str(meta["server_config"]), int(meta["repeat"]), int(meta["concurrency"]), flags)
-        )
+    for p in points:
+        rows = p.request_rows() if p.requests_path.exists() else []
+        recs = [RequestRecord.from_json(r) for r in rows]
+        flags = check_point(recs, p.meta, t, p.server_args, p.warmup)
+        out.append((p.server_config, int(p.meta["repeat"]), int(p.meta["concurrency"]), flags))
     return out
 
 
-def render_summary(exp_dir: Path, validity: Thresholds | None = None) -> str:
+def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> str:
     """validity: the thresholds of the config's analysis.validity (the schema's defaults when
     None)."""
-    points = load_points(exp_dir)
+    t = validity or default_section(ValiditySection, "analysis", "validity")
+    raw = load_points(exp_dir)
+    points = [p.meta for p in raw]
     rows = summary_rows(points)
     lines = [f"servelab summary: {exp_dir}", ""]
     header = (
@@ -89,11 +84,11 @@ def render_summary(exp_dir: Path, validity: Thresholds | None = None) -> str:
         if last is not None and r["server_config"] != last:
             lines.append("")
         last = r["server_config"]
-        rng = f"{_fmt(r['output_throughput_min'], '.0f')}-{_fmt(r['output_throughput_max'], '.0f')}"
+        rng = f"{num(r['output_throughput_min'], '.0f')}-{num(r['output_throughput_max'], '.0f')}"
         lines.append(
             f"{r['server_config']:<20} {r['concurrency']:>5} {r['repeats']:>3} "
-            f"{_fmt(r['output_throughput'], '13.1f')} {rng:>17} "
-            f"{_fmt(r['mean_ttft_ms'], '13.1f')} {r['failed']:>6}"
+            f"{num(r['output_throughput'], '13.1f')} {rng:>17} "
+            f"{num(r['mean_ttft_ms'], '13.1f')} {r['failed']:>6}"
         )
     by_sc: dict[str, list[float]] = defaultdict(list)
     for r in rows:
@@ -104,7 +99,7 @@ def render_summary(exp_dir: Path, validity: Thresholds | None = None) -> str:
         lines.append(
             f"{sc}: best/worst mean throughput across concurrency = {max(tputs) / min(tputs):.2f}x"
         )
-    lines += ["", summary_line(point_validity(exp_dir, validity or Thresholds.defaults()))]
+    lines += ["", summary_line(point_validity(raw, t))]
     times = stage_times(exp_dir)
     if times:
         lines.append("")

@@ -21,7 +21,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -313,7 +313,7 @@ class PointJob:
         label = f"{sc}-r{slot.repeat:02d}-c{slot.concurrency:04d}"
         # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
         # a point cut short; their summary over the point's window goes into point.json.
-        tel = PointTelemetry(asdict(self.telemetry), server.telemetry_pid(), self.client.base_url)
+        tel = PointTelemetry(self.telemetry, server.telemetry_pid(), self.client.base_url)
         try:
             with tel:
                 run_point(

@@ -22,23 +22,20 @@ from typing import Any
 
 import pandas as pd
 
-from servelab.analysis.core import POINT_METRICS, points_table
-from servelab.analysis.load import VLLM_CONC, VLLM_REP, detect_layout, load
-from servelab.analysis.pipeline import options_from_config
+from servelab.analysis.dataset import VLLM_CONC, VLLM_REP, detect_layout, load_dataset
+from servelab.analysis.groups import POINTS_COLUMNS, points_table
 from servelab.client import RequestRecord
 from servelab.config import load as load_config
 from servelab.experiment import Experiment
-from servelab.jsonio import read_json, read_jsonl_gz
+from servelab.jsonio import read_json
 from servelab.metrics import request_latencies
-from servelab.rawdata import load_point, point_files
+from servelab.rawdata import load_points
 from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
 
 __all__ = ["points", "requests"]
 
 PathLike = str | os.PathLike[str]
 
-# points.csv's columns before the metrics (docs/analysis.md "points.csv")
-POINT_KEYS = ("server_config", "repeat", "concurrency", "position", "valid", "invalid_reasons")
 # requests(): the columns both layouts have, in this order
 REQUEST_COLUMNS = (
     "server_config",
@@ -67,10 +64,9 @@ def points(
     (the schema's defaults when None, as `servelab analyze` without --config); `name`: the
     server configuration's name for a vllm-bench tree (default: the folder's name)."""
     exp = load_config(Path(config)) if isinstance(config, str | os.PathLike) else config
-    validity = options_from_config(exp.to_dict()).validity if exp is not None else None
-    ds = load(Path(path), name, validity)
+    ds = load_dataset(Path(path), name, exp.analysis.validity if exp is not None else None)
     telemetry = any("telemetry" in p.extra for p in ds.points)
-    columns = [*POINT_KEYS, *POINT_METRICS, *(TELEMETRY_COLUMNS if telemetry else ())]
+    columns = [*POINTS_COLUMNS, *(TELEMETRY_COLUMNS if telemetry else ())]
     return _frame(points_table(ds), columns)
 
 
@@ -102,16 +98,14 @@ def _latencies(ttft: float, e2el: float, tpot: float | None, itl: list[float]) -
 def _servelab_requests(root: Path) -> Iterator[dict[str, Any]]:
     """requests.jsonl.gz of every complete point; latencies (ms) as the analysis computes
     them, for the requests it counts (ok, with chunks)."""
-    for pj in point_files(root):
-        meta = load_point(pj)
-        if meta.get("status") != "complete":
-            continue
+    for point in load_points(root):
+        meta = point.meta
         where = {
             "server_config": meta["server_config"],
             "repeat": int(meta["repeat"]),
             "concurrency": int(meta["concurrency"]),
         }
-        for i, raw in enumerate(read_jsonl_gz(pj.parent / "requests.jsonl.gz")):
+        for i, raw in enumerate(point.request_rows()):
             rec = RequestRecord.from_json(raw)
             lat = NO_LATENCIES
             if rec.ok and rec.chunk_offsets_us:

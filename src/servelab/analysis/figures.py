@@ -1,4 +1,5 @@
-"""Deterministic figures: same data, same bytes (fixed SVG hash salt, no dates or versions)."""
+"""The analysis figures, drawn in servelab's figure style (servelab.render): same data, same
+bytes."""
 
 from __future__ import annotations
 
@@ -11,33 +12,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from servelab.analysis.core import Groups  # noqa: E402
-from servelab.analysis.stats import describe, paired  # noqa: E402
-
-RC: dict[str, Any] = {
-    "svg.hashsalt": "servelab",
-    "svg.fonttype": "none",
-    "font.family": "DejaVu Sans",
-    "font.size": 9,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "figure.dpi": 100,
-}
-FORMATS = ("svg", "png")
-
-
-def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for fmt in FORMATS:
-        path = out_dir / f"{name}.{fmt}"
-        meta: dict[str, Any] = (
-            {"Date": None, "Creator": None} if fmt == "svg" else {"Software": None}
-        )
-        fig.savefig(path, format=fmt, metadata=meta)
-        paths.append(path)
-    plt.close(fig)
-    return paths
+from servelab.analysis.groups import Groups  # noqa: E402
+from servelab.analysis.stats import describe, mean_rel_diff_pct  # noqa: E402
+from servelab.paths import FIGURES  # noqa: E402
+from servelab.render import figure_style, save_figure  # noqa: E402
 
 
 def _levels_axis(ax: Any, levels: list[int]) -> None:
@@ -129,9 +107,9 @@ def paired_differences(g: Groups) -> Figure:
         va, vb = g.pair(sc, a, sc, b, "output_throughput")
         rel = [100.0 * (x / y - 1) for x, y in zip(va, vb, strict=True) if y]
         ax.scatter([i] * len(rel), rel, s=14, color="0.3", zorder=3)
-        r = paired(va, vb)
-        if r.mean_rel_diff_pct is not None:
-            ax.hlines(r.mean_rel_diff_pct, i - 0.3, i + 0.3, color="C3", zorder=4)
+        mean = mean_rel_diff_pct(va, vb)
+        if mean is not None:
+            ax.hlines(mean, i - 0.3, i + 0.3, color="C3", zorder=4)
     ax.axhline(0, color="0.5", linewidth=0.8)
     ax.set_xticks(range(len(pairs)))
     ax.set_xticklabels(
@@ -163,11 +141,13 @@ def configs_side_by_side(g: Groups) -> Figure:
 
 
 def render_all(g: Groups, dominated: list[dict[str, Any]], out_dir: Path) -> list[Path]:
-    with plt.rc_context(RC):  # type: ignore[arg-type]
-        paths: list[Path] = []
-        paths += save(throughput_vs_concurrency(g), out_dir, "throughput_vs_concurrency")
-        paths += save(latency_throughput(g, dominated), out_dir, "latency_throughput")
-        paths += save(ttft_distribution(g), out_dir, "ttft_distribution")
-        paths += save(paired_differences(g), out_dir, "paired_differences")
-        paths += save(configs_side_by_side(g), out_dir, "configs_side_by_side")
-    return paths
+    """The analysis figures (paths.FIGURES), .svg and .png each."""
+    draw = {
+        "throughput_vs_concurrency": lambda: throughput_vs_concurrency(g),
+        "latency_throughput": lambda: latency_throughput(g, dominated),
+        "ttft_distribution": lambda: ttft_distribution(g),
+        "paired_differences": lambda: paired_differences(g),
+        "configs_side_by_side": lambda: configs_side_by_side(g),
+    }
+    with figure_style():
+        return [path for name in FIGURES for path in save_figure(draw[name](), out_dir, name)]

@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
-import csv
-import io
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from servelab.analysis import core
-from servelab.analysis.core import Groups, Options
-from servelab.analysis.load import Dataset, load
+from servelab.analysis.claims import evaluate_claims
+from servelab.analysis.dataset import Dataset, load_dataset
+from servelab.analysis.diagnoses import diagnoses
+from servelab.analysis.groups import (
+    PAIRED_COLUMNS,
+    POINTS_COLUMNS,
+    SUMMARY_COLUMNS,
+    Groups,
+    paired_table,
+    points_table,
+    summary_table,
+)
+from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
+from servelab.analysis.slo import slo_capacity
 from servelab.analysis.validity import validity_json
+from servelab.config import default_section, merge
+from servelab.experiment import AnalysisSection, section_from_dict
 from servelab.jsonio import write_json
+from servelab.paths import ANALYSIS_REPORT, ANALYSIS_TABLES, SLO_TABLE, VALIDITY_TABLE
+from servelab.render import write_csv
 from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
 
-__all__ = ["analyze", "Options", "load", "Dataset", "options_from_config", "ANALYSIS_VERSION"]
+__all__ = ["ANALYSIS_VERSION", "Dataset", "analysis_section", "analyze", "load_dataset"]
 
 # Bumped whenever analyze() writes different bytes for the same raw data, so that a bundle says
 # which analysis made its tables (provenance.json pipeline.analysis_version; absent = 1).
@@ -24,32 +39,12 @@ __all__ = ["analyze", "Options", "load", "Dataset", "options_from_config", "ANAL
 ANALYSIS_VERSION = 3
 
 
-def options_from_config(cfg: dict[str, Any]) -> Options:
-    return Options.from_config(cfg.get("analysis"))
-
-
-def fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, list | tuple):
-        return " ".join(fmt(v) for v in value)
-    return str(value)
-
-
-def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(columns)
-    for row in rows:
-        w.writerow([fmt(row.get(c)) for c in columns])
-    path.write_text(buf.getvalue(), encoding="utf-8")
-
-
-UTILIZATION_FIGURE = "utilization_vs_throughput"
+def analysis_section(recorded: Mapping[str, Any] | None) -> AnalysisSection:
+    """The `analysis:` section of a recorded config (a bundle's config.resolved.yaml, written
+    by this servelab or an older one that lacked newer keys) filled over the schema's
+    defaults; the schema's defaults where there is none."""
+    base = asdict(default_section(AnalysisSection, "analysis"))
+    return section_from_dict(AnalysisSection, merge(base, dict(recorded or {})), "analysis")
 
 
 def utilization_figure(ds: Dataset, out_dir: Path) -> list[Path]:
@@ -67,98 +62,54 @@ def utilization_figure(ds: Dataset, out_dir: Path) -> list[Path]:
         }
         for p in ds.points
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return [
-        plot_utilization_vs_throughput(rows, out_dir / f"{UTILIZATION_FIGURE}.{fmt}")
-        for fmt in ("svg", "png")
-    ]
+    return plot_utilization_vs_throughput(rows, out_dir)
 
 
 def analyze(
     root: Path,
     out: Path,
-    opts: Options | None = None,
+    analysis: AnalysisSection | None = None,
     name: str | None = None,
     figures: bool = True,
 ) -> dict[str, Any]:
-    opts = opts or Options()
-    ds = load(root, name, opts.validity)
+    """Every table, verdict and figure of the points under `root` into `out`; `analysis`:
+    the experiment's analysis section (the schema's defaults when None)."""
+    opts = analysis or default_section(AnalysisSection, "analysis")
+    ds = load_dataset(root, name, opts.validity)
     g = Groups(ds)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
-        "points": core.points_table(ds),
-        "summary": core.summary_table(g),
-        "paired": core.paired_table(g, opts),
-        "knee": core.knee(g, opts),
-        "dominance": core.dominance(g),
-        "slo": core.slo(g, ds, opts),
+        "points": points_table(ds),
+        "summary": summary_table(g),
+        "paired": paired_table(g, opts),
+        "knee": knee(g, opts),
+        "dominance": dominance(g),
+        "slo": slo_capacity(g, opts),
         "validity": validity_json(g.point_flags(), opts.validity),
         "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa},
     }
-    results["diagnoses"] = core.diagnoses(g, ds, results["knee"], results["dominance"], opts)
-    results["claims"] = core.evaluate_claims(
+    results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
+    results["claims"] = evaluate_claims(
         g, opts, results["knee"], results["dominance"], results["diagnoses"]
     )
     has_telemetry = any("telemetry" in p.extra for p in ds.points)
-    tel_cols = list(TELEMETRY_COLUMNS) if has_telemetry else []
-    write_csv(
-        out / "points.csv",
-        results["points"],
-        [
-            "server_config",
-            "repeat",
-            "concurrency",
-            "position",
-            "valid",
-            "invalid_reasons",
-            *core.POINT_METRICS,
-            *tel_cols,
-        ],
-    )
-    write_csv(
-        out / "summary.csv",
-        results["summary"],
-        [
-            "server_config",
-            "concurrency",
-            "metric",
-            "n",
-            "mean",
-            "sd",
-            "cv_pct",
-            "ci95_low",
-            "ci95_high",
-            "min",
-            "max",
-        ],
-    )
-    write_csv(
-        out / "paired.csv",
-        results["paired"],
-        [
-            "server_config",
-            "a",
-            "b",
-            "metric",
-            "n",
-            "mean_rel_diff_pct",
-            "agree",
-            "p_value",
-            "verdict",
-        ],
-    )
-    dom_cols = ["server_config", "concurrency", "dominated_by"] + [
-        f"{m}_delta_pct" for m, _ in core.DOMINANCE
-    ]
-    write_csv(out / "dominance.csv", results["dominance"], dom_cols)
-    write_json(out / "knee.json", results["knee"])
-    write_json(out / "diagnoses.json", results["diagnoses"])
-    write_json(out / "claims.json", results["claims"])
-    write_json(out / "validity.json", results["validity"])
+    columns = {
+        "points": [*POINTS_COLUMNS, *(TELEMETRY_COLUMNS if has_telemetry else ())],
+        "summary": SUMMARY_COLUMNS,
+        "paired": PAIRED_COLUMNS,
+        "dominance": DOMINANCE_COLUMNS,
+    }
+    for table in ANALYSIS_TABLES:  # points.csv, knee.json, ...: the results of that name
+        key, suffix = table.rsplit(".", 1)
+        if suffix == "csv":
+            write_csv(out / table, columns[key], results[key])
+        else:
+            write_json(out / table, results[key])
+    write_json(out / VALIDITY_TABLE, results["validity"])
     if results["slo"] is not None:
-        write_json(out / "slo.json", results["slo"])
-    elif (out / "slo.json").exists():
-        (out / "slo.json").unlink()
+        write_json(out / SLO_TABLE, results["slo"])
+    elif (out / SLO_TABLE).exists():
+        (out / SLO_TABLE).unlink()
     fig_names: list[str] = []
     if figures:
         from servelab.analysis.figures import render_all
@@ -166,7 +117,9 @@ def analyze(
         fig_names = [p.name for p in render_all(g, results["dominance"], out / "figures")]
         if has_telemetry:
             fig_names += [p.name for p in utilization_figure(ds, out / "figures")]
-    from servelab.analysis.report import render
+    from servelab.analysis.report import render_report
 
-    (out / "report.md").write_text(render(g, results, ds.layout, fig_names), encoding="utf-8")
+    (out / ANALYSIS_REPORT).write_text(
+        render_report(g, results, ds.layout, fig_names), encoding="utf-8"
+    )
     return results

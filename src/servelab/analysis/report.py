@@ -6,10 +6,11 @@ import json
 from collections import Counter
 from typing import Any
 
-from servelab.analysis.core import Groups
+from servelab.analysis.groups import Groups
 from servelab.analysis.stats import describe
 from servelab.analysis.validity import (
     AFFECTS_WORDS,
+    BY_NAME,
     CHECKS,
     FAILED,
     NOT_CHECKED,
@@ -19,16 +20,38 @@ from servelab.analysis.validity import (
     counts,
 )
 from servelab.hostfacts import ISA_FLAGS
-
-
-def _f(x: float | None, spec: str = ",.2f") -> str:
-    return "-" if x is None else format(x, spec)
+from servelab.paths import TELEMETRY_FIGURE
+from servelab.render import md_table, num
 
 
 def _ms(x: float | None) -> str:
+    """A latency in ms, or in s from one second on."""
     if x is None:
-        return "-"
+        return num(x)
     return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
+
+
+THROUGHPUT_HEADER = (
+    "Concurrency",
+    "Repeats",
+    "Mean output throughput",
+    "CV",
+    "Mean TTFT",
+    "p99 TTFT",
+    "Mean TPOT",
+)
+TELEMETRY_HEADER = (
+    "Config",
+    "Concurrency",
+    "Output tok/s",
+    "Utilization",
+    "Server CPU",
+    "Peak running",
+    "Peak waiting",
+    "Waiting fraction",
+    "Peak KV usage",
+    "Preemptions",
+)
 
 
 def _lat(g: Groups, sc: str, c: int, metric: str) -> str:
@@ -93,7 +116,7 @@ def _host_section(host: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) -> str:
+def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) -> str:
     lines = [
         "# servelab analysis",
         "",
@@ -104,20 +127,16 @@ def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) 
     lines += _validity_section(g)
     lines += ["## Throughput by concurrency", ""]
     for sc in g.configs:
-        lines += [
-            f"### {sc}",
-            "",
-            "| Concurrency | Repeats | Mean output throughput | CV | Mean TTFT | p99 TTFT "
-            "| Mean TPOT |",
-            "|---:|---:|---:|---:|---:|---:|---:|",
-        ]
+        rows = []
         for c in g.levels(sc):
             d = describe(list(g.values(sc, c, "output_throughput").values()))
-            cv = "n/a (1 repeat)" if d.n == 1 else f"{_f(d.cv_pct, '.2f')}%"
-            lines.append(
-                f"| {c} | {d.n} | {_f(d.mean)} tok/s | {cv} | {_lat(g, sc, c, 'mean_ttft_ms')} "
-                f"| {_lat(g, sc, c, 'p99_ttft_ms')} | {_lat(g, sc, c, 'mean_tpot_ms')} |"
+            cv = "n/a (1 repeat)" if d.n == 1 else f"{num(d.cv_pct, '.2f')}%"
+            rows.append(
+                [c, d.n, f"{num(d.mean)} tok/s", cv]
+                + [_lat(g, sc, c, m) for m in ("mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms")]
             )
+        lines += [f"### {sc}", ""]
+        lines += md_table(THROUGHPUT_HEADER, rows, align="rrrrrrr")
         lines.append("")
     if any("utilization_pct" in p.metrics for pts in g.by.values() for p in pts.values()):
         lines += _telemetry_section(g)
@@ -129,20 +148,19 @@ def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) 
         "",
     ]
     for sc, a, b in sorted({(r["server_config"], r["a"], r["b"]) for r in results["paired"]}):
-        rows = [r for r in results["paired"] if (r["server_config"], r["a"], r["b"]) == (sc, a, b)]
-        lines += [
-            f"### {sc}: C{a} vs C{b}",
-            "",
-            f"| Metric | C{a} | C{b} | Change (b vs a) | Agree (a > b) | p | Verdict |",
-            "|---|---:|---:|---:|---:|---:|---|",
-        ]
-        for r in rows:
+        cells = []
+        for r in results["paired"]:
+            if (r["server_config"], r["a"], r["b"]) != (sc, a, b):
+                continue
             ma, mb = g.mean(sc, a, r["metric"]), g.mean(sc, b, r["metric"])
-            change = _f(100.0 * (mb / ma - 1), "+.2f") + "%" if ma and mb is not None else "-"
-            lines.append(
-                f"| {r['metric']} | {_f(ma)} | {_f(mb)} | {change} | {r['agree']} "
-                f"| {_f(r['p_value'], '.3g')} | {r['verdict']} |"
+            change = num(100.0 * (mb / ma - 1), "+.2f") + "%" if ma and mb is not None else "-"
+            cells.append(
+                [r["metric"], num(ma), num(mb), change, r["agree"]]
+                + [num(r["p_value"], ".3g"), r["verdict"]]
             )
+        header = ["Metric", f"C{a}", f"C{b}", "Change (b vs a)", "Agree (a > b)", "p", "Verdict"]
+        lines += [f"### {sc}: C{a} vs C{b}", ""]
+        lines += md_table(header, cells, align="lrrrrrl")
         lines.append("")
     lines += ["## Knee", ""]
     for k in results["knee"]:
@@ -153,9 +171,10 @@ def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) 
         for d in results["dominance"]:
             lines.append(
                 f"- {d['server_config']} at concurrency {d['concurrency']} is dominated by "
-                f"{d['dominated_by']} (throughput {_f(d['output_throughput_delta_pct'], '+.1f')}%, "
-                f"mean TTFT {_f(d['mean_ttft_ms_delta_pct'], '+.1f')}%, "
-                f"mean TPOT {_f(d['mean_tpot_ms_delta_pct'], '+.1f')}% relative to it)"
+                f"{d['dominated_by']} "
+                f"(throughput {num(d['output_throughput_delta_pct'], '+.1f')}%, "
+                f"mean TTFT {num(d['mean_ttft_ms_delta_pct'], '+.1f')}%, "
+                f"mean TPOT {num(d['mean_tpot_ms_delta_pct'], '+.1f')}% relative to it)"
             )
     else:
         lines.append("- none")
@@ -174,7 +193,7 @@ def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) 
             else:
                 lines.append(
                     f"- {sc}: concurrency {cap['concurrency']}, "
-                    f"{_f(cap['output_throughput'])} tok/s"
+                    f"{num(cap['output_throughput'])} tok/s"
                 )
     lines += ["", "## Diagnoses", ""]
     if results["diagnoses"]:
@@ -184,12 +203,14 @@ def render(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) 
     else:
         lines.append("- none")
     if results["claims"]:
-        lines += ["", "## Claims", "", "| Claim | Verdict |", "|---|---|"]
-        for c in results["claims"]:
-            lines.append(f"| `{c['claim']}` | {c.get('reason') or c['verdict']} |")
+        lines += ["", "## Claims", ""]
+        lines += md_table(
+            ["Claim", "Verdict"],
+            [[f"`{c['claim']}`", c.get("reason") or c["verdict"]] for c in results["claims"]],
+        )
     lines += ["", "## Figures", ""]
     for name in figures:
-        if name.endswith(".svg") and not name.startswith("utilization_vs_throughput"):
+        if name.endswith(".svg") and not name.startswith(TELEMETRY_FIGURE):
             lines.append(f"![{name.removesuffix('.svg')}](figures/{name})")
     return "\n".join(lines) + "\n"
 
@@ -203,25 +224,28 @@ def _telemetry_section(g: Groups) -> list[str]:
         "share of all the host's cores; server CPU is in % of one core. Running, waiting "
         "and KV usage come from the server's /metrics (peaks over the point).",
         "",
-        "| Config | Concurrency | Output tok/s | Utilization | Server CPU | Peak running "
-        "| Peak waiting | Waiting fraction | Peak KV usage | Preemptions |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    rows = []
     for sc in g.configs:
         for c in g.levels(sc):
             kv = g.mean(sc, c, "kv_usage_max")
             wf = g.mean(sc, c, "waiting_fraction")
-            lines.append(
-                f"| {sc} | {c} | {_f(g.mean(sc, c, 'output_throughput'))} "
-                f"| {_f(g.mean(sc, c, 'utilization_pct'), '.1f')}% "
-                f"| {_f(g.mean(sc, c, 'cpu_server_util_pct_mean'), '.1f')}% "
-                f"| {_f(g.mean(sc, c, 'running_max'), '.1f')} "
-                f"| {_f(g.mean(sc, c, 'waiting_max'), '.1f')} "
-                f"| {_f(None if wf is None else 100 * wf, '.0f')}% "
-                f"| {_f(None if kv is None else 100 * kv, '.1f')}% "
-                f"| {_f(g.mean(sc, c, 'preemptions'), '.1f')} |"
+            rows.append(
+                [
+                    sc,
+                    c,
+                    num(g.mean(sc, c, "output_throughput")),
+                    f"{num(g.mean(sc, c, 'utilization_pct'), '.1f')}%",
+                    f"{num(g.mean(sc, c, 'cpu_server_util_pct_mean'), '.1f')}%",
+                    num(g.mean(sc, c, "running_max"), ".1f"),
+                    num(g.mean(sc, c, "waiting_max"), ".1f"),
+                    f"{num(None if wf is None else 100 * wf, '.0f')}%",
+                    f"{num(None if kv is None else 100 * kv, '.1f')}%",
+                    num(g.mean(sc, c, "preemptions"), ".1f"),
+                ]
             )
-    lines += ["", "![utilization vs tokens/s](figures/utilization_vs_throughput.svg)", ""]
+    lines += md_table(TELEMETRY_HEADER, rows, align="lrrrrrrrrr")
+    lines += ["", f"![utilization vs tokens/s](figures/{TELEMETRY_FIGURE}.svg)", ""]
     return lines
 
 
@@ -239,19 +263,20 @@ def _validity_section(g: Groups) -> list[str]:
         "checks from `chunk_tokens` on catch the measurement mistakes other serving benchmarks "
         "are known for (docs/pitfalls.md).",
         "",
-        "| Check | Threshold | A failure removes | Passed | Failed | Noted | Not checked |",
-        "|---|---|---|---:|---:|---:|---:|",
     ]
+    rows = []
     for k in CHECKS:
         t = k.threshold(g.thresholds)
         limit = (
             f"`{SECTION}.{k.threshold_key}` = {t:g}" if k.threshold_key and t is not None else "-"
         )
         n = c[k.name]
-        lines.append(
-            f"| {k.name} | {limit} | {AFFECTS_WORDS[k.affects]} | {n[PASSED]} | {n[FAILED]} "
-            f"| {n[NOTED]} | {n[NOT_CHECKED]} |"
+        rows.append(
+            [k.name, limit, AFFECTS_WORDS[k.affects]]
+            + [n[PASSED], n[FAILED], n[NOTED], n[NOT_CHECKED]]
         )
+    header = ["Check", "Threshold", "A failure removes", "Passed", "Failed", "Noted"]
+    lines += md_table([*header, "Not checked"], rows, align="lllrrrr")
     lines.append("")
     flagged = [
         (sc, r, conc, f) for sc, r, conc, flags in points for f in flags if f.status == FAILED
@@ -262,15 +287,15 @@ def _validity_section(g: Groups) -> list[str]:
         lines += [f"All {len(points)} points passed every check.", ""]
     else:
         n_flagged = len({(sc, r, conc) for sc, r, conc, _ in flagged})
-        lines += [
-            f"{n_flagged} of {len(points)} points flagged:",
-            "",
-            "| Config | Repeat | Concurrency | Check | Removes | Reason |",
-            "|---|---:|---:|---|---|---|",
-        ]
-        for sc, r, conc, f in flagged:
-            removes = AFFECTS_WORDS[next(k.affects for k in CHECKS if k.name == f.check)]
-            lines.append(f"| {sc} | {r} | {conc} | {f.check} | {removes} | {f.reason} |")
+        lines += [f"{n_flagged} of {len(points)} points flagged:", ""]
+        lines += md_table(
+            ["Config", "Repeat", "Concurrency", "Check", "Removes", "Reason"],
+            [
+                [sc, r, conc, f.check, AFFECTS_WORDS[BY_NAME[f.check].affects], f.reason]
+                for sc, r, conc, f in flagged
+            ],
+            align="lrrlll",
+        )
         lines.append("")
     noted = [(sc, r, conc, f) for sc, r, conc, flags in points for f in flags if f.status == NOTED]
     if noted:

@@ -16,9 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-ALPHA = 0.05
-THRESHOLD_PCT = 2.0
-
 
 @dataclass(frozen=True)
 class Describe:
@@ -55,28 +52,38 @@ class Paired:
     verdict: str  # "a > b" | "a < b" | "not significant" | "not testable: ..."
 
 
-def paired(
-    a: Sequence[float],
-    b: Sequence[float],
-    threshold_pct: float = THRESHOLD_PCT,
-    alpha: float = ALPHA,
-) -> Paired:
-    """Compare a and b repeat by repeat (a[i] pairs with b[i])."""
-    pairs = [(x, y) for x, y in zip(a, b, strict=True) if x is not None and y is not None]
+def _pairs(a: Sequence[float], b: Sequence[float]) -> list[tuple[float, float]]:
+    return [(x, y) for x, y in zip(a, b, strict=True) if x is not None and y is not None]
+
+
+def mean_rel_diff_pct(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Mean over repeats of a/b - 1, in %; None without pairs, or when a b is zero."""
+    pairs = _pairs(a, b)
+    if not pairs:
+        return None
+    if any(y <= 0 or x <= 0 for x, y in pairs):
+        rel = [100.0 * (x / y - 1) if y else math.nan for x, y in pairs]
+        return float(np.mean(rel)) if all(map(math.isfinite, rel)) else None
+    return float(np.mean(np.asarray([x / y for x, y in pairs]) - 1.0) * 100.0)
+
+
+def paired(a: Sequence[float], b: Sequence[float], threshold_pct: float, alpha: float) -> Paired:
+    """Compare a and b repeat by repeat (a[i] pairs with b[i]); a difference is real when the
+    test's p is under `alpha` and the mean difference reaches `threshold_pct` (the analysis
+    section's)."""
+    pairs = _pairs(a, b)
     n = len(pairs)
     if n == 0:
         return Paired(0, None, "0/0", None, "not testable: no paired repeats")
     wins = sum(1 for x, y in pairs if x > y)
     agree = f"{wins}/{n}"
+    mean_rel = mean_rel_diff_pct(a, b)
     if any(y <= 0 or x <= 0 for x, y in pairs):
-        rel = [100.0 * (x / y - 1) if y else math.nan for x, y in pairs]
-        mean_rel = float(np.mean(rel)) if all(map(math.isfinite, rel)) else None
         return Paired(n, mean_rel, agree, None, "not testable: a value is zero or negative")
-    ratios = np.asarray([x / y for x, y in pairs])
-    mean_rel = float(np.mean(ratios - 1.0) * 100.0)
+    assert mean_rel is not None
     if n < 2:
         return Paired(n, mean_rel, agree, None, f"not testable: n = {n}")
-    logs = np.log(ratios)
+    logs = np.log(np.asarray([x / y for x, y in pairs]))
     sd = float(logs.std(ddof=1))
     mean_log = float(logs.mean())
     if sd == 0.0:

@@ -75,7 +75,7 @@ def check_manifest(root: Path, files: list[str]) -> list[str]:
 
 def rebuild(root: Path) -> list[str]:
     """Re-run the analysis from raw/ and server/ and compare tables, figures and report bytes."""
-    from servelab.analysis.pipeline import ANALYSIS_VERSION, analyze, options_from_config
+    from servelab.analysis.pipeline import ANALYSIS_VERSION, analysis_section, analyze
 
     pipeline = read_json(root / "provenance.json").get("pipeline", {})
     made_by = int(pipeline.get("analysis_version") or 1)
@@ -90,7 +90,9 @@ def rebuild(root: Path) -> list[str]:
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "analysis"
-        analyze(root, out, options_from_config(cfg), figures=cfg["analysis"]["figures"])
+        analyze(
+            root, out, analysis_section(cfg.get("analysis")), figures=cfg["analysis"]["figures"]
+        )
         for rel in walk_files(out):
             theirs = root / bundle_path(rel)
             if not theirs.exists():

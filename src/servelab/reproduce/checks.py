@@ -7,17 +7,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from servelab.analysis import core
-from servelab.analysis.core import Groups, Options
-from servelab.analysis.load import Dataset
+from servelab.analysis.claims import evaluate_claims
+from servelab.analysis.dataset import Dataset
+from servelab.analysis.diagnoses import diagnoses
+from servelab.analysis.groups import PAIRED_METRICS, Groups, paired_table
+from servelab.analysis.knee import dominance, knee
 from servelab.analysis.stats import describe
 from servelab.errors import ServelabError
-from servelab.experiment import ReproductionSection
+from servelab.experiment import AnalysisSection, ReproductionSection
 
 REPRODUCED = "REPRODUCED"
 NOT_REPRODUCED = "NOT REPRODUCED"
 NOT_COMPARABLE = "NOT COMPARABLE"
-POINT_METRICS = core.PAIRED_METRICS
+POINT_METRICS = PAIRED_METRICS
 
 
 @dataclass
@@ -30,19 +32,17 @@ class Analysed:
     diagnoses: list[dict[str, Any]]
 
 
-def analyse(ds: Dataset, opts: Options) -> Analysed:
+def analyse(ds: Dataset, opts: AnalysisSection) -> Analysed:
     """One side's tables (paired differences, knee, dominance, diagnoses), claims apart."""
     g = Groups(ds)
-    opts = replace(opts, claims=[])
-    kn = core.knee(g, opts)
-    dom = core.dominance(g)
-    return Analysed(
-        ds, g, core.paired_table(g, opts), kn, dom, core.diagnoses(g, ds, kn, dom, opts)
-    )
+    opts = replace(opts, claims=())
+    kn = knee(g, opts)
+    dom = dominance(g)
+    return Analysed(ds, g, paired_table(g, opts), kn, dom, diagnoses(g, ds, kn, dom, opts))
 
 
-def _claim(a: Analysed, opts: Options, claim: str) -> dict[str, Any]:
-    res = core.evaluate_claims(a.g, replace(opts, claims=[claim]), a.knee, a.dominance, a.diagnoses)
+def _claim(a: Analysed, opts: AnalysisSection, claim: str) -> dict[str, Any]:
+    res = evaluate_claims(a.g, replace(opts, claims=(claim,)), a.knee, a.dominance, a.diagnoses)
     return res[0]
 
 
@@ -184,7 +184,7 @@ def chain_rows(ref: Analysed, new: Analysed) -> list[dict[str, Any]]:
         lv = ref.g.levels(sc)
         if len(lv) < 2:
             continue
-        for m in core.PAIRED_METRICS:
+        for m in PAIRED_METRICS:
             rs, ns = f"C{lv[0]}", f"C{lv[0]}"
             for a, b in zip(lv, lv[1:], strict=False):
                 rr, nr = reference.get((sc, a, b, m)), fresh.get((sc, a, b, m))
@@ -197,7 +197,7 @@ def chain_rows(ref: Analysed, new: Analysed) -> list[dict[str, Any]]:
 
 
 def claim_rows(
-    ref: Analysed, new: Analysed, opts: Options, claims: list[str]
+    ref: Analysed, new: Analysed, opts: AnalysisSection, claims: list[str]
 ) -> list[dict[str, Any]]:
     """Each claim evaluated on both sides: reproduced when the fresh run gives the reference's
     verdict; not comparable without fresh data, or when either side is invalid or the

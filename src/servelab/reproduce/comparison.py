@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from servelab.analysis.claims_syntax import parse_claim
-from servelab.analysis.core import Options
-from servelab.analysis.load import load
+from servelab.claims_syntax import parse_claim
+from servelab.analysis.dataset import load_dataset
 from servelab.config import default_section
 from servelab.errors import ServelabError
 from servelab.evidence.schemas import validate_file
-from servelab.experiment import Experiment, ReproductionSection
+from servelab.experiment import AnalysisSection, Experiment, ReproductionSection
 from servelab.hostfacts import compare_hosts, host_qualifier
 from servelab.jsonio import write_json
 from servelab.paths import ExperimentPaths
@@ -42,9 +40,9 @@ def reference_claims(side: Side, s: ReproductionSection) -> list[str]:
     return own + [c for c in s.claims if c not in own]
 
 
-def reference_options(side: Side) -> Options:
+def reference_options(side: Side) -> AnalysisSection:
     """The analysis options of the reference: both sides are analysed with them."""
-    return Options.from_config(dataclasses.asdict(side.analysis))
+    return side.analysis
 
 
 def _check_settings(claims: list[str], s: ReproductionSection) -> None:
@@ -84,7 +82,8 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any
     claims = reference_claims(ref, s)
     _check_settings(claims, s)
     # both sides checked with the reference's validity thresholds (its analysis: section)
-    rds, nds = load(ref.root, validity=opts.validity), load(new.root, validity=opts.validity)
+    rds = load_dataset(ref.root, validity=opts.validity)
+    nds = load_dataset(new.root, validity=opts.validity)
     notes = [n for n in [align_configs(rds, nds)] if n]
     ra, na = analyse(rds, opts), analyse(nds, opts)
     host = compare_hosts(ref.provenance, new.provenance)

@@ -8,7 +8,6 @@ Releases, tarballs and bundles that do not verify are refused, naming the first 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,12 +15,12 @@ from typing import Any
 
 import yaml
 
-from servelab.analysis.load import detect_layout
-from servelab.config import default_section, merge
+from servelab.analysis.dataset import detect_layout
+from servelab.analysis.pipeline import analysis_section
 from servelab.errors import ServelabError
 from servelab.evidence.files import safe_extract
 from servelab.evidence.verify import verify
-from servelab.experiment import AnalysisSection, section_from_dict
+from servelab.experiment import AnalysisSection
 from servelab.hashing import check_pinned
 from servelab.jsonio import read_json
 
@@ -43,9 +42,7 @@ class Side:
         """The side's recorded `analysis:` section (its claims, thresholds and validity
         checks), keys it lacks (newer than the side) at the schema's defaults; the defaults for
         a side that records no config (raw results, a vllm-bench tree)."""
-        defaults = dataclasses.asdict(default_section(AnalysisSection, "analysis"))
-        recorded = (self.config or {}).get("analysis") or {}
-        return section_from_dict(AnalysisSection, merge(defaults, recorded), "analysis")
+        return analysis_section((self.config or {}).get("analysis"))
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.given, "kind": self.kind}

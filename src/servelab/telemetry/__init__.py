@@ -9,7 +9,6 @@ from servelab.telemetry.figure import plot_utilization_vs_throughput
 from servelab.telemetry.sampling import (
     FILE_NAME,
     PointTelemetry,
-    default_settings,
     read_samples,
     write_samples,
 )
@@ -26,7 +25,6 @@ __all__ = [
     "COLUMNS",
     "FILE_NAME",
     "PointTelemetry",
-    "default_settings",
     "parse_metrics",
     "plot_utilization_vs_throughput",
     "read_samples",

@@ -1,4 +1,5 @@
-"""The figure "utilization vs tokens/s": same rows, same bytes (fixed SVG hash salt, no dates)."""
+"""The figure "utilization vs tokens/s" (paths.TELEMETRY_FIGURE), for the analysis and for
+`servelab telemetry summarize`: same rows, same bytes (servelab.render's figure saver)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from servelab.paths import TELEMETRY_FIGURE
+from servelab.render import figure_style, save_figure
+
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+# servelab's figure style (render.FIGURE_RC) with the settings this figure has always been
+# drawn with: text as paths, matplotlib's font size and no default grid (it draws its own).
+# Released analyses hold its bytes (analysis/figures/utilization_vs_throughput.*).
+STYLE = {"svg.fonttype": "path", "font.size": 10.0, "axes.grid": False, "grid.alpha": 1.0}
 
 
 def plot_utilization_vs_throughput(
-    rows: Sequence[dict[str, Any]], out: Path, title: str = "utilization vs tokens/s"
-) -> Path:
-    """Write the figure to `out` (.svg or .png): one dot per point, one colour per server
-    config, each concurrency labelled at the mean of its repeats, the best throughput dashed."""
+    rows: Sequence[dict[str, Any]], out_dir: Path, title: str = "utilization vs tokens/s"
+) -> list[Path]:
+    """Write the figure into `out_dir` (.svg and .png): one dot per point, one colour per
+    server config, each concurrency labelled at the mean of its repeats, the best throughput
+    dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,9 +40,7 @@ def plot_utilization_vs_throughput(
         + (f" ({cpus})" if cpus else "")
         + " (process tree, mean over the point)"
     )
-    with matplotlib.rc_context(
-        {"svg.hashsalt": "servelab", "svg.fonttype": "path", "font.family": "DejaVu Sans"}
-    ):
+    with figure_style(**STYLE):
         fig, ax = plt.subplots(figsize=(7.0, 4.5), dpi=100)
         configs = sorted({str(r["server_config"]) for r in have})
         colours = plt.get_cmap("tab10")
@@ -84,10 +91,4 @@ def plot_utilization_vs_throughput(
         ax.set_title(title)
         ax.grid(True, color="0.9")
         fig.tight_layout()
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if out.suffix == ".svg":
-            fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None})
-        else:
-            fig.savefig(out, format="png", metadata={"Software": None})
-        plt.close(fig)
-    return out
+        return save_figure(fig, out_dir, TELEMETRY_FIGURE)

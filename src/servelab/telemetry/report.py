@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
+from servelab.render import csv_text, num
 from servelab.telemetry.summary import COLUMNS, telemetry_columns, utilization_vs_throughput
 
 POINT_COLUMNS = ("server_config", "concurrency", "repeat", "output_throughput", "mean_ttft_ms")
-FIGURE_NAME = "utilization-vs-throughput"
 
 
 def point_rows(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -25,26 +23,12 @@ def point_rows(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _cell(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
-
-
 def rows_csv(rows: Sequence[Mapping[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    header = [*POINT_COLUMNS, *COLUMNS]
-    w.writerow(header)
-    for r in rows:
-        w.writerow([_cell(r.get(k)) for k in header])
-    return buf.getvalue()
+    return csv_text([*POINT_COLUMNS, *COLUMNS], rows)
 
 
 def _f(v: Any, spec: str, width: int) -> str:
-    return f"{'-':>{width}}" if v is None else f"{format(v, spec):>{width}}"
+    return f"{num(v, spec):>{width}}"
 
 
 def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -81,7 +65,7 @@ def summarize_experiment(exp_dir: Path, out_dir: Path | None = None) -> tuple[st
 
     if not (exp_dir / "raw").is_dir():
         raise ServelabError(f"{exp_dir}: no raw/ folder; pass results/<experiment>")
-    points = load_points(exp_dir)
+    points = [p.meta for p in load_points(exp_dir)]
     if not points:
         raise ServelabError(f"{exp_dir}/raw: no complete point; run the sweep first")
     rows = point_rows(points)
@@ -89,11 +73,8 @@ def summarize_experiment(exp_dir: Path, out_dir: Path | None = None) -> tuple[st
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "points.csv"
     csv_path.write_text(rows_csv(rows), encoding="utf-8")
-    util = utilization_vs_throughput(points)
-    written = [csv_path]
-    for suffix in (".svg", ".png"):
-        written.append(plot_utilization_vs_throughput(util, out / f"{FIGURE_NAME}{suffix}"))
-    return render_table(rows), written
+    figure = plot_utilization_vs_throughput(utilization_vs_throughput(points), out)
+    return render_table(rows), [csv_path, *figure]
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:

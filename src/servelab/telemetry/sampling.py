@@ -13,12 +13,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from servelab.errors import ServelabError
+from servelab.experiment import TelemetrySection
 from servelab.jsonio import dumps
 from servelab.telemetry.sources import (
     GpuSource,
@@ -31,14 +32,6 @@ from servelab.telemetry.summary import summarize
 
 FILE_NAME = "telemetry.jsonl"
 SOURCE_ORDER = {"gpu": 0, "cpu": 1, "server": 2}
-
-
-def default_settings() -> dict[str, Any]:
-    """The `telemetry:` defaults, from the config schema (the one place they are written)."""
-    from servelab.config import SCHEMA_PATH, load_yaml
-
-    props = load_yaml(SCHEMA_PATH)["properties"]["telemetry"]["properties"]
-    return {k: v["default"] for k, v in props.items()}
 
 
 class Sampler:
@@ -98,25 +91,26 @@ class Sampler:
 class PointTelemetry:
     """Samplers running alongside one point; use as a context manager around the point.
 
-        tel = PointTelemetry(cfg["telemetry"], server_pid, base_url)
+        tel = PointTelemetry(exp.telemetry, server_pid, base_url)
         with tel:
             run_point(...)
         summary = tel.finish(point_dir, started_epoch_ns, finished_epoch_ns)
 
     `finish` writes telemetry.jsonl (whatever was sampled, also for a point cut short) and
-    returns the point's summary. `cfg` is the config's `telemetry:` section (see
-    `default_settings`); `nvml` replaces the pynvml module (tests).
+    returns the point's summary. `settings` is the experiment's `telemetry:` section
+    (`config.default_section(TelemetrySection, "telemetry")` without one); `nvml` replaces
+    the pynvml module (tests).
     """
 
     def __init__(
         self,
-        cfg: Mapping[str, Any],
+        settings: TelemetrySection,
         server_pid: int | None,
         base_url: str | None,
         nvml: Any = None,
     ) -> None:
-        self.cfg = dict(cfg)
-        self.enabled = bool(self.cfg["enabled"])
+        self.settings = settings
+        self.enabled = settings.enabled
         self.server_pid = server_pid
         self.base_url = base_url
         self.nvml = nvml
@@ -133,11 +127,11 @@ class PointTelemetry:
             return
         self._started = True
         sources: list[tuple[Source, float]] = [
-            (GpuSource(self.nvml), float(self.cfg["gpu_hz"])),
-            (HostSource(self.server_pid, self.own_cpu_s), float(self.cfg["cpu_hz"])),
+            (GpuSource(self.nvml), float(self.settings.gpu_hz)),
+            (HostSource(self.server_pid, self.own_cpu_s), float(self.settings.cpu_hz)),
             (
-                ServerMetricsSource(self.base_url, float(self.cfg["metrics_timeout_s"])),
-                float(self.cfg["metrics_hz"]),
+                ServerMetricsSource(self.base_url, float(self.settings.metrics_timeout_s)),
+                float(self.settings.metrics_hz),
             ),
         ]
         for source, hz in sources:
@@ -152,7 +146,7 @@ class PointTelemetry:
         for s in self.samplers:
             s.start()
         for s in self.samplers:  # the first samples come before the point
-            s.first.wait(float(self.cfg["metrics_timeout_s"]) + 1.0)
+            s.first.wait(float(self.settings.metrics_timeout_s) + 1.0)
 
     def stop(self) -> None:
         for s in self.samplers:  # all at once: the closing samples are taken together
@@ -160,7 +154,7 @@ class PointTelemetry:
         for s in self.samplers:
             # A thread stuck in a read (a hung scrape) is a daemon: it is left to finish on
             # its own, its source still open, and only what it sampled so far is kept.
-            if s.stop(float(self.cfg["metrics_timeout_s"]) + 1.0) and s.source in self._sources:
+            if s.stop(float(self.settings.metrics_timeout_s) + 1.0) and s.source in self._sources:
                 s.source.close()
                 self._sources.remove(s.source)
 

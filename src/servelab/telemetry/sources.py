@@ -443,7 +443,7 @@ class ServerMetricsSource:
 
     name = "server"
 
-    def __init__(self, base_url: str | None, timeout_s: float = 2.0, path: str = "/metrics"):
+    def __init__(self, base_url: str | None, timeout_s: float, path: str = "/metrics"):
         self.base_url = base_url
         self.timeout_s = timeout_s
         self.path = path

@@ -15,19 +15,20 @@ from typing import Any
 
 from servelab.analysis.validity import (
     Flag,
-    Thresholds,
     check_point,
     evaluate,
     facts_from_bench,
     failed,
-    point_label,
+    point_name,
     removing,
 )
 from servelab.client import RequestRecord
+from servelab.config import default_section
 from servelab.errors import ServelabError
-from servelab.jsonio import read_json, read_jsonl_gz
+from servelab.experiment import ValiditySection
+from servelab.jsonio import read_json
 from servelab.metrics import assemble, point_metrics, request_latencies
-from servelab.rawdata import load_point, point_contexts, point_files
+from servelab.rawdata import load_points, point_files
 from servelab.server import parse_capacity
 from servelab.telemetry.summary import telemetry_columns
 
@@ -46,7 +47,7 @@ class Point:
     # per successful request: (ttft, tpot or None, e2el), ms; for goodput under SLOs
     per_request: list[tuple[float, float | None, float]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
-    # validity checks (analysis/validity.py): a failed one leaves the metrics it affects out of
+    # validity checks (analysis/validity/): a failed one leaves the metrics it affects out of
     # every statistic; `metrics` keeps the raw values
     checks: tuple[Flag, ...] = ()
 
@@ -60,7 +61,7 @@ class Point:
 
     @property
     def label(self) -> str:
-        return point_label(self.server_config, self.repeat, self.concurrency)
+        return point_name(self.server_config, self.repeat, self.concurrency)
 
 
 @dataclass
@@ -69,7 +70,8 @@ class Dataset:
     root: Path
     points: list[Point]
     capacity: dict[str, dict[str, Any]]  # server_config -> capacity facts (may be empty)
-    validity: Thresholds = field(default_factory=Thresholds.defaults)
+    # the thresholds the points were checked with
+    validity: ValiditySection
     # the measuring host per server config (launch.json cpu_facts) and what the runtime
     # computes with (runtime/runtime.json isa); empty where the raw data has none
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -90,10 +92,12 @@ def detect_layout(root: Path) -> str:
     )
 
 
-def load(root: Path, name: str | None = None, validity: Thresholds | None = None) -> Dataset:
+def load_dataset(
+    root: Path, name: str | None = None, validity: ValiditySection | None = None
+) -> Dataset:
     """Every complete point with its metrics and its validity flags under `validity`
     (the schema's defaults when None)."""
-    t = validity or Thresholds.defaults()
+    t = validity or default_section(ValiditySection, "analysis", "validity")
     layout = detect_layout(root)
     if layout == "servelab":
         return _load_servelab(root, t)
@@ -113,14 +117,11 @@ def _per_request(
     return ttfts, per
 
 
-def _load_servelab(root: Path, t: Thresholds) -> Dataset:
+def _load_servelab(root: Path, t: ValiditySection) -> Dataset:
     points = []
-    context = point_contexts(root)
-    for pj in point_files(root):
-        meta = load_point(pj)
-        if meta.get("status") != "complete":
-            continue
-        recs = [RequestRecord.from_json(r) for r in read_jsonl_gz(pj.parent / "requests.jsonl.gz")]
+    for raw in load_points(root):
+        meta = raw.meta
+        recs = [RequestRecord.from_json(r) for r in raw.request_rows()]
         ttfts, per = _per_request(recs)
         metrics = point_metrics(recs)
         metrics["client_cpu_s"] = meta.get("client_cpu_s")
@@ -136,7 +137,7 @@ def _load_servelab(root: Path, t: Thresholds) -> Dataset:
                 ttfts_ms=ttfts,
                 per_request=per,
                 extra={k: meta[k] for k in ("launch", "telemetry") if k in meta},
-                checks=check_point(recs, meta, t, **context.get(str(meta["server_config"]), {})),
+                checks=check_point(recs, meta, t, raw.server_args, raw.warmup),
             )
         )
     capacity = {}
@@ -205,7 +206,7 @@ def vllm_bench_metrics(
     return m, ttft, per
 
 
-def _load_vllm_bench(root: Path, name: str, t: Thresholds) -> Dataset:
+def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
     points = []
     for rep_dir in sorted(d for d in root.glob("rep_*") if d.is_dir() and VLLM_REP.match(d.name)):
         rep = int(VLLM_REP.match(rep_dir.name).group(1))  # type: ignore[union-attr]

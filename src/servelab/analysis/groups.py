@@ -1,0 +1,236 @@
+"""Points grouped by server configuration and concurrency, and the per-point, per-level and
+paired tables read from them (points.csv, summary.csv, paired.csv).
+
+`Groups.values` is what every statistic reads: a metric of a point that failed a validity check
+affecting it is left out there; `invalid_text` says which and why wherever a verdict is missing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from servelab.analysis.dataset import Dataset, Point
+from servelab.analysis.stats import describe, paired
+from servelab.analysis.validity import BY_NAME, Flag, PointFlags, failed
+from servelab.errors import ServelabError
+from servelab.experiment import AnalysisSection
+
+POINT_METRICS = (
+    [
+        "num_prompts",
+        "completed",
+        "failed",
+        "duration",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+    ]
+    + [
+        f"{stat}_{lat}_ms"
+        for lat in ("ttft", "tpot", "itl", "e2el", "ttfb", "client_wait")
+        for stat in ("mean", "median", "std", "p50", "p90", "p95", "p99")
+    ]
+    + ["achieved_concurrency", "mean_in_flight", "client_cpu_s"]
+)
+SUMMARY_METRICS = [
+    "output_throughput",
+    "request_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "p99_itl_ms",
+    "mean_e2el_ms",
+    "p99_e2el_ms",
+    "duration",
+]
+PAIRED_METRICS = ["output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms"]
+# the columns of points.csv (then the telemetry columns, where points have telemetry),
+# summary.csv and paired.csv
+POINTS_COLUMNS = (
+    "server_config",
+    "repeat",
+    "concurrency",
+    "position",
+    "valid",
+    "invalid_reasons",
+    *POINT_METRICS,
+)
+SUMMARY_COLUMNS = (
+    "server_config",
+    "concurrency",
+    "metric",
+    "n",
+    "mean",
+    "sd",
+    "cv_pct",
+    "ci95_low",
+    "ci95_high",
+    "min",
+    "max",
+)
+PAIRED_COLUMNS = (
+    "server_config",
+    "a",
+    "b",
+    "metric",
+    "n",
+    "mean_rel_diff_pct",
+    "agree",
+    "p_value",
+    "verdict",
+)
+INVALID_SHOWN = 3  # points named in an "invalid: ..." text before "and N more"
+
+
+class Groups:
+    """Points indexed by (server_config, concurrency) -> {repeat: Point}.
+
+    `values` is what every statistic reads: a metric of a point that failed a validity check
+    affecting it is left out there (and so out of means, tests, knee, dominance, SLO, diagnoses
+    and claims); `left_out` says which and why.
+    """
+
+    def __init__(self, ds: Dataset) -> None:
+        self.by: dict[tuple[str, int], dict[int, Point]] = defaultdict(dict)
+        for p in ds.points:
+            self.by[(p.server_config, p.concurrency)][p.repeat] = p
+        self.configs = ds.configs()
+        self.thresholds = ds.validity
+
+    def levels(self, sc: str) -> list[int]:
+        return sorted(c for (s, c) in self.by if s == sc)
+
+    def values(self, sc: str, c: int, metric: str) -> dict[int, float]:
+        return {
+            r: p.metrics[metric]
+            for r, p in self.by.get((sc, c), {}).items()
+            if p.metrics.get(metric) is not None and not p.left_out(metric)
+        }
+
+    def valid_points(self, sc: str, c: int, metric: str) -> list[Point]:
+        """The repeats of a point whose `metric` counts, by repeat."""
+        reps = self.by.get((sc, c), {})
+        return [reps[r] for r in sorted(reps) if not reps[r].left_out(metric)]
+
+    def left_out(self, sc: str, c: int, metric: str) -> list[tuple[Point, Flag]]:
+        reps = self.by.get((sc, c), {})
+        return [(reps[r], f) for r in sorted(reps) for f in reps[r].left_out(metric)]
+
+    def point_flags(self) -> list[PointFlags]:
+        return [
+            (sc, r, c, p.checks)
+            for (sc, c), reps in sorted(self.by.items())
+            for r, p in sorted(reps.items())
+        ]
+
+    def mean(self, sc: str, c: int, metric: str) -> float | None:
+        return describe(list(self.values(sc, c, metric).values())).mean
+
+    def pair(
+        self, sc_a: str, a: int, sc_b: str, b: int, metric: str
+    ) -> tuple[list[float], list[float]]:
+        va, vb = self.values(sc_a, a, metric), self.values(sc_b, b, metric)
+        reps = sorted(set(va) & set(vb))
+        return [va[r] for r in reps], [vb[r] for r in reps]
+
+
+def points_table(ds: Dataset) -> list[dict[str, Any]]:
+    rows = []
+    for p in sorted(ds.points, key=lambda p: (p.server_config, p.concurrency, p.repeat)):
+        row: dict[str, Any] = {
+            "server_config": p.server_config,
+            "repeat": p.repeat,
+            "concurrency": p.concurrency,
+            "position": p.position,
+            "valid": p.valid,
+            "invalid_reasons": "; ".join(f"{f.check}: {f.reason}" for f in failed(p.checks)),
+        }
+        row.update({m: p.metrics.get(m) for m in POINT_METRICS})
+        rows.append(row)
+    return rows
+
+
+def summary_table(g: Groups) -> list[dict[str, Any]]:
+    rows = []
+    for sc in g.configs:
+        for c in g.levels(sc):
+            for m in SUMMARY_METRICS:
+                d = describe(list(g.values(sc, c, m).values()))
+                rows.append(
+                    {
+                        "server_config": sc,
+                        "concurrency": c,
+                        "metric": m,
+                        "n": d.n,
+                        "mean": d.mean,
+                        "sd": d.sd,
+                        "cv_pct": d.cv_pct,
+                        "ci95_low": d.ci95_low,
+                        "ci95_high": d.ci95_high,
+                        "min": d.min,
+                        "max": d.max,
+                    }
+                )
+    return rows
+
+
+def pair_specs(g: Groups, analysis: AnalysisSection) -> list[tuple[str, int, int]]:
+    specs = []
+    for sc in g.configs:
+        lv = g.levels(sc)
+        specs += [(sc, a, b) for a, b in zip(lv, lv[1:], strict=False)]
+    for i, spec in enumerate(analysis.pairs):
+        a, b = spec.a, spec.b
+        for sc in [spec.server_config] if spec.server_config else g.configs:
+            if sc not in g.configs:
+                raise ServelabError(f"analysis.pairs[{i}].server_config: {sc!r} is not measured")
+            if a in g.levels(sc) and b in g.levels(sc) and (sc, a, b) not in specs:
+                specs.append((sc, a, b))
+    return specs
+
+
+def paired_table(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
+    rows = []
+    for sc, a, b in pair_specs(g, analysis):
+        for m in PAIRED_METRICS:
+            va, vb = g.pair(sc, a, sc, b, m)
+            r = paired(va, vb, analysis.threshold_pct, analysis.alpha)
+            hits = g.left_out(sc, a, m) + g.left_out(sc, b, m)
+            rows.append(
+                {
+                    "server_config": sc,
+                    "a": a,
+                    "b": b,
+                    "metric": m,
+                    "n": r.n,
+                    "mean_rel_diff_pct": r.mean_rel_diff_pct,
+                    "agree": r.agree,
+                    # no test on the repeats that remain: say why one is missing
+                    "p_value": None if hits else r.p_value,
+                    "verdict": invalid_text(hits) if hits else r.verdict,
+                }
+            )
+    return rows
+
+
+def hit_order(h: tuple[Point, Flag]) -> tuple[str, int, int, int]:
+    p, f = h
+    return (p.server_config, p.concurrency, p.repeat, list(BY_NAME).index(f.check))
+
+
+def invalid_text(hits: list[tuple[Point, Flag]]) -> str:
+    """'invalid: rep02 c=1 max-num-seqs-1: 4 of 4 requests delivered in one read; ...'"""
+    seen: list[str] = []
+    for p, f in sorted(hits, key=hit_order):
+        text = f"{p.label}: {f.reason}"
+        if text not in seen:
+            seen.append(text)
+    more = len(seen) - INVALID_SHOWN
+    shown = "; ".join(seen[:INVALID_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+    return f"invalid: {shown}"

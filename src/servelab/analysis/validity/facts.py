@@ -1,0 +1,161 @@
+"""What the checks read of one point (PointFacts, one RequestFacts per request), built from
+either raw layout: servelab's (requests.jsonl.gz, point.json, launch arguments, the warm-up)
+or a `vllm bench serve --save-detailed` benchmark.json."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from servelab.client import RequestRecord
+
+# streaming: a request is burst-delivered when its content came in at most this many reads
+# while it has at least BURST_MIN_TOKENS output tokens (fewer tokens fit in two reads anyway)
+BURST_MAX_READS = 2
+BURST_MIN_TOKENS = 4
+# vllm-bench trees keep one timestamp per chunk, not per read: chunks of one read are
+# microseconds apart, so gaps under this count as the same read
+BENCH_SAME_READ_S = 1e-4
+
+
+@dataclass(frozen=True)
+class RequestFacts:
+    completed: bool  # succeeded and carried content
+    output_tokens: int | None
+    reads: int | None  # reads that carried content; None when unknown
+    error: str | None
+    prompt_tokens: int | None = None
+    chunks: int | None = None  # content chunks; None when unknown
+    # tokens each content chunk carried (the server's per-chunk usage); None when not recorded
+    chunk_tokens: tuple[int, ...] | None = None
+    # content chunks without text, by index; None when not recorded
+    empty_chunks: tuple[int, ...] | None = None
+    queued_us: int | None = None  # waited in the client for its slot
+    cached_tokens: int | None = None  # prompt tokens the server found in its prefix cache
+    e2el_us: int | None = None  # send to end of stream
+
+
+@dataclass(frozen=True)
+class PointFacts:
+    """What the checks read of one point, from either raw layout."""
+
+    requests: tuple[RequestFacts, ...]
+    duration_s: float | None  # first send to last completion; None when nothing completed
+    telemetry: Mapping[str, Any] | None  # point.json's `telemetry` block
+    no_telemetry: str = "no telemetry recorded"
+    # what the point asked for (point.json); None when not recorded
+    concurrency: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    ignore_eos: bool | None = None
+    # the server configuration's arguments (launch.json `args`); None when not recorded
+    server_args: Mapping[str, Any] | None = None
+    # time-weighted requests in flight, first send to last send (servelab.metrics)
+    achieved_concurrency: float | None = None
+    # client CPU seconds over the point's window, when the telemetry block lacks it
+    client_cpu_s: float | None = None
+    window_s: float | None = None
+    # the warm-up of the same server launch ended after the point's first send (ns); None when
+    # it ended before, or nothing says
+    warmup_overlap_ns: int | None = None
+
+
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None or isinstance(v, bool) else int(v)
+
+
+def facts_from_records(
+    records: Sequence[RequestRecord],
+    meta: Mapping[str, Any],
+    server_args: Mapping[str, Any] | None = None,
+    warmup: Mapping[str, Any] | None = None,
+) -> PointFacts:
+    """servelab's layout: requests.jsonl.gz, point.json, the configuration's launch.json `args`
+    and the warm-up's point.json (same server launch)."""
+    from servelab.metrics import in_flight
+
+    reqs = []
+    for r in records:
+        done = bool(r.ok and r.chunk_offsets_us)
+        error = r.error if not done else None
+        if not done and not error:
+            error = "no content received" if r.ok else "failed without an error message"
+        reqs.append(
+            RequestFacts(
+                completed=done,
+                output_tokens=r.output_tokens,
+                reads=len(set(r.chunk_offsets_us)) if done else None,
+                error=error,
+                prompt_tokens=r.prompt_tokens,
+                chunks=len(r.chunk_offsets_us),
+                chunk_tokens=tuple(r.chunk_tokens) if r.chunk_tokens is not None else None,
+                empty_chunks=tuple(r.empty_chunks) if r.empty_chunks is not None else None,
+                queued_us=r.queued_us,
+                cached_tokens=r.cached_tokens,
+                e2el_us=r.done_offset_us if done else None,
+            )
+        )
+    good = [r for r in records if r.ok and r.chunk_offsets_us]
+    duration = None
+    if good:
+        start = min(r.sent_epoch_ns for r in records)
+        end = max(r.sent_epoch_ns + (r.done_offset_us or 0) * 1000 for r in good)
+        duration = (end - start) / 1e9
+    telemetry = meta.get("telemetry")
+    t0, t1 = meta.get("started_epoch_ns"), meta.get("finished_epoch_ns")
+    window = (int(t1) - int(t0)) / 1e9 if t0 and t1 and int(t1) > int(t0) else None
+    overlap = None
+    if warmup is not None and records and warmup.get("launch") == meta.get("launch"):
+        first_send = min(r.sent_epoch_ns for r in records)
+        wend = warmup.get("finished_epoch_ns")
+        if wend is not None and int(wend) > first_send:
+            overlap = int(wend) - first_send
+    ignore_eos = meta.get("ignore_eos")
+    return PointFacts(
+        tuple(reqs),
+        duration,
+        telemetry if isinstance(telemetry, Mapping) else None,
+        concurrency=_int_or_none(meta.get("concurrency")),
+        input_tokens=_int_or_none(meta.get("input_tokens")),
+        output_tokens=_int_or_none(meta.get("output_tokens")),
+        ignore_eos=ignore_eos if isinstance(ignore_eos, bool) else None,
+        server_args=server_args,
+        achieved_concurrency=in_flight(records)[0],
+        client_cpu_s=meta.get("client_cpu_s"),
+        window_s=window,
+        warmup_overlap_ns=overlap,
+    )
+
+
+def facts_from_bench(bench: Mapping[str, Any]) -> PointFacts:
+    """A `vllm bench serve --save-detailed` benchmark.json: per-request ITLs stand in for reads
+    (gaps under BENCH_SAME_READ_S join one read) and chunks; no telemetry."""
+    n = len(bench["ttfts"])
+    errors = bench.get("errors") or [""] * n
+    itls = bench.get("itls") or [None] * n
+    input_lens = bench.get("input_lens") or [None] * n
+    reqs = []
+    for i in range(n):
+        out = bench["output_lens"][i]
+        done = not errors[i] and out not in (0, None)
+        gaps = itls[i] if i < len(itls) else None
+        reads = 1 + sum(1 for g in gaps if float(g) >= BENCH_SAME_READ_S) if gaps else None
+        reqs.append(
+            RequestFacts(
+                completed=done,
+                output_tokens=int(out) if out is not None else None,
+                reads=reads if done and gaps is not None else None,
+                error=None if done else (str(errors[i]) or "no output"),
+                prompt_tokens=_int_or_none(input_lens[i] if i < len(input_lens) else None),
+                chunks=len(gaps) + 1 if done and gaps is not None else None,
+            )
+        )
+    duration = float(bench["duration"]) if any(r.completed for r in reqs) else None
+    return PointFacts(
+        tuple(reqs),
+        duration,
+        None,
+        no_telemetry="not recorded by vllm bench",
+        concurrency=_int_or_none(bench.get("max_concurrency")),
+    )

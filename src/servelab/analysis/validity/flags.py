@@ -1,0 +1,89 @@
+"""The vocabulary of the validity checks: a check's outcome (Flag), the check itself (Check:
+its name, definition, what a failure removes, its threshold key) and the thresholds as
+validity.json records them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from servelab.experiment import ValiditySection
+
+if TYPE_CHECKING:
+    from servelab.analysis.validity.facts import PointFacts
+
+PASSED, FAILED, NOTED, NOT_CHECKED = "passed", "failed", "noted", "not checked"
+STATUSES = (PASSED, FAILED, NOTED, NOT_CHECKED)
+LATENCY, TTFT, ITL, ALL, NONE = "latency", "ttft", "itl", "all", "none"
+AFFECTS_WORDS = {
+    LATENCY: "TTFT, TPOT, ITL",
+    TTFT: "TTFT",
+    ITL: "ITL",
+    ALL: "every metric",
+    NONE: "nothing (note)",
+}
+AFFECTED_METRIC = {
+    LATENCY: re.compile(r"_(ttft|tpot|itl)_ms$"),
+    TTFT: re.compile(r"_ttft_ms$"),
+    ITL: re.compile(r"_itl_ms$"),
+}
+SECTION = "analysis.validity"
+
+
+def thresholds_json(t: ValiditySection) -> dict[str, Any]:
+    """The thresholds as validity.json records them: numbers, counts as integers."""
+    return {
+        f.name: int(v) if f.name == "max_failed_requests" else float(v)
+        for f in fields(t)
+        for v in [getattr(t, f.name)]
+    }
+
+
+@dataclass(frozen=True)
+class Flag:
+    check: str
+    status: str
+    value: float | None
+    threshold: float | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    definition: str
+    affects: str  # LATENCY | TTFT | ITL | ALL | NONE
+    threshold_key: str | None  # key under analysis.validity
+    run: Callable[[PointFacts, ValiditySection], Flag]
+
+    def removes(self, metric: str) -> bool:
+        if self.affects == ALL:
+            return True
+        pattern = AFFECTED_METRIC.get(self.affects)
+        return pattern is not None and pattern.search(metric) is not None
+
+    def threshold(self, t: ValiditySection) -> float | None:
+        return None if self.threshold_key is None else float(getattr(t, self.threshold_key))
+
+
+def short(x: float) -> str:
+    return f"{x:g}"
+
+
+def share_text(x: float) -> str:
+    return f"{100 * x:.3g}%"
+
+
+def block(d: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    v = d.get(key)
+    return v if isinstance(v, Mapping) else {}
+
+
+def block_mean(d: Mapping[str, Any], key: str) -> float | None:
+    v = block(d, key).get("mean")
+    return None if v is None else float(v)

@@ -1,0 +1,91 @@
+"""What the report, validity.json and the end-of-run summary say about the checks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from servelab.analysis.validity.catalog import CHECKS, failed
+from servelab.analysis.validity.flags import (
+    FAILED,
+    NONE,
+    NOT_CHECKED,
+    NOTED,
+    SECTION,
+    STATUSES,
+    Flag,
+    thresholds_json,
+)
+from servelab.experiment import ValiditySection
+
+FORMAT_VERSION = 1
+
+PointFlags = tuple[str, int, int, Sequence[Flag]]  # server_config, repeat, concurrency, flags
+
+
+def point_name(server_config: str, repeat: int, concurrency: int) -> str:
+    """A point as the report and invalid-verdicts name it: 'rep02 c=1 max-num-seqs-1'."""
+    return f"rep{repeat:02d} c={concurrency} {server_config}"
+
+
+def counts(points: Sequence[PointFlags]) -> dict[str, dict[str, int]]:
+    """check -> status -> number of points."""
+    out = {c.name: dict.fromkeys(STATUSES, 0) for c in CHECKS}
+    for *_, flags in points:
+        for f in flags:
+            out[f.check][f.status] += 1
+    return out
+
+
+def validity_json(points: Sequence[PointFlags], t: ValiditySection) -> dict[str, Any]:
+    rows = sorted(points, key=lambda p: (p[0], p[2], p[1]))
+    return {
+        "format_version": FORMAT_VERSION,
+        "thresholds": thresholds_json(t),
+        "checks": [
+            {
+                "name": c.name,
+                "definition": c.definition,
+                "affects": c.affects,
+                "threshold_key": f"{SECTION}.{c.threshold_key}" if c.threshold_key else None,
+                "threshold": c.threshold(t),
+            }
+            for c in CHECKS
+        ],
+        "counts": counts(rows),
+        "points": [
+            {
+                "server_config": sc,
+                "repeat": rep,
+                "concurrency": conc,
+                "valid": not failed(flags),
+                "checks": [f.to_json() for f in flags],
+            }
+            for sc, rep, conc, flags in rows
+        ],
+    }
+
+
+def summary_line(points: Sequence[PointFlags], anchor: str = "analysis/report.md#validity") -> str:
+    """One line for the end of a run: how many points were flagged and by which checks."""
+    n = len(points)
+    if n == 0:
+        return "validity: no measured point"
+    c = counts(points)
+    flagged = sum(1 for *_, flags in points if failed(flags))
+    excluding = [k.name for k in CHECKS if k.affects != NONE]
+    if flagged:
+        by = ", ".join(f"{k} {c[k][FAILED]}" for k in excluding if c[k][FAILED])
+        line = f"validity: {flagged} of {n} points flagged ({by}); see {anchor}"
+    elif any(c[k][NOT_CHECKED] < n for k in excluding):
+        ran = [k for k in excluding if c[k][NOT_CHECKED] < n]
+        line = f"validity: all {n} points passed the {len(ran)} checks that could run"
+    else:
+        return f"validity: no check could run on the {n} points (no requests or telemetry)"
+    skipped = [k for k in excluding if c[k][NOT_CHECKED] == n]
+    if skipped:
+        line += f"; not checked: {', '.join(skipped)}"
+    noted = {k.name: c[k.name][NOTED] for k in CHECKS if k.affects == NONE and c[k.name][NOTED]}
+    for name, k in noted.items():
+        line += f"; {name} noted on {k} point{'s' if k != 1 else ''} (not excluded)"
+    return line
