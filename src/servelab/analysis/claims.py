@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from servelab.claims_syntax import CMP as _CMP
-from servelab.claims_syntax import FUNC as _FUNC
-from servelab.claims_syntax import parse_claim
 from servelab.analysis.dataset import Point
 from servelab.analysis.groups import SUMMARY_METRICS, Groups, hit_order, invalid_text
 from servelab.analysis.knee import DOMINANCE
 from servelab.analysis.stats import describe, paired
 from servelab.analysis.validity import Flag
+from servelab.claims_syntax import CMP as _CMP
+from servelab.claims_syntax import FUNC as _FUNC
+from servelab.claims_syntax import parse_claim
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 

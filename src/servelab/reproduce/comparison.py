@@ -6,8 +6,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from servelab.claims_syntax import parse_claim
 from servelab.analysis.dataset import load_dataset
+from servelab.claims_syntax import parse_claim
 from servelab.config import default_section
 from servelab.errors import ServelabError
 from servelab.evidence.schemas import validate_file
