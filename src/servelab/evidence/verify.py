@@ -90,9 +90,8 @@ def rebuild(root: Path) -> list[str]:
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "analysis"
-        analyze(
-            root, out, analysis_section(cfg.get("analysis")), figures=cfg["analysis"]["figures"]
-        )
+        analysis = analysis_section(cfg.get("analysis"))
+        analyze(root, out, analysis, figures=analysis.figures)
         for rel in walk_files(out):
             theirs = root / bundle_path(rel)
             if not theirs.exists():
