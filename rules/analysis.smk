@@ -21,7 +21,7 @@ rule analysis:
         else [],
     params:
         config=EXPERIMENT_CONFIG,
-        exp=EXP,
+        exp=experiment_dir,
     log:
         f"{EXP}/logs/analysis.log",
     benchmark:

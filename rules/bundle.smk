@@ -1,6 +1,8 @@
 # The evidence bundle (docs/bundle.md) and, as an explicit target, a frozen release:
 #   snakemake --cores all release --config release_tag=v1 [release_allow_unpinned=true]
 
+from pathlib import Path
+
 
 rule bundle:
     input:
@@ -12,7 +14,7 @@ rule bundle:
         manifest=f"{EXP}/bundle/manifest.json",
         sums=f"{EXP}/bundle/SHA256SUMS",
     params:
-        exp=EXP,
+        exp=experiment_dir,
         config=EXPERIMENT_CONFIG,
     log:
         f"{EXP}/logs/bundle.log",
@@ -31,8 +33,9 @@ rule release:
     output:
         release=f"{EVIDENCE}/{config['experiment']}/{RELEASE_TAG or 'UNSET'}/release.json",
     params:
-        exp=EXP,
-        evidence=EVIDENCE,
+        exp=experiment_dir,
+        # evidence/ (the release folder's grandparent), from the output as for params.exp
+        evidence=lambda wildcards, output: str(Path(output.release).parents[2]),
         tag=RELEASE_TAG,
         allow_unpinned=RELEASE_ALLOW_UNPINNED,
     log:

@@ -48,6 +48,17 @@ EXPERIMENT_CONFIG = {k: v for k, v in config.items() if k not in ("reference", "
 MEASURE_CONFIG = {k: v for k, v in EXPERIMENT_CONFIG.items() if k != "analysis"}
 
 
+def experiment_dir(wildcards, input, output):
+    """Every rule's params.exp: the experiment folder, read off the rule's own files (the first
+    output or input under EXP) rather than written as a constant, so that an executor which
+    maps files to another place (remote storage) maps this folder with them."""
+    for path in map(str, [*output, *input]):
+        at = path.rfind(f"{EXP}/")
+        if at >= 0:
+            return path[: at + len(EXP)]
+    raise ValueError(f"no input or output of this rule is under {EXP}/")
+
+
 wildcard_constraints:
     sc="|".join(SERVER_CONFIGS),
 

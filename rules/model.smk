@@ -4,7 +4,7 @@ rule model:
     output:
         record=f"{EXP}/model/servelab-model.json",
     params:
-        exp=EXP,
+        exp=experiment_dir,
         model=config["model"],
         cache_dir=config["runtime"]["cache_dir"],
     log:

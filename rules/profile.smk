@@ -25,7 +25,7 @@ rule profile:
         capture=f"{EXP}/profile/{{sc}}/capture.json",
     params:
         config=MEASURE_CONFIG,
-        exp=EXP,
+        exp=experiment_dir,
     resources:
         measure=1,
         **gpu_resources(),
@@ -46,7 +46,7 @@ rule profile_report:
         report=report(f"{EXP}/profile/{{sc}}/profile.md", category="Profile"),
     params:
         config=MEASURE_CONFIG,
-        exp=EXP,
+        exp=experiment_dir,
     log:
         f"{EXP}/logs/profile-report-{{sc}}.log",
     benchmark:

@@ -14,7 +14,7 @@ rule reproduce:
             category="Reproduction",
         ),
     params:
-        exp=EXP,
+        exp=experiment_dir,
         reference=config["reference"],
         settings=config["reproduction"],
     log:

@@ -6,7 +6,7 @@ rule runtime:
     output:
         record=f"{EXP}/runtime/runtime.json",
     params:
-        exp=EXP,
+        exp=experiment_dir,
         runtime=config["runtime"],
         profile=config["profile"],
     log:

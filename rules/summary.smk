@@ -9,7 +9,7 @@ rule summary:
     output:
         summary=f"{EXP}/summary.txt",
     params:
-        exp=EXP,
+        exp=experiment_dir,
     log:
         f"{EXP}/logs/summary.log",
     benchmark:

@@ -8,7 +8,7 @@ rule sweep:
         run=f"{EXP}/raw/{{sc}}/run.json",
     params:
         config=MEASURE_CONFIG,
-        exp=EXP,
+        exp=experiment_dir,
     resources:
         measure=1,
         **gpu_resources(),
