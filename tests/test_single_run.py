@@ -214,3 +214,20 @@ def test_every_diagnosis_has_an_evidence_level_and_the_same_bytes(tmp_path: Path
             assert level["label"]
         texts.append([(out / n).read_bytes() for n in ("diagnoses.json", "knee.json", "report.md")])
     assert texts[0] == texts[1]
+
+
+def test_steady_batch_from_telemetry_wins_over_the_concurrency() -> None:
+    """With telemetry, the batch is the running requests the server held (95th percentile,
+    mean over repeats), not the concurrency the client asked for."""
+    from servelab.analysis.diagnoses import _batch
+
+    class Telemetry:
+        def __init__(self, running: float | None) -> None:
+            self.running = running
+
+        def mean(self, sc: str, c: int, metric: str) -> float | None:
+            return self.running if metric == "running_p95" else None
+
+    assert _batch(Telemetry(2.6), "x", 8, 12) == (3, "steady batch (running requests, telemetry)")
+    assert _batch(Telemetry(None), "x", 8, 12) == (8, "concurrency")
+    assert _batch(Telemetry(None), "x", 8, 4) == (4, "max_num_seqs")
