@@ -30,6 +30,8 @@ def diagnosis_line(d: dict[str, Any]) -> str:
     """One diagnosis as `servelab analyze` prints it: kind, config, concurrency, evidence
     level, and for a dip what the CUDA graph capture sizes say."""
     where = f" c={d['concurrency']}" if "concurrency" in d else ""
+    if d["kind"] == "dominated":
+        where += f" by c={d['evidence']['dominated_by']}"
     text = f"{d['kind']}: {d['server_config']}{where} ({d['evidence_level']['label']})"
     if d.get("capture_explanation"):
         text += f"; {d['capture_explanation']}"
