@@ -139,3 +139,41 @@ KNEE_SPEC = {
     128: [(4990.0, 420.0), (5005.0, 418.0), (4994.0, 421.0)],
     256: [(4772.0, 746.0), (4780.0, 750.0), (4769.0, 744.0)],
 }
+
+
+# The published V100 study (seed 000): one measurement per concurrency. Under --max-num-seqs 1
+# throughput is 45.5 tok/s at every level; under 12, concurrency 2 gives 1.66x, concurrency 3
+# falls back to 47.8 (a batch outside the fork's CUDA graphs, captured for batch sizes 1 and 2
+# only), and the curve passes concurrency 2 again by 6. Values: (tok/s, TTFT ms).
+V100_MNS1 = {c: [(45.5, 700.0 * c)] for c in (1, 2, 4, 8)}
+V100_MNS12 = {
+    1: [(45.5, 600.0)],
+    2: [(45.5 * 1.66, 900.0)],
+    3: [(47.8, 1800.0)],
+    4: [(66.0, 2000.0)],
+    6: [(98.0, 2600.0)],
+    8: [(124.0, 3000.0)],
+    12: [(156.1, 3500.0)],
+}
+
+
+def v100_server_log(max_num_seqs: int, capture_sizes: list[int]) -> str:
+    """A startup log in vLLM's own format (tests/fixtures/vllm-capture-sizes/ has the recorded
+    lines it follows): the non-default arguments, the engine's configuration with its
+    compilation config, and the KV cache lines of the published V100 run."""
+    pre = "(EngineCore pid=212) INFO 05-21 21:03:20"
+    return (
+        "(APIServer pid=1) INFO 05-21 21:03:01 [utils.py:253] non-default args: "
+        "{'model': 'Qwen/Qwen3.6-27B-AWQ', 'max_model_len': 32768, "
+        f"'tensor_parallel_size': 2, 'max_num_seqs': {max_num_seqs}}}\n"
+        f"{pre} [core.py:109] Initializing a V1 LLM engine (v0.10.1) with config: "
+        "model='Qwen/Qwen3.6-27B-AWQ', quantization=awq, enforce_eager=False, "
+        "device_config=cuda, compilation_config={'mode': <CompilationMode.VLLM_COMPILE: 3>, "
+        "'compile_sizes': [], 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>, "
+        f"'cudagraph_num_of_warmups': 1, 'cudagraph_capture_sizes': {capture_sizes!r}, "
+        f"'cudagraph_copy_inputs': False, 'max_cudagraph_capture_size': {max(capture_sizes)}}}, "
+        "kernel_config=KernelConfig(moe_backend='auto')\n"
+        f"{pre} [kv_cache_utils.py:1708] GPU KV cache size: 422,707 tokens\n"
+        f"{pre} [kv_cache_utils.py:1709] Maximum concurrency for 32,768 tokens per request: "
+        "12.90x\n"
+    )

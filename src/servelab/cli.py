@@ -64,6 +64,7 @@ def _cmd_build_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
+    from servelab.analysis.diagnoses import diagnosis_line
     from servelab.analysis.pipeline import analyze
     from servelab.config import default_section, load
     from servelab.experiment import AnalysisSection
@@ -81,8 +82,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         f"{len(results['claims'])} claims"
     )
     for d in results["diagnoses"]:
-        where = f" c={d['concurrency']}" if "concurrency" in d else ""
-        print(f"  {d['kind']}: {d['server_config']}{where}")
+        print(f"  {diagnosis_line(d)}")
     for c in results["claims"]:
         print(f"  claim {c['verdict']}: {c['claim']}")
     return 0

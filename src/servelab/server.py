@@ -75,6 +75,25 @@ _MAXCONC_RE = re.compile(
 )
 _NONDEFAULT_RE = re.compile(r"non-default args:\s*(\{.*\})")
 _VERSION_RE = re.compile(r"(?:vLLM API server version|version)\s+v?(\d+\.\d+\.\d+\S*)")
+# The CUDA graph capture sizes the engine used. vLLM prints its whole configuration when the
+# engine starts ("Initializing a V1 LLM engine (vX) with config: ... compilation_config=...");
+# the compilation config is JSON in 0.6-0.10 (`"cudagraph_capture_sizes":[256,248,...,1]`,
+# largest first) and a Python dict in later versions (`'cudagraph_capture_sizes': [1, 2, 4]`,
+# `'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>`). A server started with
+# --cudagraph-metrics prints `- Capture sizes: [1, 2, 4]` with its statistics; a later warning
+# "Capping cudagraph capture sizes from max 512 to 352" drops the sizes above the cap.
+_COMPILATION_RE = re.compile(r"compilation_config=\{")
+_CAPTURE_SIZES_RE = re.compile(
+    r"""['"]cudagraph_capture_sizes['"]\s*:\s*(\[[\d,\s]*\]|None|null)"""
+)
+_CUDAGRAPH_MODE_RE = re.compile(
+    r"""['"]cudagraph_mode['"]\s*:\s*(?:<CUDAGraphMode\.(\w+)|['"](\w+)['"])"""
+)
+_METRICS_SIZES_RE = re.compile(r"- Capture sizes:\s*(\[[\d,\s]*\])")
+_METRICS_MODE_RE = re.compile(r"- Mode:\s*(\w+)")
+_CAPPING_RE = re.compile(r"Capping cudagraph capture sizes from max (\d+) to (\d+)")
+# "...is not supported with spec-decode for attention backend ...; setting cudagraph_mode=PIECEWISE"
+_MODE_SET_RE = re.compile(r"setting cudagraph_mode=(\w+)")
 
 
 def _num(text: str) -> float:
@@ -109,7 +128,65 @@ def parse_capacity(log_text: str) -> dict[str, Any]:
     for m in _VERSION_RE.finditer(log_text):
         facts["version"] = m.group(1)
         break
+    facts.update(parse_capture_sizes(log_text, facts["non_default_args"]))
     return facts
+
+
+def _size_list(text: str) -> list[int] | None:
+    if text in ("None", "null"):
+        return None
+    return sorted({int(x) for x in re.findall(r"\d+", text)})
+
+
+def parse_capture_sizes(
+    log_text: str, non_default_args: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The CUDA graph capture sizes the engine used, ascending (`cudagraph_capture_sizes`;
+    [] when it captured none, None when the log does not say), where they were read
+    (`cudagraph_capture_sizes_source`: `compilation_config` from the engine's configuration,
+    `cudagraph_metrics`, or `non_default_args`: only what was asked for), the cap a later
+    warning applied (`cudagraph_capture_sizes_capped_to`) and `cudagraph_mode` (NONE,
+    PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE, as a later warning left it; None
+    when not printed)."""
+    sizes: list[int] | None = None
+    source: str | None = None
+    mode: str | None = None
+    for line in log_text.splitlines():
+        start = _COMPILATION_RE.search(line)
+        if start is None:
+            continue
+        rest = line[start.end() :]
+        m = _CAPTURE_SIZES_RE.search(rest)
+        if m is not None:
+            sizes, source = _size_list(m.group(1)), "compilation_config"
+        mm = _CUDAGRAPH_MODE_RE.search(rest)
+        if mm is not None:
+            mode = mm.group(1) or mm.group(2)
+    if source is None:
+        for m in _METRICS_SIZES_RE.finditer(log_text):
+            sizes, source = _size_list(m.group(1)), "cudagraph_metrics"
+        for m in _METRICS_MODE_RE.finditer(log_text):
+            mode = mode or m.group(1)
+    if source is None and non_default_args:
+        asked = non_default_args.get("cudagraph_capture_sizes")
+        cc = non_default_args.get("compilation_config")
+        if asked is None and isinstance(cc, Mapping):
+            asked = cc.get("cudagraph_capture_sizes")
+        if isinstance(asked, list) and all(isinstance(x, int) for x in asked):
+            sizes, source = sorted(set(asked)), "non_default_args"
+    for m in _MODE_SET_RE.finditer(log_text):
+        mode = m.group(1)
+    capped: int | None = None
+    for m in _CAPPING_RE.finditer(log_text):
+        capped = int(m.group(2))
+    if capped is not None and sizes is not None:
+        sizes = [x for x in sizes if x <= capped]
+    return {
+        "cudagraph_capture_sizes": sizes,
+        "cudagraph_capture_sizes_source": source,
+        "cudagraph_capture_sizes_capped_to": capped,
+        "cudagraph_mode": mode,
+    }
 
 
 def _jsonable(v: Any) -> Any:

@@ -1,6 +1,10 @@
 """Diagnoses (diagnoses.json): what the tables say about the server's configuration, in
 plain words with the evidence - serialized, KV headroom unused, a throughput dip, utilization
-that misleads, points past the knee and dominated points."""
+that misleads, points past the knee and dominated points.
+
+Every diagnosis carries its evidence level (`evidence_level`, stats.evidence_level): how many
+repeats it rests on and whether a paired test called it real. On one repeat a diagnosis says
+what the data show, labelled "1 repeat: not tested", rather than being dropped."""
 
 from __future__ import annotations
 
@@ -9,10 +13,29 @@ from typing import Any
 
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.groups import Groups
-from servelab.analysis.stats import paired
+from servelab.analysis.knee import DOMINANCE
+from servelab.analysis.stats import evidence_level, paired
 from servelab.experiment import AnalysisSection
+from servelab.server import parse_capture_sizes
 
 LINEAR_TOLERANCE = 1.25  # serialized: seconds per request may vary this much across levels
+
+
+def _repeats(g: Groups, sc: str, levels: list[int], metrics: list[str]) -> int:
+    """The fewest repeats a statistic over these levels and metrics rests on."""
+    return min((len(g.values(sc, c, m)) for c in levels for m in metrics), default=0)
+
+
+def diagnosis_line(d: dict[str, Any]) -> str:
+    """One diagnosis as `servelab analyze` prints it: kind, config, concurrency, evidence
+    level, and for a dip what the CUDA graph capture sizes say."""
+    where = f" c={d['concurrency']}" if "concurrency" in d else ""
+    if d["kind"] == "dominated":
+        where += f" by c={d['evidence']['dominated_by']}"
+    text = f"{d['kind']}: {d['server_config']}{where} ({d['evidence_level']['label']})"
+    if d.get("capture_explanation"):
+        text += f"; {d['capture_explanation']}"
+    return text
 
 
 def _max_num_seqs(cap: dict[str, Any]) -> int | None:
@@ -37,12 +60,17 @@ def diagnoses(
         means = {c: g.mean(sc, c, "output_throughput") or 0.0 for c in lv}
         flat = _flat_span(g, sc, lv, means, analysis)
         if flat is not None:
+            lo, hi = flat["concurrency_span"]
+            span = [c for c in lv if lo <= c <= hi]
             mns = _max_num_seqs(cap)
             out.append(
                 {
                     "kind": "serialized",
                     "server_config": sc,
                     "evidence": {**flat, "max_num_seqs": mns},
+                    "evidence_level": evidence_level(
+                        _repeats(g, sc, span, ["output_throughput", "duration", "num_prompts"])
+                    ),
                     "suggestion": (
                         "the server handles one request at a time: throughput is flat and wall "
                         "time grows linearly with the number of requests; "
@@ -68,6 +96,7 @@ def diagnoses(
                         "kv_cache_tokens": cap.get("kv_cache_tokens"),
                     },
                     "suggested_max_num_seqs": math.floor(maxconc),
+                    "evidence_level": evidence_level(None),
                     "suggestion": (
                         f"the startup log says the KV cache fits {maxconc:g} sequences of "
                         f"{cap.get('max_concurrency_tokens_per_request')} tokens, but "
@@ -75,21 +104,22 @@ def diagnoses(
                     ),
                 }
             )
-        dip = _dip(g, sc, lv, analysis)
-        if dip is not None:
-            nd = cap.get("non_default_args") or {}
-            sizes = next((v for k, v in sorted(nd.items()) if "capture_sizes" in k), None)
+        found = _dip(g, sc, lv, analysis)
+        if found is not None:
+            dip, level = found
+            fit = _capture_fit(g, sc, cap, dip["concurrency"], dip["lower_concurrency"])
             out.append(
                 {
                     "kind": "non_monotonic",
                     "server_config": sc,
                     "concurrency": dip["concurrency"],
-                    "capture_sizes": sizes,
+                    **fit,
                     "evidence": dip,
+                    "evidence_level": level,
                     "suggestion": (
-                        "throughput dips here and recovers at higher concurrency: avoid "
-                        "this operating point (on GPUs, often a batch size outside the "
-                        "captured CUDA graphs)"
+                        f"throughput dips {dip['drop_pct']:.0f}% below concurrency "
+                        f"{dip['lower_concurrency']} here and recovers at higher concurrency: "
+                        "avoid this operating point; " + fit["capture_explanation"]
                     ),
                 }
             )
@@ -105,6 +135,7 @@ def diagnoses(
                     "server_config": k["server_config"],
                     "concurrency": past,
                     "evidence": {"knee": k["concurrency"], "reason": k["reason"]},
+                    "evidence_level": k["evidence_level"],
                     "suggestion": (
                         f"concurrency above {k['concurrency']} adds latency, not throughput"
                     ),
@@ -117,6 +148,14 @@ def diagnoses(
                 "server_config": d["server_config"],
                 "concurrency": d["concurrency"],
                 "evidence": d,
+                "evidence_level": evidence_level(
+                    _repeats(
+                        g,
+                        d["server_config"],
+                        [d["concurrency"], d["dominated_by"]],
+                        [m for m, _ in DOMINANCE],
+                    )
+                ),
                 "suggestion": (
                     f"concurrency {d['dominated_by']} is at least as good on "
                     "throughput, TTFT and TPOT: do not operate here"
@@ -163,28 +202,113 @@ def _flat_span(
     return best
 
 
-def _dip(g: Groups, sc: str, lv: list[int], analysis: AnalysisSection) -> dict[str, Any] | None:
+def _dip(
+    g: Groups, sc: str, lv: list[int], analysis: AnalysisSection
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The first level whose throughput is below a lower level's and a higher level's by
+    `threshold_pct`: with repeats, when the paired test calls the drop from the best lower
+    level real; on one repeat, as seen (untested). Returns the evidence and its level."""
     means = {c: g.mean(sc, c, "output_throughput") or 0.0 for c in lv}
     for i, c in enumerate(lv):
         lower = [d for d in lv[:i] if means[d] > means[c] * (1 + analysis.threshold_pct / 100)]
         higher = [
             d for d in lv[i + 1 :] if means[d] > means[c] * (1 + analysis.threshold_pct / 100)
         ]
-        if lower and higher:
-            ref = max(lower, key=lambda d: means[d])
-            va, vb = g.pair(sc, ref, sc, c, "output_throughput")
-            test = paired(va, vb, analysis.threshold_pct, analysis.alpha)
-            if test.verdict == "a > b":
-                return {
-                    "concurrency": c,
-                    "throughput": means[c],
-                    "lower_concurrency": ref,
-                    "lower_throughput": means[ref],
-                    "recovers_at": higher[0],
-                    "agree": test.agree,
-                    "p_value": test.p_value,
-                }
+        if not (lower and higher):
+            continue
+        ref = max(lower, key=lambda d: means[d])
+        va, vb = g.pair(sc, ref, sc, c, "output_throughput")
+        test = paired(va, vb, analysis.threshold_pct, analysis.alpha)
+        if test.verdict == "a > b":
+            level = evidence_level(test.n, test)
+        elif test.n == 1:
+            level = evidence_level(1)
+        else:
+            continue
+        return (
+            {
+                "concurrency": c,
+                "throughput": means[c],
+                "lower_concurrency": ref,
+                "lower_throughput": means[ref],
+                "drop_pct": 100.0 * (1 - means[c] / means[ref]),
+                "recovers_at": higher[0],
+                "passes_lower_at": next((d for d in higher if means[d] > means[ref]), None),
+                "agree": test.agree,
+                "p_value": test.p_value,
+            },
+            level,
+        )
     return None
+
+
+def _capture_sizes(cap: dict[str, Any]) -> tuple[list[int] | None, str | None]:
+    """The capture sizes capacity.json records; for one written before it recorded them, what
+    the non-default arguments asked for."""
+    if "cudagraph_capture_sizes" in cap:
+        return cap["cudagraph_capture_sizes"], cap.get("cudagraph_capture_sizes_source")
+    found = parse_capture_sizes("", cap.get("non_default_args") or {})
+    return found["cudagraph_capture_sizes"], found["cudagraph_capture_sizes_source"]
+
+
+def _batch(g: Groups, sc: str, c: int, mns: int | None) -> tuple[int, str]:
+    """The batch a level ran at: the steady number of running requests when telemetry has it
+    (their 95th percentile over the point, mean over repeats), else the concurrency, capped by
+    --max-num-seqs."""
+    steady = g.mean(sc, c, "running_p95")
+    if steady is not None and steady > 0:
+        return int(round(steady)), "steady batch (running requests, telemetry)"
+    if mns is not None and mns < c:
+        return mns, "max_num_seqs"
+    return c, "concurrency"
+
+
+def _capture_fit(g: Groups, sc: str, cap: dict[str, Any], c: int, ref: int) -> dict[str, Any]:
+    """Whether the dip's batch size is outside the CUDA graphs the server captured, in words
+    (`capture_explanation`) and as `outside_capture_sizes` (None when the log does not say)."""
+    sizes, source = _capture_sizes(cap)
+    mode = cap.get("cudagraph_mode")
+    mns = _max_num_seqs(cap)
+    batch, batch_source = _batch(g, sc, c, mns)
+    ref_batch, _ = _batch(g, sc, ref, mns)
+    outside: bool | None = None
+    if sizes is None:
+        text = (
+            "the CUDA graph capture sizes are unknown (no compilation config in the startup "
+            "log): a batch size outside the captured graphs is a common cause on GPUs"
+        )
+    elif not sizes or mode == "NONE":
+        text = "the server captured no CUDA graphs: capture sizes do not explain the dip"
+    elif batch > max(sizes):
+        outside = True
+        where = "inside them" if ref_batch <= max(sizes) else "outside them too"
+        text = (
+            f"batch size {batch} (the {batch_source.split(' (')[0]}) is outside the captured CUDA "
+            f"graph sizes {sizes}: it runs without a captured graph, while concurrency {ref} "
+            f"(batch {ref_batch}) is {where}"
+        )
+    elif batch in sizes:
+        outside = False
+        text = (
+            f"batch size {batch} is a captured CUDA graph size ({sizes}): capture sizes do "
+            "not explain the dip"
+        )
+    else:
+        outside = False
+        up = min(x for x in sizes if x > batch)
+        text = (
+            f"batch size {batch} is not a captured CUDA graph size but is padded up to {up} "
+            f"(captured: {sizes}): padding, not a missing graph"
+        )
+    return {
+        "capture_sizes": sizes,
+        "capture_sizes_source": source,
+        "cudagraph_mode": mode,
+        "batch_size": batch,
+        "batch_size_source": batch_source,
+        "outside_capture_sizes": outside,
+        "capture_explanation": text,
+    }
 
 
 def _utilization_misleading(
@@ -212,6 +336,14 @@ def _utilization_misleading(
             "server_config": sc,
             "concurrency": [h["concurrency"] for h in hits],
             "evidence": hits,
+            "evidence_level": evidence_level(
+                _repeats(
+                    g,
+                    sc,
+                    [int(h["concurrency"]) for h in hits],
+                    ["output_throughput", "utilization_pct"],
+                )
+            ),
             "suggestion": "the device reads fully busy while delivering under half the best "
             "throughput: judge by tokens/s, not utilization",
         }

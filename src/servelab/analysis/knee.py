@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from servelab.analysis.groups import Groups
+from servelab.analysis.stats import evidence_level, paired
 from servelab.experiment import AnalysisSection
 
 # throughput: higher is better; latencies: lower is better
@@ -38,6 +39,9 @@ def knee(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
             "evidence": {},
         }
         usable = [c for c in lv if means[c] is not None]
+        entry["evidence_level"] = evidence_level(
+            min((len(g.values(sc, c, "output_throughput")) for c in usable), default=0)
+        )
         if len(usable) < 2:
             entry["reason"] = "fewer than two concurrency levels with throughput"
             out.append(entry)
@@ -53,6 +57,11 @@ def knee(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
                     reason=(
                         f"throughput peaks at {best} and falls at {nxt} in every repeat "
                         f"({len(va)}/{len(va)})"
+                        if len(va) > 1
+                        else f"throughput peaks at {best} and falls at {nxt} (1 repeat)"
+                    ),
+                    evidence_level=evidence_level(
+                        len(va), paired(va, vb, analysis.threshold_pct, analysis.alpha)
                     ),
                 )
                 entry["evidence"] = {

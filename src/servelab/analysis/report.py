@@ -165,7 +165,10 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
     lines += ["## Knee", ""]
     for k in results["knee"]:
         where = f"concurrency {k['concurrency']}" if k["concurrency"] is not None else "none"
-        lines.append(f"- **{k['server_config']}**: {where}. {k['reason']}.")
+        lines.append(
+            f"- **{k['server_config']}**: {where}. {k['reason']} "
+            f"(*{k['evidence_level']['label']}*)."
+        )
     lines += ["", "## Dominated operating points", ""]
     if results["dominance"]:
         for d in results["dominance"]:
@@ -195,11 +198,22 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
                     f"- {sc}: concurrency {cap['concurrency']}, "
                     f"{num(cap['output_throughput'])} tok/s"
                 )
-    lines += ["", "## Diagnoses", ""]
+    lines += [
+        "",
+        "## Diagnoses",
+        "",
+        "Each names its evidence level: the fewest repeats it rests on and whether the paired "
+        "t-test called it real. On one repeat nothing can be tested; what the data show is "
+        "reported as `1 repeat: not tested`.",
+        "",
+    ]
     if results["diagnoses"]:
         for d in results["diagnoses"]:
             where = f" (concurrency {d['concurrency']})" if "concurrency" in d else ""
-            lines.append(f"- **{d['kind']}**, {d['server_config']}{where}: {d['suggestion']}.")
+            lines.append(
+                f"- **{d['kind']}**, {d['server_config']}{where}, "
+                f"*{d['evidence_level']['label']}*: {d['suggestion']}."
+            )
     else:
         lines.append("- none")
     if results["claims"]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -97,3 +98,36 @@ def paired(a: Sequence[float], b: Sequence[float], threshold_pct: float, alpha: 
     else:
         verdict = "not significant"
     return Paired(n, mean_rel, agree, p, verdict)
+
+
+def evidence_level(repeats: int | None, test: Paired | None = None) -> dict[str, Any]:
+    """What a diagnosis or a knee rests on: `repeats` (the fewest repeats of the points it
+    reads; None for a fact from the startup log), `tested` (a paired t-test ran and called the
+    difference real), `p_value` (the test's, when one ran) and `label`, the words the report
+    and `servelab analyze` print: "1 repeat: not tested", "3 repeats: paired t-test p = 0.0001
+    (3/3 agree)", "3 repeats: paired t-test not significant (p = 0.21, 2/3 agree)"."""
+    if repeats is None:
+        return {"repeats": None, "tested": False, "p_value": None, "label": LOG_FACT}
+    word = "repeat" if repeats == 1 else "repeats"
+    if test is None or test.p_value is None:
+        return {
+            "repeats": repeats,
+            "tested": False,
+            "p_value": None,
+            "label": f"{repeats} {word}: not tested",
+        }
+    real = test.verdict in ("a > b", "a < b")
+    said = (
+        f"paired t-test p = {test.p_value:.3g} ({test.agree} agree)"
+        if real
+        else f"paired t-test not significant (p = {test.p_value:.3g}, {test.agree} agree)"
+    )
+    return {
+        "repeats": repeats,
+        "tested": real,
+        "p_value": test.p_value,
+        "label": f"{repeats} {word}: {said}",
+    }
+
+
+LOG_FACT = "startup log: a fact, not a measurement"
