@@ -89,14 +89,17 @@ class ForwardGrouper:
         with the work done per forward, not per launch.
         """
         n = len(starts)
-        keys: Sequence[object] = list(zip(*grids, strict=True)) if grids is not None else [None] * n
+
+        def key(j: int) -> object:
+            return None if grids is None else (grids[0][j], grids[1][j], grids[2][j])
+
         i = 0
         while self._buffer is not None and i < n:  # the prefix that finds the alignment
-            self.feed(Launch(starts[i], ends[i], pops[i], tags[i], keys[i]))
+            self.feed(Launch(starts[i], ends[i], pops[i], tags[i], key(i)))
             i += 1
         while self._current and i < n:  # the rest of a forward begun in an earlier batch
             self.launches += 1
-            self._push(Launch(starts[i], ends[i], pops[i], tags[i], keys[i]))
+            self._push(Launch(starts[i], ends[i], pops[i], tags[i], key(i)))
             i += 1
         if i == n:
             return
@@ -109,7 +112,10 @@ class ForwardGrouper:
             consistent = len(set(tags[a:b])) == 1
             ps = pops[a:b]
             es = ends[a:b]
-            ks = set(keys[a:b])
+            # the forward's key: its grid when every layer has the same (per column, in C)
+            k = None
+            if grids is not None and all(c[a:b].count(c[a]) == L for c in grids):
+                k = key(a)
             forwards.append(
                 Forward(
                     index=len(forwards),
@@ -118,11 +124,11 @@ class ForwardGrouper:
                     population=ps[0] if consistent and len(set(ps)) == 1 else None,
                     kernel_ns=sum(es) - sum(starts[a:b]),
                     consistent=consistent,
-                    key=next(iter(ks)) if len(ks) == 1 else None,
+                    key=k,
                 )
             )
         self._current = [
-            Launch(starts[j], ends[j], pops[j], tags[j], keys[j]) for j in range(whole, n)
+            Launch(starts[j], ends[j], pops[j], tags[j], key(j)) for j in range(whole, n)
         ]
 
     def _settle(self) -> None:
