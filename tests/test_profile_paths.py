@@ -140,6 +140,10 @@ def test_seed_trace_through_the_cli(
         ("c0256", "1x*x16", "210"),
         ("c0256", "9x*x16", "147"),
     ]
+    fwd = list(csv.DictReader((tmp_path / "out" / "forwards.csv").open()))
+    c256 = [r["path"] for r in fwd if r["window"] == "c0256"]
+    assert c256[:3] == ["9x*x16"] * 3 and c256[-3:] == ["1x*x16"] * 3  # fill, drain
+    assert (c256.count("9x*x16"), c256.count("1x*x16")) == (150, 213)
     ratios = list(csv.DictReader((tmp_path / "out" / "path_ratios.csv").open()))
     assert len(ratios) == 4 and {r["path"] for r in ratios} == {"1x*x16", "9x*x16"}
     loc = list(csv.DictReader((tmp_path / "out" / "localisation.csv").open()))
@@ -278,3 +282,35 @@ def test_cpu_trace_paths_are_step_kinds() -> None:
     )
     assert prof["localisation"] == [] and prof["ratios"] == []  # one window: nothing to compare
     jsonschema.validate(prof, SCHEMA)
+
+
+def test_path_dims_from_the_config(tmp_path: Path, seed_y: SeedFiles) -> None:
+    """profile.path_dims reaches the workflow's analysis (rule profile_report), and the
+    schema checks it."""
+    import shutil
+
+    from test_profile_capture import gpu_config
+
+    from servelab.experiment import Experiment
+    from servelab.paths import ExperimentPaths
+    from servelab.profile.report import analyze_capture
+
+    trace, windows, cfg, _ = seed_y
+    out = tmp_path / "profile" / "max-num-seqs-8"
+    (out / "nsys").mkdir(parents=True)
+    shutil.copy(trace, out / "nsys" / "profile.sqlite")
+    shutil.copy(windows, out / "windows.json")
+    shutil.copy(cfg, tmp_path / "config.json")
+    capture = {"status": "profiled", "tool": "nsys", "traces": ["nsys/profile.sqlite"]}
+    (out / "capture.json").write_text(json.dumps(capture))
+    profile = Experiment.from_dict(gpu_config(path_dims=["x"])).profile
+    assert profile.path_dims == ("x",)
+    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "max-num-seqs-8", tmp_path)
+    assert prof["settings"]["path_dims"] == ["x"]
+    assert prof["settings"]["path_dims_source"] == "profile.path_dims"
+    paths = {p["path"]: p["calls"] for p in prof["windows"]["c0256"]["attention_paths"]}
+    assert paths == {"9x*x*": 5400, "1x*x*": 7684}
+    jsonschema.validate(prof, SCHEMA)
+    with pytest.raises(ServelabError, match="path_dims"):
+        gpu_config(path_dims=["w"])
+    assert Experiment.from_dict(gpu_config()).profile.path_dims is None

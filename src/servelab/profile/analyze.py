@@ -76,6 +76,7 @@ class ProfileResult:
     profile: dict[str, Any]
     kernels: dict[str, list[dict[str, Any]]]
     forwards: dict[str, list[tuple[str, Forward]]]
+    split: PathSplit = field(default_factory=lambda: PathSplit(()))  # launch key -> path
 
 
 def open_trace(paths: Sequence[Path]) -> NsysTrace | TorchTrace:
@@ -185,7 +186,7 @@ def _analyze(
         ),
         "notes": notes,
     }
-    return ProfileResult(profile, kernels, forwards)
+    return ProfileResult(profile, kernels, forwards, split)
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,7 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
                 f.population,
                 f.kernel_ns / 1000.0,
                 f.consistent,
+                result.split.of_key(f.key),
             ]
             for lb, rows in result.forwards.items()
             for d, f in rows
@@ -189,6 +190,7 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
                 "population",
                 "kernel_us",
                 "consistent",
+                "path",
             ],
             by_window(fwd),
         ),
