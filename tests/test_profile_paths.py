@@ -233,6 +233,9 @@ def test_scaling_dims() -> None:
     # x follows the batch (one block row per 4 sequences), z is the head count
     fws = [forward(b, ((b + 3) // 4, b, 16)) for b in range(1, 40)]
     assert scaling_dims(fws, 1) == {0, 1}
+    # x falls as the batch grows (a split count chosen from the batch size)
+    fws = [forward(b, (max(1, 64 // b), b, 16)) for b in range(1, 40)]
+    assert scaling_dims(fws, 1) == {0, 1}
     # x names a path (two values), however it correlates with the population
     fws = [forward(b, (9 if b > 20 else 1, b, 16)) for b in range(1, 40)]
     assert scaling_dims(fws, 1) == {1}

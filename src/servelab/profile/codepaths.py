@@ -5,7 +5,7 @@ with gridX=1 on decode-only forwards, gridX=9 on forwards that hold a prefill). 
 carries the batch (one block row per sequence), so grouping launches by the full grid gives one
 row per batch size. A path is named by the grid dimensions that do NOT scale with the forward's
 population: the population dimension itself, and any other dimension that takes several values
-and follows the population (correlation >= SCALING_CORRELATION over the forwards), are masked
+and follows the population (rank correlation |rho| >= SCALING_CORRELATION), are masked
 (`9x*x16`). A CPU trace has no grid: its paths are the engine-step kinds (prefill, decode,
 mixed); a GPU trace without grids has one path, `all`.
 
@@ -89,7 +89,9 @@ def parse_path_dims(value: str | Sequence[str] | None, source: str) -> tuple[int
 def scaling_dims(forwards: Iterable[Forward], pop_dim: int | None) -> set[int]:
     """The grid dimensions that scale with the forward's population: the population dimension,
     and any other one that takes at least MIN_SCALING_VALUES values over the forwards and
-    correlates with the population (Pearson r >= SCALING_CORRELATION)."""
+    follows the population, up or down (Spearman |rho| >= SCALING_CORRELATION: any monotone
+    function, e.g. one block row per 4 sequences or a split count chosen from the batch
+    size)."""
     if pop_dim is None:
         return set()
     pops: list[float] = []
@@ -105,9 +107,24 @@ def scaling_dims(forwards: Iterable[Forward], pop_dim: int | None) -> set[int]:
         col = [float(v[d]) for v in values]
         if len(set(col)) < MIN_SCALING_VALUES:
             continue
-        r = _correlation(col, pops)
-        if r is not None and r >= SCALING_CORRELATION:
+        r = _correlation(_ranks(col), _ranks(pops))
+        if r is not None and abs(r) >= SCALING_CORRELATION:
             out.add(d)
+    return out
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    """Ranks, ties given their mean rank (so Pearson on ranks is Spearman's rho)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2
+        i = j + 1
     return out
 
 
