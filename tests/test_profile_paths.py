@@ -317,3 +317,23 @@ def test_path_dims_from_the_config(tmp_path: Path, seed_y: SeedFiles) -> None:
     with pytest.raises(ServelabError, match="path_dims"):
         gpu_config(path_dims=["w"])
     assert Experiment.from_dict(gpu_config()).profile.path_dims is None
+
+
+def test_verdict_withheld_when_nvtx_and_windows_disagree(tmp_path: Path) -> None:
+    """A window found by NVTX ranges that hold another request count than windows.json
+    records is ambiguous: no verdict."""
+    from nsys_fixture import LAYERS as SMALL_LAYERS
+    from nsys_fixture import scenario, scenario_windows, windows_file
+
+    trace = scenario().write(tmp_path / "t.sqlite")
+    rows = scenario_windows()
+    rows[1]["requests"] = 3  # the client's NVTX ranges hold 2
+    windows = windows_file(tmp_path / "w.json", rows)
+    prof = cli(tmp_path / "out", trace, windows, "--layers", str(SMALL_LAYERS))
+    v = prof["localisation"][0]
+    assert v["reasons"] == ["c0002: the NVTX ranges hold 2 requests, windows.json 3"]
+    assert not v["stated"] and v["component"] is None
+    rows[1]["requests"] = 2
+    windows = windows_file(tmp_path / "w2.json", rows)
+    prof = cli(tmp_path / "out2", trace, windows, "--layers", str(SMALL_LAYERS))
+    assert prof["localisation"][0]["stated"]
