@@ -155,7 +155,8 @@ def test_feed_columns_groups_as_feed_does(layers: int) -> None:
     for i in range(layers * (PREFIX_FORWARDS + 40) + 5):
         if rnd.random() < 0.05:
             pop = rnd.randrange(1, 9)  # populations change mid-forward now and then
-        launches.append(Launch(t, t + rnd.randrange(1, 50), pop, pop if i % 97 else -1))
+        grid = (2, pop, 4 if i % 89 else 5)  # now and then a layer takes another path
+        launches.append(Launch(t, t + rnd.randrange(1, 50), pop, pop if i % 97 else -1, grid))
         t += rnd.randrange(0, 60)
     one = ForwardGrouper(layers)
     for x in launches[3:]:  # a window that begins mid-forward
@@ -164,8 +165,8 @@ def test_feed_columns_groups_as_feed_does(layers: int) -> None:
     i = 3
     while i < len(launches):
         part = launches[i : i + rnd.choice([1, 2, layers, 5 * layers + 1, 300])]
-        starts, ends, pops, tags = zip(*part, strict=True)
-        many.feed_columns(starts, ends, pops, tags)
+        starts, ends, pops, tags, keys = zip(*part, strict=True)
+        many.feed_columns(starts, ends, pops, tags, list(zip(*keys, strict=True)))
         i += len(part)
     one.finish()
     many.finish()
@@ -176,3 +177,6 @@ def test_feed_columns_groups_as_feed_does(layers: int) -> None:
         one.violations,
     )
     assert many.forwards == one.forwards
+    keys = {f.key for f in one.forwards}
+    # forwards whose layers take different paths have no key
+    assert (2, 4, 4) in keys and (layers == 1 or None in keys)

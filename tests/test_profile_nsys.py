@@ -101,25 +101,22 @@ def test_known_answers(tmp_path: Path, files: tuple[Path, Path, Path]) -> None:
     assert c2["families"]["attention"] == {"calls": 18, "total_us": 114.0, "us_per_token": 11.4}
     assert c2["families"]["gemm"]["total_us"] == 324.0
 
-    # attention paths: the main attention kernel split by grid
+    # attention paths: the main attention kernel by code path; grid y carries the batch and is
+    # masked, so both batch sizes are one path whose launch grows 2 us per sequence
     assert prof["settings"]["attention_kernel"] == ["flash_fwd_kernel"]
+    assert prof["settings"]["path_dims"] == ["x", "z"]
+    assert prof["settings"]["path_dims_source"] == "found"
     assert c2["attention_paths"] == [
         {
-            "path": "2x2x4",
-            "grid": [2, 2, 4],
-            "calls": 12,
-            "total_us": 84.0,
-            "us_per_token": 8.4,
-            "mean_us": 7.0,
-        },
-        {
-            "path": "2x1x4",
-            "grid": [2, 1, 4],
-            "calls": 6,
-            "total_us": 30.0,
-            "us_per_token": 3.0,
-            "mean_us": 5.0,
-        },
+            "path": "2x*x4",
+            "grid": [2, None, 4],
+            "grids": 2,
+            "calls": 18,
+            "total_us": 114.0,
+            "us_per_token": 11.4,
+            "mean_us": pytest.approx(114.0 / 18),
+            "slope_us_per_seq": pytest.approx(2.0),
+        }
     ]
 
     # forwards: 3 layers from config.json, population from grid y (found, not given)
@@ -131,6 +128,7 @@ def test_known_answers(tmp_path: Path, files: tuple[Path, Path, Path]) -> None:
         "launches": 12,
         "offset": 0,
         "violations": 0,
+        "path_splits": 0,
     }
     assert c2["forwards"]["count"] == 6
     rows = list(csv.DictReader((tmp_path / "out" / "forwards.csv").open()))
@@ -153,11 +151,18 @@ def test_known_answers(tmp_path: Path, files: tuple[Path, Path, Path]) -> None:
         "kernel_us_mean": 5.0,
         "forward_kernel_us_mean": 15.0,
         "forward_span_us_mean": 59.0,
+        "paths": [{"path": "2x*x4", "forwards": 4, "population_mean": 1.0, "kernel_us_mean": 5.0}],
     }
     assert (c2["steady"]["first"], c2["steady"]["last"]) == (1, 4)
     assert c2["steady"]["population_mean"] == 2.0 and c2["steady"]["kernel_us_mean"] == 7.0
     assert prof["ratios"] == [
-        {"from": "c0001", "to": "c0002", "population_ratio": 2.0, "duration_ratio": 1.4}
+        {
+            "from": "c0001",
+            "to": "c0002",
+            "population_ratio": 2.0,
+            "duration_ratio": 1.4,
+            "paths": [{"path": "2x*x4", "population_ratio": 2.0, "duration_ratio": 1.4}],
+        }
     ]
 
 

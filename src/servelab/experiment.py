@@ -204,6 +204,7 @@ class ProfileSection:
     families: tuple[Mapping[str, str], ...] | None  # each {name, regex}
     attention_kernel: str | None
     band: float
+    path_dims: tuple[str, ...] | None  # x, y, z; None: found from the forwards
 
 
 @dataclass(frozen=True)

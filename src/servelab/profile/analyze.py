@@ -10,6 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
+from servelab.profile.codepaths import (
+    PathSplit,
+    localise,
+    path_ratios,
+    paths_table,
+    scaling_dims,
+    steady_paths,
+)
 from servelab.profile.forwards import (
     DIMS,
     Forward,
@@ -22,15 +30,20 @@ from servelab.profile.forwards import (
 from servelab.profile.kernels import (
     Family,
     KernelStat,
+    classify,
     default_families,
     families_table,
     kernels_table,
     main_attention,
-    paths_table,
 )
 from servelab.profile.nsys import NsysTrace, is_sqlite
 from servelab.profile.torchtrace import TorchTrace
-from servelab.profile.windows import FORMAT_VERSION, ResolvedWindow, Window, check_disjoint
+from servelab.profile.windows import ResolvedWindow, Window, check_disjoint
+
+# profile.json's format: 2 names attention paths by the grid dimensions that do not scale with
+# the population (1 named them by the full grid) and adds the per-path steady state, the
+# per-path ratios and the localisation verdict.
+PROFILE_FORMAT_VERSION = 2
 
 
 def _default_band() -> float:
@@ -52,6 +65,10 @@ class TraceOptions:
     attention_kernel: str | None = None
     population_dim: str | None = None  # x | y | z; None: found from the launches
     band: float = field(default_factory=_default_band)
+    # grid dimensions that name an attention path (indices); None: those that do not scale
+    # with the forward's population, found from the forwards
+    path_dims: tuple[int, ...] | None = None
+    path_dims_source: str | None = None
 
 
 @dataclass
@@ -59,6 +76,7 @@ class ProfileResult:
     profile: dict[str, Any]
     kernels: dict[str, list[dict[str, Any]]]
     forwards: dict[str, list[tuple[str, Forward]]]
+    split: PathSplit = field(default_factory=lambda: PathSplit(()))  # launch key -> path
 
 
 def open_trace(paths: Sequence[Path]) -> NsysTrace | TorchTrace:
@@ -120,6 +138,7 @@ def _analyze(
     for g in passes.groupers.values():
         g.finish()
     display = passes.display
+    split, split_source = _path_split(trace, passes, opts)
 
     devices = dict(trace.devices())
     info = trace.info()
@@ -129,14 +148,19 @@ def _analyze(
     forwards: dict[str, list[tuple[str, Forward]]] = {}
     steady_by_label: dict[str, dict[str, Any] | None] = {}
     for i, rw in enumerate(resolved):
-        entry, fw = _window_entry(i, rw, passes, devices, opts)
+        entry, fw = _window_entry(i, rw, passes, devices, opts, split)
         out_windows[rw.label] = entry
         kernels[rw.label] = kernels_table(passes.stats[i], opts.families)
         forwards[rw.label] = fw
         steady_by_label[rw.label] = entry["steady"]
     order = [w.label for w in windows]
+    ratio_rows = ratios(order, steady_by_label)
+    for r in ratio_rows:
+        r["paths"] = path_ratios(steady_by_label.get(r["from"]), steady_by_label.get(r["to"]))
+    main_family = classify(next(iter(sorted(main))), opts.families) if main else None
+    requests = {w.label: _int_or_none(w.extra.get("requests")) for w in windows}
     profile = {
-        "format_version": FORMAT_VERSION,
+        "format_version": PROFILE_FORMAT_VERSION,
         "status": "profiled",
         "reason": None,
         "trace": info,
@@ -147,12 +171,22 @@ def _analyze(
             "attention_kernel": sorted(display.get(n, n) for n in main),
             "population_dim": dim_name,
             "band": opts.band,
+            "path_dims": None if split_source is None else split.dim_names(),
+            "path_dims_source": split_source,
         },
         "windows": {label: out_windows[label] for label in order},
-        "ratios": ratios(order, steady_by_label),
+        "ratios": ratio_rows,
+        "localisation": localise(
+            order,
+            out_windows,
+            requests,
+            ratio_rows,
+            main_family,
+            population_known=dim_name is not None,
+        ),
         "notes": notes,
     }
-    return ProfileResult(profile, kernels, forwards)
+    return ProfileResult(profile, kernels, forwards, split)
 
 
 @dataclass(frozen=True)
@@ -227,14 +261,36 @@ def _torch_passes(
     groupers: dict[tuple[int, str], ForwardGrouper] = {}
     if opts.layers is not None and main:
         for i, dev, t0, t1, grid, step in trace.launches(resolved, main):
+            key: object
             if cpu_steps:
                 pop = step.population if step else None
                 tag: object = step.start if step else ("outside", t0)
+                key = step.path if step else "outside a step"
             else:
                 pop = grid[dim] if grid is not None and dim is not None else None
                 tag = pop
-            _grouper(groupers, i, dev, opts.layers).feed(Launch(t0, t1, pop, tag))
+                key = grid if grid is not None else "all"
+            _grouper(groupers, i, dev, opts.layers).feed(Launch(t0, t1, pop, tag, key))
     return Passes(busy, stats, main, dim, groupers)
+
+
+def _int_or_none(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _path_split(
+    trace: NsysTrace | TorchTrace, passes: Passes, opts: TraceOptions
+) -> tuple[PathSplit, str | None]:
+    """How launches map to attention paths, and where that came from: the grid dimensions
+    given (--path-dims, profile.path_dims), or those that do not scale with the population,
+    found from the forwards. A CPU trace's paths are its engine-step kinds (no grid)."""
+    if isinstance(trace, TorchTrace) and trace.kind == "cpu":
+        return PathSplit(()), None
+    if opts.path_dims is not None:
+        return PathSplit(opts.path_dims), opts.path_dims_source or "given"
+    forwards = [f for g in passes.groupers.values() for f in g.forwards]
+    scaling = scaling_dims(forwards, passes.dim)
+    return PathSplit(tuple(d for d in range(3) if d not in scaling)), "found"
 
 
 def _dim_index(name: str) -> int:
@@ -267,7 +323,12 @@ def _population_dim(
 
 
 def _window_entry(
-    i: int, rw: ResolvedWindow, passes: Passes, devices: dict[str, str], opts: TraceOptions
+    i: int,
+    rw: ResolvedWindow,
+    passes: Passes,
+    devices: dict[str, str],
+    opts: TraceOptions,
+    split: PathSplit,
 ) -> tuple[dict[str, Any], list[tuple[str, Forward]]]:
     """Window i's entry of profile.json, and its forwards."""
     busy, stats, main, display = passes.busy[i], passes.stats[i], passes.main, passes.display
@@ -283,8 +344,10 @@ def _window_entry(
     layers = opts.layers or 1
     forwards_info = None
     steady = None
+    first_forwards: list[Forward] = []
     if first is not None:
         d0, g0 = first
+        first_forwards = g0.forwards
         forwards_info = {
             "device": d0,
             "count": len(g0.forwards),
@@ -292,8 +355,12 @@ def _window_entry(
             "launches": g0.launches,
             "offset": g0.offset,
             "violations": g0.violations,
+            "path_splits": sum(1 for f in g0.forwards if split.of_key(f.key) is None),
         }
         steady = steady_summary(g0.forwards, layers, opts.band)
+        if steady is not None:
+            sel = g0.forwards[steady["first"] : steady["last"] + 1]
+            steady["paths"] = steady_paths(sel, layers, split)
     main_stats = [s for s in stats if s.full in main]
     names = sorted({display.get(n, n) for n in main if any(s.full == n for s in stats)})
     entry = {
@@ -308,7 +375,7 @@ def _window_entry(
         "active_fraction": active,
         "families": families_table(stats, opts.families, rw.output_tokens),
         "attention_kernel": ", ".join(names) if names else None,
-        "attention_paths": paths_table(main_stats, rw.output_tokens),
+        "attention_paths": paths_table(main_stats, rw.output_tokens, split, first_forwards, layers),
         "forwards": forwards_info,
         "steady": steady,
     }

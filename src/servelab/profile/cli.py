@@ -42,6 +42,12 @@ def add_parser(sub: Any) -> None:
         help="grid dimension that counts sequences (default: found from the trace)",
     )
     a.add_argument(
+        "--path-dims",
+        metavar="DIMS",
+        help="grid dimensions that name an attention path, e.g. x or x,z; none: one path "
+        "(default: those that do not scale with the forward's population)",
+    )
+    a.add_argument(
         "--band",
         type=float,
         default=None,
@@ -52,6 +58,7 @@ def add_parser(sub: Any) -> None:
 
 def _cmd_profile_analyze(args: argparse.Namespace) -> int:
     from servelab.profile.analyze import TraceOptions, analyze_trace
+    from servelab.profile.codepaths import parse_path_dims
     from servelab.profile.forwards import layers_from_config
     from servelab.profile.kernels import parse_family_args as parse_families
     from servelab.profile.report import write_profile
@@ -69,6 +76,9 @@ def _cmd_profile_analyze(args: argparse.Namespace) -> int:
         opts.families = parse_families(args.family)
     opts.attention_kernel = args.attention_kernel
     opts.population_dim = args.population_dim
+    if args.path_dims is not None:
+        opts.path_dims = parse_path_dims(args.path_dims, "--path-dims")
+        opts.path_dims_source = "--path-dims"
     if args.band is not None:
         if not 0 <= args.band < 10:
             raise ServelabError(f"--band {args.band}: give a relative band such as 0.1")
@@ -87,6 +97,13 @@ def _cmd_profile_analyze(args: argparse.Namespace) -> int:
             else "no steady state"
         )
         print(f"{label}: active {af}; {steady}")
+        for p in (s or {}).get("paths") or []:
+            print(
+                f"  path {p['path']}: steady {p['forwards']} forwards, population "
+                f"{p['population_mean']:.4g}, {p['kernel_us_mean']:.4g} µs/launch"
+            )
+    for v in result.profile["localisation"]:
+        print(v["text"])
     for n in result.profile["notes"]:
         print(f"note: {n}")
     print(f"{out}: profile.json, {len(result.profile['windows'])} windows")

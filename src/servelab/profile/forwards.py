@@ -26,13 +26,16 @@ class Launch(NamedTuple):
     """One launch of the main attention kernel (once per layer per forward).
 
     `tag` is equal for every launch of one forward when the trace is consistent: the value of
-    the population dimension of the grid, or the engine step that encloses the launch.
+    the population dimension of the grid, or the engine step that encloses the launch. `key`
+    names the launch's code path before the batch-dependent dimensions are masked: its full
+    grid (GPU), or the kind of its engine step (CPU).
     """
 
     start_ns: int
     end_ns: int
     population: int | None
     tag: object
+    key: object = None
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Forward:
     population: int | None
     kernel_ns: int
     consistent: bool
+    key: object = None  # the launches' common key (grid or step kind); None when they differ
 
 
 class ForwardGrouper:
@@ -78,18 +82,24 @@ class ForwardGrouper:
         ends: Sequence[int],
         pops: Sequence[int | None],
         tags: Sequence[object],
+        grids: Sequence[Sequence[int]] | None = None,
     ) -> None:
         """`feed` for many launches at once, given as columns (launch i is starts[i], ends[i],
-        pops[i], tags[i]): the same forwards, with the work done per forward, not per launch.
+        pops[i], tags[i], key (grids[0][i], grids[1][i], grids[2][i])): the same forwards,
+        with the work done per forward, not per launch.
         """
         n = len(starts)
+
+        def key(j: int) -> object:
+            return None if grids is None else (grids[0][j], grids[1][j], grids[2][j])
+
         i = 0
         while self._buffer is not None and i < n:  # the prefix that finds the alignment
-            self.feed(Launch(starts[i], ends[i], pops[i], tags[i]))
+            self.feed(Launch(starts[i], ends[i], pops[i], tags[i], key(i)))
             i += 1
         while self._current and i < n:  # the rest of a forward begun in an earlier batch
             self.launches += 1
-            self._push(Launch(starts[i], ends[i], pops[i], tags[i]))
+            self._push(Launch(starts[i], ends[i], pops[i], tags[i], key(i)))
             i += 1
         if i == n:
             return
@@ -102,6 +112,10 @@ class ForwardGrouper:
             consistent = len(set(tags[a:b])) == 1
             ps = pops[a:b]
             es = ends[a:b]
+            # the forward's key: its grid when every layer has the same (per column, in C)
+            k = None
+            if grids is not None and all(c[a:b].count(c[a]) == L for c in grids):
+                k = key(a)
             forwards.append(
                 Forward(
                     index=len(forwards),
@@ -110,9 +124,12 @@ class ForwardGrouper:
                     population=ps[0] if consistent and len(set(ps)) == 1 else None,
                     kernel_ns=sum(es) - sum(starts[a:b]),
                     consistent=consistent,
+                    key=k,
                 )
             )
-        self._current = [Launch(starts[j], ends[j], pops[j], tags[j]) for j in range(whole, n)]
+        self._current = [
+            Launch(starts[j], ends[j], pops[j], tags[j], key(j)) for j in range(whole, n)
+        ]
 
     def _settle(self) -> None:
         buf = self._buffer or []
@@ -137,6 +154,7 @@ class ForwardGrouper:
             consistent = len({x.tag for x in g}) == 1
             pops = {x.population for x in g}
             pop = g[0].population if consistent and len(pops) == 1 else None
+            keys = {x.key for x in g}
             self.forwards.append(
                 Forward(
                     index=len(self.forwards),
@@ -145,6 +163,7 @@ class ForwardGrouper:
                     population=pop,
                     kernel_ns=sum(x.end_ns - x.start_ns for x in g),
                     consistent=consistent,
+                    key=g[0].key if len(keys) == 1 else None,
                 )
             )
 

@@ -410,7 +410,7 @@ class NsysTrace:
                     g = per.get((w, str(d)))
                     if g is None:
                         g = per[(w, str(d))] = ForwardGrouper(layers)
-                    g.feed_columns(starts, ends, cols[dim], cols[dim])
+                    g.feed_columns(starts, ends, cols[dim], cols[dim], cols)
         res = MainPass([[] for _ in windows], groupers)
         for (w, n, gx, gy, gz), (calls, dur) in grid.items():
             full = ids[n]

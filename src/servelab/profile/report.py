@@ -16,10 +16,16 @@ from servelab import render
 from servelab.experiment import ProfileSection
 from servelab.jsonio import read_json, write_json
 from servelab.paths import ExperimentPaths
-from servelab.profile.analyze import ProfileResult, TraceOptions, analyze_trace
+from servelab.profile.analyze import (
+    PROFILE_FORMAT_VERSION,
+    ProfileResult,
+    TraceOptions,
+    analyze_trace,
+)
+from servelab.profile.codepaths import parse_path_dims
 from servelab.profile.forwards import layers_from_config
 from servelab.profile.kernels import default_families, families_from_pairs
-from servelab.profile.windows import FORMAT_VERSION, load_windows
+from servelab.profile.windows import load_windows
 
 TABLES = (
     "active_fraction.csv",
@@ -28,7 +34,10 @@ TABLES = (
     "attention_paths.csv",
     "forwards.csv",
     "steady.csv",
+    "steady_paths.csv",
     "ratios.csv",
+    "path_ratios.csv",
+    "localisation.csv",
 )
 REPORT = "profile.md"
 # The tables' values are microsecond totals: 9 significant digits, as in profile.json.
@@ -39,7 +48,7 @@ def not_profiled(
     reason: str, server_config: str | None = None, tool: str | None = None
 ) -> dict[str, Any]:
     return {
-        "format_version": FORMAT_VERSION,
+        "format_version": PROFILE_FORMAT_VERSION,
         "status": "not profiled",
         "reason": reason,
         "server_config": server_config,
@@ -48,6 +57,7 @@ def not_profiled(
         "settings": None,
         "windows": {},
         "ratios": [],
+        "localisation": [],
         "notes": [],
     }
 
@@ -72,9 +82,24 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
         for name, f in w["families"].items()
     ]
     paths = [
-        [lb, p["path"], p["calls"], p["total_us"], p["us_per_token"], p["mean_us"]]
+        [
+            lb,
+            p["path"],
+            p["grids"],
+            p["calls"],
+            p["total_us"],
+            p["us_per_token"],
+            p["mean_us"],
+            p["slope_us_per_seq"],
+        ]
         for lb, w in wins.items()
         for p in w["attention_paths"]
+    ]
+    steady_paths = [
+        [lb, p["path"], p["forwards"], p["population_mean"], p["kernel_us_mean"]]
+        for lb, w in wins.items()
+        if (s := w["steady"]) is not None
+        for p in s.get("paths") or []
     ]
     steady = [
         [
@@ -108,6 +133,7 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
                 f.population,
                 f.kernel_ns / 1000.0,
                 f.consistent,
+                result.split.of_key(f.key),
             ]
             for lb, rows in result.forwards.items()
             for d, f in rows
@@ -116,6 +142,25 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
         [r["from"], r["to"], r["population_ratio"], r["duration_ratio"]]
         for r in profile.get("ratios") or []
     ]
+    path_ratio_rows = [
+        [r["from"], r["to"], p["path"], p["population_ratio"], p["duration_ratio"]]
+        for r in profile.get("ratios") or []
+        for p in r.get("paths") or []
+    ]
+    loc_rows = [
+        [
+            v["from"],
+            v["to"],
+            c["component"],
+            c["kind"],
+            c["from_us_per_token"],
+            c["to_us_per_token"],
+            c["delta_us_per_token"],
+            c["share"],
+        ]
+        for v in profile.get("localisation") or []
+        for c in v["components"]
+    ]
     return {
         "active_fraction.csv": _csv(["window", "device", "active_fraction"], by_window(af)),
         "families.csv": _csv(
@@ -123,7 +168,17 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
         ),
         "kernels.csv": _csv(["window", "family", "kernel", "calls", "total_us"], by_window(kern)),
         "attention_paths.csv": _csv(
-            ["window", "path", "calls", "total_us", "us_per_token", "mean_us"], by_window(paths)
+            [
+                "window",
+                "path",
+                "grids",
+                "calls",
+                "total_us",
+                "us_per_token",
+                "mean_us",
+                "slope_us_per_seq",
+            ],
+            by_window(paths),
         ),
         "forwards.csv": _csv(
             [
@@ -135,6 +190,7 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
                 "population",
                 "kernel_us",
                 "consistent",
+                "path",
             ],
             by_window(fwd),
         ),
@@ -151,7 +207,27 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
             ],
             by_window(steady),
         ),
+        "steady_paths.csv": _csv(
+            ["window", "path", "forwards", "population_mean", "kernel_us_mean"],
+            by_window(steady_paths),
+        ),
         "ratios.csv": _csv(["from", "to", "population_ratio", "duration_ratio"], ratio_rows),
+        "path_ratios.csv": _csv(
+            ["from", "to", "path", "population_ratio", "duration_ratio"], path_ratio_rows
+        ),
+        "localisation.csv": _csv(
+            [
+                "from",
+                "to",
+                "component",
+                "kind",
+                "from_us_per_token",
+                "to_us_per_token",
+                "delta_us_per_token",
+                "share",
+            ],
+            loc_rows,
+        ),
     }
 
 
@@ -213,6 +289,35 @@ def profile_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
         ],
         (_forwards_row(label, w["forwards"], w["steady"]) for label, w in windows),
     )
+    path_rows = [
+        [
+            label,
+            p["path"],
+            _num(p["calls"], ""),
+            _num(p["us_per_token"]),
+            _num(p["mean_us"]),
+            _num(p["slope_us_per_seq"]),
+            *_steady_path(w["steady"], p["path"]),
+        ]
+        for label, w in windows
+        for p in w["attention_paths"]
+    ]
+    if path_rows:
+        lines += ["", "Attention paths (the main attention kernel by code path):", ""]
+        lines += render.md_table(
+            [
+                "window",
+                "path",
+                "calls",
+                "µs/token",
+                "mean µs",
+                "µs per sequence",
+                "steady forwards",
+                "steady population",
+                "steady µs per launch",
+            ],
+            path_rows,
+        )
     if profile.get("ratios"):
         lines.append("")
         lines += render.md_table(
@@ -222,6 +327,18 @@ def profile_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
                 for r in profile["ratios"]
             ),
         )
+    path_ratios = [
+        [r["from"], r["to"], p["path"], _num(p["population_ratio"]), _num(p["duration_ratio"])]
+        for r in profile.get("ratios") or []
+        for p in r.get("paths") or []
+    ]
+    if path_ratios:
+        lines += ["", "Steady state per attention path, from window to window:", ""]
+        lines += render.md_table(
+            ["from", "to", "path", "population ratio", "duration ratio"], path_ratios
+        )
+    for v in profile.get("localisation") or []:
+        lines += ["", f"Localisation: {v['text']}"]
     for n in profile.get("notes") or []:
         lines += ["", f"Note: {n}"]
     lines.append("")
@@ -237,6 +354,13 @@ def _forwards_row(label: str, f: dict[str, Any] | None, s: dict[str, Any] | None
         _num(s and s["population_mean"]),
         _num(s and s["kernel_us_mean"]),
     ]
+
+
+def _steady_path(s: dict[str, Any] | None, path: str) -> list[str]:
+    p = next((p for p in (s or {}).get("paths") or [] if p["path"] == path), None)
+    if p is None:
+        return ["-", "-", "-"]
+    return [_num(p["forwards"], ""), _num(p["population_mean"]), _num(p["kernel_us_mean"])]
 
 
 def _family_order(profile: dict[str, Any]) -> list[str]:
@@ -290,6 +414,8 @@ def analyze_capture(
         ),
         attention_kernel=profile.attention_kernel,
         band=profile.band,
+        path_dims=parse_path_dims(profile.path_dims, "profile.path_dims"),
+        path_dims_source="profile.path_dims" if profile.path_dims is not None else None,
     )
     traces = [out / t for t in capture["traces"] if not t.endswith(".nsys-rep")]
     result = analyze_trace(traces, load_windows(out / "windows.json"), opts)

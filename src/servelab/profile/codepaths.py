@@ -1,0 +1,409 @@
+"""Attention paths as code paths, their steady state, and the localisation verdict.
+
+The main attention kernel runs through a few code paths (FlashAttention-2's split-KV kernel
+with gridX=1 on decode-only forwards, gridX=9 on forwards that hold a prefill). Its grid also
+carries the batch (one block row per sequence), so grouping launches by the full grid gives one
+row per batch size. A path is named by the grid dimensions that do NOT scale with the forward's
+population: the population dimension itself, and any other dimension that takes several values
+and follows the population (rank correlation |rho| >= SCALING_CORRELATION), are masked
+(`9x*x16`). A CPU trace has no grid: its paths are the engine-step kinds (prefill, decode,
+mixed); a GPU trace without grids has one path, `all`.
+
+The localisation verdict splits the change in time per output token between two windows into
+components (each attention path, and each kernel family with the main attention kernel taken
+out of its family) and names the one that grows most. It is stated only when the windows and
+the forwards were found without ambiguity; otherwise it says why not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from servelab.errors import ServelabError
+from servelab.profile.forwards import DIMS, Forward
+from servelab.profile.kernels import KernelStat, per_token
+
+SCALING_CORRELATION = 0.9  # a dimension with several values that follows the population
+MIN_SCALING_VALUES = 3  # fewer distinct values than this: a path marker, never the batch
+AMBIGUOUS_SHARE = 0.01  # forwards whose layers disagree: at most this share for a verdict
+PROPORTION_BAND = 0.1  # elasticity within 1 +- this: "in proportion"
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class PathSplit:
+    """How a launch's key (its grid, or a name such as a CPU step kind) maps to a path.
+
+    `dims` are the grid dimensions that name a path (in order x, y, z); the others are
+    masked. A key that is already a name is its own path."""
+
+    dims: tuple[int, ...]
+
+    def of_grid(self, grid: Sequence[int]) -> str:
+        if not self.dims:
+            return ALL
+        return "x".join(str(grid[d]) if d in self.dims else "*" for d in range(3))
+
+    def masked(self, grid: Sequence[int] | None) -> list[int | None] | None:
+        if grid is None:
+            return None
+        return [int(grid[d]) if d in self.dims else None for d in range(3)]
+
+    def of_key(self, key: object) -> str | None:
+        """The path of a forward's key; None when its layers disagree (no common key)."""
+        if isinstance(key, tuple):
+            return self.of_grid(key)
+        if isinstance(key, str):
+            return key
+        return None
+
+    def of_stat(self, s: KernelStat) -> str:
+        if s.path is not None:
+            return s.path
+        return self.of_grid(s.grid) if s.grid is not None else ALL
+
+    def dim_names(self) -> list[str]:
+        return [DIMS[d] for d in self.dims]
+
+
+def parse_path_dims(value: str | Sequence[str] | None, source: str) -> tuple[int, ...] | None:
+    """`--path-dims x,z` (or `xz`, or `none` for one path) / profile.path_dims [x, z]."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        items = [] if text in ("none", "") else [c for c in text.replace(",", "") if c != " "]
+    else:
+        items = [str(v).strip().lower() for v in value]
+    bad = [v for v in items if v not in DIMS]
+    if bad or len(set(items)) != len(items):
+        raise ServelabError(
+            f"{source} {value!r}: give distinct grid dimensions among x, y, z (e.g. x,z), or none"
+        )
+    return tuple(sorted(DIMS.index(v) for v in items))
+
+
+def scaling_dims(forwards: Iterable[Forward], pop_dim: int | None) -> set[int]:
+    """The grid dimensions that scale with the forward's population: the population dimension,
+    and any other one that takes at least MIN_SCALING_VALUES values over the forwards and
+    follows the population, up or down (Spearman |rho| >= SCALING_CORRELATION: any monotone
+    function, e.g. one block row per 4 sequences or a split count chosen from the batch
+    size)."""
+    if pop_dim is None:
+        return set()
+    pops: list[float] = []
+    values: list[tuple[int, ...]] = []
+    for f in forwards:
+        if f.population is not None and isinstance(f.key, tuple):
+            pops.append(float(f.population))
+            values.append(f.key)
+    out = {pop_dim}
+    for d in range(3):
+        if d == pop_dim or not values:
+            continue
+        col = [float(v[d]) for v in values]
+        if len(set(col)) < MIN_SCALING_VALUES:
+            continue
+        r = _correlation(_ranks(col), _ranks(pops))
+        if r is not None and abs(r) >= SCALING_CORRELATION:
+            out.add(d)
+    return out
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    """Ranks, ties given their mean rank (so Pearson on ranks is Spearman's rho)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2
+        i = j + 1
+    return out
+
+
+def _correlation(a: Sequence[float], b: Sequence[float]) -> float | None:
+    n = len(a)
+    if n < 2:
+        return None
+    ma, mb = sum(a) / n, sum(b) / n
+    sab = sum((x - ma) * (y - mb) for x, y in zip(a, b, strict=True))
+    saa = sum((x - ma) ** 2 for x in a)
+    sbb = sum((y - mb) ** 2 for y in b)
+    if saa == 0 or sbb == 0:
+        return None
+    return sab / math.sqrt(saa * sbb)
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float | None:
+    """Least-squares slope of y on x; None with fewer than two distinct x."""
+    if len({x for x, _ in points}) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / sxx
+
+
+def paths_table(
+    stats: Iterable[KernelStat],
+    tokens: int | None,
+    split: PathSplit,
+    forwards: Sequence[Forward],
+    layers: int,
+) -> list[dict[str, Any]]:
+    """Per path: calls, total, µs per output token, mean duration (all its launches in the
+    window), the grids folded into it, and the slope of the per-launch duration on the
+    forward's population (µs per sequence, over the path's forwards)."""
+    acc: dict[str, list[Any]] = {}
+    for s in stats:
+        name = split.of_stat(s)
+        a = acc.setdefault(name, [0, 0, set(), s.grid])
+        a[0] += s.calls
+        a[1] += s.total_ns
+        if s.grid is not None:
+            a[2].add(s.grid)
+    points: dict[str, list[tuple[float, float]]] = {}
+    for f in forwards:
+        key = split.of_key(f.key)
+        if key is not None and f.population is not None:
+            points.setdefault(key, []).append((f.population, f.kernel_ns / 1000.0 / layers))
+    rows: list[dict[str, Any]] = [
+        {
+            "path": name,
+            "grid": split.masked(grid),
+            "grids": len(grids),
+            "calls": calls,
+            "total_us": total / 1000.0,
+            "us_per_token": per_token(total, tokens),
+            "mean_us": total / 1000.0 / calls if calls else None,
+            "slope_us_per_seq": slope(points.get(name, [])),
+        }
+        for name, (calls, total, grids, grid) in acc.items()
+    ]
+    rows.sort(key=lambda r: (-r["total_us"], r["path"]))
+    return rows
+
+
+def steady_paths(
+    forwards: Sequence[Forward], layers: int, split: PathSplit
+) -> list[dict[str, Any]]:
+    """Per path, over the forwards of the steady range: forwards, population mean and the mean
+    duration of one launch (`kernel_us_mean`). Forwards whose layers disagree on the path are
+    left out."""
+    acc: dict[str, list[float]] = {}
+    for f in forwards:
+        name = split.of_key(f.key)
+        if name is None or f.population is None:
+            continue
+        a = acc.setdefault(name, [0, 0.0, 0.0])
+        a[0] += 1
+        a[1] += f.population
+        a[2] += f.kernel_ns
+    rows: list[dict[str, Any]] = [
+        {
+            "path": name,
+            "forwards": int(n),
+            "population_mean": pop / n,
+            "kernel_us_mean": ns / 1000.0 / (n * layers),
+        }
+        for name, (n, pop, ns) in acc.items()
+    ]
+    rows.sort(key=lambda r: (-r["forwards"] * r["kernel_us_mean"], r["path"]))
+    return rows
+
+
+def path_ratios(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Per path in both steady states: population and per-launch duration ratios (b / a)."""
+    pa = {p["path"]: p for p in (a or {}).get("paths") or []}
+    pb = {p["path"]: p for p in (b or {}).get("paths") or []}
+    out = []
+    for name in sorted(set(pa) & set(pb)):
+        out.append(
+            {
+                "path": name,
+                "population_ratio": _div(pb[name]["population_mean"], pa[name]["population_mean"]),
+                "duration_ratio": _div(pb[name]["kernel_us_mean"], pa[name]["kernel_us_mean"]),
+            }
+        )
+    return out
+
+
+def _div(num: float | None, den: float | None) -> float | None:
+    if num is None or not den:
+        return None
+    return float(num) / float(den)
+
+
+# --- the localisation verdict ----------------------------------------------------------------
+
+
+def components(
+    window: Mapping[str, Any], main_family: str | None
+) -> dict[str, tuple[str, float | None]]:
+    """A window's time per output token split into components: name -> (kind, µs/token).
+    Each attention path, then each family (the main attention kernel's family without it)."""
+    out: dict[str, tuple[str, float | None]] = {}
+    paths = window.get("attention_paths") or []
+    main_per_token = 0.0
+    for p in paths:
+        out[f"attention path {p['path']}"] = ("attention path", p["us_per_token"])
+        main_per_token += p["us_per_token"] or 0.0
+    for name, f in (window.get("families") or {}).items():
+        v = f["us_per_token"]
+        if name == main_family and v is not None:
+            out[f"{name} (other kernels)"] = ("family", v - main_per_token)
+        else:
+            out[name] = ("family", v)
+    return out
+
+
+def ambiguities(label: str, window: Mapping[str, Any], requests: int | None) -> list[str]:
+    """Why a window cannot support a verdict (empty when it can)."""
+    why = []
+    if not window.get("output_tokens"):
+        why.append(f"{label}: no output token count")
+    if (
+        window.get("source") == "nvtx"
+        and requests is not None
+        and window.get("requests") != requests
+    ):
+        why.append(
+            f"{label}: the NVTX ranges hold {window.get('requests')} requests, windows.json "
+            f"{requests}"
+        )
+    if not window.get("attention_kernel"):
+        why.append(f"{label}: no launch of the main attention kernel")
+    fw = window.get("forwards")
+    if not fw or not fw["count"]:
+        why.append(f"{label}: no forwards (layer count unknown or no attention launches)")
+    else:
+        n = fw["count"]
+        for key, what in (
+            ("violations", "disagree on the population"),
+            ("path_splits", "disagree on the attention path"),
+        ):
+            bad = fw.get(key) or 0
+            if bad > AMBIGUOUS_SHARE * n:
+                why.append(f"{label}: {bad} of {n} forwards have layers that {what}")
+    if window.get("steady") is None:
+        why.append(f"{label}: no steady state")
+    return why
+
+
+def localise(
+    order: Sequence[str],
+    windows: Mapping[str, Mapping[str, Any]],
+    requests: Mapping[str, int | None],
+    ratios: Sequence[Mapping[str, Any]],
+    main_family: str | None,
+    population_known: bool,
+) -> list[dict[str, Any]]:
+    """One verdict per pair of consecutive windows."""
+    out = []
+    by_pair = {(r["from"], r["to"]): r for r in ratios}
+    for a, b in zip(order, order[1:], strict=False):
+        wa, wb = windows[a], windows[b]
+        reasons = [] if population_known else ["the population dimension is unknown"]
+        reasons += ambiguities(a, wa, requests.get(a)) + ambiguities(b, wb, requests.get(b))
+        ca, cb = components(wa, main_family), components(wb, main_family)
+        rows: list[dict[str, Any]] = []
+        for name in list(ca) + [n for n in cb if n not in ca]:
+            kind = (ca.get(name) or cb[name])[0]
+            va = ca.get(name, (kind, 0.0))[1]
+            vb = cb.get(name, (kind, 0.0))[1]
+            delta = vb - va if va is not None and vb is not None else None
+            rows.append(
+                {
+                    "component": name,
+                    "kind": kind,
+                    "from_us_per_token": va,
+                    "to_us_per_token": vb,
+                    "delta_us_per_token": delta,
+                }
+            )
+        known = [r["delta_us_per_token"] for r in rows]
+        total = sum(known) if rows and all(d is not None for d in known) else None
+        for r in rows:
+            d = r["delta_us_per_token"]
+            r["share"] = d / total + 0.0 if d is not None and total else None  # no -0.0
+        rows.sort(key=lambda r: (-(r["delta_us_per_token"] or 0.0), r["component"]))
+        if total is None:
+            reasons.append("time per output token unknown in a window")
+        stated = not reasons
+        top = rows[0] if stated and rows else None
+        pr = None
+        if top is not None and top["kind"] == "attention path":
+            name = top["component"].removeprefix("attention path ")
+            pr = next(
+                (p for p in by_pair.get((a, b), {}).get("paths") or [] if p["path"] == name),
+                None,
+            )
+        out.append(
+            {
+                "from": a,
+                "to": b,
+                "stated": stated,
+                "reasons": reasons,
+                "delta_us_per_token": total,
+                "component": top["component"] if top else None,
+                "path_ratio": dict(pr) if pr else None,
+                "components": rows,
+                "text": _text(a, b, total, top, pr, reasons),
+            }
+        )
+    return out
+
+
+def _text(
+    a: str,
+    b: str,
+    total: float | None,
+    top: Mapping[str, Any] | None,
+    pr: Mapping[str, Any] | None,
+    reasons: Sequence[str],
+) -> str:
+    head = f"{a} -> {b}:"
+    if reasons or total is None or top is None:
+        return f"{head} not localised ({'; '.join(reasons) or 'no components'})"
+    d = top["delta_us_per_token"] or 0.0
+    if d <= 0:
+        return (
+            f"{head} {total:+.3g} µs per output token; no component grows "
+            "(every one is cheaper or unchanged per output token)"
+        )
+    if total > 0:
+        text = (
+            f"{head} {total:+.3g} µs per output token, {100 * d / total:.0f}% of it "
+            f"({d:+.3g} µs) in {top['component']}"
+        )
+        if d > total:
+            text += f" (the other components together {total - d:+.3g} µs)"
+    else:
+        text = (
+            f"{head} {total:+.3g} µs per output token; the largest increase, {d:+.3g} µs, "
+            f"is in {top['component']}"
+        )
+    if pr and pr.get("duration_ratio") and pr.get("population_ratio"):
+        dr, p = float(pr["duration_ratio"]), float(pr["population_ratio"])
+        text += (
+            f", whose steady per-launch time changes x{dr:.2f} as its population changes "
+            f"x{p:.2f}{_proportion(dr, p)}"
+        )
+    return text
+
+
+def _proportion(dr: float, pr: float) -> str:
+    if pr <= 0 or dr <= 0 or abs(math.log(pr)) < 1e-9:
+        return ""
+    e = math.log(dr) / math.log(pr)
+    if abs(e - 1) <= PROPORTION_BAND:
+        return " (in proportion)"
+    return " (less than in proportion)" if e < 1 else " (more than in proportion)"
