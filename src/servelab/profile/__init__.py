@@ -8,6 +8,8 @@
 - `torchtrace`: reading a torch-profiler trace JSON.
 - `kernels`: kernel families, the main attention kernel, per-kernel tables.
 - `forwards`: forwards from attention launches, the steady state, ratios between windows.
+- `codepaths`: the attention kernel's code paths (grid dimensions that do not grow with the
+  batch), their steady state, and the localisation verdict between windows.
 - `analyze`: a trace and its windows in, the profile out (`analyze_trace`).
 - `report`: the `profile_report` stage: profile.json, CSV tables and the report section.
 """
