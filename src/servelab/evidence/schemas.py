@@ -42,9 +42,18 @@ def schema_for(path: str) -> str | None:
     return None
 
 
-def load_schema(name: str) -> dict[str, Any]:
-    text = resources.files("servelab").joinpath(f"schemas/{name}.schema.json").read_text("utf-8")
+def load_schema(name: str, version: int | None = None) -> dict[str, Any]:
+    """The schema `name` (src/servelab/schemas/<name>.schema.json); with `version`, the schema
+    of that format version of the document when it is not the current one
+    (<name>.v<version>.schema.json, kept so that older bundles still verify)."""
+    files = resources.files("servelab").joinpath("schemas")
+    text = files.joinpath(f"{name}.schema.json").read_text("utf-8")
     schema: dict[str, Any] = json.loads(text)
+    current = schema.get("properties", {}).get("format_version", {}).get("const")
+    if version is not None and current is not None and version != current:
+        older = files.joinpath(f"{name}.v{version}.schema.json")
+        if older.is_file():
+            schema = json.loads(older.read_text("utf-8"))
     return schema
 
 
@@ -66,12 +75,14 @@ def validate_file(path: Path, name: str, label: str) -> None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ServelabError(f"{label}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    validator = jsonschema.Draft202012Validator(load_schema(name))
+    version = data.get("format_version") if isinstance(data, dict) else None
+    schema = load_schema(name, version if isinstance(version, int) else None)
+    validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         err = errors[0]
         raise ServelabError(
-            f"{label}: {_json_path(err.absolute_path)}: {err.message} (schema {schema_id(name)})"
+            f"{label}: {_json_path(err.absolute_path)}: {err.message} (schema {schema['$id']})"
         )
 
 
