@@ -159,7 +159,7 @@ def test_reduced_experiment_produces_the_raw_data_contract(
     roles = {e["path"]: (e["role"], e["schema"]) for e in manifest["files"]}
     assert roles["profile/mns4/profile.json"] == (
         "profile",
-        "https://servelab.dev/schemas/profile/v1",
+        "https://servelab.dev/schemas/profile/v2",
     )
 
     # the README's browsable report, after the README's install line (pygments, jinja2)
