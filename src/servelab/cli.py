@@ -75,12 +75,22 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         else default_section(AnalysisSection, "analysis")
     )
     results = analyze(
-        Path(args.root), Path(args.out), opts, name=args.name, figures=not args.no_figures
+        Path(args.root),
+        Path(args.out),
+        opts,
+        name=args.name,
+        figures=not args.no_figures,
+        skip_damaged=args.skip_damaged,
     )
     print(
         f"{args.out}: {len(results['points'])} points, {len(results['diagnoses'])} diagnoses, "
         f"{len(results['claims'])} claims"
     )
+    skipped = results.get("skipped") or []
+    if skipped:
+        print(f"  skipped {len(skipped)} damaged point(s) (listed in report.md):")
+    for sk in skipped:
+        print(f"  skipped {sk['point']}: {sk['reason']}")
     for d in results["diagnoses"]:
         print(f"  {diagnosis_line(d)}")
     for c in results["claims"]:
@@ -176,6 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--config", help="experiment config whose analysis: section to use")
     a.add_argument("--name", help="server config name for a vllm-bench tree (default: folder name)")
     a.add_argument("--no-figures", action="store_true", help="skip the figures")
+    a.add_argument(
+        "--skip-damaged",
+        action="store_true",
+        help="leave out points whose raw data cannot be read, listing them in the report",
+    )
     a.set_defaults(func=_cmd_analyze)
 
     m = sub.add_parser("build-model", help="materialize the config's model into a folder")

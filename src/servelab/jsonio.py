@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,13 +43,27 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+class DamagedFile(ServelabError):
+    """A file that cannot be read as what it should be: `field` is where (a JSON path such
+    as `$.concurrency`, or `line 3` of a JSON-lines file), `what` what is wrong. Readers of
+    raw data add what to do (rawdata.DamagedRawData)."""
+
+    def __init__(self, path: Path, field: str, what: str) -> None:
+        self.path = path
+        self.field = field
+        self.what = what
+        super().__init__(f"{path}: {field}: {what}")
+
+
 def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ServelabError(f"{path}: file not found") from None
     except json.JSONDecodeError as exc:
-        raise ServelabError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise DamagedFile(path, "$", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError as exc:
+        raise DamagedFile(path, "$", f"not UTF-8 text ({exc.reason})") from None
 
 
 def write_jsonl_gz(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -64,15 +79,32 @@ def write_jsonl_gz(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
 
 
 def read_jsonl_gz(path: Path) -> list[dict[str, Any]]:
+    """Every row of a gzip JSON-lines file; a truncated or corrupt stream, a line that is not
+    JSON or not an object: DamagedFile naming the line."""
     rows: list[dict[str, Any]] = []
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ServelabError(
-                    f"{path}: line {lineno} is not valid JSON ({exc.msg})"
-                ) from None
+    lineno = 0
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DamagedFile(
+                        path, f"line {lineno}", f"not valid JSON ({exc.msg})"
+                    ) from None
+                if not isinstance(row, dict):
+                    raise DamagedFile(
+                        path, f"line {lineno}", f"a {type(row).__name__}, not a JSON object"
+                    )
+                rows.append(row)
+    except FileNotFoundError:
+        raise ServelabError(f"{path}: file not found") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise DamagedFile(
+            path, f"line {lineno + 1}", f"truncated or corrupt gzip stream ({exc})"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise DamagedFile(path, f"line {lineno + 1}", f"not UTF-8 text ({exc.reason})") from None
     return rows

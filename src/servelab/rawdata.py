@@ -4,17 +4,27 @@
 experiment folder, each with its folder and what the validity checks read beside it (its
 configuration's launch arguments and warm-up). The analysis, the end-of-run summary and
 `servelab telemetry summarize` all read points through it.
+
+Every file read here is checked on read (docs/raw-data.md, "Damaged raw data"): point.json
+and the warm-up's against point.schema.json, launch.json against launch.schema.json,
+capacity.json against capacity.schema.json (compiled validators, built once), and each row of
+requests.jsonl.gz against the fields RequestRecord expects (cheap type checks). Damage raises
+DamagedRawData: one line naming the file, the field and what to do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from servelab.client.record import RecordFieldError, RequestRecord
 from servelab.errors import ServelabError
-from servelab.jsonio import read_json, read_jsonl_gz
+from servelab.jsonio import DamagedFile, read_json, read_jsonl_gz
 from servelab.paths import POINT_FILE, ExperimentPaths
 
 SUPPORTED_POINT_FORMATS = {1}
@@ -41,8 +51,117 @@ class RawPoint:
         return self.folder / REQUESTS_FILE
 
     def request_rows(self) -> list[dict[str, Any]]:
-        """The rows of requests.jsonl.gz (an error when the file is missing)."""
-        return read_jsonl_gz(self.requests_path)
+        """The rows of requests.jsonl.gz (an error when the file is missing; DamagedRawData
+        when it is truncated or a line is not a JSON object)."""
+        path = self.requests_path
+        try:
+            return read_jsonl_gz(path)
+        except DamagedFile as exc:
+            raise DamagedRawData(path, exc.field, exc.what) from None
+
+    def records(self) -> list[RequestRecord]:
+        """The requests of the point, each row checked against the fields of RequestRecord
+        (DamagedRawData naming the line and field otherwise)."""
+        out = []
+        for i, row in enumerate(self.request_rows(), 1):
+            try:
+                out.append(RequestRecord.from_json(row))
+            except RecordFieldError as exc:
+                raise DamagedRawData(
+                    self.requests_path, f"line {i}: $.{exc.field}", exc.what
+                ) from None
+        return out
+
+
+class DamagedRawData(DamagedFile):
+    """A raw file that cannot be read: the one line names the file, the field and what to do
+    (re-run the sweep of its server configuration, or skip it)."""
+
+    def __init__(self, path: Path, field: str, what: str) -> None:
+        super().__init__(path, field, what)
+        self.server_config = config_of(path)
+        todo = f"re-run the sweep of {self.server_config or 'its server configuration'}"
+        self.args = (
+            f"{path}: {field}: {what}; {todo}, or pass --skip-damaged to servelab analyze",
+        )
+
+
+def config_of(path: Path) -> str | None:
+    """The server configuration a raw file belongs to: the folder after raw/ or server/."""
+    parts = path.parts
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] in ("raw", "server") and i + 1 < len(parts) - 1:
+            return parts[i + 1]
+    return None
+
+
+# What each reader needs present (docs/raw-data.md, "Damaged raw data"): the schemas' own
+# `required` lists are for what the sweep writes and the bundle holds; a reader requires only
+# the fields it reads, and checks the type of every field present.
+POINT_NEEDS = ("format_version", "status", "server_config", "repeat", "concurrency")
+WARMUP_NEEDS = ("format_version",)
+
+
+def _without_required(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_required(v) for k, v in node.items() if k != "required"}
+    if isinstance(node, list):
+        return [_without_required(v) for v in node]
+    return node
+
+
+@functools.cache
+def _validator(name: str, needs: tuple[str, ...]) -> Callable[[Any], list[tuple[str, str]]]:
+    """The compiled validator of src/servelab/schemas/<name>.schema.json for a reader that
+    needs the top-level fields `needs`, built once: a function from a document to its errors
+    as (JSON path, message), first by path."""
+    import jsonschema
+
+    text = resources.files("servelab").joinpath("schemas", f"{name}.schema.json")
+    schema = _without_required(json.loads(text.read_text("utf-8")))
+    if needs:
+        schema["required"] = list(needs)
+    v = jsonschema.Draft202012Validator(schema)
+
+    def errors(doc: Any) -> list[tuple[str, str]]:
+        out = []
+        for err in v.iter_errors(doc):
+            where = "$" + "".join(
+                f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path
+            )
+            what = err.message
+            if err.validator == "required" and isinstance(err.instance, dict):
+                missing = [k for k in err.validator_value if k not in err.instance]
+                if missing:
+                    where = f"{where}.{missing[0]}"
+                    what = "required field missing"
+            out.append((where, what))
+        return sorted(out)
+
+    return errors
+
+
+def read_checked(path: Path, schema: str, needs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A raw JSON file checked against its schema: every field present of its schema's type,
+    the fields in `needs` present (DamagedRawData otherwise)."""
+    return _checked(path, _read(path), schema, needs)
+
+
+def _read(path: Path) -> Any:
+    try:
+        return read_json(path)
+    except DamagedFile as exc:
+        raise DamagedRawData(path, exc.field, exc.what) from None
+
+
+def _checked(path: Path, doc: Any, schema: str, needs: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise DamagedRawData(path, "$", f"a {type(doc).__name__}, not a JSON object")
+    errors = _validator(schema, needs)(doc)
+    if errors:
+        where, what = errors[0]
+        raise DamagedRawData(path, where, f"{what} (schema {schema}.schema.json)")
+    return doc
 
 
 def point_files(exp_dir: Path) -> list[Path]:
@@ -51,43 +170,75 @@ def point_files(exp_dir: Path) -> list[Path]:
     return sorted(ExperimentPaths(exp_dir).raw.glob(pattern))
 
 
-def load_point(path: Path) -> dict[str, Any]:
-    point = read_json(path)
-    version = point.get("format_version")
-    if version not in SUPPORTED_POINT_FORMATS:
+def load_point(path: Path, measured: bool = True) -> dict[str, Any]:
+    """point.json checked against point.schema.json, with the fields a measured point's
+    reader needs (POINT_NEEDS; WARMUP_NEEDS for the warm-up); DamagedRawData otherwise."""
+    point = _read(path)
+    version = point.get("format_version") if isinstance(point, dict) else None
+    if isinstance(point, dict) and version not in SUPPORTED_POINT_FORMATS:
         raise ServelabError(
             f"{path}: point format_version {version!r} is not one this servelab reads "
             f"({sorted(SUPPORTED_POINT_FORMATS)}); upgrade servelab or re-run the sweep"
         )
-    return dict(point)
+    return _checked(path, point, "point", POINT_NEEDS if measured else WARMUP_NEEDS)
 
 
-def load_points(exp_dir: Path) -> list[RawPoint]:
-    """Every complete measured point of `exp_dir`, in folder order, with its context."""
-    context = _contexts(exp_dir)
+@dataclass(frozen=True)
+class Skipped:
+    """A point left out by --skip-damaged: its folder and the one line saying why."""
+
+    folder: Path
+    reason: str
+
+
+def load_points(exp_dir: Path, skipped: list[Skipped] | None = None) -> list[RawPoint]:
+    """Every complete measured point of `exp_dir`, in folder order, with its context.
+    Damaged raw data raises DamagedRawData; with `skipped` (a list), a point whose point.json,
+    or whose configuration's launch.json or warm-up, is damaged is left out and listed there
+    instead."""
+    context = _contexts(exp_dir, skipped is not None)
     out = []
     for path in point_files(exp_dir):
-        meta = load_point(path)
+        try:
+            meta = load_point(path)
+        except DamagedRawData as exc:
+            if skipped is None:
+                raise
+            skipped.append(Skipped(path.parent, str(exc)))
+            continue
         if meta.get("status") != "complete":
             continue
-        args, warmup = context.get(str(meta["server_config"]), (None, None))
+        ctx = context.get(str(meta["server_config"]), (None, None))
+        if isinstance(ctx, DamagedRawData):
+            assert skipped is not None
+            skipped.append(Skipped(path.parent, str(ctx)))
+            continue
+        args, warmup = ctx
         out.append(RawPoint(meta, path.parent, args, warmup))
     return out
 
 
-def _contexts(
-    exp_dir: Path,
-) -> dict[str, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]]:
-    """Per raw/<sc>/ folder, read once: its launch arguments and its warm-up's point.json."""
-    out: dict[str, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]] = {}
+_Context = tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]
+
+
+def _contexts(exp_dir: Path, keep_damage: bool = False) -> dict[str, _Context | DamagedRawData]:
+    """Per raw/<sc>/ folder, read once: its launch arguments and its warm-up's point.json
+    (with `keep_damage`, the damage of either instead of raising it)."""
+    out: dict[str, _Context | DamagedRawData] = {}
     paths = ExperimentPaths(exp_dir)
     for d in sorted(paths.raw.iterdir()) if paths.raw.is_dir() else []:
         if not d.is_dir():
             continue
         lj = paths.server(d.name) / "launch.json"
-        args = read_json(lj).get("args") if lj.is_file() else None
         wp = paths.warmup(d.name) / POINT_FILE
-        warmup = read_json(wp) if wp.is_file() else None
+        try:
+            args = read_checked(lj, "launch").get("args") if lj.is_file() else None
+            warmup = load_point(wp, measured=False) if wp.is_file() else None
+        except DamagedRawData as exc:
+            if not keep_damage:
+                raise
+            out[d.name] = exc
+            continue
         out[d.name] = (
             args if isinstance(args, dict) else None,
             warmup if isinstance(warmup, dict) else None,

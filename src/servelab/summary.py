@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.validity import PointFlags, check_point, summary_line
-from servelab.client import RequestRecord
 from servelab.config import default_section
 from servelab.experiment import ValiditySection
 from servelab.jsonio import read_json
@@ -59,8 +58,7 @@ def point_validity(points: list[RawPoint], t: ValiditySection) -> list[PointFlag
     requests.jsonl.gz is checked on its telemetry alone."""
     out: list[PointFlags] = []
     for p in points:
-        rows = p.request_rows() if p.requests_path.exists() else []
-        recs = [RequestRecord.from_json(r) for r in rows]
+        recs = p.records() if p.requests_path.exists() else []
         flags = check_point(recs, p.meta, t, p.server_args, p.warmup)
         out.append((p.server_config, int(p.meta["repeat"]), int(p.meta["concurrency"]), flags))
     return out

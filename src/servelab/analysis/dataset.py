@@ -28,7 +28,7 @@ from servelab.errors import ServelabError
 from servelab.experiment import ValiditySection
 from servelab.jsonio import read_json
 from servelab.metrics import assemble, point_metrics, request_latencies
-from servelab.rawdata import load_points, point_files
+from servelab.rawdata import DamagedRawData, Skipped, load_points, point_files, read_checked
 from servelab.server import parse_capacity
 from servelab.telemetry.summary import telemetry_columns
 
@@ -76,6 +76,8 @@ class Dataset:
     # computes with (runtime/runtime.json isa); empty where the raw data has none
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     runtime_isa: dict[str, Any] | None = None
+    # points left out by skip_damaged, each with why (empty unless something was skipped)
+    skipped: list[Skipped] = field(default_factory=list)
 
     def configs(self) -> list[str]:
         return sorted({p.server_config for p in self.points})
@@ -93,14 +95,19 @@ def detect_layout(root: Path) -> str:
 
 
 def load_dataset(
-    root: Path, name: str | None = None, validity: ValiditySection | None = None
+    root: Path,
+    name: str | None = None,
+    validity: ValiditySection | None = None,
+    skip_damaged: bool = False,
 ) -> Dataset:
     """Every complete point with its metrics and its validity flags under `validity`
-    (the schema's defaults when None)."""
+    (the schema's defaults when None). Damaged raw data raises DamagedRawData; with
+    `skip_damaged`, a damaged point of servelab's layout is left out and listed in
+    `Dataset.skipped`."""
     t = validity or default_section(ValiditySection, "analysis", "validity")
     layout = detect_layout(root)
     if layout == "servelab":
-        return _load_servelab(root, t)
+        return _load_servelab(root, t, skip_damaged)
     return _load_vllm_bench(root, name or root.name, t)
 
 
@@ -117,11 +124,18 @@ def _per_request(
     return ttfts, per
 
 
-def _load_servelab(root: Path, t: ValiditySection) -> Dataset:
+def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -> Dataset:
     points = []
-    for raw in load_points(root):
+    skipped: list[Skipped] = []
+    for raw in load_points(root, skipped if skip_damaged else None):
         meta = raw.meta
-        recs = [RequestRecord.from_json(r) for r in raw.request_rows()]
+        try:
+            recs = raw.records()
+        except DamagedRawData as exc:
+            if not skip_damaged:
+                raise
+            skipped.append(Skipped(raw.folder, str(exc)))
+            continue
         ttfts, per = _per_request(recs)
         metrics = point_metrics(recs)
         metrics["client_cpu_s"] = meta.get("client_cpu_s")
@@ -140,18 +154,31 @@ def _load_servelab(root: Path, t: ValiditySection) -> Dataset:
                 checks=check_point(recs, meta, t, raw.server_args, raw.warmup),
             )
         )
+    if skipped and not points:
+        raise ServelabError(
+            f"{root}: all {len(skipped)} points are damaged, nothing left to analyse; "
+            f"the first: {min(skipped, key=lambda s: s.folder).reason}"
+        )
     capacity = {}
     for cap in sorted(root.glob("server/*/capacity.json")):
-        capacity[cap.parent.name] = dict(read_json(cap))
+        capacity[cap.parent.name] = read_checked(cap, "capacity")
     hosts = {}
     for lj in sorted(root.glob("server/*/launch.json")):
-        facts = read_json(lj).get("cpu_facts")
+        facts = read_checked(lj, "launch").get("cpu_facts")
         if isinstance(facts, dict):
             hosts[lj.parent.name] = facts
     rt = root / "runtime" / "runtime.json"
     isa = read_json(rt).get("isa") if rt.is_file() else None
+    skipped.sort(key=lambda s: s.folder)
     return Dataset(
-        "servelab", root, points, capacity, t, hosts, isa if isinstance(isa, dict) else None
+        "servelab",
+        root,
+        points,
+        capacity,
+        t,
+        hosts,
+        isa if isinstance(isa, dict) else None,
+        skipped,
     )
 
 

@@ -66,17 +66,28 @@ def utilization_figure(ds: Dataset, out_dir: Path) -> list[Path]:
     return plot_utilization_vs_throughput(rows, out_dir)
 
 
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
 def analyze(
     root: Path,
     out: Path,
     analysis: AnalysisSection | None = None,
     name: str | None = None,
     figures: bool = True,
+    skip_damaged: bool = False,
 ) -> dict[str, Any]:
     """Every table, verdict and figure of the points under `root` into `out`; `analysis`:
-    the experiment's analysis section (the schema's defaults when None)."""
+    the experiment's analysis section (the schema's defaults when None). The raw data is
+    read, and checked, before anything is written: damaged raw data raises and leaves `out`
+    as it was. With `skip_damaged`, damaged points are left out and listed in
+    `results["skipped"]` and the report."""
     opts = analysis or default_section(AnalysisSection, "analysis")
-    ds = load_dataset(root, name, opts.validity)
+    ds = load_dataset(root, name, opts.validity, skip_damaged=skip_damaged)
     g = Groups(ds)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
@@ -89,6 +100,10 @@ def analyze(
         "validity": validity_json(g.point_flags(), opts.validity),
         "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa},
     }
+    if ds.skipped:  # only then: the outputs of undamaged data stay byte for byte
+        results["skipped"] = [
+            {"point": _rel(s.folder, root), "reason": s.reason} for s in ds.skipped
+        ]
     results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
     results["claims"] = evaluate_claims(
         g, opts, results["knee"], results["dominance"], results["diagnoses"]

@@ -116,6 +116,21 @@ def _host_section(host: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _skipped_section(skipped: list[dict[str, str]]) -> list[str]:
+    """Points left out by --skip-damaged; no section at all when none was."""
+    if not skipped:
+        return []
+    lines = [
+        "## Skipped damaged points",
+        "",
+        f"{len(skipped)} point(s) could not be read and were left out of every table below "
+        "(`--skip-damaged`); re-run their sweep to include them.",
+        "",
+    ]
+    lines += [f"- `{s['point']}`: {s['reason']}" for s in skipped]
+    return [*lines, ""]
+
+
 def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) -> str:
     lines = [
         "# servelab analysis",
@@ -124,6 +139,7 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
         "",
     ]
     lines += _host_section(results.get("host") or {})
+    lines += _skipped_section(results.get("skipped") or [])
     lines += _validity_section(g)
     lines += ["## Throughput by concurrency", ""]
     for sc in g.configs:

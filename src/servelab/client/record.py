@@ -32,5 +32,58 @@ class RequestRecord:
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> RequestRecord:
+        """The record of one row of requests.jsonl; a field of the wrong type, or a required
+        one missing: RecordFieldError naming the field. Cheap type checks (no jsonschema):
+        they run on every row the analysis reads."""
         fields: dict[str, Any] = {k: d.get(k) for k in RequestRecord.__dataclass_fields__}
+        for name, (kind, nullable) in _ROW_FIELDS.items():
+            v = fields[name]
+            if v is None:
+                if not nullable:
+                    raise RecordFieldError(name, "required, missing or null")
+                continue
+            if not _is(v, kind):
+                raise RecordFieldError(name, f"{v!r} is not {_KIND_TEXT[kind]}")
+            if kind == "ints" and not all(_is(x, "int") for x in v):
+                bad = next(x for x in v if not _is(x, "int"))
+                raise RecordFieldError(name, f"holds {bad!r}, not an integer")
         return RequestRecord(**fields)
+
+
+class RecordFieldError(ValueError):
+    """A field of a requests.jsonl row that is not what the raw data contract says."""
+
+    def __init__(self, field: str, what: str) -> None:
+        self.field = field
+        self.what = what
+        super().__init__(f"$.{field}: {what}")
+
+
+# field -> (kind, may be null or missing); docs/raw-data.md
+_ROW_FIELDS: dict[str, tuple[str, bool]] = {
+    "request_id": ("str", False),
+    "sent_epoch_ns": ("int", False),
+    "chunk_offsets_us": ("ints", False),
+    "done_offset_us": ("int", True),
+    "prompt_tokens": ("int", True),
+    "output_tokens": ("int", True),
+    "ok": ("bool", False),
+    "error": ("str", True),
+    "http_status": ("int", True),
+    "first_byte_offset_us": ("int", True),
+    "chunk_tokens": ("ints", True),
+    "empty_chunks": ("ints", True),
+    "queued_us": ("int", True),
+    "cached_tokens": ("int", True),
+}
+_KIND_TEXT = {"str": "a string", "int": "an integer", "ints": "a list", "bool": "a boolean"}
+
+
+def _is(v: Any, kind: str) -> bool:
+    if kind == "int":
+        return isinstance(v, int) and not isinstance(v, bool)
+    if kind == "bool":
+        return isinstance(v, bool)
+    if kind == "str":
+        return isinstance(v, str)
+    return isinstance(v, list)
