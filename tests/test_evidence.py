@@ -319,3 +319,16 @@ def test_every_committed_release_verifies() -> None:
     for rel in rels:
         tarball = rel.parent / json.loads(rel.read_text(encoding="utf-8"))["tarball"]
         assert verify(tarball) == [], tarball
+
+
+@pytest.mark.parametrize("tag", ["v1", "v2", "v3", "v4", "v5"])
+def test_committed_releases_pass_the_archive_bounds(tmp_path: Path, tag: str) -> None:
+    """Every committed release tarball extracts within its manifest's bounds and the sizes
+    declared beside it, and verifies."""
+    from servelab.evidence.files import release_sizes
+
+    folder = REPO / "evidence" / "quickstart-cpu" / tag
+    sizes = release_sizes(folder / "manifest.json")
+    root = safe_extract(folder / f"{tag}.tar.gz", tmp_path / "x", sizes)
+    assert (root / "manifest.json").read_bytes() == (folder / "manifest.json").read_bytes()
+    assert verify(folder / f"{tag}.tar.gz") == []

@@ -18,7 +18,7 @@ import yaml
 from servelab.analysis.dataset import detect_layout
 from servelab.analysis.pipeline import analysis_section
 from servelab.errors import ServelabError
-from servelab.evidence.files import safe_extract
+from servelab.evidence.files import release_sizes, safe_extract
 from servelab.evidence.verify import verify
 from servelab.experiment import AnalysisSection
 from servelab.hashing import check_pinned
@@ -86,7 +86,8 @@ def _open_release(path: Path, workdir: Path, what: str) -> tuple[Path, dict[str,
             f"({str(rel.get('tarball_sha256'))[:12]}...): the {what} was altered; fetch it again"
         ),
     )
-    root = _verified(safe_extract(tarball, workdir), tarball, what)
+    sizes = release_sizes(path / "manifest.json") if (path / "manifest.json").is_file() else None
+    root = _verified(safe_extract(tarball, workdir, sizes), tarball, what)
     # The small files beside the tarball must be the tarball's own.
     for name in ("manifest.json", "provenance.json", "SHA256SUMS"):
         if (path / name).exists() and (path / name).read_bytes() != (root / name).read_bytes():
