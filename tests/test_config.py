@@ -93,8 +93,8 @@ def test_args_to_cli_handles_flags() -> None:
 
 
 def test_server_args_merge_config_over_shared(repo: Path) -> None:
-    cfg = config.load(repo / "config" / "config.yaml").to_dict()
-    args = config.server_args(cfg, "max-num-seqs-8")
+    cfg = config.load(repo / "config" / "config.yaml")
+    args = cfg.server.args_of("max-num-seqs-8")
     assert args["max-num-seqs"] == 8 and args["max-model-len"] == 1024
 
 

@@ -307,14 +307,6 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def server_args(cfg: dict[str, Any], server_config: str) -> dict[str, Any]:
-    """Resolved vLLM arguments of one server configuration (shared args, then its own)."""
-    for c in cfg["server"]["configs"]:
-        if c["name"] == server_config:
-            return {**cfg["server"]["args"], **c["args"]}
-    raise ServelabError(f"server config {server_config!r} is not in server.configs")
-
-
 def args_to_cli(args: dict[str, Any]) -> list[str]:
     out: list[str] = []
     for key, value in sorted(args.items()):

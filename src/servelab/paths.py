@@ -57,11 +57,6 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servelab"
 
 
-def point_label(repeat: int, concurrency: int) -> str:
-    """rep01/c0008: a point's folder under raw/<sc>/."""
-    return f"rep{repeat:02d}/c{concurrency:04d}"
-
-
 @dataclass(frozen=True)
 class ExperimentPaths:
     """The folders of one experiment, e.g. ExperimentPaths(Path("results/quickstart-cpu"))."""
@@ -110,7 +105,3 @@ class ExperimentPaths:
     @property
     def reproduction(self) -> Path:
         return self.root / "reproduction"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
