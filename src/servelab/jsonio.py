@@ -9,6 +9,7 @@ import math
 import os
 import zlib
 from collections.abc import Iterable, Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,25 @@ def read_jsonl_gz(path: Path) -> list[dict[str, Any]]:
     except UnicodeDecodeError as exc:
         raise DamagedFile(path, f"line {lineno + 1}", f"not UTF-8 text ({exc.reason})") from None
     return rows
+
+
+def json_path(parts: Iterable[Any]) -> str:
+    """A JSON path for people: ("points", 3, "ttft") -> $.points[3].ttft."""
+    out = "$"
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return out
+
+
+def load_schema(name: str, version: int | None = None) -> dict[str, Any]:
+    """The schema `name` (src/servelab/schemas/<name>.schema.json); with `version`, the schema
+    of that format version of the document when it is not the current one
+    (<name>.v<version>.schema.json, kept so that older bundles still verify)."""
+    files = resources.files("servelab").joinpath("schemas")
+    schema: dict[str, Any] = json.loads(files.joinpath(f"{name}.schema.json").read_text("utf-8"))
+    current = schema.get("properties", {}).get("format_version", {}).get("const")
+    if version is not None and current is not None and version != current:
+        older = files.joinpath(f"{name}.v{version}.schema.json")
+        if older.is_file():
+            schema = json.loads(older.read_text("utf-8"))
+    return schema

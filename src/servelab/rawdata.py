@@ -15,16 +15,14 @@ DamagedRawData: one line naming the file, the field and what to do.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from servelab.client.record import RecordFieldError, RequestRecord
 from servelab.errors import ServelabError
-from servelab.jsonio import DamagedFile, read_json, read_jsonl_gz
+from servelab.jsonio import DamagedFile, json_path, load_schema, read_json, read_jsonl_gz
 from servelab.paths import POINT_FILE, ExperimentPaths
 
 SUPPORTED_POINT_FORMATS = {1}
@@ -117,8 +115,7 @@ def _validator(name: str, needs: tuple[str, ...]) -> Callable[[Any], list[tuple[
     as (JSON path, message), first by path."""
     import jsonschema
 
-    text = resources.files("servelab").joinpath("schemas", f"{name}.schema.json")
-    schema = _without_required(json.loads(text.read_text("utf-8")))
+    schema = _without_required(load_schema(name))
     if needs:
         schema["required"] = list(needs)
     v = jsonschema.Draft202012Validator(schema)
@@ -126,9 +123,7 @@ def _validator(name: str, needs: tuple[str, ...]) -> Callable[[Any], list[tuple[
     def errors(doc: Any) -> list[tuple[str, str]]:
         out = []
         for err in v.iter_errors(doc):
-            where = "$" + "".join(
-                f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path
-            )
+            where = json_path(err.absolute_path)
             what = err.message
             if err.validator == "required" and isinstance(err.instance, dict):
                 missing = [k for k in err.validator_value if k not in err.instance]

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import json
 from fnmatch import fnmatchcase
-from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from servelab.errors import ServelabError
+from servelab.jsonio import json_path, load_schema
+
+__all__ = [
+    "RULES",
+    "FOREIGN",
+    "schema_for",
+    "load_schema",
+    "schema_id",
+    "validate_file",
+    "check_all_json",
+]
 
 # bundle path pattern -> schema name (src/servelab/schemas/<name>.schema.json); first match wins
 RULES: list[tuple[str, str]] = [
@@ -42,30 +51,8 @@ def schema_for(path: str) -> str | None:
     return None
 
 
-def load_schema(name: str, version: int | None = None) -> dict[str, Any]:
-    """The schema `name` (src/servelab/schemas/<name>.schema.json); with `version`, the schema
-    of that format version of the document when it is not the current one
-    (<name>.v<version>.schema.json, kept so that older bundles still verify)."""
-    files = resources.files("servelab").joinpath("schemas")
-    text = files.joinpath(f"{name}.schema.json").read_text("utf-8")
-    schema: dict[str, Any] = json.loads(text)
-    current = schema.get("properties", {}).get("format_version", {}).get("const")
-    if version is not None and current is not None and version != current:
-        older = files.joinpath(f"{name}.v{version}.schema.json")
-        if older.is_file():
-            schema = json.loads(older.read_text("utf-8"))
-    return schema
-
-
 def schema_id(name: str) -> str:
     return str(load_schema(name)["$id"])
-
-
-def _json_path(parts: Any) -> str:
-    out = "$"
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else f".{p}"
-    return out
 
 
 def validate_file(path: Path, name: str, label: str) -> None:
@@ -82,7 +69,7 @@ def validate_file(path: Path, name: str, label: str) -> None:
     if errors:
         err = errors[0]
         raise ServelabError(
-            f"{label}: {_json_path(err.absolute_path)}: {err.message} (schema {schema['$id']})"
+            f"{label}: {json_path(err.absolute_path)}: {err.message} (schema {schema['$id']})"
         )
 
 
