@@ -138,10 +138,6 @@ def _wait_for_file(folder: Path, pattern: str, timeout_s: float) -> Path | None:
 # --- the job ------------------------------------------------------------------------------
 
 
-def profile_dir(exp_dir: Path, sc: str) -> Path:
-    return ExperimentPaths(exp_dir).profile(sc)
-
-
 def run_profile(
     exp: Experiment,
     paths: ExperimentPaths,

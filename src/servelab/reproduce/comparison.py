@@ -11,7 +11,7 @@ from servelab.claims_syntax import parse_claim
 from servelab.config import default_section
 from servelab.errors import ServelabError
 from servelab.evidence.schemas import validate_file
-from servelab.experiment import AnalysisSection, Experiment, ReproductionSection
+from servelab.experiment import Experiment, ReproductionSection
 from servelab.hostfacts import compare_hosts, host_qualifier
 from servelab.jsonio import write_json
 from servelab.paths import ExperimentPaths
@@ -38,11 +38,6 @@ def reference_claims(side: Side, s: ReproductionSection) -> list[str]:
     """The reference's own claims, then the extra claims of `reproduction.claims`."""
     own = list(side.analysis.claims)
     return own + [c for c in s.claims if c not in own]
-
-
-def reference_options(side: Side) -> AnalysisSection:
-    """The analysis options of the reference: both sides are analysed with them."""
-    return side.analysis
 
 
 def _check_settings(claims: list[str], s: ReproductionSection) -> None:
@@ -78,7 +73,7 @@ def _overall(blocking: list[str], judged: list[str]) -> tuple[str, str]:
 def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any]:
     """Both sides analysed with the reference's options, checked, and judged: the content of
     reproduction.json."""
-    opts = reference_options(ref)
+    opts = ref.analysis  # both sides are analysed with the reference's analysis options
     claims = reference_claims(ref, s)
     _check_settings(claims, s)
     # both sides checked with the reference's validity thresholds (its analysis: section)
