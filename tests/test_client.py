@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
+from sse_servers import RawServer, serve_raw
 
 from servelab.client import (
     PointRun,
@@ -427,11 +428,17 @@ def test_parser_body_until_close() -> None:
         (sse_response(_chunk("a"), b"data: [DONE]\n\n"), "stream carried no usage"),
         (sse_response(_chunk("a"), USAGE), "stream ended before [DONE]"),
         (sse_response(USAGE, b"data: [DONE]\n\n"), "stream carried no content chunks"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk-size"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n", "not followed"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "bad Content-Length"),
-        (b"SMTP ready\r\n\r\n", "bad status line"),
-        (b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", "bad header line"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            "Invalid character in chunk size",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n",
+            "Expected LF after chunk data",
+        ),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "Invalid character in Content-Length"),
+        (b"SMTP ready\r\n\r\n", "Expected HTTP/"),
+        (b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", "Invalid header token"),
     ],
 )
 def test_parser_errors_fail_the_request(raw: bytes, error: str) -> None:
@@ -483,48 +490,9 @@ def test_parser_connection_reuse_rules() -> None:
 # --- the client against a raw server that frames its responses by hand ------------------------
 
 
-class RawServer:
-    """Answers each request by its path with scripted writes (bytes, or a float: sleep)."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        self.scripts: dict[str, list[bytes | float]] = {}
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode().split("\r\n")
-                hdrs = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
-                await reader.readexactly(int(hdrs["content-length"]))
-                path = lines[0].split(" ")[1]
-                self.requests.append((path, hdrs))
-                for step in self.scripts[path]:
-                    if isinstance(step, float):
-                        await asyncio.sleep(step)
-                    elif step == b"CLOSE":
-                        writer.close()
-                        return
-                    else:
-                        writer.write(step)
-                        await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
-
-
 @pytest.fixture(scope="module")
 def raw_server() -> Iterator[tuple[str, RawServer]]:
-    srv = RawServer()
-    loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(asyncio.start_server(srv.handle, "127.0.0.1", 0))
-    port = server.sockets[0].getsockname()[1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{port}", srv
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=5)
+    yield from serve_raw()
 
 
 def test_split_reads_over_a_socket_and_keep_alive(raw_server: tuple[str, RawServer]) -> None:

@@ -105,7 +105,8 @@ class Target:
     def request(self, request_id: str, payload: bytes) -> bytes:
         head = (
             f"POST {self.path} HTTP/1.1\r\nHost: {self.host_header}\r\n"
-            "User-Agent: servelab\r\nAccept: */*\r\nContent-Type: application/json\r\n"
+            "User-Agent: servelab\r\nAccept: */*\r\nAccept-Encoding: identity\r\n"
+            "Content-Type: application/json\r\n"
             f"X-Request-Id: {request_id}\r\nContent-Length: {len(payload)}\r\n\r\n"
         )
         return head.encode("latin-1") + payload

@@ -1,7 +1,10 @@
 """Reading one HTTP/1.1 response to a streaming completions request: the framing (status
-line, headers, chunked transfer encoding, Content-Length, close-delimited) and the SSE events
-in its body, each content chunk recorded on the request's record as the read that completed
-it arrives. The per-chunk path is the client's hot path: constant work per chunk.
+line, headers, chunked transfer encoding, Content-Length, close-delimited) by llhttp through
+httptools, and the server-sent events in its body by the WHATWG event-stream rules, each
+content chunk recorded on the request's record as the read that completed it arrives. The
+per-chunk path is the client's hot path: constant work per chunk.
+
+What the reader accepts is written down in docs/client.md ("What the client accepts").
 """
 
 from __future__ import annotations
@@ -11,23 +14,31 @@ from collections.abc import Callable
 from json.scanner import make_scanner
 from typing import Any, cast
 
+import httptools
+
 from servelab.client.record import RequestRecord
 
 # Strict JSON (as json.loads): the decoder's scanner (C), called directly, without json.loads's
 # per-call encoding detection and wrappers; the caller checks that the value fills the string.
 _scan_json: Callable[[str, int], tuple[Any, int]] = make_scanner(cast(Any, json.JSONDecoder()))
 
-_HEAD, _CHUNKED, _LENGTH, _TO_CLOSE = range(4)
-# Chunked decoding: ResponseParser.left > 0 is the rest of the current chunk's data;
-# 0 means a chunk-size line comes next, and these two the other places in the framing:
-_CRLF = -1  # the CRLF after a chunk's data
-_TRAILER = -2  # trailer lines after the last (zero-size) chunk, up to a blank line
-_MAX_LINE = 65536
+MAX_HEAD = 65536  # bytes of one response head: status line, headers, the blank line
+MAX_EVENT = 1 << 20  # bytes of one SSE event not ended yet: its data lines and an unended line
 _ERROR_BODY_KEEP = 4096
+_BOM = b"\xef\xbb\xbf"
+_JSON_SPACE = " \t\n\r"
 
 
 class MalformedResponse(Exception):
-    """The response broke HTTP/1.1 framing (status line, headers, chunk sizes)."""
+    """The response broke HTTP/1.1 framing, or came in a form servelab does not read."""
+
+
+class MalformedStream(ValueError):
+    """The event stream broke the rules of server-sent events or of the completions API."""
+
+
+class _Stop(Exception):
+    """Raised from a callback to stop the HTTP parser: the response is over."""
 
 
 class ResponseParser:
@@ -37,22 +48,26 @@ class ResponseParser:
     ns, the clock of `t0`) and returns True once the response is over, finished or failed;
     the record then says which, exactly as the raw data contract has it:
     - the read that carried the start of the response sets first_byte_offset_us;
-    - every SSE event with a `data:` line whose JSON object carries a non-empty `choices`
-      adds one chunk offset, `(now - t0) // 1000`, where `now` is the arrival of the read
-      that completed the event; its index goes to empty_chunks when its first choice has no
+    - every SSE event whose data is a JSON object with a non-empty `choices` adds one chunk
+      offset, `(now - t0) // 1000`, where `now` is the arrival of the read that completed the
+      event (its blank line); its index goes to empty_chunks when its first choice has no
       text; its `usage.completion_tokens` (cumulative, with `continuous_usage_stats`) less the
       previous chunk's goes to chunk_tokens, which becomes None once a content chunk comes
       without usage;
     - `usage` sets prompt_tokens / output_tokens (the last one seen: the final total) and
       cached_tokens (`prompt_tokens_details.cached_tokens`, where the server reports it);
-      `data: [DONE]` marks a complete stream;
-    - a chunk that is not JSON, or not a JSON object, fails the request ("malformed stream");
-      an `error` object without choices fails it ("stream error");
+      data `[DONE]` marks a complete stream;
+    - event data that is not JSON, or not a JSON object, fails the request ("malformed
+      stream"); an `error` object without choices fails it ("stream error");
     - a status other than 200 fails it with its body ("HTTP <status>: <body>");
     - the end of the body ends the request: ok only with [DONE], usage and a chunk.
-    The body may come with `Transfer-Encoding: chunked` (as uvicorn sends SSE), with a
-    Content-Length, or until the server closes the connection (`eof`). Reads may split the
-    response anywhere: inside the head, a chunk-size line, a chunk, an event or a character.
+    Events follow the WHATWG rules: lines end with CRLF, LF or CR; the data lines of one event
+    are joined with LF; a leading byte-order mark is dropped; comments and other fields are
+    ignored; an event without data, or with only whitespace, is skipped. The body may come with
+    `Transfer-Encoding: chunked` (as uvicorn sends SSE), with a Content-Length, or until the
+    server closes the connection (`eof`); any content or transfer coding is refused (the
+    request asks for identity). Reads may split the response anywhere: the outcome does not
+    depend on where. Any exception while reading fails this request with its reason.
     """
 
     __slots__ = (
@@ -63,11 +78,20 @@ class ResponseParser:
         "tokens",
         "cum",
         "ended",
-        "state",
         "status",
-        "left",
-        "buf",
-        "tail",
+        "http",
+        "head",
+        "in_head",
+        "interim",
+        "headers",
+        "to_close",
+        "stamp",
+        "idle",
+        "bom",
+        "cr",
+        "line",
+        "data",
+        "held",
         "done",
         "body_over",
         "finished",
@@ -86,12 +110,23 @@ class ResponseParser:
         rec.chunk_tokens = self.tokens
         self.cum = 0  # the last content chunk's cumulative completion_tokens
         self.ended = 0  # when the response was over (perf_counter ns), 0 until then
-        self.state = _HEAD
         self.status = 0
-        self.left = 0  # chunked: see _CRLF/_TRAILER; Content-Length: body bytes still due
-        self.buf = b""  # framing bytes not parsed yet (head, a split chunk-size line)
-        self.tail = b""  # body bytes of an SSE event not complete yet
-        self.done = False  # saw data: [DONE]
+        # HTTP framing: llhttp, given one whole head at a time, then the body as it comes
+        self.http = httptools.HttpResponseParser(self)
+        self.head = bytearray()  # bytes of a head whose blank line has not come yet
+        self.in_head = True
+        self.interim = False  # the head just given was an interim (1xx) response's
+        self.headers: dict[str, str] = {}  # the final head's, names lower-case
+        self.to_close = False  # the body runs until the server closes the connection
+        self.stamp = 0  # the current read's arrival, in µs after t0
+        # server-sent events: `idle` when no state is carried between reads (the fast path)
+        self.idle = False
+        self.bom = True  # no body byte seen yet: a leading byte-order mark is still possible
+        self.cr = False  # the last body byte was CR: an LF first in the next read ends no line
+        self.line: list[bytes] = []  # an unended line's pieces (or a possible BOM's start)
+        self.data: list[bytes] = []  # the current event's data lines
+        self.held = 0  # bytes in `line` and `data`: bounded by MAX_EVENT
+        self.done = False  # saw data [DONE]
         self.body_over = False
         self.finished = False
         self.reusable = True  # the connection can carry the next request
@@ -106,35 +141,16 @@ class ResponseParser:
         if not self.received:
             self.received = True
             self.rec.first_byte_offset_us = (now - self.t0) // 1000
+        self.stamp = (now - self.t0) // 1000
         try:
-            if self.buf:
-                data = self.buf + data
-                self.buf = b""
-            if self.state == _HEAD:
+            if self.in_head:
                 data = self._head(data)
-                if self.state == _HEAD:
-                    return False
-            if self.state == _CHUNKED:
-                payload = self._dechunk(data)
-            elif self.state == _LENGTH:
-                payload = data[: self.left]
-                if len(data) > self.left:
-                    self.reusable = False  # bytes past the response: do not reuse
-                self.left -= len(payload)
-                self.body_over = self.left == 0
-            else:
-                payload = data
-            if payload:
-                if self.status == 200:
-                    self._events(payload, now)
-                elif sum(map(len, self.error_body)) < _ERROR_BODY_KEEP:
-                    self.error_body.append(payload)
+            if data and not self.body_over:
+                self.http.feed_data(data)
             if self.body_over and not self.finished:
                 self._end(now)
-        except MalformedResponse as exc:
-            self._fail(f"malformed response: {exc}")
-        except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
-            self._fail(f"malformed stream: {exc}")
+        except Exception as exc:  # noqa: BLE001 - every failure is this request's, with why
+            self._failed(exc, now)
         if self.finished:
             if not self.ended:
                 self.ended = now
@@ -145,7 +161,7 @@ class ResponseParser:
         """The server closed the connection (`exc`: why, when the transport knows)."""
         if self.finished:
             return
-        if self.state == _TO_CLOSE:
+        if self.to_close and not self.in_head:
             self.body_over = True
             self._end(now)
             return
@@ -160,206 +176,209 @@ class ResponseParser:
         self.finished = True
         self.reusable = False
 
+    def _failed(self, exc: Exception, now: int) -> None:
+        """Record why reading stopped: an exception raised while this read was handled."""
+        if isinstance(exc, httptools.HttpParserCallbackError) and exc.__context__ is not None:
+            cause = exc.__context__  # raised in one of the callbacks below
+            if isinstance(cause, _Stop):  # the response was over before the read was
+                if self.body_over and not self.finished:
+                    self._end(now)
+                return
+            exc = cast(Exception, cause)
+        if self.body_over and isinstance(exc, httptools.HttpParserError):
+            # bytes after the response that are not a response: the body was whole
+            self.reusable = False
+            if not self.finished:
+                self._end(now)
+            return
+        if isinstance(exc, httptools.HttpParserUpgrade):
+            self._fail("malformed response: the server switched protocols (Upgrade)")
+        elif isinstance(exc, (MalformedResponse, httptools.HttpParserError)):
+            self._fail(f"malformed response: {exc}")
+        elif isinstance(exc, (ValueError, UnicodeDecodeError)):  # JSONDecodeError is one
+            self._fail(f"malformed stream: {exc}")
+        elif isinstance(exc, RecursionError):
+            self._fail("malformed stream: JSON nested too deeply to read")
+        else:
+            self._fail(f"client error while reading the response: {type(exc).__name__}: {exc}")
+
     # HTTP framing ----------------------------------------------------------------------------
 
     def _head(self, data: bytes) -> bytes:
-        """Parse the status line and headers; returns the body bytes that followed them."""
+        """Gather a response head up to its blank line, whatever the reads, and give it whole
+        to the HTTP parser (its size is then checked the same way however it was split);
+        returns the bytes after the final (not 1xx) response's head."""
         while True:
-            i = data.find(b"\r\n\r\n")
+            head = self.head
+            start = max(0, len(head) - 3)
+            head += data
+            i = head.find(b"\r\n\r\n", start)
             if i < 0:
-                if len(data) > _MAX_LINE:
-                    raise MalformedResponse("response head too long")
-                self.buf = data
+                if len(head) > MAX_HEAD:
+                    raise MalformedResponse(f"response head longer than {MAX_HEAD} bytes")
                 return b""
-            lines = data[:i].decode("latin-1").split("\r\n")
-            data = data[i + 4 :]
-            parts = lines[0].split(" ", 2)
-            if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-                raise MalformedResponse(f"bad status line {lines[0][:80]!r}")
-            status = int(parts[1])
-            if 100 <= status < 200:  # an interim response (100 Continue): its head only
-                continue
-            break
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if not sep:
-                raise MalformedResponse(f"bad header line {line[:80]!r}")
-            key = name.strip().lower()
-            value = value.strip()
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+            if i + 4 > MAX_HEAD:
+                raise MalformedResponse(f"response head longer than {MAX_HEAD} bytes")
+            data = bytes(head[i + 4 :])
+            self.head = bytearray()
+            self.http.feed_data(bytes(head[: i + 4]))
+            if not self.interim:
+                self.in_head = False
+                return data
+            self.interim = False  # an interim response (100 Continue): its head only
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1").strip()
+        headers = self.headers
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+
+    def on_headers_complete(self) -> None:
+        status = self.http.get_status_code()
+        headers = self.headers
+        if 100 <= status < 200:
+            self.interim = True
+            self.headers = {}
+            return
         self.status = status
         self.rec.http_status = status
-        conn = headers.get("connection", "").lower()
-        if parts[0] == "HTTP/1.0":
-            self.reusable = "keep-alive" in conn
-        else:
-            self.reusable = "close" not in conn
         te = headers.get("transfer-encoding", "").lower()
-        if status in (204, 304):
-            self.state = _LENGTH
-            self.body_over = True
-        elif te:
-            if te.rsplit(",", 1)[-1].strip() == "chunked":
-                self.state = _CHUNKED
-                self.left = 0
-            else:  # another coding last: the body runs to the connection's close
-                self.state = _TO_CLOSE
-                self.reusable = False
-        elif "content-length" in headers:
-            try:
-                n = int(headers["content-length"])
-            except ValueError:
-                raise MalformedResponse(
-                    f"bad Content-Length {headers['content-length'][:40]!r}"
-                ) from None
-            if n < 0:
-                raise MalformedResponse(f"bad Content-Length {n}")
-            self.state = _LENGTH
-            self.left = n
-            self.body_over = n == 0
-        else:
-            self.state = _TO_CLOSE
+        codings = [c.strip() for c in te.split(",") if c.strip() not in ("", "chunked")]
+        ce = headers.get("content-encoding", "").lower()
+        codings += [c.strip() for c in ce.split(",") if c.strip() not in ("", "identity")]
+        if codings:
+            raise MalformedResponse(
+                f"the body is encoded ({', '.join(codings)}); servelab asks for "
+                "Accept-Encoding: identity and reads no coding: turn compression off on the "
+                "server or proxy for event streams"
+            )
+        if not te and "content-length" not in headers and status not in (204, 304):
+            self.to_close = True  # the body runs to the connection's close
             self.reusable = False
-        return data
+        self.idle = False  # a body begins: the BOM rule applies to its first bytes
 
-    def _dechunk(self, data: bytes) -> bytes:
-        """The chunk data in `data` (chunked transfer encoding), any framing left unparsed
-        kept for the next read."""
-        if self.left == 0:
-            # The usual read: exactly one whole chunk ("<size>\r\n<data>\r\n"), as a server
-            # writes one SSE event per chunk and the client keeps up.
-            i = data.find(b"\r\n", 0, 18)
-            if i > 0:
-                try:
-                    size = int(data[:i], 16)
-                except ValueError:
-                    size = 0
-                end = i + 2 + size
-                if size > 0 and len(data) == end + 2 and data.endswith(b"\r\n"):
-                    return data[i + 2 : end]
-        out: list[bytes] = []
-        pos = 0
-        n = len(data)
-        while pos < n:
-            left = self.left
-            if left == 0:
-                # Whole chunks in a row (a read holds several when the client falls behind):
-                # taken when the size line is plain hex and the chunk's CRLF is where it says.
-                i = data.find(b"\r\n", pos, pos + 18)
-                if i > pos:
-                    try:
-                        size = int(data[pos:i], 16)
-                    except ValueError:
-                        size = 0
-                    end = i + 2 + size
-                    if size > 0 and end + 2 <= n and data[end : end + 2] == b"\r\n":
-                        out.append(data[i + 2 : end])
-                        pos = end + 2
-                        continue
-            if left > 0:
-                end = pos + left
-                if end <= n:
-                    out.append(data[pos:end])
-                    pos = end
-                    self.left = _CRLF
-                else:
-                    out.append(data[pos:])
-                    self.left = end - n
-                    pos = n
-            elif left == _CRLF:
-                if n - pos < 2:
-                    break
-                if data[pos : pos + 2] != b"\r\n":
-                    raise MalformedResponse("chunk data not followed by CRLF")
-                pos += 2
-                self.left = 0
-            else:
-                i = data.find(b"\r\n", pos)
-                if i < 0:
-                    if n - pos > _MAX_LINE:
-                        raise MalformedResponse("chunk-size or trailer line too long")
-                    break
-                line = data[pos:i]
-                pos = i + 2
-                if left == 0:
-                    size = _chunk_size(line)
-                    self.left = size if size else _TRAILER
-                elif not line:  # the blank line that ends the trailers: the body is over
-                    self.body_over = True
-                    if pos < n:
-                        self.reusable = False  # bytes past the response: do not reuse
-                    pos = n
-                    break
-        if pos < n:
-            self.buf = data[pos:]
-        return out[0] if len(out) == 1 else b"".join(out)
+    def on_message_begin(self) -> None:
+        if self.body_over:  # bytes after the response: do not reuse the connection
+            self.reusable = False
+            raise _Stop
 
-    # SSE -------------------------------------------------------------------------------------
-
-    def _events(self, payload: bytes, now: int) -> None:
-        if self.tail:
-            payload = self.tail + payload
-        # Events end with a blank line; a read usually holds whole events, so the unfinished
-        # rest (if any) is carried to the next read, never re-scanned.
-        done, sep, self.tail = payload.rpartition(b"\n\n")
-        if not sep:
+    def on_message_complete(self) -> None:
+        if self.interim:
             return
-        stamp = (now - self.t0) // 1000
-        try:
-            text = done.decode()
-        except UnicodeDecodeError:  # only data lines must be UTF-8: look line by line
-            for chunk in done.split(b"\n\n"):
-                if not self._lines(chunk.decode("latin-1").split("\n"), stamp, latin1=True):
-                    return
-            return
-        for event in text.split("\n\n"):
-            # The usual event, one `data: {...}` line: its JSON read in place. Anything else
-            # (and any error) goes the general way, which also gives the error message.
-            if event[:7] == "data: {" and "\n" not in event:
-                try:
-                    msg, end = _scan_json(event, 6)
-                except (StopIteration, ValueError):
-                    end = -1
-                if end == len(event):
-                    if not self._message(msg, stamp, event):
-                        return
-                    continue
-            if not self._lines(event.split("\n"), stamp):
-                return
+        self.reusable = self.reusable and self.http.should_keep_alive()
+        self.body_over = True
 
-    def _lines(self, lines: list[str], stamp: int, latin1: bool = False) -> bool:
-        """The data lines of one event; False when the stream reported an error. `latin1`:
-        the event's bytes were not all UTF-8 and were decoded as latin-1 to find the lines
-        (each data line must still be UTF-8)."""
-        for line in lines:
-            if line[:5] != "data:":
-                continue
-            body = line[5:].strip(" \t\r\x0b\x0c")
-            if body == "[DONE]":
-                self.done = True
-                continue
-            if latin1:
-                body = body.encode("latin-1").decode()
+    def on_body(self, body: bytes) -> None:
+        if self.status != 200:
+            if sum(map(len, self.error_body)) < _ERROR_BODY_KEEP:
+                self.error_body.append(body)
+            return
+        # The usual body piece: one whole event, `data: {...}\n\n`, as a server writes one SSE
+        # event per chunk and the client keeps up; its JSON read in place. Anything else (and
+        # any doubt) goes the general way, which also gives the error message.
+        if (
+            self.idle
+            and body[:7] == b"data: {"
+            and body.find(b"\n") == len(body) - 2
+            and body[-1] == 10
+            and b"\r" not in body
+        ):
             try:
-                msg, end = _scan_json(body, 0)
-            except StopIteration as exc:
-                raise json.JSONDecodeError("Expecting value", body, exc.value) from None
-            if end != len(body):
-                raise json.JSONDecodeError("Extra data", body, end)
-            if type(msg) is not dict:
-                raise ValueError(f"chunk is not a JSON object: {body[:80]}")
-            if not self._message(msg, stamp, body):
-                return False
-        return True
+                text = body.decode()
+                msg, end = _scan_json(text, 6)
+            except (StopIteration, ValueError):
+                end = -1
+            if end == len(text) - 2:
+                if not self._message(msg, text):
+                    raise _Stop
+                return
+        self._lines(body)
+        if self.finished:
+            raise _Stop
 
-    def _message(self, msg: dict[str, Any], stamp: int, text: str) -> bool:
+    # server-sent events ----------------------------------------------------------------------
+
+    def _lines(self, body: bytes) -> None:
+        """The event-stream rules over one piece of the body: lines (CRLF, LF, CR, split
+        anywhere), fields, and the dispatch of an event at its blank line."""
+        if self.bom:
+            if self.line:
+                body = self.line.pop() + body
+            if len(body) < 3 and _BOM.startswith(body):
+                self.line.append(body)  # the stream's first bytes may be a split BOM
+                return
+            self.bom = False
+            if body.startswith(_BOM):
+                body = body[3:]
+        if self.cr:
+            self.cr = False
+            if body[:1] == b"\n":  # the LF of a CRLF split between two pieces
+                body = body[1:]
+        lines = body.splitlines(keepends=True)  # bytes: at CRLF, LF and CR only
+        rest = b""
+        if lines and lines[-1][-1] not in (10, 13):  # the last line has not ended yet
+            rest = lines.pop()
+        elif lines:
+            self.cr = lines[-1][-1] == 13
+        for raw in lines:
+            if self.line:  # the end of a line begun in an earlier piece
+                self.held -= sum(map(len, self.line))
+                self.line.append(raw)
+                raw = b"".join(self.line)
+                self.line = []
+            line = raw.rstrip(b"\r\n")  # exactly its one line ending: splitlines split at each
+            if not line:
+                if self.data and not self._dispatch():
+                    return
+            elif line[0] != 58:  # ":" begins a comment
+                name, _, value = line.partition(b":")
+                if name == b"data":
+                    if value[:1] == b" ":
+                        value = value[1:]
+                    self.data.append(value)
+                    self._hold(len(value) + 1)
+                # event, id, retry and any other field: nothing servelab reads
+        if rest:
+            self.line.append(rest)
+            self._hold(len(rest))
+        self.idle = not (self.line or self.data or self.cr)
+
+    def _hold(self, n: int) -> None:
+        self.held += n
+        if self.held > MAX_EVENT:
+            raise MalformedStream(
+                f"an event longer than {MAX_EVENT} bytes without its end (a blank line)"
+            )
+
+    def _dispatch(self) -> bool:
+        """The event whose blank line just came; False when the stream reported an error."""
+        data = self.data
+        self.data = []
+        self.held = 0
+        text = b"\n".join(data).decode("utf-8", "replace")  # the standard's decoding
+        body = text.strip(_JSON_SPACE)
+        if not body:  # no data (or only whitespace): nothing to read
+            return True
+        if body == "[DONE]":
+            self.done = True
+            return True
+        try:
+            msg, end = _scan_json(body, 0)
+        except StopIteration as exc:
+            raise json.JSONDecodeError("Expecting value", body, exc.value) from None
+        if end != len(body):
+            raise json.JSONDecodeError("Extra data", body, end)
+        if type(msg) is not dict:
+            raise MalformedStream(f"chunk is not a JSON object: {body[:80]}")
+        return self._message(msg, body)
+
+    def _message(self, msg: dict[str, Any], text: str) -> bool:
         # Once per chunk, on the client's hot path: constant work only, the content chunk's
         # case inline.
         choices = msg.get("choices")
         if choices:
             offsets = self.offsets
-            offsets.append(stamp)
+            offsets.append(self.stamp)
             try:
                 if not choices[0]["text"]:
                     self.empty.append(len(offsets) - 1)
@@ -368,7 +387,7 @@ class ResponseParser:
             usage = msg.get("usage")
             if usage:
                 if type(usage) is not dict:
-                    raise ValueError(f"usage is not a JSON object: {text[:80]}")
+                    raise MalformedStream(f"usage is not a JSON object: {text[:80]}")
                 rec = self.rec
                 rec.prompt_tokens = usage.get("prompt_tokens")
                 n = rec.output_tokens = usage.get("completion_tokens")
@@ -392,7 +411,7 @@ class ResponseParser:
         usage = msg.get("usage")
         if usage:
             if type(usage) is not dict:
-                raise ValueError(f"usage is not a JSON object: {text[:80]}")
+                raise MalformedStream(f"usage is not a JSON object: {text[:80]}")
             self.rec.prompt_tokens = usage.get("prompt_tokens")
             self.rec.output_tokens = usage.get("completion_tokens")
             if "prompt_tokens_details" in usage:
@@ -422,10 +441,3 @@ class ResponseParser:
             rec.error = "stream carried no content chunks"
         else:
             rec.ok = True
-
-
-def _chunk_size(line: bytes) -> int:
-    digits = line.split(b";", 1)[0].strip()
-    if not digits or digits.strip(b"0123456789abcdefABCDEF"):
-        raise MalformedResponse(f"bad chunk-size line {line[:40]!r}")
-    return int(digits, 16)
