@@ -88,9 +88,12 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     )
     skipped = results.get("skipped") or []
     if skipped:
-        print(f"  skipped {len(skipped)} damaged point(s) (listed in report.md):")
+        print(
+            f"  skipped {len(skipped)} damaged point(s) or file(s) (listed in report.md; "
+            f"paths relative to {args.root}):"
+        )
     for sk in skipped:
-        print(f"  skipped {sk['point']}: {sk['reason']}")
+        print(f"  skipped {sk.get('point') or sk['file']}: {sk['reason']}")
     for d in results["diagnoses"]:
         print(f"  {diagnosis_line(d)}")
     for c in results["claims"]:

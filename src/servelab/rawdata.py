@@ -6,15 +6,18 @@ configuration's launch arguments and warm-up). The analysis, the end-of-run summ
 `servelab telemetry summarize` all read points through it.
 
 Every file read here is checked on read (docs/raw-data.md, "Damaged raw data"): point.json
-and the warm-up's against point.schema.json, launch.json against launch.schema.json,
+and the warm-up's against point.schema.json (a measured point's `telemetry` block, which the
+schema leaves open, against TELEMETRY_BLOCK below), launch.json against launch.schema.json,
 capacity.json against capacity.schema.json (compiled validators, built once), and each row of
 requests.jsonl.gz against the fields RequestRecord expects (cheap type checks). Damage raises
-DamagedRawData: one line naming the file, the field and what to do.
+DamagedRawData: one line naming the file, the field and what to do. run.json and
+telemetry.jsonl are not read here (nothing the analysis makes depends on them).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,10 +81,24 @@ class DamagedRawData(DamagedFile):
     def __init__(self, path: Path, field: str, what: str) -> None:
         super().__init__(path, field, what)
         self.server_config = config_of(path)
+        self.args = (self.line(),)
+
+    def line(self, root: Path | None = None) -> str:
+        """The one line, the file named as given, or relative to `root` (the experiment folder)
+        when it lies under it: a report's lines then read the same on every host."""
+        path = str(self.path) if root is None else relative(self.path, root)
         todo = f"re-run the sweep of {self.server_config or 'its server configuration'}"
-        self.args = (
-            f"{path}: {field}: {what}; {todo}, or pass --skip-damaged to servelab analyze",
+        return (
+            f"{path}: {self.field}: {self.what}; {todo}, or pass --skip-damaged to servelab analyze"
         )
+
+
+def relative(path: Path, root: Path) -> str:
+    """`path` relative to `root` when it lies under it, else as given (POSIX separators)."""
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
 
 
 def config_of(path: Path) -> str | None:
@@ -99,6 +116,74 @@ def config_of(path: Path) -> str | None:
 POINT_NEEDS = ("format_version", "status", "server_config", "repeat", "concurrency")
 WARMUP_NEEDS = ("format_version",)
 
+# point.json's `telemetry` block (servelab.telemetry.summarize; docs/raw-data.md) as its readers
+# use it: the analysis columns, the validity checks and the diagnoses take numbers out of it,
+# so every block is an object and every statistic a number or null. point.schema.json leaves
+# the block open (the bundle checks it as written); these are the reader's checks.
+_NUM = {"type": ["number", "null"]}
+_INT = {"type": ["integer", "null"]}
+_STATS = {"type": ["object", "null"], "properties": {k: _NUM for k in ("mean", "p95", "max")}}
+_HISTOGRAM = {
+    "type": ["object", "null"],
+    "properties": {k: _NUM for k in ("count", "mean_ms", "p95_ms")},
+}
+_GPU_FIELDS = ("util_pct", "mem_util_pct", "sm_clock_mhz", "mem_used_bytes", "power_w", "temp_c")
+TELEMETRY_BLOCK: dict[str, Any] = {
+    "type": ["object", "null"],
+    "properties": {
+        "enabled": {"type": "boolean"},
+        "gpu": {
+            "type": ["object", "null"],
+            "properties": {
+                "devices": {
+                    "type": ["array", "null"],
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "device": _INT,
+                            "samples": _INT,
+                            "errors": _INT,
+                            **{k: _STATS for k in _GPU_FIELDS},
+                        },
+                    },
+                },
+            },
+        },
+        "cpu": {
+            "type": ["object", "null"],
+            "properties": {
+                "samples": _INT,
+                "host_cpus": _INT,
+                **{
+                    k: _STATS
+                    for k in ("server_cpu_pct", "client_cpu_pct", "telemetry_cpu_pct")
+                    + ("host_cpu_pct", "server_rss_bytes", "client_rss_bytes")
+                    + ("host_mem_used_bytes",)
+                },
+                **{k: _NUM for k in ("server_cpu_s", "client_cpu_s", "telemetry_cpu_s")},
+            },
+        },
+        "server": {
+            "type": ["object", "null"],
+            "properties": {
+                "samples": _INT,
+                "errors": _INT,
+                **{k: _STATS for k in ("running", "waiting", "kv_cache_usage")},
+                **{k: _HISTOGRAM for k in ("ttft", "itl", "queue_time")},
+                **{
+                    k: _NUM
+                    for k in ("waiting_fraction", "preemptions", "generation_tokens")
+                    + ("generation_tokens_per_s", "prompt_tokens", "prefix_cache_queries")
+                    + ("prefix_cache_hits", "requests_finished")
+                },
+            },
+        },
+    },
+}
+# what a reader checks beyond its file's schema: the measured point's telemetry block (a
+# warm-up's is not read)
+_READER_PROPERTIES: dict[str, dict[str, Any]] = {"measured": {"telemetry": TELEMETRY_BLOCK}}
+
 
 def _without_required(node: Any) -> Any:
     if isinstance(node, dict):
@@ -109,13 +194,18 @@ def _without_required(node: Any) -> Any:
 
 
 @functools.cache
-def _validator(name: str, needs: tuple[str, ...]) -> Callable[[Any], list[tuple[str, str]]]:
+def _validator(
+    name: str, needs: tuple[str, ...], extra: str | None = None
+) -> Callable[[Any], list[tuple[str, str]]]:
     """The compiled validator of src/servelab/schemas/<name>.schema.json for a reader that
-    needs the top-level fields `needs`, built once: a function from a document to its errors
-    as (JSON path, message), first by path."""
+    needs the top-level fields `needs` (and checks the properties _READER_PROPERTIES[extra]
+    too), built once: a function from a document to its errors as (JSON path, message),
+    first by path."""
     import jsonschema
 
     schema = _without_required(load_schema(name))
+    if extra is not None:
+        schema["properties"] = {**schema.get("properties", {}), **_READER_PROPERTIES[extra]}
     if needs:
         schema["required"] = list(needs)
     v = jsonschema.Draft202012Validator(schema)
@@ -149,13 +239,20 @@ def _read(path: Path) -> Any:
         raise DamagedRawData(path, exc.field, exc.what) from None
 
 
-def _checked(path: Path, doc: Any, schema: str, needs: tuple[str, ...]) -> dict[str, Any]:
+def _checked(
+    path: Path, doc: Any, schema: str, needs: tuple[str, ...], extra: str | None = None
+) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise DamagedRawData(path, "$", f"a {type(doc).__name__}, not a JSON object")
-    errors = _validator(schema, needs)(doc)
+    errors = _validator(schema, needs, extra)(doc)
     if errors:
         where, what = errors[0]
-        raise DamagedRawData(path, where, f"{what} (schema {schema}.schema.json)")
+        top = re.split(r"[.\[]", where[2:], maxsplit=1)[0] if where.startswith("$.") else ""
+        if extra is not None and top in _READER_PROPERTIES[extra]:
+            source = f"the {top} block, docs/raw-data.md"
+        else:
+            source = f"schema {schema}.schema.json"
+        raise DamagedRawData(path, where, f"{what} ({source})")
     return doc
 
 
@@ -175,15 +272,28 @@ def load_point(path: Path, measured: bool = True) -> dict[str, Any]:
             f"{path}: point format_version {version!r} is not one this servelab reads "
             f"({sorted(SUPPORTED_POINT_FORMATS)}); upgrade servelab or re-run the sweep"
         )
-    return _checked(path, point, "point", POINT_NEEDS if measured else WARMUP_NEEDS)
+    if measured:
+        # a damaged telemetry block is damage of the point, skipped whole by --skip-damaged:
+        # the validity checks that leave a point out of the statistics (contention, restarted
+        # requests) read it, so keeping the point without it would let a point those checks
+        # exclude into every table, unchecked
+        return _checked(path, point, "point", POINT_NEEDS, "measured")
+    return _checked(path, point, "point", WARMUP_NEEDS)
 
 
 @dataclass(frozen=True)
 class Skipped:
-    """A point left out by --skip-damaged: its folder and the one line saying why."""
+    """What --skip-damaged left out, with the damage that made it: a point (`path` its
+    folder), or a file of a server configuration (`path` the file; `left_out` what the
+    analysis goes without)."""
 
-    folder: Path
-    reason: str
+    path: Path
+    damage: DamagedRawData
+    left_out: str | None = None
+
+    @property
+    def reason(self) -> str:
+        return str(self.damage)
 
 
 def load_points(exp_dir: Path, skipped: list[Skipped] | None = None) -> list[RawPoint]:
@@ -199,14 +309,14 @@ def load_points(exp_dir: Path, skipped: list[Skipped] | None = None) -> list[Raw
         except DamagedRawData as exc:
             if skipped is None:
                 raise
-            skipped.append(Skipped(path.parent, str(exc)))
+            skipped.append(Skipped(path.parent, exc))
             continue
         if meta.get("status") != "complete":
             continue
         ctx = context.get(str(meta["server_config"]), (None, None))
         if isinstance(ctx, DamagedRawData):
             assert skipped is not None
-            skipped.append(Skipped(path.parent, str(ctx)))
+            skipped.append(Skipped(path.parent, ctx))
             continue
         args, warmup = ctx
         out.append(RawPoint(meta, path.parent, args, warmup))

@@ -76,7 +76,8 @@ class Dataset:
     # computes with (runtime/runtime.json isa); empty where the raw data has none
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     runtime_isa: dict[str, Any] | None = None
-    # points left out by skip_damaged, each with why (empty unless something was skipped)
+    # points and per-configuration files left out by skip_damaged, each with why (empty
+    # unless something was skipped)
     skipped: list[Skipped] = field(default_factory=list)
 
     def configs(self) -> list[str]:
@@ -103,7 +104,8 @@ def load_dataset(
     """Every complete point with its metrics and its validity flags under `validity`
     (the schema's defaults when None). Damaged raw data raises DamagedRawData; with
     `skip_damaged`, a damaged point of servelab's layout is left out and listed in
-    `Dataset.skipped`."""
+    `Dataset.skipped`, and so is a damaged capacity.json (the analysis then goes without that
+    configuration's capacity facts, as for raw data that has none)."""
     t = validity or default_section(ValiditySection, "analysis", "validity")
     layout = detect_layout(root)
     if layout == "servelab":
@@ -134,7 +136,7 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
         except DamagedRawData as exc:
             if not skip_damaged:
                 raise
-            skipped.append(Skipped(raw.folder, str(exc)))
+            skipped.append(Skipped(raw.folder, exc))
             continue
         ttfts, per = _per_request(recs)
         metrics = point_metrics(recs)
@@ -157,19 +159,34 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
     if skipped and not points:
         raise ServelabError(
             f"{root}: all {len(skipped)} points are damaged, nothing left to analyse; "
-            f"the first: {min(skipped, key=lambda s: s.folder).reason}"
+            f"the first: {min(skipped, key=lambda s: s.path).reason}"
         )
     capacity = {}
     for cap in sorted(root.glob("server/*/capacity.json")):
-        capacity[cap.parent.name] = read_checked(cap, "capacity")
+        try:
+            capacity[cap.parent.name] = read_checked(cap, "capacity")
+        except DamagedRawData as exc:
+            if not skip_damaged:
+                raise
+            # per configuration, not per point: its points stay; what needs the facts (the
+            # --max-num-seqs and CUDA graph capture sizes the diagnoses weigh) reads "unknown"
+            skipped.append(Skipped(cap, exc, f"the capacity facts of {cap.parent.name}"))
     hosts = {}
     for lj in sorted(root.glob("server/*/launch.json")):
-        facts = read_checked(lj, "launch").get("cpu_facts")
+        try:
+            facts = read_checked(lj, "launch").get("cpu_facts")
+        except DamagedRawData as exc:
+            if not skip_damaged:
+                raise
+            # every point of its configuration was left out for this same damage (load_points)
+            if not any(s.reason == str(exc) for s in skipped):
+                skipped.append(Skipped(lj, exc, f"the host facts of {lj.parent.name}"))
+            continue
         if isinstance(facts, dict):
             hosts[lj.parent.name] = facts
     rt = root / "runtime" / "runtime.json"
     isa = read_json(rt).get("isa") if rt.is_file() else None
-    skipped.sort(key=lambda s: s.folder)
+    skipped.sort(key=lambda s: s.path)
     return Dataset(
         "servelab",
         root,

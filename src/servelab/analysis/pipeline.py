@@ -26,6 +26,7 @@ from servelab.config import default_section, merge
 from servelab.experiment import AnalysisSection, section_from_dict
 from servelab.jsonio import write_json
 from servelab.paths import ANALYSIS_REPORT, ANALYSIS_TABLES, SLO_TABLE, VALIDITY_TABLE
+from servelab.rawdata import relative
 from servelab.render import write_csv
 from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
 
@@ -66,13 +67,6 @@ def utilization_figure(ds: Dataset, out_dir: Path) -> list[Path]:
     return plot_utilization_vs_throughput(rows, out_dir)
 
 
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return path.as_posix()
-
-
 def analyze(
     root: Path,
     out: Path,
@@ -101,8 +95,14 @@ def analyze(
         "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa},
     }
     if ds.skipped:  # only then: the outputs of undamaged data stay byte for byte
+        # paths relative to `root`: the report reads the same wherever the results lie
         results["skipped"] = [
-            {"point": _rel(s.folder, root), "reason": s.reason} for s in ds.skipped
+            {
+                ("point" if s.left_out is None else "file"): relative(s.path, root),
+                "reason": s.damage.line(root),
+                **({} if s.left_out is None else {"left_out": s.left_out}),
+            }
+            for s in ds.skipped
         ]
     results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
     results["claims"] = evaluate_claims(

@@ -117,18 +117,31 @@ def _host_section(host: dict[str, Any]) -> list[str]:
 
 
 def _skipped_section(skipped: list[dict[str, str]]) -> list[str]:
-    """Points left out by --skip-damaged; no section at all when none was."""
+    """Points and per-configuration files left out by --skip-damaged (paths relative to the
+    experiment folder); no section at all when none was."""
     if not skipped:
         return []
-    lines = [
-        "## Skipped damaged points",
-        "",
-        f"{len(skipped)} point(s) could not be read and were left out of every table below "
-        "(`--skip-damaged`); re-run their sweep to include them.",
-        "",
-    ]
-    lines += [f"- `{s['point']}`: {s['reason']}" for s in skipped]
-    return [*lines, ""]
+    points = [s for s in skipped if "point" in s]
+    files = [s for s in skipped if "file" in s]
+    lines = ["## Skipped damaged raw data", ""]
+    if points:
+        lines += [
+            f"{len(points)} point(s) could not be read and were left out of every table below "
+            "(`--skip-damaged`); re-run their sweep to include them.",
+            "",
+            *[f"- `{s['point']}`: {s['reason']}" for s in points],
+            "",
+        ]
+    if files:
+        lines += [
+            f"{len(files)} file(s) of a server configuration could not be read "
+            "(`--skip-damaged`); the points are kept and what the analysis reads from the file "
+            "is unknown below; re-run the configuration's sweep to include it.",
+            "",
+            *[f"- `{s['file']}` ({s['left_out']} left out): {s['reason']}" for s in files],
+            "",
+        ]
+    return lines
 
 
 def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) -> str:

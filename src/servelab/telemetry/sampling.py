@@ -20,7 +20,7 @@ from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.experiment import TelemetrySection
-from servelab.jsonio import dumps
+from servelab.jsonio import DamagedFile, dumps
 from servelab.telemetry.sources import (
     GpuSource,
     HostSource,
@@ -207,7 +207,15 @@ def write_samples(path: Path, rows: Sequence[Sample]) -> None:
     os.replace(tmp, path)
 
 
+# what to do about a damaged telemetry.jsonl: the point's summary (point.json `telemetry`) was
+# computed from the samples when they were written, so only a new measurement brings them back
+SAMPLES_TODO = "re-run the sweep of the point's server configuration to sample it again"
+
+
 def read_samples(path: Path) -> list[Sample]:
+    """The samples of a telemetry.jsonl, each checked as its readers use it (an object with a
+    string `source` and an integer `epoch_ns`): DamagedFile naming the line and field
+    otherwise."""
     rows: list[Sample] = []
     try:
         text = path.read_text(encoding="utf-8")
@@ -215,11 +223,26 @@ def read_samples(path: Path) -> list[Sample]:
         raise ServelabError(
             f"{path}: file not found; was the point measured with telemetry?"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise DamagedFile(path, "$", f"not UTF-8 text ({exc.reason}); {SAMPLES_TODO}") from None
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ServelabError(f"{path}: line {lineno} is not valid JSON ({exc.msg})") from None
+            raise DamagedFile(
+                path, f"line {lineno}", f"not valid JSON ({exc.msg}); {SAMPLES_TODO}"
+            ) from None
+        if not isinstance(row, dict):
+            what = f"a {type(row).__name__}, not a JSON object"
+            raise DamagedFile(path, f"line {lineno}", f"{what}; {SAMPLES_TODO}")
+        for key, kind, ok in (
+            ("source", "a string", isinstance(row.get("source"), str)),
+            ("epoch_ns", "an integer", type(row.get("epoch_ns")) is int),
+        ):
+            if not ok:
+                what = "required field missing" if key not in row else f"{row[key]!r} is not {kind}"
+                raise DamagedFile(path, f"line {lineno}: $.{key}", f"{what}; {SAMPLES_TODO}")
+        rows.append(row)
     return rows
