@@ -5,12 +5,13 @@ client against sse_fixture.py.
 
 Part 1 feeds `ResponseParser` a response of 20,000 vLLM-shaped chunks (usage in each, as the
 client asks with `continuous_usage_stats`), each its own HTTP chunk, 1 and 4 chunks per read,
-and reports µs per chunk (best of --rounds). Part 2 runs one closed-loop point (`run_point`,
-concurrency 64, 48,000 tokens) against sse_fixture.py at 2 ms steps, the fixture pinned to the
-last core and this process to core 0, and reports client CPU µs per token (median of
---rounds). Only servelab's public client API is used, so the same script measures another
-checkout of servelab when that checkout's `src` comes first on PYTHONPATH; benchmarks/README.md
-compares two checkouts that way, alternating runs.
+and reports µs per chunk (best of --rounds). It also feeds one event of 1,000 and of 4,000 data
+lines whose blank line never comes, a line per read, and reports µs per line. Part 2 runs one
+closed-loop point (`run_point`, concurrency 64, 48,000 tokens) against sse_fixture.py at 2 ms
+steps, the fixture pinned to the last core and this process to core 0, and reports client CPU
+µs per token (median of --rounds). Only servelab's public client API is used, so the same
+script measures another checkout of servelab when that checkout's `src` comes first on
+PYTHONPATH; benchmarks/README.md compares two checkouts that way, alternating runs.
 """
 
 from __future__ import annotations
@@ -74,6 +75,25 @@ def parser_us_per_chunk(per_read: int, rounds: int, eol: bytes = b"\n") -> float
     return best / CHUNKS * 1e6
 
 
+def unended_us_per_line(lines: int, rounds: int) -> float:
+    """One event of `lines` data lines whose blank line comes last, each line its own read:
+    what a server that holds an event open costs the reader, per line (best of `rounds`)."""
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    line = b"data: " + b"x" * 100 + b"\n"
+    read = b"%x\r\n%s\r\n" % (len(line), line)
+    best = float("inf")
+    for _ in range(rounds):
+        p = ResponseParser(RequestRecord("r", 0), 0)
+        p.feed(head, 1)
+        t = time.perf_counter()
+        for n in range(lines):
+            p.feed(read, n)
+        best = min(best, time.perf_counter() - t)
+    return best / lines * 1e6
+
+
 def start_fixture(port: int, step_us: int, cpu: int) -> subprocess.Popen[bytes]:
     p = subprocess.Popen(
         [sys.executable, str(HERE / "sse_fixture.py"), "--port", str(port),
@@ -122,6 +142,8 @@ def main() -> None:
         "servelab": str(Path(servelab.client.__file__).resolve().parents[2]),
         "parser_us_per_chunk_1_per_read": parser_us_per_chunk(1, a.rounds),
         "parser_us_per_chunk_4_per_read": parser_us_per_chunk(4, a.rounds),
+        "unended_us_per_line_1000": unended_us_per_line(1000, a.rounds),
+        "unended_us_per_line_4000": unended_us_per_line(4000, a.rounds),
         "client_us_per_token": client_us_per_token(a.rounds),
     }
     if a.json:
@@ -130,6 +152,10 @@ def main() -> None:
     print(f"servelab from {res['servelab']}")
     print(f"parser, 1 chunk per read:  {res['parser_us_per_chunk_1_per_read']:.2f} µs per chunk")
     print(f"parser, 4 chunks per read: {res['parser_us_per_chunk_4_per_read']:.2f} µs per chunk")
+    print(
+        f"one event held open, 1,000 / 4,000 data lines: "
+        f"{res['unended_us_per_line_1000']:.2f} / {res['unended_us_per_line_4000']:.2f} µs per line"
+    )
     runs = res["client_us_per_token"]
     assert isinstance(runs, list)
     print(
