@@ -39,7 +39,9 @@ def test_defaults_reach_array_items() -> None:
 def test_unique_prompts_default_true_and_must_be_boolean() -> None:
     cfg = config.validate(minimal()).to_dict()
     assert cfg["workload"]["unique_prompts"] is True
-    off = config.validate(config.merge(minimal(), {"workload": {"unique_prompts": False}})).to_dict()
+    off = config.validate(
+        config.merge(minimal(), {"workload": {"unique_prompts": False}})
+    ).to_dict()
     assert off["workload"]["unique_prompts"] is False
     for bad in ("yes", 1, None):
         with pytest.raises(ServelabError) as err:

@@ -63,7 +63,11 @@ def test_experiment_configs_are_valid(repo: Path) -> None:
         with pytest.raises(ServelabError, match="not pinned: set ") as err:
             load(path)
         assert all(key in str(err.value) for key, _ in todo) and "\n" not in str(err.value)
-        filled = {"model.repo": "org/model", "model.revision": "0" * 40}
+        filled = {
+            "model.repo": "org/model",
+            "model.revision": "0" * 40,
+            "runtime.image": "localhost/servelab-vllm-cpu:0123456789abcdef@sha256:" + "0" * 64,
+        }
         for key, _ in todo:
             section, name = key.split(".")
             raw[section][name] = filled[key]
