@@ -27,10 +27,12 @@ step() { echo "build.sh: $1 ($(( $(date +%s) - start )) s)" >&2; }
 command -v "$ENGINE" >/dev/null || { echo "build.sh: $ENGINE not found; install it (containers/README.md)" >&2; exit 2; }
 mkdir -p "$WORK"
 
-# 1. the base: rebuilt only when the package list or the mirror changes
-base_key=$(printf '%s\n' bookworm "$MIRROR" "$PACKAGES" | sha256sum | cut -c1-16)
+# 1. the base: rebuilt when the package list, the mirror or this script changes
+base_key=$( (printf '%s\n' bookworm "$MIRROR" "$PACKAGES"; sha256sum < containers/cpu/build.sh) \
+    | sha256sum | cut -c1-16)
 rootfs_tar="$WORK/rootfs-$base_key.tar"
 if [ ! -s "$rootfs_tar" ]; then
+    rm -f "$WORK"/rootfs-*.tar  # bases of other recipes
     command -v debootstrap >/dev/null || { echo "build.sh: debootstrap not found (apt-get install debootstrap)" >&2; exit 2; }
     step "debootstrap bookworm from $MIRROR"
     root="$WORK/rootfs-$base_key"
@@ -43,8 +45,10 @@ if [ ! -s "$rootfs_tar" ]; then
         "$root"/etc/machine-id "$root"/etc/hostname "$root"/etc/resolv.conf "$root"/tmp/* \
         "$root"/var/lib/dbus/machine-id
     find "$root" -name '__pycache__' -prune -exec rm -rf {} +
+    # the day root's password was last changed: the day of the build
+    sed -i -E 's/^([^:]*:[^:]*:)[0-9]*:/\1:/' "$root/etc/shadow"
     tar --sort=name --numeric-owner --owner=0 --group=0 --mtime=@0 --xattrs \
-        -C "$root" -cf "$rootfs_tar.tmp" .
+        --pax-option=delete=atime,delete=ctime -C "$root" -cf "$rootfs_tar.tmp" .
     mv "$rootfs_tar.tmp" "$rootfs_tar"
     rm -rf "$root"
 fi
