@@ -261,3 +261,23 @@ def test_cli_summarize(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert (exp / "telemetry" / "utilization_vs_throughput.svg").exists()
     assert main(["telemetry", "summarize", str(tmp_path / "nope")]) == 2
     assert "no raw/ folder" in capsys.readouterr().err
+
+
+def test_points_csv_carries_each_points_telemetry(tmp_path: Path) -> None:
+    """analysis/points.csv: the telemetry columns filled from each point's telemetry block."""
+    from analysis_fixtures import servelab_point
+
+    from servelab.analysis.pipeline import analyze
+
+    exp = tmp_path / "exp"
+    for rep in (1, 2):
+        for conc, util in ((1, 99.0), (8, 190.0)):
+            block = _point("mns-8", conc, rep, 100.0 * conc, util)["telemetry"]
+            servelab_point(exp, "mns-8", rep, conc, 100.0 * conc, 10.0, telemetry=block)
+    analyze(exp, tmp_path / "out", name="exp", figures=False)
+    with (tmp_path / "out" / "points.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["concurrency"] for r in rows] == ["1", "1", "8", "8"]
+    assert [float(r["utilization_pct"]) for r in rows] == pytest.approx([49.5, 49.5, 95.0, 95.0])
+    assert all(r["gpu_absent"] == "NVML unavailable: test" for r in rows)
+    assert all(float(r["cpu_server_util_pct_mean"]) > 0 for r in rows)

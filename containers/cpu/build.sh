@@ -56,8 +56,11 @@ fi
 # 2. the wheels of the lock
 wheels="$WORK/wheelhouse"
 step "wheels of $LOCK"
+# (a host whose pip configuration names index folders that do not exist gets one warning per
+# package from pip; they say nothing about the download and are dropped)
 python3 -m pip download --quiet --no-deps --require-hashes --only-binary=:all: \
-    --disable-pip-version-check -r "$LOCK" -d "$wheels"
+    --disable-pip-version-check -r "$LOCK" -d "$wheels" \
+    2> >(grep -v "^WARNING: Location '.*' is ignored" >&2)
 
 # 3. the image: its tag is the hash of what goes in
 ctx="$WORK/context"

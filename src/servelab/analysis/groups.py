@@ -15,6 +15,7 @@ from servelab.analysis.stats import describe, paired
 from servelab.analysis.validity import BY_NAME, Flag, PointFlags, failed
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
+from servelab.telemetry.summary import telemetry_columns
 
 POINT_METRICS = (
     [
@@ -152,6 +153,8 @@ def points_table(ds: Dataset) -> list[dict[str, Any]]:
             "invalid_reasons": "; ".join(f"{f.check}: {f.reason}" for f in failed(p.checks)),
         }
         row.update({m: p.metrics.get(m) for m in POINT_METRICS})
+        if "telemetry" in p.extra:  # the telemetry columns, where the point has telemetry
+            row.update(telemetry_columns(p.extra["telemetry"]))
         rows.append(row)
     return rows
 

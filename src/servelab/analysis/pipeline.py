@@ -37,8 +37,9 @@ __all__ = ["ANALYSIS_VERSION", "Dataset", "analysis_section", "analyze", "load_d
 # 1: until the validity checks; 2: validity checks (validity.json, points.csv columns);
 # 3: the pitfall checks (docs/pitfalls.md), TTFT at the first chunk with text, the client-wait,
 # first-byte and in-flight metrics; 4: every diagnosis and knee with its evidence level (a dip
-# on one repeat reported untested), the CUDA graph capture sizes and the dip's batch against them.
-ANALYSIS_VERSION = 4
+# on one repeat reported untested), the CUDA graph capture sizes and the dip's batch against them;
+# 5: points.csv's telemetry columns filled (they were written empty).
+ANALYSIS_VERSION = 5
 
 
 def analysis_section(recorded: Mapping[str, Any] | None) -> AnalysisSection:
