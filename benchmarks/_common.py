@@ -8,6 +8,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +90,19 @@ def vllm_argv(
 
 def spread(values: list[float]) -> tuple[float, float, float]:
     return statistics.mean(values), min(values), max(values)
+
+
+def start_fixture(port: int, step_us: int, cpu: int) -> subprocess.Popen[bytes]:
+    """sse_fixture.py in its own process, pinned to `cpu`, once it answers /health."""
+    p = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve().parent / "sse_fixture.py"),
+         "--port", str(port), "--step-us", str(step_us), "--cpu", str(cpu)],
+    )  # fmt: skip
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
+            return p
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    sys.exit("fixture did not start")

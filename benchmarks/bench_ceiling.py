@@ -22,36 +22,19 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import VllmClient, tiny_model, venv_python, workdir
+from _common import VllmClient, start_fixture, tiny_model, venv_python, workdir
 
 from servelab.server import free_port
 
-HERE = Path(__file__).resolve().parent
 CLIENTS = ("servelab", "vllm")
 NAMES = {"servelab": "servelab", "vllm": "vllm bench serve"}
 WIDE_LAG_MS = 25.0  # the second fixed rule, printed since the first runs of this benchmark
 GOAL = 2.0
-
-
-def start_fixture(port: int, step_us: int, cpu: int) -> subprocess.Popen[bytes]:
-    p = subprocess.Popen(
-        [sys.executable, str(HERE / "sse_fixture.py"), "--port", str(port),
-         "--step-us", str(step_us), "--cpu", str(cpu)],
-    )  # fmt: skip
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
-            return p
-        except OSError:
-            time.sleep(0.05)
-    p.kill()
-    sys.exit("fixture did not start")
 
 
 def fetch_sends(port: int) -> dict[str, Any]:

@@ -20,17 +20,16 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from _common import start_fixture
 
 import servelab.client
 from servelab.client import RequestRecord, ResponseParser, Workload, run_point
 from servelab.server import free_port
 
-HERE = Path(__file__).resolve().parent
 CHUNKS = 20_000
 
 
@@ -92,21 +91,6 @@ def unended_us_per_line(lines: int, rounds: int) -> float:
             p.feed(read, n)
         best = min(best, time.perf_counter() - t)
     return best / lines * 1e6
-
-
-def start_fixture(port: int, step_us: int, cpu: int) -> subprocess.Popen[bytes]:
-    p = subprocess.Popen(
-        [sys.executable, str(HERE / "sse_fixture.py"), "--port", str(port),
-         "--step-us", str(step_us), "--cpu", str(cpu)],
-    )  # fmt: skip
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
-            return p
-        except OSError:
-            time.sleep(0.05)
-    p.kill()
-    sys.exit("fixture did not start")
 
 
 def client_us_per_token(rounds: int, concurrency: int = 64, tokens: int = 48_000) -> list[float]:
