@@ -192,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--skip-damaged",
         action="store_true",
-        help="leave out points whose raw data cannot be read, listing them in the report",
+        help="leave out points whose raw data cannot be read (and go without a configuration's "
+        "capacity or host facts whose file cannot be read), listing them in the report",
     )
     a.set_defaults(func=_cmd_analyze)
 
