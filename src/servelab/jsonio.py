@@ -79,6 +79,20 @@ def write_jsonl_gz(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def json_object_line(path: Path, lineno: int, line: str, todo: str = "") -> dict[str, Any]:
+    """Line `lineno` of a JSON-lines file, which must be one JSON object; DamagedFile naming
+    the line otherwise (`todo`: what to do, appended to the message)."""
+    tail = f"; {todo}" if todo else ""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DamagedFile(path, f"line {lineno}", f"not valid JSON ({exc.msg}){tail}") from None
+    if not isinstance(row, dict):
+        what = f"a {type(row).__name__}, not a JSON object"
+        raise DamagedFile(path, f"line {lineno}", f"{what}{tail}")
+    return row
+
+
 def read_jsonl_gz(path: Path) -> list[dict[str, Any]]:
     """Every row of a gzip JSON-lines file; a truncated or corrupt stream, a line that is not
     JSON or not an object: DamagedFile naming the line."""
@@ -87,19 +101,8 @@ def read_jsonl_gz(path: Path) -> list[dict[str, Any]]:
     try:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
             for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DamagedFile(
-                        path, f"line {lineno}", f"not valid JSON ({exc.msg})"
-                    ) from None
-                if not isinstance(row, dict):
-                    raise DamagedFile(
-                        path, f"line {lineno}", f"a {type(row).__name__}, not a JSON object"
-                    )
-                rows.append(row)
+                if line.strip():
+                    rows.append(json_object_line(path, lineno, line))
     except FileNotFoundError:
         raise ServelabError(f"{path}: file not found") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:

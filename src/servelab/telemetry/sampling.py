@@ -9,7 +9,6 @@ source reports (`telemetry_cpu_*`) and subtracts from the client's.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -20,7 +19,7 @@ from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.experiment import TelemetrySection
-from servelab.jsonio import DamagedFile, dumps
+from servelab.jsonio import DamagedFile, dumps, json_object_line
 from servelab.telemetry.sources import (
     GpuSource,
     HostSource,
@@ -228,15 +227,7 @@ def read_samples(path: Path) -> list[Sample]:
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DamagedFile(
-                path, f"line {lineno}", f"not valid JSON ({exc.msg}); {SAMPLES_TODO}"
-            ) from None
-        if not isinstance(row, dict):
-            what = f"a {type(row).__name__}, not a JSON object"
-            raise DamagedFile(path, f"line {lineno}", f"{what}; {SAMPLES_TODO}")
+        row = json_object_line(path, lineno, line, SAMPLES_TODO)
         for key, kind, ok in (
             ("source", "a string", isinstance(row.get("source"), str)),
             ("epoch_ns", "an integer", type(row.get("epoch_ns")) is int),
