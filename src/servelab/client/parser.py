@@ -138,19 +138,19 @@ class ResponseParser:
     def feed(self, data: bytes, now: int) -> bool:
         if self.finished:
             return True
+        self.stamp = (now - self.t0) // 1000
         if not self.received:
             self.received = True
-            self.rec.first_byte_offset_us = (now - self.t0) // 1000
-        self.stamp = (now - self.t0) // 1000
+            self.rec.first_byte_offset_us = self.stamp
         try:
             if self.in_head:
                 data = self._head(data)
             if data and not self.body_over:
                 self.http.feed_data(data)
-            if self.body_over and not self.finished:
-                self._end(now)
         except Exception as exc:  # noqa: BLE001 - every failure is this request's, with why
-            self._failed(exc, now)
+            self._failed(exc)
+        if self.body_over and not self.finished:
+            self._end(now)
         if self.finished:
             if not self.ended:
                 self.ended = now
@@ -176,20 +176,17 @@ class ResponseParser:
         self.finished = True
         self.reusable = False
 
-    def _failed(self, exc: Exception, now: int) -> None:
-        """Record why reading stopped: an exception raised while this read was handled."""
+    def _failed(self, exc: Exception) -> None:
+        """Record why reading stopped: an exception raised while this read was handled (a
+        response already whole is ended by `feed`)."""
         if isinstance(exc, httptools.HttpParserCallbackError) and exc.__context__ is not None:
             cause = exc.__context__  # raised in one of the callbacks below
             if isinstance(cause, _Stop):  # the response was over before the read was
-                if self.body_over and not self.finished:
-                    self._end(now)
                 return
             exc = cast(Exception, cause)
         if self.body_over and isinstance(exc, httptools.HttpParserError):
             # bytes after the response that are not a response: the body was whole
             self.reusable = False
-            if not self.finished:
-                self._end(now)
             return
         if isinstance(exc, httptools.HttpParserUpgrade):
             self._fail("malformed response: the server switched protocols (Upgrade)")
@@ -255,7 +252,6 @@ class ResponseParser:
         if not te and "content-length" not in headers and status not in (204, 304):
             self.to_close = True  # the body runs to the connection's close
             self.reusable = False
-        self.idle = False  # a body begins: the BOM rule applies to its first bytes
 
     def on_message_begin(self) -> None:
         if self.body_over:  # bytes after the response: do not reuse the connection
