@@ -31,6 +31,10 @@ from servelab.client import RequestRecord, ResponseParser, Workload, run_point
 from servelab.server import free_port
 
 CHUNKS = 20_000
+HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+)
 
 
 def vllm_chunk(i: int) -> bytes:
@@ -43,15 +47,8 @@ def vllm_chunk(i: int) -> bytes:
     )
 
 
-def parser_us_per_chunk(per_read: int, rounds: int, eol: bytes = b"\n") -> float:
-    head = (
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-        b"transfer-encoding: chunked\r\n\r\n"
-    )
-    framed = []
-    for i in range(1, CHUNKS + 1):
-        ev = vllm_chunk(i).replace(b"\n", eol)
-        framed.append(b"%x\r\n%s\r\n" % (len(ev), ev))
+def parser_us_per_chunk(per_read: int, rounds: int) -> float:
+    framed = [b"%x\r\n%s\r\n" % (len(ev), ev) for ev in map(vllm_chunk, range(1, CHUNKS + 1))]
     reads = [b"".join(framed[i : i + per_read]) for i in range(0, CHUNKS, per_read)]
     tail = b'data: {"choices":[],"usage":{"prompt_tokens":128,"completion_tokens":%d}}\n\n' % (
         CHUNKS
@@ -62,7 +59,7 @@ def parser_us_per_chunk(per_read: int, rounds: int, eol: bytes = b"\n") -> float
     for _ in range(rounds):
         rec = RequestRecord("r", 0)
         p = ResponseParser(rec, 0)
-        p.feed(head, 1)
+        p.feed(HEAD, 1)
         t = time.perf_counter()
         for n, data in enumerate(reads):
             p.feed(data, n)
@@ -77,15 +74,12 @@ def parser_us_per_chunk(per_read: int, rounds: int, eol: bytes = b"\n") -> float
 def unended_us_per_line(lines: int, rounds: int) -> float:
     """One event of `lines` data lines whose blank line comes last, each line its own read:
     what a server that holds an event open costs the reader, per line (best of `rounds`)."""
-    head = (
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-    )
     line = b"data: " + b"x" * 100 + b"\n"
     read = b"%x\r\n%s\r\n" % (len(line), line)
     best = float("inf")
     for _ in range(rounds):
         p = ResponseParser(RequestRecord("r", 0), 0)
-        p.feed(head, 1)
+        p.feed(HEAD, 1)
         t = time.perf_counter()
         for n in range(lines):
             p.feed(read, n)
