@@ -130,6 +130,7 @@ class SweepJob:
             capacity["max_num_seqs"] = args.get("max-num-seqs")
             capacity["server_config"] = sc
             write_json(self.server_dir / "capacity.json", capacity)
+            node = hostfacts.node_facts()
             write_json(
                 self.server_dir / "launch.json",
                 {
@@ -145,7 +146,9 @@ class SweepJob:
                     "ready_s": round(session.ready_s, 3),
                     "placement": session.placement,
                     # the measuring host, beside the measurement (the report's Host section)
-                    "cpu_facts": hostfacts.cpu_facts(),
+                    "cpu_facts": node["host"]["cpu_facts"],
+                    # the node as a whole: the analysis flags comparisons across nodes
+                    "node": node,
                     "runtime_lock_sha256": self.runtime.get("lock_sha256"),
                     "runtime_image_digest": self.runtime.get("image_digest"),
                     "container": launch.container.name if launch.container else None,

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import platform
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from servelab import __version__, hostfacts
+from servelab import __version__
 from servelab.analysis.pipeline import ANALYSIS_VERSION
+from servelab.hostfacts import host_facts
 from servelab.redact import redact_env
+
+__all__ = ["host_facts", "pipeline_facts", "redacted_config"]
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
@@ -20,33 +21,6 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout if proc.returncode == 0 else None
-
-
-def host_facts() -> dict[str, Any]:
-    """The host: the summary keys every bundle has (cpu, cores, memory_bytes, os, kernel,
-    machine, python, gpus, gpu_reason, cuda), `cpu_facts` (docs/bundle.md) and, per GPU pair,
-    `gpu_topology`."""
-    import psutil
-
-    cpu = hostfacts.cpu_facts()
-    os_name = platform.system()
-    try:
-        for line in Path("/etc/os-release").read_text().splitlines():
-            if line.startswith("PRETTY_NAME="):
-                os_name = line.split("=", 1)[1].strip().strip('"')
-    except OSError:
-        pass
-    return {
-        "cpu": cpu["model_name"] or platform.processor() or "",
-        "cores": os.cpu_count(),
-        "memory_bytes": int(psutil.virtual_memory().total),
-        "os": os_name,
-        "kernel": platform.release(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "cpu_facts": cpu,
-        **hostfacts.gpu_facts(),
-    }
 
 
 def pipeline_facts(repo: Path) -> dict[str, Any]:

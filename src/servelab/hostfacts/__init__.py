@@ -3,6 +3,7 @@
 - `cpu`: identity, instruction-set flags, frequency, topology, affinity, cgroup quota.
 - `gpu`: GPUs, driver, CUDA and topology through NVML.
 - `isa`: the instruction set PyTorch and oneDNN use in the server's runtime.
+- `host`: the provenance host block and the measuring node of a launch record.
 - `compare`: two runs' host facts classified (differs, unknown, equivalent, identical).
 
 A fact that cannot be read is None, never an error: provenance is written on any host. The
@@ -15,6 +16,7 @@ from servelab.hostfacts.compare import (
     HOST_FACTS,
     MISSING,
     compare_hosts,
+    difference_names,
     host_qualifier,
 )
 from servelab.hostfacts.cpu import (
@@ -30,6 +32,7 @@ from servelab.hostfacts.cpu import (
     parse_khz,
 )
 from servelab.hostfacts.gpu import TOPOLOGY, gpu_facts
+from servelab.hostfacts.host import host_facts, node_facts
 from servelab.hostfacts.isa import (
     ISA_ENV,
     ISA_MARK,
@@ -54,9 +57,12 @@ __all__ = [
     "cpu_facts",
     "cpu_list",
     "describe_isa",
+    "difference_names",
     "gpu_facts",
+    "host_facts",
     "host_qualifier",
     "isa_class",
+    "node_facts",
     "numa_nodes",
     "parse_cfs",
     "parse_cpu_max",

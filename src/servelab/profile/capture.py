@@ -38,6 +38,7 @@ from servelab.client import PointRun, Workload, run_point
 from servelab.container import ContainerRun
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
+from servelab.hostfacts import node_facts
 from servelab.jsonio import write_json, write_jsonl_gz
 from servelab.paths import ExperimentPaths
 from servelab.profile.commands import (
@@ -293,6 +294,7 @@ class CaptureJob:
             "env": redact_env(launch.env),
             "ready_s": round(session.ready_s, 3),
             "placement": session.placement,
+            "node": node_facts(),  # the node it ran on, as a sweep's launch.json records it
             "traces": traces,
             "windows": "windows.json",
             "points": rows,
