@@ -1,9 +1,13 @@
 """Claims (claims.json): statements a write-up makes, checked against the raw data - a paired
 comparison of one metric at two points, or a knee, dominance, past-knee or serialized verdict.
-The syntax (claims_syntax) is checked when the config is validated."""
+The syntax (claims_syntax) is checked when the config is validated.
+
+A comparison of two server configurations measured on different nodes carries `hosts`; where
+the nodes differ in a performance-relevant host fact it is `not comparable`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from servelab.analysis.dataset import Point
@@ -16,6 +20,11 @@ from servelab.claims_syntax import FUNC as _FUNC
 from servelab.claims_syntax import parse_claim
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
+from servelab.hostfacts import compare_hosts, difference_names
+
+NOT_COMPARABLE = "not comparable"
+# every verdict a claim can get (claims.schema.json, docs/analysis.md)
+VERDICTS = ("holds", "fails", "inconclusive", "invalid", NOT_COMPARABLE)
 
 ALIASES = {"throughput": "output_throughput", "tput": "output_throughput"}
 # what each kind of claim reads, besides the metric a comparison names
@@ -58,6 +67,30 @@ def _invalid_claim(claim: str, hits: list[tuple[Point, Flag]]) -> dict[str, Any]
     }
 
 
+def cross_node(
+    nodes: Mapping[str, Mapping[str, Any]], sa: str, sb: str
+) -> tuple[dict[str, Any], str | None] | None:
+    """The hosts of a comparison of server configs `sa` and `sb` when they were measured on
+    different nodes (a different hostname, or the same one with a performance-relevant host
+    fact changed), and the reason it is not comparable when their host facts differ
+    (hostfacts.compare_hosts: class `differs`); None on one node or where either records
+    none. `differences`: the short names of the facts that differ (relevant ones first)."""
+    if sa == sb or sa not in nodes or sb not in nodes:
+        return None
+    na, nb = nodes[sa], nodes[sb]
+    cmp = compare_hosts({"host": na.get("host")}, {"host": nb.get("host")})
+    ha, hb = str(na.get("hostname")), str(nb.get("hostname"))
+    if ha == hb and cmp["class"] != "differs":
+        return None
+    rows = cmp["relevant_differences"] + cmp["other_differences"]
+    hosts = {"a": ha, "b": hb, "class": cmp["class"], "differences": [r["short"] for r in rows]}
+    if cmp["class"] != "differs":
+        return hosts, None
+    names = f"{ha}, {hb}" if ha != hb else f"two named {ha}"
+    why = difference_names(cmp["relevant_differences"])
+    return hosts, f"{NOT_COMPARABLE}: measured on different hosts: {names}, which differ in: {why}"
+
+
 def _selector(text: str, claim: str, g: Groups, need_c: bool = True) -> tuple[str, int | None]:
     parts = dict(p.split("=", 1) for p in (x.strip() for x in text.split(",")) if "=" in p)
     keys = set(parts) - {"c", "config"}
@@ -91,7 +124,10 @@ def evaluate_claims(
     knees: list[dict[str, Any]],
     dominated: list[dict[str, Any]],
     diags: list[dict[str, Any]],
+    nodes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
+    """Every claim of `analysis.claims` with its verdict and evidence; `nodes`: the node each
+    server config was measured on (Dataset.nodes), which a comparison across configs names."""
     out: list[dict[str, Any]] = []
     for claim in analysis.claims:
         try:
@@ -126,10 +162,13 @@ def evaluate_claims(
                 verdict = "fails"
             else:
                 verdict = "inconclusive"
+            entry: dict[str, Any] = {"claim": claim, "verdict": verdict}
+            crossed = cross_node(nodes or {}, sa, sb)
+            if crossed is not None and crossed[1] is not None:
+                entry.update(verdict=NOT_COMPARABLE, reason=crossed[1])
             out.append(
                 {
-                    "claim": claim,
-                    "verdict": verdict,
+                    **entry,
                     "evidence": {
                         "a": {"config": sa, "concurrency": ca, "mean": describe(va).mean},
                         "b": {
@@ -144,6 +183,7 @@ def evaluate_claims(
                         "p_value": test.p_value,
                         "test_verdict": test.verdict,
                     },
+                    **({"hosts": crossed[0]} if crossed is not None else {}),
                 }
             )
             continue

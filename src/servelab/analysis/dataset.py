@@ -79,6 +79,9 @@ class Dataset:
     # points and per-configuration files left out by skip_damaged, each with why (empty
     # unless something was skipped)
     skipped: list[Skipped] = field(default_factory=list)
+    # the node each server config was measured on (launch.json node: hostname, slurm_job_id,
+    # host); no entry where the raw data has none (written before it was recorded)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def configs(self) -> list[str]:
         return sorted({p.server_config for p in self.points})
@@ -171,10 +174,10 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
             # per configuration, not per point: its points stay; what needs the facts (the
             # --max-num-seqs and CUDA graph capture sizes the diagnoses weigh) reads "unknown"
             skipped.append(Skipped(cap, exc, f"the capacity facts of {cap.parent.name}"))
-    hosts = {}
+    hosts, nodes = {}, {}
     for lj in sorted(root.glob("server/*/launch.json")):
         try:
-            facts = read_checked(lj, "launch").get("cpu_facts")
+            launch = read_checked(lj, "launch")
         except DamagedRawData as exc:
             if not skip_damaged:
                 raise
@@ -182,8 +185,11 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
             if not any(s.reason == str(exc) for s in skipped):
                 skipped.append(Skipped(lj, exc, f"the host facts of {lj.parent.name}"))
             continue
+        facts, node = launch.get("cpu_facts"), launch.get("node")
         if isinstance(facts, dict):
             hosts[lj.parent.name] = facts
+        if isinstance(node, dict):
+            nodes[lj.parent.name] = node
     rt = root / "runtime" / "runtime.json"
     isa = read_json(rt).get("isa") if rt.is_file() else None
     skipped.sort(key=lambda s: s.path)
@@ -196,6 +202,7 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
         hosts,
         isa if isinstance(isa, dict) else None,
         skipped,
+        nodes,
     )
 
 

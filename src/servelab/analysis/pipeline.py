@@ -80,7 +80,8 @@ def analyze(
     the experiment's analysis section (the schema's defaults when None). The raw data is
     read, and checked, before anything is written: damaged raw data raises and leaves `out`
     as it was. With `skip_damaged`, damaged points are left out and listed in
-    `results["skipped"]` and the report."""
+    `results["skipped"]` and the report. Server configs measured on more than one node are
+    named in `results["hosts_differ"]` (config -> hostname) and the report's Host section."""
     opts = analysis or default_section(AnalysisSection, "analysis")
     ds = load_dataset(root, name, opts.validity, skip_damaged=skip_damaged)
     g = Groups(ds)
@@ -105,9 +106,14 @@ def analyze(
             }
             for s in ds.skipped
         ]
+    if len({str(n.get("hostname")) for n in ds.nodes.values()}) > 1:
+        # only then, as skipped: the outputs of data measured on one node stay byte for byte
+        results["hosts_differ"] = {
+            sc: str(node.get("hostname")) for sc, node in sorted(ds.nodes.items())
+        }
     results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
     results["claims"] = evaluate_claims(
-        g, opts, results["knee"], results["dominance"], results["diagnoses"]
+        g, opts, results["knee"], results["dominance"], results["diagnoses"], ds.nodes
     )
     has_telemetry = any("telemetry" in p.extra for p in ds.points)
     columns = {

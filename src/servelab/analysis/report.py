@@ -77,14 +77,21 @@ def _cpu_line(f: dict[str, Any]) -> str:
     )
 
 
-def _host_section(host: dict[str, Any]) -> list[str]:
+def _host_section(host: dict[str, Any], nodes: dict[str, str] | None = None) -> list[str]:
     """The measuring host's CPU and instruction sets, and what the server runtime computes
-    with: what explains a difference from another host (docs/reproduce.md)."""
+    with: what explains a difference from another host (docs/reproduce.md); `nodes`
+    (results["hosts_differ"]): the host of each server config, when they were several."""
     hosts: dict[str, dict[str, Any]] = host.get("hosts") or {}
     isa = host.get("runtime_isa")
-    if not hosts and not isa:
+    if not hosts and not isa and not nodes:
         return []
     lines = ["## Host", ""]
+    if nodes:
+        lines.append(
+            "- Server configurations were measured on different hosts: "
+            + ", ".join(f"{sc} on {name}" for sc, name in sorted(nodes.items()))
+            + "."
+        )
     distinct = {json.dumps(f, sort_keys=True) for f in hosts.values()}
     for label, f in (
         [("every server config", next(iter(hosts.values())))]
@@ -151,7 +158,7 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
         f"Source layout: {layout}. Every number below is computed from the raw requests.",
         "",
     ]
-    lines += _host_section(results.get("host") or {})
+    lines += _host_section(results.get("host") or {}, results.get("hosts_differ"))
     lines += _skipped_section(results.get("skipped") or [])
     lines += _validity_section(g)
     lines += ["## Throughput by concurrency", ""]
@@ -249,13 +256,23 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
         lines += ["", "## Claims", ""]
         lines += md_table(
             ["Claim", "Verdict"],
-            [[f"`{c['claim']}`", c.get("reason") or c["verdict"]] for c in results["claims"]],
+            [[f"`{c['claim']}`", _claim_text(c)] for c in results["claims"]],
         )
     lines += ["", "## Figures", ""]
     for name in figures:
         if name.endswith(".svg") and not name.startswith(TELEMETRY_FIGURE):
             lines.append(f"![{name.removesuffix('.svg')}](figures/{name})")
     return "\n".join(lines) + "\n"
+
+
+def _claim_text(c: dict[str, Any]) -> str:
+    """The verdict, or the reason of one not decided (invalid, not comparable); a comparison
+    across hosts that stands says so beside it."""
+    text = str(c.get("reason") or c["verdict"])
+    h = c.get("hosts")
+    if h and not c.get("reason"):
+        text += f"; measured on different hosts: {h['a']}, {h['b']} ({h['class']})"
+    return text
 
 
 def _telemetry_section(g: Groups) -> list[str]:

@@ -306,6 +306,12 @@ def _names(rows: list[dict[str, Any]], limit: int = 10) -> str:
     return ", ".join(shorts[:limit]) + more
 
 
+def difference_names(rows: list[dict[str, Any]]) -> str:
+    """Differences as a verdict names them: "avx512f, CPU model 85 -> 143" (every ISA flag at
+    once as "ISA flags", ten at most)."""
+    return _names(rows)
+
+
 def host_qualifier(host: Mapping[str, Any]) -> str:
     """How the verdict names the host: "on a host that differs in: avx512_bf16, avx512f",
     "on an equivalent host", "on the same host or an identical one", or what is unknown."""

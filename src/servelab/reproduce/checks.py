@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from servelab.analysis.claims import NOT_COMPARABLE as CLAIM_NOT_COMPARABLE
 from servelab.analysis.claims import evaluate_claims
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
@@ -42,7 +43,9 @@ def analyse(ds: Dataset, opts: AnalysisSection) -> Analysed:
 
 
 def _claim(a: Analysed, opts: AnalysisSection, claim: str) -> dict[str, Any]:
-    res = evaluate_claims(a.g, replace(opts, claims=(claim,)), a.knee, a.dominance, a.diagnoses)
+    res = evaluate_claims(
+        a.g, replace(opts, claims=(claim,)), a.knee, a.dominance, a.diagnoses, a.ds.nodes
+    )
     return res[0]
 
 
@@ -200,8 +203,8 @@ def claim_rows(
     ref: Analysed, new: Analysed, opts: AnalysisSection, claims: list[str]
 ) -> list[dict[str, Any]]:
     """Each claim evaluated on both sides: reproduced when the fresh run gives the reference's
-    verdict; not comparable without fresh data, or when either side is invalid or the
-    reference inconclusive."""
+    verdict; not comparable without fresh data, or when either side is invalid or not
+    comparable (configs measured on differing hosts), or the reference inconclusive."""
     rows = []
     for claim in claims:
         try:
@@ -219,6 +222,12 @@ def claim_rows(
             verdict = NOT_COMPARABLE
         elif rc["verdict"] == "inconclusive":
             verdict, reason = NOT_COMPARABLE, "inconclusive in the reference"
+        elif CLAIM_NOT_COMPARABLE in (rc["verdict"], fresh_verdict):
+            side, c = (
+                ("reference", rc) if rc["verdict"] == CLAIM_NOT_COMPARABLE else ("fresh run", nc)
+            )
+            why = str(c["reason"]).removeprefix(f"{CLAIM_NOT_COMPARABLE}: ")
+            verdict, reason = NOT_COMPARABLE, f"{CLAIM_NOT_COMPARABLE} in the {side}: {why}"
         elif _invalid(rc["verdict"]):
             verdict, reason = NOT_COMPARABLE, f"invalid in the reference: {rc.get('reason')}"
         elif _invalid(fresh_verdict):
