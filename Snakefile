@@ -19,6 +19,7 @@ include: "rules/reproduce.smk"
 
 
 rule all:
+    localrule: True
     input:
         summary=f"{EXP}/summary.txt",
         report=f"{EXP}/analysis/report.md",

@@ -2,6 +2,7 @@
 
 
 rule analysis:
+    localrule: True
     input:
         runs=sweep_outputs(),
     output:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 
 rule bundle:
+    localrule: True
     input:
         report=f"{EXP}/analysis/report.md",
         summary=f"{EXP}/summary.txt",
@@ -28,6 +29,7 @@ EVIDENCE = "evidence"  # releases: evidence/<experiment>/<tag>/
 
 
 rule release:
+    localrule: True
     input:
         manifest=f"{EXP}/bundle/manifest.json",
     output:

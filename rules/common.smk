@@ -1,4 +1,5 @@
 # Validate the config (schema defaults filled in), name the experiment folder, input functions.
+import os
 import sys
 
 from servelab.config import validate as _validate
@@ -26,6 +27,10 @@ config.clear()
 config.update(_resolved)
 
 EXP = f"{config['results_dir']}/{config['experiment']}"
+# The measuring jobs (runtime probe, sweeps, profiling pass): under a cluster executor one job
+# group, submitted as one job, so that every configuration is measured on the same node
+# (docs/cluster.md); every other rule is a localrule, run where snakemake was started.
+MEASURE_GROUP = f"measure-{config['experiment']}"
 
 # A reference to reproduce is verified before anything is measured.
 REPRODUCTION = []
@@ -61,6 +66,26 @@ def experiment_dir(wildcards, input, output):
 
 wildcard_constraints:
     sc="|".join(SERVER_CONFIGS),
+
+
+# One measurement at a time on a host, whatever the invocation says: two servers measured side
+# by side on the same cores would measure each other. A job group running on a cluster node
+# (profiles/slurm) is executed by a snakemake started there without --resources: this default is
+# what keeps its measuring jobs in sequence.
+workflow.global_resources.setdefault("measure", 1)
+
+
+def node_cpus(wildcards):
+    """CPUs a measuring job asks of a cluster's job step: every CPU of the node's allocation
+    (SLURM_CPUS_ON_NODE, inside the job), so that the server sees the node as a local run sees
+    its host; 1 where the job is submitted (the allocation is whole: --exclusive) and locally,
+    where it means nothing."""
+    return int(os.environ.get("SLURM_CPUS_ON_NODE", "1"))
+
+
+def measure_resources():
+    """Resources of the measuring jobs: the measurement slot, the job step's CPUs, the GPUs."""
+    return {"measure": 1, "cpus_per_task": node_cpus, **gpu_resources()}
 
 
 def gpu_resources():

@@ -1,6 +1,7 @@
 # tiny: built in {EXP}/model/. hf: downloaded at the pinned commit into a shared folder
 # (model.local_dir or the cache); the record says where (docs/config.md).
 rule model:
+    localrule: True
     output:
         record=f"{EXP}/model/servelab-model.json",
     params:

@@ -27,8 +27,9 @@ rule profile:
         config=MEASURE_CONFIG,
         exp=experiment_dir,
     resources:
-        measure=1,
-        **gpu_resources(),
+        **measure_resources(),
+    group:
+        MEASURE_GROUP
     log:
         f"{EXP}/logs/profile-{{sc}}.log",
     benchmark:
@@ -38,6 +39,7 @@ rule profile:
 
 
 rule profile_report:
+    localrule: True
     input:
         capture=rules.profile.output.capture,
         model=rules.model.output.record,

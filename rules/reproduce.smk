@@ -4,6 +4,7 @@
 
 
 rule reproduce:
+    localrule: True
     input:
         manifest=f"{EXP}/bundle/manifest.json",
     output:

@@ -9,6 +9,10 @@ rule runtime:
         exp=experiment_dir,
         runtime=config["runtime"],
         profile=config["profile"],
+    resources:
+        cpus_per_task=node_cpus,
+    group:
+        MEASURE_GROUP
     log:
         f"{EXP}/logs/runtime.log",
     benchmark:

@@ -2,6 +2,7 @@
 
 
 rule summary:
+    localrule: True
     input:
         runs=sweep_outputs(),
         # after the profiling pass, so that the time of every measuring stage is known

@@ -10,8 +10,9 @@ rule sweep:
         config=MEASURE_CONFIG,
         exp=experiment_dir,
     resources:
-        measure=1,
-        **gpu_resources(),
+        **measure_resources(),
+    group:
+        MEASURE_GROUP
     log:
         f"{EXP}/logs/sweep-{{sc}}.log",
     benchmark:
