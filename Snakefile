@@ -1,4 +1,5 @@
-# servelab: one experiment, end to end. See README.md and docs/config.md.
+# servelab: one experiment, end to end, or a campaign of several (--config campaign=FILE).
+# See README.md, docs/config.md and docs/cluster.md.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -7,23 +8,28 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-include: "rules/common.smk"
-include: "rules/model.smk"
-include: "rules/runtime.smk"
-include: "rules/sweep.smk"
-include: "rules/profile.smk"
-include: "rules/analysis.smk"
-include: "rules/summary.smk"
-include: "rules/bundle.smk"
-include: "rules/reproduce.smk"
+# `rule all` is written here, not in the included files: an include keeps the default target
+# it was given.
+if config.get("campaign"):
 
+    include: "rules/campaign.smk"
 
-rule all:
-    localrule: True
-    input:
-        summary=f"{EXP}/summary.txt",
-        report=f"{EXP}/analysis/report.md",
-        profile=PROFILE_OUTPUTS,
-        bundle=f"{EXP}/bundle/manifest.json",
-        reproduction=REPRODUCTION,
-    default_target: True
+    rule all:
+        localrule: True
+        input:
+            rules.campaign.output,
+        default_target: True
+
+else:
+
+    include: "rules/experiment.smk"
+
+    rule all:
+        localrule: True
+        input:
+            summary=f"{EXP}/summary.txt",
+            report=f"{EXP}/analysis/report.md",
+            profile=PROFILE_OUTPUTS,
+            bundle=f"{EXP}/bundle/manifest.json",
+            reproduction=REPRODUCTION,
+        default_target: True

@@ -83,9 +83,15 @@ def node_cpus(wildcards):
     return int(os.environ.get("SLURM_CPUS_ON_NODE", "1"))
 
 
+# what a measuring job asks of a cluster besides CPUs and GPUs: the whole node (nothing else may
+# run beside a measurement); ignored by a local run
+WHOLE_NODE = {"slurm_extra": "'--exclusive'"}
+
+
 def measure_resources():
-    """Resources of the measuring jobs: the measurement slot, the job step's CPUs, the GPUs."""
-    return {"measure": 1, "cpus_per_task": node_cpus, **gpu_resources()}
+    """Resources of the measuring jobs: the measurement slot, the whole node and every CPU of
+    it, the GPUs."""
+    return {"measure": 1, "cpus_per_task": node_cpus, **WHOLE_NODE, **gpu_resources()}
 
 
 def gpu_resources():

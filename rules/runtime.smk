@@ -11,6 +11,7 @@ rule runtime:
         profile=config["profile"],
     resources:
         cpus_per_task=node_cpus,
+        **WHOLE_NODE,
     group:
         MEASURE_GROUP
     log:

@@ -98,7 +98,7 @@ def test_servelab_command_parses(where: str, cmd: str) -> None:
 def test_snakemake_command_uses_known_options_and_targets(where: str, cmd: str) -> None:
     argv = _argv(cmd)[1:]
     help_text = snakemake_help()
-    takes_value = {"--cores", "--configfile", "--report", "--profile"}
+    takes_value = {"--cores", "--configfile", "--report", "--profile", "--workflow-profile"}
     targets: list[str] = []
     i = 0
     while i < len(argv):
@@ -109,7 +109,9 @@ def test_snakemake_command_uses_known_options_and_targets(where: str, cmd: str) 
             continue
         opt = arg.split("=", 1)[0]
         assert re.search(rf"(^|[\s,]){re.escape(opt)}\b", help_text), f"{where}: {opt}"
-        if opt == "--config":  # KEY=VALUE ...
+        if opt == "--workflow-profile":
+            assert (REPO / argv[i] / "config.yaml").is_file(), f"{where}: {argv[i]}"
+        if opt in ("--config", "--default-resources"):  # KEY=VALUE ...
             while i < len(argv) and "=" in argv[i] and not argv[i].startswith("-"):
                 i += 1
         elif opt in takes_value and "=" not in arg:
