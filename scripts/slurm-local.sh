@@ -26,8 +26,11 @@ die() {
 	exit 1
 }
 
-alive() { # alive PIDFILE: the process named in PIDFILE is running
-	[[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null
+alive() { # alive PIDFILE: the process named in PIDFILE is running (a zombie is not)
+	local pid
+	[[ -s $1 ]] || return 1
+	pid=$(cat "$1")
+	[[ -r /proc/$pid/stat ]] && [[ $(cut -d ')' -f 2 "/proc/$pid/stat" | cut -d ' ' -f 2) != Z ]]
 }
 
 write_conf() {
@@ -127,7 +130,7 @@ stop)
 			pid=$(cat "$pidfile")
 			kill "$pid"
 			for _ in $(seq 1 40); do
-				kill -0 "$pid" 2>/dev/null || break
+				alive "$pidfile" || break
 				sleep 0.25
 			done
 			kill -9 "$pid" 2>/dev/null || true
