@@ -110,29 +110,25 @@ def test_campaign_table_needs_each_analysis(tmp_path: Path) -> None:
         campaign_rows([("x", tmp_path)])
 
 
-def test_campaign_workflow_names_each_experiments_rules(tmp_path: Path) -> None:
-    """One invocation, every experiment: its rules prefixed, the campaign table last."""
-    a = _experiment(tmp_path, "exp-a", str(tmp_path / "results"))
-    b = _experiment(tmp_path, "exp-b", str(tmp_path / "results"))
-    campaign = _campaign(tmp_path, name="pair", experiments=[a, b])
-    proc = subprocess.run(
+def _dry_run(campaign: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         ["snakemake", "-n", "--config", f"campaign={campaign}"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_campaign_workflow_names_each_experiments_rules(tmp_path: Path) -> None:
+    """One invocation, every experiment: its rules prefixed, the campaign table last."""
+    a = _experiment(tmp_path, "exp-a", str(tmp_path / "results"))
+    b = _experiment(tmp_path, "exp-b", str(tmp_path / "results"))
+    proc = _dry_run(_campaign(tmp_path, name="pair", experiments=[a, b]))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
     assert "campaign pair: 2 experiment(s): exp-a, exp-b" in out
     for rule in ("exp_exp_a_sweep", "exp_exp_b_sweep", "exp_exp_a_bundle", "campaign"):
         assert rule in out
-    bad = _campaign(tmp_path, name="pair", experiments=[a, a])
-    proc = subprocess.run(
-        ["snakemake", "-n", "--config", f"campaign={bad}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _dry_run(_campaign(tmp_path, name="pair", experiments=[a, a]))
     assert proc.returncode != 0 and "campaign error:" in proc.stderr
