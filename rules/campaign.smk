@@ -14,23 +14,13 @@ try:
     CAMPAIGN = load_campaign(Path(config["campaign"]))
 except ServelabError as _exc:
     sys.exit(f"campaign error: {_exc}")
-print(
-    f"campaign {CAMPAIGN.name}: {len(CAMPAIGN.experiments)} experiment(s): "
-    + ", ".join(e.experiment for e in CAMPAIGN.experiments),
-    file=sys.stderr,
-)
-
-
-def _targets(e):
-    out = [f"{e.exp_dir}/bundle/manifest.json", f"{e.exp_dir}/summary.txt"]
-    if e.config.get("reference"):
-        out.append(f"{e.exp_dir}/reproduction/reproduction.json")
-    return out
+print(CAMPAIGN.describe(), file=sys.stderr)
 
 
 for _e in CAMPAIGN.experiments:
     # a rule-name prefix per experiment: its name with what a Python name cannot hold replaced
-    _name = "exp_" + re.sub(r"\W", "_", _e.experiment) + "_"
+    _word = re.sub(r"\W", "_", _e.experiment)
+    _name = f"exp_{_word}_"
 
     module:
         name:
@@ -46,7 +36,7 @@ for _e in CAMPAIGN.experiments:
 rule campaign:
     localrule: True
     input:
-        [t for e in CAMPAIGN.experiments for t in _targets(e)],
+        [t for e in CAMPAIGN.experiments for t in e.targets()],
     output:
         table=f"{CAMPAIGN.out_dir}/campaign.csv",
         summary=f"{CAMPAIGN.out_dir}/summary.md",

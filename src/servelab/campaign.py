@@ -62,6 +62,14 @@ class CampaignExperiment:
     experiment: str
     exp_dir: Path  # <results_dir>/<experiment>
 
+    def targets(self) -> list[str]:
+        """What a run of this experiment alone ends with: its bundle and summary, and its
+        reproduction where it names a reference."""
+        out = [f"{self.exp_dir}/bundle/manifest.json", f"{self.exp_dir}/summary.txt"]
+        if self.config.get("reference"):
+            out.append(f"{self.exp_dir}/reproduction/reproduction.json")
+        return out
+
 
 @dataclass(frozen=True)
 class Campaign:
@@ -73,6 +81,10 @@ class Campaign:
     @property
     def out_dir(self) -> Path:
         return self.results_dir / "campaigns" / self.name
+
+    def describe(self) -> str:
+        names = ", ".join(e.experiment for e in self.experiments)
+        return f"campaign {self.name}: {len(self.experiments)} experiment(s): {names}"
 
 
 def load_campaign(path: Path, base: Path | None = None) -> Campaign:
