@@ -87,6 +87,19 @@ def run_on_cluster(
     )
 
 
+def job_ids(out: str) -> list[str]:
+    """The SLURM job ids the executor says it submitted, in order."""
+    return re.findall(r"has been submitted with SLURM jobid (\d+)", out)
+
+
+def slurm_log(out: str, job: str = r"\d+") -> str:
+    """The text of the last SLURM log (of `job`) that snakemake's output names."""
+    logs = re.findall(r"(\S*\.snakemake/slurm_logs/\S+/" + job + r"\.log)", out)
+    assert logs, out[-4000:]
+    log = Path(logs[-1])
+    return (log if log.is_absolute() else REPO / log).read_text()
+
+
 def test_experiment_runs_through_the_slurm_profile(slurm_cluster: str, tmp_path: Path) -> None:
     from servelab import paths
     from servelab.evidence.verify import verify
@@ -101,7 +114,7 @@ def test_experiment_runs_through_the_slurm_profile(slurm_cluster: str, tmp_path:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     # the measuring jobs were one SLURM job (one group), the light rules ran here
-    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", out)
+    submitted = job_ids(out)
     assert len(submitted) == 1, out[-4000:]
     exp = tmp_path / "results" / "e2e"
     nodes = {}
@@ -139,11 +152,7 @@ def test_failing_job_exits_non_zero_with_its_slurm_log(slurm_cluster: str, tmp_p
     proc = run_on_cluster(write_config(tmp_path, cfg), timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    logs = re.findall(r"(\S*\.snakemake/slurm_logs/\S+\.log)", out)
-    assert logs, out[-4000:]
-    log = Path(logs[-1])
-    log = log if log.is_absolute() else REPO / log
-    text = log.read_text()  # kept on failure
+    text = slurm_log(out)  # kept on failure
     assert "server exited with code" in text and "lots" in text, text[-3000:]
 
 
@@ -160,13 +169,10 @@ def test_gpu_request_reaches_sbatch_and_is_scheduled(slurm_cluster: str, tmp_pat
     out = proc.stdout + proc.stderr
     calls = [line for line in out.splitlines() if line.startswith("sbatch call:")]
     assert len(calls) == 1 and "--gpus=1" in calls[0], calls or out[-3000:]
-    job = re.findall(r"has been submitted with SLURM jobid (\d+)", out)
+    job = job_ids(out)
     assert len(job) == 1
-    # the job ran (it was not refused): the measuring job's log is there, with the GPU it got
-    logs = re.findall(r"(\S*\.snakemake/slurm_logs/\S+/" + job[0] + r"\.log)", out)
-    assert logs, out[-3000:]
-    log = Path(logs[-1])
-    text = (log if log.is_absolute() else REPO / log).read_text()
+    # the job ran (it was not refused): the measuring job's log is there
+    text = slurm_log(out, job[0])
     assert "== runtime: started" in text, text[-3000:]
     assert yaml.safe_load(cfg_path.read_text())["runtime"]["gpus"] == 1
 
@@ -208,12 +214,7 @@ def test_campaign_runs_each_experiment_as_its_own_job(slurm_cluster: str, tmp_pa
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     # one SLURM job per experiment, each experiment its own bundle
-    jobs = re.findall(
-        r"group_measure-(camp-[ab])_\S+ has been submitted|"
-        r"has been submitted with SLURM jobid (\d+)",
-        out,
-    )
-    assert len([j for _, j in jobs if j]) == 2, out[-4000:]
+    assert len(job_ids(out)) == 2, out[-4000:]
     ids = {}
     for name in ("camp-a", "camp-b"):
         exp = tmp_path / "results" / name
