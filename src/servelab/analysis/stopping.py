@@ -1,0 +1,233 @@
+"""The stopping rule of a sequential sweep (`sweep.repeats: {min, max}`): after each round, is
+every question decided?
+
+A round is one balanced repeat of every point. After round k (from `min` on) each paired
+comparison is tested on the log ratios of its two points, a_r / b_r over rounds r <= k:
+
+- the spread comes from every point of the experiment, not from the pair alone: the residual
+  variance of log(metric) in the points x rounds table (rounds as blocks, the analysis of a
+  randomized block design), with (points - 1) x (k - 1) degrees of freedom. Two repeats give
+  one degree of freedom to a pair on its own, and a t-test on one degree of freedom needs a
+  t of 12.7 at 5%; pooled over the 10 points of the default experiment they give 9. Where the
+  pair's own spread is larger than the pooled one, its own is used (never a smaller one);
+- the look's alpha is `alpha / (max - min + 1)`: the error rate is spent in equal parts over
+  the looks the plan allows, so that the chance of any wrong verdict over all looks stays
+  under `alpha` however many are taken (Bonferroni: it holds for any dependence between the
+  looks).
+
+A question is decided at the first look where the test calls the difference real (and it
+reaches the analysis's `threshold_pct` where the claim names no factor); its verdict stays.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+METHOD = "group-sequential paired t-test, pooled block variance, Bonferroni alpha spending"
+OPEN = "open"
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """The plan (`min` and `max` rounds, an optional time budget) and the error rate."""
+
+    min_rounds: int
+    max_rounds: int
+    alpha: float
+    budget_s: float | None = None
+
+    @property
+    def looks(self) -> int:
+        return self.max_rounds - self.min_rounds + 1
+
+    def look_alpha(self, k: int) -> float:
+        """The alpha of the look after round k: 0 before `min` (no look), alpha / looks
+        from `min` to `max`."""
+        return self.alpha / self.looks if self.min_rounds <= k <= self.max_rounds else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": METHOD,
+            "min_rounds": self.min_rounds,
+            "max_rounds": self.max_rounds,
+            "budget_s": self.budget_s,
+            "alpha": self.alpha,
+            "look_alpha": self.alpha / self.looks,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> StoppingRule:
+        return cls(
+            int(d["min_rounds"]),
+            int(d["max_rounds"]),
+            float(d["alpha"]),
+            None if d.get("budget_s") is None else float(d["budget_s"]),
+        )
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """Residual variance of log(metric) in a points x rounds table and its degrees of freedom."""
+
+    variance: float
+    df: int
+
+
+def pooled_variance(table: Sequence[Sequence[float]]) -> Pooled | None:
+    """The residual mean square of a two-way table of log values (one row per point, one
+    column per round; rows must be complete and positive); None with fewer than two rows or
+    two columns."""
+    rows = [list(r) for r in table]
+    if len(rows) < 2 or not rows[0] or len(rows[0]) < 2:
+        return None
+    y = np.log(np.asarray(rows, dtype=np.float64))
+    resid = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
+    df = (y.shape[0] - 1) * (y.shape[1] - 1)
+    return Pooled(float((resid**2).sum() / df), df)
+
+
+@dataclass(frozen=True)
+class SequentialTest:
+    n: int
+    mean_log_ratio: float | None
+    se: float | None
+    df: int | None
+    t: float | None
+    p_value: float | None
+    look_alpha: float
+    verdict: str  # "a > b" | "a < b" | OPEN
+
+    def to_json(self) -> dict[str, Any]:
+        def r(x: float | None) -> float | None:
+            return None if x is None else round(x, 6)
+
+        return {
+            "n": self.n,
+            "mean_log_ratio": r(self.mean_log_ratio),
+            "se": r(self.se),
+            "df": self.df,
+            "t": r(self.t),
+            "p_value": None if self.p_value is None else float(f"{self.p_value:.4g}"),
+            "look_alpha": float(f"{self.look_alpha:.4g}"),
+            "test_verdict": self.verdict,
+        }
+
+
+def sequential_test(
+    a: Sequence[float],
+    b: Sequence[float],
+    pooled: Pooled | None,
+    look_alpha: float,
+    threshold_pct: float = 0.0,
+) -> SequentialTest:
+    """Test a against b (paired by round) at one look. `b` already carries a claim's factor."""
+    n = len(a)
+    if n == 0 or n != len(b) or any(x <= 0 for x in (*a, *b)):
+        return SequentialTest(n, None, None, None, None, None, look_alpha, OPEN)
+    d = np.log(np.asarray(a, dtype=np.float64)) - np.log(np.asarray(b, dtype=np.float64))
+    mean = float(d.mean())
+    own = float(d.var(ddof=1)) / 2.0 if n > 1 else 0.0  # per point, as the pooled one
+    if pooled is None and n < 2:
+        return SequentialTest(n, mean, None, None, None, None, look_alpha, OPEN)
+    if pooled is not None:
+        var, df = max(pooled.variance, own), pooled.df
+    else:
+        var, df = own, n - 1
+    se = math.sqrt(2.0 * var / n)
+    if se == 0.0:
+        p = 0.0 if mean != 0.0 else 1.0
+        t = math.inf if mean else 0.0
+    else:
+        t = mean / se
+        p = float(2.0 * sps.t.sf(abs(t), df))
+    rel_pct = 100.0 * math.expm1(mean)
+    real = look_alpha > 0 and p < look_alpha and abs(rel_pct) >= threshold_pct
+    verdict = ("a > b" if mean > 0 else "a < b") if real else OPEN
+    return SequentialTest(n, mean, se, df, t, p, look_alpha, verdict)
+
+
+Cell = tuple[str, int]  # (server config, concurrency)
+# metric -> cell -> round -> value (valid values only: a flagged repeat is absent)
+Tables = Mapping[str, Mapping[Cell, Mapping[int, float]]]
+
+
+@dataclass(frozen=True)
+class Question:
+    """One paired comparison a claim asks: is metric[a] op factor * metric[b]?"""
+
+    name: str
+    metric: str
+    a: Cell
+    b: Cell
+    op: str  # ">" | "<"
+    factor: float = 1.0
+    threshold_pct: float = 0.0
+
+    def verdict(self, test: SequentialTest) -> str:
+        """holds / fails when the test decided, else open."""
+        if test.verdict == OPEN:
+            return OPEN
+        return "holds" if test.verdict == ("a > b" if self.op == ">" else "a < b") else "fails"
+
+
+def pooled_at(cells: Mapping[Cell, Mapping[int, float]], k: int) -> Pooled | None:
+    """The pooled variance of one metric after round k, over the points whose rounds 1..k are
+    all valid and positive."""
+    rounds = range(1, k + 1)
+    table = [
+        [vals[r] for r in rounds]
+        for _, vals in sorted(cells.items())
+        if all(r in vals and vals[r] > 0 for r in rounds)
+    ]
+    return pooled_variance(table)
+
+
+def test_at(q: Question, tables: Tables, rule: StoppingRule, k: int) -> SequentialTest:
+    """The question's test at the look after round k, on the rounds 1..k both points have."""
+    cells = tables.get(q.metric, {})
+    va, vb = cells.get(q.a, {}), cells.get(q.b, {})
+    common = [r for r in sorted(set(va) & set(vb)) if r <= k]
+    return sequential_test(
+        [va[r] for r in common],
+        [q.factor * vb[r] for r in common],
+        pooled_at(cells, k),
+        rule.look_alpha(k),
+        q.threshold_pct,
+    )
+
+
+@dataclass(frozen=True)
+class Decision:
+    question: str
+    verdict: str  # holds | fails | open
+    round: int | None  # the look that decided it; None while open
+    test: SequentialTest
+
+
+def decide(
+    questions: Sequence[Question], tables: Tables, rule: StoppingRule, rounds: int
+) -> list[list[Decision]]:
+    """Every look from `min` to `rounds`: each question's decision, a decided one keeping the
+    verdict and the evidence of the look that decided it."""
+    looks: list[list[Decision]] = []
+    done: dict[str, Decision] = {}
+    for k in range(rule.min_rounds, min(rounds, rule.max_rounds) + 1):
+        row = []
+        for q in questions:
+            if q.name in done:
+                row.append(done[q.name])
+                continue
+            test = test_at(q, tables, rule, k)
+            v = q.verdict(test)
+            d = Decision(q.name, v, k if v != OPEN else None, test)
+            if v != OPEN:
+                done[q.name] = d
+            row.append(d)
+        looks.append(row)
+    return looks
