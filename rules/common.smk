@@ -118,4 +118,6 @@ def analysis_outputs():
     out = [f"{EXP}/analysis/{name}" for name in _paths.ANALYSIS_TABLES]
     if any(v is not None for v in config["analysis"]["slo"].values()):
         out.append(f"{EXP}/analysis/{_paths.SLO_TABLE}")
+    if isinstance(config["sweep"]["repeats"], dict):  # a sequential plan: its looks
+        out.append(f"{EXP}/analysis/{_paths.ROUNDS_TABLE}")
     return out

@@ -20,7 +20,16 @@ from pathlib import Path
 # Highest layer first. Within a layer, a unit may import the units listed after it.
 LAYERS: dict[str, tuple[str, ...]] = {
     "entry": ("servelab", "cli", "smk", "tables"),
-    "stages": ("campaign", "reproduce", "evidence", "summary", "analysis", "profile", "sweep"),
+    "stages": (
+        "campaign",
+        "reproduce",
+        "evidence",
+        "summary",
+        "rounds",
+        "analysis",
+        "profile",
+        "sweep",
+    ),
     "services": (
         "session",
         "workload",

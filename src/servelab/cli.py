@@ -17,7 +17,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
     cfg = load(Path(args.config))
     names = ", ".join(cfg.server.names)
-    points = len(cfg.sweep.concurrency) * cfg.sweep.repeats
+    points = len(cfg.sweep.concurrency) * cfg.sweep.most_repeats
     print(
         f"{args.config}: valid; experiment {cfg.name}, server configs: {names}; "
         f"{points} points each"

@@ -155,6 +155,14 @@ def _describe(err: Any) -> str:
         return f"{err.message}; allowed keys: {', '.join(allowed)}" if allowed else err.message
     if err.validator == "enum":
         return f"{err.instance!r} is not one of {', '.join(map(str, err.validator_value))}"
+    if err.validator == "oneOf" and err.context:
+        # the alternative that came closest (e.g. sweep.repeats as a plan: its bad key)
+        import jsonschema
+
+        near = [e for e in err.context if e.validator != "type"] or err.context
+        best = jsonschema.exceptions.best_match(near)
+        where = f"{key_path(best.relative_path)}: " if best.relative_path else ""
+        return where + _describe(best)
     return str(err.message)
 
 
@@ -269,6 +277,14 @@ def _check_semantics(cfg: dict[str, Any], source: str) -> None:
                 raise ServelabError(
                     f"{source}: {where}.{key}: servelab sets --{key} itself; remove it"
                 )
+    repeats = cfg["sweep"]["repeats"]
+    if isinstance(repeats, dict):
+        repeats.setdefault("budget_s", None)  # a default inside oneOf is not filled in
+        if repeats["max"] < repeats["min"]:
+            raise ServelabError(
+                f"{source}: sweep.repeats: max ({repeats['max']}) is below min "
+                f"({repeats['min']}); give max >= min"
+            )
     from servelab.claims_syntax import parse_claim
 
     for where in ("analysis", "reproduction"):

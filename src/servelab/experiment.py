@@ -114,11 +114,31 @@ class WorkloadSection:
 
 
 @dataclass(frozen=True)
+class RoundsSection:
+    """A sequential plan (`sweep.repeats: {min, max, budget_s}`): rounds until every claim is
+    decided (servelab.analysis.stopping)."""
+
+    min: int
+    max: int
+    budget_s: float | None
+
+
+@dataclass(frozen=True)
 class SweepSection:
     concurrency: tuple[int, ...]
-    repeats: int
+    repeats: int | RoundsSection
     order: str
     order_seed: int
+
+    @property
+    def rounds(self) -> RoundsSection | None:
+        """The sequential plan; None for a fixed number of repeats."""
+        return self.repeats if isinstance(self.repeats, RoundsSection) else None
+
+    @property
+    def most_repeats(self) -> int:
+        """The fixed number of repeats, or a sequential plan's maximum."""
+        return self.repeats.max if isinstance(self.repeats, RoundsSection) else self.repeats
 
 
 @dataclass(frozen=True)
@@ -274,6 +294,8 @@ def _value(hint: Any, value: Any, where: str) -> Any:
         if value is None:
             return None
         inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(inner) > 1 and isinstance(value, Mapping):  # e.g. int | RoundsSection
+            inner = [a for a in inner if dataclasses.is_dataclass(a)] or inner
         return _value(inner[0], value, where) if len(inner) == 1 else value
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)  # the schema's "number": 2 and 2.0 are the same setting

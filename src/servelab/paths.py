@@ -30,6 +30,8 @@ ANALYSIS_TABLES = (
     "claims.json",
 )
 SLO_TABLE = "slo.json"
+# a sequential sweep's looks, round by round (analysis/rounds.py)
+ROUNDS_TABLE = "rounds.json"
 VALIDITY_TABLE = "validity.json"
 ANALYSIS_REPORT = "report.md"
 FIGURES = (

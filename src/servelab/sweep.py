@@ -188,6 +188,46 @@ class SweepJob:
                 )
         self.note(f"server stopped; measured {len(todo)} points in {time.monotonic() - t0:.1f} s")
 
+    def measure_missing(self, repeats: int) -> list[Slot]:
+        """The plan of `repeats` balanced repeats, measuring (on one server launch) every point
+        of it not complete yet; the plan."""
+        sweep, raw = self.exp.sweep, self.raw
+        raw.mkdir(parents=True, exist_ok=True)
+        slots = plan(sweep.concurrency, repeats, sweep.order, sweep.order_seed)
+        todo = [
+            s for s in slots if not is_complete(self.paths.point(self.sc, s.repeat, s.concurrency))
+        ]
+        for stale in raw.glob("rep*/c*.partial"):
+            _keep_incomplete(stale)
+        if not todo:
+            self.note(f"all {len(slots)} points already complete")
+            return slots
+        if len(todo) < len(slots):
+            self.note(f"resuming: {len(slots) - len(todo)} of {len(slots)} points already complete")
+        self.measure(slots, todo, _next_launch_index(self.server_dir))
+        return slots
+
+    def write_run(self, slots: list[Slot], wall_s: float, **extra: Any) -> dict[str, Any]:
+        """run.json, the job's output, written last: the plan measured and how; `extra`: what a
+        sequential sweep adds (its rounds)."""
+        raw = self.raw
+        record = {
+            "format_version": FORMAT_VERSION,
+            "server_config": self.sc,
+            "status": "complete",
+            "points": len(slots),
+            "launches": _next_launch_index(self.server_dir) - 1,
+            "order": self.exp.sweep.order,
+            "plan": [s.__dict__ for s in slots],
+            "incomplete_kept": sorted(
+                p.relative_to(raw).as_posix() for p in raw.glob("rep*/c*.incomplete*")
+            ),
+            "job_wall_s": round(wall_s, 3),
+            **extra,
+        }
+        write_json(self.paths.run(self.sc), record)
+        return record
+
 
 def run_sweep(
     exp: Experiment,
@@ -198,39 +238,18 @@ def run_sweep(
     runtime: Mapping[str, Any],
     say: Say = print,
 ) -> dict[str, Any]:
-    """Measure every missing point of one server configuration; writes run.json last."""
+    """Measure every missing point of one server configuration; writes run.json last. A
+    sequential plan (`sweep.repeats: {min, max}`) is run by servelab.rounds instead."""
     raise_on_signals()
     t_job = time.monotonic()
     job = SweepJob(exp, paths, server_config, model_dir, runtime, say)
-    sc, raw = job.sc, job.raw
-    raw.mkdir(parents=True, exist_ok=True)
-    sweep = exp.sweep
-    slots = plan(sweep.concurrency, sweep.repeats, sweep.order, sweep.order_seed)
-    todo = [s for s in slots if not is_complete(paths.point(sc, s.repeat, s.concurrency))]
-    for stale in raw.glob("rep*/c*.partial"):
-        _keep_incomplete(stale)
-    launch_index = _next_launch_index(job.server_dir)
-    if not todo:
-        job.note(f"all {len(slots)} points already complete")
-    else:
-        if len(todo) < len(slots):
-            job.note(f"resuming: {len(slots) - len(todo)} of {len(slots)} points already complete")
-        job.measure(slots, todo, launch_index)
-    record = {
-        "format_version": FORMAT_VERSION,
-        "server_config": sc,
-        "status": "complete",
-        "points": len(slots),
-        "launches": _next_launch_index(job.server_dir) - 1,
-        "order": sweep.order,
-        "plan": [s.__dict__ for s in slots],
-        "incomplete_kept": sorted(
-            p.relative_to(raw).as_posix() for p in raw.glob("rep*/c*.incomplete*")
-        ),
-        "job_wall_s": round(time.monotonic() - t_job, 3),
-    }
-    write_json(paths.run(sc), record)
-    return record
+    if exp.sweep.rounds is not None:
+        raise ServelabError(
+            f"sweep.repeats is a sequential plan; measure {server_config} with "
+            "servelab.rounds.run_rounds, which measures every configuration round by round"
+        )
+    slots = job.measure_missing(exp.sweep.most_repeats)
+    return job.write_run(slots, time.monotonic() - t_job)
 
 
 def _next_launch_index(srv_dir: Path) -> int:

@@ -14,6 +14,7 @@ from servelab.analysis.dataset import Point
 from servelab.analysis.groups import SUMMARY_METRICS, Groups, hit_order, invalid_text
 from servelab.analysis.knee import DOMINANCE
 from servelab.analysis.stats import describe, paired
+from servelab.analysis.stopping import OPEN, Question, StoppingRule, test_at
 from servelab.analysis.validity import Flag
 from servelab.claims_syntax import CMP as _CMP
 from servelab.claims_syntax import FUNC as _FUNC
@@ -91,6 +92,12 @@ def cross_node(
     return hosts, f"{NOT_COMPARABLE}: measured on different hosts: {names}, which differ in: {why}"
 
 
+def tables_of(g: Groups, metric: str) -> dict[tuple[str, int], dict[int, float]]:
+    """One metric of every point, by (config, concurrency) and round: what the stopping rule
+    pools its spread over (valid values only)."""
+    return {(sc, c): g.values(sc, c, metric) for sc in g.configs for c in g.levels(sc)}
+
+
 def _selector(text: str, claim: str, g: Groups, need_c: bool = True) -> tuple[str, int | None]:
     parts = dict(p.split("=", 1) for p in (x.strip() for x in text.split(",")) if "=" in p)
     keys = set(parts) - {"c", "config"}
@@ -125,9 +132,12 @@ def evaluate_claims(
     dominated: list[dict[str, Any]],
     diags: list[dict[str, Any]],
     nodes: Mapping[str, Mapping[str, Any]] | None = None,
+    look: tuple[StoppingRule, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Every claim of `analysis.claims` with its verdict and evidence; `nodes`: the node each
-    server config was measured on (Dataset.nodes), which a comparison across configs names."""
+    server config was measured on (Dataset.nodes), which a comparison across configs names.
+    `look`: a sequential sweep's stopping rule and the round whose look this is: comparisons
+    are then tested by the rule (analysis.stopping), and one it leaves open is inconclusive."""
     out: list[dict[str, Any]] = []
     for claim in analysis.claims:
         try:
@@ -162,6 +172,22 @@ def evaluate_claims(
                 verdict = "fails"
             else:
                 verdict = "inconclusive"
+            p_value, test_verdict, sequential = test.p_value, test.verdict, None
+            if look is not None:
+                rule, k_round = look
+                q = Question(
+                    claim,
+                    metric_a,
+                    (sa, ca),  # type: ignore[arg-type]
+                    (sb, cb),  # type: ignore[arg-type]
+                    op,
+                    k,
+                    0.0 if factor else analysis.threshold_pct,
+                )
+                seq = test_at(q, {metric_a: tables_of(g, metric_a)}, rule, k_round)
+                verdict = q.verdict(seq) if q.verdict(seq) != OPEN else "inconclusive"
+                p_value, test_verdict = seq.p_value, seq.verdict
+                sequential = {"round": k_round, **seq.to_json()}
             entry: dict[str, Any] = {"claim": claim, "verdict": verdict}
             crossed = cross_node(nodes or {}, sa, sb)
             if crossed is not None and crossed[1] is not None:
@@ -180,8 +206,9 @@ def evaluate_claims(
                         "n": test.n,
                         "mean_rel_diff_pct": test.mean_rel_diff_pct,
                         "agree": test.agree,
-                        "p_value": test.p_value,
-                        "test_verdict": test.verdict,
+                        "p_value": p_value,
+                        "test_verdict": test_verdict,
+                        **({"sequential": sequential} if sequential is not None else {}),
                     },
                     **({"hosts": crossed[0]} if crossed is not None else {}),
                 }

@@ -82,6 +82,9 @@ class Dataset:
     # the node each server config was measured on (launch.json node: hostname, slurm_job_id,
     # host); no entry where the raw data has none (written before it was recorded)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # a sequential sweep's record (run.json `sequential`: the stopping rule, the rounds, why it
+    # stopped); None for a fixed number of repeats
+    sequential: dict[str, Any] | None = None
 
     def configs(self) -> list[str]:
         return sorted({p.server_config for p in self.points})
@@ -203,7 +206,25 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
         isa if isinstance(isa, dict) else None,
         skipped,
         nodes,
+        _sequential(root, skipped if skip_damaged else None),
     )
+
+
+def _sequential(root: Path, skipped: list[Skipped] | None) -> dict[str, Any] | None:
+    """The sequential record of the sweep (every run.json of a sequential sweep carries the
+    same one); None for a fixed number of repeats or where no run.json was written. A damaged
+    run.json raises, or with `skipped` is listed there and passed over."""
+    for rj in sorted(root.glob("raw/*/run.json")):
+        try:
+            seq = read_checked(rj, "run").get("sequential")
+        except DamagedRawData as exc:
+            if skipped is None:
+                raise
+            skipped.append(Skipped(rj, exc, f"the sweep record of {rj.parent.name}"))
+            continue
+        if isinstance(seq, dict):
+            return seq
+    return None
 
 
 def _s_to_ms(xs: list[Any]) -> list[float]:

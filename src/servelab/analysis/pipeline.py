@@ -20,12 +20,20 @@ from servelab.analysis.groups import (
     summary_table,
 )
 from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
+from servelab.analysis.rounds import sequential_claims
 from servelab.analysis.slo import slo_capacity
+from servelab.analysis.stopping import StoppingRule
 from servelab.analysis.validity import validity_json
 from servelab.config import default_section, merge
 from servelab.experiment import AnalysisSection, section_from_dict
 from servelab.jsonio import write_json
-from servelab.paths import ANALYSIS_REPORT, ANALYSIS_TABLES, SLO_TABLE, VALIDITY_TABLE
+from servelab.paths import (
+    ANALYSIS_REPORT,
+    ANALYSIS_TABLES,
+    ROUNDS_TABLE,
+    SLO_TABLE,
+    VALIDITY_TABLE,
+)
 from servelab.rawdata import relative
 from servelab.render import write_csv
 from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
@@ -112,9 +120,16 @@ def analyze(
             sc: str(node.get("hostname")) for sc, node in sorted(ds.nodes.items())
         }
     results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
-    results["claims"] = evaluate_claims(
-        g, opts, results["knee"], results["dominance"], results["diagnoses"], ds.nodes
-    )
+    if ds.sequential is not None:
+        # a sequential sweep: its claims as its stopping rule decided them, look by look
+        rule = StoppingRule.from_json(ds.sequential["rule"])
+        results["claims"], results["rounds"] = sequential_claims(
+            ds, opts, rule, ds.sequential.get("stopped")
+        )
+    else:
+        results["claims"] = evaluate_claims(
+            g, opts, results["knee"], results["dominance"], results["diagnoses"], ds.nodes
+        )
     has_telemetry = any("telemetry" in p.extra for p in ds.points)
     columns = {
         "points": [*POINTS_COLUMNS, *(TELEMETRY_COLUMNS if has_telemetry else ())],
@@ -129,10 +144,11 @@ def analyze(
         else:
             write_json(out / table, results[key])
     write_json(out / VALIDITY_TABLE, results["validity"])
-    if results["slo"] is not None:
-        write_json(out / SLO_TABLE, results["slo"])
-    elif (out / SLO_TABLE).exists():
-        (out / SLO_TABLE).unlink()
+    for table, key in ((SLO_TABLE, "slo"), (ROUNDS_TABLE, "rounds")):  # only where they apply
+        if results.get(key) is not None:
+            write_json(out / table, results[key])
+        elif (out / table).exists():
+            (out / table).unlink()
     fig_names: list[str] = []
     if figures:
         from servelab.analysis.figures import render_all

@@ -258,11 +258,59 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
             ["Claim", "Verdict"],
             [[f"`{c['claim']}`", _claim_text(c)] for c in results["claims"]],
         )
+    if results.get("rounds") is not None:
+        lines += ["", *_rounds_section(results["rounds"])]
     lines += ["", "## Figures", ""]
     for name in figures:
         if name.endswith(".svg") and not name.startswith(TELEMETRY_FIGURE):
             lines.append(f"![{name.removesuffix('.svg')}](figures/{name})")
     return "\n".join(lines) + "\n"
+
+
+def _test_text(t: dict[str, Any] | None) -> str:
+    if not t or t.get("t") is None:
+        return "not testable yet"
+    return (
+        f"t = {t['t']:.3g}, df {t['df']}, p = {t['p_value']:.3g} against {t['look_alpha']:.3g}"
+    )
+
+
+def _rounds_section(rec: dict[str, Any]) -> list[str]:
+    """A sequential sweep's looks: per round, the claims it decided (with the test) and the
+    ones left open."""
+    rule = rec["rule"]
+    lines = [
+        "## Rounds",
+        "",
+        f"Sequential sweep ({rule['method']}): rounds {rule['min_rounds']} to "
+        f"{rule['max_rounds']}, alpha {rule['alpha']:g} spent over "
+        f"{rule['max_rounds'] - rule['min_rounds'] + 1} looks ({rule['look_alpha']:.3g} each)"
+        + (f", budget {rule['budget_s']:g} s" if rule.get("budget_s") else "")
+        + f". Measured {rec['rounds']} rounds; stopped: {rec['stopped']}.",
+        "",
+    ]
+    rows = []
+    for look in rec["looks"]:
+        new = [
+            f"`{c['claim']}`: {c['verdict']} ({_test_text(c['test'])})"
+            for c in look["claims"]
+            if c["state"] == "decided" and c["decided_round"] == look["round"] and c["test"]
+        ]
+        still = [
+            f"`{c['claim']}` ({_test_text(c['test'])})"
+            for c in look["claims"]
+            if c["state"] == "open"
+        ]
+        rows.append(
+            [
+                str(look["round"]),
+                f"{look['decided']}/{look['decided'] + look['open']}",
+                "<br>".join(new) or "-",
+                "<br>".join(still) or "-",
+            ]
+        )
+    lines += md_table(["After round", "Decided", "Decided at this look", "Open"], rows)
+    return lines
 
 
 def _claim_text(c: dict[str, Any]) -> str:

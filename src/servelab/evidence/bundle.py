@@ -193,6 +193,7 @@ def build_bundle(
         "servers": servers,
         "host": host_facts() if host is None else host,
         "pipeline": pipeline_facts(repo),
+        **_stopping_rule(paths),
         "config": config,
         "started_epoch_ns": started,
         "finished_epoch_ns": finished,
@@ -203,6 +204,22 @@ def build_bundle(
     _write_ro_crate(out, exp.name, provenance, runtime)
     _write_attestation(out, provenance)
     return _finish(out, exp.name)
+
+
+def _stopping_rule(paths: ExperimentPaths) -> dict[str, Any]:
+    """A sequential sweep's stopping rule, its parameters, the rounds measured and why it
+    stopped (run.json `sequential`); nothing for a fixed number of repeats."""
+    for run in sorted(paths.root.glob("raw/*/run.json")):
+        seq = read_json(run).get("sequential")
+        if isinstance(seq, dict):
+            return {
+                "stopping_rule": {
+                    **seq["rule"],
+                    "rounds": seq["rounds"],
+                    "stopped": seq["stopped"],
+                }
+            }
+    return {}
 
 
 def _finish(out: Path, experiment: str) -> dict[str, Any]:

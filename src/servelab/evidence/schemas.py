@@ -36,6 +36,7 @@ RULES: list[tuple[str, str]] = [
     ("tables/claims.json", "claims"),
     ("tables/validity.json", "validity"),
     ("tables/slo.json", "slo"),
+    ("tables/rounds.json", "rounds"),
     ("profile/*/profile.json", "profile"),
     ("profile/*/windows.json", "windows"),
     ("profile/*/capture.json", "capture"),

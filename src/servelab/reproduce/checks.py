@@ -9,6 +9,8 @@ from typing import Any
 
 from servelab.analysis.claims import NOT_COMPARABLE as CLAIM_NOT_COMPARABLE
 from servelab.analysis.claims import evaluate_claims
+from servelab.analysis.rounds import sequential_claims
+from servelab.analysis.stopping import StoppingRule
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.groups import PAIRED_METRICS, Groups, paired_table
@@ -43,9 +45,13 @@ def analyse(ds: Dataset, opts: AnalysisSection) -> Analysed:
 
 
 def _claim(a: Analysed, opts: AnalysisSection, claim: str) -> dict[str, Any]:
-    res = evaluate_claims(
-        a.g, replace(opts, claims=(claim,)), a.knee, a.dominance, a.diagnoses, a.ds.nodes
-    )
+    """One claim on one side; on a side measured by a sequential sweep, judged with the
+    stopping rule it was measured under (its run.json), look by look."""
+    one = replace(opts, claims=(claim,))
+    if a.ds.sequential is not None:
+        rule = StoppingRule.from_json(a.ds.sequential["rule"])
+        return sequential_claims(a.ds, one, rule, a.ds.sequential.get("stopped"))[0][0]
+    res = evaluate_claims(a.g, one, a.knee, a.dominance, a.diagnoses, a.ds.nodes)
     return res[0]
 
 

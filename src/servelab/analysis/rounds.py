@@ -1,0 +1,143 @@
+"""The looks of a sequential sweep (rounds.json): after each round from `min` on, every claim
+re-evaluated on the rounds so far, its comparisons tested by the stopping rule
+(analysis.stopping).
+
+A comparison decided at a look keeps that look's verdict and evidence; one still open after
+the last round is `inconclusive`, saying how many rounds were spent and why measuring stopped.
+The other claims (serialized, knee, dominated, past_knee: judged on means, invalid, not
+comparable) are never open: more rounds cannot turn an invalid point valid, and a shape claim
+has no test to wait for; each look shows its verdict on the rounds so far.
+
+The sweep (servelab.rounds) runs the looks to decide whether to measure another round; the
+analysis runs them again from the raw data, so rounds.json and claims.json are a pure function
+of it, as every other table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from servelab.analysis.claims import evaluate_claims
+from servelab.analysis.dataset import Dataset
+from servelab.analysis.diagnoses import diagnoses
+from servelab.analysis.groups import Groups
+from servelab.analysis.knee import dominance, knee
+from servelab.analysis.stopping import StoppingRule
+from servelab.experiment import AnalysisSection
+
+# why measuring stopped (run.json and rounds.json `stopped`)
+STOPPED = {
+    "decided": "every claim decided",
+    "maximum": "the plan's maximum of rounds",
+    "budget": "the time budget",
+}
+
+
+def rounds_measured(ds: Dataset) -> int:
+    """Complete rounds: the highest repeat every server config has a point of."""
+    by: dict[str, set[int]] = {}
+    for p in ds.points:
+        by.setdefault(p.server_config, set()).add(p.repeat)
+    return min((max(r) for r in by.values()), default=0)
+
+
+def _is_open(entry: Mapping[str, Any]) -> bool:
+    ev = entry.get("evidence")
+    return entry["verdict"] == "inconclusive" and isinstance(ev, Mapping) and "sequential" in ev
+
+
+def looks(
+    ds: Dataset, analysis: AnalysisSection, rule: StoppingRule, rounds: int | None = None
+) -> list[list[dict[str, Any]]]:
+    """Every look from `rule.min_rounds` to the rounds measured (or `rounds`), each the claims'
+    entries as claims.json has them; a comparison decided earlier keeps its entry."""
+    last = min(rounds_measured(ds) if rounds is None else rounds, rule.max_rounds)
+    kept: dict[str, dict[str, Any]] = {}
+    out: list[list[dict[str, Any]]] = []
+    for k in range(rule.min_rounds, last + 1):
+        dk = dataclasses.replace(ds, points=[p for p in ds.points if p.repeat <= k])
+        g = Groups(dk)
+        kn, dom = knee(g, analysis), dominance(g)
+        diags = diagnoses(g, dk, kn, dom, analysis)
+        row = []
+        for entry in evaluate_claims(g, analysis, kn, dom, diags, ds.nodes, look=(rule, k)):
+            name = entry["claim"]
+            if name in kept:
+                entry = kept[name]
+            elif "sequential" in (entry.get("evidence") or {}) and not _is_open(entry):
+                kept[name] = entry
+            row.append(entry)
+        out.append(row)
+    return out
+
+
+def open_claims(row: list[dict[str, Any]]) -> list[str]:
+    return [e["claim"] for e in row if _is_open(e)]
+
+
+def round_record(k: int, row: list[dict[str, Any]]) -> dict[str, Any]:
+    """One look as run.json and rounds.json record it: per claim its state, verdict, the round
+    that decided it, and the test's evidence at that round."""
+    claims = []
+    for e in row:
+        ev = e.get("evidence")
+        seq = ev.get("sequential") if isinstance(ev, dict) else None
+        state = "open" if _is_open(e) else "decided"
+        claims.append(
+            {
+                "claim": e["claim"],
+                "state": state,
+                "verdict": e["verdict"],
+                "decided_round": None if state == "open" else (seq["round"] if seq else k),
+                "test": {k2: v for k2, v in seq.items() if k2 != "round"} if seq else None,
+            }
+        )
+    return {
+        "round": k,
+        "decided": sum(1 for c in claims if c["state"] == "decided"),
+        "open": sum(1 for c in claims if c["state"] == "open"),
+        "claims": claims,
+    }
+
+
+def sequential_claims(
+    ds: Dataset, analysis: AnalysisSection, rule: StoppingRule, stopped: str | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """claims.json (the last look, open comparisons inconclusive with the rounds spent) and
+    rounds.json (the rule, every look, why measuring stopped: `stopped` as the sweep recorded
+    it, else read off the looks)."""
+    rows = looks(ds, analysis, rule)
+    n = rounds_measured(ds)
+    if not rows:  # fewer rounds than the plan's minimum: the claims of a fixed design
+        final = evaluate_claims(Groups(ds), analysis, *_shapes(ds, analysis), ds.nodes)
+        return final, {
+            "rule": rule.to_json(),
+            "rounds": n,
+            "stopped": stopped or "budget",
+            "looks": [],
+        }
+    final, still = rows[-1], open_claims(rows[-1])
+    why = "decided" if not still else (stopped or ("maximum" if n >= rule.max_rounds else "budget"))
+    claims = [
+        {**e, "reason": f"inconclusive: open after {n} rounds ({STOPPED.get(why, why)})"}
+        if e["claim"] in still
+        else e
+        for e in final
+    ]
+    record = {
+        "rule": rule.to_json(),
+        "rounds": n,
+        "stopped": why,
+        "looks": [round_record(k, row) for k, row in enumerate(rows, rule.min_rounds)],
+    }
+    return claims, record
+
+
+def _shapes(
+    ds: Dataset, analysis: AnalysisSection
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    g = Groups(ds)
+    kn, dom = knee(g, analysis), dominance(g)
+    return kn, dom, diagnoses(g, ds, kn, dom, analysis)

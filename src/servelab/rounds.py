@@ -1,0 +1,106 @@
+"""A sequential sweep (`sweep.repeats: {min, max, budget_s}`): every server configuration
+measured round by round until the stopping rule has decided every claim (docs/analysis.md,
+"Sequential rounds").
+
+A round is one balanced repeat of every point of every server configuration; the Latin or
+Williams order continues across rounds (servelab.schedule), so the design is balanced at every
+stopping point, and a round is never cut short by the rule. The first `min` rounds of a
+configuration are measured on one server launch, as a fixed design's repeats; each further
+round is measured on a fresh launch per configuration (its points record it as `launch`).
+After each round from `min` on, the looks (servelab.analysis.rounds) say which claims are
+decided; measuring stops when none is open, at `max`, or when the last round's time says the
+next would overrun `budget_s`.
+
+Every run.json of the sweep is written at the end with the same `sequential` record: the
+rule and its parameters, the rounds, why it stopped and every look. A rerun keeps the
+completed points and looks again before measuring anything (a new claim can ask for more
+rounds; the old ones are not measured again).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from servelab.analysis.dataset import load_dataset
+from servelab.analysis.rounds import STOPPED, looks, open_claims, round_record
+from servelab.analysis.stopping import StoppingRule
+from servelab.errors import ServelabError
+from servelab.experiment import Experiment
+from servelab.paths import ExperimentPaths
+from servelab.server import raise_on_signals
+from servelab.sweep import Say, SweepJob
+
+
+def stopping_rule(exp: Experiment) -> StoppingRule:
+    """The experiment's stopping rule: its plan, and the analysis's alpha."""
+    plan = exp.sweep.rounds
+    if plan is None:
+        raise ServelabError("sweep.repeats is a number: a fixed design has no stopping rule")
+    return StoppingRule(plan.min, plan.max, exp.analysis.alpha, plan.budget_s)
+
+
+def run_rounds(
+    exp: Experiment,
+    paths: ExperimentPaths,
+    *,
+    model_dir: Path,
+    runtime: Mapping[str, Any],
+    say: Say = print,
+) -> dict[str, Any]:
+    """Measure round by round until the rule stops; write every run.json last; the
+    sequential record."""
+    raise_on_signals()
+    rule = stopping_rule(exp)
+    t_job = time.monotonic()
+    jobs = [SweepJob(exp, paths, sc, model_dir, runtime, say) for sc in exp.server.names]
+    say(
+        f"sequential sweep: rounds {rule.min_rounds} to {rule.max_rounds}, alpha "
+        f"{rule.alpha:g} spent over {rule.looks} looks ({rule.look_alpha(rule.min_rounds):.4g} "
+        f"each)" + (f", budget {rule.budget_s:g} s" if rule.budget_s else "")
+    )
+    k = rule.min_rounds
+    round_s: list[float] = []
+    while True:
+        t0 = time.monotonic()
+        slots = {job.sc: job.measure_missing(k) for job in jobs}
+        round_s.append(round(time.monotonic() - t0, 3))
+        ds = load_dataset(paths.root, validity=exp.analysis.validity)
+        row = looks(ds, exp.analysis, rule, k)[-1]
+        still = open_claims(row)
+        say(
+            f"look after round {k}: {len(row) - len(still)} of {len(row)} claims decided"
+            + (f"; open: {'; '.join(still)}" if still else "")
+        )
+        if not still:
+            stopped = "decided"
+        elif k >= rule.max_rounds:
+            stopped = "maximum"
+        elif rule.budget_s is not None and _overruns(rule.budget_s, t_job, round_s, rule):
+            stopped = "budget"
+        else:
+            k += 1
+            continue
+        break
+    say(f"stopped after round {k}: {STOPPED[stopped]}")
+    all_looks = looks(ds, exp.analysis, rule, k)
+    record = {
+        "rule": rule.to_json(),
+        "rounds": k,
+        "stopped": stopped,
+        "round_s": round_s,
+        "looks": [round_record(j, r) for j, r in enumerate(all_looks, rule.min_rounds)],
+    }
+    wall = time.monotonic() - t_job
+    for job in jobs:
+        job.write_run(slots[job.sc], wall, sequential=record)
+    return record
+
+
+def _overruns(budget_s: float, t_job: float, round_s: list[float], rule: StoppingRule) -> bool:
+    """Whether one more round would end past the budget, at the last step's time per round
+    (the first step measured `min` rounds at once)."""
+    per_round = round_s[-1] / (rule.min_rounds if len(round_s) == 1 else 1)
+    return time.monotonic() - t_job + per_round > budget_s
