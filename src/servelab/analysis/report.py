@@ -270,9 +270,7 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
 def _test_text(t: dict[str, Any] | None) -> str:
     if not t or t.get("t") is None:
         return "not testable yet"
-    return (
-        f"t = {t['t']:.3g}, df {t['df']}, p = {t['p_value']:.3g} against {t['look_alpha']:.3g}"
-    )
+    return f"t = {t['t']:.3g}, df {t['df']}, p = {t['p_value']:.3g} against {t['look_alpha']:.3g}"
 
 
 def _rounds_section(rec: dict[str, Any]) -> list[str]:

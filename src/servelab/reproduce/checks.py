@@ -9,13 +9,13 @@ from typing import Any
 
 from servelab.analysis.claims import NOT_COMPARABLE as CLAIM_NOT_COMPARABLE
 from servelab.analysis.claims import evaluate_claims
-from servelab.analysis.rounds import sequential_claims
-from servelab.analysis.stopping import StoppingRule
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.groups import PAIRED_METRICS, Groups, paired_table
 from servelab.analysis.knee import dominance, knee
+from servelab.analysis.rounds import sequential_claims
 from servelab.analysis.stats import describe
+from servelab.analysis.stopping import StoppingRule
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection, ReproductionSection
 
