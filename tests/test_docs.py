@@ -15,6 +15,8 @@ def key_paths(node: dict, prefix: str = "") -> list[str]:
         items = sub.get("items")
         if sub.get("type") == "array" and isinstance(items, dict) and items.get("properties"):
             out += key_paths(items, path + "[]")
+        for alt in sub.get("oneOf", []):  # e.g. sweep.repeats: a number or a plan
+            out += key_paths(alt, path)
     return out
 
 
@@ -41,6 +43,8 @@ def test_every_schema_property_has_type_description_default(repo: Path) -> None:
                 bad += check(sub, p)
             if isinstance(sub.get("items"), dict):
                 bad += check(sub["items"], p + "[]")
+            for alt in sub.get("oneOf", []):
+                bad += check(alt, p)
         return bad
 
     assert check(schema, "") == []

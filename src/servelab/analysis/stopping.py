@@ -58,7 +58,7 @@ class StoppingRule:
             "max_rounds": self.max_rounds,
             "budget_s": self.budget_s,
             "alpha": self.alpha,
-            "look_alpha": self.alpha / self.looks,
+            "look_alpha": float(f"{self.alpha / self.looks:.6g}"),
         }
 
     @classmethod

@@ -1,0 +1,241 @@
+"""Sequential sweeps without a server: the plan in the config, the looks the analysis
+recomputes from raw data (claims.json, rounds.json, the report), the round-by-round loop of
+servelab.rounds with its measuring stubbed out by points written from known values, and a
+reproduction judging each side with the rule it was measured under."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from analysis_fixtures import servelab_point
+
+from servelab import rounds as rounds_mod
+from servelab.analysis.pipeline import analyze, load_dataset
+from servelab.analysis.stopping import StoppingRule
+from servelab.config import validate
+from servelab.errors import ServelabError
+from servelab.experiment import Experiment, RoundsSection
+from servelab.jsonio import load_schema, write_json
+from servelab.paths import ExperimentPaths
+from servelab.reproduce.checks import REPRODUCED, analyse, claim_rows
+from servelab.sweep import SweepJob
+
+REPO = Path(__file__).resolve().parents[1]
+CLEAR = "throughput[config=a,c=4] > 1.5 * throughput[config=b,c=4]"  # 100 vs 1.5 * 50
+NULL = "throughput[config=a,c=1] > throughput[config=a,c=4]"  # 100 vs 100
+SHAPE = "knee(config=b)"
+MEANS = {("a", 1): 100.0, ("a", 4): 100.0, ("b", 1): 50.0, ("b", 4): 50.0}
+
+
+def experiment(tmp: Path, claims: list[str], **plan: Any) -> Experiment:
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["results_dir"] = str(tmp)
+    cfg["experiment"] = "seq"
+    cfg["server"]["configs"] = [{"name": "a", "args": {}}, {"name": "b", "args": {}}]
+    cfg["sweep"] = {"concurrency": [1, 4], "repeats": {"min": 2, "max": 4, **plan}}
+    cfg["analysis"] = {"claims": claims}
+    return validate(cfg)
+
+
+def write_round(exp_dir: Path, r: int, cv: float = 0.02) -> None:
+    """Round r of every point: known means, a 2% lognormal-ish noise fixed by the round."""
+    rng = random.Random(1000 + r)
+    for (sc, c), mean in sorted(MEANS.items()):
+        servelab_point(exp_dir, sc, r, c, mean * (1 + cv * rng.gauss(0, 1)), 100.0)
+
+
+def sequential_tree(tmp: Path, rounds: int, rule: StoppingRule, stopped: str) -> Path:
+    exp = tmp / "exp"
+    for r in range(1, rounds + 1):
+        write_round(exp, r)
+    for sc in ("a", "b"):
+        write_json(
+            exp / "raw" / sc / "run.json",
+            {
+                "format_version": 1,
+                "server_config": sc,
+                "status": "complete",
+                "points": 2 * rounds,
+                "launches": 1,
+                "plan": [],
+                "sequential": {
+                    "rule": rule.to_json(),
+                    "rounds": rounds,
+                    "stopped": stopped,
+                    "round_s": [1.0],
+                    "looks": [],
+                },
+            },
+        )
+    return exp
+
+
+def test_a_plan_in_the_config_and_its_errors(tmp_path: Path) -> None:
+    exp = experiment(tmp_path, [CLEAR], budget_s=600)
+    assert exp.sweep.rounds == RoundsSection(min=2, max=4, budget_s=600.0)
+    assert exp.sweep.most_repeats == 4
+    assert rounds_mod.stopping_rule(exp) == StoppingRule(2, 4, 0.05, 600.0)
+    assert (
+        validate({**exp.to_dict(), "sweep": {"concurrency": [1], "repeats": 3}}).sweep.rounds
+        is None
+    )
+    bad = [
+        ({"min": 3, "max": 2}, "sweep.repeats: max (2) is below min (3); give max >= min"),
+        ({"min": 1, "max": 2}, "sweep.repeats: min: 1 is less than the minimum of 2"),
+        ({"min": 2, "most": 4}, "'most' was unexpected"),
+    ]
+    for plan, msg in bad:
+        cfg = {**exp.to_dict(), "sweep": {"concurrency": [1], "repeats": plan}}
+        with pytest.raises(ServelabError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+            validate(cfg)
+
+
+def test_looks_decide_a_clear_claim_and_leave_a_null_one_open(tmp_path: Path) -> None:
+    rule = StoppingRule(2, 4, 0.05)
+    exp = sequential_tree(tmp_path, 4, rule, "maximum")
+    opts = experiment(tmp_path, [CLEAR, NULL, SHAPE]).analysis
+    res = analyze(exp, tmp_path / "out", opts, figures=False)
+    by = {c["claim"]: c for c in res["claims"]}
+    clear = by[CLEAR]
+    # decided at the first look, and it keeps that look's verdict and evidence
+    assert clear["verdict"] == "holds"
+    assert clear["evidence"]["sequential"]["round"] == 2 and clear["evidence"]["n"] == 2
+    assert clear["evidence"]["sequential"]["p_value"] < rule.look_alpha(2)
+    null = by[NULL]
+    assert null["verdict"] == "inconclusive"
+    assert null["reason"] == "inconclusive: open after 4 rounds (the plan's maximum of rounds)"
+    assert null["evidence"]["sequential"]["round"] == 4 and null["evidence"]["n"] == 4
+    assert "sequential" not in by[SHAPE]["evidence"]  # judged on means: never open
+
+    rec = json.loads((tmp_path / "out" / "rounds.json").read_text())
+    jsonschema.validate(rec, load_schema("rounds"))
+    assert rec["rounds"] == 4 and rec["stopped"] == "maximum"
+    assert [(lk["round"], lk["decided"], lk["open"]) for lk in rec["looks"]] == [
+        (2, 2, 1),
+        (3, 2, 1),
+        (4, 2, 1),
+    ]
+    first = {c["claim"]: c for c in rec["looks"][0]["claims"]}
+    assert first[CLEAR]["decided_round"] == 2 and first[NULL]["state"] == "open"
+    assert first[SHAPE]["test"] is None
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Rounds" in report and "Measured 4 rounds; stopped: maximum." in report
+    assert f"`{CLEAR}`: holds (t = " in report
+    # the same bytes again: a pure function of the raw data
+    again = analyze(exp, tmp_path / "out2", opts, figures=False)
+    assert again["rounds"] == res["rounds"]
+    assert (tmp_path / "out2" / "claims.json").read_bytes() == (
+        tmp_path / "out" / "claims.json"
+    ).read_bytes()
+
+
+def test_a_fixed_design_has_no_looks(tmp_path: Path) -> None:
+    exp = tmp_path / "exp"
+    for r in (1, 2, 3):
+        write_round(exp, r)
+    opts = experiment(tmp_path, [CLEAR]).analysis
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "rounds.json").write_text("{}")  # stale, from a sequential run
+    res = analyze(exp, tmp_path / "out", opts, figures=False)
+    assert "rounds" not in res and not (tmp_path / "out" / "rounds.json").exists()
+    assert "sequential" not in res["claims"][0]["evidence"]
+    assert "## Rounds" not in (tmp_path / "out" / "report.md").read_text()
+
+
+class Measured:
+    """SweepJob.measure_missing, stubbed: writes the points of rounds up to k from MEASURES
+    and counts the calls; the plan as the real one returns it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[str, int]] = []
+        real = SweepJob.measure_missing
+
+        def fake(job: SweepJob, repeats: int) -> Any:
+            self.calls.append((job.sc, repeats))
+            for r in range(1, repeats + 1):
+                rng = random.Random(1000 + r)
+                for (sc, c), mean in sorted(MEANS.items()):
+                    if sc == job.sc:
+                        tput = mean * (1 + 0.02 * rng.gauss(0, 1))
+                        servelab_point(job.paths.root, sc, r, c, tput, 100.0)
+                    else:
+                        rng.gauss(0, 1)  # the same draws as write_round
+            from servelab.schedule import plan
+
+            sw = job.exp.sweep
+            return plan(sw.concurrency, repeats, sw.order, sw.order_seed)
+
+        monkeypatch.setattr(SweepJob, "measure_missing", fake)
+        self.real = real
+
+
+def run(tmp_path: Path, exp: Experiment) -> tuple[dict[str, Any], list[str]]:
+    said: list[str] = []
+    paths = ExperimentPaths(tmp_path / "seq")
+    rec = rounds_mod.run_rounds(exp, paths, model_dir=tmp_path, runtime={}, say=said.append)
+    for sc in ("a", "b"):
+        run_json = json.loads(paths.run(sc).read_text())
+        jsonschema.validate(run_json, load_schema("run"))
+        assert run_json["sequential"] == rec and run_json["points"] == 2 * rec["rounds"]
+    return rec, said
+
+
+def test_rounds_stop_when_every_claim_is_decided(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = Measured(monkeypatch)
+    rec, said = run(tmp_path, experiment(tmp_path, [CLEAR, SHAPE]))
+    assert m.calls == [("a", 2), ("b", 2)]  # the first look decided everything
+    assert rec["rounds"] == 2 and rec["stopped"] == "decided"
+    assert said[-1] == "stopped after round 2: every claim decided"
+    assert "look after round 2: 2 of 2 claims decided" in said
+
+
+def test_rounds_go_on_to_the_maximum_while_a_claim_is_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = Measured(monkeypatch)
+    rec, said = run(tmp_path, experiment(tmp_path, [CLEAR, NULL]))
+    assert m.calls == [("a", 2), ("b", 2), ("a", 3), ("b", 3), ("a", 4), ("b", 4)]
+    assert rec["rounds"] == 4 and rec["stopped"] == "maximum"
+    assert [lk["open"] for lk in rec["looks"]] == [1, 1, 1]
+    assert any(s.startswith("look after round 3: 1 of 2 claims decided; open: ") for s in said)
+    # the analysis of the same raw data reads the same looks
+    ds = load_dataset(tmp_path / "seq")
+    assert ds.sequential == rec
+
+
+def test_a_budget_stops_before_the_next_round_would_overrun_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = Measured(monkeypatch)
+    rec, said = run(tmp_path, experiment(tmp_path, [NULL], budget_s=0.001))
+    assert m.calls == [("a", 2), ("b", 2)]
+    assert rec["stopped"] == "budget" and rec["rounds"] == 2
+    assert said[-1] == "stopped after round 2: the time budget"
+    res = analyze(tmp_path / "seq", tmp_path / "out", experiment(tmp_path, [NULL]).analysis)
+    assert res["claims"][0]["reason"] == "inconclusive: open after 2 rounds (the time budget)"
+
+
+def test_a_reproduction_judges_each_side_with_its_own_rule(tmp_path: Path) -> None:
+    rule = StoppingRule(2, 4, 0.05)
+    ref = load_dataset(sequential_tree(tmp_path / "ref", 4, rule, "maximum"))
+    new_dir = tmp_path / "new" / "exp"
+    for r in (1, 2, 3):
+        write_round(new_dir, r)
+    opts = experiment(tmp_path, [CLEAR, NULL]).analysis
+    rows = {
+        r["claim"]: r
+        for r in claim_rows(
+            analyse(ref, opts), analyse(load_dataset(new_dir), opts), opts, [CLEAR, NULL]
+        )
+    }
+    assert rows[CLEAR]["reference_verdict"] == "holds" and rows[CLEAR]["verdict"] == REPRODUCED
+    # open in the reference by its rule: nothing to reproduce
+    assert rows[NULL]["reference_verdict"] == "inconclusive"
