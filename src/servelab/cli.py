@@ -17,11 +17,14 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
     cfg = load(Path(args.config))
     names = ", ".join(cfg.server.names)
-    points = len(cfg.sweep.concurrency) * cfg.sweep.most_repeats
-    print(
-        f"{args.config}: valid; experiment {cfg.name}, server configs: {names}; "
-        f"{points} points each"
+    levels, plan = len(cfg.sweep.concurrency), cfg.sweep.rounds
+    points = (
+        f"{levels * plan.min} to {levels * plan.max} points each (rounds {plan.min} to "
+        f"{plan.max}, until the claims are decided)"
+        if plan is not None
+        else f"{levels * cfg.sweep.most_repeats} points each"
     )
+    print(f"{args.config}: valid; experiment {cfg.name}, server configs: {names}; {points}")
     return 0
 
 
