@@ -1,0 +1,603 @@
+"""The stopping rule of sequential rounds (servelab.analysis.stopping), simulated.
+
+a. Error rate under no true effect: the share of simulated studies in which any question gets a
+   verdict (holds or fails) although its two points have the same expectation, for the rule
+   (alpha spent over the looks) and for a naive rule that tests at the full alpha at every look.
+b. Time to verdict: sequential rounds (min 2, max 6) against fixed 3 and fixed 6 repeats, on
+   studies shaped like the two published seeds, the default experiment and a close call.
+
+Run: python benchmarks/bench_sequential.py [--studies 4000] [--seed 0] [--json PATH]
+Pure CPU, numpy and servelab only; the same seed prints the same numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servelab.analysis.claims import ALIASES
+from servelab.analysis.stopping import (
+    OPEN,
+    Cell,
+    Question,
+    StoppingRule,
+    Tables,
+    decide,
+    pooled_at,
+    sequential_test,
+)
+from servelab.claims_syntax import CMP
+from servelab.config import load_yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+RELEASES = ROOT / "evidence" / "quickstart-cpu"
+LATEST = RELEASES / "v6"
+METRICS = ("output_throughput", "mean_ttft_ms")
+ALPHA = 0.05
+CHECKED = 100  # studies per case whose verdicts are checked against stopping.decide
+
+PerCell = dict[str, dict[Cell, float]]  # metric -> cell -> value
+
+
+# ---------------------------------------------------------------- inputs read from the repo
+
+
+def read_summary(path: Path) -> dict[str, dict[Cell, tuple[float, float]]]:
+    """metric -> cell -> (mean, cv_pct) for the two metrics the claims use."""
+    out: dict[str, dict[Cell, tuple[float, float]]] = {m: {} for m in METRICS}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            if row["metric"] in out and row["cv_pct"]:
+                cell = (row["server_config"], int(row["concurrency"]))
+                out[row["metric"]][cell] = (float(row["mean"]), float(row["cv_pct"]))
+    return out
+
+
+def measured_cvs() -> tuple[PerCell, list[str]]:
+    """The median CV (as a fraction) per cell across every release's summary.csv."""
+    paths = sorted(RELEASES.glob("v*/tables/summary.csv"))
+    if not paths:
+        sys.exit(f"{RELEASES}: no v*/tables/summary.csv; run from a full checkout of servelab")
+    per: dict[str, dict[Cell, list[float]]] = {m: {} for m in METRICS}
+    for p in paths:
+        for m, cells in read_summary(p).items():
+            for cell, (_, cv) in cells.items():
+                per[m].setdefault(cell, []).append(cv / 100.0)
+    cvs = {m: {c: statistics.median(v) for c, v in cells.items()} for m, cells in per.items()}
+    return cvs, [p.parent.parent.name for p in paths]
+
+
+def latest_means() -> tuple[PerCell, PerCell]:
+    s = read_summary(LATEST / "tables" / "summary.csv")
+    means = {m: {c: mv[0] for c, mv in cells.items()} for m, cells in s.items()}
+    cvs = {m: {c: mv[1] / 100.0 for c, mv in cells.items()} for m, cells in s.items()}
+    return means, cvs
+
+
+def latest_durations() -> dict[Cell, float]:
+    """Mean measured duration (s) of each point of the latest release."""
+    per: dict[Cell, list[float]] = {}
+    with (LATEST / "tables" / "points.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            cell = (row["server_config"], int(row["concurrency"]))
+            per.setdefault(cell, []).append(float(row["duration"]))
+    return {c: statistics.mean(v) for c, v in per.items()}
+
+
+def config_claims(threshold_pct: float | None) -> list[Question]:
+    """The comparison claims of config/config.yaml as questions (other claims skipped); a claim
+    without a factor gets `threshold_pct` (the analysis's default when None), as the analysis
+    does."""
+    cfg = load_yaml(ROOT / "config" / "config.yaml")
+    default_thr = float(cfg["analysis"].get("threshold_pct", 2.0))
+    out = []
+    for claim in cfg["analysis"]["claims"]:
+        m = CMP.match(claim)
+        if not m:
+            continue
+        ma, sel_a, op, factor, _, sel_b = m.groups()
+
+        def cell(sel: str) -> Cell:
+            parts = dict(p.strip().split("=", 1) for p in sel.split(","))
+            return (parts["config"].strip(), int(parts["c"]))
+
+        thr = 0.0 if factor else (default_thr if threshold_pct is None else threshold_pct)
+        out.append(
+            Question(
+                claim.strip(),
+                ALIASES.get(ma, ma),
+                cell(sel_a),
+                cell(sel_b),
+                op,
+                float(factor) if factor else 1.0,
+                thr,
+            )
+        )
+    return out
+
+
+def adjacent_questions(cells: Sequence[Cell]) -> list[Question]:
+    """Every pair of adjacent concurrency levels of each config, both metrics."""
+    out = []
+    for metric in METRICS:
+        for config in sorted({c for c, _ in cells}):
+            levels = sorted(lv for c, lv in cells if c == config)
+            for lo, hi in zip(levels, levels[1:], strict=False):
+                out.append(
+                    Question(
+                        f"{metric}[{config}] c{hi} vs c{lo}",
+                        metric,
+                        (config, hi),
+                        (config, lo),
+                        ">",
+                    )
+                )
+    return out
+
+
+# ---------------------------------------------------------------- simulation
+
+
+def simulate(
+    rng: np.random.Generator,
+    studies: int,
+    rounds: int,
+    medians: PerCell,
+    cvs: PerCell,
+    round_sd: float = 0.0,
+) -> list[Tables]:
+    """Log-normal values (median as given, sigma from the cell's CV) per cell and round, times
+    a per-round factor exp(N(0, round_sd)) common to every cell of that round."""
+    arrays: dict[str, tuple[list[Cell], np.ndarray]] = {}
+    shared = rng.normal(0.0, round_sd, (studies, 1, rounds)) if round_sd else 0.0
+    for metric in sorted(medians):
+        cells = sorted(medians[metric])
+        mu = np.log([medians[metric][c] for c in cells])[None, :, None]
+        sigma = np.sqrt(np.log1p(np.square([cvs[metric][c] for c in cells])))[None, :, None]
+        z = rng.standard_normal((studies, len(cells), rounds))
+        arrays[metric] = (cells, np.exp(mu + sigma * z + shared))
+    out: list[Tables] = []
+    for s in range(studies):
+        out.append(
+            {
+                m: {
+                    c: {r + 1: float(v[s, i, r]) for r in range(rounds)}
+                    for i, c in enumerate(cells)
+                }
+                for m, (cells, v) in arrays.items()
+            }
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Look:
+    p: float
+    sign: str  # "a > b" | "a < b"
+    big_enough: bool  # reaches the question's threshold_pct
+
+
+def looks(tables: Tables, questions: Sequence[Question], kmax: int) -> list[list[Look]]:
+    """Each question's test at every look k = 2..kmax, on complete tables: what
+    stopping.test_at computes, with the pooled variance computed once per metric and look."""
+    out: list[list[Look]] = [[] for _ in questions]
+    for k in range(2, kmax + 1):
+        pooled = {m: pooled_at(tables[m], k) for m in {q.metric for q in questions}}
+        for i, q in enumerate(questions):
+            a = [tables[q.metric][q.a][r] for r in range(1, k + 1)]
+            b = [q.factor * tables[q.metric][q.b][r] for r in range(1, k + 1)]
+            t = sequential_test(a, b, pooled[q.metric], 1.0, 0.0)
+            assert t.p_value is not None and t.mean_log_ratio is not None
+            rel = 100.0 * math.expm1(t.mean_log_ratio)
+            sign = "a > b" if t.mean_log_ratio > 0 else "a < b"
+            out[i].append(Look(t.p_value, sign, abs(rel) >= q.threshold_pct))
+    return out
+
+
+def verdicts(
+    qlooks: list[list[Look]],
+    questions: Sequence[Question],
+    lo: int,
+    hi: int,
+    look_alpha: Callable[[int], float],
+) -> list[tuple[str, int | None]]:
+    """(verdict, deciding round) per question: the first look in lo..hi where the test is
+    significant at that look's alpha and reaches the threshold; the verdict then stays."""
+    out: list[tuple[str, int | None]] = []
+    for q, ls in zip(questions, qlooks, strict=True):
+        got: tuple[str, int | None] = (OPEN, None)
+        for k in range(lo, hi + 1):
+            lk = ls[k - 2]
+            if lk.p < look_alpha(k) and lk.big_enough:
+                want = "a > b" if q.op == ">" else "a < b"
+                got = ("holds" if lk.sign == want else "fails", k)
+                break
+        out.append(got)
+    return out
+
+
+def check_against_decide(
+    tables: Tables,
+    questions: Sequence[Question],
+    rule: StoppingRule,
+    got: list[tuple[str, int | None]],
+) -> None:
+    final = decide(questions, tables, rule, rule.max_rounds)[-1]
+    ref = [(d.verdict, d.round) for d in final]
+    if ref != got:
+        sys.exit(f"bench_sequential: verdicts {got} differ from stopping.decide {ref}")
+
+
+# ---------------------------------------------------------------- a. error rate under the null
+
+
+RULES: list[tuple[str, int, int, bool]] = [
+    ("rule 2-6", 2, 6, False),
+    ("rule 2-10", 2, 10, False),
+    ("naive 2-6", 2, 6, True),
+    ("naive 2-10", 2, 10, True),
+]
+
+
+def null_medians(
+    cells_by_metric: Mapping[str, Sequence[Cell]], claims: Sequence[Question]
+) -> PerCell:
+    """Medians under which every claim and every adjacent pair has no effect: equal within a
+    config, and across configs in the ratio a claim's factor names."""
+    med: PerCell = {m: {c: 1.0 for c in cells} for m, cells in cells_by_metric.items()}
+    for q in claims:
+        if q.a[0] != q.b[0]:
+            for c in med[q.metric]:
+                if c[0] == q.a[0]:
+                    med[q.metric][c] = q.factor * med[q.metric][q.b]
+    for q in claims:  # every claim's null holds
+        ratio = med[q.metric][q.a] / (q.factor * med[q.metric][q.b])
+        assert abs(ratio - 1.0) < 1e-12, q.name
+    return med
+
+
+def part_a(studies: int, seed: int) -> dict[str, Any]:
+    cvs, releases = measured_cvs()
+    cells = {m: sorted(cvs[m]) for m in METRICS}
+    claims = config_claims(threshold_pct=0.0)
+    adjacent = adjacent_questions(cells["output_throughput"])
+    med = null_medians(cells, claims)
+    all_cv = [v for m in METRICS for v in cvs[m].values()]
+    median_cv = statistics.median(all_cv)
+    flat = {m: {c: median_cv for c in cells[m]} for m in METRICS}
+    variants = [
+        ("equal CV", flat, 0.0),
+        ("per-cell CV", cvs, 0.0),
+        ("per-cell CV + round offset", cvs, median_cv / 2.0),
+    ]
+    print(
+        f"a. no true effect: {studies} studies per variant, CV per cell = median over "
+        f"{', '.join(releases)} (median over cells {100 * median_cv:.1f}%, "
+        f"range {100 * min(all_cv):.1f}-{100 * max(all_cv):.1f}%)",
+        flush=True,
+    )
+    result: dict[str, Any] = {
+        "releases": releases,
+        "cv_pct": {
+            m: {f"{c[0]},c={c[1]}": round(100 * v, 2) for c, v in cvs[m].items()} for m in METRICS
+        },
+        "median_cv_pct": 100 * median_cv,
+        "variants": {},
+    }
+    kmax = max(hi for _, _, hi, _ in RULES)
+    for vi, (vname, vcvs, round_sd) in enumerate(variants):
+        t0 = time.perf_counter()
+        rng = np.random.default_rng([seed, 1, vi])
+        sims = simulate(rng, studies, kmax, med, vcvs, round_sd)
+        wrong: dict[str, np.ndarray] = {}
+        for sname, qs in (("claims", claims), ("adjacent", adjacent)):
+            for rname, _, _, _ in RULES:
+                wrong[f"{sname}/{rname}"] = np.zeros((studies, len(qs)), dtype=bool)
+        for s, tables in enumerate(sims):
+            for sname, qs in (("claims", claims), ("adjacent", adjacent)):
+                ql = looks(tables, qs, kmax)
+                for rname, lo, hi, naive in RULES:
+                    rule = StoppingRule(lo, hi, ALPHA)
+                    la = (lambda k: ALPHA) if naive else rule.look_alpha
+                    got = verdicts(ql, qs, lo, hi, la)
+                    if not naive and s < CHECKED:
+                        check_against_decide(tables, qs, rule, got)
+                    wrong[f"{sname}/{rname}"][s] = [v != OPEN for v, _ in got]
+        rows = {}
+        for key, w in wrong.items():
+            qs = claims if key.startswith("claims") else adjacent
+            rows[key] = {
+                "any_wrong": float(w.any(axis=1).mean()),
+                "per_question": {q.name: float(w[:, i].mean()) for i, q in enumerate(qs)},
+            }
+        result["variants"][vname] = {"round_sd_pct": 100 * round_sd, "rates": rows}
+        print(f"  {vname}: {time.perf_counter() - t0:.1f} s", flush=True)
+    result["questions"] = {
+        "claims": [q.name for q in claims],
+        "adjacent": [q.name for q in adjacent],
+    }
+    return result
+
+
+def print_a(res: dict[str, Any], studies: int) -> None:
+    se = math.sqrt(ALPHA * (1 - ALPHA) / studies)
+    print(
+        f"\nShare of studies with any wrong verdict (alpha {ALPHA}; Monte Carlo se at 5%: {se:.4f})"
+    )
+    print(f"{'noise':<28} {'questions':<14} " + " ".join(f"{r[0]:>11}" for r in RULES))
+    for vname, v in res["variants"].items():
+        for sname in ("claims", "adjacent"):
+            label = f"{sname} ({len(res['questions'][sname])})"
+            cells = [v["rates"][f"{sname}/{r[0]}"]["any_wrong"] for r in RULES]
+            print(f"{vname:<28} {label:<14} " + " ".join(f"{x:>11.4f}" for x in cells))
+    print("\nPer question (claims), per-cell CV + round offset:")
+    v = res["variants"]["per-cell CV + round offset"]["rates"]
+    for q in res["questions"]["claims"]:
+        cells = [v[f"claims/{r[0]}"]["per_question"][q] for r in RULES]
+        print(f"  {q:<88} " + " ".join(f"{x:.4f}" for x in cells))
+    print("Largest per-question rate (adjacent pairs), per variant:")
+    for vname, vv in res["variants"].items():
+        cells = [max(vv["rates"][f"adjacent/{r[0]}"]["per_question"].values()) for r in RULES]
+        pq = vv["rates"]["adjacent/rule 2-6"]["per_question"]
+        worst = max(pq, key=lambda q: pq[q])
+        print(f"  {vname:<28} " + " ".join(f"{x:.4f}" for x in cells) + f"   (rule 2-6: {worst})")
+
+
+# ---------------------------------------------------------------- b. time to verdict
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    medians: PerCell
+    cvs: PerCell
+    durations: dict[Cell, float]  # s per point
+    launch_s: float
+    questions: list[Question]
+    truth: dict[str, str]  # question -> the verdict it should get
+
+
+DESIGNS: list[tuple[str, int, int]] = [
+    ("sequential 2-6", 2, 6),
+    ("fixed 3", 3, 3),
+    ("fixed 6", 6, 6),
+]
+
+
+def study_time(sc: Scenario, rounds: int, lo: int, hi: int) -> float:
+    """Every point's duration per round, plus launches: one per config for a fixed design; for
+    the sequential one, one per config for the first `lo` rounds and one per further round."""
+    configs = len({c for c, _ in sc.durations})
+    per_round = sum(sc.durations.values())
+    launches = 1 if lo == hi else 1 + (rounds - lo)
+    return rounds * per_round + launches * configs * sc.launch_s
+
+
+def run_scenario(sc: Scenario, studies: int, rng: np.random.Generator) -> dict[str, Any]:
+    sims = simulate(rng, studies, max(hi for _, _, hi in DESIGNS), sc.medians, sc.cvs)
+    out: dict[str, Any] = {}
+    for dname, lo, hi in DESIGNS:
+        rule = StoppingRule(lo, hi, ALPHA)
+        counts = {q.name: {"right": 0, "wrong": 0, "open": 0} for q in sc.questions}
+        times, rounds_used, all_decided = [], [], 0
+        for tables in sims:
+            lk = decide(sc.questions, tables, rule, hi)
+            used = next(
+                (lo + i for i, row in enumerate(lk) if all(d.verdict != OPEN for d in row)), hi
+            )
+            final = lk[used - lo]
+            all_decided += all(d.verdict != OPEN for d in final)
+            for d in final:
+                key = (
+                    "open"
+                    if d.verdict == OPEN
+                    else ("right" if d.verdict == sc.truth[d.question] else "wrong")
+                )
+                counts[d.question][key] += 1
+            rounds_used.append(used)
+            times.append(study_time(sc, used, lo, hi))
+        out[dname] = {
+            "mean_time_s": float(np.mean(times)),
+            "mean_rounds": float(np.mean(rounds_used)),
+            "all_decided": all_decided / studies,
+            "questions": {q: {k: v / studies for k, v in c.items()} for q, c in counts.items()},
+        }
+    seq = out["sequential 2-6"]["mean_time_s"]
+    out["ratio_seq_fixed3"] = seq / out["fixed 3"]["mean_time_s"]
+    out["ratio_seq_fixed6"] = seq / out["fixed 6"]["mean_time_s"]
+    return out
+
+
+def grid(configs: Mapping[str, Sequence[int]]) -> list[Cell]:
+    return [(c, lv) for c, levels in configs.items() for lv in levels]
+
+
+def scenarios() -> list[Scenario]:
+    out = []
+    # A100 seed (001): one config, C64/C128/C256, CV 0.4%; prompts 512/1024/2048 of 128 output
+    # tokens, so a point lasts prompts x 128 / throughput; launch 120 s (not in the seed).
+    tput = {64: 4255.64, 128: 4996.44, 256: 4773.80}
+    prompts = {64: 512, 128: 1024, 256: 2048}
+    cells = [("vllm", c) for c in tput]
+    out.append(
+        Scenario(
+            "A100 seed (C128 > C256, 4.7%, CV 0.4%)",
+            {"output_throughput": {("vllm", c): v for c, v in tput.items()}},
+            {"output_throughput": {c: 0.004 for c in cells}},
+            {("vllm", c): prompts[c] * 128 / tput[c] for c in tput},
+            120.0,
+            [
+                Question(
+                    "throughput C128 > C256", "output_throughput", ("vllm", 128), ("vllm", 256), ">"
+                )
+            ],
+            {"throughput C128 > C256": "holds"},
+        )
+    )
+    # V100 seed (000): max-num-seqs 1 flat at 45.5 tok/s, max-num-seqs 12 at 45.5/75.5 (1.66x)/
+    # 60 (the valley; assumed)/156.1 at c=1/2/4/8. TTFT (assumed, ms): serialized (c-1) x 2.8 s
+    # plus 0.5 s; batched 0.5-1.5 s. CV 2% everywhere (assumed); 4 x c requests of 256 output
+    # tokens per point; launch 120 s (assumed).
+    levels = (1, 2, 4, 8)
+    v_tput = {("mns-1", c): 45.5 for c in levels} | {
+        ("mns-12", 1): 45.5,
+        ("mns-12", 2): 75.5,
+        ("mns-12", 4): 60.0,
+        ("mns-12", 8): 156.1,
+    }
+    v_ttft = {("mns-1", c): 500.0 + (c - 1) * 2800.0 for c in levels} | {
+        ("mns-12", 1): 500.0,
+        ("mns-12", 2): 800.0,
+        ("mns-12", 4): 1000.0,
+        ("mns-12", 8): 1500.0,
+    }
+    vcells = grid({"mns-1": levels, "mns-12": levels})
+    q1 = Question(
+        "throughput[12,c=8] > 1.5 * throughput[1,c=8]",
+        "output_throughput",
+        ("mns-12", 8),
+        ("mns-1", 8),
+        ">",
+        1.5,
+    )
+    q2 = Question(
+        "mean_ttft_ms[1,c=8] > 2 * mean_ttft_ms[1,c=1]",
+        "mean_ttft_ms",
+        ("mns-1", 8),
+        ("mns-1", 1),
+        ">",
+        2.0,
+    )
+    out.append(
+        Scenario(
+            "V100 seed (3.4x throughput, TTFT grows; CV 2%)",
+            {"output_throughput": v_tput, "mean_ttft_ms": v_ttft},
+            {m: {c: 0.02 for c in vcells} for m in METRICS},
+            {c: 4 * c[1] * 256 / v_tput[c] for c in vcells},
+            120.0,
+            [q1, q2],
+            {q1.name: "holds", q2.name: "holds"},
+        )
+    )
+    # the default experiment: v6's means and CVs per cell, its three comparison claims (the
+    # analysis's threshold for the one without a factor), v6's mean point durations, launch 36 s.
+    means, cvs = latest_means()
+    claims = config_claims(threshold_pct=None)
+    out.append(
+        Scenario(
+            "default experiment (v6 means, CVs, durations)",
+            means,
+            cvs,
+            latest_durations(),
+            36.0,
+            claims,
+            {q.name: "holds" for q in claims},
+        )
+    )
+    # a close call: the default experiment's shape and durations, CV 2% everywhere, and a 3%
+    # difference (1.5x the CV) between the two configs at c=16; no threshold.
+    dcells = sorted(latest_durations())
+    close = {c: 100.0 * (1.03 if c == ("max-num-seqs-8", 16) else 1.0) for c in dcells}
+    q = Question(
+        "throughput[8,c=16] > throughput[1,c=16] (3%)",
+        "output_throughput",
+        ("max-num-seqs-8", 16),
+        ("max-num-seqs-1", 16),
+        ">",
+    )
+    out.append(
+        Scenario(
+            "close call (3% effect, CV 2%, default shape)",
+            {"output_throughput": close},
+            {"output_throughput": {c: 0.02 for c in dcells}},
+            latest_durations(),
+            36.0,
+            [q],
+            {q.name: "holds"},
+        )
+    )
+    return out
+
+
+def part_b(studies: int, seed: int) -> dict[str, Any]:
+    print(f"\nb. time to verdict: {studies} studies per scenario", flush=True)
+    res: dict[str, Any] = {}
+    for i, sc in enumerate(scenarios()):
+        t0 = time.perf_counter()
+        res[sc.name] = run_scenario(sc, studies, np.random.default_rng([seed, 2, i]))
+        res[sc.name]["per_round_s"] = sum(sc.durations.values())
+        res[sc.name]["launch_s"] = sc.launch_s
+        print(f"  {sc.name}: {time.perf_counter() - t0:.1f} s", flush=True)
+    return res
+
+
+def print_b(res: dict[str, Any]) -> None:
+    for name, r in res.items():
+        print(
+            f"\n{name}: one round {r['per_round_s']:.1f} s of points, launch {r['launch_s']:.0f} s"
+        )
+        print(
+            f"  {'design':<16} {'mean time s':>12} {'mean rounds':>12} {'all decided':>12}"
+            "   per question: right / wrong / open"
+        )
+        for dname, _, _ in DESIGNS:
+            d = r[dname]
+            qs = "; ".join(
+                f"{q}: {c['right']:.3f} / {c['wrong']:.3f} / {c['open']:.3f}"
+                for q, c in d["questions"].items()
+            )
+            print(
+                f"  {dname:<16} {d['mean_time_s']:>12.1f} {d['mean_rounds']:>12.2f} "
+                f"{d['all_decided']:>12.3f}   {qs}"
+            )
+        print(
+            f"  time ratio sequential / fixed 3 = {r['ratio_seq_fixed3']:.3f}, "
+            f"sequential / fixed 6 = {r['ratio_seq_fixed6']:.3f}"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--studies", type=int, default=4000, help="simulated studies per case (default 4000)"
+    )
+    ap.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
+    ap.add_argument(
+        "--part",
+        choices=("a", "b", "both"),
+        default="both",
+        help="which part to run (default both)",
+    )
+    ap.add_argument("--json", type=Path, help="also write every number to this JSON file")
+    args = ap.parse_args()
+    if args.studies < CHECKED:
+        ap.error(f"--studies {args.studies}: give at least {CHECKED}")
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"studies": args.studies, "seed": args.seed, "alpha": ALPHA}
+    if args.part in ("a", "both"):
+        out["error_rate"] = part_a(args.studies, args.seed)
+        print_a(out["error_rate"], args.studies)
+    if args.part in ("b", "both"):
+        out["time_to_verdict"] = part_b(args.studies, args.seed)
+        print_b(out["time_to_verdict"])
+    took = time.perf_counter() - t0
+    print(f"\ntook {took:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()
