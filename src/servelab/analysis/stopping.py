@@ -2,18 +2,17 @@
 every question decided?
 
 A round is one balanced repeat of every point. After round k (from `min` on) each paired
-comparison is tested on the log ratios of its two points, a_r / b_r over rounds r <= k:
+comparison is tested on the log ratios of its two points, a_r / b_r over rounds r <= k, by a
+paired t-test on those ratios alone (k - 1 degrees of freedom): the pair's own spread, so the
+test holds its error rate however noisy its two points are next to the others. (A spread
+pooled over every point gives far more degrees of freedom early, but the points of a real run
+are not equally noisy: simulated with the per-point noise of six real runs, the noisiest pair's
+wrong verdicts reached 9% at alpha 5%; benchmarks/README.md.)
 
-- the spread comes from every point of the experiment, not from the pair alone: the residual
-  variance of log(metric) in the points x rounds table (rounds as blocks, the analysis of a
-  randomized block design), with (points - 1) x (k - 1) degrees of freedom. Two repeats give
-  one degree of freedom to a pair on its own, and a t-test on one degree of freedom needs a
-  t of 12.7 at 5%; pooled over the 10 points of the default experiment they give 9. Where the
-  pair's own spread is larger than the pooled one, its own is used (never a smaller one);
-- the look's alpha is `alpha / (max - min + 1)`: the error rate is spent in equal parts over
-  the looks the plan allows, so that the chance of any wrong verdict over all looks stays
-  under `alpha` however many are taken (Bonferroni: it holds for any dependence between the
-  looks).
+The look's alpha is `alpha / (max - min + 1)`: the error rate is spent in equal parts over the
+looks the plan allows, so that the chance of a wrong verdict on a question over all its looks
+stays under `alpha` however many are taken (Bonferroni: it holds for any dependence between the
+looks).
 
 A question is decided at the first look where the test calls the difference real (and it
 reaches the analysis's `threshold_pct` where the claim names no factor); its verdict stays.
@@ -29,7 +28,9 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-METHOD = "group-sequential paired t-test, pooled block variance, Bonferroni alpha spending"
+from servelab.errors import ServelabError
+
+METHOD = "group-sequential paired t-test on log ratios, Bonferroni alpha spending"
 OPEN = "open"
 
 
@@ -63,33 +64,19 @@ class StoppingRule:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> StoppingRule:
+        """The rule a run.json records; one this servelab does not implement is an error (its
+        verdicts would not be the ones the sweep stopped on)."""
+        if d.get("method") != METHOD:
+            raise ServelabError(
+                f"the sweep was stopped by {d.get('method')!r}; this servelab implements "
+                f"{METHOD!r}: analyse it with the servelab that measured it"
+            )
         return cls(
             int(d["min_rounds"]),
             int(d["max_rounds"]),
             float(d["alpha"]),
             None if d.get("budget_s") is None else float(d["budget_s"]),
         )
-
-
-@dataclass(frozen=True)
-class Pooled:
-    """Residual variance of log(metric) in a points x rounds table and its degrees of freedom."""
-
-    variance: float
-    df: int
-
-
-def pooled_variance(table: Sequence[Sequence[float]]) -> Pooled | None:
-    """The residual mean square of a two-way table of log values (one row per point, one
-    column per round; rows must be complete and positive); None with fewer than two rows or
-    two columns."""
-    rows = [list(r) for r in table]
-    if len(rows) < 2 or not rows[0] or len(rows[0]) < 2:
-        return None
-    y = np.log(np.asarray(rows, dtype=np.float64))
-    resid = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
-    df = (y.shape[0] - 1) * (y.shape[1] - 1)
-    return Pooled(float((resid**2).sum() / df), df)
 
 
 @dataclass(frozen=True)
@@ -122,34 +109,27 @@ class SequentialTest:
 def sequential_test(
     a: Sequence[float],
     b: Sequence[float],
-    pooled: Pooled | None,
     look_alpha: float,
     threshold_pct: float = 0.0,
 ) -> SequentialTest:
     """Test a against b (paired by round) at one look. `b` already carries a claim's factor."""
     n = len(a)
-    if n == 0 or n != len(b) or any(x <= 0 for x in (*a, *b)):
+    if n < 2 or n != len(b) or any(x <= 0 for x in (*a, *b)):
         return SequentialTest(n, None, None, None, None, None, look_alpha, OPEN)
     d = np.log(np.asarray(a, dtype=np.float64)) - np.log(np.asarray(b, dtype=np.float64))
     mean = float(d.mean())
-    own = float(d.var(ddof=1)) / 2.0 if n > 1 else 0.0  # per point, as the pooled one
-    if pooled is None and n < 2:
-        return SequentialTest(n, mean, None, None, None, None, look_alpha, OPEN)
-    if pooled is not None:
-        var, df = max(pooled.variance, own), pooled.df
-    else:
-        var, df = own, n - 1
-    se = math.sqrt(2.0 * var / n)
+    se = float(d.std(ddof=1)) / math.sqrt(n)
     if se == 0.0:
+        # the same ratio in every round: no noise, the sign alone decides
         p = 0.0 if mean != 0.0 else 1.0
-        t = math.inf if mean else 0.0
+        t = math.copysign(math.inf, mean) if mean else 0.0
     else:
         t = mean / se
-        p = float(2.0 * sps.t.sf(abs(t), df))
+        p = float(2.0 * sps.t.sf(abs(t), n - 1))
     rel_pct = 100.0 * math.expm1(mean)
     real = look_alpha > 0 and p < look_alpha and abs(rel_pct) >= threshold_pct
     verdict = ("a > b" if mean > 0 else "a < b") if real else OPEN
-    return SequentialTest(n, mean, se, df, t, p, look_alpha, verdict)
+    return SequentialTest(n, mean, se, n - 1, t, p, look_alpha, verdict)
 
 
 Cell = tuple[str, int]  # (server config, concurrency)
@@ -176,18 +156,6 @@ class Question:
         return "holds" if test.verdict == ("a > b" if self.op == ">" else "a < b") else "fails"
 
 
-def pooled_at(cells: Mapping[Cell, Mapping[int, float]], k: int) -> Pooled | None:
-    """The pooled variance of one metric after round k, over the points whose rounds 1..k are
-    all valid and positive."""
-    rounds = range(1, k + 1)
-    table = [
-        [vals[r] for r in rounds]
-        for _, vals in sorted(cells.items())
-        if all(r in vals and vals[r] > 0 for r in rounds)
-    ]
-    return pooled_variance(table)
-
-
 def test_at(q: Question, tables: Tables, rule: StoppingRule, k: int) -> SequentialTest:
     """The question's test at the look after round k, on the rounds 1..k both points have."""
     cells = tables.get(q.metric, {})
@@ -196,7 +164,6 @@ def test_at(q: Question, tables: Tables, rule: StoppingRule, k: int) -> Sequenti
     return sequential_test(
         [va[r] for r in common],
         [q.factor * vb[r] for r in common],
-        pooled_at(cells, k),
         rule.look_alpha(k),
         q.threshold_pct,
     )
