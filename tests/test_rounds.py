@@ -38,7 +38,7 @@ def experiment(tmp: Path, claims: list[str], **plan: Any) -> Experiment:
     cfg["results_dir"] = str(tmp)
     cfg["experiment"] = "seq"
     cfg["server"]["configs"] = [{"name": "a", "args": {}}, {"name": "b", "args": {}}]
-    cfg["sweep"] = {"concurrency": [1, 4], "repeats": {"min": 2, "max": 4, **plan}}
+    cfg["sweep"] = {"concurrency": [1, 4], "repeats": {"min": 3, "max": 5, **plan}}
     cfg["analysis"] = {"claims": claims}
     return validate(cfg)
 
@@ -78,9 +78,9 @@ def sequential_tree(tmp: Path, rounds: int, rule: StoppingRule, stopped: str) ->
 
 def test_a_plan_in_the_config_and_its_errors(tmp_path: Path) -> None:
     exp = experiment(tmp_path, [CLEAR], budget_s=600)
-    assert exp.sweep.rounds == RoundsSection(min=2, max=4, budget_s=600.0)
-    assert exp.sweep.most_repeats == 4
-    assert rounds_mod.stopping_rule(exp) == StoppingRule(2, 4, 0.05, 600.0)
+    assert exp.sweep.rounds == RoundsSection(min=3, max=5, budget_s=600.0)
+    assert exp.sweep.most_repeats == 5
+    assert rounds_mod.stopping_rule(exp) == StoppingRule(3, 5, 0.05, 600.0)
     assert (
         validate({**exp.to_dict(), "sweep": {"concurrency": [1], "repeats": 3}}).sweep.rounds
         is None
@@ -97,35 +97,36 @@ def test_a_plan_in_the_config_and_its_errors(tmp_path: Path) -> None:
 
 
 def test_looks_decide_a_clear_claim_and_leave_a_null_one_open(tmp_path: Path) -> None:
-    rule = StoppingRule(2, 4, 0.05)
-    exp = sequential_tree(tmp_path, 4, rule, "maximum")
+    rule = StoppingRule(3, 5, 0.05)
+    exp = sequential_tree(tmp_path, 5, rule, "maximum")
     opts = experiment(tmp_path, [CLEAR, NULL, SHAPE]).analysis
     res = analyze(exp, tmp_path / "out", opts, figures=False)
     by = {c["claim"]: c for c in res["claims"]}
     clear = by[CLEAR]
     # decided at the first look, and it keeps that look's verdict and evidence
     assert clear["verdict"] == "holds"
-    assert clear["evidence"]["sequential"]["round"] == 2 and clear["evidence"]["n"] == 2
-    assert clear["evidence"]["sequential"]["p_value"] < rule.look_alpha(2)
+    assert clear["evidence"]["sequential"]["round"] == 3 and clear["evidence"]["n"] == 3
+    assert clear["evidence"]["sequential"]["df"] == 2
+    assert clear["evidence"]["sequential"]["p_value"] < rule.look_alpha(3)
     null = by[NULL]
     assert null["verdict"] == "inconclusive"
-    assert null["reason"] == "inconclusive: open after 4 rounds (the plan's maximum of rounds)"
-    assert null["evidence"]["sequential"]["round"] == 4 and null["evidence"]["n"] == 4
+    assert null["reason"] == "inconclusive: open after 5 rounds (the plan's maximum of rounds)"
+    assert null["evidence"]["sequential"]["round"] == 5 and null["evidence"]["n"] == 5
     assert "sequential" not in by[SHAPE]["evidence"]  # judged on means: never open
 
     rec = json.loads((tmp_path / "out" / "rounds.json").read_text())
     jsonschema.validate(rec, load_schema("rounds"))
-    assert rec["rounds"] == 4 and rec["stopped"] == "maximum"
+    assert rec["rounds"] == 5 and rec["stopped"] == "maximum"
     assert [(lk["round"], lk["decided"], lk["open"]) for lk in rec["looks"]] == [
-        (2, 2, 1),
         (3, 2, 1),
         (4, 2, 1),
+        (5, 2, 1),
     ]
     first = {c["claim"]: c for c in rec["looks"][0]["claims"]}
-    assert first[CLEAR]["decided_round"] == 2 and first[NULL]["state"] == "open"
+    assert first[CLEAR]["decided_round"] == 3 and first[NULL]["state"] == "open"
     assert first[SHAPE]["test"] is None
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "## Rounds" in report and "Measured 4 rounds; stopped: maximum." in report
+    assert "## Rounds" in report and "Measured 5 rounds; stopped: maximum." in report
     assert f"`{CLEAR}`: holds (t = " in report
     # the same bytes again: a pure function of the raw data
     again = analyze(exp, tmp_path / "out2", opts, figures=False)
@@ -191,10 +192,10 @@ def test_rounds_stop_when_every_claim_is_decided(
 ) -> None:
     m = Measured(monkeypatch)
     rec, said = run(tmp_path, experiment(tmp_path, [CLEAR, SHAPE]))
-    assert m.calls == [("a", 2), ("b", 2)]  # the first look decided everything
-    assert rec["rounds"] == 2 and rec["stopped"] == "decided"
-    assert said[-1] == "stopped after round 2: every claim decided"
-    assert "look after round 2: 2 of 2 claims decided" in said
+    assert m.calls == [("a", 3), ("b", 3)]  # the first look decided everything
+    assert rec["rounds"] == 3 and rec["stopped"] == "decided"
+    assert said[-1] == "stopped after round 3: every claim decided"
+    assert "look after round 3: 2 of 2 claims decided" in said
 
 
 def test_rounds_go_on_to_the_maximum_while_a_claim_is_open(
@@ -202,10 +203,10 @@ def test_rounds_go_on_to_the_maximum_while_a_claim_is_open(
 ) -> None:
     m = Measured(monkeypatch)
     rec, said = run(tmp_path, experiment(tmp_path, [CLEAR, NULL]))
-    assert m.calls == [("a", 2), ("b", 2), ("a", 3), ("b", 3), ("a", 4), ("b", 4)]
-    assert rec["rounds"] == 4 and rec["stopped"] == "maximum"
+    assert m.calls == [("a", 3), ("b", 3), ("a", 4), ("b", 4), ("a", 5), ("b", 5)]
+    assert rec["rounds"] == 5 and rec["stopped"] == "maximum"
     assert [lk["open"] for lk in rec["looks"]] == [1, 1, 1]
-    assert any(s.startswith("look after round 3: 1 of 2 claims decided; open: ") for s in said)
+    assert any(s.startswith("look after round 4: 1 of 2 claims decided; open: ") for s in said)
     # the analysis of the same raw data reads the same looks
     ds = load_dataset(tmp_path / "seq")
     assert ds.sequential == rec
@@ -216,16 +217,16 @@ def test_a_budget_stops_before_the_next_round_would_overrun_it(
 ) -> None:
     m = Measured(monkeypatch)
     rec, said = run(tmp_path, experiment(tmp_path, [NULL], budget_s=0.001))
-    assert m.calls == [("a", 2), ("b", 2)]
-    assert rec["stopped"] == "budget" and rec["rounds"] == 2
-    assert said[-1] == "stopped after round 2: the time budget"
+    assert m.calls == [("a", 3), ("b", 3)]
+    assert rec["stopped"] == "budget" and rec["rounds"] == 3
+    assert said[-1] == "stopped after round 3: the time budget"
     res = analyze(tmp_path / "seq", tmp_path / "out", experiment(tmp_path, [NULL]).analysis)
-    assert res["claims"][0]["reason"] == "inconclusive: open after 2 rounds (the time budget)"
+    assert res["claims"][0]["reason"] == "inconclusive: open after 3 rounds (the time budget)"
 
 
 def test_a_reproduction_judges_each_side_with_its_own_rule(tmp_path: Path) -> None:
-    rule = StoppingRule(2, 4, 0.05)
-    ref = load_dataset(sequential_tree(tmp_path / "ref", 4, rule, "maximum"))
+    rule = StoppingRule(3, 5, 0.05)
+    ref = load_dataset(sequential_tree(tmp_path / "ref", 5, rule, "maximum"))
     new_dir = tmp_path / "new" / "exp"
     for r in (1, 2, 3):
         write_round(new_dir, r)
