@@ -1,13 +1,16 @@
 """The stopping rule of sequential rounds (servelab.analysis.stopping), simulated.
 
-a. Error rate under no true effect: the share of simulated studies in which any question gets a
+a. Error rate under no true effect: the share of simulated studies in which a question gets a
    verdict (holds or fails) although its two points have the same expectation, for the rule
-   (alpha spent over the looks) and for a naive rule that tests at the full alpha at every look.
-b. Time to verdict: sequential rounds (min 2, max 6) against fixed 3 and fixed 6 repeats, on
-   studies shaped like the two published seeds, the default experiment and a close call.
+   (each pair tested on its own log ratios, alpha spent over the looks) at three plans, for a
+   naive rule that tests at the full alpha at every look, and for the rejected rule that pooled
+   the variance over every point of the metric.
+b. Time to verdict: sequential rounds (min 2 and min 3, max 6) against fixed 3 and fixed 6
+   repeats, on studies shaped like the two published seeds, the default experiment and a close
+   call; with the launch time of the plan and without it.
 
-Run: python benchmarks/bench_sequential.py [--studies 4000] [--seed 0] [--json PATH]
-Pure CPU, numpy and servelab only; the same seed prints the same numbers.
+Run: python benchmarks/bench_sequential.py [--studies 10000] [--seed 0] [--json PATH]
+Pure CPU, numpy, scipy and servelab only; the same seed prints the same numbers.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats as sps
 
 from servelab.analysis.claims import ALIASES
 from servelab.analysis.stopping import (
@@ -34,8 +38,6 @@ from servelab.analysis.stopping import (
     StoppingRule,
     Tables,
     decide,
-    pooled_at,
-    sequential_test,
 )
 from servelab.claims_syntax import CMP
 from servelab.config import load_yaml
@@ -45,6 +47,7 @@ RELEASES = ROOT / "evidence" / "quickstart-cpu"
 LATEST = RELEASES / "v6"
 METRICS = ("output_throughput", "mean_ttft_ms")
 ALPHA = 0.05
+REFERENCE = 200_000  # studies of the one-pair reference rate of part a
 CHECKED = 100  # studies per case whose verdicts are checked against stopping.decide
 
 PerCell = dict[str, dict[Cell, float]]  # metric -> cell -> value
@@ -148,6 +151,8 @@ def adjacent_questions(cells: Sequence[Cell]) -> list[Question]:
 
 # ---------------------------------------------------------------- simulation
 
+Arrays = dict[str, tuple[list[Cell], np.ndarray]]  # metric -> (cells, value[study, cell, round])
+
 
 def simulate(
     rng: np.random.Generator,
@@ -156,10 +161,10 @@ def simulate(
     medians: PerCell,
     cvs: PerCell,
     round_sd: float = 0.0,
-) -> list[Tables]:
+) -> Arrays:
     """Log-normal values (median as given, sigma from the cell's CV) per cell and round, times
     a per-round factor exp(N(0, round_sd)) common to every cell of that round."""
-    arrays: dict[str, tuple[list[Cell], np.ndarray]] = {}
+    arrays: Arrays = {}
     shared = rng.normal(0.0, round_sd, (studies, 1, rounds)) if round_sd else 0.0
     for metric in sorted(medians):
         cells = sorted(medians[metric])
@@ -167,87 +172,122 @@ def simulate(
         sigma = np.sqrt(np.log1p(np.square([cvs[metric][c] for c in cells])))[None, :, None]
         z = rng.standard_normal((studies, len(cells), rounds))
         arrays[metric] = (cells, np.exp(mu + sigma * z + shared))
-    out: list[Tables] = []
-    for s in range(studies):
-        out.append(
-            {
-                m: {
-                    c: {r + 1: float(v[s, i, r]) for r in range(rounds)}
-                    for i, c in enumerate(cells)
-                }
-                for m, (cells, v) in arrays.items()
-            }
-        )
-    return out
+    return arrays
+
+
+def study_tables(arrays: Arrays, s: int) -> Tables:
+    """Study s as the tables stopping.decide reads."""
+    return {
+        m: {c: {r + 1: float(x) for r, x in enumerate(v[s, i])} for i, c in enumerate(cells)}
+        for m, (cells, v) in arrays.items()
+    }
+
+
+def log_ratios(arrays: Arrays, q: Question) -> np.ndarray:
+    """log(a / (factor * b)) per study and round."""
+    cells, v = arrays[q.metric]
+    d: np.ndarray = np.log(v[:, cells.index(q.a)]) - np.log(q.factor * v[:, cells.index(q.b)])
+    return d
+
+
+def own_p(d: np.ndarray, k: int) -> np.ndarray:
+    """stopping.sequential_test's p-value on rounds 1..k, every study at once: a paired t-test
+    on the pair's own log ratios, k - 1 degrees of freedom."""
+    x = d[:, :k]
+    mean = x.mean(axis=1)
+    se = x.std(axis=1, ddof=1) / math.sqrt(k)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = 2.0 * sps.t.sf(np.abs(mean / se), k - 1)
+    return np.where(se == 0.0, np.where(mean != 0.0, 0.0, 1.0), p)
+
+
+def pooled_p(logs: np.ndarray, d: np.ndarray, k: int) -> np.ndarray:
+    """The rejected rule's p-value on rounds 1..k: the residual mean square of the log
+    cells x rounds table (rounds as blocks), (cells - 1)(k - 1) degrees of freedom, or the
+    pair's own per-point variance var(d) / 2 where that is larger."""
+    y = logs[:, :, :k]
+    resid = (
+        y
+        - y.mean(axis=2, keepdims=True)
+        - y.mean(axis=1, keepdims=True)
+        + y.mean(axis=(1, 2))[:, None, None]
+    )
+    df = (y.shape[1] - 1) * (k - 1)
+    x = d[:, :k]
+    var = np.maximum((resid**2).sum(axis=(1, 2)) / df, x.var(axis=1, ddof=1) / 2.0)
+    p: np.ndarray = 2.0 * sps.t.sf(np.abs(x.mean(axis=1)) / np.sqrt(2.0 * var / k), df)
+    return p
 
 
 @dataclass(frozen=True)
-class Look:
-    p: float
-    sign: str  # "a > b" | "a < b"
-    big_enough: bool  # reaches the question's threshold_pct
+class Rule:
+    name: str
+    lo: int
+    hi: int
+    test: str  # "own" (stopping's test) | "pooled" (the rejected one)
+    spend: bool  # alpha / looks at each look (stopping's rule); False: the full alpha
+
+    def look_alpha(self, k: int) -> float:
+        if not self.lo <= k <= self.hi:
+            return 0.0
+        return StoppingRule(self.lo, self.hi, ALPHA).look_alpha(k) if self.spend else ALPHA
 
 
-def looks(tables: Tables, questions: Sequence[Question], kmax: int) -> list[list[Look]]:
-    """Each question's test at every look k = 2..kmax, on complete tables: what
-    stopping.test_at computes, with the pooled variance computed once per metric and look."""
-    out: list[list[Look]] = [[] for _ in questions]
-    for k in range(2, kmax + 1):
-        pooled = {m: pooled_at(tables[m], k) for m in {q.metric for q in questions}}
-        for i, q in enumerate(questions):
-            a = [tables[q.metric][q.a][r] for r in range(1, k + 1)]
-            b = [q.factor * tables[q.metric][q.b][r] for r in range(1, k + 1)]
-            t = sequential_test(a, b, pooled[q.metric], 1.0, 0.0)
-            assert t.p_value is not None and t.mean_log_ratio is not None
-            rel = 100.0 * math.expm1(t.mean_log_ratio)
-            sign = "a > b" if t.mean_log_ratio > 0 else "a < b"
-            out[i].append(Look(t.p_value, sign, abs(rel) >= q.threshold_pct))
-    return out
+RULES = [
+    Rule("own 2-6", 2, 6, "own", True),
+    Rule("own 3-6", 3, 6, "own", True),
+    Rule("own 3-10", 3, 10, "own", True),
+    Rule("naive 2-6", 2, 6, "own", False),
+    Rule("pooled 2-6 (rejected)", 2, 6, "pooled", True),
+]
 
 
 def verdicts(
-    qlooks: list[list[Look]],
-    questions: Sequence[Question],
-    lo: int,
-    hi: int,
-    look_alpha: Callable[[int], float],
-) -> list[tuple[str, int | None]]:
-    """(verdict, deciding round) per question: the first look in lo..hi where the test is
-    significant at that look's alpha and reaches the threshold; the verdict then stays."""
-    out: list[tuple[str, int | None]] = []
-    for q, ls in zip(questions, qlooks, strict=True):
-        got: tuple[str, int | None] = (OPEN, None)
-        for k in range(lo, hi + 1):
-            lk = ls[k - 2]
-            if lk.p < look_alpha(k) and lk.big_enough:
-                want = "a > b" if q.op == ">" else "a < b"
-                got = ("holds" if lk.sign == want else "fails", k)
-                break
-        out.append(got)
-    return out
+    arrays: Arrays, q: Question, rule: Rule, p_by_look: Mapping[int, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(deciding round, 0 while open; holds) per study: the first look in lo..hi where the test
+    is significant at that look's alpha and reaches the threshold; the verdict then stays."""
+    d = log_ratios(arrays, q)
+    decided = np.zeros(d.shape[0], dtype=np.int64)
+    holds = np.zeros(d.shape[0], dtype=bool)
+    for k in range(rule.lo, rule.hi + 1):
+        mean = d[:, :k].mean(axis=1)
+        big = np.abs(100.0 * np.expm1(mean)) >= q.threshold_pct
+        hit = (decided == 0) & (p_by_look[k] < rule.look_alpha(k)) & big
+        decided[hit] = k
+        holds[hit] = (mean[hit] > 0) == (q.op == ">")
+    return decided, holds
+
+
+def p_values(arrays: Arrays, q: Question, test: str, kmax: int) -> dict[int, np.ndarray]:
+    d = log_ratios(arrays, q)
+    if test == "own":
+        return {k: own_p(d, k) for k in range(2, kmax + 1)}
+    logs = np.log(arrays[q.metric][1])
+    return {k: pooled_p(logs, d, k) for k in range(2, kmax + 1)}
 
 
 def check_against_decide(
-    tables: Tables,
+    arrays: Arrays,
     questions: Sequence[Question],
-    rule: StoppingRule,
-    got: list[tuple[str, int | None]],
+    rule: Rule,
+    got: Sequence[tuple[np.ndarray, np.ndarray]],
+    studies: int,
 ) -> None:
-    final = decide(questions, tables, rule, rule.max_rounds)[-1]
-    ref = [(d.verdict, d.round) for d in final]
-    if ref != got:
-        sys.exit(f"bench_sequential: verdicts {got} differ from stopping.decide {ref}")
+    """The vectorized verdicts of the own-variance rule against stopping.decide itself."""
+    srule = StoppingRule(rule.lo, rule.hi, ALPHA)
+    for s in range(studies):
+        final = decide(questions, study_tables(arrays, s), srule, rule.hi)[-1]
+        ref = [(d.verdict, d.round) for d in final]
+        mine = [
+            (OPEN, None) if dec[s] == 0 else ("holds" if hold[s] else "fails", int(dec[s]))
+            for dec, hold in got
+        ]
+        if ref != mine:
+            sys.exit(f"bench_sequential: {rule.name} study {s}: {mine} differ from decide {ref}")
 
 
 # ---------------------------------------------------------------- a. error rate under the null
-
-
-RULES: list[tuple[str, int, int, bool]] = [
-    ("rule 2-6", 2, 6, False),
-    ("rule 2-10", 2, 10, False),
-    ("naive 2-6", 2, 6, True),
-    ("naive 2-10", 2, 10, True),
-]
 
 
 def null_medians(
@@ -293,65 +333,86 @@ def part_a(studies: int, seed: int) -> dict[str, Any]:
             m: {f"{c[0]},c={c[1]}": round(100 * v, 2) for c, v in cvs[m].items()} for m in METRICS
         },
         "median_cv_pct": 100 * median_cv,
+        "rules": {
+            r.name: {"min": r.lo, "max": r.hi, "test": r.test, "spend": r.spend} for r in RULES
+        },
         "variants": {},
     }
-    kmax = max(hi for _, _, hi, _ in RULES)
+    kmax = max(r.hi for r in RULES)
     for vi, (vname, vcvs, round_sd) in enumerate(variants):
         t0 = time.perf_counter()
-        rng = np.random.default_rng([seed, 1, vi])
-        sims = simulate(rng, studies, kmax, med, vcvs, round_sd)
-        wrong: dict[str, np.ndarray] = {}
+        arrays = simulate(np.random.default_rng([seed, 1, vi]), studies, kmax, med, vcvs, round_sd)
+        rows: dict[str, Any] = {}
         for sname, qs in (("claims", claims), ("adjacent", adjacent)):
-            for rname, _, _, _ in RULES:
-                wrong[f"{sname}/{rname}"] = np.zeros((studies, len(qs)), dtype=bool)
-        for s, tables in enumerate(sims):
-            for sname, qs in (("claims", claims), ("adjacent", adjacent)):
-                ql = looks(tables, qs, kmax)
-                for rname, lo, hi, naive in RULES:
-                    rule = StoppingRule(lo, hi, ALPHA)
-                    la = (lambda k: ALPHA) if naive else rule.look_alpha
-                    got = verdicts(ql, qs, lo, hi, la)
-                    if not naive and s < CHECKED:
-                        check_against_decide(tables, qs, rule, got)
-                    wrong[f"{sname}/{rname}"][s] = [v != OPEN for v, _ in got]
-        rows = {}
-        for key, w in wrong.items():
-            qs = claims if key.startswith("claims") else adjacent
-            rows[key] = {
-                "any_wrong": float(w.any(axis=1).mean()),
-                "per_question": {q.name: float(w[:, i].mean()) for i, q in enumerate(qs)},
-            }
+            pv = {t: [p_values(arrays, q, t, kmax) for q in qs] for t in ("own", "pooled")}
+            for rule in RULES:
+                got = [verdicts(arrays, q, rule, pv[rule.test][i]) for i, q in enumerate(qs)]
+                if rule.test == "own" and rule.spend:
+                    check_against_decide(arrays, qs, rule, got, min(CHECKED, studies))
+                wrong = np.stack([dec != 0 for dec, _ in got], axis=1)
+                rows[f"{sname}/{rule.name}"] = {
+                    "any_wrong": float(wrong.any(axis=1).mean()),
+                    "per_question": {q.name: float(wrong[:, i].mean()) for i, q in enumerate(qs)},
+                }
         result["variants"][vname] = {"round_sd_pct": 100 * round_sd, "rates": rows}
         print(f"  {vname}: {time.perf_counter() - t0:.1f} s", flush=True)
     result["questions"] = {
         "claims": [q.name for q in claims],
         "adjacent": [q.name for q in adjacent],
     }
+    # the own-variance test sees only d / sd(d), standard normal under no effect whatever the
+    # two cells' noise: one rate per rule, here with a tighter Monte Carlo error
+    d = np.random.default_rng([seed, 3]).standard_normal((REFERENCE, kmax))
+    result["one_pair_reference"] = {}
+    for rule in RULES:
+        if rule.test == "own":
+            hit = np.zeros(REFERENCE, dtype=bool)
+            for k in range(rule.lo, rule.hi + 1):
+                hit |= own_p(d, k) < rule.look_alpha(k)
+            result["one_pair_reference"][rule.name] = float(hit.mean())
     return result
 
 
 def print_a(res: dict[str, Any], studies: int) -> None:
     se = math.sqrt(ALPHA * (1 - ALPHA) / studies)
+    names = [r.name for r in RULES]
+    head = " ".join(f"{n:>22}" for n in names)
     print(
         f"\nShare of studies with any wrong verdict (alpha {ALPHA}; Monte Carlo se at 5%: {se:.4f})"
     )
-    print(f"{'noise':<28} {'questions':<14} " + " ".join(f"{r[0]:>11}" for r in RULES))
+    print(f"{'noise':<28} {'questions':<14} {head}")
     for vname, v in res["variants"].items():
         for sname in ("claims", "adjacent"):
             label = f"{sname} ({len(res['questions'][sname])})"
-            cells = [v["rates"][f"{sname}/{r[0]}"]["any_wrong"] for r in RULES]
-            print(f"{vname:<28} {label:<14} " + " ".join(f"{x:>11.4f}" for x in cells))
-    print("\nPer question (claims), per-cell CV + round offset:")
-    v = res["variants"]["per-cell CV + round offset"]["rates"]
-    for q in res["questions"]["claims"]:
-        cells = [v[f"claims/{r[0]}"]["per_question"][q] for r in RULES]
-        print(f"  {q:<88} " + " ".join(f"{x:.4f}" for x in cells))
-    print("Largest per-question rate (adjacent pairs), per variant:")
+            row = [v["rates"][f"{sname}/{n}"]["any_wrong"] for n in names]
+            print(f"{vname:<28} {label:<14} " + " ".join(f"{x:>22.4f}" for x in row))
+    for vname in ("per-cell CV", "per-cell CV + round offset"):
+        print(f"\nPer question (claims), {vname}:")
+        v = res["variants"][vname]["rates"]
+        for q in res["questions"]["claims"]:
+            row = [v[f"claims/{n}"]["per_question"][q] for n in names]
+            print(f"  {q:<60} " + " ".join(f"{x:.4f}" for x in row))
+    print("\nWorst single question among the adjacent pairs, per variant (rate, then the pair):")
+    over = []
     for vname, vv in res["variants"].items():
-        cells = [max(vv["rates"][f"adjacent/{r[0]}"]["per_question"].values()) for r in RULES]
-        pq = vv["rates"]["adjacent/rule 2-6"]["per_question"]
-        worst = max(pq, key=lambda q: pq[q])
-        print(f"  {vname:<28} " + " ".join(f"{x:.4f}" for x in cells) + f"   (rule 2-6: {worst})")
+        print(f"  {vname}")
+        for n in names:
+            pq = vv["rates"][f"adjacent/{n}"]["per_question"]
+            pq_claims = vv["rates"][f"claims/{n}"]["per_question"]
+            worst = max(pq, key=lambda q: pq[q])
+            print(f"    {n:<22} {pq[worst]:.4f}  {worst}")
+            if n.startswith("own") and max(*pq.values(), *pq_claims.values()) > ALPHA:
+                over.append(f"{vname} / {n}")
+    ref = res["one_pair_reference"]
+    print(
+        f"One pair, any noise, {REFERENCE} studies: "
+        + ", ".join(f"{n} {x:.4f}" for n, x in ref.items())
+    )
+    print(
+        "Every single question of the own-variance rules at or under alpha: "
+        + ("yes" if not over else "NO: " + ", ".join(over))
+    )
+    res["own_rules_over_alpha"] = over
 
 
 # ---------------------------------------------------------------- b. time to verdict
@@ -370,27 +431,32 @@ class Scenario:
 
 DESIGNS: list[tuple[str, int, int]] = [
     ("sequential 2-6", 2, 6),
+    ("sequential 3-6", 3, 6),
     ("fixed 3", 3, 3),
     ("fixed 6", 6, 6),
 ]
+SEQUENTIAL = [d for d, lo, hi in DESIGNS if lo != hi]
 
 
-def study_time(sc: Scenario, rounds: int, lo: int, hi: int) -> float:
+def study_time(sc: Scenario, rounds: int, lo: int, hi: int, launch_s: float) -> float:
     """Every point's duration per round, plus launches: one per config for a fixed design; for
     the sequential one, one per config for the first `lo` rounds and one per further round."""
     configs = len({c for c, _ in sc.durations})
     per_round = sum(sc.durations.values())
     launches = 1 if lo == hi else 1 + (rounds - lo)
-    return rounds * per_round + launches * configs * sc.launch_s
+    return rounds * per_round + launches * configs * launch_s
 
 
 def run_scenario(sc: Scenario, studies: int, rng: np.random.Generator) -> dict[str, Any]:
-    sims = simulate(rng, studies, max(hi for _, _, hi in DESIGNS), sc.medians, sc.cvs)
+    """Each design judged by stopping.decide itself (a fixed design: one look at the full
+    alpha, `StoppingRule(n, n)`)."""
+    arrays = simulate(rng, studies, max(hi for _, _, hi in DESIGNS), sc.medians, sc.cvs)
+    sims = [study_tables(arrays, s) for s in range(studies)]
     out: dict[str, Any] = {}
     for dname, lo, hi in DESIGNS:
         rule = StoppingRule(lo, hi, ALPHA)
         counts = {q.name: {"right": 0, "wrong": 0, "open": 0} for q in sc.questions}
-        times, rounds_used, all_decided = [], [], 0
+        times, free, rounds_used, all_decided = [], [], [], 0
         for tables in sims:
             lk = decide(sc.questions, tables, rule, hi)
             used = next(
@@ -406,16 +472,23 @@ def run_scenario(sc: Scenario, studies: int, rng: np.random.Generator) -> dict[s
                 )
                 counts[d.question][key] += 1
             rounds_used.append(used)
-            times.append(study_time(sc, used, lo, hi))
+            times.append(study_time(sc, used, lo, hi, sc.launch_s))
+            free.append(study_time(sc, used, lo, hi, 0.0))
         out[dname] = {
             "mean_time_s": float(np.mean(times)),
+            "mean_time_no_launch_s": float(np.mean(free)),
             "mean_rounds": float(np.mean(rounds_used)),
             "all_decided": all_decided / studies,
             "questions": {q: {k: v / studies for k, v in c.items()} for q, c in counts.items()},
         }
-    seq = out["sequential 2-6"]["mean_time_s"]
-    out["ratio_seq_fixed3"] = seq / out["fixed 3"]["mean_time_s"]
-    out["ratio_seq_fixed6"] = seq / out["fixed 6"]["mean_time_s"]
+    out["ratios"] = {
+        f"{seq} / {fixed}": {
+            "launch": out[seq]["mean_time_s"] / out[fixed]["mean_time_s"],
+            "no_launch": out[seq]["mean_time_no_launch_s"] / out[fixed]["mean_time_no_launch_s"],
+        }
+        for seq in SEQUENTIAL
+        for fixed in ("fixed 3", "fixed 6")
+    }
     return out
 
 
@@ -548,8 +621,8 @@ def print_b(res: dict[str, Any]) -> None:
             f"\n{name}: one round {r['per_round_s']:.1f} s of points, launch {r['launch_s']:.0f} s"
         )
         print(
-            f"  {'design':<16} {'mean time s':>12} {'mean rounds':>12} {'all decided':>12}"
-            "   per question: right / wrong / open"
+            f"  {'design':<16} {'mean time s':>12} {'no launch s':>12} {'mean rounds':>12} "
+            f"{'all decided':>12}   per question: right / wrong / open"
         )
         for dname, _, _ in DESIGNS:
             d = r[dname]
@@ -558,13 +631,11 @@ def print_b(res: dict[str, Any]) -> None:
                 for q, c in d["questions"].items()
             )
             print(
-                f"  {dname:<16} {d['mean_time_s']:>12.1f} {d['mean_rounds']:>12.2f} "
-                f"{d['all_decided']:>12.3f}   {qs}"
+                f"  {dname:<16} {d['mean_time_s']:>12.1f} {d['mean_time_no_launch_s']:>12.1f} "
+                f"{d['mean_rounds']:>12.2f} {d['all_decided']:>12.3f}   {qs}"
             )
-        print(
-            f"  time ratio sequential / fixed 3 = {r['ratio_seq_fixed3']:.3f}, "
-            f"sequential / fixed 6 = {r['ratio_seq_fixed6']:.3f}"
-        )
+        for pair, x in r["ratios"].items():
+            print(f"  time ratio {pair} = {x['launch']:.3f} (no launch cost: {x['no_launch']:.3f})")
 
 
 def main() -> None:
@@ -572,7 +643,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument(
-        "--studies", type=int, default=4000, help="simulated studies per case (default 4000)"
+        "--studies", type=int, default=10000, help="simulated studies per case (default 10000)"
     )
     ap.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
     ap.add_argument(
