@@ -24,9 +24,10 @@ if not isinstance(config["sweep"]["repeats"], dict):
             "../scripts/sweep.py"
 
 # A sequential plan (sweep.repeats: {min, max}): one job measures every server configuration
-# round by round until the claims are decided (src/servelab/rounds.py). The claims decide how
-# much is measured, so a changed analysis section reruns it: completed points are kept, and
-# only what the new claims still need is measured.
+# round by round until its questions are decided (src/servelab/rounds.py): the claims and,
+# with a reference, the orderings a reproduction against it will judge. They decide how much
+# is measured, so a changed analysis section or reference reruns it: completed points are
+# kept, and only what the new questions still need is measured.
 else:
 
     rule sweep:
@@ -36,7 +37,7 @@ else:
         output:
             run=sweep_outputs(),
         params:
-            config=EXPERIMENT_CONFIG,
+            config=config,
             exp=experiment_dir,
         resources:
             **measure_resources(),

@@ -22,10 +22,10 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "entry": ("servelab", "cli", "smk", "tables"),
     "stages": (
         "campaign",
+        "rounds",
         "reproduce",
         "evidence",
         "summary",
-        "rounds",
         "analysis",
         "profile",
         "sweep",

@@ -5,8 +5,10 @@ reproduction judging each side with the rule it was measured under."""
 
 from __future__ import annotations
 
+import csv
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,9 @@ from servelab.errors import ServelabError
 from servelab.experiment import Experiment, RoundsSection
 from servelab.jsonio import load_schema, write_json
 from servelab.paths import ExperimentPaths
+from servelab.reproduce import reference_orderings
 from servelab.reproduce.checks import REPRODUCED, analyse, claim_rows
+from servelab.schedule import plan
 from servelab.sweep import SweepJob
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,8 +94,8 @@ def test_a_plan_in_the_config_and_its_errors(tmp_path: Path) -> None:
         ({"min": 1, "max": 2}, "sweep.repeats: min: 1 is less than the minimum of 2"),
         ({"min": 2, "most": 4}, "'most' was unexpected"),
     ]
-    for plan, msg in bad:
-        cfg = {**exp.to_dict(), "sweep": {"concurrency": [1], "repeats": plan}}
+    for bad_plan, msg in bad:
+        cfg = {**exp.to_dict(), "sweep": {"concurrency": [1], "repeats": bad_plan}}
         with pytest.raises(ServelabError, match=msg.replace("(", r"\(").replace(")", r"\)")):
             validate(cfg)
 
@@ -150,40 +154,43 @@ def test_a_fixed_design_has_no_looks(tmp_path: Path) -> None:
 
 
 class Measured:
-    """SweepJob.measure_missing, stubbed: writes the points of rounds up to k from MEASURES
-    and counts the calls; the plan as the real one returns it."""
+    """SweepJob.measure_missing, stubbed: writes the points of rounds up to k from `means`
+    (cell -> (throughput, mean TTFT ms)) with a 2% noise fixed by the round, and counts the
+    calls; the plan as the real one returns it."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        means: dict[tuple[str, int], tuple[float, float]] | None = None,
+    ) -> None:
         self.calls: list[tuple[str, int]] = []
-        real = SweepJob.measure_missing
+        cells = means or {cell: (tput, 100.0) for cell, tput in MEANS.items()}
 
         def fake(job: SweepJob, repeats: int) -> Any:
             self.calls.append((job.sc, repeats))
             for r in range(1, repeats + 1):
                 rng = random.Random(1000 + r)
-                for (sc, c), mean in sorted(MEANS.items()):
+                for (sc, c), (tput, ttft) in sorted(cells.items()):
+                    noise = 1 + 0.02 * rng.gauss(0, 1)  # the same draws as write_round
                     if sc == job.sc:
-                        tput = mean * (1 + 0.02 * rng.gauss(0, 1))
-                        servelab_point(job.paths.root, sc, r, c, tput, 100.0)
-                    else:
-                        rng.gauss(0, 1)  # the same draws as write_round
-            from servelab.schedule import plan
-
+                        servelab_point(job.paths.root, sc, r, c, tput * noise, ttft / noise)
             sw = job.exp.sweep
             return plan(sw.concurrency, repeats, sw.order, sw.order_seed)
 
         monkeypatch.setattr(SweepJob, "measure_missing", fake)
-        self.real = real
 
 
-def run(tmp_path: Path, exp: Experiment) -> tuple[dict[str, Any], list[str]]:
+def run(
+    tmp_path: Path, exp: Experiment, configs: Sequence[str] = ("a", "b")
+) -> tuple[dict[str, Any], list[str]]:
     said: list[str] = []
     paths = ExperimentPaths(tmp_path / "seq")
     rec = rounds_mod.run_rounds(exp, paths, model_dir=tmp_path, runtime={}, say=said.append)
-    for sc in ("a", "b"):
+    for sc in configs:
         run_json = json.loads(paths.run(sc).read_text())
         jsonschema.validate(run_json, load_schema("run"))
-        assert run_json["sequential"] == rec and run_json["points"] == 2 * rec["rounds"]
+        points = len(exp.sweep.concurrency) * rec["rounds"]
+        assert run_json["sequential"] == rec and run_json["points"] == points
     return rec, said
 
 
@@ -195,7 +202,7 @@ def test_rounds_stop_when_every_claim_is_decided(
     assert m.calls == [("a", 3), ("b", 3)]  # the first look decided everything
     assert rec["rounds"] == 3 and rec["stopped"] == "decided"
     assert said[-1] == "stopped after round 3: every claim decided"
-    assert "look after round 3: 2 of 2 claims decided" in said
+    assert "look after round 3: 2 of 2 questions decided" in said
 
 
 def test_rounds_go_on_to_the_maximum_while_a_claim_is_open(
@@ -206,7 +213,7 @@ def test_rounds_go_on_to_the_maximum_while_a_claim_is_open(
     assert m.calls == [("a", 3), ("b", 3), ("a", 4), ("b", 4), ("a", 5), ("b", 5)]
     assert rec["rounds"] == 5 and rec["stopped"] == "maximum"
     assert [lk["open"] for lk in rec["looks"]] == [1, 1, 1]
-    assert any(s.startswith("look after round 4: 1 of 2 claims decided; open: ") for s in said)
+    assert any(s.startswith("look after round 4: 1 of 2 questions decided; open: ") for s in said)
     # the analysis of the same raw data reads the same looks
     ds = load_dataset(tmp_path / "seq")
     assert ds.sequential == rec
@@ -240,3 +247,40 @@ def test_a_reproduction_judges_each_side_with_its_own_rule(tmp_path: Path) -> No
     assert rows[CLEAR]["reference_verdict"] == "holds" and rows[CLEAR]["verdict"] == REPRODUCED
     # open in the reference by its rule: nothing to reproduce
     assert rows[NULL]["reference_verdict"] == "inconclusive"
+
+
+def test_a_reference_adds_the_orderings_a_reproduction_will_judge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sequential run against the committed release asks its judged orderings beside the
+    claims, measured (stubbed) at the release's own means: they are decided and recorded as
+    orderings, and claims.json keeps the claims alone."""
+    release = REPO / "evidence" / "quickstart-cpu" / "v6"
+    rows = list(csv.DictReader((release / "tables" / "summary.csv").open()))
+    mean = {
+        (r["server_config"], int(r["concurrency"]), r["metric"]): float(r["mean"]) for r in rows
+    }
+    configs = sorted({sc for sc, _, _ in mean})
+    levels = sorted({c for _, c, _ in mean})
+    means = {
+        (sc, c): (mean[(sc, c, "output_throughput")], mean[(sc, c, "mean_ttft_ms")])
+        for sc in configs
+        for c in levels
+    }
+    claim = "throughput[config=max-num-seqs-8,c=16] > 1.5 * throughput[config=max-num-seqs-1,c=16]"
+    cfg = experiment(tmp_path, [claim]).to_dict()
+    cfg["server"]["configs"] = [{"name": sc, "args": {}} for sc in configs]
+    cfg["sweep"]["concurrency"] = levels
+    cfg["reference"] = str(release)
+    exp = validate(cfg)
+    Measured(monkeypatch, means)
+    rec, said = run(tmp_path, exp, configs)
+    expected = reference_orderings(release, exp.reproduction)
+    assert expected and rec["orderings"] == expected
+    assert f"and the {len(expected)} orderings the reproduction will judge: " in said[1]
+    kinds = {c["claim"]: c["kind"] for c in rec["looks"][-1]["claims"]}
+    assert kinds == {claim: "claim", **{q: "ordering" for q in expected}}
+    assert rec["stopped"] == "decided" and rec["looks"][-1]["open"] == 0
+    res = analyze(tmp_path / "seq", tmp_path / "out", exp.analysis, figures=False)
+    assert [c["claim"] for c in res["claims"]] == [claim]
+    assert res["rounds"]["orderings"] == expected and res["rounds"]["looks"] == rec["looks"]

@@ -50,7 +50,7 @@ def test_sequential_sweep_measures_rounds_until_the_rule_stops(
     exp = tmp_path / "results" / "e2e"
     log = (exp / "logs" / "sweep.log").read_text()
     assert "sequential sweep: rounds 2 to 3, alpha 0.05 spent over 2 looks" in log
-    assert "look after round 2: 0 of 1 claims decided; open: " + OPEN in log
+    assert "look after round 2: 0 of 1 questions decided; open: " + OPEN in log
     assert "stopped after round 3: the plan's maximum of rounds" in log
 
     records = []

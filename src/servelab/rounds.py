@@ -7,8 +7,9 @@ Williams order continues across rounds (servelab.schedule), so the design is bal
 stopping point, and a round is never cut short by the rule. The first `min` rounds of a
 configuration are measured on one server launch, as a fixed design's repeats; each further
 round is measured on a fresh launch per configuration (its points record it as `launch`).
-After each round from `min` on, the looks (servelab.analysis.rounds) say which claims are
-decided; measuring stops when none is open, at `max`, or when the last round's time says the
+After each round from `min` on, the looks (servelab.analysis.rounds) say which questions are
+decided (the claims, and with a `reference:` the orderings a reproduction against it will
+judge); measuring stops when none is open, at `max`, or when the last round's time says the
 next would overrun `budget_s`.
 
 Every run.json of the sweep is written at the end with the same `sequential` record: the
@@ -19,19 +20,24 @@ rounds; the old ones are not measured again).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from servelab.analysis.dataset import load_dataset
-from servelab.analysis.rounds import STOPPED, looks, open_claims, round_record
+from servelab.analysis.rounds import STOPPED, asked_with, looks, open_claims, round_record
 from servelab.analysis.stopping import StoppingRule
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.paths import ExperimentPaths
+from servelab.reproduce import reference_orderings
 from servelab.server import raise_on_signals
 from servelab.sweep import Say, SweepJob
+
+# a point named in a comparison claim
+CELL = re.compile(r"config=([^,\]]+),c=(\d+)")
 
 
 def stopping_rule(exp: Experiment) -> StoppingRule:
@@ -61,6 +67,11 @@ def run_rounds(
         f"{rule.alpha:g} spent over {rule.looks} looks ({rule.look_alpha(rule.min_rounds):.4g} "
         f"each)" + (f", budget {rule.budget_s:g} s" if rule.budget_s else "")
     )
+    orderings = questions_of_reference(exp)
+    if orderings:
+        said = "; ".join(orderings)
+        say(f"and the {len(orderings)} orderings the reproduction will judge: {said}")
+    asked = asked_with(exp.analysis, orderings)
     k = rule.min_rounds
     round_s: list[float] = []
     while True:
@@ -68,10 +79,10 @@ def run_rounds(
         slots = {job.sc: job.measure_missing(k) for job in jobs}
         round_s.append(round(time.monotonic() - t0, 3))
         ds = load_dataset(paths.root, validity=exp.analysis.validity)
-        row = looks(ds, exp.analysis, rule, k)[-1]
+        row = looks(ds, asked, rule, k)[-1]
         still = open_claims(row)
         say(
-            f"look after round {k}: {len(row) - len(still)} of {len(row)} claims decided"
+            f"look after round {k}: {len(row) - len(still)} of {len(row)} questions decided"
             + (f"; open: {'; '.join(still)}" if still else "")
         )
         if not still:
@@ -85,18 +96,34 @@ def run_rounds(
             continue
         break
     say(f"stopped after round {k}: {STOPPED[stopped]}")
-    all_looks = looks(ds, exp.analysis, rule, k)
+    all_looks = looks(ds, asked, rule, k)
     record = {
         "rule": rule.to_json(),
         "rounds": k,
         "stopped": stopped,
         "round_s": round_s,
-        "looks": [round_record(j, r) for j, r in enumerate(all_looks, rule.min_rounds)],
+        "orderings": orderings,
+        "looks": [round_record(j, r, orderings) for j, r in enumerate(all_looks, rule.min_rounds)],
     }
     wall = time.monotonic() - t_job
     for job in jobs:
         job.write_run(slots[job.sc], wall, sequential=record)
     return record
+
+
+def questions_of_reference(exp: Experiment) -> list[str]:
+    """With a `reference:`, the orderings a reproduction against it will judge
+    (reproduce.reference_orderings), as comparison claims, those of points this experiment
+    measures and that its claims do not already ask; none without one."""
+    if exp.reference is None:
+        return []
+    measured = {(sc, c) for sc in exp.server.names for c in exp.sweep.concurrency}
+    out = []
+    for q in reference_orderings(Path(exp.reference), exp.reproduction):
+        cells = {(sc, int(c)) for sc, c in CELL.findall(q)}
+        if cells <= measured and q not in exp.analysis.claims and q not in out:
+            out.append(q)
+    return out
 
 
 def _overruns(budget_s: float, t_job: float, round_s: list[float], rule: StoppingRule) -> bool:

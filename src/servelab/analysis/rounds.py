@@ -8,6 +8,10 @@ The other claims (serialized, knee, dominated, past_knee: judged on means, inval
 comparable) are never open: more rounds cannot turn an invalid point valid, and a shape claim
 has no test to wait for; each look shows its verdict on the rounds so far.
 
+A sweep with a `reference:` asks the orderings a reproduction against it will judge as well
+(run.json `orderings`, each as the comparison claim that says it): the looks include them
+(`kind: ordering`), claims.json does not.
+
 The sweep (servelab.rounds) runs the looks to decide whether to measure another round; the
 analysis runs them again from the raw data, so rounds.json and claims.json are a pure function
 of it, as every other table.
@@ -16,7 +20,7 @@ of it, as every other table.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servelab.analysis.claims import evaluate_claims
@@ -73,13 +77,23 @@ def looks(
     return out
 
 
+def asked_with(analysis: AnalysisSection, orderings: Sequence[str]) -> AnalysisSection:
+    """The analysis section whose claims are every question a look asks: the claims, then the
+    orderings a reproduction will judge (run.json `orderings`)."""
+    extra = tuple(q for q in orderings if q not in analysis.claims)
+    return dataclasses.replace(analysis, claims=(*analysis.claims, *extra))
+
+
 def open_claims(row: list[dict[str, Any]]) -> list[str]:
     return [e["claim"] for e in row if _is_open(e)]
 
 
-def round_record(k: int, row: list[dict[str, Any]]) -> dict[str, Any]:
-    """One look as run.json and rounds.json record it: per claim its state, verdict, the round
-    that decided it, and the test's evidence at that round."""
+def round_record(
+    k: int, row: list[dict[str, Any]], orderings: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One look as run.json and rounds.json record it: per question (`kind`: a claim, or an
+    ordering a reproduction will judge) its state, verdict, the round that decided it, and the
+    test's evidence at that round."""
     claims = []
     for e in row:
         ev = e.get("evidence")
@@ -88,6 +102,7 @@ def round_record(k: int, row: list[dict[str, Any]]) -> dict[str, Any]:
         claims.append(
             {
                 "claim": e["claim"],
+                "kind": "ordering" if e["claim"] in orderings else "claim",
                 "state": state,
                 "verdict": e["verdict"],
                 "decided_round": None if state == "open" else (seq["round"] if seq else k),
@@ -108,7 +123,9 @@ def sequential_claims(
     """claims.json (the last look, open comparisons inconclusive with the rounds spent) and
     rounds.json (the rule, every look, why measuring stopped: `stopped` as the sweep recorded
     it, else read off the looks)."""
-    rows = looks(ds, analysis, rule)
+    orderings = [str(q) for q in (ds.sequential or {}).get("orderings", [])]
+    orderings = [q for q in orderings if q not in analysis.claims]
+    rows = looks(ds, asked_with(analysis, orderings), rule)
     n = rounds_measured(ds)
     if not rows:  # fewer rounds than the plan's minimum: the claims of a fixed design
         final = evaluate_claims(Groups(ds), analysis, *_shapes(ds, analysis), ds.nodes)
@@ -116,6 +133,7 @@ def sequential_claims(
             "rule": rule.to_json(),
             "rounds": n,
             "stopped": stopped or "budget",
+            "orderings": orderings,
             "looks": [],
         }
     final, still = rows[-1], open_claims(rows[-1])
@@ -125,12 +143,14 @@ def sequential_claims(
         if e["claim"] in still
         else e
         for e in final
+        if e["claim"] not in orderings  # claims.json: the claims alone
     ]
     record = {
         "rule": rule.to_json(),
         "rounds": n,
         "stopped": why,
-        "looks": [round_record(k, row) for k, row in enumerate(rows, rule.min_rounds)],
+        "orderings": orderings,
+        "looks": [round_record(k, row, orderings) for k, row in enumerate(rows, rule.min_rounds)],
     }
     return claims, record
 

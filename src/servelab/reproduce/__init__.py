@@ -27,6 +27,7 @@ from servelab.reproduce.comparison import (
     check_reference,
     compare,
     compare_sides,
+    reference_orderings,
     reproduce_experiment,
 )
 from servelab.reproduce.provenance_diff import provenance_diff
@@ -44,6 +45,7 @@ __all__ = [
     "compare_sides",
     "open_side",
     "provenance_diff",
+    "reference_orderings",
     "report_markdown",
     "reproduce_experiment",
     "verdict_lines",

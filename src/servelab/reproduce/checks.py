@@ -129,6 +129,31 @@ def _invalid(verdict: str | None) -> bool:
     return verdict is not None and (verdict == "invalid" or verdict.startswith("invalid:"))
 
 
+def judged(r: dict[str, Any], s: ReproductionSection) -> bool:
+    """Whether a reproduction judges this ordering of the reference's paired table: the
+    reference called it real, on a judged metric, by at least `min_effect_pct`."""
+    rp = r["mean_rel_diff_pct"]
+    return (
+        _real(r["verdict"])
+        and r["metric"] in s.metrics
+        and rp is not None
+        and abs(rp) >= s.min_effect_pct
+    )
+
+
+def ordering_claims(ref: Analysed, s: ReproductionSection) -> list[str]:
+    """The orderings a reproduction against `ref` judges, each as the comparison claim that
+    says it (`output_throughput[config=X,c=8] > output_throughput[config=X,c=4]`): the
+    questions a sequential fresh run measures until it has decided them too."""
+    out = []
+    for r in ref.paired:
+        if judged(r, s):
+            op = ">" if r["verdict"] == "a > b" else "<"
+            m, sc = r["metric"], r["server_config"]
+            out.append(f"{m}[config={sc},c={r['a']}] {op} {m}[config={sc},c={r['b']}]")
+    return out
+
+
 def pair_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict[str, Any]]:
     """Every paired difference of the reference beside the fresh one; judged (the orderings)
     where the reference called it real on a judged metric, by at least `min_effect_pct`."""
@@ -137,12 +162,7 @@ def pair_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict
     for r in ref.paired:
         n = fresh.get((r["server_config"], r["a"], r["b"], r["metric"]))
         rp, np_ = r["mean_rel_diff_pct"], (n or {}).get("mean_rel_diff_pct")
-        judged = (
-            _real(r["verdict"])
-            and r["metric"] in s.metrics
-            and rp is not None
-            and abs(rp) >= s.min_effect_pct
-        )
+        is_judged = judged(r, s)
         nv = (n or {}).get("verdict")
         if _invalid(r["verdict"]):
             status, verdict = "invalid in the reference", None
@@ -173,9 +193,9 @@ def pair_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict
                 "fresh_diff_pct": np_,
                 "fresh_agree": (n or {}).get("agree"),
                 "fresh_verdict": nv,
-                "judged": judged,
+                "judged": is_judged,
                 "status": status,
-                "verdict": verdict if judged else None,
+                "verdict": verdict if is_judged else None,
             }
         )
     return rows

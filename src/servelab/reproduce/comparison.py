@@ -24,6 +24,7 @@ from servelab.reproduce.checks import (
     analyse,
     chain_rows,
     claim_rows,
+    ordering_claims,
     pair_rows,
     point_rows,
 )
@@ -172,6 +173,15 @@ def reproduce_experiment(exp: Experiment, paths: ExperimentPaths) -> dict[str, A
     if exp.reference is None:
         raise ServelabError("no reference to compare with: set `reference:` (docs/reproduce.md)")
     return compare(Path(exp.reference), paths.bundle, exp.reproduction, paths.reproduction)
+
+
+def reference_orderings(path: Path, s: ReproductionSection) -> list[str]:
+    """The orderings a reproduction against the reference at `path` judges, as comparison
+    claims (checks.ordering_claims), the reference analysed with its own options."""
+    with tempfile.TemporaryDirectory(prefix="servelab-reference-") as tmp:
+        side = open_side(path, Path(tmp), "reference")
+        opts = side.analysis
+        return ordering_claims(analyse(load_dataset(side.root, validity=opts.validity), opts), s)
 
 
 def check_reference(path: Path) -> str:
