@@ -201,7 +201,7 @@ def test_rounds_stop_when_every_claim_is_decided(
     rec, said = run(tmp_path, experiment(tmp_path, [CLEAR, SHAPE]))
     assert m.calls == [("a", 3), ("b", 3)]  # the first look decided everything
     assert rec["rounds"] == 3 and rec["stopped"] == "decided"
-    assert said[-1] == "stopped after round 3: every claim decided"
+    assert said[-1] == "stopped after round 3: every question decided"
     assert "look after round 3: 2 of 2 questions decided" in said
 
 

@@ -33,7 +33,7 @@ from servelab.experiment import AnalysisSection
 
 # why measuring stopped (run.json and rounds.json `stopped`)
 STOPPED = {
-    "decided": "every claim decided",
+    "decided": "every question decided",
     "maximum": "the plan's maximum of rounds",
     "budget": "the time budget",
 }
