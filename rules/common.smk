@@ -46,6 +46,9 @@ if config["reference"]:
     print(f"reference: {_ref}", file=sys.stderr)
     REPRODUCTION = [f"{EXP}/reproduction/reproduction.json"]
 SERVER_CONFIGS = [c["name"] for c in config["server"]["configs"]]
+# sweep.repeats a sequential plan ({min, max}): one sweep job for every configuration, round by
+# round (rules/sweep.smk), and its looks among the analysis outputs
+SEQUENTIAL = isinstance(config["sweep"]["repeats"], dict)
 # What the measuring and analysing rules see: setting a reference afterwards compares an
 # existing run without measuring it again.
 EXPERIMENT_CONFIG = {k: v for k, v in config.items() if k not in ("reference", "reproduction")}
@@ -118,6 +121,6 @@ def analysis_outputs():
     out = [f"{EXP}/analysis/{name}" for name in _paths.ANALYSIS_TABLES]
     if any(v is not None for v in config["analysis"]["slo"].values()):
         out.append(f"{EXP}/analysis/{_paths.SLO_TABLE}")
-    if isinstance(config["sweep"]["repeats"], dict):  # a sequential plan: its looks
+    if SEQUENTIAL:
         out.append(f"{EXP}/analysis/{_paths.ROUNDS_TABLE}")
     return out

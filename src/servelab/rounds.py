@@ -79,7 +79,8 @@ def run_rounds(
         slots = {job.sc: job.measure_missing(k) for job in jobs}
         round_s.append(round(time.monotonic() - t0, 3))
         ds = load_dataset(paths.root, validity=exp.analysis.validity)
-        row = looks(ds, asked, rule, k)[-1]
+        all_looks = looks(ds, asked, rule, k)
+        row = all_looks[-1]
         still = open_claims(row)
         say(
             f"look after round {k}: {len(row) - len(still)} of {len(row)} questions decided"
@@ -89,14 +90,13 @@ def run_rounds(
             stopped = "decided"
         elif k >= rule.max_rounds:
             stopped = "maximum"
-        elif rule.budget_s is not None and _overruns(rule.budget_s, t_job, round_s, rule):
+        elif _overruns(rule, t_job, round_s):
             stopped = "budget"
         else:
             k += 1
             continue
         break
     say(f"stopped after round {k}: {STOPPED[stopped]}")
-    all_looks = looks(ds, asked, rule, k)
     record = {
         "rule": rule.to_json(),
         "rounds": k,
@@ -126,8 +126,10 @@ def questions_of_reference(exp: Experiment) -> list[str]:
     return out
 
 
-def _overruns(budget_s: float, t_job: float, round_s: list[float], rule: StoppingRule) -> bool:
-    """Whether one more round would end past the budget, at the last step's time per round
-    (the first step measured `min` rounds at once)."""
+def _overruns(rule: StoppingRule, t_job: float, round_s: list[float]) -> bool:
+    """Whether one more round would end past the rule's budget (never without one), at the
+    last step's time per round (the first step measured `min` rounds at once)."""
+    if rule.budget_s is None:
+        return False
     per_round = round_s[-1] / (rule.min_rounds if len(round_s) == 1 else 1)
-    return time.monotonic() - t_job + per_round > budget_s
+    return time.monotonic() - t_job + per_round > rule.budget_s

@@ -14,7 +14,7 @@ from servelab.analysis.dataset import Point
 from servelab.analysis.groups import SUMMARY_METRICS, Groups, hit_order, invalid_text
 from servelab.analysis.knee import DOMINANCE
 from servelab.analysis.stats import describe, paired
-from servelab.analysis.stopping import OPEN, Question, StoppingRule, test_at
+from servelab.analysis.stopping import StoppingRule, sequential_test
 from servelab.analysis.validity import Flag
 from servelab.claims_syntax import CMP as _CMP
 from servelab.claims_syntax import FUNC as _FUNC
@@ -92,12 +92,6 @@ def cross_node(
     return hosts, f"{NOT_COMPARABLE}: measured on different hosts: {names}, which differ in: {why}"
 
 
-def tables_of(g: Groups, metric: str) -> dict[tuple[str, int], dict[int, float]]:
-    """One metric of every point, by (config, concurrency) and round: what the stopping rule
-    pools its spread over (valid values only)."""
-    return {(sc, c): g.values(sc, c, metric) for sc in g.configs for c in g.levels(sc)}
-
-
 def _selector(text: str, claim: str, g: Groups, need_c: bool = True) -> tuple[str, int | None]:
     parts = dict(p.split("=", 1) for p in (x.strip() for x in text.split(",")) if "=" in p)
     keys = set(parts) - {"c", "config"}
@@ -162,32 +156,22 @@ def evaluate_claims(
                 continue
             va, vb = g.pair(sa, ca, sb, cb, metric_a)  # type: ignore[arg-type]
             k = float(factor) if factor else 1.0
-            test = paired(
-                va, [k * x for x in vb], 0.0 if factor else analysis.threshold_pct, analysis.alpha
-            )
+            kb = [k * x for x in vb]
+            threshold = 0.0 if factor else analysis.threshold_pct
+            test = paired(va, kb, threshold, analysis.alpha)
+            p_value, test_verdict, sequential = test.p_value, test.verdict, None
+            if look is not None:  # the look's points are the rounds so far
+                rule, k_round = look
+                seq = sequential_test(va, kb, rule.look_alpha(k_round), threshold)
+                p_value, test_verdict = seq.p_value, seq.verdict
+                sequential = {"round": k_round, **seq.to_json()}
             want = "a > b" if op == ">" else "a < b"
-            if test.verdict == want:
+            if test_verdict == want:
                 verdict = "holds"
-            elif test.verdict in ("a > b", "a < b"):
+            elif test_verdict in ("a > b", "a < b"):
                 verdict = "fails"
             else:
                 verdict = "inconclusive"
-            p_value, test_verdict, sequential = test.p_value, test.verdict, None
-            if look is not None:
-                rule, k_round = look
-                q = Question(
-                    claim,
-                    metric_a,
-                    (sa, ca),  # type: ignore[arg-type]
-                    (sb, cb),  # type: ignore[arg-type]
-                    op,
-                    k,
-                    0.0 if factor else analysis.threshold_pct,
-                )
-                seq = test_at(q, {metric_a: tables_of(g, metric_a)}, rule, k_round)
-                verdict = q.verdict(seq) if q.verdict(seq) != OPEN else "inconclusive"
-                p_value, test_verdict = seq.p_value, seq.verdict
-                sequential = {"round": k_round, **seq.to_json()}
             entry: dict[str, Any] = {"claim": claim, "verdict": verdict}
             crossed = cross_node(nodes or {}, sa, sb)
             if crossed is not None and crossed[1] is not None:
