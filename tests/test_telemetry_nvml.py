@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from telemetry_fakes import FakeNVML, device
+from telemetry_fakes import FakeNVML, device, fake_uuid
 
 from servelab.experiment import TelemetrySection
 from servelab.telemetry import PointTelemetry, read_samples
@@ -25,7 +25,7 @@ def test_values_of_every_device() -> None:
     assert (a["util_pct"], a["mem_util_pct"], a["sm_clock_mhz"]) == (97, 40, 1980)
     assert a["mem_used_bytes"] == 70 * 2**30 and a["mem_total_bytes"] == 80 * 2**30
     assert a["power_w"] == pytest.approx(350.0) and a["temp_c"] == 61
-    assert a["name"] == "Fake H100" and a["uuid"] == "GPU-fake-0" and "error" not in a
+    assert a["name"] == "Fake H100" and a["uuid"] == fake_uuid(0) and "error" not in a
     assert b["util_pct"] == 12 and b["power_w"] == pytest.approx(80.5) and b["name"] == "Fake L4"
     src.close()
     assert nvml.shutdowns == 1
@@ -80,13 +80,24 @@ def test_point_records_gpu_absent_with_reason(tmp_path: Path) -> None:
         time.sleep(0.1)
         t1 = time.time_ns()
     summary = tel.finish(tmp_path, t0, t1)
-    assert summary["gpu"] == {"absent": "NVML unavailable: NVML Shared Library Not Found"}
+    assert summary["gpu"]["absent"] == "NVML unavailable: NVML Shared Library Not Found"
+    assert summary["gpu"]["selection"]["how"] == "all" and summary["gpu"]["selection"]["gpus"] == []
     assert summary["server"] == {"absent": "no server URL given"}
     assert summary["cpu"]["client_cpu_s"] is not None  # CPU is still collected
+    # every GPU was the server's (no selection given), and none could be read
+    assert summary["energy"]["source"] is None and summary["energy"]["joules"] is None
+    assert summary["energy"]["absent"] == (
+        "the server's GPUs were not sampled: NVML unavailable: NVML Shared Library Not Found"
+    )
     rows = read_samples(tmp_path / "telemetry.jsonl")
     gpu = [r for r in rows if r["source"] == "gpu"]
     assert gpu == [
-        {"source": "gpu", "epoch_ns": gpu[0]["epoch_ns"], "absent": summary["gpu"]["absent"]}
+        {
+            "source": "gpu",
+            "epoch_ns": gpu[0]["epoch_ns"],
+            "absent": summary["gpu"]["absent"],
+            "selection": summary["gpu"]["selection"],
+        }
     ]
     assert sum(r["source"] == "cpu" for r in rows) >= 2
 

@@ -111,7 +111,7 @@ def test_point_telemetry_writes_every_source(
         summary = tel.finish(tmp_path, t0, t1)
     rows = read_samples(tmp_path / "telemetry.jsonl")
     assert rows == sorted(rows, key=lambda r: r["epoch_ns"])
-    assert {r["source"] for r in rows} == {"gpu", "cpu", "server"}
+    assert {r["source"] for r in rows} == {"gpu", "cpu", "server", "rapl"}
     for r in rows:
         assert isinstance(r["epoch_ns"], int)
     cpu = [r for r in rows if r["source"] == "cpu"]

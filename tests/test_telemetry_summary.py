@@ -13,6 +13,7 @@ from servelab.cli import main
 from servelab.paths import TELEMETRY_FIGURE
 from servelab.telemetry import (
     COLUMNS,
+    ENERGY_COLUMNS,
     plot_utilization_vs_throughput,
     summarize,
     telemetry_columns,
@@ -169,7 +170,7 @@ def test_columns_are_flat_and_stable() -> None:
     samples = [server(1, 3, 0, 0), server(2, 8, 5, 50), server(3, 0, 0, 99), cpu(1, 0, None)]
     samples += [cpu(2, 1.0, 100.0), cpu(3, 2.0, 100.0), *gpu]
     cols = telemetry_columns(summarize(samples, *window(1.5, 2.5)))
-    assert tuple(cols) == COLUMNS
+    assert tuple(cols) == (*COLUMNS, *ENERGY_COLUMNS)
     # the columns added later come last, after the earlier ones
     assert COLUMNS[-3:] == (
         "server_prefix_cache_queries",
@@ -185,7 +186,8 @@ def test_columns_are_flat_and_stable() -> None:
     assert cols["cpu_server_util_pct_mean"] == pytest.approx(100.0)
     assert cols["server_generation_tokens"] == 99.0 and cols["gpu_absent"] is None
     empty = telemetry_columns(None)
-    assert tuple(empty) == COLUMNS and empty["gpu_absent"] == "no telemetry recorded"
+    assert tuple(empty) == (*COLUMNS, *ENERGY_COLUMNS)
+    assert empty["gpu_absent"] == empty["energy_absent"] == "no telemetry recorded"
 
 
 def _point(

@@ -1,6 +1,6 @@
 """One sweep job: one server configuration, every (repeat, concurrency) point, in a balanced order.
 
-Layout written (DESIGN.md "Raw data contract"):
+Layout written (docs/raw-data.md):
   server/<sc>/server.log  launch.json  capacity.json
   raw/<sc>/prompts.jsonl.gz  warmup/{requests.jsonl.gz,point.json}
   raw/<sc>/rep<RR>/c<CCCC>/{requests.jsonl.gz,point.json}
@@ -36,7 +36,7 @@ from servelab.redact import redact_argv, redact_env
 from servelab.schedule import Slot, plan
 from servelab.server import choose_port, parse_capacity, raise_on_signals
 from servelab.session import Session, build_launch, serve
-from servelab.telemetry import PointTelemetry
+from servelab.telemetry import GpuSelection, PointTelemetry, server_gpus
 from servelab.workload import prompt_plan
 
 FORMAT_VERSION = 1
@@ -75,6 +75,11 @@ def _write_point(pdir: Path, run: PointRun, info: dict[str, Any]) -> dict[str, A
     write_jsonl_gz(pdir / "requests.jsonl.gz", (r.to_json() for r in run.records))
     write_json(pdir / "point.json", point)
     return point
+
+
+def _output_tokens(run: PointRun) -> int:
+    """The point's `total_output_tokens`, for its energy per output token."""
+    return int(point_metrics(run.records)["total_output_tokens"])
 
 
 def _summary_line(point: dict[str, Any]) -> str:
@@ -179,6 +184,8 @@ class SweepJob:
                 launch_index=launch_index,
                 orders=_orders_by_repeat(slots),
                 say=self.say,
+                # the GPUs this launch gave the server: the only ones its telemetry samples
+                gpus=server_gpus(exp.runtime.device, launch.container, launch.env, os.environ),
             )
             if n_warmup:
                 points.warmup(pplan.warmup_offset)
@@ -281,6 +288,7 @@ class PointJob:
     launch_index: int
     orders: Mapping[int, list[int]]  # repeat -> its concurrency levels in run order
     say: Say
+    gpus: GpuSelection | None = None  # the server's GPUs (None: every GPU NVML lists)
 
     def warmup(self, offset: int) -> None:
         wl = self.workload
@@ -335,7 +343,9 @@ class PointJob:
         label = f"{sc}-r{slot.repeat:02d}-c{slot.concurrency:04d}"
         # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
         # a point cut short; their summary over the point's window goes into point.json.
-        tel = PointTelemetry(self.telemetry, server.telemetry_pid(), self.client.base_url)
+        tel = PointTelemetry(
+            self.telemetry, server.telemetry_pid(), self.client.base_url, gpus=self.gpus
+        )
         try:
             with tel:
                 run_point(
@@ -346,7 +356,9 @@ class PointJob:
                     run,
                 )
         except BaseException as exc:
-            info["telemetry"] = tel.finish(partial, run.started_epoch_ns, run.finished_epoch_ns)
+            info["telemetry"] = tel.finish(
+                partial, run.started_epoch_ns, run.finished_epoch_ns, _output_tokens(run)
+            )
             _write_point(
                 partial,
                 run,
@@ -362,7 +374,9 @@ class PointJob:
                 f"{len(run.records)} finished requests kept in {kept} (marked incomplete)"
             )
             raise
-        info["telemetry"] = tel.finish(partial, run.started_epoch_ns, run.finished_epoch_ns)
+        info["telemetry"] = tel.finish(
+            partial, run.started_epoch_ns, run.finished_epoch_ns, _output_tokens(run)
+        )
         if not server.alive_after(run.records):
             code = server.proc.returncode if server.proc else None
             _write_point(

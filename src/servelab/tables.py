@@ -30,7 +30,7 @@ from servelab.experiment import Experiment
 from servelab.jsonio import read_json
 from servelab.metrics import request_latencies
 from servelab.rawdata import load_points
-from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
+from servelab.telemetry.summary import table_columns as telemetry_table_columns
 
 __all__ = ["points", "requests"]
 
@@ -65,8 +65,8 @@ def points(
     server configuration's name for a vllm-bench tree (default: the folder's name)."""
     exp = load_config(Path(config)) if isinstance(config, str | os.PathLike) else config
     ds = load_dataset(Path(path), name, exp.analysis.validity if exp is not None else None)
-    telemetry = any("telemetry" in p.extra for p in ds.points)
-    columns = [*POINTS_COLUMNS, *(TELEMETRY_COLUMNS if telemetry else ())]
+    blocks = [p.extra["telemetry"] for p in ds.points if "telemetry" in p.extra]
+    columns = [*POINTS_COLUMNS, *telemetry_table_columns(blocks)]
     return _frame(points_table(ds), columns)
 
 

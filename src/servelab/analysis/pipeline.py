@@ -36,7 +36,7 @@ from servelab.paths import (
 )
 from servelab.rawdata import relative
 from servelab.render import write_csv
-from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
+from servelab.telemetry.summary import table_columns as telemetry_table_columns
 
 __all__ = ["ANALYSIS_VERSION", "Dataset", "analysis_section", "analyze", "load_dataset"]
 
@@ -131,8 +131,9 @@ def analyze(
             g, opts, results["knee"], results["dominance"], results["diagnoses"], ds.nodes
         )
     has_telemetry = any("telemetry" in p.extra for p in ds.points)
+    blocks = [p.extra["telemetry"] for p in ds.points if "telemetry" in p.extra]
     columns = {
-        "points": [*POINTS_COLUMNS, *(TELEMETRY_COLUMNS if has_telemetry else ())],
+        "points": [*POINTS_COLUMNS, *telemetry_table_columns(blocks)],
         "summary": SUMMARY_COLUMNS,
         "paired": PAIRED_COLUMNS,
         "dominance": DOMINANCE_COLUMNS,

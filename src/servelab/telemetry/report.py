@@ -9,7 +9,12 @@ from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.render import csv_text, num
-from servelab.telemetry.summary import COLUMNS, telemetry_columns, utilization_vs_throughput
+from servelab.telemetry.summary import (
+    COLUMNS,
+    table_columns,
+    telemetry_columns,
+    utilization_vs_throughput,
+)
 
 POINT_COLUMNS = ("server_config", "concurrency", "repeat", "output_throughput", "mean_ttft_ms")
 
@@ -23,8 +28,8 @@ def point_rows(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def rows_csv(rows: Sequence[Mapping[str, Any]]) -> str:
-    return csv_text([*POINT_COLUMNS, *COLUMNS], rows)
+def rows_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
+    return csv_text([*POINT_COLUMNS, *columns], rows)
 
 
 def _f(v: Any, spec: str, width: int) -> str:
@@ -35,7 +40,7 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
     head = (
         f"{'server config':<18} {'conc':>4} {'rep':>3} {'tok/s':>8} {'util%':>5} {'srv CPU%':>8} "
         f"{'cli CPU%':>8} {'GPU%':>5} {'run max':>7} {'wait max':>8} {'wait frac':>9} "
-        f"{'KV max':>6} {'preempt':>7}"
+        f"{'KV max':>6} {'preempt':>7} {'J/tok':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -46,15 +51,21 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
             f"{_f(r['cpu_client_util_pct_mean'], '.0f', 8)} {_f(r['gpu_util_pct_mean'], '.0f', 5)} "
             f"{_f(r['running_max'], '.0f', 7)} {_f(r['waiting_max'], '.0f', 8)} "
             f"{_f(r['waiting_fraction'], '.2f', 9)} {_f(r['kv_usage_max'], '.3f', 6)} "
-            f"{_f(r['preemptions'], '.0f', 7)}"
+            f"{_f(r['preemptions'], '.0f', 7)} {_f(r.get('joules_per_output_token'), '.3f', 7)}"
         )
     lines.append(
-        "util%: GPU utilization, or the server's CPU as a share of all the host's cores; "
-        "srv / cli CPU%: % of one core; KV: fraction of the KV cache"
+        "util%: GPU utilization (the server's GPUs), or the server's CPU as a share of all the "
+        "host's cores; srv / cli CPU%: % of one core; KV: fraction of the KV cache; J/tok: "
+        "the server's GPUs' (else the CPU packages') energy per output token"
     )
     absent = sorted({str(r["gpu_absent"]) for r in rows if r.get("gpu_absent")})
     for reason in absent:
         lines.append(f"GPU telemetry absent: {reason}")
+    for reason in sorted({str(r["energy_absent"]) for r in rows if r.get("energy_absent")}):
+        lines.append(f"energy absent: {reason}")
+    notes = {str(r["gpu_selection_ambiguous"]) for r in rows if r.get("gpu_selection_ambiguous")}
+    for note in sorted(notes):
+        lines.append(f"GPU selection ambiguous: {note}")
     return "\n".join(lines) + "\n"
 
 
@@ -72,7 +83,8 @@ def summarize_experiment(exp_dir: Path, out_dir: Path | None = None) -> tuple[st
     out = out_dir if out_dir is not None else exp_dir / "telemetry"
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "points.csv"
-    csv_path.write_text(rows_csv(rows), encoding="utf-8")
+    columns = table_columns(p.get("telemetry") for p in points) or COLUMNS
+    csv_path.write_text(rows_csv(rows, columns), encoding="utf-8")
     figure = plot_utilization_vs_throughput(utilization_vs_throughput(points), out)
     return render_table(rows), [csv_path, *figure]
 

@@ -20,9 +20,11 @@ from typing import Any
 from servelab.errors import ServelabError
 from servelab.experiment import TelemetrySection
 from servelab.jsonio import DamagedFile, dumps, json_object_line
+from servelab.telemetry.gpus import GpuSelection
 from servelab.telemetry.sources import (
     GpuSource,
     HostSource,
+    RaplSource,
     Sample,
     ServerMetricsSource,
     Source,
@@ -30,7 +32,7 @@ from servelab.telemetry.sources import (
 from servelab.telemetry.summary import summarize
 
 FILE_NAME = "telemetry.jsonl"
-SOURCE_ORDER = {"gpu": 0, "cpu": 1, "server": 2}
+SOURCE_ORDER = {"gpu": 0, "cpu": 1, "server": 2, "rapl": 3}
 
 
 class Sampler:
@@ -93,12 +95,14 @@ class PointTelemetry:
         tel = PointTelemetry(exp.telemetry, server_pid, base_url)
         with tel:
             run_point(...)
-        summary = tel.finish(point_dir, started_epoch_ns, finished_epoch_ns)
+        summary = tel.finish(point_dir, started_epoch_ns, finished_epoch_ns, output_tokens)
 
     `finish` writes telemetry.jsonl (whatever was sampled, also for a point cut short) and
     returns the point's summary. `settings` is the experiment's `telemetry:` section
-    (`config.default_section(TelemetrySection, "telemetry")` without one); `nvml` replaces
-    the pynvml module (tests).
+    (`config.default_section(TelemetrySection, "telemetry")` without one); `gpus` the server's
+    GPUs (servelab.telemetry.gpus.server_gpus; None: every GPU NVML lists), the only ones
+    sampled; `nvml` replaces the pynvml module and `powercap_root` /sys/class/powercap (tests).
+    The CPU packages' energy (RAPL) is sampled at `cpu_hz`.
     """
 
     def __init__(
@@ -107,12 +111,16 @@ class PointTelemetry:
         server_pid: int | None,
         base_url: str | None,
         nvml: Any = None,
+        gpus: GpuSelection | None = None,
+        powercap_root: Path | None = None,
     ) -> None:
         self.settings = settings
         self.enabled = settings.enabled
         self.server_pid = server_pid
         self.base_url = base_url
         self.nvml = nvml
+        self.gpus = gpus
+        self.powercap_root = powercap_root
         self.samplers: list[Sampler] = []
         self.absent: list[Sample] = []
         self._sources: list[Source] = []
@@ -126,20 +134,26 @@ class PointTelemetry:
             return
         self._started = True
         sources: list[tuple[Source, float]] = [
-            (GpuSource(self.nvml), float(self.settings.gpu_hz)),
+            (GpuSource(self.nvml, self.gpus), float(self.settings.gpu_hz)),
             (HostSource(self.server_pid, self.own_cpu_s), float(self.settings.cpu_hz)),
             (
                 ServerMetricsSource(self.base_url, float(self.settings.metrics_timeout_s)),
                 float(self.settings.metrics_hz),
             ),
+            (RaplSource(self.powercap_root), float(self.settings.cpu_hz)),
         ]
         for source, hz in sources:
             reason = source.open()
+            # the GPUs' selection and what NVML made of it: one record, with the reason where
+            # no GPU is sampled
+            meta: Sample = {"selection": source.describe()} if isinstance(source, GpuSource) else {}
             if reason is not None:
                 self.absent.append(
-                    {"source": source.name, "epoch_ns": time.time_ns(), "absent": reason}
+                    {"source": source.name, "epoch_ns": time.time_ns(), "absent": reason, **meta}
                 )
                 continue
+            if meta:
+                self.absent.append({"source": source.name, "epoch_ns": time.time_ns(), **meta})
             self._sources.append(source)
             self.samplers.append(Sampler(source, hz))
         for s in self.samplers:
@@ -176,15 +190,20 @@ class PointTelemetry:
         return sort_samples(rows)
 
     def finish(
-        self, point_dir: Path, started_epoch_ns: int, finished_epoch_ns: int
+        self,
+        point_dir: Path,
+        started_epoch_ns: int,
+        finished_epoch_ns: int,
+        output_tokens: int | None = None,
     ) -> dict[str, Any]:
-        """Stop (if still running), write telemetry.jsonl into `point_dir`, return the summary."""
+        """Stop (if still running), write telemetry.jsonl into `point_dir`, return the summary;
+        `output_tokens` (the point's `total_output_tokens`) gives its energy per output token."""
         if not self.enabled:
             return {"enabled": False}
         self.stop()
         rows = self.samples()
         write_samples(point_dir / FILE_NAME, rows)
-        return summarize(rows, started_epoch_ns, finished_epoch_ns)
+        return summarize(rows, started_epoch_ns, finished_epoch_ns, output_tokens)
 
 
 def sort_samples(rows: Sequence[Sample]) -> list[Sample]:

@@ -1,10 +1,10 @@
-"""What the samplers read: GPUs through NVML, CPU and memory through psutil, and the server's
-Prometheus /metrics.
+"""What the samplers read: the server's GPUs through NVML, CPU and memory through psutil, the
+CPU packages' energy through RAPL (powercap), and the server's Prometheus /metrics.
 
-Each source turns one reading into sample records (plain dicts): `source` (gpu, cpu, server),
-`epoch_ns` (wall clock, so samples line up with request windows and profiler traces) and values.
-A source that cannot run says why (`open()` returns the reason) and is recorded as absent; a
-reading that fails mid-run becomes a record with an `error`, never a crash.
+Each source turns one reading into sample records (plain dicts): `source` (gpu, cpu, server,
+rapl), `epoch_ns` (wall clock, so samples line up with request windows and profiler traces) and
+values. A source that cannot run says why (`open()` returns the reason) and is recorded as
+absent; a reading that fails mid-run becomes a record with an `error`, never a crash.
 """
 
 from __future__ import annotations
@@ -13,13 +13,24 @@ import http.client
 import importlib
 import math
 import os
+import re
 import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
+
+from servelab.telemetry.gpus import (
+    EVERY_GPU,
+    NONE,
+    GpuSelection,
+    NvmlGpu,
+    Resolution,
+    resolve,
+)
 
 Sample = dict[str, Any]
 
@@ -54,21 +65,33 @@ class _Device:
     handle: Any
     name: str
     uuid: str | None
+    pci_bus_id: str | None = None
+    chosen_by: str = ""
+    energy: str | None = None  # why the total energy counter cannot be read; None: it can
     lost: bool = False
 
 
 class GpuSource:
-    """Per device: utilization, SM clock, memory used, power, temperature.
+    """Per GPU of the server: utilization, SM clock, memory used, power, temperature and the
+    total energy counter.
 
-    `nvml` is the pynvml module; tests inject a fake. It is imported only when a sampler opens,
-    so servelab runs where nvidia-ml-py or the driver is missing and records why.
+    `selection` names the server's GPUs (servelab.telemetry.gpus; None: every GPU NVML lists);
+    they are found by UUID or PCI bus id (an index is read as NVML's, and recorded as ambiguous
+    where CUDA may number the GPUs otherwise), and `describe()` records which were sampled and
+    how they were chosen. `nvml` is the pynvml
+    module; tests inject a fake. It is imported only when a sampler opens, so servelab runs
+    where nvidia-ml-py or the driver is missing and records why.
     """
 
     name = "gpu"
 
-    def __init__(self, nvml: Any = None) -> None:
+    def __init__(self, nvml: Any = None, selection: GpuSelection | None = None) -> None:
         self._nvml = nvml
+        self.selection = selection if selection is not None else EVERY_GPU
         self.devices: list[_Device] = []
+        self.chosen: list[_Device] = []
+        self.resolution: Resolution | None = None
+        self._listed: list[_Device] = []
 
     def open(self) -> str | None:
         if self._nvml is None:
@@ -77,6 +100,7 @@ class GpuSource:
             except ImportError:
                 return "nvidia-ml-py is not installed (no module pynvml)"
         nvml = self._nvml
+        self._listed, self.chosen, self.resolution = [], [], None
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
@@ -85,19 +109,102 @@ class GpuSource:
             count = int(nvml.nvmlDeviceGetCount())
             for i in range(count):
                 h = nvml.nvmlDeviceGetHandleByIndex(i)
-                uuid: str | None
-                try:
-                    uuid = _text(nvml.nvmlDeviceGetUUID(h))
-                except nvml.NVMLError:
-                    uuid = None
-                self.devices.append(_Device(i, h, _text(nvml.nvmlDeviceGetName(h)), uuid))
+                self._listed.append(
+                    _Device(
+                        i,
+                        h,
+                        _text(nvml.nvmlDeviceGetName(h)),
+                        self._optional("nvmlDeviceGetUUID", h),
+                        self._optional("nvmlDeviceGetPciInfo", h, "busId"),
+                    )
+                )
         except nvml.NVMLError as exc:
             self.close()
             return f"NVML could not list the GPUs: {_text(exc)}"
-        if not self.devices:
+        if not self._listed:
             self.close()
             return "NVML found no GPU (nvmlDeviceGetCount() = 0)"
+        sel = self.selection
+        if sel.how == NONE:
+            self.close()
+            return f"the server is given no GPU ({sel.origin})"
+        listed = [NvmlGpu(d.index, d.uuid, d.pci_bus_id, d.name) for d in self._listed]
+        self.resolution = resolve(sel, listed, self._lookup)
+        for index, how in self.resolution.chosen:
+            dev = self._listed[index]
+            dev.chosen_by = how
+            dev.energy = self._energy_counter(dev.handle)
+            self.chosen.append(dev)
+        self.devices = list(self.chosen)
+        if not self.devices:
+            self.close()
+            return (
+                f"none of the server's GPUs ({sel.origin}) is among the {len(listed)} "
+                f"NVML lists (unmatched: {', '.join(self.resolution.unmatched)})"
+            )
         return None
+
+    def _optional(self, func: str, handle: Any, attr: str | None = None) -> str | None:
+        """A text NVML may not give (a UUID, a PCI bus id): None when it does not."""
+        try:
+            value = getattr(self._nvml, func)(handle)
+        except self._nvml.NVMLError:
+            return None
+        return _text(getattr(value, attr) if attr else value)
+
+    def _lookup(self, kind: str, token: str) -> int | None:
+        """The NVML index of the GPU NVML finds for a UUID (a MIG device's: its parent GPU)
+        or a PCI bus id."""
+        nvml = self._nvml
+        try:
+            if kind == "pci":
+                h = nvml.nvmlDeviceGetHandleByPciBusId(token)
+            else:
+                h = nvml.nvmlDeviceGetHandleByUUID(token)
+                if token.upper().startswith("MIG-"):
+                    h = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(h)
+            uuid = _text(nvml.nvmlDeviceGetUUID(h))
+        except (nvml.NVMLError, AttributeError):
+            return None
+        return next((d.index for d in self._listed if d.uuid == uuid), None)
+
+    def _energy_counter(self, handle: Any) -> str | None:
+        nvml = self._nvml
+        try:
+            nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        except AttributeError:
+            return "this nvidia-ml-py has no nvmlDeviceGetTotalEnergyConsumption"
+        except nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == self._code(
+                "NVML_ERROR_NOT_SUPPORTED", _NVML_ERROR_NOT_SUPPORTED
+            ):
+                return "not supported (NVML counts total energy on Volta and newer GPUs)"
+            return f"nvmlDeviceGetTotalEnergyConsumption: {_text(exc)}"
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """The selection (`how`, `requested`, `origin`, ...), what NVML made of it
+        (`ambiguous`, `unmatched`) and the GPUs sampled: NVML index (`device`), `uuid`,
+        `pci_bus_id`, `name`, `chosen_by`, and `energy_counter` (why the total energy counter
+        cannot be read, or null)."""
+        res = self.resolution
+        return {
+            **self.selection.to_json(),
+            "gpus_listed": len(self._listed),
+            "ambiguous": res.ambiguous if res else None,
+            "unmatched": list(res.unmatched) if res else [],
+            "gpus": [
+                {
+                    "device": d.index,
+                    "uuid": d.uuid,
+                    "pci_bus_id": d.pci_bus_id,
+                    "name": d.name,
+                    "chosen_by": d.chosen_by,
+                    "energy_counter": d.energy,
+                }
+                for d in self.chosen
+            ],
+        }
 
     def _code(self, name: str, default: int) -> int:
         return int(getattr(self._nvml, name, default))
@@ -130,6 +237,8 @@ class GpuSource:
                 ("power_mw", "nvmlDeviceGetPowerUsage", ()),
                 ("temp_c", "nvmlDeviceGetTemperature", (temp_gpu,)),
             ]
+            if dev.energy is None:
+                readers.append(("energy_mj", "nvmlDeviceGetTotalEnergyConsumption", ()))
             values: dict[str, Any] = {}
             errors: list[str] = []
             for key, func, args in readers:
@@ -160,6 +269,9 @@ class GpuSource:
                     "temp_c": _num(values.get("temp_c")),
                 }
             )
+            if dev.energy is None:
+                energy = values.get("energy_mj")
+                rec["energy_mj"] = int(energy) if energy is not None else None
             if errors:
                 rec["error"] = "; ".join(errors)
             out.append(rec)
@@ -330,6 +442,99 @@ def _host_busy_pct(before: Any, after: Any) -> float | None:
     if total <= 0:
         return None
     return float(max(0.0, min(100.0, 100.0 * (1.0 - idle / total))))
+
+
+# --- CPU package energy through RAPL (powercap) ---------------------------------------------
+
+POWERCAP = Path("/sys/class/powercap")
+_PACKAGE_ZONE = re.compile(r"^intel-rapl:\d+$")  # top-level zones; intel-rapl:0:0 are sub-zones
+
+
+@dataclass
+class _Zone:
+    name: str
+    path: Path
+    max_uj: int | None
+    last_uj: int
+    total_j: float = 0.0
+
+
+class RaplSource:
+    """The CPU packages' energy counters (RAPL, read through Linux's powercap sysfs:
+    `intel-rapl:<N>/energy_uj`, also on AMD): joules since the source opened, per package and
+    in all, corrected for wrap-around (`max_energy_range_uj`). `root` replaces
+    /sys/class/powercap (tests). The counters are of the whole packages, not of one process.
+    """
+
+    name = "rapl"
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = POWERCAP if root is None else root
+        self.zones: list[_Zone] = []
+
+    def open(self) -> str | None:
+        if not self.root.is_dir():
+            return f"no {self.root} (no powercap RAPL driver on this host)"
+        try:
+            dirs = sorted(p for p in self.root.iterdir() if _PACKAGE_ZONE.match(p.name))
+        except OSError as exc:
+            return f"cannot list {self.root}: {exc.strerror or exc}"
+        zones: list[_Zone] = []
+        for d in dirs:
+            try:
+                name = (d / "name").read_text(encoding="utf-8").strip()
+            except OSError:
+                name = d.name
+            if not name.startswith("package"):
+                continue  # psys and the like: not a CPU package
+            counter = d / "energy_uj"
+            try:
+                uj = int(counter.read_text(encoding="utf-8"))
+            except PermissionError:
+                return (
+                    f"permission denied reading {counter} (the RAPL counters are readable by "
+                    "root only on most kernels since 2020)"
+                )
+            except (OSError, ValueError) as exc:
+                return f"cannot read {counter}: {exc}"
+            try:
+                max_uj: int | None = int((d / "max_energy_range_uj").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                max_uj = None
+            zones.append(_Zone(name, d, max_uj, uj))
+        if not zones:
+            return f"no RAPL package zone (intel-rapl:<N> named package-<N>) in {self.root}"
+        self.zones = zones
+        return None
+
+    def read(self) -> list[Sample]:
+        rec: Sample = {"source": "rapl", "epoch_ns": time.time_ns()}
+        errors: list[str] = []
+        for z in self.zones:
+            try:
+                uj = int((z.path / "energy_uj").read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                errors.append(f"{z.name}: {exc}")
+                continue
+            step = uj - z.last_uj
+            if step < 0:  # the counter wrapped: it runs from 0 to max_energy_range_uj
+                if not z.max_uj:
+                    errors.append(f"{z.name}: the counter went back and has no range to wrap")
+                    z.last_uj = uj
+                    continue
+                step += z.max_uj
+            z.total_j += step / 1e6
+            z.last_uj = uj
+        rec["zones"] = {z.name: round(z.total_j, 6) for z in self.zones}
+        # a zone that could not be read catches up on its next reading: until then the total
+        # is short, so it is not given
+        rec["energy_j"] = None if errors else round(sum(z.total_j for z in self.zones), 6)
+        if errors:
+            rec["error"] = "; ".join(errors)[:300]
+        return [rec]
+
+    def close(self) -> None:
+        self.zones = []
 
 
 # --- the server's Prometheus /metrics ----------------------------------------------------------

@@ -12,6 +12,9 @@ Pure functions of the samples of `telemetry.jsonl` and the point window
   every point), so nothing that happened during the point is missed however short it is.
   The mean CPU percent is such a difference too: CPU seconds over the span between those
   two samples.
+- an energy counter (a GPU's NVML total energy, the CPU packages' RAPL joules) is read at the
+  window's two ends, each interpolated linearly between the samples around it, so the energy
+  is the point's own however the samples fall; null unless samples bracket both ends.
 """
 
 from __future__ import annotations
@@ -86,6 +89,50 @@ def _span_s(samples: Sequence[Sample], key: str, start_ns: int, end_ns: int) -> 
     return None if b is None else (int(b[1]["epoch_ns"]) - int(b[0]["epoch_ns"])) / 1e9
 
 
+def _counter_points(samples: Sequence[Sample], key: str) -> list[tuple[int, float]]:
+    return sorted((int(s["epoch_ns"]), float(s[key])) for s in samples if s.get(key) is not None)
+
+
+def _interpolate(have: Sequence[tuple[int, float]], t_ns: int) -> float | None:
+    for (t0, v0), (t1, v1) in zip(have, have[1:], strict=False):
+        if t0 <= t_ns <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t_ns - t0) / (t1 - t0)
+    if len(have) == 1 and have[0][0] == t_ns:
+        return have[0][1]
+    return None
+
+
+def counter_at(samples: Sequence[Sample], key: str, t_ns: int) -> float | None:
+    """A counter's value at `t_ns`, interpolated linearly between the samples around it; null
+    outside the samples' span."""
+    return _interpolate(_counter_points(samples, key), t_ns)
+
+
+def counter_change(samples: Sequence[Sample], key: str, start_ns: int, end_ns: int) -> float | None:
+    """A counter's change over [start, end] (`counter_at` at both ends); null where a sample
+    does not bracket an end or the counter went back in between (a reset)."""
+    have = _counter_points(samples, key)
+    a, b = _interpolate(have, start_ns), _interpolate(have, end_ns)
+    if a is None or b is None or end_ns < start_ns:
+        return None
+    span = [v for i, (_, v) in enumerate(have) if _around(have, i, start_ns, end_ns)]
+    if any(later < earlier for earlier, later in zip(span, span[1:], strict=False)):
+        return None
+    return b - a
+
+
+def _around(have: Sequence[tuple[int, float]], i: int, start_ns: int, end_ns: int) -> bool:
+    """Sample i is inside [start, end] or the last before it or the first after it."""
+    t = have[i][0]
+    if start_ns <= t <= end_ns:
+        return True
+    nxt = have[i + 1][0] if i + 1 < len(have) else None
+    prev = have[i - 1][0] if i > 0 else None
+    return (t < start_ns and nxt is not None and nxt >= start_ns) or (
+        t > end_ns and prev is not None and prev <= end_ns
+    )
+
+
 def histogram_quantile(q: float, buckets: Sequence[Sequence[float]], count: float) -> float | None:
     """Prometheus' histogram_quantile over cumulative [finite upper bound, count] buckets and
     the total count: linear within a bucket; past the last finite bound, that bound."""
@@ -129,20 +176,37 @@ def _errors(samples: Sequence[Sample]) -> dict[str, Any]:
     return {"errors": len(errs), "last_error": str(errs[-1]["error"]) if errs else None}
 
 
+def _selection(samples: Sequence[Sample]) -> dict[str, Any] | None:
+    for s in samples:
+        sel = s.get("selection")
+        if isinstance(sel, Mapping):
+            return dict(sel)
+    return None
+
+
 def _gpu(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any]:
+    selection = _selection(samples)
+    recorded = {"selection": selection} if selection else {}
     reason = _absent(samples, "gpu")
     if reason is not None:
-        return {"absent": reason}
-    if not samples:
-        return {"absent": "no GPU sample was taken"}
+        return {"absent": reason, **recorded}
+    readings = [s for s in samples if "device" in s]
+    if not readings:
+        return {"absent": "no GPU sample was taken", **recorded}
+    chosen = {
+        int(g["device"]): g
+        for g in (selection or {}).get("gpus") or []
+        if isinstance(g, Mapping) and isinstance(g.get("device"), int)
+    }
     devices: list[dict[str, Any]] = []
-    for index in sorted({int(s["device"]) for s in samples if "device" in s}):
-        dev = [s for s in samples if s.get("device") == index]
+    for index in sorted({int(s["device"]) for s in readings}):
+        dev = [s for s in readings if s.get("device") == index]
         inside = in_window(dev, start, end)
         lost_at = next(
             (s["epoch_ns"] for s in dev if str(s.get("error", "")).startswith("device lost")),
             None,
         )
+        energy_mj = counter_change(dev, "energy_mj", start, end)
         entry: dict[str, Any] = {
             "device": index,
             "name": dev[0].get("name"),
@@ -153,8 +217,77 @@ def _gpu(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any]:
         }
         for f in GPU_FIELDS:
             entry[f] = series_stats(s.get(f) for s in inside)
+        if selection is not None:
+            info = chosen.get(index, {})
+            entry["pci_bus_id"] = info.get("pci_bus_id")
+            entry["chosen_by"] = info.get("chosen_by")
+            entry["energy_j"] = None if energy_mj is None else energy_mj / 1000.0
+            entry["energy_counter"] = info.get("energy_counter")
         devices.append(entry)
-    return {"devices": devices}
+    out: dict[str, Any] = {"devices": devices}
+    if selection is not None:
+        out["selection"] = selection
+    return out
+
+
+def _rapl(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any] | None:
+    if not samples:
+        return None
+    reason = _absent(samples, "rapl")
+    if reason is not None:
+        return {"absent": reason}
+    good = [s for s in samples if not s.get("error")]
+    zones = sorted(
+        {str(z) for s in good if isinstance(s.get("zones"), Mapping) for z in s["zones"]}
+    )
+    return {
+        "zones": zones,
+        "samples": len(in_window(samples, start, end)),
+        **_errors(in_window(samples, start, end)),
+        "energy_j": counter_change(good, "energy_j", start, end),
+    }
+
+
+def _energy(
+    gpu: Mapping[str, Any], rapl: Mapping[str, Any] | None, output_tokens: int | None, span_s: float
+) -> dict[str, Any]:
+    """The server's energy over the point: its GPUs' (NVML) where GPUs were sampled, else,
+    for a server on the CPU, the CPU packages' (RAPL); per output token where the point's
+    output tokens are known."""
+    out: dict[str, Any] = {
+        "source": None,
+        "joules": None,
+        "window_s": span_s,
+        "output_tokens": output_tokens,
+        "joules_per_output_token": None,
+        "absent": None,
+    }
+    devices = gpu.get("devices") or []
+    how = (gpu.get("selection") or {}).get("how")
+    if devices:
+        out["source"] = "nvml"
+        missing = [d for d in devices if d.get("energy_j") is None]
+        if not missing:
+            out["joules"] = sum(float(d["energy_j"]) for d in devices)
+        else:
+            d = missing[0]
+            why = d.get("energy_counter") or "no reading before and after the point"
+            out["absent"] = f"GPU {d.get('device')} ({d.get('name')}) energy counter: {why}"
+    elif how in (None, "none"):  # a server on the CPU
+        out["source"] = "rapl"
+        if rapl is None:
+            out["absent"] = "the CPU packages' energy was not sampled"
+        elif rapl.get("absent"):
+            out["absent"] = str(rapl["absent"])
+        elif rapl.get("energy_j") is None:
+            out["absent"] = "no RAPL reading before and after the point"
+        else:
+            out["joules"] = float(rapl["energy_j"])
+    else:
+        out["absent"] = f"the server's GPUs were not sampled: {gpu.get('absent')}"
+    if out["joules"] is not None and output_tokens:
+        out["joules_per_output_token"] = out["joules"] / output_tokens
+    return out
 
 
 def _cpu(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any]:
@@ -206,19 +339,32 @@ def _server(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any]:
 
 
 def summarize(
-    samples: Sequence[Sample], started_epoch_ns: int, finished_epoch_ns: int
+    samples: Sequence[Sample],
+    started_epoch_ns: int,
+    finished_epoch_ns: int,
+    output_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """The `telemetry` block of point.json: every source summarized over the point window."""
-    by_source: dict[str, list[Sample]] = {"gpu": [], "cpu": [], "server": []}
+    """The `telemetry` block of point.json: every source summarized over the point window.
+    `output_tokens` (the point's `total_output_tokens`) gives the energy per output token.
+
+    `rapl` and `energy` are there for samples that record the GPUs' selection or RAPL (this
+    servelab's); a summary of older samples has the blocks it had."""
+    by_source: dict[str, list[Sample]] = {"gpu": [], "cpu": [], "server": [], "rapl": []}
     for s in samples:
         by_source.setdefault(str(s.get("source")), []).append(s)
     start, end = int(started_epoch_ns), int(finished_epoch_ns)
-    return {
+    gpu = _gpu(by_source["gpu"], start, end)
+    out: dict[str, Any] = {
         "format_version": SUMMARY_FORMAT,
-        "gpu": _gpu(by_source["gpu"], start, end),
+        "gpu": gpu,
         "cpu": _cpu(by_source["cpu"], start, end),
         "server": _server(by_source["server"], start, end),
     }
+    rapl = _rapl(by_source["rapl"], start, end)
+    if rapl is not None or "selection" in gpu:
+        out["rapl"] = rapl
+        out["energy"] = _energy(gpu, rapl, output_tokens, max(0, end - start) / 1e9)
+    return out
 
 
 # --- flat columns for the analysis tables ---------------------------------------------------
@@ -278,6 +424,31 @@ COLUMNS = (
     "server_prefix_cache_hits",
     "server_requests_finished",
 )
+# the GPUs sampled and how they were chosen, and the server's energy over the point: in a
+# table where a point recorded them (the summaries of older points keep the table they had)
+ENERGY_COLUMNS = (
+    "gpu_selection",
+    "gpu_selection_ambiguous",
+    "gpu_indices",
+    "gpu_uuids",
+    "gpu_util_pct_mean_by_device",
+    "gpu_power_w_mean_by_device",
+    "energy_source",
+    "energy_j",
+    "joules_per_output_token",
+    "energy_absent",
+)
+
+
+def table_columns(summaries: Iterable[Mapping[str, Any] | None]) -> tuple[str, ...]:
+    """The telemetry columns of a table of points with these telemetry blocks: none without
+    one, COLUMNS, and ENERGY_COLUMNS after them where a block has an `energy` summary."""
+    blocks = list(summaries)
+    if not blocks:
+        return ()
+    if any(isinstance(b, Mapping) and isinstance(b.get("energy"), Mapping) for b in blocks):
+        return (*COLUMNS, *ENERGY_COLUMNS)
+    return COLUMNS
 
 
 def _get(d: Mapping[str, Any] | None, *path: str) -> Any:
@@ -289,18 +460,28 @@ def _get(d: Mapping[str, Any] | None, *path: str) -> Any:
     return cur
 
 
-def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Any]:
-    """One point's telemetry as flat columns (always the keys of COLUMNS; null when unknown).
+def _by_device(devices: Sequence[Mapping[str, Any]], field: str) -> str | None:
+    vals = [_get(d, field, "mean") for d in devices]
+    if not devices or all(v is None for v in vals):
+        return None
+    return ";".join("" if v is None else f"{float(v):.1f}" for v in vals)
 
-    Several GPUs: utilization and power means are averaged over devices, maxima are the
-    largest device's. KV usage is a fraction (0-1); CPU percent is of one core.
-    `utilization_pct` is 0-100 for either kind of device: the GPU's mean where GPUs were
-    sampled, else the server's CPU as a share of all the host's cores.
+
+def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One point's telemetry as flat columns (always the keys of COLUMNS and ENERGY_COLUMNS;
+    null when unknown).
+
+    The GPUs are the server's (those sampled). Several GPUs: utilization and power means are
+    averaged over devices, maxima are the largest device's; `gpu_indices`, `gpu_uuids` and the
+    `*_by_device` columns list each GPU, `;`-separated, in NVML index order. KV usage is a
+    fraction (0-1); CPU percent is of one core. `utilization_pct` is 0-100 for either kind of
+    device: the GPU's mean where GPUs were sampled, else the server's CPU as a share of all the
+    host's cores.
     """
-    out: dict[str, Any] = dict.fromkeys(COLUMNS)
+    out: dict[str, Any] = dict.fromkeys((*COLUMNS, *ENERGY_COLUMNS))
     if not summary or summary.get("enabled") is False:
         out["gpu_absent"] = "telemetry disabled" if summary else "no telemetry recorded"
-        out["server_metrics_absent"] = out["gpu_absent"]
+        out["server_metrics_absent"] = out["energy_absent"] = out["gpu_absent"]
         return out
     gpu = summary.get("gpu") or {}
     devices = gpu.get("devices") or []
@@ -325,6 +506,21 @@ def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Any]:
     out["telemetry_samples_gpu"] = sum(int(d.get("samples", 0)) for d in devices) or (
         0 if devices else None
     )
+    sel = gpu.get("selection")
+    if isinstance(sel, Mapping):
+        out["gpu_selection"] = sel.get("origin")
+        out["gpu_selection_ambiguous"] = sel.get("ambiguous")
+    if devices:
+        out["gpu_indices"] = ";".join(str(d.get("device")) for d in devices)
+        out["gpu_uuids"] = ";".join(str(d.get("uuid") or "") for d in devices)
+    out["gpu_util_pct_mean_by_device"] = _by_device(devices, "util_pct")
+    out["gpu_power_w_mean_by_device"] = _by_device(devices, "power_w")
+    energy = summary.get("energy")
+    if isinstance(energy, Mapping):
+        out["energy_source"] = energy.get("source")
+        out["energy_j"] = energy.get("joules")
+        out["joules_per_output_token"] = energy.get("joules_per_output_token")
+        out["energy_absent"] = energy.get("absent")
 
     cpu = summary.get("cpu") or {}
     for who in ("server", "client", "host"):
