@@ -4,12 +4,22 @@ The DDL below follows the Nsight Systems SQLite schema reference (column names, 
 NOT NULL, the unquoted `end` column). Tables are created lazily, as nsys does: a table with no
 rows is left out. `ts="epoch"` writes timestamps as `nsys export --ts-normalize` does (UTC epoch
 nanoseconds); the default counts from the session start.
+
+As a real export: TARGET_INFO_GPU lists every GPU of the host, used or not, and
+TARGET_INFO_CUDA_DEVICE maps each process's CUDA device id (the kernel table's deviceId) to
+one of them (by default CUDA device i is GPU i); every kernel has a demangled name (a
+template instantiation; `Kernel.demangled`, or one made from its short name), a short name and
+a mangled name; every launch has its CUDA API call in CUPTI_ACTIVITY_KIND_RUNTIME on the
+launching thread, with the kernel's correlationId (one cudaGraphLaunch per graph replay);
+NVTX ranges carry their thread (globalTid), and a range outside a registered domain keeps its
+text in `text` (as torch.cuda.nvtx.range writes vLLM's step ranges).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +78,23 @@ DDL = {
         floatValue                  REAL,
         jsonTextId                  INTEGER,
         jsonText                    TEXT
+    )""",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": """CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (
+        start                       INTEGER   NOT NULL,
+        end                         INTEGER   NOT NULL,
+        eventClass                  INTEGER   NOT NULL,
+        globalTid                   INTEGER,
+        correlationId               INTEGER,
+        nameId                      INTEGER   NOT NULL,
+        returnValue                 INTEGER   NOT NULL,
+        callchainId                 INTEGER
+    )""",
+    "TARGET_INFO_CUDA_DEVICE": """CREATE TABLE TARGET_INFO_CUDA_DEVICE (
+        gpuId                       INTEGER   NOT NULL,
+        cudaId                      INTEGER   NOT NULL,
+        pid                         INTEGER,
+        uuid                        TEXT,
+        numMultiprocessors          INTEGER
     )""",
     "TARGET_INFO_SESSION_START_TIME": """CREATE TABLE TARGET_INFO_SESSION_START_TIME (
         utcEpochNs                  INTEGER,
@@ -137,10 +164,14 @@ NVTX_TYPES = [
     (76, "NvtxDomainDestroy", "NVTX Domain Destroy"),
 ]
 SESSION_START = 1_790_000_000_000_000_000
-GLOBAL_PID = (1 << 56) | (4242 << 24)
+PID = 4242
+GLOBAL_PID = (1 << 56) | (PID << 24)  # serialized: PID = globalPid / 0x1000000 % 0x1000000
+CLIENT_TID = 7  # the thread of the client's NVTX ranges
+WORKER_TID = 11  # the server's worker thread: kernel launches and vLLM's step ranges
+LAUNCH_LEAD_NS = 3_000  # a kernel starts this long after its launch call, by default
 KERNEL_INSERT = (
     "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES "
-    "(?, ?, ?, 1, ?, ?, ?, ?, ?, NULL, 1, 0, 64, ?, ?, ?, ?, 1, 1, 0, 0, 0, 0, ?, 0, ?, 1)"
+    "(?, ?, ?, 1, ?, ?, ?, ?, ?, ?, 1, 0, 64, ?, ?, ?, ?, 1, 1, 0, 0, 0, 0, ?, 0, ?, 1)"
 )
 
 
@@ -155,6 +186,10 @@ class Kernel:
     block: int = 128
     graph_node: int | None = None
     correlation: int | None = None
+    demangled: str | None = None  # the instantiation; None: made from the short name
+    pid: int = PID
+    tid: int = WORKER_TID
+    launch: int | None = None  # the launch call's start; None: LAUNCH_LEAD_NS before start
 
 
 @dataclass
@@ -166,6 +201,8 @@ class NvtxRange:
     registered: bool = True
     domain: str | None = "servelab"
     event_type: int = 60
+    tid: int = CLIENT_TID
+    pid: int = PID
 
 
 @dataclass
@@ -175,6 +212,8 @@ class NsysFixture:
     kernels: list[Kernel] = field(default_factory=list)
     ranges: list[NvtxRange] = field(default_factory=list)
     strings: dict[str, int] = field(default_factory=dict)
+    # TARGET_INFO_CUDA_DEVICE rows (gpuId, cudaId, pid); None: CUDA device i is GPU i
+    cuda_devices: Sequence[tuple[int, int, int]] | None = None
 
     def string(self, value: str) -> int:
         if value not in self.strings:
@@ -202,13 +241,16 @@ class NsysFixture:
             con.execute(DDL[table])
             return True
 
-        # strings first so ids are stable: kernel names, then NVTX messages
+        # strings first so ids are stable: kernel names, then NVTX messages, then API names
         for k in self.kernels:
             self.string(k.name)
-            self.string(_demangled(k.name))
+            self.string(_demangled_of(k))
+            self.string(_mangled(k))
         for r in self.ranges:
             if r.registered:
                 self.string(r.message)
+        for api in (LAUNCH_API, GRAPH_API):
+            self.string(api)
         if make("StringIds"):
             con.executemany(
                 "INSERT INTO StringIds VALUES (?, ?)", [(i, v) for v, i in self.strings.items()]
@@ -236,6 +278,18 @@ class NsysFixture:
                     "computeMajor, computeMinor) VALUES (0, ?, ?, ?, 132, 9, 0)",
                     (gid, name, f"0000:{gid + 1:02x}:00.0"),
                 )
+        cuda = self.cuda_devices
+        if cuda is None:
+            cuda = [(gid, gid, PID) for gid, _ in self.gpus]
+        if cuda and make("TARGET_INFO_CUDA_DEVICE"):
+            con.executemany(
+                "INSERT INTO TARGET_INFO_CUDA_DEVICE VALUES (?, ?, ?, ?, 132)",
+                [(g, c, p, f"GPU-{g:08x}-fixture") for g, c, p in cuda],
+            )
+        corr = [
+            k.correlation if k.correlation is not None else i + 1
+            for i, k in enumerate(self.kernels)
+        ]
         if self.kernels and make("CUPTI_ACTIVITY_KIND_KERNEL"):
             rows = [
                 (
@@ -243,10 +297,11 @@ class NsysFixture:
                     k.end + shift,
                     k.device,
                     k.stream,
-                    k.correlation if k.correlation is not None else i + 1,
-                    GLOBAL_PID,
-                    self.strings[_demangled(k.name)],
+                    corr[i],
+                    _global(k.pid),
+                    self.strings[_demangled_of(k)],
                     self.strings[k.name],
+                    self.strings[_mangled(k)],
                     *k.grid,
                     k.block,
                     i + 1,
@@ -258,6 +313,29 @@ class NsysFixture:
             if shuffle:
                 rows = rows[1::2] + rows[0::2]
             con.executemany(KERNEL_INSERT, rows)
+        if self.kernels and make("CUPTI_ACTIVITY_KIND_RUNTIME"):
+            # one launch call per correlation id: a kernel launch, or a graph replay's
+            # cudaGraphLaunch (its first kernel's launch time)
+            calls: dict[tuple[int, int], tuple[int, int, bool]] = {}
+            for i, k in enumerate(self.kernels):
+                at = k.launch if k.launch is not None else k.start - LAUNCH_LEAD_NS
+                key = (k.pid, corr[i])
+                prev = calls.get(key)
+                if prev is None or at < prev[0]:
+                    calls[key] = (at, k.tid, k.graph_node is not None)
+            con.executemany(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 1, ?, ?, ?, 0, NULL)",
+                sorted(
+                    (
+                        at + shift,
+                        at + shift + 2_000,
+                        _global(pid) | tid,
+                        c,
+                        self.strings[GRAPH_API if graph else LAUNCH_API],
+                    )
+                    for (pid, c), (at, tid, graph) in calls.items()
+                ),
+            )
         if self.ranges and make("NVTX_EVENTS"):
             domains: dict[str, int] = {}
             for r in self.ranges:
@@ -266,7 +344,7 @@ class NsysFixture:
                     con.execute(
                         "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, "
                         "domainId) VALUES (?, NULL, 75, ?, ?, ?)",
-                        (shift, r.domain, GLOBAL_PID | 7, domains[r.domain]),
+                        (shift, r.domain, _global(r.pid) | r.tid, domains[r.domain]),
                     )
             for n, r in enumerate(self.ranges):
                 con.execute(
@@ -279,8 +357,8 @@ class NsysFixture:
                         r.event_type,
                         n + 1,
                         None if r.registered else r.message,
-                        GLOBAL_PID | 7,
-                        GLOBAL_PID | 7,
+                        _global(r.pid) | r.tid,
+                        _global(r.pid) | r.tid,
                         self.strings[r.message] if r.registered else None,
                         domains.get(r.domain) if r.domain else 0,
                         r.payload,
@@ -291,10 +369,52 @@ class NsysFixture:
         return path
 
 
+LAUNCH_API = "cudaLaunchKernel_v7000"
+GRAPH_API = "cudaGraphLaunch_v10000"
+
+
+def _global(pid: int) -> int:
+    return (1 << 56) | (pid << 24)
+
+
 def _demangled(name: str) -> str:
     if name.startswith(("triton_", "nccl")):
         return name
     return f"void {name}<(int)128, true>(Params)"
+
+
+def _demangled_of(k: Kernel) -> str:
+    return k.demangled if k.demangled is not None else _demangled(k.name)
+
+
+def _mangled(k: Kernel) -> str:
+    if k.name.startswith(("triton_", "nccl")):
+        return k.name
+    tag = zlib.crc32(_demangled_of(k).encode()) % 10_000  # one per instantiation
+    return f"_Z{len(k.name)}{k.name}ILi{tag}EEv6Params"
+
+
+# FlashAttention-2's split-KV kernel as vllm-flash-attn instantiates it (flash_api.cpp,
+# flash_fwd_launch_template.h): Flash_fwd_kernel_traits<head dim, block M, block N, warps,
+# Q in regs, share Q/K smem, element type, base traits>, then Is_causal, Is_local, Has_alibi,
+# Is_even_MN, Is_even_K, Is_softcap, Split, Append_KV. A decode-only forward (seqlen_q 1)
+# runs with Is_causal false, a forward that holds a prefill with Is_causal true.
+FA2_TRAITS = (
+    "Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t, "
+    "Flash_kernel_traits<128, 64, 128, 4, cutlass::bfloat16_t>>"
+)
+
+
+def fa2_splitkv(causal: bool, even_mn: bool = False, split: bool = False) -> str:
+    flags = [causal, False, False, even_mn, True, False, split, False]
+    args = ", ".join("true" if f else "false" for f in flags)
+    return f"void flash::flash_fwd_splitkv_kernel<{FA2_TRAITS}, {args}>(Flash_fwd_params)"
+
+
+def step_name(context: int, context_tokens: int, generation: int) -> str:
+    """vLLM's step range name (gpu_worker.annotate_profile): a decode request schedules one
+    token."""
+    return f"execute_context_{context}({context_tokens})_generation_{generation}({generation})"
 
 
 def windows_file(path: Path, windows: Sequence[dict[str, object]]) -> Path:
@@ -312,7 +432,9 @@ def model_config(path: Path, layers: int) -> Path:
 # --- the known-answer scenario ------------------------------------------------------------
 #
 # A 3-layer model (not 36) whose attention kernel has grid (2, batch, 4) (not 9): the analysis
-# must find both. Two windows on device 0 (an H100) and device 1 idle:
+# must find both. The host has 8 H100s (TARGET_INFO_GPU ids 0-7); the server's process sees
+# one of them, GPU 3, as its CUDA device 0 (CUDA_VISIBLE_DEVICES=3): the kernels' deviceId is
+# 0, TARGET_INFO_CUDA_DEVICE maps it to GPU 3, and the other 7 GPUs are idle. Two windows:
 #
 #   c0001: 4 forwards, population 1.
 #   c0002: 6 forwards, populations 1 (fill), 2, 2, 2, 2, 1 (drain).
@@ -326,6 +448,11 @@ def model_config(path: Path, layers: int) -> Path:
 # overlaps the compute stream, so busy time is the union, never the sum.
 # Forwards start every 200 us. The NVTX range of c0002's window starts 5 us before its
 # first forward; its wall-clock window (written in windows.json) is 40 us wider on each side.
+# vLLM's worker wraps each step in an NVTX push/pop range (default domain, text) from 20 us
+# before its forward's first kernel to the forward's end; the launches lie inside it.
+# c0001: one prefill (1 request of 32 tokens), then decode 1; c0002: prefill 1, then a step
+# with 1 prefill and 1 decode, decode 2 (x3), decode 1. Each kernel's launch call is 3 us
+# before it (graph replays: one cudaGraphLaunch 3 us before the replay's first kernel).
 
 FORWARD_PERIOD = 200_000
 LAYERS = 3
@@ -333,6 +460,12 @@ C1_START = 1_000_000
 C2_START = 3_000_000
 C1_POPS = [1, 1, 1, 1]
 C2_POPS = [1, 2, 2, 2, 2, 1]
+# (context requests, generation requests) of each forward's step
+C1_STEPS = [(1, 0), (0, 1), (0, 1), (0, 1)]
+C2_STEPS = [(1, 0), (1, 1), (0, 2), (0, 2), (0, 2), (0, 1)]
+PROMPT_TOKENS = 32
+HOST_GPUS = tuple((i, "NVIDIA H100 80GB HBM3") for i in range(8))
+SERVING_GPU = 3  # TARGET_INFO_GPU.id of the process's CUDA device 0
 
 
 def layer_ns(batch: int) -> int:
@@ -358,12 +491,15 @@ def add_forward(fx: NsysFixture, t: int, batch: int, graph: bool, corr: int) -> 
 
 
 def scenario() -> NsysFixture:
-    fx = NsysFixture(gpus=((0, "NVIDIA H100 80GB HBM3"), (1, "NVIDIA H100 80GB HBM3")))
+    fx = NsysFixture(gpus=HOST_GPUS, cuda_devices=((SERVING_GPU, 0, PID),))
     corr = 10_000
-    for start, pops in ((C1_START, C1_POPS), (C2_START, C2_POPS)):
-        for i, b in enumerate(pops):
+    for start, pops, steps in ((C1_START, C1_POPS, C1_STEPS), (C2_START, C2_POPS, C2_STEPS)):
+        for i, (b, (ctx, gen)) in enumerate(zip(pops, steps, strict=True)):
             corr += 1
-            add_forward(fx, start + i * FORWARD_PERIOD, b, graph=i > 0, corr=corr)
+            t = start + i * FORWARD_PERIOD
+            add_forward(fx, t, b, graph=i > 0, corr=corr)
+            name = step_name(ctx, ctx * PROMPT_TOKENS, gen)
+            fx.ranges.append(step_range(t - 20_000, t + LAYERS * layer_ns(b), name))
     # requests of c0002 as NVTX start/end ranges (registered message, request index payload)
     end2 = C2_START + 5 * FORWARD_PERIOD + 3 * layer_ns(1)
     fx.ranges.append(NvtxRange(C2_START - 5_000, end2, "c0002", payload=0))
@@ -371,6 +507,12 @@ def scenario() -> NsysFixture:
     # an unrelated range in another domain with the same text must be ignored
     fx.ranges.append(NvtxRange(0, 10_000, "c0001", payload=None, domain="other"))
     return fx
+
+
+def step_range(start: int, end: int, name: str, tid: int = WORKER_TID) -> NvtxRange:
+    """A vLLM step range as torch.cuda.nvtx.range writes it: push/pop, default domain, its
+    text unregistered, on the worker's thread."""
+    return NvtxRange(start, end, name, registered=False, domain=None, event_type=59, tid=tid)
 
 
 def scenario_windows(ts_epoch: bool = True) -> list[dict[str, object]]:

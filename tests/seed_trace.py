@@ -19,6 +19,9 @@ prefill. Its table (calls per path per window) and its steady state (mixed-path 
   forward, the scheduler's token budget). On stream 21 an elementwise kernel overlaps the
   first layers of every forward: busy time is the union, never the sum.
 - `batch_dim` puts the batch in gridY (9 x B x 16) or gridZ (9 x 16 x B).
+- the attention kernel is named as vllm-flash-attn instantiates it: one short name,
+  `flash_fwd_splitkv_kernel`, two demangled names: Is_causal true on the forwards that hold a
+  prefill, false on decode-only forwards (flash_api.cpp turns causal off when seqlen_q is 1).
 
 `Truth` holds what the generator built: per window and path, the steady forwards, their mean
 population and mean per-launch duration, and the calls per path.
@@ -29,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nsys_fixture import SESSION_START, NsysFixture, model_config, windows_file
+from nsys_fixture import SESSION_START, NsysFixture, fa2_splitkv, model_config, windows_file
 
 LAYERS = 36
 HEADS = 16
@@ -126,7 +129,14 @@ def _forward(
         s += g1
         fx.kernel(s, 3_000, "reshape_and_cache_flash_kernel", grid=(pop, 1, 1))
         s += 3_000
-        fx.kernel(s, launch_ns, ATTENTION, grid=_grid(x, pop, batch_dim), block=128)
+        fx.kernel(
+            s,
+            launch_ns,
+            ATTENTION,
+            grid=_grid(x, pop, batch_dim),
+            block=128,
+            demangled=fa2_splitkv(causal=x == MIXED_X),
+        )
         s += launch_ns
         fx.kernel(s, 4_000, "triton_poi_fused_mul_silu_0", grid=(64, 1, 1))
         fx.kernel(s + 4_000, g2, "sm80_xmma_gemm_bf16bf16_bf16f32", grid=(16, 4, 1))

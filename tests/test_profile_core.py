@@ -18,7 +18,13 @@ from servelab.profile.forwards import (
     layers_from_config,
     ratios,
 )
-from servelab.profile.kernels import classify, default_families, parse_family_args
+from servelab.profile.kernels import (
+    classify,
+    default_families,
+    kernel_family,
+    main_attention,
+    parse_family_args,
+)
 
 BAND = default_section(ProfileSection, "profile").band  # 0.1
 
@@ -50,6 +56,59 @@ BAND = default_section(ProfileSection, "profile").band  # 0.1
 )
 def test_default_families(name: str, family: str) -> None:
     assert classify(name, default_families()) == family
+
+
+FA2_TRAITS = "Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, " \
+    "Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t>>"  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("full", "short", "family"),
+    [
+        # FlashAttention-2 (flash_api.cpp): one short name per kernel, whatever the flags
+        (f"void flash::flash_fwd_kernel<{FA2_TRAITS}, false, true, false, false, true, true, "
+         "false, false>(Flash_fwd_params)", "flash_fwd_kernel", "flash_fwd_kernel"),
+        (f"void flash::flash_fwd_splitkv_kernel<{FA2_TRAITS}, true, false, false, false, true, "
+         "false, true, false>(Flash_fwd_params)", "flash_fwd_splitkv_kernel",
+         "flash_fwd_splitkv_kernel"),
+        ("void flash::flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, "
+         "false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 4, "
+         "cutlass::bfloat16_t>>, 4, 2, true>(Flash_fwd_params)",
+         "flash_fwd_splitkv_combine_kernel", "flash_fwd_splitkv_combine_kernel"),
+        # a torch trace has no short name: cut from the demangled one
+        (f"void flash::flash_fwd_splitkv_kernel<{FA2_TRAITS}, false, false, false, false, true, "
+         "false, false, false>(Flash_fwd_params)", None, "flash_fwd_splitkv_kernel"),
+        # FlashAttention-3: cutlass's generic wrapper, an architecture guard, then the kernel
+        ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<"
+         "flash::CollectiveMainloopFwdSm90<2, cute::tuple<cute::C<1>, cute::C<1>, cute::C<1>>, "
+         "cute::tuple<cute::C<128>, cute::C<176>, cute::C<128>>, 128, cutlass::bfloat16_t, "
+         "float, cutlass::arch::Sm90, false, false, false, true, true, false, true, false>, "
+         "flash::CollectiveEpilogueFwd<cute::tuple<cute::C<128>>, cute::tuple<cute::C<1>>, 128, "
+         "cutlass::bfloat16_t, cutlass::arch::Sm90, 256, true, true, false, false>, "
+         "flash::VarlenDynamicPersistentTileScheduler<128, 176, 256, 128, false, true, true, "
+         "true, true>>>>(T1::Params)", "device_kernel", "FlashAttnFwdSm90"),
+        ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4>(P)",
+         "Kernel2", "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4"),
+        ("nvjet_tst_128x64_64x4_1x2_h_bz_coopA_NTT", "nvjet_tst_128x64_64x4_1x2_h_bz_coopA_NTT",
+         "nvjet_tst_128x64_64x4_1x2_h_bz_coopA_NTT"),
+    ],
+)  # fmt: skip
+def test_kernel_family(full: str, short: str | None, family: str) -> None:
+    assert kernel_family(full, short) == family
+
+
+def test_main_attention_is_a_family() -> None:
+    """Decode-only and mixed forwards run two instantiations: both are the main attention
+    kernel (the family with the most time), whichever of them has more time alone."""
+    causal = f"void flash::flash_fwd_splitkv_kernel<{FA2_TRAITS}, true>(Flash_fwd_params)"
+    plain = f"void flash::flash_fwd_splitkv_kernel<{FA2_TRAITS}, false>(Flash_fwd_params)"
+    gemm = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4>(P)"
+    other = "void vllm::paged_attention_v2_kernel<bf16, 128, 16>(...)"
+    totals = {causal: 40, plain: 35, gemm: 500, other: 60}
+    family_of = {n: kernel_family(n) for n in totals}
+    fams = default_families()
+    assert main_attention(totals, fams, None, None, family_of) == {causal, plain}
+    assert main_attention(totals, fams, None) == {other}  # by one name: a kernel is dropped
 
 
 def test_custom_families_in_order() -> None:
@@ -156,7 +215,10 @@ def test_feed_columns_groups_as_feed_does(layers: int) -> None:
         if rnd.random() < 0.05:
             pop = rnd.randrange(1, 9)  # populations change mid-forward now and then
         grid = (2, pop, 4 if i % 89 else 5)  # now and then a layer takes another path
-        launches.append(Launch(t, t + rnd.randrange(1, 50), pop, pop if i % 97 else -1, grid))
+        origin = (42, i)  # (globalPid, correlationId) of the launch call
+        launches.append(
+            Launch(t, t + rnd.randrange(1, 50), pop, pop if i % 97 else -1, grid, origin)
+        )
         t += rnd.randrange(0, 60)
     one = ForwardGrouper(layers)
     for x in launches[3:]:  # a window that begins mid-forward
@@ -165,8 +227,8 @@ def test_feed_columns_groups_as_feed_does(layers: int) -> None:
     i = 3
     while i < len(launches):
         part = launches[i : i + rnd.choice([1, 2, layers, 5 * layers + 1, 300])]
-        starts, ends, pops, tags, keys = zip(*part, strict=True)
-        many.feed_columns(starts, ends, pops, tags, list(zip(*keys, strict=True)))
+        starts, ends, pops, tags, keys, origins = zip(*part, strict=True)
+        many.feed_columns(starts, ends, pops, tags, list(zip(*keys, strict=True)), origins)
         i += len(part)
     one.finish()
     many.finish()
@@ -177,6 +239,8 @@ def test_feed_columns_groups_as_feed_does(layers: int) -> None:
         one.violations,
     )
     assert many.forwards == one.forwards
+    # a forward's origin is its first launch's
+    assert all(launches[f.origin[1]].start_ns == f.start_ns for f in one.forwards)  # type: ignore[index]
     keys = {f.key for f in one.forwards}
     # forwards whose layers take different paths have no key
     assert (2, 4, 4) in keys and (layers == 1 or None in keys)

@@ -13,6 +13,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+import jsonschema
 import pytest
 from nsys_fixture import (
     C2_START,
@@ -29,6 +30,10 @@ from servelab.cli import main
 from servelab.errors import ServelabError
 from servelab.profile.analyze import TraceOptions, analyze_trace
 from servelab.profile.windows import load_windows, parse_windows
+
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parents[1] / "src/servelab/schemas/profile.schema.json").read_text()
+)
 
 
 def run_cli(tmp_path: Path, trace: Path, windows: Path, *extra: str) -> dict:
@@ -85,10 +90,12 @@ def test_known_answers(tmp_path: Path, files: tuple[Path, Path, Path]) -> None:
     assert (c2["source"], c2["requests"]) == ("nvtx", 2)
     assert (c2["start_ns"], c2["length_us"]) == (C2_START - 5_000, 1086.0)
 
-    # active fraction: union over streams; device 1 exists (TARGET_INFO_GPU) and is idle
-    assert c1["active_fraction"] == {"0": pytest.approx(4 * 86 / 691), "1": 0.0}
+    # active fraction: union over streams, on GPU 3 (the process's CUDA device 0); the other
+    # 7 GPUs of the host (TARGET_INFO_GPU) ran nothing and are listed as idle, not averaged in
+    assert c1["active_fraction"] == {"3": pytest.approx(4 * 86 / 691)}
+    assert c1["idle_gpus"] == ["0", "1", "2", "4", "5", "6", "7"]
     # the last all-reduce runs 9 us past the NVTX window's end: clipped (86 - 9 = 77)
-    assert c2["active_fraction"]["0"] == pytest.approx((5 * 86 + 77) / 1086)
+    assert c2["active_fraction"]["3"] == pytest.approx((5 * 86 + 77) / 1086)
 
     # families: kernel time per output token, calls and totals
     assert c1["families"] == {
@@ -111,6 +118,7 @@ def test_known_answers(tmp_path: Path, files: tuple[Path, Path, Path]) -> None:
             "path": "2x*x4",
             "grid": [2, None, 4],
             "grids": 2,
+            "instantiations": ["#1"],
             "calls": 18,
             "total_us": 114.0,
             "us_per_token": 11.4,
@@ -122,7 +130,7 @@ def test_known_answers(tmp_path: Path, files: tuple[Path, Path, Path]) -> None:
     # forwards: 3 layers from config.json, population from grid y (found, not given)
     assert prof["settings"]["layers"] == 3 and prof["settings"]["population_dim"] == "y"
     assert c1["forwards"] == {
-        "device": "0",
+        "device": "3",
         "count": 4,
         "layers": 3,
         "launches": 12,
@@ -151,7 +159,17 @@ def test_known_answers(tmp_path: Path, files: tuple[Path, Path, Path]) -> None:
         "kernel_us_mean": 5.0,
         "forward_kernel_us_mean": 15.0,
         "forward_span_us_mean": 59.0,
-        "paths": [{"path": "2x*x4", "forwards": 4, "population_mean": 1.0, "kernel_us_mean": 5.0}],
+        "paths": [
+            {
+                "path": "2x*x4",
+                "forwards": 4,
+                "first": 0,
+                "last": 3,
+                "population_mean": 1.0,
+                "kernel_us_mean": 5.0,
+                "below_minimum": True,  # 4 forwards, fewer than MIN_STEADY_FORWARDS
+            }
+        ],
     }
     assert (c2["steady"]["first"], c2["steady"]["last"]) == (1, 4)
     assert c2["steady"]["population_mean"] == 2.0 and c2["steady"]["kernel_us_mean"] == 7.0
@@ -161,7 +179,14 @@ def test_known_answers(tmp_path: Path, files: tuple[Path, Path, Path]) -> None:
             "to": "c0002",
             "population_ratio": 2.0,
             "duration_ratio": 1.4,
-            "paths": [{"path": "2x*x4", "population_ratio": 2.0, "duration_ratio": 1.4}],
+            "paths": [
+                {
+                    "path": "2x*x4",
+                    "population_ratio": 2.0,
+                    "duration_ratio": 1.4,
+                    "below_minimum": True,
+                }
+            ],
         }
     ]
 
@@ -198,13 +223,14 @@ def test_missing_tables(tmp_path: Path, files: tuple[Path, Path, Path]) -> None:
     prof = run_cli(tmp_path / "a", no_nvtx, windows, "--layers", "3")
     c2 = prof["windows"]["c0002"]
     assert c2["source"] == "wallclock" and c2["length_us"] == 1161.0
-    assert c2["active_fraction"]["0"] == pytest.approx(6 * 86 / 1161)
+    assert c2["active_fraction"]["3"] == pytest.approx(6 * 86 / 1161)
 
     # no kernels at all: the table is absent, every device idle, nothing to group
     empty = scenario()
     empty.kernels.clear()
     prof = run_cli(tmp_path / "b", empty.write(tmp_path / "b.sqlite"), windows, "--layers", "3")
-    assert prof["windows"]["c0001"]["active_fraction"] == {"0": 0.0, "1": 0.0}
+    assert prof["windows"]["c0001"]["active_fraction"] == {}  # every GPU idle
+    assert len(prof["windows"]["c0001"]["idle_gpus"]) == 8
     assert prof["windows"]["c0001"]["families"]["gemm"]["calls"] == 0
     assert prof["windows"]["c0001"]["steady"] is None
     assert "CUPTI_ACTIVITY_KIND_KERNEL" in prof["trace"]["tables_absent"]
@@ -361,7 +387,7 @@ def test_rows_found_out_of_order_mid_pass_are_merged_again(
     wins = t.resolve(load_windows(files[1]))
     busy = t.busy(wins)
     assert t.ordered is False
-    assert busy[1]["0"] == 5 * 86_000 + 77_000
+    assert busy[1]["3"] == 5 * 86_000 + 77_000
     ordered = NsysTrace(files[0])
     ordered.busy(ordered.resolve(load_windows(files[1])))
     assert ordered.ordered is True
@@ -480,3 +506,292 @@ def test_no_varying_grid_dimension_leaves_populations_unknown(tmp_path: Path) ->
     fw = res.forwards["w"]
     assert len(fw) == 5 and all(f.population is None and f.consistent for _, f in fw)
     assert res.profile["windows"]["w"]["steady"] is None
+
+
+# --- GPU ids: TARGET_INFO_CUDA_DEVICE ------------------------------------------------------
+
+
+def test_gpu_ids_through_target_info_cuda_device(
+    tmp_path: Path, files: tuple[Path, Path, Path]
+) -> None:
+    """The kernel table's deviceId is the process's CUDA device; TARGET_INFO_GPU lists every
+    GPU of the host. The scenario serves on GPU 3 (CUDA device 0 of its process): the profile
+    reports GPU 3 and leaves the 7 idle GPUs out of the active fraction."""
+    trace, windows, cfg = files
+    con = sqlite3.connect(trace)
+    assert con.execute("SELECT COUNT(*) FROM TARGET_INFO_GPU").fetchone() == (8,)
+    assert con.execute("SELECT DISTINCT deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall() == [
+        (0,)
+    ]
+    prof = run_cli(tmp_path, trace, windows, "--model-config", str(cfg))
+    assert prof["trace"]["device_map"] == {
+        "source": "TARGET_INFO_CUDA_DEVICE",
+        "cuda_devices": [{"pid": 4242, "cuda_id": 0, "gpu_id": 3}],
+    }
+    assert len(prof["trace"]["devices"]) == 8
+    for w in prof["windows"].values():
+        assert list(w["active_fraction"]) == ["3"] and w["forwards"]["device"] == "3"
+    rows = list(csv.DictReader((tmp_path / "out" / "active_fraction.csv").open()))
+    assert {r["device"] for r in rows} == {"3"}
+    assert not any("TARGET_INFO_CUDA_DEVICE" in n for n in prof["notes"])
+
+    # an older export without the table: deviceId is taken as the GPU id, and a note says so
+    old = scenario().write(tmp_path / "old.sqlite", omit={"TARGET_INFO_CUDA_DEVICE"})
+    prof = run_cli(tmp_path / "old", old, windows, "--layers", "3")
+    assert prof["trace"]["device_map"] == {"source": "deviceId", "cuda_devices": []}
+    assert list(prof["windows"]["c0001"]["active_fraction"]) == ["0"]
+    assert any("no TARGET_INFO_CUDA_DEVICE table" in n for n in prof["notes"])
+
+
+def test_gpu_ids_per_process(tmp_path: Path) -> None:
+    """Two worker processes that each see their GPU as CUDA device 0 (one CUDA_VISIBLE_DEVICES
+    per worker): the mapping is per process, so their kernels land on GPUs 2 and 5, each with
+    its own busy time and forwards, never merged into one device 0."""
+    fx = NsysFixture(
+        gpus=tuple((i, "NVIDIA H100 80GB HBM3") for i in range(8)),
+        cuda_devices=((2, 0, 100), (5, 0, 200)),
+    )
+    for i in range(4):
+        for pid, dur in ((100, 5_000), (200, 9_000)):
+            for layer in range(2):
+                fx.kernel(1_000_000 + i * 100_000 + layer * 20_000, dur, "flash_fwd_kernel",
+                          grid=(1, 1 + i % 2, 8), pid=pid)  # fmt: skip
+    trace = fx.write(tmp_path / "t.sqlite", omit={"NVTX_EVENTS"})
+    w = parse_windows(
+        {"windows": [{"label": "w", "start_ns": 0, "end_ns": 2_000_000, "clock": "trace"}]},
+        "test",
+    )
+    res = analyze_trace([trace], w, TraceOptions(layers=2))
+    win = res.profile["windows"]["w"]
+    assert win["active_fraction"] == {
+        "2": pytest.approx(8 * 5_000 / 2_000_000),
+        "5": pytest.approx(8 * 9_000 / 2_000_000),
+    }
+    assert win["idle_gpus"] == ["0", "1", "3", "4", "6", "7"]
+    assert sorted({d for d, _ in res.forwards["w"]}) == ["2", "5"]
+    assert win["forwards"] == {
+        "device": "2",
+        "count": 4,
+        "layers": 2,
+        "launches": 8,
+        "offset": 0,
+        "violations": 0,
+        "path_splits": 0,
+    }
+
+
+# --- vLLM's step ranges (NVTX) against the forwards ----------------------------------------
+
+
+def test_vllm_step_ranges_checked_against_forwards(
+    tmp_path: Path, files: tuple[Path, Path, Path]
+) -> None:
+    """vLLM's worker names each step `execute_context_N(T)_generation_M(T2)` in an NVTX
+    push/pop range on its thread; each forward's first launch is traced to the host call that
+    made it (CUPTI_ACTIVITY_KIND_RUNTIME, same correlationId) and so to its step."""
+    trace, windows, cfg = files
+    con = sqlite3.connect(trace)
+    assert con.execute(
+        "SELECT COUNT(*) FROM NVTX_EVENTS WHERE eventType = 59 AND text LIKE 'execute_context_%'"
+    ).fetchone() == (10,)
+    prof = run_cli(tmp_path, trace, windows, "--model-config", str(cfg))
+    jsonschema.validate(prof, SCHEMA)
+    assert prof["trace"]["nvtx"] == {
+        "client_ranges": {"c0002": 2},
+        "step_ranges": 10,
+        "step_formats": ["context/generation"],
+        "steps_projected": True,
+    }
+    c1, c2 = prof["windows"]["c0001"]["steps"], prof["windows"]["c0002"]["steps"]
+    assert c1 == {
+        "format": "context/generation",
+        "ranges": 4,
+        "forwards": 4,
+        "projected": True,
+        "matched": 4,
+        "steps": 4,
+        "shared": 0,
+        "missed": 0,
+        "agree": True,
+        "kinds": {"decode": 3, "prefill": 1},
+        "population": {"equal": 4, "above": 0, "below": 0},
+        "paths": {"2x*x4": {"decode": 3, "prefill": 1}},
+    }
+    assert (c2["matched"], c2["agree"]) == (6, True)
+    assert c2["kinds"] == {"decode": 4, "mixed": 1, "prefill": 1}
+    rows = list(csv.DictReader((tmp_path / "out" / "forwards.csv").open()))
+    c2_rows = [r for r in rows if r["window"] == "c0002"]
+    assert [(r["step_context"], r["step_generation"]) for r in c2_rows] == [
+        ("1", "0"),
+        ("1", "1"),
+        ("0", "2"),
+        ("0", "2"),
+        ("0", "2"),
+        ("0", "1"),
+    ]
+    assert c2_rows[0]["step_context_tokens"] == "32"
+    steps = (tmp_path / "out" / "steps.csv").read_text().splitlines()
+    assert steps[1] == "c0001,context/generation,4,4,4,4,0,0,true,4,0,0"
+    assert (
+        "vLLM's step ranges (NVTX) against the forwards"
+        in (tmp_path / "out" / "profile.md").read_text()
+    )
+
+
+def test_vllm_steps_that_disagree_with_the_forwards(tmp_path: Path) -> None:
+    """A step whose forward is not in the kernels, and a step whose requests differ from the
+    grid's population (CUDA-graph padding shows as 'above'), are counted, not hidden."""
+    from nsys_fixture import C1_START, FORWARD_PERIOD, step_name, step_range
+
+    fx = scenario()
+    # a step between c0001's forwards 1 and 2 that launched nothing the trace holds
+    t = C1_START + FORWARD_PERIOD + 120_000
+    fx.ranges.append(step_range(t, t + 30_000, step_name(0, 0, 1)))
+    # c0001's forward 3 runs with grid population 1, its step schedules no request at all
+    last = next(r for r in fx.ranges if r.start == C1_START + 3 * FORWARD_PERIOD - 20_000)
+    last.message = step_name(0, 0, 0)
+    # c0001's forward 2: a padded batch (grid 1 sequence, but the step says 2 requests)
+    mid = next(r for r in fx.ranges if r.start == C1_START + 2 * FORWARD_PERIOD - 20_000)
+    mid.message = step_name(0, 0, 2)
+    trace = fx.write(tmp_path / "t.sqlite")
+    windows = windows_file(tmp_path / "w.json", scenario_windows())
+    prof = analyze_trace([trace], load_windows(windows), TraceOptions(layers=3)).profile
+    st = prof["windows"]["c0001"]["steps"]
+    assert (st["matched"], st["missed"], st["agree"]) == (4, 1, False)
+    assert st["population"] == {"equal": 2, "above": 1, "below": 1}
+    assert st["kinds"] == {"decode": 2, "empty": 1, "prefill": 1}
+
+    # without the runtime table a step cannot be traced to its forwards: said, not guessed
+    bare = fx.write(tmp_path / "bare.sqlite", omit={"CUPTI_ACTIVITY_KIND_RUNTIME"})
+    prof = analyze_trace([bare], load_windows(windows), TraceOptions(layers=3)).profile
+    st = prof["windows"]["c0001"]["steps"]
+    # 4 step ranges with requests overlap c0001: 3 of its forwards' (the 4th schedules none)
+    # and the extra one
+    assert (st["projected"], st["matched"], st["agree"], st["ranges"]) == (False, None, None, 4)
+    assert prof["trace"]["nvtx"]["steps_projected"] is False
+    assert any("CUPTI_ACTIVITY_KIND_RUNTIME" in n for n in prof["notes"])
+
+
+def test_what_the_trace_holds_of_the_client_nvtx(tmp_path: Path) -> None:
+    """The client's NVTX ranges are emitted on the host, outside the server's nsys session:
+    the analysis records what the trace holds, and says why windows then come from wall-clock
+    anchors (windows.json's `nvtx` only says the client emitted them)."""
+    fx = scenario()
+    fx.ranges = [r for r in fx.ranges if r.domain != "servelab"]
+    trace = fx.write(tmp_path / "t.sqlite")
+    rows = scenario_windows()
+    windows = tmp_path / "w.json"
+    windows.write_text(json.dumps({"format_version": 1, "nvtx": True, "windows": rows}))
+    prof = analyze_trace([trace], load_windows(windows), TraceOptions(layers=3)).profile
+    assert prof["trace"]["nvtx"]["client_ranges"] == {}
+    assert {w["source"] for w in prof["windows"].values()} == {"wallclock"}
+    assert any("holds no NVTX range of the client" in n for n in prof["notes"])
+
+
+# --- kernel families: the instantiations of the main attention kernel ----------------------
+
+
+def test_instantiations_that_share_a_grid_path_are_split(tmp_path: Path) -> None:
+    """FlashAttention-2's decode forwards run two instantiations (Is_even_MN following the
+    shapes) with the same grid path: the main attention kernel is their family (one short
+    name), every forward is kept, and the grid path is split by instantiation."""
+    from nsys_fixture import fa2_splitkv
+
+    fx = NsysFixture()
+    pops = [2, 4, 4, 4, 4, 4, 4, 4]
+    for i, b in enumerate(pops):
+        for layer in range(3):
+            fx.kernel(1_000_000 + i * 100_000 + layer * 20_000, 4_000 + (1_000 if i % 2 else 0),
+                      "flash_fwd_splitkv_kernel", grid=(1, b, 8),
+                      demangled=fa2_splitkv(causal=False, even_mn=i % 2 == 0))  # fmt: skip
+    trace = fx.write(tmp_path / "t.sqlite", omit={"NVTX_EVENTS"})
+    w = parse_windows(
+        {"windows": [{"label": "w", "start_ns": 0, "end_ns": 2_000_000, "clock": "trace",
+                      "output_tokens": 30}]},
+        "test",
+    )  # fmt: skip
+    res = analyze_trace([trace], w, TraceOptions(layers=3))
+    prof = res.profile
+    assert prof["settings"]["attention_kernel"] == ["flash_fwd_splitkv_kernel"]
+    assert prof["settings"]["attention_family"] == "flash_fwd_splitkv_kernel"
+    inst = prof["settings"]["attention_instantiations"]
+    assert [(i["label"], i["calls"]) for i in inst] == [("#1", 12), ("#2", 12)]
+    # Is_even_MN (the 4th flag) true: the cheaper instantiation, #2
+    assert "<128, 64, 128, 4, cutlass::bfloat16_t>>, false, false, false, true," in inst[1]["name"]
+    win = prof["windows"]["w"]
+    assert win["forwards"]["count"] == 8 and win["forwards"]["violations"] == 0
+    paths = {p["path"]: p for p in win["attention_paths"]}
+    assert {k: (p["calls"], p["instantiations"]) for k, p in paths.items()} == {
+        "1x*x8#1": (12, ["#1"]),
+        "1x*x8#2": (12, ["#2"]),
+    }
+    assert [res.split.of_key(f.key) for _, f in res.forwards["w"]] == ["1x*x8#2", "1x*x8#1"] * 4
+
+
+# --- each attention path its own steady state ----------------------------------------------
+
+
+def low_concurrency(fx: NsysFixture, t0: int = 1_000_000) -> list[tuple[str, int, int]]:
+    """Concurrency 4 on a 3-layer model: 4 forwards that admit a request each (mixed, gridX
+    9), then 6 cycles of 5 decode forwards (gridX 1) at 4 sequences, a request finishing
+    (3 sequences), and a mixed forward admitting the next (4 sequences); a drain. The
+    population dips every 7 forwards, so any run of consecutive forwards on the plateau
+    holds one mixed forward. Returns (path, population, per-launch ns) per forward."""
+    plan: list[tuple[int, int, int]] = [(9, b, 20_000 + 1_000 * b) for b in (1, 2, 3, 4)]
+    for c in range(6):
+        plan += [(1, 4, 6_000)] * 5 + [(1, 3, 5_500)]
+        plan.append((9, 4, 30_000 + 2_000 * c))  # prompts of different lengths
+    plan += [(1, 3, 5_500), (1, 2, 5_000), (1, 1, 4_500)]
+    out = []
+    for i, (x, b, ns) in enumerate(plan):
+        t = t0 + i * 200_000
+        for layer in range(3):
+            fx.kernel(t + layer * 50_000, ns, "flash_fwd_splitkv_kernel", grid=(x, b, 8))
+        out.append((f"{x}x*x8", b, ns))
+    return out
+
+
+def test_each_path_has_its_own_steady_state(tmp_path: Path) -> None:
+    fx = NsysFixture()
+    plan = low_concurrency(fx)
+    trace = fx.write(tmp_path / "t.sqlite", omit={"NVTX_EVENTS"})
+    w = parse_windows(
+        {"windows": [{"label": "w", "start_ns": 0, "end_ns": 20_000_000, "clock": "trace",
+                      "output_tokens": 200}]},
+        "test",
+    )  # fmt: skip
+    prof = analyze_trace([trace], w, TraceOptions(layers=3)).profile
+    steady = prof["windows"]["w"]["steady"]
+    assert steady["forwards"] == 6  # the run of consecutive forwards: one mixed forward in it
+    sp = {p["path"]: p for p in steady["paths"]}
+    # the mixed path rests on its own forwards on the plateau: the 4th admission and the 6
+    # after the dips, not on the single one inside the run of consecutive forwards
+    mixed = [(i, ns) for i, (p, b, ns) in enumerate(plan) if p == "9x*x8" and b == 4]
+    assert sp["9x*x8"]["forwards"] == 7
+    assert (sp["9x*x8"]["first"], sp["9x*x8"]["last"]) == (mixed[0][0], mixed[-1][0])
+    assert sp["9x*x8"]["kernel_us_mean"] == pytest.approx(sum(ns for _, ns in mixed) / 7 / 1000)
+    assert sp["9x*x8"]["population_mean"] == 4.0 and sp["9x*x8"]["below_minimum"] is False
+    # the decode path dips too (a request finishing): its own run is one cycle's 5 forwards
+    assert (sp["1x*x8"]["forwards"], sp["1x*x8"]["below_minimum"]) == (5, False)
+
+
+def test_a_path_below_the_minimum_is_marked(tmp_path: Path) -> None:
+    from servelab.profile.codepaths import MIN_STEADY_FORWARDS
+
+    fx = NsysFixture()
+    for i in range(MIN_STEADY_FORWARDS - 1):
+        fx.kernel(1_000_000 + i * 100_000, 5_000, "flash_fwd_kernel", grid=(1, 2 + i % 2, 8))
+    trace = fx.write(tmp_path / "t.sqlite", omit={"NVTX_EVENTS"})
+    w = parse_windows(
+        {"windows": [{"label": "w", "start_ns": 0, "end_ns": 2_000_000, "clock": "trace"}]},
+        "test",
+    )
+    out = tmp_path / "out"
+    res = analyze_trace([trace], w, TraceOptions(layers=1, band=0.6))
+    from servelab.profile.report import write_profile
+
+    write_profile(out, res.profile, res)
+    (p,) = res.profile["windows"]["w"]["steady"]["paths"]
+    assert (p["forwards"], p["below_minimum"]) == (MIN_STEADY_FORWARDS - 1, True)
+    assert "| w | 1x*x8 | 4 |" in (out / "profile.md").read_text()
+    assert f"{MIN_STEADY_FORWARDS - 1} (below minimum)" in (out / "profile.md").read_text()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from nsys_fixture import fa2_splitkv
 from seed_trace import (
     DECODE_X,
     LAYERS,
@@ -60,11 +61,29 @@ def check_seed_profile(prof: dict, truth: Truth) -> None:
     assert prof["settings"]["population_dim"] == truth.batch_dim
     assert prof["settings"]["path_dims"] == ["x", "z" if truth.batch_dim == "y" else "y"]
     assert prof["settings"]["path_dims_source"] == "found"
+    # one kernel family, two instantiations (FA2's causal one on forwards that hold a prefill,
+    # its non-causal one on decode-only forwards), each its own path
+    assert prof["settings"]["attention_family"] == "flash_fwd_splitkv_kernel"
+    inst = prof["settings"]["attention_instantiations"]
+    assert [(i["label"], i["kernel"], i["calls"]) for i in inst] == [
+        ("#1", "flash_fwd_splitkv_kernel", sum(wt.calls[MIXED_X] for wt in truth.windows.values())),
+        (
+            "#2",
+            "flash_fwd_splitkv_kernel",
+            sum(wt.calls[DECODE_X] for wt in truth.windows.values()),
+        ),
+    ]
+    assert inst[0]["name"] == fa2_splitkv(causal=True)
+    assert inst[1]["name"] == fa2_splitkv(causal=False)
     for label, wt in truth.windows.items():
         w = prof["windows"][label]
         # two attention paths, with the published call counts
         paths = {p["path"]: p for p in w["attention_paths"]}
         assert set(paths) == {mixed, decode}
+        assert (paths[mixed]["instantiations"], paths[decode]["instantiations"]) == (
+            ["#1"],
+            ["#2"],
+        )
         assert paths[mixed]["calls"] == wt.calls[MIXED_X]
         assert paths[decode]["calls"] == wt.calls[DECODE_X]
         assert paths[mixed]["grids"] >= 3  # several batch sizes folded into one path
@@ -146,6 +165,13 @@ def test_seed_trace_through_the_cli(
     assert (c256.count("9x*x16"), c256.count("1x*x16")) == (150, 213)
     ratios = list(csv.DictReader((tmp_path / "out" / "path_ratios.csv").open()))
     assert len(ratios) == 4 and {r["path"] for r in ratios} == {"1x*x16", "9x*x16"}
+    kernels = list(csv.DictReader((tmp_path / "out" / "kernels.csv").open()))
+    flash = [r for r in kernels if r["kernel"] == "flash_fwd_splitkv_kernel"]
+    assert [(r["window"], r["instantiations"], r["calls"]) for r in flash] == [
+        ("c0064", "2", "10260"),
+        ("c0128", "2", "11160"),
+        ("c0256", "2", "13084"),
+    ]
     loc = list(csv.DictReader((tmp_path / "out" / "localisation.csv").open()))
     assert loc[0]["from"] == "c0064" and loc[0]["component"] == "attention path 9x*x16"
     assert {r["component"] for r in loc} >= {"gemm", "attention (other kernels)"}
@@ -222,7 +248,7 @@ def test_same_trace_same_bytes(tmp_path: Path, seed_y: SeedFiles) -> None:
         result = analyze_trace([trace], load_windows(windows), opts)
         files = write_profile(tmp_path / name, result.profile, result)
         outs.append({p.name: p.read_bytes() for p in files})
-    assert outs[0] == outs[1] and len(outs[0]) == 12
+    assert outs[0] == outs[1] and len(outs[0]) == 13
 
 
 def forward(pop: int, key: object) -> Forward:
@@ -278,8 +304,15 @@ def test_cpu_trace_paths_are_step_kinds() -> None:
         ("prefill", None, 0),
     ]
     assert w["forwards"]["path_splits"] == 0
+    # each path its own steady state: the lone prefill and mixed steps are marked as resting
+    # on fewer forwards than the minimum
     steady = {p["path"]: p for p in w["steady"]["paths"]}
-    assert {k: p["forwards"] for k, p in steady.items()} == {"decode": 5, "mixed": 1}
+    assert {k: p["forwards"] for k, p in steady.items()} == {"decode": 5, "mixed": 1, "prefill": 1}
+    assert {k: p["below_minimum"] for k, p in steady.items()} == {
+        "decode": False,
+        "mixed": True,
+        "prefill": True,
+    }
     assert steady["decode"]["kernel_us_mean"] == pytest.approx(
         next(p["mean_us"] for p in w["attention_paths"] if p["path"] == "decode")
     )
@@ -337,3 +370,27 @@ def test_verdict_withheld_when_nvtx_and_windows_disagree(tmp_path: Path) -> None
     windows = windows_file(tmp_path / "w2.json", rows)
     prof = cli(tmp_path / "out2", trace, windows, "--layers", str(SMALL_LAYERS))
     assert prof["localisation"][0]["stated"]
+
+
+def test_a_path_below_the_minimum_is_carried_into_ratios_and_verdict() -> None:
+    from servelab.profile.codepaths import MIN_STEADY_FORWARDS, _text, path_ratios
+
+    def steady(n: int, pop: float, us: float) -> dict:
+        row = {"path": "9x*x16", "forwards": n, "population_mean": pop, "kernel_us_mean": us}
+        return {"paths": [{**row, "below_minimum": n < MIN_STEADY_FORWARDS}]}
+
+    (pr,) = path_ratios(steady(2, 40.0, 150.0), steady(30, 80.0, 300.0))
+    assert pr == {
+        "path": "9x*x16",
+        "population_ratio": 2.0,
+        "duration_ratio": 2.0,
+        "below_minimum": True,
+    }
+    top = {"component": "attention path 9x*x16", "delta_us_per_token": 3.0}
+    text = _text("c0008", "c0016", 4.0, top, pr, [])
+    assert text.endswith(
+        f"(in proportion) (a steady state of fewer than {MIN_STEADY_FORWARDS} of the path's "
+        "forwards: weak evidence)"
+    )
+    (ok,) = path_ratios(steady(30, 40.0, 150.0), steady(30, 80.0, 300.0))
+    assert "weak evidence" not in _text("c0008", "c0016", 4.0, top, ok, [])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -33,16 +35,20 @@ from servelab.profile.kernels import (
     classify,
     default_families,
     families_table,
+    kernel_family,
     kernels_table,
     main_attention,
 )
-from servelab.profile.nsys import NsysTrace, is_sqlite
+from servelab.profile.nsys import KERNEL, RUNTIME, NsysTrace, StepRange, is_sqlite
 from servelab.profile.torchtrace import TorchTrace
 from servelab.profile.windows import ResolvedWindow, Window, check_disjoint
 
 # profile.json's format: 2 names attention paths by the grid dimensions that do not scale with
 # the population (1 named them by the full grid) and adds the per-path steady state, the
-# per-path ratios and the localisation verdict.
+# per-path ratios and the localisation verdict. Fields added within format 2 (optional to
+# readers): settings.attention_family / attention_instantiations, attention_paths[].
+# instantiations, steady.paths[].first / last / below_minimum, idle_gpus, steps,
+# trace.device_map and trace.nvtx.
 PROFILE_FORMAT_VERSION = 2
 
 
@@ -77,6 +83,8 @@ class ProfileResult:
     kernels: dict[str, list[dict[str, Any]]]
     forwards: dict[str, list[tuple[str, Forward]]]
     split: PathSplit = field(default_factory=lambda: PathSplit(()))  # launch key -> path
+    # per window: (device, forward index) -> the vLLM step (NVTX range) that launched it
+    forward_steps: dict[str, dict[tuple[str, int], StepRange]] = field(default_factory=dict)
 
 
 def open_trace(paths: Sequence[Path]) -> NsysTrace | TorchTrace:
@@ -120,6 +128,7 @@ def _analyze(
 ) -> ProfileResult:
     resolved = check_disjoint(trace.resolve(windows), str(paths[0]))
     notes: list[str] = []
+    nsys = isinstance(trace, NsysTrace)
     if isinstance(trace, NsysTrace):
         passes = _nsys_passes(trace, resolved, opts, notes)
     else:
@@ -143,15 +152,24 @@ def _analyze(
     devices = dict(trace.devices())
     info = trace.info()
     info["files"] = [p.name for p in paths]
+    step_of: dict[object, StepRange] = {}
+    if isinstance(trace, NsysTrace):
+        step_of = _nsys_steps(trace, resolved, passes, info, notes)
     out_windows: dict[str, Any] = {}
     kernels: dict[str, list[dict[str, Any]]] = {}
     forwards: dict[str, list[tuple[str, Forward]]] = {}
+    forward_steps: dict[str, dict[tuple[str, int], StepRange]] = {}
     steady_by_label: dict[str, dict[str, Any] | None] = {}
     for i, rw in enumerate(resolved):
-        entry, fw = _window_entry(i, rw, passes, devices, opts, split)
+        entry, fw = _window_entry(i, rw, passes, devices, opts, split, nsys)
+        if nsys:
+            entry["steps"] = _steps_entry(rw, entry, fw, passes.steps, step_of, split)
         out_windows[rw.label] = entry
         kernels[rw.label] = kernels_table(passes.stats[i], opts.families)
         forwards[rw.label] = fw
+        forward_steps[rw.label] = {
+            (d, f.index): step_of[f.origin] for d, f in fw if f.origin in step_of
+        }
         steady_by_label[rw.label] = entry["steady"]
     order = [w.label for w in windows]
     ratio_rows = ratios(order, steady_by_label)
@@ -168,7 +186,9 @@ def _analyze(
             "layers": opts.layers,
             "layers_source": opts.layers_source,
             "families": [[f.name, f.pattern.pattern] for f in opts.families],
-            "attention_kernel": sorted(display.get(n, n) for n in main),
+            "attention_kernel": sorted({display.get(n, n) for n in main}),
+            "attention_family": passes.family,
+            "attention_instantiations": _instantiations(passes),
             "population_dim": dim_name,
             "band": opts.band,
             "path_dims": None if split_source is None else split.dim_names(),
@@ -186,20 +206,24 @@ def _analyze(
         ),
         "notes": notes,
     }
-    return ProfileResult(profile, kernels, forwards, split)
+    return ProfileResult(profile, kernels, forwards, split, forward_steps)
 
 
 @dataclass(frozen=True)
 class Passes:
     """What a reader's passes over a trace give: per window, busy time per device and the
-    per-kernel totals; the main attention kernel's names, the grid dimension that carries the
-    population, and the forwards per (window, device)."""
+    per-kernel totals; the main attention kernel's names (its family's instantiations, each
+    with a label), the grid dimension that carries the population, the forwards per
+    (window, device), and vLLM's step ranges (nsys)."""
 
     busy: list[dict[str, int]]
     stats: list[list[KernelStat]]
     main: set[str]
     dim: int | None
     groupers: dict[tuple[int, str], ForwardGrouper]
+    labels: dict[str, str] = field(default_factory=dict)  # instantiation -> "#1", "#2", ...
+    family: str | None = None
+    steps: list[StepRange] = field(default_factory=list)
 
     @cached_property
     def display(self) -> dict[str, str]:
@@ -208,13 +232,60 @@ class Passes:
 
 
 def _main_kernel(
-    stats: Sequence[Sequence[KernelStat]], opts: TraceOptions, leaves: set[str] | None
+    stats: Sequence[Sequence[KernelStat]],
+    opts: TraceOptions,
+    leaves: set[str] | None,
+    family_of: Mapping[str, str] | None = None,
 ) -> set[str]:
     totals: dict[str, int] = {}
     for per in stats:
         for s in per:
             totals[s.full] = totals.get(s.full, 0) + s.total_ns
-    return main_attention(totals, opts.families, opts.attention_kernel, leaves)
+    return main_attention(totals, opts.families, opts.attention_kernel, leaves, family_of)
+
+
+def _families_of(stats: Sequence[Sequence[KernelStat]]) -> dict[str, str]:
+    """Full name -> kernel family (kernels.kernel_family), from the name shown (nsys
+    shortName) where there is one."""
+    return {s.full: kernel_family(s.full, s.name) for per in stats for s in per}
+
+
+def _labels(stats: Sequence[Sequence[KernelStat]], main: set[str]) -> dict[str, str]:
+    """The main attention kernel's instantiations labelled #1, #2, ... by total time over all
+    windows (then by name)."""
+    totals: dict[str, int] = {}
+    for per in stats:
+        for s in per:
+            if s.full in main:
+                totals[s.full] = totals.get(s.full, 0) + s.total_ns
+    order = sorted(totals, key=lambda n: (-totals[n], n))
+    return {n: f"#{i + 1}" for i, n in enumerate(order)}
+
+
+def _family_name(main: set[str], family_of: Mapping[str, str]) -> str | None:
+    return ", ".join(sorted({family_of.get(n, n) for n in main})) or None
+
+
+def _instantiations(passes: Passes) -> list[dict[str, Any]]:
+    acc: dict[str, list[int]] = {}
+    for per in passes.stats:
+        for s in per:
+            if s.full in passes.labels:
+                a = acc.setdefault(s.full, [0, 0])
+                a[0] += s.calls
+                a[1] += s.total_ns
+    rows: list[dict[str, Any]] = [
+        {
+            "label": passes.labels[n],
+            "kernel": passes.display.get(n, n),
+            "name": n,
+            "calls": calls,
+            "total_us": total / 1000.0,
+        }
+        for n, (calls, total) in acc.items()
+    ]
+    rows.sort(key=lambda r: int(str(r["label"])[1:]))
+    return rows
 
 
 def _nsys_passes(
@@ -224,14 +295,27 @@ def _nsys_passes(
     per-kernel totals and then the main attention kernel's launches: on two cores the
     analysis takes about as long as the longer of the two."""
     dims = [0, 1, 2] if opts.population_dim is None else [_dim_index(opts.population_dim)]
+    steps = trace.step_ranges()
     with ThreadPoolExecutor(max_workers=1) as pool:
         busy_job = pool.submit(trace.busy, resolved)
         stats = trace.stats(resolved)
-        main = _main_kernel(stats, opts, None)
+        family_of = _families_of(stats)
+        main = _main_kernel(stats, opts, None, family_of)
         if not main:
             notes.append("no attention kernel found: attention paths and forwards are empty")
         display = {s.full: s.name for per in stats for s in per}
-        mp = trace.main_pass(resolved, main, display, opts.layers if main else None, dims)
+        labels = _labels(stats, main)
+        mp = trace.main_pass(
+            resolved,
+            main,
+            display,
+            opts.layers if main else None,
+            dims,
+            labels,
+            origins=bool(steps)
+            and trace.has(RUNTIME)
+            and {"globalPid", "correlationId"} <= trace.columns(KERNEL),
+        )
         busy = busy_job.result()
     # the main kernel's totals split by grid, in place of its totals per name
     stats = [
@@ -246,14 +330,27 @@ def _nsys_passes(
             for g in groupers.values():
                 g.finish()
                 g.forwards = [replace(f, population=None) for f in g.forwards]
-    return Passes(busy, stats, main, dim, groupers)
+    if trace.device_map["source"] == "deviceId" and trace.has("TARGET_INFO_GPU"):
+        notes.append(
+            "no TARGET_INFO_CUDA_DEVICE table (an older export): kernels' deviceId (the "
+            "process's CUDA device) is taken as the GPU id of TARGET_INFO_GPU"
+        )
+    return Passes(busy, stats, main, dim, groupers, labels, _family_name(main, family_of), steps)
 
 
 def _torch_passes(
     trace: TorchTrace, resolved: Sequence[ResolvedWindow], opts: TraceOptions, notes: list[str]
 ) -> Passes:
     busy, stats = trace.busy_and_stats(resolved)
-    main = _main_kernel(stats, opts, trace.leaf_names())
+    # a GPU trace's kernels come in instantiations (one kernel family); a CPU op is its name
+    family_of = _families_of(stats) if trace.kind != "cpu" else None
+    leaves = trace.leaf_names()
+    if trace.kind != "cpu":
+        # a GPU trace also holds the CPU ops that launched the kernels (aten's
+        # _scaled_dot_product_flash_attention is in the attention family): kernels only
+        kernels = {s.full for per in stats for s in per if s.grid is not None}
+        leaves = kernels or None
+    main = _main_kernel(stats, opts, leaves, family_of)
     if not main:
         notes.append("no attention kernel found: attention paths and forwards are empty")
     cpu_steps = trace.kind == "cpu"
@@ -271,7 +368,10 @@ def _torch_passes(
                 tag = pop
                 key = grid if grid is not None else "all"
             _grouper(groupers, i, dev, opts.layers).feed(Launch(t0, t1, pop, tag, key))
-    return Passes(busy, stats, main, dim, groupers)
+    if family_of is None:
+        return Passes(busy, stats, main, dim, groupers, {}, None)
+    labels = _labels(stats, main)
+    return Passes(busy, stats, main, dim, groupers, labels, _family_name(main, family_of))
 
 
 def _int_or_none(v: object) -> int | None:
@@ -287,10 +387,23 @@ def _path_split(
     if isinstance(trace, TorchTrace) and trace.kind == "cpu":
         return PathSplit(()), None
     if opts.path_dims is not None:
-        return PathSplit(opts.path_dims), opts.path_dims_source or "given"
-    forwards = [f for g in passes.groupers.values() for f in g.forwards]
-    scaling = scaling_dims(forwards, passes.dim)
-    return PathSplit(tuple(d for d in range(3) if d not in scaling)), "found"
+        dims, source = opts.path_dims, opts.path_dims_source or "given"
+    else:
+        forwards = [f for g in passes.groupers.values() for f in g.forwards]
+        scaling = scaling_dims(forwards, passes.dim)
+        dims, source = tuple(d for d in range(3) if d not in scaling), "found"
+    # grid paths that hold several instantiations are split by instantiation (nsys: the
+    # launches carry their instantiation; a torch trace's launches do not)
+    held: dict[str, set[str]] = {}
+    plain = PathSplit(dims)
+    for per in passes.stats:
+        for s in per:
+            if s.full in passes.labels and s.grid is not None:
+                held.setdefault(plain.of_grid(s.grid), set()).add(passes.labels[s.full])
+    split = frozenset(p for p, ls in held.items() if len(ls) > 1)
+    if not isinstance(trace, NsysTrace) or not dims:  # --path-dims none: one path, all
+        split = frozenset()
+    return PathSplit(dims, dict(passes.labels), split), source
 
 
 def _dim_index(name: str) -> int:
@@ -329,11 +442,19 @@ def _window_entry(
     devices: dict[str, str],
     opts: TraceOptions,
     split: PathSplit,
+    physical: bool = False,
 ) -> tuple[dict[str, Any], list[tuple[str, Forward]]]:
-    """Window i's entry of profile.json, and its forwards."""
+    """Window i's entry of profile.json, and its forwards. With `physical` (nsys: `devices`
+    lists every GPU of the host), the active fraction covers the GPUs that ran a kernel in
+    the window, and the others are listed as idle."""
     busy, stats, main, display = passes.busy[i], passes.stats[i], passes.main, passes.display
     length = rw.length_ns
-    devs = sorted(set(devices) | set(busy), key=_device_key)
+    idle: list[str] = []
+    if physical:
+        devs = sorted((d for d, b in busy.items() if b > 0), key=_device_key)
+        idle = sorted(set(devices) - set(devs), key=_device_key)
+    else:
+        devs = sorted(set(devices) | set(busy), key=_device_key)
     active = {d: busy.get(d, 0) / length for d in devs}
     mine = sorted(
         ((d, g) for (w, d), g in passes.groupers.items() if w == i),
@@ -359,8 +480,7 @@ def _window_entry(
         }
         steady = steady_summary(g0.forwards, layers, opts.band)
         if steady is not None:
-            sel = g0.forwards[steady["first"] : steady["last"] + 1]
-            steady["paths"] = steady_paths(sel, layers, split)
+            steady["paths"] = steady_paths(g0.forwards, layers, split, opts.band)
     main_stats = [s for s in stats if s.full in main]
     names = sorted({display.get(n, n) for n in main if any(s.full == n for s in stats)})
     entry = {
@@ -373,6 +493,7 @@ def _window_entry(
         "coverage": rw.coverage,
         "tokens_source": rw.tokens_source,
         "active_fraction": active,
+        "idle_gpus": idle,
         "families": families_table(stats, opts.families, rw.output_tokens),
         "attention_kernel": ", ".join(names) if names else None,
         "attention_paths": paths_table(main_stats, rw.output_tokens, split, first_forwards, layers),
@@ -380,6 +501,137 @@ def _window_entry(
         "steady": steady,
     }
     return entry, fw
+
+
+def _nsys_steps(
+    trace: NsysTrace,
+    resolved: Sequence[ResolvedWindow],
+    passes: Passes,
+    info: dict[str, Any],
+    notes: list[str],
+) -> dict[object, StepRange]:
+    """What NVTX the trace holds (trace.nvtx), and each forward's vLLM step: the step range,
+    on the launching thread, that encloses the host call which launched the forward's first
+    attention kernel (its origin)."""
+    steps = passes.steps
+    projected = (
+        bool(steps)
+        and trace.has(RUNTIME)
+        and {"globalPid", "correlationId"} <= trace.columns(KERNEL)
+    )
+    info["nvtx"] = {
+        "client_ranges": {k: v[2] for k, v in sorted(trace.client_ranges.items())},
+        "step_ranges": len(steps),
+        "step_formats": sorted({s.form for s in steps}),
+        "steps_projected": projected,
+    }
+    if not trace.client_ranges and any(w.source != "trace" for w in resolved):
+        notes.append(
+            "the trace holds no NVTX range of the client (domain servelab): the client runs "
+            "on the host, outside the server's Nsight Systems session, so windows come from "
+            "its wall-clock anchors"
+        )
+    if steps and not projected:
+        notes.append(
+            "vLLM's step ranges cannot be projected onto the GPU: the export has no "
+            "CUPTI_ACTIVITY_KIND_RUNTIME table (launches' host calls)"
+        )
+    if not projected:
+        return {}
+    origins = [
+        f.origin
+        for g in passes.groupers.values()
+        for f in g.forwards
+        if isinstance(f.origin, tuple)
+    ]
+    hosts = trace.launch_hosts(origins)
+    per_thread: dict[int, list[StepRange]] = {}
+    for st in steps:  # sorted by thread, start
+        per_thread.setdefault(st.tid, []).append(st)
+    starts = {t: [st.start for st in sts] for t, sts in per_thread.items()}
+    out: dict[object, StepRange] = {}
+    for origin, (tid, at) in hosts.items():
+        sts = per_thread.get(tid)
+        if not sts:
+            continue
+        j = bisect.bisect_right(starts[tid], at) - 1
+        if j >= 0 and sts[j].start <= at < sts[j].end:
+            out[origin] = sts[j]
+    return out
+
+
+def _steps_entry(
+    rw: ResolvedWindow,
+    entry: Mapping[str, Any],
+    fw: Sequence[tuple[str, Forward]],
+    steps: Sequence[StepRange],
+    step_of: Mapping[object, StepRange],
+    split: PathSplit,
+) -> dict[str, Any] | None:
+    """vLLM's steps against the kernel-derived forwards of the window's reported device
+    (`forwards.device`): how many forwards a step range launched (one each, when the layer
+    count and the forwards are right), steps that launched none, and the step's batch
+    composition beside the population read from the attention grid."""
+    if not steps:
+        return None
+    device = (entry.get("forwards") or {}).get("device")
+    mine = [f for d, f in fw if d == device]
+    in_window = [st for st in steps if st.start < rw.hi and st.end > rw.lo and st.requests > 0]
+    out: dict[str, Any] = {
+        "format": ", ".join(sorted({st.form for st in steps})),
+        "ranges": len(in_window),
+        "forwards": len(mine),
+        "projected": bool(step_of) or not mine,
+        "matched": None,
+        "steps": None,
+        "shared": None,
+        "missed": None,
+        "agree": None,
+        "kinds": {},
+        "population": {},
+        "paths": {},
+    }
+    if not step_of:
+        return out
+    matched = [(f, step_of[f.origin]) for f in mine if f.origin in step_of]
+    per_step = Counter((st.tid, st.start) for _, st in matched)
+    used = set(per_step)
+    missed = 0
+    for tid in {st.tid for _, st in matched}:
+        first = min(k[1] for k in used if k[0] == tid)
+        last = max(k[1] for k in used if k[0] == tid)
+        missed += sum(
+            1
+            for st in steps
+            if st.tid == tid
+            and first <= st.start <= last
+            and st.requests > 0
+            and (st.tid, st.start) not in used
+        )
+    shared = sum(1 for _, st in matched if per_step[(st.tid, st.start)] > 1)
+    kinds: Counter[str] = Counter(st.kind for _, st in matched)
+    population: Counter[str] = Counter()
+    paths: dict[str, Counter[str]] = {}
+    for f, st in matched:
+        if f.population is not None:
+            rel = f.population - st.requests
+            population["equal" if rel == 0 else "above" if rel > 0 else "below"] += 1
+        name = split.of_key(f.key)
+        if name is not None:
+            paths.setdefault(name, Counter())[st.kind] += 1
+    out.update(
+        {
+            "matched": len(matched),
+            "steps": len(used),
+            "shared": shared,
+            "missed": missed,
+            "agree": len(matched) == len(mine) and shared == 0 and missed == 0,
+            "kinds": dict(sorted(kinds.items())),
+            "population": {k: population[k] for k in ("equal", "above", "below")},
+            "paths": {p: dict(sorted(c.items())) for p, c in sorted(paths.items())},
+        }
+    )
+    return out
 
 
 def _device_key(d: str) -> tuple[int, int | str]:

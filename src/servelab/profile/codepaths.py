@@ -9,6 +9,19 @@ and follows the population (rank correlation |rho| >= SCALING_CORRELATION), are 
 (`9x*x16`). A CPU trace has no grid: its paths are the engine-step kinds (prefill, decode,
 mixed); a GPU trace without grids has one path, `all`.
 
+The main attention kernel is a kernel family (kernels.kernel_family): every instantiation of
+one kernel. Each instantiation gets a label (`#1`, `#2`, ... by total time); where one grid
+path holds launches of several instantiations, the path is split by instantiation and the
+label appended (`1x*x16#2`); where each grid path comes from one instantiation (FA2's causal
+instantiation on forwards that hold a prefill, its non-causal one on decode-only forwards) the
+grid path alone names it. Each path lists the instantiations folded into it.
+
+Each path has its own steady state: among the path's own forwards, the run that
+forwards.find_steady picks from their populations. A path rare in the window (forwards that
+hold a prefill, at a low concurrency) still rests on all its forwards on the plateau, not on
+those that happen to fall in one run of consecutive forwards; a path whose steady time rests on
+fewer than MIN_STEADY_FORWARDS forwards is marked (`below_minimum`).
+
 The localisation verdict splits the change in time per output token between two windows into
 components (each attention path, and each kernel family with the main attention kernel taken
 out of its family) and names the one that grows most. It is stated only when the windows and
@@ -19,17 +32,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.profile.forwards import DIMS, Forward
+from servelab.profile.forwards import DIMS, Forward, find_steady
 from servelab.profile.kernels import KernelStat, per_token
 
 SCALING_CORRELATION = 0.9  # a dimension with several values that follows the population
 MIN_SCALING_VALUES = 3  # fewer distinct values than this: a path marker, never the batch
 AMBIGUOUS_SHARE = 0.01  # forwards whose layers disagree: at most this share for a verdict
 PROPORTION_BAND = 0.1  # elasticity within 1 +- this: "in proportion"
+# A path's steady per-launch time resting on fewer of its forwards than this is marked
+# (below_minimum): one forward is one batch, its layers' launches are not independent samples.
+MIN_STEADY_FORWARDS = 5
 ALL = "all"
 
 
@@ -38,14 +54,22 @@ class PathSplit:
     """How a launch's key (its grid, or a name such as a CPU step kind) maps to a path.
 
     `dims` are the grid dimensions that name a path (in order x, y, z); the others are
-    masked. A key that is already a name is its own path."""
+    masked. A key that is already a name is its own path. `labels` maps the main attention
+    kernel's instantiations (full names) to their labels; a grid path in `split` holds several
+    of them and is split by instantiation (a launch key then carries the label after the grid).
+    """
 
     dims: tuple[int, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    split: frozenset[str] = frozenset()
 
-    def of_grid(self, grid: Sequence[int]) -> str:
+    def of_grid(self, grid: Sequence[object]) -> str:
         if not self.dims:
             return ALL
         return "x".join(str(grid[d]) if d in self.dims else "*" for d in range(3))
+
+    def _labelled(self, path: str, label: object) -> str:
+        return f"{path}{label}" if label is not None and path in self.split else path
 
     def masked(self, grid: Sequence[int] | None) -> list[int | None] | None:
         if grid is None:
@@ -55,7 +79,7 @@ class PathSplit:
     def of_key(self, key: object) -> str | None:
         """The path of a forward's key; None when its layers disagree (no common key)."""
         if isinstance(key, tuple):
-            return self.of_grid(key)
+            return self._labelled(self.of_grid(key), key[3] if len(key) > 3 else None)
         if isinstance(key, str):
             return key
         return None
@@ -63,7 +87,9 @@ class PathSplit:
     def of_stat(self, s: KernelStat) -> str:
         if s.path is not None:
             return s.path
-        return self.of_grid(s.grid) if s.grid is not None else ALL
+        if s.grid is None:
+            return ALL
+        return self._labelled(self.of_grid(s.grid), self.labels.get(s.full))
 
     def dim_names(self) -> list[str]:
         return [DIMS[d] for d in self.dims]
@@ -160,16 +186,18 @@ def paths_table(
     layers: int,
 ) -> list[dict[str, Any]]:
     """Per path: calls, total, µs per output token, mean duration (all its launches in the
-    window), the grids folded into it, and the slope of the per-launch duration on the
-    forward's population (µs per sequence, over the path's forwards)."""
+    window), the grids and instantiations folded into it, and the slope of the per-launch
+    duration on the forward's population (µs per sequence, over the path's forwards)."""
     acc: dict[str, list[Any]] = {}
     for s in stats:
         name = split.of_stat(s)
-        a = acc.setdefault(name, [0, 0, set(), s.grid])
+        a = acc.setdefault(name, [0, 0, set(), s.grid, set()])
         a[0] += s.calls
         a[1] += s.total_ns
         if s.grid is not None:
             a[2].add(s.grid)
+        if s.full in split.labels:
+            a[4].add(split.labels[s.full])
     points: dict[str, list[tuple[float, float]]] = {}
     for f in forwards:
         key = split.of_key(f.key)
@@ -180,42 +208,55 @@ def paths_table(
             "path": name,
             "grid": split.masked(grid),
             "grids": len(grids),
+            "instantiations": sorted(labels, key=_label_order),
             "calls": calls,
             "total_us": total / 1000.0,
             "us_per_token": per_token(total, tokens),
             "mean_us": total / 1000.0 / calls if calls else None,
             "slope_us_per_seq": slope(points.get(name, [])),
         }
-        for name, (calls, total, grids, grid) in acc.items()
+        for name, (calls, total, grids, grid, labels) in acc.items()
     ]
     rows.sort(key=lambda r: (-r["total_us"], r["path"]))
     return rows
 
 
+def _label_order(label: str) -> tuple[int, str]:
+    digits = label.lstrip("#")
+    return (int(digits), label) if digits.isdigit() else (1 << 30, label)
+
+
 def steady_paths(
-    forwards: Sequence[Forward], layers: int, split: PathSplit
+    forwards: Sequence[Forward], layers: int, split: PathSplit, band: float
 ) -> list[dict[str, Any]]:
-    """Per path, over the forwards of the steady range: forwards, population mean and the mean
-    duration of one launch (`kernel_us_mean`). Forwards whose layers disagree on the path are
-    left out."""
-    acc: dict[str, list[float]] = {}
-    for f in forwards:
+    """Per path, its own steady state: among the path's forwards (in window order; forwards
+    whose layers disagree on the path are left out), the run forwards.find_steady picks from
+    their populations. `first`/`last` are window forward indices of the run's ends;
+    `kernel_us_mean` is the mean duration of one launch over the run; `below_minimum` marks a
+    run of fewer than MIN_STEADY_FORWARDS forwards."""
+    by_path: dict[str, list[int]] = {}
+    for i, f in enumerate(forwards):
         name = split.of_key(f.key)
-        if name is None or f.population is None:
+        if name is not None:
+            by_path.setdefault(name, []).append(i)
+    rows: list[dict[str, Any]] = []
+    for name, idx in by_path.items():
+        rng = find_steady([forwards[i].population for i in idx], band)
+        if rng is None:
             continue
-        a = acc.setdefault(name, [0, 0.0, 0.0])
-        a[0] += 1
-        a[1] += f.population
-        a[2] += f.kernel_ns
-    rows: list[dict[str, Any]] = [
-        {
-            "path": name,
-            "forwards": int(n),
-            "population_mean": pop / n,
-            "kernel_us_mean": ns / 1000.0 / (n * layers),
-        }
-        for name, (n, pop, ns) in acc.items()
-    ]
+        sel = [forwards[i] for i in idx[rng[0] : rng[1] + 1]]
+        n = len(sel)
+        rows.append(
+            {
+                "path": name,
+                "forwards": n,
+                "first": idx[rng[0]],
+                "last": idx[rng[1]],
+                "population_mean": sum(f.population or 0 for f in sel) / n,
+                "kernel_us_mean": sum(f.kernel_ns for f in sel) / 1000.0 / (n * layers),
+                "below_minimum": n < MIN_STEADY_FORWARDS,
+            }
+        )
     rows.sort(key=lambda r: (-r["forwards"] * r["kernel_us_mean"], r["path"]))
     return rows
 
@@ -231,6 +272,9 @@ def path_ratios(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> lis
                 "path": name,
                 "population_ratio": _div(pb[name]["population_mean"], pa[name]["population_mean"]),
                 "duration_ratio": _div(pb[name]["kernel_us_mean"], pa[name]["kernel_us_mean"]),
+                "below_minimum": bool(
+                    pa[name].get("below_minimum") or pb[name].get("below_minimum")
+                ),
             }
         )
     return out
@@ -397,6 +441,11 @@ def _text(
             f", whose steady per-launch time changes x{dr:.2f} as its population changes "
             f"x{p:.2f}{_proportion(dr, p)}"
         )
+        if pr.get("below_minimum"):
+            text += (
+                f" (a steady state of fewer than {MIN_STEADY_FORWARDS} of the path's forwards: "
+                "weak evidence)"
+            )
     return text
 
 

@@ -28,7 +28,9 @@ class Launch(NamedTuple):
     `tag` is equal for every launch of one forward when the trace is consistent: the value of
     the population dimension of the grid, or the engine step that encloses the launch. `key`
     names the launch's code path before the batch-dependent dimensions are masked: its full
-    grid (GPU), or the kind of its engine step (CPU).
+    grid (GPU; with the kernel's instantiation label appended when the main attention kernel
+    has several), or the kind of its engine step (CPU). `origin` identifies the host call that
+    launched it (nsys: globalPid and correlationId), or None.
     """
 
     start_ns: int
@@ -36,6 +38,7 @@ class Launch(NamedTuple):
     population: int | None
     tag: object
     key: object = None
+    origin: object = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Forward:
     kernel_ns: int
     consistent: bool
     key: object = None  # the launches' common key (grid or step kind); None when they differ
+    origin: object = None  # the first launch's origin (see Launch)
 
 
 class ForwardGrouper:
@@ -82,24 +86,31 @@ class ForwardGrouper:
         ends: Sequence[int],
         pops: Sequence[int | None],
         tags: Sequence[object],
-        grids: Sequence[Sequence[int]] | None = None,
+        grids: Sequence[Sequence[object]] | None = None,
+        origins: Sequence[object] | None = None,
     ) -> None:
         """`feed` for many launches at once, given as columns (launch i is starts[i], ends[i],
-        pops[i], tags[i], key (grids[0][i], grids[1][i], grids[2][i])): the same forwards,
-        with the work done per forward, not per launch.
+        pops[i], tags[i], key (grids[0][i], grids[1][i], ...), origin origins[i]): the same
+        forwards, with the work done per forward, not per launch.
         """
         n = len(starts)
 
         def key(j: int) -> object:
-            return None if grids is None else (grids[0][j], grids[1][j], grids[2][j])
+            return None if grids is None else tuple(c[j] for c in grids)
+
+        def origin(j: int) -> object:
+            return None if origins is None else origins[j]
+
+        def launch(j: int) -> Launch:
+            return Launch(starts[j], ends[j], pops[j], tags[j], key(j), origin(j))
 
         i = 0
         while self._buffer is not None and i < n:  # the prefix that finds the alignment
-            self.feed(Launch(starts[i], ends[i], pops[i], tags[i], key(i)))
+            self.feed(launch(i))
             i += 1
         while self._current and i < n:  # the rest of a forward begun in an earlier batch
             self.launches += 1
-            self._push(Launch(starts[i], ends[i], pops[i], tags[i], key(i)))
+            self._push(launch(i))
             i += 1
         if i == n:
             return
@@ -125,11 +136,10 @@ class ForwardGrouper:
                     kernel_ns=sum(es) - sum(starts[a:b]),
                     consistent=consistent,
                     key=k,
+                    origin=origin(a),
                 )
             )
-        self._current = [
-            Launch(starts[j], ends[j], pops[j], tags[j], key(j)) for j in range(whole, n)
-        ]
+        self._current = [launch(j) for j in range(whole, n)]
 
     def _settle(self) -> None:
         buf = self._buffer or []
@@ -164,6 +174,7 @@ class ForwardGrouper:
                     kernel_ns=sum(x.end_ns - x.start_ns for x in g),
                     consistent=consistent,
                     key=g[0].key if len(keys) == 1 else None,
+                    origin=g[0].origin,
                 )
             )
 

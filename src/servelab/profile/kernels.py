@@ -129,22 +129,88 @@ def families_table(
 
 
 def kernels_table(stats: Iterable[KernelStat], families: Sequence[Family]) -> list[dict[str, Any]]:
-    merged: dict[tuple[str, str], list[int]] = {}
+    """Per kernel: its family, calls and total. Kernels with a short name (nsys) are grouped
+    by kernel family (kernel_family: every instantiation of one kernel, counted in
+    `instantiations`); a kernel known by one name only (torch) is its own row."""
+    merged: dict[tuple[str, str], list[Any]] = {}
     for s in stats:
-        m = merged.setdefault((s.name, s.full), [0, 0])
+        name = kernel_family(s.full, s.name) if s.name != s.full else s.name
+        m = merged.setdefault((name, classify(s.full, families)), [0, 0, set()])
         m[0] += s.calls
         m[1] += s.total_ns
+        m[2].add(s.full)
     rows: list[dict[str, Any]] = [
         {
             "kernel": name,
-            "family": classify(full, families),
+            "family": family,
+            "instantiations": len(fulls),
             "calls": calls,
             "total_us": total / 1000.0,
         }
-        for (name, full), (calls, total) in merged.items()
+        for (name, family), (calls, total, fulls) in merged.items()
     ]
-    rows.sort(key=lambda r: (-r["total_us"], r["kernel"]))
+    rows.sort(key=lambda r: (-r["total_us"], r["kernel"], r["family"]))
     return rows
+
+
+# --- kernel families: the instantiations of one kernel --------------------------------------
+#
+# A templated CUDA kernel runs as several instantiations, each its own demangled name: vLLM's
+# FlashAttention-2 (vllm-flash-attn, flash_api.cpp) launches
+#   void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false,
+#       cutlass::bfloat16_t, Flash_kernel_traits<...>>, false, false, false, false, true, true,
+#       false, false>(Flash_fwd_params)
+# with Is_causal false on decode-only forwards (seqlen_q == 1 turns causal off) and true on
+# forwards that hold a prefill, Is_even_MN following the shapes, and so on. One kernel family
+# is every instantiation of one kernel: the nsys shortName (the function's name without
+# namespace, template arguments or parameters), or, where there is only a demangled name
+# (torch traces), the same name cut from it. Where the short name is a generic wrapper
+# (cutlass's `device_kernel<Op>`, `Kernel<Op>`, `Kernel2<Op>`, as FlashAttention-3's
+# `cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<...>>>`), the
+# family is the name of its first template argument, architecture guards
+# (`enable_sm90_or_later<Op>`, `enable_sm80_to_sm89<Op>`) unwrapped.
+GENERIC_KERNEL = re.compile(r"^(device_kernel|Kernel2?|kernel)$")
+ARCH_GUARD = re.compile(r"^enable_sm\d+\w*$")
+
+
+def _base_name(text: str) -> str:
+    """The unqualified name of a demangled function or type: `void ns::f<...>(...)` -> f."""
+    s = re.sub(r"^\s*void\s+", "", text.strip())
+    head = re.split(r"[<(]", s, maxsplit=1)[0].strip()
+    return head.rsplit("::", 1)[-1].strip().split(" ")[-1]
+
+
+def _first_template_argument(text: str) -> str | None:
+    start = text.find("<")
+    if start < 0:
+        return None
+    depth = 0
+    for i in range(start + 1, len(text)):
+        c = text[i]
+        if c in "<(":
+            depth += 1
+        elif c in ">)":
+            if depth == 0:
+                return text[start + 1 : i].strip()
+            depth -= 1
+        elif c == "," and depth == 0:
+            return text[start + 1 : i].strip()
+    return None
+
+
+def kernel_family(full: str, short: str | None = None) -> str:
+    """The family of a kernel (see above): its short name, or a generic wrapper's first
+    template argument."""
+    text = full
+    base = short if short and short != full and not set("<(") & set(short) else _base_name(full)
+    for _ in range(8):  # wrappers nest a few levels at most
+        if not (GENERIC_KERNEL.match(base) or ARCH_GUARD.match(base)):
+            break
+        arg = _first_template_argument(text)
+        if not arg:
+            break
+        text, base = arg, _base_name(arg)
+    return base or full
 
 
 def main_attention(
@@ -152,10 +218,13 @@ def main_attention(
     families: Sequence[Family],
     override: str | None,
     leaves: set[str] | None = None,
+    family_of: Mapping[str, str] | None = None,
 ) -> set[str]:
-    """The full names of the main attention kernel: the attention-family name with the most
-    time over all windows (among `leaves`, ops that call no other op, when given; KV-cache
-    writes excluded), or every name the --attention-kernel regex matches."""
+    """The full names of the main attention kernel: with `family_of` (full name -> kernel
+    family), every instantiation of the attention-family kernel family with the most time
+    over all windows; without it, the one name with the most time (among `leaves`, ops that
+    call no other op, when given; KV-cache writes excluded). Or every name the
+    --attention-kernel regex matches."""
     if override:
         try:
             pat = re.compile(override, re.IGNORECASE)
@@ -173,8 +242,15 @@ def main_attention(
     ]
     if not cands:
         return set()
-    best = max(cands, key=lambda tn: (tn[0], tn[1]))
-    return {best[1]}
+    if family_of is None:
+        best = max(cands, key=lambda tn: (tn[0], tn[1]))
+        return {best[1]}
+    by_family: dict[str, int] = {}
+    for t, n in cands:
+        key = family_of.get(n, n)
+        by_family[key] = by_family.get(key, 0) + t
+    top = max(by_family.items(), key=lambda kt: (kt[1], kt[0]))[0]
+    return {n for _, n in cands if family_of.get(n, n) == top}
 
 
 def paths_table(stats: Iterable[KernelStat], tokens: int | None) -> list[dict[str, Any]]:

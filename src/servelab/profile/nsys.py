@@ -12,20 +12,43 @@ A saturated run holds millions of kernel rows, so no pass brings every row into 
 - only launches of the main attention kernel (one per layer per forward) are read into
   Python, in chunks: their time per grid (the attention paths) and the forwards come from them.
 
-Schema facts relied on (Nsight Systems SQLite export): CUPTI_ACTIVITY_KIND_KERNEL(start, "end",
-deviceId, streamId, demangledName, shortName -> StringIds.id, gridX/Y/Z, graphNodeId, ...);
-NVTX_EVENTS(start, "end", eventType, text, textId -> StringIds.id, domainId, int64Value,
-uint64Value, ...) with eventType 59/60 for push-pop/start-end ranges and 75 for a domain's
-creation (its name in text); TARGET_INFO_SESSION_START_TIME.utcEpochNs; TARGET_INFO_GPU(id,
-name); META_DATA_EXPORT(name, value). Tables are created lazily: an absent table means no
-events of that kind. Timestamps count from the session start, or are epoch nanoseconds when
-exported with --ts-normalize (told apart by magnitude).
+Schema facts relied on (Nsight Systems User Guide, "SQLite Schema Reference" and "Common
+SQLite examples", 2024.6 to 2026.4): CUPTI_ACTIVITY_KIND_KERNEL(start, "end", deviceId,
+streamId, correlationId, globalPid, demangledName, shortName, mangledName -> StringIds.id,
+gridX/Y/Z, graphNodeId, ...), where deviceId is the CUDA device id as the process saw it
+(after CUDA_VISIBLE_DEVICES); TARGET_INFO_CUDA_DEVICE(gpuId, cudaId, pid, ...) maps a
+process's CUDA device to TARGET_INFO_GPU.id, and TARGET_INFO_GPU(id, name, ...) lists every
+GPU of the host, used or not; CUPTI_ACTIVITY_KIND_RUNTIME(start, "end", globalTid,
+correlationId, nameId, ...) holds the CUDA API call that launched each kernel (same
+correlationId within a process: the documented recipe "Correlate CUDA kernel launches with
+CUDA API kernel launches"; with --cuda-graph-trace=node every kernel of a graph replay carries
+its cudaGraphLaunch's correlationId); NVTX_EVENTS(start, "end", eventType, text, textId ->
+StringIds.id, globalTid, domainId, int64Value, uint64Value, ...) with eventType 59/60 for
+push-pop/start-end ranges and 75 for a domain's creation (its name in text); serialized ids:
+PID = globalTid / 0x1000000 % 0x1000000; TARGET_INFO_SESSION_START_TIME.utcEpochNs;
+META_DATA_EXPORT(name, value). Tables are created lazily: an absent table means no events of
+that kind (TARGET_INFO_CUDA_DEVICE is absent from older exports: deviceId is then taken as the
+GPU id, and the profile says so). Timestamps count from the session start, or are epoch
+nanoseconds when exported with --ts-normalize (told apart by magnitude).
+
+vLLM's steps: with the CUDA profiler on (--profiler-config '{"profiler": "cuda"}'), vLLM's GPU
+worker wraps every engine step in an NVTX push/pop range (vllm/profiler/wrapper.py:
+CudaProfilerWrapper.annotate_context_manager is torch.cuda.nvtx.range; the name comes from
+vllm/v1/worker/gpu_worker.py: annotate_profile) named
+`execute_context_{N}({T})_generation_{M}({T2})`: N context requests (a prefill, or a chunk of
+one) with T tokens, M generation (decode) requests with T2 tokens
+(vllm/v1/utils.py: compute_iteration_details); with detailed annotation
+`execute_{tokens}_context_{N}(sq{T}sk...)_generation_{M}(sq{T2}sk...)`; older releases name it
+`execute_new_{N}_cached_{M}` (new requests, and requests already running: a cached request may
+still be in a chunked prefill). The ranges are on the worker's thread, in host time; a step is
+projected onto the GPU through the launches made inside it (correlationId).
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -39,6 +62,8 @@ from servelab.profile.windows import ResolvedWindow, Window, to_trace_clock
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 NVTX = "NVTX_EVENTS"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+CUDA_DEVICE = "TARGET_INFO_CUDA_DEVICE"
 KERNEL_COLUMNS = (
     "start",
     "end",
@@ -54,6 +79,59 @@ NVTX_DOMAIN_CREATE = 75
 NVTX_DOMAIN = "servelab"
 EPOCH_FLOOR_NS = 10**17  # a session-relative timestamp this large would be a 3-year session
 SQLITE_MAGIC = b"SQLite format 3\x00"
+SERIAL = 0x1000000  # serialized process/thread ids: PID = globalTid / SERIAL % SERIAL
+# vLLM's per-step NVTX range names (see the module docstring), each with its format's name:
+# groups are (context requests, context tokens, generation requests, generation tokens)
+STEP_FORMATS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "context/generation",
+        re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)$"),
+    ),
+    (
+        "context/generation (detailed)",
+        re.compile(r"^execute_\d+_context_(\d+)\(sq(\d+)[^)]*\)_generation_(\d+)\(sq(\d+)[^)]*\)$"),
+    ),
+    ("new/cached", re.compile(r"^execute_new_(\d+)_cached_(\d+)$")),
+)
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """One engine step as vLLM's NVTX range names it, in host time on the worker's thread."""
+
+    start: int
+    end: int
+    tid: int  # globalTid
+    context: int  # requests in prefill (or "new", in the new/cached format)
+    generation: int  # requests in decode (or "cached")
+    context_tokens: int | None
+    generation_tokens: int | None
+    form: str
+
+    @property
+    def requests(self) -> int:
+        return self.context + self.generation
+
+    @property
+    def kind(self) -> str:
+        if self.context and self.generation:
+            return "mixed"
+        if self.context:
+            return "prefill"
+        return "decode" if self.generation else "empty"
+
+
+def parse_step_range(name: str) -> tuple[str, int, int, int | None, int | None] | None:
+    """(format, context requests, generation requests, context tokens, generation tokens) of
+    a vLLM step range name, or None."""
+    for form, pat in STEP_FORMATS:
+        m = pat.match(name)
+        if m is None:
+            continue
+        if form == "new/cached":
+            return form, int(m.group(1)), int(m.group(2)), None, None
+        return form, int(m.group(1)), int(m.group(3)), int(m.group(2)), int(m.group(4))
+    return None
 
 
 def is_sqlite(path: Path) -> bool:
@@ -82,6 +160,8 @@ class NsysTrace:
                 )
         self._strings: dict[int, str] = {}
         self.ordered = False  # rows stored in start order (found by the busy pass)
+        self.gpu_expr, self.device_map = self._device_map()
+        self.client_ranges: dict[str, tuple[int, int, int]] = {}  # found by resolve
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
@@ -115,12 +195,51 @@ class NsysTrace:
         }
 
     def devices(self) -> dict[str, str]:
+        """Every GPU of the host (TARGET_INFO_GPU.id -> name), used or not."""
         if not self.has("TARGET_INFO_GPU"):
             return {}
         return {
             str(i): str(n or "")
             for i, n in self.con.execute("SELECT DISTINCT id, name FROM TARGET_INFO_GPU")
         }
+
+    def _device_map(self) -> tuple[str, dict[str, Any]]:
+        """SQL for a kernel row's GPU (TARGET_INFO_GPU.id), and the record of how it was found:
+        deviceId through TARGET_INFO_CUDA_DEVICE (per process when processes see their CUDA
+        devices differently, e.g. one CUDA_VISIBLE_DEVICES per worker), else deviceId itself.
+        A device missing from the table keeps its deviceId."""
+        cols = self.columns(CUDA_DEVICE) if self.has(CUDA_DEVICE) else set()
+        if not {"gpuId", "cudaId"} <= cols:
+            return "deviceId", {"source": "deviceId", "cuda_devices": []}
+        pid = "pid" if "pid" in cols else "NULL"
+        rows = sorted(
+            {
+                (None if p is None else int(p), int(c), int(g))
+                for p, c, g in self.con.execute(f"SELECT {pid}, cudaId, gpuId FROM {CUDA_DEVICE}")
+                if c is not None and g is not None
+            },
+            key=lambda r: (r[0] is None, r[0] or 0, r[1], r[2]),
+        )
+        info = {
+            "source": CUDA_DEVICE,
+            "cuda_devices": [{"pid": p, "cuda_id": c, "gpu_id": g} for p, c, g in rows],
+        }
+        per_cuda: dict[int, set[int]] = {}
+        for _, c, g in rows:
+            per_cuda.setdefault(c, set()).add(g)
+        if all(len(v) == 1 for v in per_cuda.values()):
+            pairs = {c: min(v) for c, v in per_cuda.items()}
+            if all(c == g for c, g in pairs.items()):
+                return "deviceId", info
+            whens = " ".join(f"WHEN {c} THEN {g}" for c, g in sorted(pairs.items()))
+            return f"(CASE deviceId {whens} ELSE deviceId END)", info
+        whens = " ".join(
+            f"WHEN deviceId = {c} AND globalPid / {SERIAL} % {SERIAL} = {p} THEN {g}"
+            for p, c, g in rows
+            if p is not None
+        )
+        whens += "".join(f" WHEN deviceId = {c} THEN {g}" for p, c, g in rows if p is None)
+        return f"(CASE {whens} ELSE deviceId END)", info
 
     def clock(self) -> str:
         """The trace's clock: epoch when exported with --ts-normalize, else trace."""
@@ -149,11 +268,14 @@ class NsysTrace:
             "session_start_utc_ns": self.session_start_ns(),
             "exporter": self.meta(),
             "devices": self.devices(),
+            "device_map": self.device_map,
             "tables_absent": sorted(
                 t
                 for t in (
                     KERNEL,
                     NVTX,
+                    RUNTIME,
+                    CUDA_DEVICE,
                     "TARGET_INFO_GPU",
                     "TARGET_INFO_SESSION_START_TIME",
                     "META_DATA_EXPORT",
@@ -190,7 +312,7 @@ class NsysTrace:
     def resolve(self, windows: Sequence[Window]) -> list[ResolvedWindow]:
         clock = self.clock()
         start = self.session_start_ns()
-        nvtx = self.nvtx_windows([w.label for w in windows])
+        nvtx = self.client_ranges = self.nvtx_windows([w.label for w in windows])
         out = []
         for w in windows:
             if w.label in nvtx:
@@ -200,6 +322,62 @@ class NsysTrace:
                 lo, hi = to_trace_clock(w, clock, start, str(self.path))
                 src = "wallclock" if w.clock == "epoch" else "trace"
                 out.append(ResolvedWindow(w.label, lo, hi, src, w.output_tokens))
+        return out
+
+    # --- vLLM's steps -----------------------------------------------------------------------
+
+    def step_ranges(self) -> list[StepRange]:
+        """vLLM's per-step NVTX ranges (push/pop or start/end, any domain), sorted by thread and
+        start."""
+        if not self.has(NVTX):
+            return []
+        cols = self.columns(NVTX)
+        joined = self.has("StringIds") and "textId" in cols
+        text = "COALESCE(e.text, s.value)" if joined else "e.text"
+        join = "LEFT JOIN StringIds AS s ON s.id = e.textId" if joined else ""
+        tid = "e.globalTid" if "globalTid" in cols else "0"
+        types = ",".join(map(str, NVTX_RANGE_TYPES))
+        out = []
+        for start, end, thread, msg in self.con.execute(
+            f"""SELECT e.start, e."end", {tid}, {text} FROM {NVTX} AS e {join}
+                WHERE e.eventType IN ({types}) AND e."end" IS NOT NULL
+                  AND {text} LIKE 'execute%'"""
+        ):
+            got = parse_step_range(str(msg))
+            if got is not None:
+                form, ctx, gen, ctx_tok, gen_tok = got
+                thread_id = int(thread or 0)
+                out.append(
+                    StepRange(int(start), int(end), thread_id, ctx, gen, ctx_tok, gen_tok, form)
+                )
+        out.sort(key=lambda r: (r.tid, r.start, r.end))
+        return out
+
+    def launch_hosts(
+        self, origins: Iterable[tuple[int, int]]
+    ) -> dict[tuple[int, int], tuple[int, int]]:
+        """(globalPid, correlationId) of kernel launches -> (globalTid, start) of the CUDA API
+        call that made them (CUPTI_ACTIVITY_KIND_RUNTIME, same correlationId in the same
+        process). One scan of the runtime table, each row looked up among the origins."""
+        want = sorted({(int(p), int(c)) for p, c in origins if p is not None and c is not None})
+        if not want or not self.has(RUNTIME):
+            return {}
+        out: dict[tuple[int, int], tuple[int, int]] = {}
+        with closing(self._connect()) as con:
+            con.execute(
+                "CREATE TEMP TABLE want (corr INTEGER, gpid INTEGER, PRIMARY KEY (corr, gpid)) "
+                "WITHOUT ROWID"
+            )
+            con.executemany("INSERT INTO temp.want VALUES (?, ?)", [(c, p) for p, c in want])
+            # CROSS JOIN keeps the runtime table as the outer loop (one scan, a seek per row)
+            for gpid, corr, thread, start in con.execute(
+                f"""SELECT w.gpid, r.correlationId, r.globalTid, MIN(r.start)
+                    FROM {RUNTIME} AS r CROSS JOIN temp.want AS w
+                    ON w.corr = r.correlationId
+                       AND w.gpid = r.globalTid - r.globalTid % {SERIAL}
+                    GROUP BY w.gpid, r.correlationId"""
+            ):
+                out[(int(gpid), int(corr))] = (int(thread), int(start))
         return out
 
     # --- passes -----------------------------------------------------------------------------
@@ -237,7 +415,8 @@ class NsysTrace:
         here rather than with LAG() OVER (PARTITION BY ...): SQLite's window functions cost a
         tenth of a second even on a small sample.)"""
         last: dict[int, int] = {}
-        for d, s in con.execute(f"SELECT deviceId, start FROM {KERNEL} LIMIT {int(sample)}"):
+        sql = f"SELECT {self.gpu_expr}, start FROM {KERNEL} LIMIT {int(sample)}"
+        for d, s in con.execute(sql):
             if s < last.get(d, s):
                 return False
             last[d] = s
@@ -257,8 +436,8 @@ class NsysTrace:
             "CREATE TEMP TABLE busy (key INTEGER PRIMARY KEY, s0 INTEGER, s INTEGER, e INTEGER, "
             "busy INTEGER, disorder INTEGER)"
         )
-        key = _window_case(windows, f"deviceId * {n} + {{i}}", overlap=True)
-        order = "ORDER BY deviceId, start" if ordered else ""
+        key = _window_case(windows, f"{self.gpu_expr} * {n} + {{i}}", overlap=True)
+        order = f"ORDER BY {self.gpu_expr}, start" if ordered else ""
         con.execute(
             f"""
             INSERT INTO temp.busy (key, s0, s, e, busy, disorder)
@@ -326,12 +505,17 @@ class NsysTrace:
         display: Mapping[str, str],
         layers: int | None,
         dims: Sequence[int],
+        labels: Mapping[str, str] | None = None,
+        origins: bool = False,
     ) -> MainPass:
         """One read of the main attention kernel's launches (one row in a few): its calls and
         time per window and grid, each grid dimension's values, and, when `layers` is known,
-        its forwards per window and device for each grid dimension in `dims` that may carry
-        the population (the caller picks one once every value is seen). Rows are read as
-        stored while each device's launches come in start order, else again, sorted."""
+        its forwards per window and GPU for each grid dimension in `dims` that may carry
+        the population (the caller picks one once every value is seen). With several names
+        (instantiations) and their `labels`, a launch's key carries its label after the grid;
+        with `origins`, each forward records its first launch's (globalPid, correlationId).
+        Rows are read as stored while each GPU's launches come in start order, else again,
+        sorted."""
         res = MainPass([[] for _ in windows])
         if not windows or not full_names or not self.has(KERNEL):
             return res
@@ -345,8 +529,11 @@ class NsysTrace:
         }
         if not ids:
             return res
+        lab = {i: labels[v] for i, v in ids.items() if v in labels} if labels else {}
+        if len(ids) < 2 or len(lab) != len(ids):
+            lab = {}
         for ordered in (False, True):
-            got = self._main_pass(windows, ids, display, layers, dims, ordered)
+            got = self._main_pass(windows, ids, display, layers, dims, ordered, lab, origins)
             if got is not None:
                 return got
         raise AssertionError("sorted launches came out of order")  # pragma: no cover
@@ -359,14 +546,18 @@ class NsysTrace:
         layers: int | None,
         dims: Sequence[int],
         ordered: bool,
+        lab: Mapping[int, str],
+        origins: bool,
     ) -> MainPass | None:
         which = _window_case(windows, "{i}", overlap=False, outside="NULL")
         # one name (the usual case): its id is not read per row
         name = str(next(iter(ids))) if len(ids) == 1 else "n"
+        outer, inner = (", p, c", ", globalPid AS p, correlationId AS c") if origins else ("", "")
         cur = self.con.execute(
-            f"""SELECT w, {name}, d, s, e, gx, gy, gz
-                FROM (SELECT {which} AS w, demangledName AS n, deviceId AS d, start AS s,
-                             "end" AS e, gridX AS gx, gridY AS gy, gridZ AS gz
+            f"""SELECT w, {name}, d, s, e, gx, gy, gz{outer}
+                FROM (SELECT {which} AS w, demangledName AS n, {self.gpu_expr} AS d,
+                             start AS s, "end" AS e, gridX AS gx, gridY AS gy,
+                             gridZ AS gz{inner}
                       FROM {KERNEL}
                       WHERE demangledName IN ({",".join("?" * len(ids))})
                         AND start >= {min(w.lo for w in windows)}
@@ -380,13 +571,20 @@ class NsysTrace:
         groupers: dict[int, dict[tuple[int, str], ForwardGrouper]] = (
             {d: {} for d in dims} if layers is not None else {}
         )
+        nkey = 4 if lab else 3  # key columns: the grid, and the instantiation's label
         while rows := cur.fetchmany(8192):
             # column by column: the work per row stays in C
-            w_, n_, d_, s_, e_, *grids = zip(*rows, strict=True)
+            w_, n_, d_, s_, e_, gx_, gy_, gz_, *more = zip(*rows, strict=True)
+            grids = [gx_, gy_, gz_]
             _add_grid(grid, (w_, n_, *grids), s_, e_)
+            cols: list[Sequence[Any]] = list(grids)
+            if lab:
+                cols.append([lab[n_[0]]] * len(n_) if _constant(n_) else [lab[i] for i in n_])
+            if origins:
+                cols.append(list(zip(more[0], more[1], strict=True)))
             runs: dict[tuple[int, int], tuple[Sequence[int], Sequence[int], list[Any]]]
             if _constant(w_) and _constant(d_):  # one window, one device: the usual chunk
-                runs = {(w_[0], d_[0]): (s_, e_, grids)}
+                runs = {(w_[0], d_[0]): (s_, e_, cols)}
             else:
                 at: dict[tuple[int, int], list[int]] = {}
                 for j, k in enumerate(zip(w_, d_, strict=True)):
@@ -395,11 +593,11 @@ class NsysTrace:
                     k: (
                         [s_[j] for j in js],
                         [e_[j] for j in js],
-                        [[g[j] for j in js] for g in grids],
+                        [[g[j] for j in js] for g in cols],
                     )
                     for k, js in at.items()
                 }
-            for (w, d), (starts, ends, cols) in runs.items():
+            for (w, d), (starts, ends, rcols) in runs.items():
                 prev = last.get((w, d))
                 if (prev is not None and starts[0] < prev) or list(starts) != sorted(starts):
                     cur.close()
@@ -410,7 +608,14 @@ class NsysTrace:
                     g = per.get((w, str(d)))
                     if g is None:
                         g = per[(w, str(d))] = ForwardGrouper(layers)
-                    g.feed_columns(starts, ends, cols[dim], cols[dim], cols)
+                    g.feed_columns(
+                        starts,
+                        ends,
+                        rcols[dim],
+                        rcols[dim],
+                        rcols[:nkey],
+                        rcols[nkey] if origins else None,
+                    )
         res = MainPass([[] for _ in windows], groupers)
         for (w, n, gx, gy, gz), (calls, dur) in grid.items():
             full = ids[n]

@@ -38,6 +38,7 @@ TABLES = (
     "ratios.csv",
     "path_ratios.csv",
     "localisation.csv",
+    "steps.csv",
 )
 REPORT = "profile.md"
 # The tables' values are microsecond totals: 9 significant digits, as in profile.json.
@@ -86,6 +87,7 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
             lb,
             p["path"],
             p["grids"],
+            " ".join(p.get("instantiations") or []),
             p["calls"],
             p["total_us"],
             p["us_per_token"],
@@ -96,7 +98,16 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
         for p in w["attention_paths"]
     ]
     steady_paths = [
-        [lb, p["path"], p["forwards"], p["population_mean"], p["kernel_us_mean"]]
+        [
+            lb,
+            p["path"],
+            p["forwards"],
+            p.get("first"),
+            p.get("last"),
+            p["population_mean"],
+            p["kernel_us_mean"],
+            p.get("below_minimum"),
+        ]
         for lb, w in wins.items()
         if (s := w["steady"]) is not None
         for p in s.get("paths") or []
@@ -115,11 +126,27 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
         for lb, w in wins.items()
         if (s := w["steady"]) is not None
     ]
+    steps = [
+        [
+            lb,
+            st["format"],
+            st["ranges"],
+            st["forwards"],
+            st["matched"],
+            st["steps"],
+            st["shared"],
+            st["missed"],
+            st["agree"],
+            *(st["population"].get(k) for k in ("equal", "above", "below")),
+        ]
+        for lb, w in wins.items()
+        if (st := w.get("steps")) is not None
+    ]
     kern: list[list[Any]] = []
     fwd: list[list[Any]] = []
     if result is not None:
         kern = [
-            [lb, k["family"], k["kernel"], k["calls"], k["total_us"]]
+            [lb, k["family"], k["kernel"], k["instantiations"], k["calls"], k["total_us"]]
             for lb, rows in result.kernels.items()
             for k in rows
         ]
@@ -134,6 +161,7 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
                 f.kernel_ns / 1000.0,
                 f.consistent,
                 result.split.of_key(f.key),
+                *_step_columns(result, lb, d, f.index),
             ]
             for lb, rows in result.forwards.items()
             for d, f in rows
@@ -143,7 +171,14 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
         for r in profile.get("ratios") or []
     ]
     path_ratio_rows = [
-        [r["from"], r["to"], p["path"], p["population_ratio"], p["duration_ratio"]]
+        [
+            r["from"],
+            r["to"],
+            p["path"],
+            p["population_ratio"],
+            p["duration_ratio"],
+            p.get("below_minimum"),
+        ]
         for r in profile.get("ratios") or []
         for p in r.get("paths") or []
     ]
@@ -166,12 +201,15 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
         "families.csv": _csv(
             ["window", "family", "calls", "total_us", "us_per_token"], by_window(fam)
         ),
-        "kernels.csv": _csv(["window", "family", "kernel", "calls", "total_us"], by_window(kern)),
+        "kernels.csv": _csv(
+            ["window", "family", "kernel", "instantiations", "calls", "total_us"], by_window(kern)
+        ),
         "attention_paths.csv": _csv(
             [
                 "window",
                 "path",
                 "grids",
+                "instantiations",
                 "calls",
                 "total_us",
                 "us_per_token",
@@ -191,6 +229,10 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
                 "kernel_us",
                 "consistent",
                 "path",
+                "step_context",
+                "step_generation",
+                "step_context_tokens",
+                "step_generation_tokens",
             ],
             by_window(fwd),
         ),
@@ -208,12 +250,22 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
             by_window(steady),
         ),
         "steady_paths.csv": _csv(
-            ["window", "path", "forwards", "population_mean", "kernel_us_mean"],
+            [
+                "window",
+                "path",
+                "forwards",
+                "first",
+                "last",
+                "population_mean",
+                "kernel_us_mean",
+                "below_minimum",
+            ],
             by_window(steady_paths),
         ),
         "ratios.csv": _csv(["from", "to", "population_ratio", "duration_ratio"], ratio_rows),
         "path_ratios.csv": _csv(
-            ["from", "to", "path", "population_ratio", "duration_ratio"], path_ratio_rows
+            ["from", "to", "path", "population_ratio", "duration_ratio", "below_minimum"],
+            path_ratio_rows,
         ),
         "localisation.csv": _csv(
             [
@@ -228,7 +280,31 @@ def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dic
             ],
             loc_rows,
         ),
+        "steps.csv": _csv(
+            [
+                "window",
+                "format",
+                "ranges",
+                "forwards",
+                "matched",
+                "steps",
+                "shared",
+                "missed",
+                "agree",
+                "population_equal",
+                "population_above",
+                "population_below",
+            ],
+            by_window(steps),
+        ),
     }
+
+
+def _step_columns(result: ProfileResult, label: str, device: str, index: int) -> list[Any]:
+    st = result.forward_steps.get(label, {}).get((device, index))
+    if st is None:
+        return [None, None, None, None]
+    return [st.context, st.generation, st.context_tokens, st.generation_tokens]
 
 
 def _sortable(v: Any) -> tuple[int, Any]:
@@ -261,6 +337,14 @@ def profile_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
         f"{settings.get('population_dim') or '-'}.",
         "",
     ]
+    inst = settings.get("attention_instantiations") or []
+    if len(inst) > 1:
+        lines += [
+            f"Instantiations merged into the kernel family {settings.get('attention_family')}: "
+            + "; ".join(f"{i['label']} {i['calls']} calls" for i in inst)
+            + " (profile.json settings.attention_instantiations names them).",
+            "",
+        ]
     windows = profile["windows"].items()
     lines += render.md_table(
         ["window", "source", "coverage", "active fraction", "tokens"]
@@ -337,6 +421,35 @@ def profile_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
         lines += render.md_table(
             ["from", "to", "path", "population ratio", "duration ratio"], path_ratios
         )
+    step_rows = [
+        [
+            label,
+            st["format"],
+            _num(st["ranges"], ""),
+            _num(st["forwards"], ""),
+            _num(st["matched"], ""),
+            _num(st["missed"], ""),
+            "-" if st["agree"] is None else ("yes" if st["agree"] else "no"),
+            "/".join(_num(st["population"].get(k), "") for k in ("equal", "above", "below")),
+        ]
+        for label, w in windows
+        if (st := w.get("steps")) is not None
+    ]
+    if step_rows:
+        lines += ["", "vLLM's step ranges (NVTX) against the forwards:", ""]
+        lines += render.md_table(
+            [
+                "window",
+                "format",
+                "step ranges",
+                "forwards",
+                "launched in a step",
+                "steps without a forward",
+                "agree",
+                "grid population =/>/< requests",
+            ],
+            step_rows,
+        )
     for v in profile.get("localisation") or []:
         lines += ["", f"Localisation: {v['text']}"]
     for n in profile.get("notes") or []:
@@ -360,7 +473,12 @@ def _steady_path(s: dict[str, Any] | None, path: str) -> list[str]:
     p = next((p for p in (s or {}).get("paths") or [] if p["path"] == path), None)
     if p is None:
         return ["-", "-", "-"]
-    return [_num(p["forwards"], ""), _num(p["population_mean"]), _num(p["kernel_us_mean"])]
+    few = " (below minimum)" if p.get("below_minimum") else ""
+    return [
+        _num(p["forwards"], "") + few,
+        _num(p["population_mean"]),
+        _num(p["kernel_us_mean"]),
+    ]
 
 
 def _family_order(profile: dict[str, Any]) -> list[str]:
