@@ -6,9 +6,13 @@ $FAKE_DOCKER_REPO_DIGEST; it is local from the start when $FAKE_DOCKER_PRESENT i
 
 `run` parses docker's options, then runs the entrypoint and its arguments here, as the
 container would: the environment holds only the variables named with -e (plus what a test
-needs to find its fakes), and `--entrypoint python3 IMAGE -m vllm.entrypoints.openai.api_server`
-reaches tests/fake_vllm_server.py through the `python3` shim next to this `docker`.
-`stop NAME` sends SIGTERM to the container and SIGKILL after --time; `rm --force NAME` kills it.
+needs to find its fakes), and `--entrypoint python3 IMAGE -m vllm.entrypoints.cli.main serve`
+(or the older `-m vllm.entrypoints.openai.api_server`) reaches tests/fake_vllm_server.py
+through the `python3` shim next to this `docker`. A path under a mount's container side (in the
+command) is read as its host side.
+`stop [-t N | --timeout N] NAME` sends SIGTERM to the container and SIGKILL after N seconds
+(default 10), as docker's CLI reference describes `docker container stop`; its deprecated
+`--time` is refused here, so that nothing relies on it. `rm --force NAME` kills it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 
 STATE = Path(os.environ["FAKE_DOCKER_STATE"])
 VALUE_OPTS = {"--name", "--gpus", "--device", "-p", "-v", "-e", "--entrypoint", "--mount"}
-KEEP_ENV = ("PATH", "HOME", "PYTHONPATH", "FAKE_DOCKER_STATE", "FAKE_NSYS_OUTPUT", "TMPDIR")
+KEEP_ENV = ("PATH", "HOME", "PYTHONPATH", "FAKE_DOCKER_STATE", "FAKE_NSYS_GENERATE_S", "TMPDIR")
 
 
 def log(argv: list[str]) -> None:
@@ -54,6 +58,18 @@ def image_inspect(ref: str) -> int:
     return 0
 
 
+def mounted(arg: str, volumes: list[str]) -> str:
+    """A path inside the "container" as the host has it: -v HOST:CONTAINER[:MODE] maps the
+    container's path back (this fake runs everything on the host)."""
+    for spec in volumes:
+        host, cont = spec.split(":")[:2]
+        if host != cont and (arg == cont or arg.startswith(cont + "/")):
+            if not os.path.exists(host):  # docker would bind an empty folder
+                sys.exit(f"fake docker: mount source {host} does not exist")
+            return host + arg[len(cont) :]
+    return arg
+
+
 def run(args: list[str]) -> int:
     opts: dict[str, list[str]] = {}
     i = 0
@@ -70,7 +86,7 @@ def run(args: list[str]) -> int:
     if image.removeprefix("docker.io/").split("@")[0] != repo:
         print(f"fake docker: unexpected image {image}", file=sys.stderr)
         return 125
-    command = [opts["--entrypoint"][0], *rest]
+    command = [mounted(a, opts.get("-v", [])) for a in [opts["--entrypoint"][0], *rest]]
     env = {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
     env.update({n: os.environ[n] for n in opts.get("-e", []) if n in os.environ})
     name = opts["--name"][0]
@@ -80,7 +96,22 @@ def run(args: list[str]) -> int:
 
 
 def stop(args: list[str]) -> int:
-    timeout = float(args[args.index("--time") + 1]) if "--time" in args else 10.0
+    timeout = 10.0
+    i = 0
+    while i < len(args) - 1:
+        a = args[i]
+        if a == "--time" or a.startswith("--time="):
+            print("fake docker: --time is deprecated; use -t/--timeout", file=sys.stderr)
+            return 125
+        if a in ("-t", "--timeout"):
+            timeout = float(args[i + 1])
+            i += 2
+        elif a.startswith("--timeout="):
+            timeout = float(a.split("=", 1)[1])
+            i += 1
+        else:
+            print(f"fake docker: stop: unknown option {a}", file=sys.stderr)
+            return 125
     pidfile = STATE / "containers" / args[-1]
     if not pidfile.exists():
         print(f"Error: No such container: {args[-1]}", file=sys.stderr)

@@ -3,10 +3,13 @@
 Serves GET /health and /version; POST /tokenize and /detokenize (token i is the word "t<i>"),
 /v1/completions (SSE, one chunk per token, usage (also in every chunk with
 continuous_usage_stats, as vLLM), [DONE]), /start_profile and /stop_profile.
-Each completion logs its wall-clock interval; /stop_profile writes the capture's range and those
-intervals to `$FAKE_NSYS_OUTPUT.nsys-rep`, where tests/fake_nsys.py turns them into an export.
+Each completion logs its wall-clock interval. /start_profile and /stop_profile do what vLLM's
+cuda profiler does, cudaProfilerStart and cudaProfilerStop, and nothing more: under
+tests/fake_nsys.py ($FAKE_NSYS_OUTPUT set) they record the capture range, and the intervals
+served inside it, in `$FAKE_NSYS_OUTPUT.range.json`; the report is fake nsys's to write.
 
-    python tests/fake_vllm_server.py -m vllm.entrypoints.openai.api_server --host H --port P ...
+    python tests/fake_vllm_server.py -m vllm.entrypoints.cli.main serve MODEL --host H --port P
+    python tests/fake_vllm_server.py -m vllm.entrypoints.openai.api_server --model M --host H ...
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 from aiohttp import web
 
@@ -60,16 +64,27 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+def record_range(end_ns: int | None) -> None:
+    """What nsys sees of cudaProfilerStart/Stop (nothing without nsys)."""
+    output = os.environ.get("FAKE_NSYS_OUTPUT")
+    if not output:
+        return
+    rng = {"start_ns": STATE["start"], "end_ns": end_ns, "requests": STATE["requests"]}
+    path = Path(output + ".range.json")
+    part = path.with_name(path.name + ".partial")
+    part.write_text(json.dumps(rng), encoding="utf-8")
+    part.rename(path)
+
+
 async def start_profile(request: web.Request) -> web.Response:
     STATE["start"] = time.time_ns()
     STATE["requests"] = []
+    record_range(None)
     return web.Response(status=200)
 
 
 async def stop_profile(request: web.Request) -> web.Response:
-    report = {"start_ns": STATE["start"], "end_ns": time.time_ns(), "requests": STATE["requests"]}
-    with open(os.environ["FAKE_NSYS_OUTPUT"] + ".nsys-rep", "w", encoding="utf-8") as fh:
-        json.dump(report, fh)
+    record_range(time.time_ns())
     return web.Response(status=200)
 
 

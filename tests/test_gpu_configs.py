@@ -104,8 +104,10 @@ def test_recipes_extend_the_same_base_by_digest() -> None:
         raw = yaml.safe_load(path.read_text())
         assert raw["runtime"]["image"] == BASE
         assert NSYS_DIR.search(raw["profile"]["nsys"])[1] == docker_nsys[0]  # type: ignore[index]
-        for mount in raw["runtime"]["mounts"]:
-            assert NSYS_DIR.search(mount)[1] == docker_nsys[0]  # type: ignore[index]
+        # the host's Nsight Systems is found and mounted by the profiling pass alone: a
+        # runtime mount would stop the runtime stage on a host without that very folder
+        assert raw["runtime"]["mounts"] == []
+        assert raw["profile"]["required"] is False
 
 
 def dry_run(config: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:

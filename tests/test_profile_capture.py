@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,14 +39,16 @@ from servelab.profile.report import analyze_capture
 from servelab.profile.windows import Window, load_windows, parse_windows, windows_json
 
 REPO = Path(__file__).resolve().parents[1]
+MISSING = "nsys (nsys) not found on PATH or in the usual install folders"
 SCHEMA = json.loads((REPO / "src" / "servelab" / "schemas" / "profile.schema.json").read_text())
 RUNTIME = {"python": "/opt/venv/bin/python"}
 typed = Experiment.from_dict
 
 
 def plan_of(cfg: dict[str, Any], which: Any) -> dict[str, Decision]:
-    """profile_plan of a validated config dict."""
-    return profile_plan(typed(cfg), which)
+    """profile_plan of a validated config dict (no install folders: this host's are not
+    looked at)."""
+    return profile_plan(typed(cfg), which, globs=())
 
 
 def launch_of(cfg: dict[str, Any], exp_dir: Path, sc: str, tool: str, **kw: Any) -> Any:
@@ -62,14 +66,18 @@ def gpu_config(**profile: Any) -> dict[str, Any]:
 
 
 def test_nsys_command_lines() -> None:
+    # one capture range, ended by cudaProfilerStop (the report is written while the server
+    # runs on); no CPU sampling or context-switch tracing
     assert nsys_profile_command(Path("/r/profile/x/nsys/profile")) == [
         "nsys",
         "profile",
         "--trace=cuda,nvtx",
+        "--sample=none",
+        "--cpuctxsw=none",
         "--cuda-graph-trace=node",
         "--trace-fork-before-exec=true",
         "--capture-range=cudaProfilerApi",
-        "--capture-range-end=repeat",
+        "--capture-range-end=stop",
         "--force-overwrite=true",
         "--output=/r/profile/x/nsys/profile",
     ]
@@ -111,6 +119,7 @@ def test_gpu_config_runs_the_server_under_nsys(tmp_path: Path) -> None:
     assert cmd[cmd.index("--profiler-config") + 1] == '{"profiler": "cuda"}'
     assert cmd[cmd.index("--max-num-seqs") + 1] == "8" and cmd[cmd.index("--port") + 1] == "8123"
     assert launch.env["HF_HUB_OFFLINE"] == "1" and "VLLM_TORCH_CUDA_PROFILE" not in launch.env
+    assert launch.env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"  # vLLM's guide, with nsys
     # an older vLLM, without --profiler-config: the environment variable instead
     old = launch_of(
         cfg,
@@ -124,6 +133,7 @@ def test_gpu_config_runs_the_server_under_nsys(tmp_path: Path) -> None:
     )
     assert "--profiler-config" not in old.command()
     assert old.env["VLLM_TORCH_CUDA_PROFILE"] == "1"
+    assert old.env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
 
 
 def test_cpu_capture_is_bounded(tmp_path: Path) -> None:
@@ -141,6 +151,7 @@ def test_cpu_capture_is_bounded(tmp_path: Path) -> None:
     )
     cmd = launch.command()
     assert cmd[0] == "/opt/venv/bin/python"  # no wrapper
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in launch.env  # the torch profiler: unchanged
     pc = json.loads(cmd[cmd.index("--profiler-config") + 1])
     assert pc["profiler"] == "torch" and pc["torch_profiler_with_stack"] is False
     assert pc["torch_profiler_record_shapes"] is False and pc["torch_profiler_with_memory"] is False
@@ -159,11 +170,11 @@ def test_plan_decisions_and_errors() -> None:
     d = plan_of(auto, none)["max-num-seqs-8"]
     assert d.tool == "torch" and "nsys (nsys) not found" in (d.note or "")
     d = plan_of(gpu_config(tool="nsys"), none)["max-num-seqs-8"]
-    assert d.tool is None and d.reason == "nsys (nsys) not found on PATH"
+    assert d.tool is None and d.reason == MISSING
     with pytest.raises(
         ServelabError,
         match=r"profile.required is true but nsys \(nsys\) not "
-        r"found on PATH; install Nsight Systems",
+        r"found on PATH or in the usual install folders; install Nsight Systems",
     ):
         plan_of(gpu_config(tool="nsys", required=True), none)
     assert plan_of(gpu_config(tool="nsys", required=True), found)["max-num-seqs-8"].tool == "nsys"
@@ -201,9 +212,7 @@ def test_workflow_stops_before_anything_when_required_nsys_is_missing(tmp_path: 
     bindir = Path(sys.executable).parent
     proc = _dry_run(tmp_path, {"tool": "nsys", "required": True}, f"{bindir}:/usr/bin:/bin")
     assert proc.returncode != 0
-    assert "config error: profile.required is true but nsys (nsys) not found on PATH" in (
-        proc.stdout + proc.stderr
-    )
+    assert f"config error: profile.required is true but {MISSING}" in (proc.stdout + proc.stderr)
     assert not (tmp_path / "results").exists()
     # with nsys on PATH the same config plans one profile job per configuration
     fake = tmp_path / "bin"
@@ -225,14 +234,15 @@ def test_not_profiled_is_an_explicit_record(tmp_path: Path) -> None:
         runtime=RUNTIME,
         say=lambda s: None,
         which=lambda name: None,
+        nsys_globs=(),
     )
-    assert rec["status"] == "not profiled" and rec["reason"] == "nsys (nsys) not found on PATH"
+    assert rec["status"] == "not profiled" and rec["reason"] == MISSING
     profile = Experiment.from_dict(cfg).profile
     prof = analyze_capture(profile, ExperimentPaths(tmp_path), "max-num-seqs-8", tmp_path / "model")
     out = tmp_path / "profile" / "max-num-seqs-8"
     assert json.loads((out / "profile.json").read_text()) == prof
     jsonschema.validate(prof, SCHEMA)
-    assert "Not profiled: nsys (nsys) not found on PATH" in (out / "profile.md").read_text()
+    assert f"Not profiled: {MISSING}" in (out / "profile.md").read_text()
     assert (out / "families.csv").read_text() == "window,family,calls,total_us,us_per_token\n"
 
 
@@ -396,20 +406,28 @@ def test_bounded_settings_are_fields_of_the_runtime_vllm(vllm_runtime: dict) -> 
     assert commands.vllm_interface(vllm_runtime["python"]) == "config"
 
 
-def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
-    """The nsys capture flow (server under `nsys profile`, one capture range driven by
-    /start_profile and /stop_profile, wait for the report, `nsys export`, analysis) against
-    tests/fake_nsys.py and tests/fake_vllm_server.py: no GPU, no vLLM."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    nsys = bindir / "nsys"
+A100_NSYS = "/opt/nvidia/nsight-systems-cli/2025.5.1/target-linux-x64/nsys"  # not on this host
+
+
+def fake_install(root: Path, version: str) -> Path:
+    """An Nsight Systems install folder as NVIDIA's nsight-systems-cli package lays it out,
+    its nsys being tests/fake_nsys.py."""
+    nsys = root / "opt" / "nvidia" / "nsight-systems-cli" / version / "target-linux-x64" / "nsys"
+    nsys.parent.mkdir(parents=True)
     nsys.write_text(f'#!/bin/sh\nexec {sys.executable} {REPO / "tests" / "fake_nsys.py"} "$@"\n')
-    fakepy = bindir / "python"
+    nsys.chmod(0o755)
+    return nsys
+
+
+def fake_gpu_setup(tmp_path: Path, **profile: Any) -> tuple[dict[str, Any], Path, Path]:
+    """(config, model folder, the fake server as the runtime's python): a GPU config whose
+    profile.nsys is the A100 experiment's path, which this host does not have."""
+    fakepy = tmp_path / "bin" / "python"
+    fakepy.parent.mkdir()
     fakepy.write_text(
         f'#!/bin/sh\nexec {sys.executable} {REPO / "tests" / "fake_vllm_server.py"} "$@"\n'
     )
-    for f in (nsys, fakepy):
-        f.chmod(0o755)
+    fakepy.chmod(0o755)
     model = tmp_path / "model"
     model.mkdir()
     model_config(model / "config.json", 2)
@@ -424,29 +442,54 @@ def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
     raw["profile"] = {
         "tool": "nsys",
         "required": True,
+        "nsys": A100_NSYS,
         "vllm_interface": "config",
         "concurrency": [1, 2],
         "warmup_requests": 2,
+        "report_timeout_s": 30,
+        **profile,
     }
-    cfg = validate(raw, "test").to_dict()
-    which = lambda name: str(nsys)  # noqa: E731
+    return validate(raw, "test").to_dict(), model, fakepy
 
-    rec = run_profile(
+
+def capture_with_fakes(tmp_path: Path, cfg: dict[str, Any], model: Path, fakepy: Path) -> Any:
+    """run_profile on this host with no nsys on PATH: the install folders are tmp_path's."""
+    return run_profile(
         typed(cfg),
         ExperimentPaths(tmp_path),
         "fake",
         model_dir=model,
         runtime={"python": str(fakepy)},
         say=lambda s: None,
-        which=which,
+        which=lambda name: None,
+        nsys_globs=(str(tmp_path / "opt/nvidia/nsight-systems-cli/*/target-linux-x64/nsys"),),
     )
+
+
+def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
+    """The nsys capture flow (server under `nsys profile`, one capture range driven by
+    /start_profile and /stop_profile, the report nsys says it generated, `nsys export`,
+    analysis) against tests/fake_nsys.py and tests/fake_vllm_server.py: no GPU, no vLLM, and
+    no nsys at the configured path: the newest one in the install folders is used."""
+    fake_install(tmp_path, "2024.6.1")
+    nsys = fake_install(tmp_path, "2025.5.1")
+    cfg, model, fakepy = fake_gpu_setup(tmp_path)
+    rec = capture_with_fakes(tmp_path, cfg, model, fakepy)
     out = tmp_path / "profile" / "fake"
     assert rec["status"] == "profiled" and rec["tool"] == "nsys"
     assert rec["traces"] == ["nsys/profile.nsys-rep", "nsys/profile.sqlite"]
     assert rec["command"][:2] == [str(nsys), "profile"]
+    assert rec["nsys"]["source"] == "host" and rec["nsys"]["version"] == "2025.5.1.121"
+    assert rec["nsys"]["host"]["found_by"] == "install folder"
+    # written at the end of the capture range, while the server ran: not at its exit
+    assert rec["nsys_report"]["generated"] == "range end"
+    assert rec["nsys_report"]["path"] == "nsys/profile.nsys-rep"
     assert rec["command"][rec["command"].index("--profiler-config") + 1] == '{"profiler": "cuda"}'
+    assert rec["env"]["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
     recorded = json.loads((out / "nsys" / "profile.args.json").read_text())
     assert recorded == nsys_profile_command((out / "nsys" / "profile").resolve())[2:]
+    capture_schema = json.loads((REPO / "src/servelab/schemas/capture.schema.json").read_text())
+    jsonschema.validate(json.loads((out / "capture.json").read_text()), capture_schema)
 
     profile = Experiment.from_dict(cfg).profile
     prof = analyze_capture(profile, ExperimentPaths(tmp_path), "fake", model)
@@ -458,3 +501,98 @@ def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
     assert 0 < c1["active_fraction"]["0"] < 0.2
     assert c2["families"]["attention"]["calls"] >= 2 * c2["forwards"]["count"]
     assert prof["ratios"][0]["population_ratio"] == 2.0
+
+
+def test_a_report_written_only_at_exit_is_waited_for_at_the_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under `--capture-range-end=repeat` nsys writes the report only when the server exits:
+    after profile.report_timeout_s the job stops the server and gives nsys that much more
+    time, so the report is still made."""
+    args = tuple(
+        "--capture-range-end=repeat" if a.startswith("--capture-range-end") else a
+        for a in commands.NSYS_PROFILE_ARGS
+    )
+    monkeypatch.setattr(commands, "NSYS_PROFILE_ARGS", args)
+    monkeypatch.setenv("FAKE_NSYS_GENERATE_S", "2")
+    fake_install(tmp_path, "2025.5.1")
+    cfg, model, fakepy = fake_gpu_setup(tmp_path, report_timeout_s=3)
+    cfg["server"]["shutdown_timeout_s"] = 1  # too short alone for the 2 s the report takes
+    rec = capture_with_fakes(tmp_path, cfg, model, fakepy)
+    assert rec["status"] == "profiled", rec.get("reason")
+    assert rec["nsys_report"]["generated"] == "exit"
+    assert rec["traces"] == ["nsys/profile.nsys-rep", "nsys/profile.sqlite"]
+
+
+def test_a_failed_capture_is_a_not_profiled_record_that_keeps_the_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nsys writes no report (`--capture-range-end=none`): with profile.required false the
+    job records "not profiled" and why, keeps the measured points, and the analysis says so;
+    with profile.required true the job fails."""
+    args = tuple(
+        "--capture-range-end=none" if a.startswith("--capture-range-end") else a
+        for a in commands.NSYS_PROFILE_ARGS
+    )
+    monkeypatch.setattr(commands, "NSYS_PROFILE_ARGS", args)
+    fake_install(tmp_path, "2025.5.1")
+    cfg, model, fakepy = fake_gpu_setup(tmp_path, report_timeout_s=1, required=False)
+    cfg["server"]["shutdown_timeout_s"] = 2
+    rec = capture_with_fakes(tmp_path, cfg, model, fakepy)
+    assert rec["status"] == "not profiled" and rec["tool"] == "nsys"
+    assert rec["reason"].startswith("nsys wrote no report in ")
+    assert [p["label"] for p in rec["points"]] == ["c0001", "c0002"]
+    assert rec["points"][1]["requests"] == 2 and rec["traces"] == []
+    out = tmp_path / "profile" / "fake"
+    assert json.loads((out / "capture.json").read_text()) == rec
+    assert (out / "requests" / "c0002.jsonl.gz").is_file()
+    profile = Experiment.from_dict(cfg).profile
+    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "fake", model)
+    assert prof["status"] == "not profiled" and prof["reason"] == rec["reason"]
+    jsonschema.validate(prof, SCHEMA)
+    cfg["profile"]["required"] = True
+    with pytest.raises(ServelabError, match="nsys wrote no report in "):
+        capture_with_fakes(tmp_path, cfg, model, fakepy)
+
+
+@pytest.mark.parametrize(
+    "range_end,while_running,app_survives",
+    [("stop", True, True), ("repeat", False, True), (None, True, False)],
+)
+def test_fake_nsys_writes_the_report_when_the_guide_says(
+    tmp_path: Path, range_end: str | None, while_running: bool, app_survives: bool
+) -> None:
+    """tests/fake_nsys.py as the Nsight Systems User Guide describes --capture-range-end:
+    stop: the report at the range end, the app runs on; repeat: only at the app's exit;
+    absent (stop-shutdown): at the range end, and the app is ended."""
+    app = tmp_path / "app.py"
+    app.write_text(
+        "import json, os, signal, sys, time\n"
+        "out = os.environ['FAKE_NSYS_OUTPUT'] + '.range.json'\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+        "json.dump({'start_ns': time.time_ns(), 'end_ns': time.time_ns() + 1}, open(out, 'w'))\n"
+        "time.sleep(60)\n"
+    )
+    output = tmp_path / "profile"
+    opts = ["--capture-range=cudaProfilerApi", f"--output={output}"]
+    if range_end is not None:
+        opts.append(f"--capture-range-end={range_end}")
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "fake_nsys.py"), "profile", *opts, sys.executable]
+        + [str(app)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "FAKE_NSYS_GENERATE_S": "0"},
+    )
+    report = Path(f"{output}.nsys-rep")
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and not report.exists():
+        time.sleep(0.05)
+    assert report.exists() == while_running
+    if app_survives:
+        time.sleep(0.3)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)  # forwarded to the app
+    stdout, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and report.exists()
+    assert f"Generated:\n    {report}" in stdout

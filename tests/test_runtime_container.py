@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import yaml
 from nsys_fixture import model_config
 
 from servelab.config import validate
+from servelab.container import CONTAINER_NSYS_ROOT
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.jsonio import read_json
@@ -40,11 +42,19 @@ class Engine:
         self.bin = root / "bin"
         self.state = root / "docker-state"
         site = root / "image-site"  # what `import vllm` finds "inside the image"
-        for d in (self.bin, self.state, site / "vllm" / "config", site / "vllm-0.27.1.dist-info"):
+        cli = site / "vllm" / "entrypoints" / "cli"
+        for d in (
+            self.bin,
+            self.state,
+            site / "vllm" / "config",
+            site / "vllm-0.27.1.dist-info",
+            cli,
+        ):
             d.mkdir(parents=True)
         (site / "vllm" / "__init__.py").write_text("")
         (site / "vllm" / "config" / "__init__.py").write_text("")
         (site / "vllm" / "config" / "profiler.py").write_text("")
+        (cli / "main.py").write_text("")  # `vllm serve`
         (site / "vllm-0.27.1.dist-info" / "METADATA").write_text(
             "Metadata-Version: 2.1\nName: vllm\nVersion: 0.27.1\n"
         )
@@ -52,6 +62,9 @@ class Engine:
         self.script("docker", f'exec {py} {TESTS / "fake_docker.py"} "$@"')
         self.script(
             "python3",
+            'if [ "$1" = "-m" ] && [ "$2" = "vllm.entrypoints.cli.main" ] && [ "$3" = serve ]\n'
+            "then\n"
+            f'  exec {py} {TESTS / "fake_vllm_server.py"} "$@"\nfi\n'
             'if [ "$1" = "-m" ] && [ "$2" = "vllm.entrypoints.openai.api_server" ]; then\n'
             f'  exec {py} {TESTS / "fake_vllm_server.py"} "$@"\nfi\n'
             f'exec {py} "$@"',
@@ -116,14 +129,35 @@ def config(tmp_path: Path, nsys: str = "nsys", **runtime: Any) -> dict[str, Any]
         "nsys": nsys,
         "concurrency": [1, 2],
         "warmup_requests": 2,
+        "report_timeout_s": 60,
     }
     return validate(raw, "test").to_dict()
 
 
-def runtime_stage(cfg: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
-    """The runtime stage of this config."""
+def no_host_nsys(name: str) -> str | None:
+    """shutil.which on a host without nsys on PATH (the engine is still found)."""
+    return None if name == "nsys" else shutil.which(name)
+
+
+def runtime_stage(
+    cfg: dict[str, Any],
+    say: Callable[[str], None],
+    which: Callable[[str], str | None] = shutil.which,
+    nsys_globs: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """The runtime stage of this config (the host's install folders: nsys_globs only)."""
     exp = Experiment.from_dict(cfg)
-    return ensure_runtime(exp.runtime, exp.profile, None, say)
+    return ensure_runtime(exp.runtime, exp.profile, None, say, which=which, nsys_globs=nsys_globs)
+
+
+def host_install(root: Path, version: str = "2025.5.1") -> tuple[Path, tuple[str, ...]]:
+    """An Nsight Systems install folder under root, as NVIDIA's nsight-systems-cli package
+    lays it out (its nsys: tests/fake_nsys.py), and the pattern that finds it."""
+    nsys = root / "opt/nvidia/nsight-systems-cli" / version / "target-linux-x64" / "nsys"
+    nsys.parent.mkdir(parents=True)
+    nsys.write_text(f'#!/bin/sh\nexec {sys.executable} {TESTS / "fake_nsys.py"} "$@"\n')
+    nsys.chmod(0o755)
+    return nsys, (str(root / "opt/nvidia/nsight-systems-cli/*/target-linux-x64/nsys"),)
 
 
 def model_dir(tmp_path: Path) -> Path:
@@ -156,8 +190,9 @@ def test_runtime_stage_pulls_checks_the_digest_and_probes(engine: Engine, tmp_pa
     assert rec["repo_digests"] == [f"docker.io/{PINNED}"]
     assert rec["labels"] == {"dev.servelab.vllm.version": "0.27.1"}
     assert rec["vllm_version"] == "0.27.1" and rec["packages"]["vllm"] == "0.27.1"
-    assert rec["profiler_config"] is True
+    assert rec["profiler_config"] is True and rec["vllm_cli"] is True
     assert rec["nsys"] == str(engine.nsys) and "2025.5.1" in rec["nsys_version"]
+    assert "host_nsys" not in rec  # the image has one: the host's is not looked for
     assert rec["lock_sha256"] is None and rec["python"] == "python3"
     verbs = [c[:2] for c in engine.calls()]
     assert verbs == [
@@ -194,18 +229,34 @@ def test_another_digest_is_refused(
     assert other in msg and "\n" not in msg
 
 
-def test_required_nsys_missing_from_the_image_stops_the_runtime_stage(
+def test_required_nsys_missing_from_the_image_and_the_host_stops_the_runtime_stage(
     engine: Engine, tmp_path: Path
 ) -> None:
     cfg = config(tmp_path, nsys="/opt/none/nsys")
     cfg["profile"]["required"] = True
     with pytest.raises(
-        ServelabError, match="profile.required is true but /opt/none/nsys is not in"
+        ServelabError, match="profile.required is true but /opt/none/nsys is not in .* and nsys"
     ):
-        runtime_stage(cfg, str)
+        runtime_stage(cfg, str, no_host_nsys)
+    # the host's Nsight Systems, in its install folder, will do: found, its version recorded
+    nsys, globs = host_install(tmp_path)
+    rec = runtime_stage(cfg, str, no_host_nsys, globs)
+    assert rec["nsys"] is None
+    assert rec["host_nsys"] == {
+        "path": str(nsys),
+        "found_by": "install folder",
+        "version": "2025.5.1.121",
+        "version_text": "NVIDIA Nsight Systems version 2025.5.1.121-255136380782v0",
+        "install_dir": str(nsys.parent.parent),
+    }
+    import jsonschema
+
+    schema = json.loads((REPO / "src/servelab/schemas/runtime.schema.json").read_text())
+    jsonschema.validate(rec, schema)
     cfg["profile"]["required"] = False
-    rec = runtime_stage(cfg, str)
-    assert rec["nsys"] is None and rec["nsys_version"] is None
+    rec = runtime_stage(cfg, str, no_host_nsys)
+    assert rec["nsys"] is None and rec["nsys_version"] is None and rec["host_nsys"] is None
+    assert rec["host_nsys_reason"].startswith("nsys (/opt/none/nsys) not found on this host")
 
 
 def test_sweep_runs_the_server_in_the_container_and_stops_it(
@@ -242,7 +293,14 @@ def test_sweep_runs_the_server_in_the_container_and_stops_it(
     assert len(runs) == 1
     assert calls[runs[0] - 1] == ["rm", "--force", name]  # before the start
     after = calls[runs[0] + 1 :]
-    assert ["stop", "--time", "10", name] in after and after[-1] == ["rm", "--force", name]
+    assert ["stop", "-t", "10", name] in after and after[-1] == ["rm", "--force", name]
+    assert not any("--time" in c for c in calls)  # deprecated in docker's CLI
+    assert cmd[cmd.index(PINNED) + 1 : cmd.index(PINNED) + 5] == [
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        "/model",
+    ]
     assert not (engine.state / "containers" / name).exists()
     assert ["inspect", "--format", "{{.State.Pid}}", name] in after  # telemetry's process tree
 
@@ -335,12 +393,20 @@ def test_stop_reaches_a_running_container(engine: Engine, tmp_path: Path) -> Non
         time.sleep(0.05)
     else:
         pytest.fail("the container's server still runs after stop")
-    assert ["stop", "--time", "10", launch.container.name] in engine.calls()
+    assert ["stop", "-t", "10", launch.container.name] in engine.calls()
+
+
+A100_NSYS = "/opt/nvidia/nsight-systems-cli/2025.5.1/target-linux-x64/nsys"  # not on this host
 
 
 def test_profiling_pass_runs_nsys_inside_the_container(engine: Engine, tmp_path: Path) -> None:
-    cfg = config(tmp_path, nsys=str(engine.nsys))
-    runtime = runtime_stage(cfg, str)
+    """The A100 experiment's profile.nsys is not on this host nor in vLLM's image: the host's
+    Nsight Systems, found in an install folder, is mounted into the profiling launch (and the
+    export's helper), and nsys runs inside, in front of the server."""
+    cfg = config(tmp_path, nsys=A100_NSYS)
+    nsys, globs = host_install(tmp_path / "host")
+    runtime = runtime_stage(cfg, str, no_host_nsys, globs)
+    assert runtime["nsys"] is None and runtime["host_nsys"]["path"] == str(nsys)
     exp = tmp_path / "results" / "fake-gpu"
     model = model_dir(tmp_path)
     rec = run_profile(
@@ -350,22 +416,83 @@ def test_profiling_pass_runs_nsys_inside_the_container(engine: Engine, tmp_path:
         model_dir=model,
         runtime=runtime,
         say=lambda s: None,
-        which=lambda n: None,
+        which=no_host_nsys,
+        nsys_globs=globs,
     )
-    assert rec["status"] == "profiled" and rec["tool"] == "nsys"
+    assert rec["status"] == "profiled" and rec["tool"] == "nsys", rec.get("reason")
     assert rec["traces"] == ["nsys/profile.nsys-rep", "nsys/profile.sqlite"]
+    assert rec["nsys_report"]["generated"] == "range end"
+    inside = f"{CONTAINER_NSYS_ROOT}/target-linux-x64/nsys"
+    mount = f"{nsys.parent.parent}:{CONTAINER_NSYS_ROOT}:ro"
+    assert rec["nsys"]["executable"] == inside and rec["nsys"]["mount"] == mount
     cmd = rec["command"]
-    assert cmd[1] == "run" and cmd[cmd.index("--entrypoint") + 1] == str(engine.nsys)
-    assert cmd[cmd.index(PINNED) + 1] == "profile"
+    assert cmd[1] == "run" and cmd[cmd.index("--entrypoint") + 1] == inside
+    assert cmd[cmd.index(PINNED) + 1] == "profile" and mount in cmd
+    assert "--sample=none" in cmd and "--cpuctxsw=none" in cmd
+    assert cmd[cmd.index("VLLM_WORKER_MULTIPROC_METHOD") - 1] == "-e"
     out = (exp / "profile" / "fake").resolve()
     assert f"{out}:{out}" in cmd
     exports = [c for c in engine.calls() if c[0] == "run" and "export" in c]
-    assert len(exports) == 1 and "--gpus" not in exports[0]
+    assert len(exports) == 1 and "--gpus" not in exports[0] and mount in exports[0]
+    sweeps = [c for c in engine.calls() if c[0] == "run" and "serve" in c and "profile" not in c]
+    assert not sweeps  # only the profiling launch ran, and it alone carries the mount
+    assert not any("--time" in c for c in engine.calls())
     profile = Experiment.from_dict(cfg).profile
     prof = analyze_capture(profile, ExperimentPaths(exp), "fake", model)
     assert prof["trace"]["kind"] == "nsys-sqlite"
     assert set(prof["windows"]) == {"c0001", "c0002"}
     assert engine.running() == []
+
+
+def test_the_images_nsys_is_preferred(engine: Engine, tmp_path: Path) -> None:
+    cfg = config(tmp_path, nsys=str(engine.nsys))
+    _, globs = host_install(tmp_path / "host")
+    runtime = runtime_stage(cfg, str, no_host_nsys, globs)
+    rec = run_profile(
+        Experiment.from_dict(cfg),
+        ExperimentPaths(tmp_path / "results" / "fake-gpu"),
+        "fake",
+        model_dir=model_dir(tmp_path),
+        runtime=runtime,
+        say=lambda s: None,
+        which=no_host_nsys,
+        nsys_globs=globs,
+    )
+    assert rec["status"] == "profiled" and rec["nsys"]["source"] == "image"
+    assert rec["nsys"]["mount"] is None
+    assert rec["command"][rec["command"].index("--entrypoint") + 1] == str(engine.nsys)
+    assert not any(CONTAINER_NSYS_ROOT in a for a in rec["command"])
+
+
+def test_a100_experiment_without_nsys_anywhere_is_not_profiled(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """config/experiments/a100-qwen2.5-3b-knee.yaml on a host with no Nsight Systems: the
+    runtime stage succeeds (no mount of a missing folder stops it) and the profiling job
+    writes a "not profiled" record that the analysis turns into its report."""
+    raw = yaml.safe_load((REPO / "config/experiments/a100-qwen2.5-3b-knee.yaml").read_text())
+    raw["results_dir"] = str(tmp_path / "results")
+    cfg = validate(raw, "a100").to_dict()
+    assert cfg["profile"]["required"] is False
+    runtime = runtime_stage(cfg, str, no_host_nsys)
+    assert runtime["nsys"] is None and runtime["host_nsys"] is None
+    exp = Experiment.from_dict(cfg)
+    paths = ExperimentPaths(tmp_path / "results" / exp.name)
+    rec = run_profile(
+        exp,
+        paths,
+        "tp1-bf16",
+        model_dir=tmp_path,
+        runtime=runtime,
+        say=lambda s: None,
+        which=no_host_nsys,
+        nsys_globs=(),
+    )
+    assert rec["status"] == "not profiled" and rec["tool"] is None
+    assert rec["reason"].startswith(f"{A100_NSYS} is not in {PINNED} and nsys ({A100_NSYS}) not")
+    prof = analyze_capture(exp.profile, paths, "tp1-bf16", tmp_path)
+    assert prof["status"] == "not profiled" and prof["reason"] == rec["reason"]
+    assert not [c for c in engine.calls() if c[0] == "run" and "--gpus" in c]
 
 
 def test_nsys_absent_from_the_image_is_an_explicit_record(tmp_path: Path) -> None:
@@ -378,9 +505,14 @@ def test_nsys_absent_from_the_image_is_an_explicit_record(tmp_path: Path) -> Non
         model_dir=tmp_path,
         runtime=runtime,
         say=lambda s: None,
+        which=lambda name: None,
+        nsys_globs=(),
     )
     assert rec["status"] == "not profiled" and rec["tool"] is None
-    assert rec["reason"] == f"nsys is not in {PINNED} (see containers/README.md)"
+    assert rec["reason"] == (
+        f"nsys is not in {PINNED} and nsys (nsys) not found on this host (PATH, no folders) "
+        "(see containers/README.md)"
+    )
 
 
 def test_a_mount_missing_on_the_host_is_refused(engine: Engine, tmp_path: Path) -> None:
@@ -438,3 +570,48 @@ def test_apptainer_pulls_by_digest_once_and_pins_a_sif(
     cmd = read_json(exp / "server" / "fake" / "launch.json")["command"]
     assert cmd[:3] == [str(engine.bin / "apptainer"), "exec", "--cleanenv"]
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+
+
+def test_the_hosts_nsys_is_looked_for_in_order_newest_first(tmp_path: Path) -> None:
+    """profile.nsys, then nsys on PATH, then the install folders, newest version first; the
+    version is what `nsys --version` says; the install folder is what a container mounts."""
+    from servelab.runtime import find_host_nsys, nsys_candidates, nsys_install_dir
+
+    old, _ = host_install(tmp_path, "2024.6.1")
+    new, globs = host_install(tmp_path, "2025.5.1")
+    cuda = tmp_path / "cuda-12.4" / "bin" / "nsys"
+    cuda.parent.mkdir(parents=True)
+    cuda.symlink_to(new)  # one install under two names is tried once
+    globs = (*globs, str(tmp_path / "cuda-*" / "bin" / "nsys"))
+    on_path = tmp_path / "path" / "nsys"
+    on_path.parent.mkdir()
+    on_path.symlink_to(old)
+    none = lambda name: None  # noqa: E731
+    assert nsys_candidates("/opt/absent/nsys", none, globs) == [
+        (str(new), "install folder"),
+        (str(old), "install folder"),
+    ]
+    found = find_host_nsys("/opt/absent/nsys", none, globs)
+    assert not isinstance(found, str)
+    assert (found.path, found.found_by, found.version) == (
+        str(new),
+        "install folder",
+        "2025.5.1.121",
+    )
+    assert found.install_dir == str(new.parent.parent)
+    path_first = find_host_nsys("/opt/absent/nsys", lambda n: str(on_path), globs)
+    assert not isinstance(path_first, str)
+    assert (path_first.path, path_first.found_by) == (str(on_path), "PATH")
+    assert path_first.install_dir == str(old.parent.parent)  # the link's target's folder
+    configured = find_host_nsys(str(old), lambda n: str(on_path), globs)
+    assert not isinstance(configured, str) and configured.found_by == "profile.nsys"
+    assert find_host_nsys("nsys", none, ()) == (
+        "nsys (nsys) not found on this host (PATH, no folders)"
+    )
+    broken = tmp_path / "broken" / "bin" / "nsys"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("#!/bin/sh\nexit 3\n")
+    broken.chmod(0o755)
+    reason = find_host_nsys(str(broken), none, ())
+    assert isinstance(reason, str) and "--version: exit 3" in reason
+    assert nsys_install_dir("/usr/bin/nsys") is None  # a system folder is never mounted

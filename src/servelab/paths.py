@@ -1,6 +1,6 @@
 """Where things live: the cache, an experiment's folders, and the names of the outputs.
 
-Everything that names a file of an experiment folder (DESIGN.md "Raw data contract") reads it
+Everything that names a file of an experiment folder (docs/raw-data.md) reads it
 from here; the Snakemake rules import the output names too, so each name is written once.
 
     <results_dir>/<experiment>/

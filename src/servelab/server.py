@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from servelab.container import ContainerRun, server_inner_command
+from servelab.container import ContainerRun, server_inner_command, vllm_server_command
 from servelab.errors import ServelabError
 
 if TYPE_CHECKING:
@@ -234,7 +234,10 @@ def _child_setup() -> None:  # runs in the child between fork and exec
 @dataclass
 class ServerLaunch:
     """One server's command line. `wrapper` (nsys profile ...) goes in front of the server;
-    in a container it runs inside, in front of the server, where the GPU work happens."""
+    in a container it runs inside, in front of the server, where the GPU work happens. `cli`:
+    start it as `vllm serve MODEL` (python -m vllm.entrypoints.cli.main serve), which the
+    runtime stage found in the runtime's vLLM (runtime.json "vllm_cli"); else as the older
+    `python -m vllm.entrypoints.openai.api_server --model MODEL`."""
 
     python: str
     model_path: str
@@ -245,6 +248,7 @@ class ServerLaunch:
     env: Mapping[str, str] = field(default_factory=dict)
     wrapper: list[str] = field(default_factory=list)
     container: ContainerRun | None = None
+    cli: bool = False
 
     def process_env(self) -> dict[str, str]:
         """Variables set for the launched process (docker, podman: passed on by name;
@@ -257,15 +261,13 @@ class ServerLaunch:
             c = replace(self.container, env_names=tuple(sorted({*self.env, "PYTHONUNBUFFERED"})))
             # published port: vLLM listens on every interface of the container's own network
             bind = "0.0.0.0" if c.engine != "apptainer" and c.network == "publish" else self.host
-            inner = server_inner_command(self.served_name, bind, self.port, self.args, self.wrapper)
+            inner = server_inner_command(
+                self.served_name, bind, self.port, self.args, self.wrapper, cli=self.cli
+            )
             return c.run_command(inner, self.host, self.port)
         return [
             *self.wrapper,
-            self.python,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            self.model_path,
+            *vllm_server_command(self.python, self.model_path, cli=self.cli),
             "--served-model-name",
             self.served_name,
             "--host",

@@ -5,9 +5,12 @@ server configuration, built from the experiment, and the context manager that se
 environment (HF_HUB_OFFLINE: the model is always local, then runtime.env) and, for a container
 runtime, the container it runs in. The profile capture adds its profiler to the same launch as
 `LaunchAdditions`: server arguments, environment, a wrapper command in front of the server
-(`nsys profile ...`) and folders the server writes into. `serve` starts the server, waits until
-it is ready, lowers its engine's priority and always stops it; the `Session` it yields gives
-the client settings, the prompts and the lines this launch added to the server log.
+(`nsys profile ...`), folders the server writes into and, in a container, read-only mounts
+(the host's Nsight Systems). The server starts as `vllm serve MODEL` when the runtime's vLLM
+has that entry point (runtime.json "vllm_cli"), else with the older api_server module.
+`serve` starts the server, waits until it is ready, lowers its engine's priority and always
+stops it; the `Session` it yields gives the client settings, the prompts and the lines this
+launch added to the server log.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 from servelab.client import Workload
 from servelab.config import args_to_cli
-from servelab.container import ContainerRun, container_run_for
+from servelab.container import ContainerRun, Mount, container_run_for
 from servelab.experiment import Experiment, ServerSection, WorkloadSection
 from servelab.paths import ExperimentPaths
 from servelab.server import Server, ServerLaunch, make_server
@@ -38,6 +41,7 @@ class LaunchAdditions:
     env: Mapping[str, str] = field(default_factory=dict)  # after runtime.env
     wrapper: tuple[str, ...] = ()  # in front of the server (in a container: inside it)
     writable: tuple[Path, ...] = ()  # folders it writes into (mounted at their own path)
+    mounts: tuple[Mount, ...] = ()  # in a container: more read-only mounts (e.g. nsys)
 
 
 def server_container(
@@ -49,6 +53,7 @@ def server_container(
     runtime: Mapping[str, Any],
     purpose: str,
     writable: tuple[Path, ...] = (),
+    mounts: tuple[Mount, ...] = (),
     gpus: bool = True,
 ) -> ContainerRun | None:
     """The container a server of `sc` runs in (or, without GPUs, a helper that works on its
@@ -62,6 +67,7 @@ def server_container(
         purpose=purpose,
         exp_dir=str(paths.root.resolve()),
         writable=[str(p.resolve()) for p in writable],
+        mounts=mounts,
         cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
         gpus=gpus,
     )
@@ -98,7 +104,9 @@ def build_launch(
             runtime=runtime,
             purpose=purpose,
             writable=add.writable,
+            mounts=add.mounts,
         ),
+        cli=bool(runtime.get("vllm_cli")),
     )
 
 

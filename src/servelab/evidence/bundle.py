@@ -1,4 +1,4 @@
-"""Build the evidence bundle of one experiment (DESIGN.md "Evidence bundle")."""
+"""Build the evidence bundle of one experiment (docs/bundle.md)."""
 
 from __future__ import annotations
 

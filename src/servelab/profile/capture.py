@@ -1,17 +1,22 @@
 """The profiling pass: its own server launch, a short diagnostic workload per profiled
 concurrency, and windows that bridge each point into the trace clock.
 
-GPU (nsys): the server runs under `nsys profile` with a capture range driven by vLLM's
+GPU (nsys): the server runs under `nsys profile` with one capture range driven by vLLM's
 /start_profile and /stop_profile (`--profiler-config {"profiler": "cuda"}`; older vLLM:
-VLLM_TORCH_CUDA_PROFILE=1); one range spans the diagnostic points, then `nsys export --type
-sqlite`. CPU: vLLM's torch profiler, bounded (no stacks, shapes, memory or flops; a cap on
-engine steps; the frontend not profiled), one trace JSON per point. DESIGN.md measured the
-unbounded default: a 100 MB trace and an engine stalled for minutes.
+VLLM_TORCH_CUDA_PROFILE=1) that spans the diagnostic points. The range ends at
+cudaProfilerStop (`--capture-range-end=stop`), so nsys writes the report while the server runs
+on and says so in the server log ("Generated:" and the report's path); the job waits for that
+line (profile.report_timeout_s), else stops the server with that much more time for nsys to
+write the report at its exit. Then `nsys export --type sqlite`. CPU: vLLM's torch profiler,
+bounded (no stacks, shapes, memory or flops; a cap on engine steps; the frontend not
+profiled), one trace JSON per point: with the unbounded defaults a trace reached 100 MB and the
+engine stalled for minutes.
 
 Every point records its wall-clock window (the client's clock, bridged to the trace by the
 session start) and, when the `nvtx` package is importable, the client also emits one NVTX
 start/end range per request: message = the point's label (a registered string), payload = the
-request index. A tool that is not there gives an explicit "not profiled: reason" record.
+request index. A tool that is not there gives an explicit "not profiled: reason" record, and
+so does a capture that fails when profile.required is false (what was measured is kept).
 
 The command lines are in servelab.profile.commands, which configurations get which tool in
 servelab.profile.plan; the server is launched and served as the sweep's is
@@ -25,31 +30,32 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
 import urllib.error
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from servelab.client import PointRun, Workload, run_point
-from servelab.container import ContainerRun
+from servelab.container import ContainerRun, Mount
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.hostfacts import node_facts
 from servelab.jsonio import write_json, write_jsonl_gz
 from servelab.paths import ExperimentPaths
 from servelab.profile.commands import (
-    nsys_executable,
     nsys_export_command,
     profiler_additions,
     profiler_interface,
 )
-from servelab.profile.plan import for_runtime, profile_plan
+from servelab.profile.plan import NsysUse, for_runtime, profile_plan
 from servelab.profile.windows import FORMAT_VERSION, Window, windows_json
 from servelab.redact import redact_argv, redact_env
+from servelab.runtime import NSYS_GLOBS, find_host_nsys
 from servelab.server import Server, ServerLaunch, choose_port, raise_on_signals
 from servelab.session import Session, build_launch, serve, server_container
 
@@ -121,8 +127,8 @@ def _profiler_request(
 
 
 def _wait_for_file(folder: Path, pattern: str, timeout_s: float) -> Path | None:
-    """A file the profiler writes after /stop_profile (torch trace, nsys report), once its
-    size stops changing."""
+    """A torch trace vLLM writes after /stop_profile, once its size stops changing (vLLM
+    says nothing when it is done)."""
     deadline = time.monotonic() + timeout_s
     last: tuple[Path, int] | None = None
     while time.monotonic() < deadline:
@@ -134,6 +140,22 @@ def _wait_for_file(folder: Path, pattern: str, timeout_s: float) -> Path | None:
             last = (found[-1], size)
         time.sleep(0.5)
     return None
+
+
+# nsys prints "Generated:" and, on the next line, the report's path once it has written it
+_GENERATED_RE = re.compile(r"Generated:\s+(\S+\.nsys-rep)")
+
+
+def generated_report(log_path: Path, offset: int = 0) -> Path | None:
+    """The last report nsys says it generated in the server log (from byte `offset` on)."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    found = _GENERATED_RE.findall(text)
+    return Path(found[-1]) if found else None
 
 
 # --- the job ------------------------------------------------------------------------------
@@ -148,26 +170,49 @@ def run_profile(
     runtime: Mapping[str, Any],
     say: Say = print,
     which: Which = shutil.which,
+    nsys_globs: Sequence[str] = NSYS_GLOBS,
 ) -> dict[str, Any]:
-    """Capture one server configuration; writes capture.json last (the job's output)."""
+    """Capture one server configuration; writes capture.json last (the job's output).
+
+    which and nsys_globs: how Nsight Systems is looked for on this host
+    (servelab.runtime.find_host_nsys). A capture that fails is a "not profiled" record with
+    the reason and what was measured, unless profile.required is true."""
     t_job = time.monotonic()
     out = paths.profile(sc)
     out.mkdir(parents=True, exist_ok=True)
-    decision = for_runtime(profile_plan(exp, which)[sc], exp.profile, runtime)
+    p = exp.profile
+    decision = for_runtime(
+        profile_plan(exp, which, nsys_globs)[sc],
+        p,
+        runtime,
+        lambda: find_host_nsys(p.nsys, which, nsys_globs),
+    )
     record: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "server_config": sc,
         "tool": decision.tool,
         "note": decision.note,
     }
+    if decision.nsys is not None:
+        record["nsys"] = decision.nsys.to_json()
     if decision.tool is None:
         say(f"[{sc}] not profiled: {decision.reason}")
         record.update(status="not profiled", reason=decision.reason, traces=[], points=[])
         write_json(out / "capture.json", record)
         return record
     raise_on_signals()
-    job = CaptureJob(exp, paths, sc, decision.tool, model_dir, runtime, say, which)
-    record.update(job.capture())
+    job = CaptureJob(exp, paths, sc, decision.tool, model_dir, runtime, say, decision.nsys)
+    try:
+        record.update(job.capture())
+    except ServelabError as exc:
+        if p.required:
+            raise
+        reason = (str(exc).strip().splitlines() or ["the capture failed"])[0][:500]
+        say(f"[{sc}] not profiled: {exc}")
+        record.update(
+            {"points": [], **job.progress, "status": "not profiled", "reason": reason},
+            traces=[],
+        )
     record["job_wall_s"] = round(time.monotonic() - t_job, 3)
     write_json(out / "capture.json", record)
     return record
@@ -184,15 +229,18 @@ def profiled_launch(
     interface: str,
     nsys: str,
     port: int,
+    mounts: Sequence[Mount] = (),
 ) -> ServerLaunch:
     """The profiled server's command line and environment (tested without a GPU): the
-    sweep's launch of `sc`, with the profiler added."""
+    sweep's launch of `sc`, with the profiler added (mounts: in a container, the host's
+    Nsight Systems)."""
     additions = profiler_additions(
         tool,
         paths.profile(sc),
         interface=interface,
         nsys=nsys,
         max_iterations=exp.profile.max_iterations,
+        mounts=mounts,
     )
     return build_launch(
         exp,
@@ -209,7 +257,7 @@ def profiled_launch(
 @dataclass(frozen=True)
 class CaptureJob:
     """One capture job: a server configuration, the tool that profiles it, and its folder
-    profile/<sc>/."""
+    profile/<sc>/. `progress` holds what capture.json keeps when the capture fails."""
 
     exp: Experiment
     paths: ExperimentPaths
@@ -218,7 +266,8 @@ class CaptureJob:
     model_dir: Path
     runtime: Mapping[str, Any]
     say: Say
-    which: Which
+    nsys: NsysUse | None = None  # the Nsight Systems that runs (tool nsys)
+    progress: dict[str, Any] = field(default_factory=dict)
 
     @property
     def out(self) -> Path:
@@ -233,6 +282,10 @@ class CaptureJob:
     def trace_dir(self) -> Path:
         return self.out / ("torch" if self.tool == "torch" else "nsys")
 
+    @property
+    def mounts(self) -> tuple[Mount, ...]:
+        return (self.nsys.mount,) if self.nsys is not None and self.nsys.mount else ()
+
     def note(self, msg: str) -> None:
         self.say(f"[{self.sc}] profile: {msg}")
 
@@ -244,7 +297,7 @@ class CaptureJob:
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
         interface = profiler_interface(p, self.runtime)
-        nsys = nsys_executable(p, self.runtime, self.which)
+        nsys = self.nsys.executable if self.nsys is not None else p.nsys
         port = choose_port(self.exp.server.host, self.exp.server.port, self.note)
         launch = profiled_launch(
             self.exp,
@@ -256,16 +309,10 @@ class CaptureJob:
             interface=interface,
             nsys=nsys,
             port=port,
+            mounts=self.mounts,
         )
-        log_path = self.out / "server.log"
-        t0 = time.monotonic()
-        self.note(
-            f"starting vLLM with the {tool} profiler ({interface} interface) on {launch.base_url}"
-        )
-        with serve(launch, log_path, self.exp.server, self.note, fresh_log=True) as session:
-            points = CapturePoints(self, session, session.client(self.exp.workload), interface)
-            windows, rows, traces = points.run()
-            command = redact_argv(launch.command())
+        command = redact_argv(launch.command())
+        self.progress.update(interface=interface, command=command, env=redact_env(launch.env))
         helper = server_container(
             self.exp,
             self.paths,
@@ -274,12 +321,29 @@ class CaptureJob:
             runtime=self.runtime,
             purpose="profile-helper",
             writable=(self.out,),
+            mounts=self.mounts,
             gpus=False,
         )
-        if tool == "nsys":
-            traces = _export_nsys(self.trace_dir, self.out, nsys, self.note, helper)
-        if helper is not None:
-            _give_back(helper, self.out, self.note)
+        log_path = self.out / "server.log"
+        t0 = time.monotonic()
+        self.note(
+            f"starting vLLM with the {tool} profiler ({interface} interface) on {launch.base_url}"
+        )
+        try:
+            report: dict[str, Any] | None = None
+            with serve(launch, log_path, self.exp.server, self.note, fresh_log=True) as session:
+                self.progress["ready_s"] = round(session.ready_s, 3)
+                points = CapturePoints(self, session, session.client(self.exp.workload), interface)
+                windows, rows, traces = points.run()
+                if tool == "nsys":
+                    report = self.wait_for_report(session)
+            if tool == "nsys":
+                report = report or self.report_after_exit(session)
+                self.progress["nsys_report"] = report
+                traces = _export_nsys(self.out / report["path"], self.out, nsys, self.note, helper)
+        finally:
+            if helper is not None:
+                _give_back(helper, self.out, self.note)
         shutil.rmtree(self.raw_dir, ignore_errors=True)
         write_json(
             self.out / "windows.json",
@@ -298,7 +362,61 @@ class CaptureJob:
             "traces": traces,
             "windows": "windows.json",
             "points": rows,
+            **({"nsys_report": report} if report is not None else {}),
         }
+
+    def _report(self, path: Path, generated: str, t0: float) -> dict[str, Any]:
+        """capture.json's nsys_report: the report, when nsys wrote it (range end: while the
+        server ran; exit: when it stopped) and how long the job waited for it."""
+        where = self.trace_dir / path.name if not path.is_absolute() else path
+        if not where.is_file():  # the path nsys printed is the same outside (mounted there)
+            where = self.trace_dir / path.name
+        return {
+            "path": where.resolve().relative_to(self.out.resolve()).as_posix(),
+            "generated": generated,
+            "wait_s": round(time.monotonic() - t0, 3),
+        }
+
+    def wait_for_report(self, session: Session) -> dict[str, Any] | None:
+        """After the capture range ends: wait until nsys says it wrote the report ("Generated:"
+        in the server log) or exits, for profile.report_timeout_s. None when it has not: the
+        server is then stopped with that much more time, for nsys to write it at its exit."""
+        server, timeout = session.server, self.exp.profile.report_timeout_s
+        t0 = time.monotonic()
+        while True:
+            found = generated_report(server.log_path, session.log_offset)
+            if found is not None and (self.trace_dir / found.name).is_file():
+                self.note(f"nsys wrote {found.name} in {time.monotonic() - t0:.1f} s")
+                return self._report(found, "range end", t0)
+            if not server.alive():
+                return None  # nsys has exited: whatever it wrote is complete
+            if time.monotonic() - t0 > timeout:
+                break
+            time.sleep(0.5)
+        server.shutdown_timeout_s = self.exp.server.shutdown_timeout_s + timeout
+        self.note(
+            f"nsys has not written its report {timeout:g} s after the capture range ended "
+            f"(profile.report_timeout_s); stopping the server, with up to "
+            f"{server.shutdown_timeout_s:g} s for nsys to write it"
+        )
+        self.progress["report_wait_s"] = round(time.monotonic() - t0, 3)
+        return None
+
+    def report_after_exit(self, session: Session) -> dict[str, Any]:
+        """The report once nsys has exited: the one it says it generated, else the newest in
+        the trace folder; raises (one line) when there is none."""
+        t0 = time.monotonic()
+        found = generated_report(session.server.log_path, session.log_offset)
+        if found is not None and (self.trace_dir / found.name).is_file():
+            return self._report(found, "exit", t0)
+        reports = sorted(self.trace_dir.glob("*.nsys-rep"), key=lambda q: q.stat().st_mtime)
+        if reports:
+            return self._report(reports[-1], "exit", t0)
+        raise ServelabError(
+            f"nsys wrote no report in {self.trace_dir} (no 'Generated:' line in "
+            f"{session.server.log_path} within profile.report_timeout_s "
+            f"{self.exp.profile.report_timeout_s:g} s, nor at the server's stop)"
+        )
 
 
 @dataclass(frozen=True)
@@ -325,7 +443,7 @@ class CapturePoints:
         if job.tool == "nsys":
             _profiler_request(server, "/start_profile", {}, 600)
         windows: list[Window] = []
-        rows: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = job.progress.setdefault("points", [])
         traces: list[str] = []
         for c in p.concurrency:
             window, row, trace = self.point(c, prompts[: c * p.waves])
@@ -334,11 +452,8 @@ class CapturePoints:
             if trace is not None:
                 traces.append(trace)
         if job.tool == "nsys":
+            # cudaProfilerStop: the capture range ends and nsys writes the report
             _profiler_request(server, "/stop_profile", None, 900)
-            # the range's report is written while the server runs on: wait for it before
-            # stopping the server, so a slow finalization is not cut by the shutdown
-            if _wait_for_file(job.trace_dir, "*.nsys-rep", 900) is None:
-                job.note("no nsys report yet after /stop_profile; stopping the server")
         return windows, rows, traces
 
     def point(self, c: int, prompts: Sequence[str]) -> tuple[Window, dict[str, Any], str | None]:
@@ -428,21 +543,17 @@ def _give_back(helper: ContainerRun, out: Path, say: Say) -> None:
 
 
 def _export_nsys(
-    trace_dir: Path, out: Path, nsys: str, say: Say, helper: ContainerRun | None = None
+    report: Path, out: Path, nsys: str, say: Say, helper: ContainerRun | None = None
 ) -> list[str]:
-    reports = sorted(trace_dir.glob("*.nsys-rep"), key=lambda p: (p.stat().st_size, p.name))
-    if not reports:
-        raise ServelabError(f"nsys wrote no report in {trace_dir}; see {out / 'server.log'}")
-    report = reports[-1]  # one capture range spans every point: the largest report is it
+    """`nsys export --type=sqlite` of the report (in a container: the same nsys, in the same
+    image, without GPUs); the report and its export, relative to the profile folder."""
     sqlite = report.with_suffix(".sqlite")
     cmd = nsys_export_command(report.resolve(), sqlite.resolve(), nsys)
-    if helper is not None:  # the image's nsys (the host may have none)
+    if helper is not None:  # the image's nsys, or the host's mounted in (the host may have none)
         cmd = helper.run_command(cmd, "", 0)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise ServelabError(
-            f"{' '.join(cmd)} failed with code {proc.returncode}: "
-            f"{(proc.stderr or proc.stdout)[-500:]}"
-        )
+        detail = " ".join((proc.stderr or proc.stdout).split())[-500:]
+        raise ServelabError(f"{' '.join(cmd)} failed with code {proc.returncode}: {detail}")
     say(f"exported {report.name} to {sqlite.name}")
     return [report.relative_to(out).as_posix(), sqlite.relative_to(out).as_posix()]

@@ -1,32 +1,48 @@
 """The command lines of the profiling pass: `nsys profile` in front of the server and `nsys
 export` after it, vLLM's profiler settings (--profiler-config, or the VLLM_TORCH_* variables of
-older releases), which of the two interfaces the runtime's vLLM has, and which nsys runs.
+older releases) and which of the two interfaces the runtime's vLLM has.
 
 `profiler_additions` hands them to the one server launch (servelab.session.build_launch) as
-what the capture adds: server arguments, environment, the wrapper, the folder it writes into.
+what the capture adds: server arguments, environment, the wrapper, the folder it writes into,
+and in a container the host's Nsight Systems mounted read-only.
 Everything here is pure but `vllm_interface`, which asks the runtime's Python.
+
+`nsys profile`'s switches, as the Nsight Systems User Guide ("CLI Profile Command Switch
+Options") describes them: --capture-range=cudaProfilerApi starts the collection at
+cudaProfilerStart (vLLM's /start_profile with its cuda profiler); --capture-range-end=stop ends
+it at cudaProfilerStop (/stop_profile) and ignores later ranges: nsys then writes the report
+and prints "Generated:" and its path while the server runs on (under `repeat` the report would
+only be written when the server exits); --sample=none and --cpuctxsw=none turn off CPU
+sampling and context-switch tracing (they need privileges in a container, and the analysis
+reads only CUDA and NVTX). vLLM's profiling guide (docs/contributing/profiling.md) runs the
+server under nsys with VLLM_WORKER_MULTIPROC_METHOD=spawn, as the capture does.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from servelab.container import Mount
 from servelab.experiment import ProfileSection
 from servelab.session import LaunchAdditions
 
 NSYS_PROFILE_ARGS = (
     "profile",
     "--trace=cuda,nvtx",
+    "--sample=none",
+    "--cpuctxsw=none",
     "--cuda-graph-trace=node",
     "--trace-fork-before-exec=true",
     "--capture-range=cudaProfilerApi",
-    "--capture-range-end=repeat",
+    "--capture-range-end=stop",
     "--force-overwrite=true",
 )
+# The environment of a server profiled with nsys (vLLM's profiling guide).
+NSYS_SERVER_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
 
 
 def nsys_profile_command(output: Path, nsys: str = "nsys") -> list[str]:
@@ -114,25 +130,29 @@ def profiler_interface(profile: ProfileSection, runtime: Mapping[str, Any]) -> s
     return vllm_interface(runtime["python"])
 
 
-def nsys_executable(
-    profile: ProfileSection, runtime: Mapping[str, Any], which: Callable[[str], str | None]
-) -> str:
-    """The nsys that runs: in a container the image's (runtime.json "nsys"), else profile.nsys
-    as found on PATH."""
-    if runtime.get("kind") == "container":
-        return str(runtime.get("nsys") or profile.nsys)
-    return str(which(profile.nsys) or profile.nsys)
-
-
 def profiler_additions(
-    tool: str, out: Path, *, interface: str, nsys: str, max_iterations: int
+    tool: str,
+    out: Path,
+    *,
+    interface: str,
+    nsys: str,
+    max_iterations: int,
+    mounts: Sequence[Mount] = (),
 ) -> LaunchAdditions:
     """What the capture adds to the server's launch: vLLM's profiler arguments and
-    environment (torch traces go to <out>/torch-raw), `nsys profile` in front of the server
-    for nsys (report <out>/nsys/profile), and <out> as a folder the server writes into (in a
-    container: mounted at its own path)."""
+    environment (torch traces go to <out>/torch-raw), for nsys `nsys profile` in front of the
+    server (report <out>/nsys/profile) and NSYS_SERVER_ENV, <out> as a folder the server
+    writes into (in a container: mounted at its own path) and `mounts` (in a container: the
+    host's Nsight Systems)."""
     args, env = vllm_profiler_args(tool, (out / "torch-raw").resolve(), interface, max_iterations)
-    wrapper = (
-        nsys_profile_command((out / "nsys" / "profile").resolve(), nsys) if tool == "nsys" else []
+    wrapper: list[str] = []
+    if tool == "nsys":
+        wrapper = nsys_profile_command((out / "nsys" / "profile").resolve(), nsys)
+        env = {**env, **NSYS_SERVER_ENV}
+    return LaunchAdditions(
+        args=tuple(args),
+        env=env,
+        wrapper=tuple(wrapper),
+        writable=(out,),
+        mounts=tuple(mounts),
     )
-    return LaunchAdditions(args=tuple(args), env=env, wrapper=tuple(wrapper), writable=(out,))

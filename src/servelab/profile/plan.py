@@ -2,21 +2,44 @@
 
 `profile_plan` decides before anything starts (the workflow reads it to plan the jobs) and
 raises when profile.required is true and profiling cannot happen; `for_runtime` revises a
-decision with what the runtime stage found in a container image.
+decision at capture time with the Nsight Systems there is: the image's (runtime.json "nsys"),
+else the host's (servelab.runtime.find_host_nsys), which a container gets mounted.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from servelab.container import ENGINES
+from servelab.container import ENGINES, Mount, nsys_mount
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, ProfileSection
+from servelab.runtime import NSYS_GLOBS, HostNsys, nsys_candidates
 
 TOOLS = ("auto", "torch", "nsys", "none")
+
+
+@dataclass(frozen=True)
+class NsysUse:
+    """The Nsight Systems a capture runs."""
+
+    executable: str  # as the launch runs it (in a container: the path inside)
+    source: str  # image | host
+    version: str | None = None
+    mount: Mount | None = None  # in a container: the host's install folder, read-only
+    host: Mapping[str, Any] | None = None  # HostNsys.to_json() when it is the host's
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "executable": self.executable,
+            "source": self.source,
+            "version": self.version,
+            "mount": self.mount.spec() if self.mount else None,
+            "host": dict(self.host) if self.host is not None else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -24,6 +47,7 @@ class Decision:
     tool: str | None  # torch | nsys | None (not profiled)
     reason: str | None = None
     note: str | None = None
+    nsys: NsysUse | None = None  # for nsys, once for_runtime has found it
 
 
 def profiled_configs(exp: Experiment) -> list[str]:
@@ -42,16 +66,19 @@ def profiled_configs(exp: Experiment) -> list[str]:
 
 
 def profile_plan(
-    exp: Experiment, which: Callable[[str], str | None] = shutil.which
+    exp: Experiment,
+    which: Callable[[str], str | None] = shutil.which,
+    globs: Sequence[str] = NSYS_GLOBS,
 ) -> dict[str, Decision]:
     """What each profiled configuration will get; raises before anything starts when
-    profiling is required and cannot happen."""
+    profiling is required and cannot happen. Nothing is run: nsys is looked for on this host
+    (profile.nsys, PATH, the install folders `globs`); in a container the runtime stage and
+    the capture job look (the image's, else the host's), and for_runtime() revises this."""
     p = exp.profile
     device = exp.runtime.device
     tool = p.tool
-    # in a container, nsys is the image's (or a mount's): the runtime stage looks for it there
-    # (runtime.json "nsys"), and for_runtime() revises this decision
-    nsys_found = exp.runtime.kind in ENGINES or which(p.nsys) is not None
+    nsys_found = exp.runtime.kind in ENGINES or bool(nsys_candidates(p.nsys, which, globs))
+    missing = f"nsys ({p.nsys}) not found on PATH or in the usual install folders"
     decision: Decision
     if not p.enabled:
         decision = Decision(None, "profile.enabled is false")
@@ -60,12 +87,12 @@ def profile_plan(
     elif tool == "nsys" and device != "gpu":
         decision = Decision(None, "profile.tool nsys needs runtime.device gpu")
     elif tool == "nsys" and not nsys_found:
-        decision = Decision(None, f"nsys ({p.nsys}) not found on PATH")
+        decision = Decision(None, missing)
     elif tool == "auto" and device == "gpu":
         decision = (
             Decision("nsys")
             if nsys_found
-            else Decision("torch", note=f"nsys ({p.nsys}) not found; vLLM's torch profiler used")
+            else Decision("torch", note=f"{missing}; vLLM's torch profiler used")
         )
     elif tool == "auto":
         decision = Decision("torch")
@@ -80,12 +107,37 @@ def profile_plan(
 
 
 def for_runtime(
-    decision: Decision, profile: ProfileSection, runtime: Mapping[str, Any]
+    decision: Decision,
+    profile: ProfileSection,
+    runtime: Mapping[str, Any],
+    host: Callable[[], HostNsys | str],
 ) -> Decision:
-    """The plan's decision, revised by what the runtime stage found in a container image."""
-    if runtime.get("kind") != "container" or decision.tool != "nsys" or runtime.get("nsys"):
+    """The plan's decision, with the Nsight Systems it runs: in a container the image's
+    (runtime.json "nsys") when it has one, else the host's install folder mounted in; on a
+    venv the host's. host() looks for the host's (servelab.runtime.find_host_nsys). None
+    there: profile.tool auto falls back to the torch profiler, nsys is "not profiled"."""
+    if decision.tool != "nsys":
         return decision
-    where = f"{profile.nsys} is not in {runtime.get('image_ref')}"
+    container = runtime.get("kind") == "container"
+    if container and runtime.get("nsys"):
+        use = NsysUse(str(runtime["nsys"]), "image", runtime.get("nsys_version"))
+        return Decision("nsys", note=decision.note, nsys=use)
+    found = host()
+    why: str
+    if isinstance(found, str):
+        why = found
+    elif not container:
+        use = NsysUse(found.path, "host", found.version, host=found.to_json())
+        return Decision("nsys", note=decision.note, nsys=use)
+    elif found.install_dir is None:
+        why = f"{found.path} is not in an install folder that can be mounted"
+    else:
+        mount, inside = nsys_mount(found.install_dir, str(Path(found.path).resolve()))
+        use = NsysUse(inside, "host", found.version, mount, found.to_json())
+        note = f"the host's Nsight Systems {found.version or '?'} ({found.path}) mounted in"
+        return Decision("nsys", note=note, nsys=use)
+    if container:
+        why = f"{profile.nsys} is not in {runtime.get('image_ref')} and {why}"
     if profile.tool == "auto":
-        return Decision("torch", note=f"{where}; vLLM's torch profiler used")
-    return Decision(None, f"{where} (see containers/README.md)")
+        return Decision("torch", note=f"{why}; vLLM's torch profiler used")
+    return Decision(None, f"{why} (see containers/README.md)" if container else why)
