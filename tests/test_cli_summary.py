@@ -120,3 +120,78 @@ def test_summary_says_where_the_time_went(tmp_path: Path) -> None:
     assert "profile-a                       95.0 s = server start 70.0 s + other 25.0 s" in text
     assert "runtime                          2.0 s" in text
     assert "profile-report-a " not in text.split("where the time went", 1)[1]
+
+
+def test_summary_shows_each_start_and_the_wall_time_against_the_windows(tmp_path: Path) -> None:
+    """Per launch, its start's phases (launch.json / capture.json `start`); then the wall time
+    (the stages, first-run setup left out) against the sum of the measured windows."""
+    from servelab.server import start_phases
+
+    for rep, dur in [(1, 10.0), (2, 14.0)]:
+        make_point(tmp_path, "a", rep, 1, 100.0, 10.0)
+        p = tmp_path / "raw" / "a" / f"rep{rep:02d}" / "c0001" / "point.json"
+        p.write_text(json.dumps({**json.loads(p.read_text()), "duration": dur}))
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    for name, s in [
+        ("runtime", 300.0),
+        ("model", 3.5),
+        ("sweep-a", 130.0),
+        ("profile-a", 95.0),
+        ("profile-report-a", 1.0),
+        ("analysis", 4.0),
+    ]:
+        (bench / f"{name}.tsv").write_text(f"s\th:m:s\n{s}\t0:00:00\n")
+    log = [
+        (7.0, "(APIServer pid=1) INFO 12-02 07:52:14 [api_utils.py:347] version 0.32.0"),
+        (14.2, "(APIServer pid=1) INFO 12-02 07:52:21 [model.py:733] Resolved architecture: Q"),
+        (
+            30.0,
+            "(Worker pid=3) INFO 12-02 07:52:35 [cpu_model_runner.py:87] Warming up model for the compilation...",
+        ),
+        (
+            52.0,
+            "(Worker pid=3) INFO 12-02 07:52:57 [decorators.py:743] [backbone] saved AOT compiled function to /c",
+        ),
+        (52.0, "(Worker pid=3) INFO 12-02 07:52:58 [cpu_model_runner.py:91] Warming up done."),
+    ]
+    (tmp_path / "server" / "a").mkdir(parents=True)
+    (tmp_path / "server" / "a" / "launch.json").write_text(
+        json.dumps(
+            {
+                "ready_s": 80.0,
+                "start": start_phases(log, 80.0),
+                "lock": {"path": "/l", "waited_s": 12.4, "holder": {"pid": 9}},
+            }
+        )
+    )
+    (tmp_path / "profile" / "a").mkdir(parents=True)
+    (tmp_path / "profile" / "a" / "capture.json").write_text(
+        json.dumps({"ready_s": 70.0, "start": start_phases(log[:2], 70.0)})
+    )
+    text = render_summary(tmp_path)
+    assert "server starts (latest launch of each), seconds per phase:" in text
+    assert (
+        "  sweep-a                      start 80.0 s: import 7.0, config 7.2, engine 15.8, "
+        "compile 22.0 (cache miss), kv 28.0 (after 12 s waiting for the measuring-server lock)"
+    ) in text
+    assert (
+        "  profile-a                    start 70.0 s: import 7.0, config 7.2, engine 55.8\n" in text
+    )
+    # wall: 130 + 95 + 1 + 4 = 230 s; windows 24 s; starts 80 s; lock waits 12.4 s;
+    # profiling 96 s; rest 17.6 s
+    assert (
+        "wall 230 s for 24.0 s of measured windows: 9.58x (server starts 80.0 s, lock waits "
+        "12.4 s, profiling pass 96.0 s, rest 17.6 s); left out: runtime 300 s, model 3.5 s "
+        "(first-run setup: creating the runtime, fetching the model)"
+    ) in text
+
+
+def test_no_wall_line_without_stage_times_or_windows(tmp_path: Path) -> None:
+    make_point(tmp_path, "a", 1, 1, 100.0, 10.0)
+    assert "wall " not in render_summary(tmp_path)
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "sweep-a.tsv").write_text("s\th:m:s\n5.0\t0:00:05\n")
+    assert "wall 5.0 s for 0.0 s of measured windows: no measured window" in render_summary(
+        tmp_path
+    )

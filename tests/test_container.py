@@ -65,6 +65,9 @@ def gpu_cfg(kind: str = "docker", **runtime: Any) -> Experiment:
     return validate(raw, "test")
 
 
+# the compile-cache folder of runtime_record()'s image in the tests' cache (sweep_launch)
+CACHE = "/cache/servelab/compile/image-" + DIGEST.removeprefix("sha256:")[:16]
+
 # the server arguments of gpu_cfg's configuration tp1, as the launch passes them
 TP1_ARGS = ["--no-enable-prefix-caching", "--max-model-len", "8192", "--max-num-seqs", "256"]
 
@@ -72,6 +75,7 @@ TP1_ARGS = ["--no-enable-prefix-caching", "--max-model-len", "8192", "--max-num-
 def sweep_launch(cfg: Experiment, runtime: dict[str, Any], cuda: str | None = None) -> ServerLaunch:
     """What the sweep launches for one server (fixed paths, CUDA_VISIBLE_DEVICES as given)."""
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env["SERVELAB_CACHE"] = "/cache/servelab"  # where the compile caches are kept
     if cuda is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda
     with mock.patch.dict(os.environ, env, clear=True):
@@ -102,10 +106,16 @@ def test_docker_server_command() -> None:
         "127.0.0.1:8123:8123",
         "-v",
         "/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e:/model:ro",
+        "-v",  # the runtime's compile caches, kept across starts (read-write)
+        f"{CACHE}:/var/cache/servelab-compile",
         "-e",
         "HF_HUB_OFFLINE",
         "-e",
         "PYTHONUNBUFFERED",
+        "-e",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "-e",
+        "VLLM_CACHE_ROOT",
         "-e",
         "VLLM_LOGGING_LEVEL",
         "--entrypoint",
@@ -126,9 +136,15 @@ def test_docker_server_command() -> None:
     # values reach the container through the client's environment, never the argv
     assert launch.process_env() == {
         "HF_HUB_OFFLINE": "1",
+        "VLLM_CACHE_ROOT": "/var/cache/servelab-compile/vllm",
+        "TORCHINDUCTOR_CACHE_DIR": "/var/cache/servelab-compile/inductor",
         "VLLM_LOGGING_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
     }
+    # without runtime.compile_cache the caches stay where vLLM and PyTorch put them
+    bare = sweep_launch(gpu_cfg(compile_cache=False), runtime_record())
+    assert "/var/cache/servelab-compile" not in " ".join(bare.command())
+    assert "VLLM_CACHE_ROOT" not in bare.process_env() and bare.compile_cache is None
 
 
 def test_vllm_serve_where_the_image_has_it() -> None:
@@ -264,6 +280,8 @@ def test_apptainer_server_command() -> None:
         "--nv",
         "--bind",
         "/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e:/model:ro",
+        "--bind",
+        f"{CACHE}:/var/cache/servelab-compile:rw",
         sif,
         "python3",
         "-m",
@@ -300,6 +318,7 @@ def test_host_network_and_options() -> None:
     vols = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-v"]
     assert vols == [
         "/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e:/model:ro",
+        f"{CACHE}:/var/cache/servelab-compile",
         "/opt/nvidia/nsight-systems-cli/2025.5.1:/opt/nvidia/nsight-systems-cli/2025.5.1:ro",
     ]
     e = cmd.index("--entrypoint")

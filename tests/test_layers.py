@@ -34,6 +34,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "session",
         "workload",
         "server",
+        "compilecache",
         "telemetry",
         "runtime",
         "model",

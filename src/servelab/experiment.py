@@ -63,6 +63,7 @@ class RuntimeSection:
     shm_size: str | None
     extra_args: tuple[str, ...]
     env: Mapping[str, Any]
+    compile_cache: bool
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class ServerSection:
     port: int
     startup_timeout_s: float
     shutdown_timeout_s: float
+    lock_timeout_s: float
     engine_nice: int
     args: Mapping[str, Any]
     configs: tuple[ServerConfig, ...]

@@ -16,6 +16,7 @@ from here; the Snakemake rules import the output names too, so each name is writ
 from __future__ import annotations
 
 import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,21 @@ def default_cache_dir() -> Path:
     if env:
         return Path(env)
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servelab"
+
+
+MEASURING_LOCK = "measuring-server.lock"
+
+
+def measuring_lock_path() -> Path:
+    """The host's measuring-server lock (servelab.session.MeasuringLock):
+    $SERVELAB_LOCK_DIR/measuring-server.lock, else <cache>/locks/<host>/measuring-server.lock
+    in default_cache_dir(), whatever an experiment's runtime.cache_dir says. The host's name is
+    in the path because a cache may be shared by the nodes of a cluster (docs/cluster.md), and
+    one node's measurement does not disturb another's."""
+    env = os.environ.get("SERVELAB_LOCK_DIR")
+    if env:
+        return Path(env) / MEASURING_LOCK
+    return default_cache_dir() / "locks" / (platform.node() or "localhost") / MEASURING_LOCK
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from servelab.compilecache import CompileCache
 from servelab.container import ContainerRun, server_inner_command, vllm_server_command
 from servelab.errors import ServelabError
 
@@ -197,6 +198,231 @@ def _jsonable(v: Any) -> Any:
         return repr(v)
 
 
+# --- where a start goes: its phases, from the log ----------------------------------------
+
+# A line in vLLM's log format: `(APIServer pid=1) INFO 12-02 07:52:14 [file.py:12] ...`, the
+# process prefix only in V1. Its time has one-second resolution and no year.
+_LOG_TIME_RE = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)\b")
+
+
+@dataclass(frozen=True)
+class StartPhase:
+    """A phase of a server start: it begins at the first log line that matches `starts` (at
+    the process start for the first) and lasts until the next phase begins."""
+
+    name: str
+    what: str  # what happens in it (docs/raw-data.md)
+    starts: re.Pattern[str] | None
+
+
+# In the order vLLM's V1 engine goes through them; the patterns are the lines of vLLM 0.8 to
+# 0.32, CPU and GPU (vllm/v1/engine/core.py, vllm/v1/worker/gpu_model_runner.py,
+# vllm/compilation/), the earliest matching line of a phase marking its start.
+START_PHASES: tuple[StartPhase, ...] = (
+    StartPhase("import", "Python starts and imports vLLM", None),
+    StartPhase(
+        "config",
+        "vLLM's first log line (the API server's banner) until the model's configuration is "
+        "resolved",
+        _LOG_TIME_RE,
+    ),
+    StartPhase(
+        "engine",
+        "the engine configuration is completed and the engine core process starts",
+        re.compile(r"Resolved architecture"),
+    ),
+    StartPhase(
+        "workers",
+        "the engine core starts its workers (processes, distributed init)",
+        re.compile(r"Initializing a V\d LLM engine"),
+    ),
+    StartPhase("load", "the weights load", re.compile(r"Starting to load model")),
+    StartPhase(
+        "compile",
+        "torch.compile (on a GPU within the profiling run that follows the load)",
+        re.compile(
+            r"Warming up model for the compilation|Model loading took|"
+            r"Using cache directory: .* for vLLM's torch\.compile|Dynamo bytecode transform time"
+        ),
+    ),
+    StartPhase(
+        "kv",
+        "memory profiling and the KV cache's allocation",
+        re.compile(
+            r"torch\.compile (?:takes|took|and initial profiling run took) [\d.]+ s in total|"
+            r"Initial profiling/warmup run took|Warming up done|Available KV cache memory"
+        ),
+    ),
+    StartPhase(
+        "warmup",
+        "CUDA graph capture (GPU) and the engine's warm-up",
+        re.compile(r"KV cache size:"),
+    ),
+    StartPhase(
+        "api",
+        "the API server sets up serving (tokenizer, chat template, routes)",
+        re.compile(r"init engine (?:\(profile, create kv cache, warmup model\) )?took"),
+    ),
+    StartPhase(
+        "http",
+        "the HTTP server starts until /health answered (within one poll, 0.5 s)",
+        re.compile(r"Starting vLLM (?:API )?server (?:\d+ )?on"),
+    ),
+)
+PHASE_NAMES = tuple(p.name for p in START_PHASES)
+
+# The compile cache's outcome: a load that failed and compiled again, a hit, or a miss.
+_CACHE_FAILED_RE = re.compile(
+    r"Compiling model again due to a load failure from .*?, reason: (.*)$"
+)
+_CACHE_HIT_RE = re.compile(
+    r"Directly load (?:the compiled graph|AOT compilation)|Directly lookup the graph"
+)
+_CACHE_MISS_RE = re.compile(
+    r"saved AOT compiled function|Compiling a graph for|Cache the graph (?:of|for)"
+)
+# Durations vLLM reports itself (its own clock).
+_REPORTED_RES: dict[str, re.Pattern[str]] = {
+    "load_weights": re.compile(r"Loading weights took ([\d.]+) ?s"),
+    "model_loading": re.compile(r"Model loading took .*? and ([\d.]+) ?s"),
+    "compile": re.compile(
+        r"torch\.compile (?:takes|took|and initial profiling run took) ([\d.]+) s in total"
+    ),
+    "cudagraph_capture": re.compile(r"Graph capturing finished in ([\d.]+) secs?"),
+    "init_engine": re.compile(
+        r"init engine (?:\(profile, create kv cache, warmup model\) )?took ([\d.]+) ?s"
+    ),
+}
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def start_phases(lines: Iterable[tuple[float, str]], ready_t_s: float | None) -> dict[str, Any]:
+    """Where a server start went, from its log lines, each with the seconds since the process
+    started at which servelab first saw it (`t_s`; lines are read while /health is polled, so
+    to within one poll).
+
+    `phases`: every phase of START_PHASES in order, with `t_s` (when its first line was seen;
+    0 for `import`), `log_time` (that line's own `MM-DD HH:MM:SS`, when it has one) and
+    `duration_s` (until the next phase that was seen, the last until `ready_t_s`, when /health
+    first answered 200). A phase whose line never appeared has nulls: its time counts in the
+    phase before it. Never raises on a log it does not know. `compile_cache`: `hit`, `miss`,
+    `load_failed` (a cached graph failed to load and the model was compiled again;
+    `compile_cache_reason` says why) or null (no compilation line, e.g. enforce-eager).
+    `vllm_reported_s`: durations vLLM logs itself (null where it does not)."""
+    seen = list(lines)
+    found: list[tuple[float, str | None] | None] = [(0.0, None)]
+    cursor = 0
+    for phase in START_PHASES[1:]:
+        assert phase.starts is not None
+        hit = None
+        for i in range(cursor, len(seen)):
+            if phase.starts.search(seen[i][1]):
+                hit = i
+                break
+        if hit is None:
+            found.append(None)
+            continue
+        cursor = hit
+        m = _LOG_TIME_RE.search(seen[hit][1])
+        found.append((seen[hit][0], m.group(1) if m else None))
+    phases: list[dict[str, Any]] = []
+    for k, (phase, at) in enumerate(zip(START_PHASES, found, strict=True)):
+        if at is None:
+            phases.append({"phase": phase.name, "t_s": None, "log_time": None, "duration_s": None})
+            continue
+        later = [f[0] for f in found[k + 1 :] if f is not None]
+        end = later[0] if later else ready_t_s
+        phases.append(
+            {
+                "phase": phase.name,
+                "t_s": _rounded(at[0]),
+                "log_time": at[1],
+                "duration_s": _rounded(None if end is None else max(0.0, end - at[0])),
+            }
+        )
+    text = [line for _, line in seen]
+    cache: str | None = None
+    reason: str | None = None
+    if any(_CACHE_MISS_RE.search(line) for line in text):
+        cache = "miss"
+    if any(_CACHE_HIT_RE.search(line) for line in text):
+        cache = "hit"
+    for line in text:
+        m = _CACHE_FAILED_RE.search(line)
+        if m is not None:
+            cache, reason = "load_failed", m.group(1).strip()
+            break
+    reported: dict[str, float | None] = {}
+    for name, rx in _REPORTED_RES.items():
+        reported[name] = next(
+            (float(m.group(1)) for line in text if (m := rx.search(line)) is not None), None
+        )
+    return {
+        "phases": phases,
+        "ready_t_s": _rounded(ready_t_s),
+        "compile_cache": cache,
+        "compile_cache_reason": reason,
+        "vllm_reported_s": reported,
+    }
+
+
+def start_line(start: Mapping[str, Any]) -> str:
+    """One line for a start record: `start 44.1 s: import 7.0, config 7.2, ..., compile 22.0
+    (cache miss), ...`; the phases that were not seen are left out."""
+    ready = start.get("ready_t_s")
+    parts = []
+    for p in start.get("phases") or []:
+        if p.get("duration_s") is None:
+            continue
+        text = f"{p['phase']} {p['duration_s']:.1f}"
+        if p["phase"] == "compile" and start.get("compile_cache"):
+            text += f" (cache {str(start['compile_cache']).replace('_', ' ')})"
+        parts.append(text)
+    head = f"start {ready:.1f} s" if isinstance(ready, int | float) else "start (not ready)"
+    return head + (": " + ", ".join(parts) if parts else "")
+
+
+class StartWatch:
+    """What a starting server adds to its log, line by line, each line with the seconds since
+    the process started (`t0`, monotonic) at which `poll` first read it whole."""
+
+    def __init__(self, log_path: Path, offset: int, t0: float) -> None:
+        self.log_path = log_path
+        self.offset = offset
+        self.t0 = t0
+        self.lines: list[tuple[float, str]] = []
+        self._partial = b""
+
+    def poll(self, final: bool = False) -> None:
+        t = time.monotonic() - self.t0
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        data = self._partial + data
+        # a line ends at a newline, or at a carriage return (progress bars redraw with it)
+        cut = len(data) if final else max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        whole, self._partial = data[:cut], data[cut:]
+        for line in whole.decode("utf-8", errors="replace").splitlines():
+            if line:
+                self.lines.append((t, line))
+
+    def phase_at(self, ready_t_s: float | None = None) -> str | None:
+        """The last phase begun so far."""
+        reached = [
+            p["phase"]
+            for p in start_phases(self.lines, ready_t_s)["phases"]
+            if p["t_s"] is not None
+        ]
+        return reached[-1] if reached else None
+
+
 # --- the process --------------------------------------------------------------------------
 
 
@@ -249,6 +475,9 @@ class ServerLaunch:
     wrapper: list[str] = field(default_factory=list)
     container: ContainerRun | None = None
     cli: bool = False
+    # the runtime's compile-cache folder (servelab.compilecache; runtime.compile_cache), whose
+    # variables are in env and, in a container, whose folder is mounted
+    compile_cache: CompileCache | None = None
 
     def process_env(self) -> dict[str, str]:
         """Variables set for the launched process (docker, podman: passed on by name;
@@ -291,6 +520,9 @@ class Server:
         self.shutdown_timeout_s = shutdown_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_epoch_ns = 0
+        self.started_monotonic = 0.0
+        self.ready_t_s: float | None = None  # seconds from the start until /health said 200
+        self.watch: StartWatch | None = None
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -298,6 +530,11 @@ class Server:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed in stop()
         self._log = log
         self.started_epoch_ns = time.time_ns()
+        self.started_monotonic = time.monotonic()
+        self.ready_t_s = None
+        self.watch = StartWatch(
+            self.log_path, os.fstat(log.fileno()).st_size, self.started_monotonic
+        )
         self.proc = subprocess.Popen(
             self.launch.command(),
             stdin=subprocess.DEVNULL,
@@ -377,34 +614,51 @@ class Server:
         return "\n".join(lines[-n:])
 
     def wait_ready(self, timeout_s: float, say: Callable[[str], None] = print) -> float:
-        """Poll /health until it answers 200; return seconds waited."""
+        """Poll /health until it answers 200; return seconds waited. Meanwhile read what the
+        server logs (`watch`), for its start's phases (`start_record`)."""
         t0 = time.monotonic()
         last_note = t0
         url = f"{self.launch.base_url}/health"
+        watch = self.watch
         while True:
+            if watch is not None:
+                watch.poll()
             if not self.alive():
                 code = self.proc.returncode if self.proc else None
                 raise ServelabError(
-                    f"server exited with code {code} before it was ready; last lines of "
-                    f"{self.log_path}:\n{self.log_tail()}"
+                    f"server exited with code {code} before it was ready{self._phase_note()}; "
+                    f"last lines of {self.log_path}:\n{self.log_tail()}"
                 )
             try:
                 with urllib.request.urlopen(url, timeout=2) as resp:
                     if resp.status == 200:
-                        return time.monotonic() - t0
+                        ready = time.monotonic()
+                        self.ready_t_s = ready - self.started_monotonic
+                        if watch is not None:
+                            watch.poll(final=True)
+                        return ready - t0
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
             now = time.monotonic()
             if now - t0 > timeout_s:
                 self.stop()
                 raise ServelabError(
-                    f"server not ready after {timeout_s:g} s (server.startup_timeout_s); last "
-                    f"lines of {self.log_path}:\n{self.log_tail()}"
+                    f"server not ready after {timeout_s:g} s (server.startup_timeout_s)"
+                    f"{self._phase_note()}; last lines of {self.log_path}:\n{self.log_tail()}"
                 )
             if now - last_note >= 15:
-                say(f"server: waiting for {url} ({now - t0:.0f} s)")
+                say(f"server: waiting for {url} ({now - t0:.0f} s{self._phase_note(', ')})")
                 last_note = now
             time.sleep(0.5)
+
+    def _phase_note(self, sep: str = " ") -> str:
+        """`in its <phase> phase`, the last phase of its start begun (START_PHASES)."""
+        phase = self.watch.phase_at() if self.watch is not None else None
+        return f"{sep}in its {phase} phase" if phase else ""
+
+    def start_record(self) -> dict[str, Any]:
+        """Where this start went (`start_phases`); launch.json's `start`."""
+        return start_phases(self.watch.lines if self.watch else [], self.ready_t_s)
 
     def get_json(self, path: str, timeout_s: float = 10.0) -> Any:
         with urllib.request.urlopen(f"{self.launch.base_url}{path}", timeout=timeout_s) as resp:

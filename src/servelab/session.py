@@ -8,26 +8,39 @@ runtime, the container it runs in. The profile capture adds its profiler to the 
 (`nsys profile ...`), folders the server writes into and, in a container, read-only mounts
 (the host's Nsight Systems). The server starts as `vllm serve MODEL` when the runtime's vLLM
 has that entry point (runtime.json "vllm_cli"), else with the older api_server module.
-`serve` starts the server, waits until it is ready, lowers its engine's priority and always
-stops it; the `Session` it yields gives the client settings, the prompts and the lines this
-launch added to the server log.
+`serve` takes the host's measuring-server lock (`MeasuringLock`: one measuring server per
+host), starts the server, waits until it is ready, lowers its engine's priority and always
+stops it; the `Session` it yields gives the client settings, the prompts, the lines this
+launch added to the server log, where its start went (`start`) and what the lock made it wait
+(`lock`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
 import os
+import platform
+import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from servelab.client import Workload
+from servelab.compilecache import compile_cache_for
 from servelab.config import args_to_cli
 from servelab.container import ContainerRun, Mount, container_run_for
+from servelab.errors import ServelabError
 from servelab.experiment import Experiment, ServerSection, WorkloadSection
-from servelab.paths import ExperimentPaths
-from servelab.server import Server, ServerLaunch, make_server
+from servelab.paths import ExperimentPaths, measuring_lock_path
+from servelab.runtime import cache_dir_of
+from servelab.server import Server, ServerLaunch, make_server, start_line
 from servelab.workload import build_prompts, vocab_ids
 
 Say = Callable[[str], None]
@@ -84,8 +97,15 @@ def build_launch(
     purpose: str = "sweep",
     additions: LaunchAdditions | None = None,
 ) -> ServerLaunch:
-    """The launch of server configuration `sc`: command line, environment, container."""
+    """The launch of server configuration `sc`: command line, environment, container (with
+    the runtime's compile-cache folder, runtime.compile_cache)."""
     add = additions or LaunchAdditions()
+    in_container = runtime.get("kind") == "container"
+    cache = (
+        compile_cache_for(runtime, cache_dir_of(exp.runtime)) if exp.runtime.compile_cache else None
+    )
+    cache_env = cache.env(container=in_container) if cache is not None else {}
+    cache_mounts = (cache.mount(),) if cache is not None and in_container else ()
     return ServerLaunch(
         python=runtime["python"],
         model_path=str(model_dir.resolve()),
@@ -94,7 +114,8 @@ def build_launch(
         port=port,
         args=args_to_cli(exp.server.args_of(sc)) + list(add.args),
         # The model is always local: the server must never reach for a hub.
-        env={"HF_HUB_OFFLINE": "1", **exp.runtime.env, **add.env},
+        # runtime.env may move a compile cache elsewhere: it comes after
+        env={"HF_HUB_OFFLINE": "1", **cache_env, **exp.runtime.env, **add.env},
         wrapper=list(add.wrapper),
         container=server_container(
             exp,
@@ -104,10 +125,175 @@ def build_launch(
             runtime=runtime,
             purpose=purpose,
             writable=add.writable,
-            mounts=add.mounts,
+            mounts=(*add.mounts, *cache_mounts),
         ),
         cli=bool(runtime.get("vllm_cli")),
+        compile_cache=cache,
     )
+
+
+# --- one measuring server per host ----------------------------------------------------------
+
+# this process's lock paths, while it holds them
+_HELD: set[str] = set()
+
+
+def _own_command() -> str:
+    """This process's command line, as `ps` shows it."""
+    try:
+        raw = Path("/proc/self/cmdline").read_bytes()
+        args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    except OSError:
+        args = [sys.executable, *sys.argv]
+    return " ".join(args or sys.argv)
+
+
+def _holder_text(holder: Mapping[str, Any] | None) -> str:
+    if not holder:
+        return "a process that has not said which (the lock file is empty)"
+    command = " ".join(str(holder.get("command") or "?").split())
+    if len(command) > 200:
+        command = command[:197] + "..."
+    return f"pid {holder.get('pid')} ({command}), since {holder.get('since')}"
+
+
+class MeasuringLock:
+    """The host's measuring-server lock: one measuring server on a host at a time.
+
+    Two measurements on one host measure each other (two `snakemake` invocations, or a test
+    run beside an experiment). Every process that starts a measuring server, a sweep's launch
+    or the profiling pass's, holds this lock from before the server starts until it has stopped
+    (`serve` takes it). It is an flock on `path` (paths.measuring_lock_path(): in the servelab
+    cache, per host), so the kernel releases it when its process ends, however it ends: a job
+    killed outright leaves no stale lock. The holder writes its pid, command line and since when
+    into the file; a process that finds the lock taken waits, says so at once and every
+    `note_every_s` naming the holder, and gives up after `timeout_s` (server.lock_timeout_s)
+    with one line naming the holder and what to do.
+
+    A process that already holds the lock and asks for it again (a server started while one
+    it started still runs) fails at once: it would wait for itself. Another process waits: a
+    test session that keeps one server running across tests (a module-scoped fixture) while a
+    test starts another in a subprocess (a `snakemake` run) makes that subprocess wait until
+    the fixture's server stops, or time out. That is the lock doing its work, not a hang: stop
+    the long-lived server first, or let the tests run one measuring server at a time.
+    """
+
+    def __init__(
+        self,
+        timeout_s: float,
+        say: Say = print,
+        path: Path | None = None,
+        *,
+        poll_s: float = 0.5,
+        note_every_s: float = 15.0,
+    ) -> None:
+        self.path = path or measuring_lock_path()
+        self.timeout_s = timeout_s
+        self.say = say
+        self.poll_s = poll_s
+        self.note_every_s = note_every_s
+        self.waited_s = 0.0
+        self.holder: dict[str, Any] | None = None  # who held it while this process waited
+        self._fh: IO[str] | None = None
+
+    def holder_info(self) -> dict[str, Any] | None:
+        """What the holder wrote into the lock file (None when it is empty or unreadable)."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+            info = json.loads(text) if text.strip() else None
+        except (OSError, ValueError):
+            return None
+        return info if isinstance(info, dict) else None
+
+    def acquire(self) -> dict[str, Any]:
+        """Wait for the lock (up to timeout_s), take it and write who holds it; the record of
+        launch.json's `lock`."""
+        key = str(self.path.resolve())
+        if key in _HELD:
+            raise ServelabError(
+                f"this process (pid {os.getpid()}) already holds {self.path}: a measuring "
+                "server it started still runs; stop it before starting another"
+            )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
+        t0 = time.monotonic()
+        last_note: float | None = None
+        try:
+            while True:
+                try:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        raise ServelabError(
+                            f"cannot lock {self.path} ({exc.strerror}); set SERVELAB_LOCK_DIR "
+                            "to a folder on a local file system"
+                        ) from None
+                now = time.monotonic()
+                self.holder = self.holder_info() or self.holder
+                if now - t0 >= self.timeout_s:
+                    raise ServelabError(
+                        f"another measuring server runs on this host: "
+                        f"{_holder_text(self.holder)} holds {self.path}; gave up after "
+                        f"{now - t0:.0f} s (server.lock_timeout_s {self.timeout_s:g}); let it "
+                        "finish or stop it, then run again"
+                    )
+                if last_note is None or now - last_note >= self.note_every_s:
+                    self.say(
+                        f"server: waiting for the host's measuring-server lock {self.path}, "
+                        f"held by {_holder_text(self.holder)} ({now - t0:.0f} s so far, "
+                        f"server.lock_timeout_s {self.timeout_s:g})"
+                    )
+                    last_note = now
+                time.sleep(self.poll_s)
+        except BaseException:
+            fh.close()
+            raise
+        self.waited_s = time.monotonic() - t0
+        now_local = datetime.datetime.now().astimezone()
+        info = {
+            "pid": os.getpid(),
+            "command": _own_command(),
+            "since": now_local.isoformat(timespec="seconds"),
+            "host": platform.node(),
+        }
+        fh.seek(0)
+        fh.truncate()
+        fh.write(json.dumps(info) + "\n")
+        fh.flush()
+        self._fh = fh
+        _HELD.add(key)
+        if self.holder is not None:
+            self.say(f"server: measuring-server lock taken after {self.waited_s:.0f} s")
+        return self.record()
+
+    def record(self) -> dict[str, Any]:
+        """launch.json's `lock`: the lock file, the seconds waited for it and who held it
+        while this process waited (null when it was free)."""
+        holder = None
+        if self.holder is not None:
+            holder = {k: self.holder.get(k) for k in ("pid", "command", "since")}
+        return {"path": str(self.path), "waited_s": round(self.waited_s, 3), "holder": holder}
+
+    def release(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is None:
+            return
+        _HELD.discard(str(self.path.resolve()))
+        with contextlib.suppress(OSError):
+            fh.seek(0)
+            fh.truncate()
+            fh.flush()
+        with contextlib.suppress(OSError):
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        fh.close()
+
+    def __enter__(self) -> MeasuringLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 @dataclass(frozen=True)
@@ -119,6 +305,12 @@ class Session:
     ready_s: float  # from the start until /health answered
     placement: dict[str, Any]  # what lowering the engine's priority did (launch.json)
     log_offset: int  # where this launch's lines start in the server log
+    # where the start went (server.start_phases; launch.json `start`)
+    start: Mapping[str, Any] = field(default_factory=dict)
+    # what the host's measuring-server lock made it wait (MeasuringLock.record; `lock`)
+    lock: Mapping[str, Any] = field(default_factory=dict)
+    # the compile caches before the start (CompileCache.state; `compile_cache`), None: not kept
+    compile_cache: Mapping[str, Any] | None = None
 
     def startup_log(self) -> str:
         """What this launch has written to the server log so far."""
@@ -157,14 +349,30 @@ def serve(
     *,
     fresh_log: bool = False,
 ) -> Iterator[Session]:
-    """Start the server (its output appended to log_path, or in a fresh log), wait until it
-    is ready, lower its engine's priority (server.engine_nice), and stop it on the way out,
-    whatever happens inside."""
-    if fresh_log:
-        log_path.unlink(missing_ok=True)
-    log_offset = log_path.stat().st_size if log_path.exists() else 0
-    with make_server(launch, log_path, settings.shutdown_timeout_s) as server:
-        ready_s = server.wait_ready(settings.startup_timeout_s, say)
-        say(f"server ready in {ready_s:.1f} s")
-        placement = server.lower_engine_priority(settings.engine_nice, say)
-        yield Session(server, launch, ready_s, placement, log_offset)
+    """Take the host's measuring-server lock (MeasuringLock, server.lock_timeout_s), start the
+    server (its output appended to log_path, or in a fresh log), wait until it is ready, lower
+    its engine's priority (server.engine_nice), and stop it on the way out, whatever happens
+    inside; the lock is released once the server has stopped."""
+    with MeasuringLock(settings.lock_timeout_s, say) as lock:
+        if fresh_log:
+            log_path.unlink(missing_ok=True)
+        log_offset = log_path.stat().st_size if log_path.exists() else 0
+        cache_state = None
+        if launch.compile_cache is not None:
+            launch.compile_cache.prepare()
+            cache_state = launch.compile_cache.state()
+        with make_server(launch, log_path, settings.shutdown_timeout_s) as server:
+            ready_s = server.wait_ready(settings.startup_timeout_s, say)
+            start = server.start_record()
+            say(f"server ready in {ready_s:.1f} s ({start_line(start)})")
+            placement = server.lower_engine_priority(settings.engine_nice, say)
+            yield Session(
+                server,
+                launch,
+                ready_s,
+                placement,
+                log_offset,
+                start=start,
+                lock=lock.record(),
+                compile_cache=cache_state,
+            )

@@ -1,4 +1,6 @@
-"""The one-screen summary printed at the end of a run."""
+"""The one-screen summary printed at the end of a run: the means per point, the validity line,
+and where the time went on this host (the stages, each server start's phases, and the wall
+time against the measured windows)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,11 @@ from servelab.experiment import ValiditySection
 from servelab.jsonio import read_json
 from servelab.rawdata import RawPoint, load_points
 from servelab.render import num
+from servelab.server import start_line
+
+# First-run setup, left out of the wall time: a first run creates the runtime (a venv from its
+# lock, or an image pull) and fetches the model, both cached for every later run.
+SETUP_STAGES = ("runtime", "model")
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -103,14 +110,99 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
         lines.append("")
         lines.append("stage times: " + ", ".join(f"{name} {s:.1f} s" for name, s in times))
         lines += time_breakdown(exp_dir, dict(times), points)
+        lines += start_lines(exp_dir)
+        wall = wall_line(exp_dir, dict(times), points)
+        if wall:
+            lines += ["", wall]
     return "\n".join(lines) + "\n"
 
 
-def _ready_s(path: Path) -> float | None:
+def _launch(path: Path) -> dict[str, Any]:
+    """A launch.json or capture.json ({} when there is none)."""
     if not path.is_file():
-        return None
-    value = read_json(path).get("ready_s")
+        return {}
+    doc = read_json(path)
+    return doc if isinstance(doc, dict) else {}
+
+
+def _ready_s(path: Path) -> float | None:
+    value = _launch(path).get("ready_s")
     return float(value) if isinstance(value, int | float) else None
+
+
+def _launches(exp_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(stage, record) of the latest server launch of every sweep and profiling pass."""
+    out = []
+    for kind, folder, name in (
+        ("sweep", "server", "launch.json"),
+        ("profile", "profile", "capture.json"),
+    ):
+        for path in sorted((exp_dir / folder).glob(f"*/{name}")):
+            record = _launch(path)
+            if record.get("ready_s") is not None:
+                out.append((f"{kind}-{path.parent.name}", record))
+    return out
+
+
+def _secs(x: float) -> str:
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}"
+
+
+def start_lines(exp_dir: Path) -> list[str]:
+    """Each server start's phases (launch.json / capture.json `start`, docs/raw-data.md), one
+    line per launch: `start 44.1 s: import 7.0, config 7.2, ..., compile 22.0 (cache miss)`."""
+    lines = []
+    for stage, record in _launches(exp_dir):
+        start = record.get("start")
+        if not isinstance(start, dict) or not start.get("phases"):
+            continue
+        waited = (record.get("lock") or {}).get("waited_s") or 0.0
+        lock = (
+            f" (after {waited:.0f} s waiting for the measuring-server lock)" if waited >= 1 else ""
+        )
+        lines.append(f"  {stage:<28} {start_line(start)}{lock}")
+    return ["server starts (latest launch of each), seconds per phase:", *lines] if lines else []
+
+
+def wall_line(exp_dir: Path, times: dict[str, float], points: list[dict[str, Any]]) -> str | None:
+    """The experiment's wall time against the sum of its measured windows: `wall 412 s for
+    256 s of measured windows: 1.61x (server starts 120 s, profiling pass 60 s, rest 36 s)`.
+    The wall time is the sum of the Snakemake stages' times (benchmarks/*.tsv), first-run setup
+    (SETUP_STAGES) and the summary itself left out; the server starts are the sweeps' (each
+    configuration's latest launch, launch.json ready_s), the lock waits theirs for the host's
+    measuring-server lock (launch.json lock.waited_s; named only when there were some), the
+    profiling pass every profile stage whole, its own server start and lock wait included; the
+    rest is prompts, warm-ups, shutdowns and the analysis."""
+    stages = {k: v for k, v in times.items() if k not in (*SETUP_STAGES, "summary")}
+    if not stages:
+        return None
+    wall = sum(stages.values())
+    windows = sum(float(p.get("duration") or 0.0) for p in points)
+    starts = sum(
+        float(r["ready_s"]) for stage, r in _launches(exp_dir) if stage.startswith("sweep-")
+    )
+    waits = sum(
+        float((r.get("lock") or {}).get("waited_s") or 0.0)
+        for stage, r in _launches(exp_dir)
+        if stage.startswith("sweep-")
+    )
+    profiling = sum(v for k, v in stages.items() if k.startswith("profile-"))
+    rest = max(0.0, wall - windows - starts - waits - profiling)
+    ratio = f"{wall / windows:.2f}x" if windows > 0 else "no measured window"
+    lock = f", lock waits {_secs(waits)} s" if waits >= 0.05 else ""
+    line = (
+        f"wall {_secs(wall)} s for {_secs(windows)} s of measured windows: {ratio} "
+        f"(server starts {_secs(starts)} s{lock}, profiling pass {_secs(profiling)} s, "
+        f"rest {_secs(rest)} s)"
+    )
+    setup = [(k, times[k]) for k in SETUP_STAGES if k in times]
+    if setup:
+        line += (
+            "; left out: "
+            + ", ".join(f"{k} {_secs(v)} s" for k, v in setup)
+            + " (first-run setup: creating the runtime, fetching the model)"
+        )
+    return line
 
 
 def time_breakdown(

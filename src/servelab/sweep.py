@@ -149,6 +149,12 @@ class SweepJob:
                     "pid": server.pid,
                     "started_epoch_ns": server.started_epoch_ns,
                     "ready_s": round(session.ready_s, 3),
+                    # where the start went: its phases from the log (server.start_phases)
+                    "start": dict(session.start),
+                    # the host's measuring-server lock: the file, the wait, who held it
+                    "lock": dict(session.lock),
+                    # the compile caches before the start (servelab.compilecache)
+                    "compile_cache": session.compile_cache,
                     "placement": session.placement,
                     # the measuring host, beside the measurement (the report's Host section)
                     "cpu_facts": node["host"]["cpu_facts"],

@@ -20,6 +20,7 @@ from servelab.analysis.groups import (
     summary_table,
 )
 from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
+from servelab.analysis.report import server_starts
 from servelab.analysis.rounds import sequential_claims
 from servelab.analysis.slo import slo_capacity
 from servelab.analysis.stopping import StoppingRule
@@ -119,6 +120,13 @@ def analyze(
         results["hosts_differ"] = {
             sc: str(node.get("hostname")) for sc, node in sorted(ds.nodes.items())
         }
+    if ds.layout == "servelab":
+        # where each sweep's server start went; only the sweeps' launches, which the analysis
+        # depends on (a profiling pass may not have run yet), and only when recorded: the
+        # report of older raw data stays byte for byte
+        starts = {k: v for k, v in server_starts(root).items() if k.startswith("sweep ")}
+        if starts:
+            results["starts"] = starts
     results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
     if ds.sequential is not None:
         # a sequential sweep: its claims as its stopping rule decided them, look by look

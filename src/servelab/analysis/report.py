@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from servelab.analysis.groups import Groups
@@ -19,9 +20,12 @@ from servelab.analysis.validity import (
     SECTION,
     counts,
 )
+from servelab.errors import ServelabError
 from servelab.hostfacts import ISA_FLAGS
+from servelab.jsonio import read_json
 from servelab.paths import TELEMETRY_FIGURE
 from servelab.render import md_table, num
+from servelab.server import PHASE_NAMES
 
 
 def _ms(x: float | None) -> str:
@@ -123,6 +127,64 @@ def _host_section(host: dict[str, Any], nodes: dict[str, str] | None = None) -> 
     return lines + [""]
 
 
+def server_starts(root: Path) -> dict[str, dict[str, Any]]:
+    """The `start` record (server.start_phases) of the latest launch of every sweep
+    (server/<sc>/launch.json) and profiling pass (profile/<sc>/capture.json) under `root`, keyed
+    `sweep <sc>` / `profile <sc>`, for results["starts"]; a file that has none (raw data written
+    before it was recorded) or cannot be read is left out, so the report of such data has no
+    Server starts section and stays as it was."""
+    out: dict[str, dict[str, Any]] = {}
+    for kind, folder, name in (
+        ("sweep", "server", "launch.json"),
+        ("profile", "profile", "capture.json"),
+    ):
+        for path in sorted((root / folder).glob(f"*/{name}")):
+            try:
+                doc = read_json(path)
+            except ServelabError:
+                continue  # damaged: the raw-data checks name it
+            start = doc.get("start") if isinstance(doc, dict) else None
+            if isinstance(start, dict) and isinstance(start.get("phases"), list):
+                out[f"{kind} {path.parent.name}"] = start
+    return out
+
+
+def _starts_section(starts: dict[str, dict[str, Any]]) -> list[str]:
+    """Where each server start went: seconds per phase (docs/raw-data.md, launch.json `start`),
+    the compile cache's outcome; no section when no launch recorded its start."""
+    if not starts:
+        return []
+    rows = []
+    reasons = []
+    for launch, start in sorted(starts.items()):
+        durations = {p.get("phase"): p.get("duration_s") for p in start.get("phases") or []}
+        cache = start.get("compile_cache")
+        rows.append(
+            [launch, num(start.get("ready_t_s"), ".1f")]
+            + [num(durations.get(name), ".1f") for name in PHASE_NAMES]
+            + [str(cache).replace("_", " ") if cache else "-"]
+        )
+        if start.get("compile_cache_reason"):
+            reasons.append(
+                f"- {launch}: the compile cache failed to load: {start['compile_cache_reason']}"
+            )
+    lines = [
+        "## Server starts",
+        "",
+        "Seconds from the server process's start until /health answered (Ready), and per "
+        "phase of the start, as servelab saw the server log while it polled /health "
+        "(to within 0.5 s); `-`: the phase's line was not in the log, its time counts in the "
+        "phase before. The latest launch of each configuration.",
+        "",
+    ]
+    lines += md_table(
+        ["Launch", "Ready", *PHASE_NAMES, "Compile cache"],
+        rows,
+        align="l" + "r" * (len(PHASE_NAMES) + 1) + "l",
+    )
+    return lines + ([""] + reasons if reasons else []) + [""]
+
+
 def _skipped_section(skipped: list[dict[str, str]]) -> list[str]:
     """Points and per-configuration files left out by --skip-damaged (paths relative to the
     experiment folder); no section at all when none was."""
@@ -159,6 +221,7 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
         "",
     ]
     lines += _host_section(results.get("host") or {}, results.get("hosts_differ"))
+    lines += _starts_section(results.get("starts") or {})
     lines += _skipped_section(results.get("skipped") or [])
     lines += _validity_section(g)
     lines += ["## Throughput by concurrency", ""]

@@ -332,7 +332,11 @@ class CaptureJob:
         try:
             report: dict[str, Any] | None = None
             with serve(launch, log_path, self.exp.server, self.note, fresh_log=True) as session:
-                self.progress["ready_s"] = round(session.ready_s, 3)
+                self.progress.update(
+                    ready_s=round(session.ready_s, 3),
+                    start=dict(session.start),
+                    lock=dict(session.lock),
+                )
                 points = CapturePoints(self, session, session.client(self.exp.workload), interface)
                 windows, rows, traces = points.run()
                 if tool == "nsys":
@@ -357,6 +361,9 @@ class CaptureJob:
             "command": command,
             "env": redact_env(launch.env),
             "ready_s": round(session.ready_s, 3),
+            "start": dict(session.start),  # as a sweep's launch.json records it
+            "lock": dict(session.lock),
+            "compile_cache": session.compile_cache,
             "placement": session.placement,
             "node": node_facts(),  # the node it ran on, as a sweep's launch.json records it
             "traces": traces,

@@ -1,0 +1,189 @@
+"""One measuring server per host: the host's measuring-server lock (session.MeasuringLock),
+taken by every process that starts a measuring server (session.serve), waited for by the next
+one, released when its holder ends, however it ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from servelab.errors import ServelabError
+from servelab.experiment import ServerSection
+from servelab.paths import measuring_lock_path
+from servelab.server import ServerLaunch, free_port
+from servelab.session import MeasuringLock, serve
+
+TESTS = Path(__file__).resolve().parent
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from servelab.session import MeasuringLock
+    lock = MeasuringLock(60, lambda s: None, Path(sys.argv[1]))
+    lock.acquire()
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+    print(f"released {time.time()!r}", flush=True)
+    lock.release()
+    time.sleep(float(sys.argv[3]) if len(sys.argv) > 3 else 0)
+    """
+)
+WAITER = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    from servelab.session import MeasuringLock
+    notes = []
+    lock = MeasuringLock(float(sys.argv[2]), notes.append, Path(sys.argv[1]), poll_s=0.1)
+    try:
+        record = lock.acquire()
+    except Exception as exc:
+        print(json.dumps({"error": str(exc), "notes": notes}))
+        raise SystemExit(3)
+    print(json.dumps({"record": record, "notes": notes, "acquired": time.time()}))
+    lock.release()
+    """
+)
+
+
+def start_holder(path: Path, hold_s: float, *extra: str) -> subprocess.Popen[str]:
+    """A process that takes the lock, says `held`, keeps it hold_s, then releases it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path), str(hold_s), *extra],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def run_waiter(path: Path, timeout_s: float) -> tuple[int, dict[str, object]]:
+    out = subprocess.run(
+        [sys.executable, "-c", WAITER, str(path), str(timeout_s)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return out.returncode, json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_waits_for_the_first_then_proceeds(tmp_path: Path) -> None:
+    path = tmp_path / "locks" / "measuring-server.lock"
+    holder = start_holder(path, 2.5)
+    code, got = run_waiter(path, 60)
+    out, _ = holder.communicate(timeout=30)
+    released = float(out.split("released ", 1)[1])
+    assert code == 0, got
+    record = got["record"]
+    assert isinstance(record, dict)
+    assert record["path"] == str(path)
+    assert record["waited_s"] > 1.0
+    assert record["holder"]["pid"] == holder.pid
+    assert "-c" in record["holder"]["command"] and str(path) in record["holder"]["command"]
+    assert record["holder"]["since"]
+    notes = got["notes"]
+    assert isinstance(notes, list) and notes
+    assert f"held by pid {holder.pid} (" in notes[0] and str(path) in notes[0]
+    assert "since " in notes[0]
+    assert float(got["acquired"]) >= released  # type: ignore[arg-type]
+    # released: the file no longer names a holder
+    assert path.read_text() == ""
+
+
+def test_waiting_too_long_fails_with_one_line_naming_the_holder(tmp_path: Path) -> None:
+    path = tmp_path / "measuring-server.lock"
+    holder = start_holder(path, 60)
+    try:
+        code, got = run_waiter(path, 1.0)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 3
+    error = str(got["error"])
+    assert "\n" not in error
+    assert f"pid {holder.pid} (" in error and "-c" in error
+    assert "server.lock_timeout_s 1" in error and "let it finish or stop it" in error
+
+
+def test_a_holder_killed_outright_leaves_no_lock(tmp_path: Path) -> None:
+    path = tmp_path / "measuring-server.lock"
+    holder = start_holder(path, 60)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    t0 = time.monotonic()
+    with MeasuringLock(5, lambda s: None, path) as lock:
+        assert lock.record()["holder"] is None
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert time.monotonic() - t0 < 2
+
+
+def test_a_process_asking_twice_fails_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "measuring-server.lock"
+    with MeasuringLock(5, lambda s: None, path):
+        t0 = time.monotonic()
+        with pytest.raises(ServelabError, match="already holds"):
+            MeasuringLock(600, lambda s: None, path).acquire()
+        assert time.monotonic() - t0 < 1
+    with MeasuringLock(5, lambda s: None, path) as again:  # released: free again
+        assert again.record()["waited_s"] < 1
+
+
+def test_lock_is_per_host_in_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    monkeypatch.delenv("SERVELAB_LOCK_DIR", raising=False)
+    monkeypatch.setenv("SERVELAB_CACHE", str(tmp_path / "cache"))
+    assert measuring_lock_path() == (
+        tmp_path / "cache" / "locks" / platform.node() / "measuring-server.lock"
+    )
+    monkeypatch.setenv("SERVELAB_LOCK_DIR", str(tmp_path / "elsewhere"))
+    assert measuring_lock_path() == tmp_path / "elsewhere" / "measuring-server.lock"
+
+
+def test_serve_waits_for_another_process_and_records_the_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve(), as a sweep starts its server (tests/fake_vllm_server.py standing in for vLLM),
+    while another process holds the lock: it waits, says so naming that process, starts the
+    server once the lock is free and records the wait and the start."""
+    monkeypatch.setenv("SERVELAB_LOCK_DIR", str(tmp_path / "locks"))
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {TESTS / "fake_vllm_server.py"} "$@"\n')
+    python.chmod(0o755)
+    launch = ServerLaunch(str(python), str(tmp_path), "m", "127.0.0.1", free_port(), [])
+    settings = ServerSection(
+        host="127.0.0.1",
+        port=0,
+        startup_timeout_s=60,
+        shutdown_timeout_s=5,
+        lock_timeout_s=60,
+        engine_nice=0,
+        args={},
+        configs=(),
+    )
+    holder = start_holder(measuring_lock_path(), 2.0)
+    notes: list[str] = []
+    with serve(launch, tmp_path / "server.log", settings, notes.append) as session:
+        out, _ = holder.communicate(timeout=30)
+        released = float(out.split("released ", 1)[1])
+        assert time.time() >= released
+        assert session.server.alive()
+        lock, start = dict(session.lock), dict(session.start)
+    assert lock["waited_s"] > 1.0
+    assert lock["holder"]["pid"] == holder.pid
+    assert any(f"held by pid {holder.pid}" in n for n in notes)
+    assert start["ready_t_s"] is not None and start["ready_t_s"] > 0
+    assert [p["phase"] for p in start["phases"]][0] == "import"
+    # the server has stopped and the lock is free
+    with MeasuringLock(1, lambda s: None) as again:
+        assert again.record()["holder"] is None
