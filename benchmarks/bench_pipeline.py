@@ -1,11 +1,15 @@
-"""Figure 5: pipeline overhead of a finished experiment, from its own timing files.
+"""Figure 5: the default experiment's wall time against its measured windows, from a finished
+experiment's own files.
 
 Reads results/<experiment>/benchmarks/*.tsv (Snakemake's per-rule `benchmark:` files, wall
-seconds in column `s`) and every measured point's window (raw/<config>/repNN/cNNNN/point.json:
-finished_epoch_ns - started_epoch_ns). Overhead = the rules that are not measurement
-(environment checks: model, runtime; analysis and figures; bundle) over the sum of the measured
-windows. The sweep jobs' own time outside the windows (server start, prompts, warm-up, stop) and
-the profiling pass are printed beside it, as fractions of the same denominator.
+seconds in column `s`), every measured point's window (raw/<config>/repNN/cNNNN/point.json:
+finished_epoch_ns - started_epoch_ns) and each server start (server/<config>/launch.json and
+profile/<config>/capture.json: `ready_s`). The figure is wall / windows, where wall is every
+stage's time but first-run setup (runtime: creating the venv; model: building or fetching it),
+server starts counted: what a user waits for, per second of measurement (goal: at most 1.5x on
+a second run). The summary prints the same ratio (servelab.summary.wall_line). Beside it: the
+server starts, the profiling pass, and the pipeline's own rules (analysis, bundle, ...) as a
+fraction of the windows, the figure this benchmark reported before.
 """
 
 from __future__ import annotations
@@ -35,6 +39,23 @@ def measured_windows(results: Path) -> float:
     return total
 
 
+SETUP = ("runtime", "model")  # first-run setup, left out of the wall time
+
+
+def start_seconds(results: Path) -> dict[str, float]:
+    """Each server start's ready_s: `sweep-<sc>` (the latest launch) and `profile-<sc>`."""
+    out = {}
+    for kind, folder, name in (
+        ("sweep", "server", "launch.json"),
+        ("profile", "profile", "capture.json"),
+    ):
+        for path in sorted((results / folder).glob(f"*/{name}")):
+            ready = json.loads(path.read_text(encoding="utf-8")).get("ready_s")
+            if isinstance(ready, (int, float)):
+                out[f"{kind}-{path.parent.name}"] = float(ready)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("results", type=Path, help="results/<experiment> of a finished run")
@@ -50,7 +71,13 @@ def main() -> None:
     profile = sum(rules[k] for k in capture)
     pipeline = {k: v for k, v in rules.items() if not k.startswith("sweep-") and k not in capture}
     overhead = sum(pipeline.values())
+    wall = sum(v for k, v in rules.items() if k not in SETUP)
+    starts = start_seconds(a.results)
     res = {
+        "wall_s": wall,
+        "wall_ratio": wall / windows,
+        "server_starts_s": starts,
+        "setup_s": {k: rules[k] for k in SETUP if k in rules},
         "measured_windows_s": windows,
         "pipeline_rules_s": pipeline,
         "overhead_fraction": overhead / windows,
@@ -66,8 +93,12 @@ def main() -> None:
     print(f"  sweep jobs outside the windows (server start, prompts, warm-up, stop): "
           f"{sweep - windows:.1f} s = {res['sweep_outside_windows_fraction']:.1%}")  # fmt: skip
     print(f"  profiling pass: {profile:.1f} s = {res['profile_fraction']:.1%}")
-    print(f"FIGURE 5 pipeline overhead: {overhead:.2f} s / {windows:.1f} s = "
-          f"{res['overhead_fraction']:.2%} of measurement (goal < 10%)")  # fmt: skip
+    for k, v in starts.items():
+        print(f"  server start {k:28s} {v:6.1f} s")
+    print(f"  pipeline rules (not measuring): {overhead:.2f} s = {res['overhead_fraction']:.2%}")
+    left = ", ".join(f"{k} {v:.1f} s" for k, v in res["setup_s"].items())
+    print(f"FIGURE 5 wall time: {wall:.1f} s for {windows:.1f} s of measured windows = "
+          f"{res['wall_ratio']:.2f}x (goal <= 1.5x on a second run; left out: {left})")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -167,7 +167,13 @@ def test_summary_shows_each_start_and_the_wall_time_against_the_windows(tmp_path
     )
     (tmp_path / "profile" / "a").mkdir(parents=True)
     (tmp_path / "profile" / "a" / "capture.json").write_text(
-        json.dumps({"ready_s": 70.0, "start": start_phases(log[:2], 70.0)})
+        json.dumps(
+            {
+                "ready_s": 70.0,
+                "start": start_phases(log[:2], 70.0),
+                "lock": {"path": "/l", "waited_s": 5.0, "holder": {"pid": 9}},
+            }
+        )
     )
     text = render_summary(tmp_path)
     assert "server starts (latest launch of each), seconds per phase:" in text
@@ -176,13 +182,15 @@ def test_summary_shows_each_start_and_the_wall_time_against_the_windows(tmp_path
         "compile 22.0 (cache miss), kv 28.0 (after 12 s waiting for the measuring-server lock)"
     ) in text
     assert (
-        "  profile-a                    start 70.0 s: import 7.0, config 7.2, engine 55.8\n" in text
+        "  profile-a                    start 70.0 s: import 7.0, config 7.2, engine 55.8 "
+        "(after 5 s waiting for the measuring-server lock)\n" in text
     )
-    # wall: 130 + 95 + 1 + 4 = 230 s; windows 24 s; starts 80 s; lock waits 12.4 s;
-    # profiling 96 s; rest 17.6 s
+    # wall: 130 + 95 + 1 + 4 = 230 s; windows 24 s; starts 80 s; lock waits 12.4 + 5 s, the
+    # profiling pass's own left out of it: 95 - 5 + 1 = 91 s; rest 17.6 s; 212.6 / 24 = 8.86x
     assert (
-        "wall 230 s for 24.0 s of measured windows: 9.58x (server starts 80.0 s, lock waits "
-        "12.4 s, profiling pass 96.0 s, rest 17.6 s); left out: runtime 300 s, model 3.5 s "
+        "wall 230 s for 24.0 s of measured windows: 9.58x; 8.86x without the 17.4 s spent "
+        "waiting for the measuring-server lock (server starts 80.0 s, profiling pass 91.0 s, "
+        "rest 17.6 s); left out: runtime 300 s, model 3.5 s "
         "(first-run setup: creating the runtime, fetching the model)"
     ) in text
 

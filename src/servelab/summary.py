@@ -169,30 +169,37 @@ def wall_line(exp_dir: Path, times: dict[str, float], points: list[dict[str, Any
     256 s of measured windows: 1.61x (server starts 120 s, profiling pass 60 s, rest 36 s)`.
     The wall time is the sum of the Snakemake stages' times (benchmarks/*.tsv), first-run setup
     (SETUP_STAGES) and the summary itself left out; the server starts are the sweeps' (each
-    configuration's latest launch, launch.json ready_s), the lock waits theirs for the host's
-    measuring-server lock (launch.json lock.waited_s; named only when there were some), the
-    profiling pass every profile stage whole, its own server start and lock wait included; the
-    rest is prompts, warm-ups, shutdowns and the analysis."""
+    configuration's latest launch, launch.json ready_s), the profiling pass every profile stage
+    whole, its own server start included; the rest is prompts, warm-ups, shutdowns and the
+    analysis. Time spent waiting for the host's measuring-server lock (launch.json and
+    capture.json lock.waited_s) is another invocation's, not this experiment's: when there was
+    some, it is named apart and the ratio is also given without it."""
     stages = {k: v for k, v in times.items() if k not in (*SETUP_STAGES, "summary")}
     if not stages:
         return None
     wall = sum(stages.values())
     windows = sum(float(p.get("duration") or 0.0) for p in points)
-    starts = sum(
-        float(r["ready_s"]) for stage, r in _launches(exp_dir) if stage.startswith("sweep-")
-    )
-    waits = sum(
-        float((r.get("lock") or {}).get("waited_s") or 0.0)
-        for stage, r in _launches(exp_dir)
-        if stage.startswith("sweep-")
-    )
-    profiling = sum(v for k, v in stages.items() if k.startswith("profile-"))
+    launches = _launches(exp_dir)
+    starts = sum(float(r["ready_s"]) for stage, r in launches if stage.startswith("sweep-"))
+    waited = {
+        stage: float((r.get("lock") or {}).get("waited_s") or 0.0) for stage, r in launches
+    }
+    waits = sum(waited.values())
+    profiling = sum(v - waited.get(k, 0.0) for k, v in stages.items() if k.startswith("profile-"))
     rest = max(0.0, wall - windows - starts - waits - profiling)
-    ratio = f"{wall / windows:.2f}x" if windows > 0 else "no measured window"
-    lock = f", lock waits {_secs(waits)} s" if waits >= 0.05 else ""
+
+    def ratio(total: float) -> str:
+        return f"{total / windows:.2f}x" if windows > 0 else "no measured window"
+
+    lock = ""
+    if waits >= 0.05:
+        lock = (
+            f"; {ratio(wall - waits)} without the {_secs(waits)} s spent waiting for the "
+            "measuring-server lock"
+        )
     line = (
-        f"wall {_secs(wall)} s for {_secs(windows)} s of measured windows: {ratio} "
-        f"(server starts {_secs(starts)} s{lock}, profiling pass {_secs(profiling)} s, "
+        f"wall {_secs(wall)} s for {_secs(windows)} s of measured windows: {ratio(wall)}{lock} "
+        f"(server starts {_secs(starts)} s, profiling pass {_secs(profiling)} s, "
         f"rest {_secs(rest)} s)"
     )
     setup = [(k, times[k]) for k in SETUP_STAGES if k in times]
