@@ -217,6 +217,18 @@ def installed_versions(venv: Path, check_import: str) -> dict[str, str]:
     return result
 
 
+def ask_runtime(python: str, code: str, timeout_s: float = 60) -> str | None:
+    """What `python -c code` prints in the runtime (stripped); None when it cannot run or
+    exits non-zero. For look-ups that must not import vLLM."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 def vllm_cli_available(python: str) -> bool:
     """Whether `vllm serve` works in the runtime: its vLLM has the entry point
     (vllm/entrypoints/cli/main.py) and is installed as the distribution "vllm", whose version
@@ -231,13 +243,7 @@ def vllm_cli_available(python: str) -> bool:
         "try:\n    m.version('vllm')\nexcept m.PackageNotFoundError:\n    ok = False\n"
         "print(ok)\n"
     )
-    try:
-        out = subprocess.run(
-            [python, "-c", code], capture_output=True, text=True, timeout=60, check=False
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return out == "True"
+    return ask_runtime(python, code) == "True"
 
 
 def cache_dir_of(runtime: RuntimeSection) -> Path | None:

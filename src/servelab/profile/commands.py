@@ -21,13 +21,13 @@ server under nsys with VLLM_WORKER_MULTIPROC_METHOD=spawn, as the capture does.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from servelab.container import Mount
 from servelab.experiment import ProfileSection
+from servelab.runtime import ask_runtime
 from servelab.session import LaunchAdditions
 
 NSYS_PROFILE_ARGS = (
@@ -111,13 +111,7 @@ def vllm_interface(python: str) -> str:
         "print(os.path.isfile(os.path.join(list(s.submodule_search_locations)[0], "
         "'config', 'profiler.py')))"
     )
-    try:
-        out = subprocess.run(
-            [python, "-c", code], capture_output=True, text=True, timeout=60, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "config"
-    return "env" if out == "False" else "config"
+    return "env" if ask_runtime(python, code) == "False" else "config"
 
 
 def profiler_interface(profile: ProfileSection, runtime: Mapping[str, Any]) -> str:
