@@ -1,10 +1,14 @@
 # Validate the config (schema defaults filled in), name the experiment folder, input functions.
 import os
+import re
 import sys
 
 from servelab.config import validate as _validate
 from servelab import paths as _paths
 from servelab.errors import ServelabError
+from servelab.experiment import Experiment as _Experiment
+from servelab.profile.plan import on_sweep_launch as _on_sweep_launch
+from servelab.profile.plan import profile_plan as _profile_plan
 
 _sources = [str(p) for p in (workflow.overwrite_configfiles or ["config/config.yaml"])]
 # An experiment file (--configfile) replaces the default experiment instead of extending it:
@@ -46,6 +50,16 @@ if config["reference"]:
     print(f"reference: {_ref}", file=sys.stderr)
     REPRODUCTION = [f"{EXP}/reproduction/reproduction.json"]
 SERVER_CONFIGS = [c["name"] for c in config["server"]["configs"]]
+# The profiling pass's plan (servelab.profile.plan): which configurations are profiled, with
+# which tool, and which of them on the sweep's own launch (profile.launch). A tool that cannot
+# run gives an explicit "not profiled" record; profile.required turns that into a config error
+# here, before anything starts.
+try:
+    _EXPERIMENT = _Experiment.from_dict(config)
+    PROFILE_PLAN = _profile_plan(_EXPERIMENT)
+    PROFILE_ON_SWEEP = _on_sweep_launch(_EXPERIMENT, PROFILE_PLAN)
+except ServelabError as _exc:
+    sys.exit(f"config error: {_exc}")
 # sweep.repeats a sequential plan ({min, max}): one sweep job for every configuration, round by
 # round (rules/sweep.smk), and its looks among the analysis outputs
 SEQUENTIAL = isinstance(config["sweep"]["repeats"], dict)
@@ -107,6 +121,11 @@ def runtime_inputs(wildcards):
     """The lock of a venv runtime; a container runtime reads nothing from the repository."""
     rt = config["runtime"]
     return {"lock": rt["lock"]} if rt["kind"] == "venv" else {}
+
+
+def one_of(names):
+    """A rule's wildcard constraint that matches exactly `names` (none: never matches)."""
+    return "|".join(re.escape(n) for n in names) or "(?!)"
 
 
 def sweep_outputs(wildcards=None):

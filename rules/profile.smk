@@ -1,18 +1,8 @@
-# The profiling pass (docs/profile.md): one capture job per profiled server configuration,
-# with its own server launch, serialized with the measured sweeps (measure=1) and run after the
-# sweep of its configuration; then the trace analysis, which needs no measurement slot.
-# A tool that cannot run gives an explicit "not profiled" record; profile.required turns that
-# into a config error here, before anything starts.
-import sys
-
-from servelab.errors import ServelabError
-from servelab.experiment import Experiment as _Experiment
-from servelab.profile.plan import profile_plan as _profile_plan
-
-try:
-    PROFILE_PLAN = _profile_plan(_Experiment.from_dict(config))
-except ServelabError as _exc:
-    sys.exit(f"config error: {_exc}")
+# The profiling pass (docs/profile.md): one capture job per profiled server configuration
+# with a server launch of its own, serialized with the measured sweeps (measure=1) and run
+# after the sweep of its configuration (one profiled on the sweep's launch, PROFILE_ON_SWEEP, is
+# captured by rules/sweep.smk's sweep_profile); then the trace analysis, which needs no
+# measurement slot.
 PROFILE_OUTPUTS = expand(f"{EXP}/profile/{{sc}}/profile.json", sc=list(PROFILE_PLAN))
 
 
@@ -23,6 +13,8 @@ rule profile:
         run=f"{EXP}/raw/{{sc}}/run.json",
     output:
         capture=f"{EXP}/profile/{{sc}}/capture.json",
+    wildcard_constraints:
+        sc=one_of([sc for sc in PROFILE_PLAN if sc not in PROFILE_ON_SWEEP]),
     params:
         config=MEASURE_CONFIG,
         exp=experiment_dir,
@@ -41,7 +33,7 @@ rule profile:
 rule profile_report:
     localrule: True
     input:
-        capture=rules.profile.output.capture,
+        capture=f"{EXP}/profile/{{sc}}/capture.json",
         model=rules.model.output.record,
     output:
         profile=f"{EXP}/profile/{{sc}}/profile.json",

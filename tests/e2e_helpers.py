@@ -177,8 +177,9 @@ def assert_evidence(exp: Path, cfg_path: Path, tmp: Path) -> Path:
 
 
 # The reduced experiment every end-to-end test of a finished run reads (tests/test_e2e.py, and
-# the profiling pass in tests/test_profile_e2e.py): one snakemake run, one sweep launch and one
-# profiling launch. Its concurrency 1 and 4 are the profiled ones too.
+# the profiling pass in tests/test_profile_e2e.py): one snakemake run, one server launch that
+# measures the sweep and then, on the same server, the profiling pass (profile.launch auto).
+# Its concurrency 1 and 4 are the profiled ones too.
 REDUCED_PROFILE = {"enabled": True, "concurrency": [1, 4], "warmup_requests": 2}
 
 

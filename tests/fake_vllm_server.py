@@ -6,7 +6,11 @@ continuous_usage_stats, as vLLM), [DONE]), /start_profile and /stop_profile.
 Each completion logs its wall-clock interval. /start_profile and /stop_profile do what vLLM's
 cuda profiler does, cudaProfilerStart and cudaProfilerStop, and nothing more: under
 tests/fake_nsys.py ($FAKE_NSYS_OUTPUT set) they record the capture range, and the intervals
-served inside it, in `$FAKE_NSYS_OUTPUT.range.json`; the report is fake nsys's to write.
+served inside it, in `$FAKE_NSYS_OUTPUT.range.json`; the report is fake nsys's to write. With
+`--profiler-config '{"profiler": "torch", "torch_profiler_dir": D, ...}'` they do what vLLM's
+torch profiler does on the CPU: /start_profile {"profile_prefix": P} starts a range, and
+/stop_profile writes its trace, `D/P_rank0.<ms>.pt.trace.json.gz` (the requests served inside
+the range, as trace events), and vLLM's op table `D/P_rank0.profiler_out.txt`.
 
     python tests/fake_vllm_server.py -m vllm.entrypoints.cli.main serve MODEL --host H --port P
     python tests/fake_vllm_server.py -m vllm.entrypoints.openai.api_server --model M --host H ...
@@ -15,6 +19,7 @@ served inside it, in `$FAKE_NSYS_OUTPUT.range.json`; the report is fake nsys's t
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import sys
@@ -23,7 +28,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-STATE: dict[str, object] = {"start": None, "requests": []}
+STATE: dict[str, object] = {"start": None, "requests": [], "torch": None, "prefix": ""}
 
 
 async def health(request: web.Request) -> web.Response:
@@ -79,18 +84,42 @@ def record_range(end_ns: int | None) -> None:
 async def start_profile(request: web.Request) -> web.Response:
     STATE["start"] = time.time_ns()
     STATE["requests"] = []
+    if request.can_read_body:
+        body = await request.json()
+        STATE["prefix"] = str((body or {}).get("profile_prefix") or "")
     record_range(None)
     return web.Response(status=200)
 
 
+def write_torch_trace(folder: Path) -> None:
+    """The trace vLLM's torch profiler writes at /stop_profile (the range's requests)."""
+    name = f"{STATE['prefix']}_rank0" if STATE["prefix"] else "rank0"
+    events = [
+        {"name": "request", "ph": "X", "ts": a / 1e3, "dur": (b - a) / 1e3}
+        for a, b in STATE["requests"]  # type: ignore[attr-defined]
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    trace = folder / f"{name}.{time.time_ns() // 1_000_000}.pt.trace.json.gz"
+    part = trace.with_name(trace.name + ".partial")
+    part.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    part.rename(trace)
+    (folder / f"{name}.profiler_out.txt").write_text("Name  Self CPU %\n", encoding="utf-8")
+
+
 async def stop_profile(request: web.Request) -> web.Response:
     record_range(time.time_ns())
+    if STATE["torch"] is not None:
+        write_torch_trace(Path(str(STATE["torch"])))
     return web.Response(status=200)
 
 
 def main(argv: list[str]) -> None:
     host = argv[argv.index("--host") + 1]
     port = int(argv[argv.index("--port") + 1])
+    if "--profiler-config" in argv:
+        cfg = json.loads(argv[argv.index("--profiler-config") + 1])
+        if cfg.get("profiler") == "torch":
+            STATE["torch"] = cfg["torch_profiler_dir"]
     app = web.Application()
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)

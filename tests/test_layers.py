@@ -27,8 +27,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "evidence",
         "summary",
         "analysis",
-        "profile",
         "sweep",
+        "profile",
     ),
     "services": (
         "session",

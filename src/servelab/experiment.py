@@ -216,6 +216,7 @@ class ProfileSection:
     enabled: bool
     server_configs: tuple[str, ...] | None
     concurrency: tuple[int, ...]
+    launch: str  # auto | own | sweep: which server launch the diagnostic points run on
     waves: int
     warmup_requests: int
     tool: str

@@ -144,6 +144,17 @@ def _launches(exp_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def on_sweep_captures(exp_dir: Path) -> dict[str, float]:
+    """Seconds of each profiling pass that ran on its sweep's own launch (capture.json
+    `launch: sweep`, profile.launch), keyed `sweep-<sc>`: the stage whose time holds it."""
+    out = {}
+    for path in sorted((exp_dir / "profile").glob("*/capture.json")):
+        record = _launch(path)
+        if record.get("launch") == "sweep" and isinstance(record.get("job_wall_s"), int | float):
+            out[f"sweep-{path.parent.name}"] = float(record["job_wall_s"])
+    return out
+
+
 def _secs(x: float) -> str:
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}"
 
@@ -170,10 +181,12 @@ def wall_line(exp_dir: Path, times: dict[str, float], points: list[dict[str, Any
     The wall time is the sum of the Snakemake stages' times (benchmarks/*.tsv), first-run setup
     (SETUP_STAGES) and the summary itself left out; the server starts are the sweeps' (each
     configuration's latest launch, launch.json ready_s), the profiling pass every profile stage
-    whole, its own server start included; the rest is prompts, warm-ups, shutdowns and the
-    analysis. Time spent waiting for the host's measuring-server lock (launch.json and
-    capture.json lock.waited_s) is another invocation's, not this experiment's: when there was
-    some, it is named apart and the ratio is also given without it."""
+    whole, its own server start included, and the part of a sweep stage spent on a profiling
+    pass run on the sweep's launch (capture.json job_wall_s, profile.launch); the rest is
+    prompts, warm-ups, shutdowns and the analysis. Time spent waiting for the host's
+    measuring-server lock (launch.json and capture.json lock.waited_s) is another invocation's,
+    not this experiment's: when there was some, it is named apart and the ratio is also given
+    without it."""
     stages = {k: v for k, v in times.items() if k not in (*SETUP_STAGES, "summary")}
     if not stages:
         return None
@@ -181,11 +194,10 @@ def wall_line(exp_dir: Path, times: dict[str, float], points: list[dict[str, Any
     windows = sum(float(p.get("duration") or 0.0) for p in points)
     launches = _launches(exp_dir)
     starts = sum(float(r["ready_s"]) for stage, r in launches if stage.startswith("sweep-"))
-    waited = {
-        stage: float((r.get("lock") or {}).get("waited_s") or 0.0) for stage, r in launches
-    }
+    waited = {stage: float((r.get("lock") or {}).get("waited_s") or 0.0) for stage, r in launches}
     waits = sum(waited.values())
     profiling = sum(v - waited.get(k, 0.0) for k, v in stages.items() if k.startswith("profile-"))
+    profiling += sum(v for k, v in on_sweep_captures(exp_dir).items() if k in stages)
     rest = max(0.0, wall - windows - starts - waits - profiling)
 
     def ratio(total: float) -> str:
@@ -227,6 +239,7 @@ def time_breakdown(
     for p in points:
         durations[p["server_config"]] += float(p.get("duration") or 0.0)
         counts[p["server_config"]] += 1
+    on_sweep = on_sweep_captures(exp_dir)
     for stage, total in sorted(times.items()):
         kind, _, sc = stage.partition("-")
         if kind not in ("sweep", "profile") or not (exp_dir / "raw" / sc).is_dir():
@@ -240,7 +253,11 @@ def time_breakdown(
         parts = [f"server start {ready:.1f} s" if ready is not None else "server start ?"]
         if kind == "sweep":
             parts.append(f"{counts[sc]} points {durations[sc]:.1f} s")
-        known = (ready or 0.0) + (durations[sc] if kind == "sweep" else 0.0)
+        if stage in on_sweep:
+            parts.append(f"profiling pass on this launch {on_sweep[stage]:.1f} s")
+        known = (
+            (ready or 0.0) + (durations[sc] if kind == "sweep" else 0.0) + on_sweep.get(stage, 0.0)
+        )
         parts.append(f"other {max(0.0, total - known):.1f} s")
         lines.append(f"  {stage:<28} {total:7.1f} s = " + " + ".join(parts))
     return lines if len(lines) > 1 else []

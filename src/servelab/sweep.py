@@ -32,10 +32,12 @@ from servelab.experiment import Experiment, SweepSection, TelemetrySection, Work
 from servelab.jsonio import read_json, write_json, write_jsonl_gz
 from servelab.metrics import point_metrics
 from servelab.paths import ExperimentPaths
+from servelab.profile.capture import PlannedCapture, plan_capture
+from servelab.profile.plan import on_sweep_launch
 from servelab.redact import redact_argv, redact_env
 from servelab.schedule import Slot, plan
-from servelab.server import choose_port, parse_capacity, raise_on_signals
-from servelab.session import Session, build_launch, serve
+from servelab.server import ServerLaunch, choose_port, parse_capacity, raise_on_signals
+from servelab.session import LaunchAdditions, Session, build_launch, serve
 from servelab.telemetry import GpuSelection, PointTelemetry, server_gpus
 from servelab.workload import prompt_plan
 
@@ -103,6 +105,9 @@ class SweepJob:
     model_dir: Path
     runtime: Mapping[str, Any]
     say: Say
+    # profile.launch sweep (servelab.profile.plan.on_sweep_launch): the profiling pass of this
+    # configuration, captured on this job's launch after its last point
+    capture: PlannedCapture | None = None
 
     @property
     def raw(self) -> Path:
@@ -120,8 +125,15 @@ class SweepJob:
         every point still to measure."""
         exp, sc, wl = self.exp, self.sc, self.exp.workload
         port = choose_port(exp.server.host, exp.server.port, self.note)
+        interface, additions = self.profiler_setup()
         launch = build_launch(
-            exp, self.paths, sc, model_dir=self.model_dir, runtime=self.runtime, port=port
+            exp,
+            self.paths,
+            sc,
+            model_dir=self.model_dir,
+            runtime=self.runtime,
+            port=port,
+            additions=additions,
         )
         args = exp.server.args_of(sc)
         t0 = time.monotonic()
@@ -193,13 +205,46 @@ class SweepJob:
                 # the GPUs this launch gave the server: the only ones its telemetry samples
                 gpus=server_gpus(exp.runtime.device, launch.container, launch.env, os.environ),
             )
-            if n_warmup:
+            if n_warmup and todo:
                 points.warmup(pplan.warmup_offset)
             for k, slot in enumerate(todo, 1):
                 points.measure(
                     slot, pplan.offsets[(slot.repeat, slot.concurrency)], f"{k}/{len(todo)}"
                 )
+            if self.capture is not None and interface is not None:
+                self.capture_here(session, launch, interface, warm=bool(todo))
         self.note(f"server stopped; measured {len(todo)} points in {time.monotonic() - t0:.1f} s")
+
+    def profiler_setup(self) -> tuple[str | None, LaunchAdditions | None]:
+        """With the profiling pass on this launch: how vLLM's profiler is driven and what it
+        adds to the launch (the profiler configured, idle until the last point is measured);
+        (None, None) without one, or when the profiler cannot be set up (the capture is then
+        "not profiled" with the reason, unless profile.required)."""
+        job = self.capture.job if self.capture is not None else None
+        if job is None or self.capture is None or "status" in self.capture.record:
+            return None, None
+        try:
+            interface = job.prepare()
+            return interface, job.additions(interface)
+        except ServelabError as exc:
+            self.capture.fail(exc)
+            return None, None
+
+    def capture_here(
+        self, session: Session, launch: ServerLaunch, interface: str, *, warm: bool
+    ) -> None:
+        """The profiling pass on this launch, after its last point: capture.json."""
+        capture = self.capture
+        assert capture is not None and capture.job is not None
+        job = capture.job
+        capture.t0 = time.monotonic()  # the profiling pass's own time, not the sweep's
+        capture.finish(lambda: job.capture_on_sweep(session, launch, interface, warm=warm))
+
+    @property
+    def capture_pending(self) -> bool:
+        """The profiling pass is to run on this job's launch and has not run yet."""
+        c = self.capture
+        return c is not None and c.job is not None and "status" not in c.record
 
     def measure_missing(self, repeats: int) -> list[Slot]:
         """The plan of `repeats` balanced repeats, measuring (on one server launch) every point
@@ -212,9 +257,11 @@ class SweepJob:
         ]
         for stale in raw.glob("rep*/c*.partial"):
             _keep_incomplete(stale)
-        if not todo:
+        if not todo and not self.capture_pending:
             self.note(f"all {len(slots)} points already complete")
             return slots
+        if not todo:
+            self.note(f"all {len(slots)} points already complete; a launch for the profiling pass")
         if len(todo) < len(slots):
             self.note(f"resuming: {len(slots) - len(todo)} of {len(slots)} points already complete")
         self.measure(slots, todo, _next_launch_index(self.server_dir))
@@ -255,13 +302,23 @@ def run_sweep(
     sequential plan (`sweep.repeats: {min, max}`) is run by servelab.rounds instead."""
     raise_on_signals()
     t_job = time.monotonic()
-    job = SweepJob(exp, paths, server_config, model_dir, runtime, say)
+    capture = (
+        plan_capture(exp, paths, server_config, model_dir=model_dir, runtime=runtime, say=say)
+        if server_config in on_sweep_launch(exp)
+        else None
+    )
+    if capture is not None:
+        # written by this job, after its points: never a capture of an earlier job
+        (paths.profile(server_config) / "capture.json").unlink(missing_ok=True)
+    job = SweepJob(exp, paths, server_config, model_dir, runtime, say, capture)
     if exp.sweep.rounds is not None:
         raise ServelabError(
             f"sweep.repeats is a sequential plan; measure {server_config} with "
             "servelab.rounds.run_rounds, which measures every configuration round by round"
         )
     slots = job.measure_missing(exp.sweep.most_repeats)
+    if capture is not None and not capture.written:
+        capture.finish(None)  # the profiler could not be set up: "not profiled", and why
     return job.write_run(slots, time.monotonic() - t_job)
 
 

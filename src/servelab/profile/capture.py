@@ -57,7 +57,7 @@ from servelab.profile.windows import FORMAT_VERSION, Window, windows_json
 from servelab.redact import redact_argv, redact_env
 from servelab.runtime import NSYS_GLOBS, find_host_nsys
 from servelab.server import Server, ServerLaunch, choose_port, raise_on_signals
-from servelab.session import Session, build_launch, serve, server_container
+from servelab.session import LaunchAdditions, Session, build_launch, serve, server_container
 
 Say = Callable[[str], None]
 Which = Callable[[str], str | None]
@@ -172,11 +172,79 @@ def run_profile(
     which: Which = shutil.which,
     nsys_globs: Sequence[str] = NSYS_GLOBS,
 ) -> dict[str, Any]:
-    """Capture one server configuration; writes capture.json last (the job's output).
+    """Capture one server configuration on a launch of its own (profile.launch own, and
+    every nsys capture); writes capture.json last (the job's output).
 
     which and nsys_globs: how Nsight Systems is looked for on this host
     (servelab.runtime.find_host_nsys). A capture that fails is a "not profiled" record with
     the reason and what was measured, unless profile.required is true."""
+    planned = plan_capture(
+        exp,
+        paths,
+        sc,
+        model_dir=model_dir,
+        runtime=runtime,
+        say=say,
+        which=which,
+        nsys_globs=nsys_globs,
+    )
+    if planned.job is not None:
+        raise_on_signals()
+    return planned.finish(planned.job.capture if planned.job is not None else None)
+
+
+@dataclass
+class PlannedCapture:
+    """A configuration's capture before any server starts: the first fields of capture.json
+    (the tool and why), and the job that captures it (None: not profiled, the record is
+    complete). `finish` runs the capture and writes capture.json."""
+
+    record: dict[str, Any]
+    job: CaptureJob | None
+    t0: float  # when the job started (time.monotonic)
+    out: Path
+    written: bool = False  # capture.json is written
+
+    def fail(self, exc: ServelabError) -> None:
+        """A capture that failed: a "not profiled" record with the reason and what was
+        measured, unless profile.required is true (then it raises)."""
+        assert self.job is not None
+        if self.job.exp.profile.required:
+            raise exc
+        reason = (str(exc).strip().splitlines() or ["the capture failed"])[0][:500]
+        self.job.say(f"[{self.job.sc}] not profiled: {exc}")
+        self.record.update(
+            {"points": [], **self.job.progress, "status": "not profiled", "reason": reason},
+            traces=[],
+        )
+
+    def finish(self, capture: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
+        """Run `capture` (the fields it adds to capture.json) and write capture.json."""
+        if self.job is not None and capture is not None and "status" not in self.record:
+            try:
+                self.record.update(capture())
+            except ServelabError as exc:
+                self.fail(exc)
+        if self.job is not None:
+            self.record["job_wall_s"] = round(time.monotonic() - self.t0, 3)
+        write_json(self.out / "capture.json", self.record)
+        self.written = True
+        return self.record
+
+
+def plan_capture(
+    exp: Experiment,
+    paths: ExperimentPaths,
+    sc: str,
+    *,
+    model_dir: Path,
+    runtime: Mapping[str, Any],
+    say: Say = print,
+    which: Which = shutil.which,
+    nsys_globs: Sequence[str] = NSYS_GLOBS,
+) -> PlannedCapture:
+    """The tool that profiles `sc` here (servelab.profile.plan) and the job that will; a
+    configuration that is not profiled gets its complete "not profiled" record."""
     t_job = time.monotonic()
     out = paths.profile(sc)
     out.mkdir(parents=True, exist_ok=True)
@@ -198,24 +266,9 @@ def run_profile(
     if decision.tool is None:
         say(f"[{sc}] not profiled: {decision.reason}")
         record.update(status="not profiled", reason=decision.reason, traces=[], points=[])
-        write_json(out / "capture.json", record)
-        return record
-    raise_on_signals()
+        return PlannedCapture(record, None, t_job, out)
     job = CaptureJob(exp, paths, sc, decision.tool, model_dir, runtime, say, decision.nsys)
-    try:
-        record.update(job.capture())
-    except ServelabError as exc:
-        if p.required:
-            raise
-        reason = (str(exc).strip().splitlines() or ["the capture failed"])[0][:500]
-        say(f"[{sc}] not profiled: {exc}")
-        record.update(
-            {"points": [], **job.progress, "status": "not profiled", "reason": reason},
-            traces=[],
-        )
-    record["job_wall_s"] = round(time.monotonic() - t_job, 3)
-    write_json(out / "capture.json", record)
-    return record
+    return PlannedCapture(record, job, t_job, out)
 
 
 def profiled_launch(
@@ -289,15 +342,31 @@ class CaptureJob:
     def note(self, msg: str) -> None:
         self.say(f"[{self.sc}] profile: {msg}")
 
-    def capture(self) -> dict[str, Any]:
-        """Serve the profiled server, capture every point, export the trace; the fields of
-        capture.json this job adds."""
-        p, tool = self.exp.profile, self.tool
+    def prepare(self) -> str:
+        """Empty trace folders for this capture; how vLLM's profiler is driven (config |
+        env)."""
         for d in (self.raw_dir, self.trace_dir):
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
-        interface = profiler_interface(p, self.runtime)
-        nsys = self.nsys.executable if self.nsys is not None else p.nsys
+        return profiler_interface(self.exp.profile, self.runtime)
+
+    def additions(self, interface: str) -> LaunchAdditions:
+        """What the capture adds to the server's launch (servelab.profile.commands)."""
+        return profiler_additions(
+            self.tool,
+            self.paths.profile(self.sc),
+            interface=interface,
+            nsys=self.nsys.executable if self.nsys is not None else self.exp.profile.nsys,
+            max_iterations=self.exp.profile.max_iterations,
+            mounts=self.mounts,
+        )
+
+    def capture(self) -> dict[str, Any]:
+        """Serve the profiled server on a launch of its own, capture every point, export the
+        trace; the fields of capture.json this job adds."""
+        tool = self.tool
+        interface = self.prepare()
+        nsys = self.nsys.executable if self.nsys is not None else self.exp.profile.nsys
         port = choose_port(self.exp.server.host, self.exp.server.port, self.note)
         launch = profiled_launch(
             self.exp,
@@ -311,8 +380,9 @@ class CaptureJob:
             port=port,
             mounts=self.mounts,
         )
-        command = redact_argv(launch.command())
-        self.progress.update(interface=interface, command=command, env=redact_env(launch.env))
+        self.progress.update(
+            interface=interface, command=redact_argv(launch.command()), env=redact_env(launch.env)
+        )
         helper = server_container(
             self.exp,
             self.paths,
@@ -348,28 +418,69 @@ class CaptureJob:
         finally:
             if helper is not None:
                 _give_back(helper, self.out, self.note)
+        return {
+            **self.finish(windows, rows, traces, interface, launch, t0),
+            "launch": "own",
+            "ready_s": round(session.ready_s, 3),
+            "start": dict(session.start),  # as a sweep's launch.json records it
+            "lock": dict(session.lock),
+            "compile_cache": session.compile_cache,
+            "placement": session.placement,
+            **({"nsys_report": report} if report is not None else {}),
+        }
+
+    def capture_on_sweep(
+        self, session: Session, launch: ServerLaunch, interface: str, *, warm: bool
+    ) -> dict[str, Any]:
+        """Capture every point on the sweep's own launch (profile.launch: sweep), after its
+        last measured point: the server was started with `additions` and its profiler left
+        idle until now. `warm`: the sweep measured points on this launch, which warmed it up,
+        so the capture's own warm-up is left out. The fields of capture.json it adds; the
+        launch itself (its start, lock, compile cache, placement) is the sweep's launch.json."""
+        t0 = time.monotonic()
+        self.progress.update(
+            interface=interface, command=redact_argv(launch.command()), env=redact_env(launch.env)
+        )
+        self.note(
+            f"the {self.tool} profiler ({interface} interface) on the sweep's launch "
+            f"({launch.base_url}), after its last point"
+        )
+        points = CapturePoints(
+            self, session, session.client(self.exp.workload), interface, warm_up=not warm
+        )
+        windows, rows, traces = points.run()
+        return {
+            **self.finish(windows, rows, traces, interface, launch, t0),
+            "launch": "sweep",
+            "warmup": "the sweep's points" if warm else "its own",
+        }
+
+    def finish(
+        self,
+        windows: list[Window],
+        rows: list[dict[str, Any]],
+        traces: list[str],
+        interface: str,
+        launch: ServerLaunch,
+        t0: float,
+    ) -> dict[str, Any]:
+        """windows.json, and the fields of capture.json every capture has."""
         shutil.rmtree(self.raw_dir, ignore_errors=True)
         write_json(
             self.out / "windows.json",
-            windows_json(windows, server_config=self.sc, tool=tool, nvtx=nvtx_available()),
+            windows_json(windows, server_config=self.sc, tool=self.tool, nvtx=nvtx_available()),
         )
         self.note(f"{len(rows)} points captured in {time.monotonic() - t0:.1f} s")
         return {
             "status": "profiled",
             "reason": None,
             "interface": interface,
-            "command": command,
+            "command": redact_argv(launch.command()),
             "env": redact_env(launch.env),
-            "ready_s": round(session.ready_s, 3),
-            "start": dict(session.start),  # as a sweep's launch.json records it
-            "lock": dict(session.lock),
-            "compile_cache": session.compile_cache,
-            "placement": session.placement,
             "node": node_facts(),  # the node it ran on, as a sweep's launch.json records it
             "traces": traces,
             "windows": "windows.json",
             "points": rows,
-            **({"nsys_report": report} if report is not None else {}),
         }
 
     def _report(self, path: Path, generated: str, t0: float) -> dict[str, Any]:
@@ -434,6 +545,7 @@ class CapturePoints:
     session: Session
     client: Workload
     interface: str  # config | env: how vLLM's profiler is driven
+    warm_up: bool = True  # profile.warmup_requests first (not after a sweep on this launch)
 
     def run(self) -> tuple[list[Window], list[dict[str, Any]], list[str]]:
         """The warm-up, then every profiled concurrency: their windows, capture.json rows and
@@ -442,7 +554,7 @@ class CapturePoints:
         server = self.session.server
         n = max(max(c * p.waves for c in p.concurrency), p.warmup_requests)
         prompts = self.session.prompts(job.exp.workload, n, job.model_dir)
-        if p.warmup_requests:
+        if p.warmup_requests and self.warm_up:
             wu = run_diagnostic_point(
                 self.client, prompts[: p.warmup_requests], max(p.concurrency), "warmup"
             )

@@ -106,6 +106,44 @@ def profile_plan(
     return {sc: decision for sc in profiled_configs(exp)}
 
 
+def on_sweep_launch(exp: Experiment, plan: Mapping[str, Decision] | None = None) -> list[str]:
+    """The profiled configurations whose diagnostic points run on the sweep's own launch
+    (profile.launch, docs/profile.md "Which launch"), in server.configs order: the sweep's
+    server is started with the profiler configured and left idle until its last point is
+    measured, and the job that measures the sweep captures the profile too. `auto` picks it
+    for vLLM's torch profiler on a CPU runtime with a fixed number of repeats, where a paired
+    test found that a launch with the profiler configured and idle measures the same
+    (benchmarks/README.md, "The profiling pass on the sweep's launch"); never under nsys, which
+    instruments the server process, nor on a GPU, where that was not measured, nor with a
+    sequential plan, whose rounds end on launches of their own. Raises (one line) for
+    `sweep` where it cannot apply."""
+    p = exp.profile
+    decisions = profile_plan(exp) if plan is None else plan
+    if p.launch == "own":
+        return []
+    sequential = exp.sweep.rounds is not None
+    out = []
+    for sc, decision in decisions.items():
+        if decision.tool is None:
+            continue  # not profiled: a record of its own, no server
+        if p.launch == "sweep":
+            if decision.tool != "torch":
+                raise ServelabError(
+                    f"profile.launch: sweep needs vLLM's torch profiler, but {sc!r} is "
+                    f"profiled with {decision.tool} (it instruments the server process: the "
+                    "capture needs a launch of its own); set profile.launch: own or auto"
+                )
+            if sequential:
+                raise ServelabError(
+                    "profile.launch: sweep does not go with a sequential plan (sweep.repeats "
+                    "{min, max}); set profile.launch: own or auto"
+                )
+            out.append(sc)
+        elif decision.tool == "torch" and exp.runtime.device == "cpu" and not sequential:
+            out.append(sc)
+    return out
+
+
 def for_runtime(
     decision: Decision,
     profile: ProfileSection,
