@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
+
+import scipy.stats as sps
 
 from servelab.analysis.stats import paired
 from servelab.rawdata import load_points
@@ -66,6 +71,48 @@ def pairs_table(results: Path, threshold_pct: float, alpha: float) -> list[dict[
     return rows
 
 
+def pooled(results: Path) -> list[dict[str, object]]:
+    """Per configuration and over all of them: the mean ratio `X-profiler` / `X` over every
+    (concurrency, repeat) pair, with a 95% t-interval on the mean of the log ratios. Where the
+    paired test per point has little power (3 repeats), this bounds how large a difference
+    could have gone unseen."""
+    by: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for p in load_points(results):
+        m = p.meta
+        by[(str(m["server_config"]), int(m["concurrency"]), int(m["repeat"]))] = m
+    rows = []
+    configs = sorted({sc for sc, _, _ in by if not sc.endswith(SUFFIX)})
+    for metric in METRICS:
+        for which in [*configs, None]:
+            logs = [
+                math.log(float(by[(sc + SUFFIX, c, r)][metric]) / float(m[metric]))
+                for (sc, c, r), m in sorted(by.items())
+                if not sc.endswith(SUFFIX)
+                and (which is None or sc == which)
+                and (sc + SUFFIX, c, r) in by
+                and m.get(metric)
+                and by[(sc + SUFFIX, c, r)].get(metric)
+            ]
+            if len(logs) < 2:
+                continue
+            mean = statistics.fmean(logs)
+            half = float(sps.t.ppf(0.975, len(logs) - 1)) * statistics.stdev(logs)
+            half /= math.sqrt(len(logs))
+            rows.append(
+                {
+                    "server_config": which or "all",
+                    "metric": metric,
+                    "n": len(logs),
+                    "ratio_pct": round(100 * (math.exp(mean) - 1), 2),
+                    "ci95_pct": [
+                        round(100 * (math.exp(mean - half) - 1), 2),
+                        round(100 * (math.exp(mean + half) - 1), 2),
+                    ],
+                }
+            )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", type=Path, default=Path("results/profiler-idle-check"))
@@ -97,8 +144,17 @@ def main() -> None:
         f"{a.threshold_pct:g}%); throughput, profiler-configured against plain: "
         f"{mean_tp:+.2f}% on average over {len(tp)} points"
     )
+    pool = pooled(a.results)
+    print("pooled over the concurrencies and repeats (profiler-configured against plain):")
+    for r in pool:
+        lo, hi = r["ci95_pct"]  # type: ignore[misc]
+        print(
+            f"  {r['server_config']:<16} {r['metric']:<18} n={r['n']:<3} {r['ratio_pct']:+.2f}% "
+            f"(95% CI {lo:+.2f}% to {hi:+.2f}%)"
+        )
     if a.json:
-        a.json.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        doc = {"pairs": rows, "pooled": pool}
+        a.json.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

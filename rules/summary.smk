@@ -5,8 +5,10 @@ rule summary:
     localrule: True
     input:
         runs=sweep_outputs(),
-        # after the profiling pass, so that the time of every measuring stage is known
+        # after the profiling pass and the analysis, so that the time of every stage but the
+        # bundle's (which packs this summary) is known
         profile=PROFILE_OUTPUTS,
+        report=f"{EXP}/analysis/report.md",
     output:
         summary=f"{EXP}/summary.txt",
     params:

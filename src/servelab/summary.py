@@ -179,7 +179,8 @@ def wall_line(exp_dir: Path, times: dict[str, float], points: list[dict[str, Any
     """The experiment's wall time against the sum of its measured windows: `wall 412 s for
     256 s of measured windows: 1.61x (server starts 120 s, profiling pass 60 s, rest 36 s)`.
     The wall time is the sum of the Snakemake stages' times (benchmarks/*.tsv), first-run setup
-    (SETUP_STAGES) and the summary itself left out; the server starts are the sweeps' (each
+    (SETUP_STAGES), the summary itself and the bundle (which packs the summary, after it) left
+    out; the server starts are the sweeps' (each
     configuration's latest launch, launch.json ready_s), the profiling pass every profile stage
     whole, its own server start included, and the part of a sweep stage spent on a profiling
     pass run on the sweep's launch (capture.json job_wall_s, profile.launch); the rest is

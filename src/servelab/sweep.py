@@ -213,7 +213,11 @@ class SweepJob:
                 )
             if self.capture is not None and interface is not None:
                 self.capture_here(session, launch, interface, warm=bool(todo))
-        self.note(f"server stopped; measured {len(todo)} points in {time.monotonic() - t0:.1f} s")
+        took = f"{time.monotonic() - t0:.1f} s"
+        if self.capture is not None and interface is not None:
+            self.note(f"server stopped; measured {len(todo)} points and profiled in {took}")
+        else:
+            self.note(f"server stopped; measured {len(todo)} points in {took}")
 
     def profiler_setup(self) -> tuple[str | None, LaunchAdditions | None]:
         """With the profiling pass on this launch: how vLLM's profiler is driven and what it
