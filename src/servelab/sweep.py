@@ -224,14 +224,15 @@ class SweepJob:
         adds to the launch (the profiler configured, idle until the last point is measured);
         (None, None) without one, or when the profiler cannot be set up (the capture is then
         "not profiled" with the reason, unless profile.required)."""
-        job = self.capture.job if self.capture is not None else None
-        if job is None or self.capture is None or "status" in self.capture.record:
+        if not self.capture_pending:
             return None, None
+        capture = self.capture
+        assert capture is not None and capture.job is not None
         try:
-            interface = job.prepare()
-            return interface, job.additions(interface)
+            interface = capture.job.prepare()
+            return interface, capture.job.additions(interface)
         except ServelabError as exc:
-            self.capture.fail(exc)
+            capture.fail(exc)
             return None, None
 
     def capture_here(

@@ -336,6 +336,11 @@ class CaptureJob:
         return self.out / ("torch" if self.tool == "torch" else "nsys")
 
     @property
+    def nsys_executable(self) -> str:
+        """The nsys this capture runs (as the launch runs it), or profile.nsys."""
+        return self.nsys.executable if self.nsys is not None else self.exp.profile.nsys
+
+    @property
     def mounts(self) -> tuple[Mount, ...]:
         return (self.nsys.mount,) if self.nsys is not None and self.nsys.mount else ()
 
@@ -356,7 +361,7 @@ class CaptureJob:
             self.tool,
             self.paths.profile(self.sc),
             interface=interface,
-            nsys=self.nsys.executable if self.nsys is not None else self.exp.profile.nsys,
+            nsys=self.nsys_executable,
             max_iterations=self.exp.profile.max_iterations,
             mounts=self.mounts,
         )
@@ -366,7 +371,7 @@ class CaptureJob:
         trace; the fields of capture.json this job adds."""
         tool = self.tool
         interface = self.prepare()
-        nsys = self.nsys.executable if self.nsys is not None else self.exp.profile.nsys
+        nsys = self.nsys_executable
         port = choose_port(self.exp.server.host, self.exp.server.port, self.note)
         launch = profiled_launch(
             self.exp,
@@ -380,9 +385,7 @@ class CaptureJob:
             port=port,
             mounts=self.mounts,
         )
-        self.progress.update(
-            interface=interface, command=redact_argv(launch.command()), env=redact_env(launch.env)
-        )
+        self.launched(interface, launch)
         helper = server_container(
             self.exp,
             self.paths,
@@ -419,7 +422,7 @@ class CaptureJob:
             if helper is not None:
                 _give_back(helper, self.out, self.note)
         return {
-            **self.finish(windows, rows, traces, interface, launch, t0),
+            **self.finish(windows, rows, traces, t0),
             "launch": "own",
             "ready_s": round(session.ready_s, 3),
             "start": dict(session.start),  # as a sweep's launch.json records it
@@ -438,9 +441,7 @@ class CaptureJob:
         so the capture's own warm-up is left out. The fields of capture.json it adds; the
         launch itself (its start, lock, compile cache, placement) is the sweep's launch.json."""
         t0 = time.monotonic()
-        self.progress.update(
-            interface=interface, command=redact_argv(launch.command()), env=redact_env(launch.env)
-        )
+        self.launched(interface, launch)
         self.note(
             f"the {self.tool} profiler ({interface} interface) on the sweep's launch "
             f"({launch.base_url}), after its last point"
@@ -450,21 +451,23 @@ class CaptureJob:
         )
         windows, rows, traces = points.run()
         return {
-            **self.finish(windows, rows, traces, interface, launch, t0),
+            **self.finish(windows, rows, traces, t0),
             "launch": "sweep",
             "warmup": "the sweep's points" if warm else "its own",
         }
 
+    def launched(self, interface: str, launch: ServerLaunch) -> None:
+        """How the server was launched, kept in `progress` (capture.json has it, whether the
+        capture succeeds or fails)."""
+        self.progress.update(
+            interface=interface, command=redact_argv(launch.command()), env=redact_env(launch.env)
+        )
+
     def finish(
-        self,
-        windows: list[Window],
-        rows: list[dict[str, Any]],
-        traces: list[str],
-        interface: str,
-        launch: ServerLaunch,
-        t0: float,
+        self, windows: list[Window], rows: list[dict[str, Any]], traces: list[str], t0: float
     ) -> dict[str, Any]:
-        """windows.json, and the fields of capture.json every capture has."""
+        """windows.json, and the fields of capture.json every capture has (the launch's as
+        `launched` kept them)."""
         shutil.rmtree(self.raw_dir, ignore_errors=True)
         write_json(
             self.out / "windows.json",
@@ -474,9 +477,7 @@ class CaptureJob:
         return {
             "status": "profiled",
             "reason": None,
-            "interface": interface,
-            "command": redact_argv(launch.command()),
-            "env": redact_env(launch.env),
+            **{k: self.progress[k] for k in ("interface", "command", "env")},
             "node": node_facts(),  # the node it ran on, as a sweep's launch.json records it
             "traces": traces,
             "windows": "windows.json",
