@@ -1,4 +1,5 @@
-"""The stopping rule of sequential rounds (servelab.analysis.stopping), simulated.
+"""The stopping rule of sequential rounds (servelab.analysis.stopping), simulated with the
+product's own loop over the looks (stopping.run_looks, which the sweep and the analysis run).
 
 a. Error rate under no true effect: the share of simulated studies in which a question gets a
    verdict (holds or fails) although its two points have the same expectation, for the rule
@@ -31,13 +32,16 @@ import numpy as np
 from scipy import stats as sps
 
 from servelab.analysis.claims import ALIASES
+from servelab.analysis.rounds import open_claims
 from servelab.analysis.stopping import (
     OPEN,
-    Cell,
-    Question,
+    Entry,
     StoppingRule,
-    Tables,
-    decide,
+    claim_verdict,
+    is_open,
+    look_evidence,
+    run_looks,
+    sequential_test,
 )
 from servelab.claims_syntax import CMP
 from servelab.config import load_yaml
@@ -48,9 +52,62 @@ LATEST = RELEASES / "v6"
 METRICS = ("output_throughput", "mean_ttft_ms")
 ALPHA = 0.05
 REFERENCE = 200_000  # studies of the one-pair reference rate of part a
-CHECKED = 100  # studies per case whose verdicts are checked against stopping.decide
+CHECKED = 100  # studies per case whose verdicts are checked against stopping.run_looks
 
+Cell = tuple[str, int]  # (server config, concurrency)
 PerCell = dict[str, dict[Cell, float]]  # metric -> cell -> value
+# metric -> cell -> round -> value: one simulated study, as the looks read it
+Tables = Mapping[str, Mapping[Cell, Mapping[int, float]]]
+
+
+@dataclass(frozen=True)
+class Question:
+    """One paired comparison a claim asks: is metric[a] op factor * metric[b]?"""
+
+    name: str  # the claim
+    metric: str
+    a: Cell
+    b: Cell
+    op: str  # ">" | "<"
+    factor: float = 1.0
+    threshold_pct: float = 0.0
+
+
+# ---------------------------------------------------------------- the product's looks
+
+
+def comparison_at(q: Question, tables: Tables, rule: StoppingRule, k: int) -> Entry:
+    """The question's entry at the look after round k, as analysis.claims makes a comparison's
+    (verdict, `evidence.sequential`), tested on the rounds 1..k both points have."""
+    cells = tables.get(q.metric, {})
+    va, vb = cells.get(q.a, {}), cells.get(q.b, {})
+    common = [r for r in sorted(set(va) & set(vb)) if r <= k]
+    test = sequential_test(
+        [va[r] for r in common],
+        [q.factor * vb[r] for r in common],
+        rule.look_alpha(k),
+        q.threshold_pct,
+    )
+    verdict = claim_verdict(q.op, test.verdict)
+    return {"claim": q.name, "verdict": verdict, "evidence": {"sequential": look_evidence(k, test)}}
+
+
+def study_looks(
+    questions: Sequence[Question], tables: Tables, rule: StoppingRule, rounds: int
+) -> list[list[Entry]]:
+    """Every look of one study from `min` to `rounds`, by the product's loop (run_looks)."""
+
+    def look(k: int) -> list[Entry]:
+        return [comparison_at(q, tables, rule, k) for q in questions]
+
+    return run_looks(rule, rounds, look)
+
+
+def decision(entry: Entry) -> tuple[str, int | None]:
+    """(holds | fails | open, the round of the look that decided it or None)."""
+    if is_open(entry):
+        return OPEN, None
+    return entry["verdict"], int(entry["evidence"]["sequential"]["round"])
 
 
 # ---------------------------------------------------------------- inputs read from the repo
@@ -98,36 +155,37 @@ def latest_durations() -> dict[Cell, float]:
     return {c: statistics.mean(v) for c, v in per.items()}
 
 
+def question(claim: str, threshold_pct: float) -> Question | None:
+    """A comparison claim (both points named by config= and c=) as a question, None for any
+    other claim; without a factor it gets `threshold_pct`, as the analysis does."""
+    m = CMP.match(claim)
+    if not m:
+        return None
+    ma, sel_a, op, factor, _, sel_b = m.groups()
+
+    def cell(sel: str) -> Cell:
+        parts = dict(p.strip().split("=", 1) for p in sel.split(","))
+        return (parts["config"].strip(), int(parts["c"]))
+
+    return Question(
+        claim.strip(),
+        ALIASES.get(ma, ma),
+        cell(sel_a),
+        cell(sel_b),
+        op,
+        float(factor) if factor else 1.0,
+        0.0 if factor else threshold_pct,
+    )
+
+
 def config_claims(threshold_pct: float | None) -> list[Question]:
     """The comparison claims of config/config.yaml as questions (other claims skipped); a claim
-    without a factor gets `threshold_pct` (the analysis's default when None), as the analysis
-    does."""
+    without a factor gets `threshold_pct` (the analysis's default when None)."""
     cfg = load_yaml(ROOT / "config" / "config.yaml")
     default_thr = float(cfg["analysis"].get("threshold_pct", 2.0))
-    out = []
-    for claim in cfg["analysis"]["claims"]:
-        m = CMP.match(claim)
-        if not m:
-            continue
-        ma, sel_a, op, factor, _, sel_b = m.groups()
-
-        def cell(sel: str) -> Cell:
-            parts = dict(p.strip().split("=", 1) for p in sel.split(","))
-            return (parts["config"].strip(), int(parts["c"]))
-
-        thr = 0.0 if factor else (default_thr if threshold_pct is None else threshold_pct)
-        out.append(
-            Question(
-                claim.strip(),
-                ALIASES.get(ma, ma),
-                cell(sel_a),
-                cell(sel_b),
-                op,
-                float(factor) if factor else 1.0,
-                thr,
-            )
-        )
-    return out
+    thr = default_thr if threshold_pct is None else threshold_pct
+    found = (question(claim, thr) for claim in cfg["analysis"]["claims"])
+    return [q for q in found if q is not None]
 
 
 def adjacent_questions(cells: Sequence[Cell]) -> list[Question]:
@@ -176,7 +234,7 @@ def simulate(
 
 
 def study_tables(arrays: Arrays, s: int) -> Tables:
-    """Study s as the tables stopping.decide reads."""
+    """Study s as the tables the looks read."""
     return {
         m: {c: {r + 1: float(x) for r, x in enumerate(v[s, i])} for i, c in enumerate(cells)}
         for m, (cells, v) in arrays.items()
@@ -267,24 +325,25 @@ def p_values(arrays: Arrays, q: Question, test: str, kmax: int) -> dict[int, np.
     return {k: pooled_p(logs, d, k) for k in range(2, kmax + 1)}
 
 
-def check_against_decide(
+def check_against_looks(
     arrays: Arrays,
     questions: Sequence[Question],
     rule: Rule,
     got: Sequence[tuple[np.ndarray, np.ndarray]],
     studies: int,
 ) -> None:
-    """The vectorized verdicts of the own-variance rule against stopping.decide itself."""
+    """The vectorized verdicts of the own-variance rule against the product's looks
+    (stopping.run_looks) themselves."""
     srule = StoppingRule(rule.lo, rule.hi, ALPHA)
     for s in range(studies):
-        final = decide(questions, study_tables(arrays, s), srule, rule.hi)[-1]
-        ref = [(d.verdict, d.round) for d in final]
+        final = study_looks(questions, study_tables(arrays, s), srule, rule.hi)[-1]
+        ref = [decision(e) for e in final]
         mine = [
             (OPEN, None) if dec[s] == 0 else ("holds" if hold[s] else "fails", int(dec[s]))
             for dec, hold in got
         ]
         if ref != mine:
-            sys.exit(f"bench_sequential: {rule.name} study {s}: {mine} differ from decide {ref}")
+            sys.exit(f"bench_sequential: {rule.name} study {s}: {mine} differ from the looks {ref}")
 
 
 # ---------------------------------------------------------------- a. error rate under the null
@@ -348,7 +407,7 @@ def part_a(studies: int, seed: int) -> dict[str, Any]:
             for rule in RULES:
                 got = [verdicts(arrays, q, rule, pv[rule.test][i]) for i, q in enumerate(qs)]
                 if rule.test == "own" and rule.spend:
-                    check_against_decide(arrays, qs, rule, got, min(CHECKED, studies))
+                    check_against_looks(arrays, qs, rule, got, min(CHECKED, studies))
                 wrong = np.stack([dec != 0 for dec, _ in got], axis=1)
                 rows[f"{sname}/{rule.name}"] = {
                     "any_wrong": float(wrong.any(axis=1).mean()),
@@ -448,8 +507,8 @@ def study_time(sc: Scenario, rounds: int, lo: int, hi: int, launch_s: float) -> 
 
 
 def run_scenario(sc: Scenario, studies: int, rng: np.random.Generator) -> dict[str, Any]:
-    """Each design judged by stopping.decide itself (a fixed design: one look at the full
-    alpha, `StoppingRule(n, n)`)."""
+    """Each design judged by the product's looks (stopping.run_looks; a fixed design: one look
+    at the full alpha, `StoppingRule(n, n)`)."""
     arrays = simulate(rng, studies, max(hi for _, _, hi in DESIGNS), sc.medians, sc.cvs)
     sims = [study_tables(arrays, s) for s in range(studies)]
     out: dict[str, Any] = {}
@@ -458,19 +517,19 @@ def run_scenario(sc: Scenario, studies: int, rng: np.random.Generator) -> dict[s
         counts = {q.name: {"right": 0, "wrong": 0, "open": 0} for q in sc.questions}
         times, free, rounds_used, all_decided = [], [], [], 0
         for tables in sims:
-            lk = decide(sc.questions, tables, rule, hi)
-            used = next(
-                (lo + i for i, row in enumerate(lk) if all(d.verdict != OPEN for d in row)), hi
-            )
+            lk = study_looks(sc.questions, tables, rule, hi)
+            # measuring stops at the first look that leaves nothing open, as the sweep does
+            used = next((lo + i for i, row in enumerate(lk) if not open_claims(row)), hi)
             final = lk[used - lo]
-            all_decided += all(d.verdict != OPEN for d in final)
-            for d in final:
+            all_decided += not open_claims(final)
+            for e in final:
+                verdict, _ = decision(e)
                 key = (
                     "open"
-                    if d.verdict == OPEN
-                    else ("right" if d.verdict == sc.truth[d.question] else "wrong")
+                    if verdict == OPEN
+                    else ("right" if verdict == sc.truth[e["claim"]] else "wrong")
                 )
-                counts[d.question][key] += 1
+                counts[e["claim"]][key] += 1
             rounds_used.append(used)
             times.append(study_time(sc, used, lo, hi, sc.launch_s))
             free.append(study_time(sc, used, lo, hi, 0.0))

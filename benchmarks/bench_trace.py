@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from nsys_fixture import DDL, SESSION_START  # noqa: E402
 
-from servelab.profile.analyze import TraceOptions, analyze_trace  # noqa: E402
+from servelab.profile.trace_analysis import TraceOptions, analyze_trace  # noqa: E402
 from servelab.profile.windows import parse_windows  # noqa: E402
 
 LAYERS = 36

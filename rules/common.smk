@@ -129,7 +129,7 @@ def one_of(names):
 
 
 def sweep_outputs(wildcards=None):
-    return expand(f"{EXP}/raw/{{sc}}/run.json", sc=SERVER_CONFIGS)
+    return expand(f"{EXP}/raw/{{sc}}/{_paths.RUN_FILE}", sc=SERVER_CONFIGS)
 
 
 # analysis outputs (rules/analysis.smk), named once in servelab.paths

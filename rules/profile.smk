@@ -3,16 +3,18 @@
 # after the sweep of its configuration (one profiled on the sweep's launch, PROFILE_ON_SWEEP, is
 # captured by rules/sweep.smk's sweep_profile); then the trace analysis, which needs no
 # measurement slot.
-PROFILE_OUTPUTS = expand(f"{EXP}/profile/{{sc}}/profile.json", sc=list(PROFILE_PLAN))
+PROFILE_OUTPUTS = expand(
+    f"{EXP}/profile/{{sc}}/{_paths.PROFILE_FILE}", sc=list(PROFILE_PLAN)
+)
 
 
 rule profile:
     input:
         model=rules.model.output.record,
         runtime=rules.runtime.output.record,
-        run=f"{EXP}/raw/{{sc}}/run.json",
+        run=f"{EXP}/raw/{{sc}}/{_paths.RUN_FILE}",
     output:
-        capture=f"{EXP}/profile/{{sc}}/capture.json",
+        capture=f"{EXP}/profile/{{sc}}/{_paths.CAPTURE_FILE}",
     wildcard_constraints:
         sc=one_of([sc for sc in PROFILE_PLAN if sc not in PROFILE_ON_SWEEP]),
     params:
@@ -33,10 +35,10 @@ rule profile:
 rule profile_report:
     localrule: True
     input:
-        capture=f"{EXP}/profile/{{sc}}/capture.json",
+        capture=f"{EXP}/profile/{{sc}}/{_paths.CAPTURE_FILE}",
         model=rules.model.output.record,
     output:
-        profile=f"{EXP}/profile/{{sc}}/profile.json",
+        profile=f"{EXP}/profile/{{sc}}/{_paths.PROFILE_FILE}",
         report=report(f"{EXP}/profile/{{sc}}/profile.md", category="Profile"),
     params:
         config=MEASURE_CONFIG,

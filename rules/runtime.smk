@@ -4,12 +4,15 @@ rule runtime:
     input:
         unpack(runtime_inputs),
     output:
-        record=f"{EXP}/runtime/runtime.json",
+        record=f"{EXP}/runtime/{_paths.RUNTIME_FILE}",
     params:
         exp=experiment_dir,
         runtime=config["runtime"],
         profile=config["profile"],
+    # the measurement slot too: creating a venv or pulling and probing an image loads the host,
+    # and in a campaign one experiment's runtime must not be built beside another's sweep
     resources:
+        measure=1,
         cpus_per_task=node_cpus,
         **WHOLE_NODE,
     group:

@@ -2,7 +2,7 @@
 # written last; the measured points live beside it and survive a failed job (see
 # src/servelab/sweep.py).
 # A sequential plan (SEQUENTIAL, sweep.repeats: {min, max}): one job measures every server
-# configuration round by round until its questions are decided (src/servelab/rounds.py): the
+# configuration round by round until its questions are decided (src/servelab/sequential.py): the
 # claims and, with a reference, the orderings a reproduction against it will judge. They decide
 # how much is measured, so its params are the whole config: a changed analysis section or
 # reference reruns it, completed points are kept, and only what the new questions still need
@@ -16,7 +16,7 @@ rule sweep:
         model=rules.model.output.record,
         runtime=rules.runtime.output.record,
     output:
-        run=sweep_outputs() if SEQUENTIAL else f"{EXP}/raw/{{sc}}/run.json",
+        run=sweep_outputs() if SEQUENTIAL else f"{EXP}/raw/{{sc}}/{_paths.RUN_FILE}",
     params:
         config=config if SEQUENTIAL else MEASURE_CONFIG,
         exp=experiment_dir,
@@ -39,8 +39,8 @@ rule sweep_profile:
         model=rules.model.output.record,
         runtime=rules.runtime.output.record,
     output:
-        run=f"{EXP}/raw/{{sc}}/run.json",
-        capture=f"{EXP}/profile/{{sc}}/capture.json",
+        run=f"{EXP}/raw/{{sc}}/{_paths.RUN_FILE}",
+        capture=f"{EXP}/profile/{{sc}}/{_paths.CAPTURE_FILE}",
     params:
         config=MEASURE_CONFIG,
         exp=experiment_dir,

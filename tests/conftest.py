@@ -3,12 +3,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
     from e2e_helpers import ReducedRun
+    from experiment_fixtures import MakeJob
+
+    from servelab.job import MeasureJob
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -75,6 +78,18 @@ def own_lock_folder(
         return
     mp = request.getfixturevalue("monkeypatch")
     mp.setenv("SERVELAB_LOCK_DIR", str(tmp_path_factory.getbasetemp() / "locks"))
+
+
+@pytest.fixture
+def make_job(tmp_path: Path) -> MakeJob:
+    """experiment_fixtures.measure_job, writing into the test's tmp_path unless told `root`:
+    `make_job(cfg, model_dir=..., runtime=..., say=...)`."""
+    from experiment_fixtures import measure_job
+
+    def make(cfg: Any, root: Path | None = None, **kw: Any) -> MeasureJob:
+        return measure_job(cfg, tmp_path if root is None else root, **kw)
+
+    return make
 
 
 @pytest.fixture

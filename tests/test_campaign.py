@@ -130,5 +130,26 @@ def test_campaign_workflow_names_each_experiments_rules(tmp_path: Path) -> None:
     assert "campaign pair: 2 experiment(s): exp-a, exp-b" in out
     for rule in ("exp_exp_a_sweep", "exp_exp_b_sweep", "exp_exp_a_bundle", "campaign"):
         assert rule in out
+    # the measuring rules take the measurement slot, the runtime's too: in a campaign one
+    # experiment's runtime is never built beside another's sweep (docs/architecture.md)
+    measuring = _resources_by_rule(out)
+    for exp in ("exp_a", "exp_b"):
+        for rule in ("runtime", "sweep_profile"):
+            assert "measure=1" in measuring[f"exp_{exp}_{rule}"], (rule, measuring)
+        assert "measure=1" not in measuring[f"exp_{exp}_analysis"]
     proc = _dry_run(_campaign(tmp_path, name="pair", experiments=[a, a]))
     assert proc.returncode != 0 and "campaign error:" in proc.stderr
+
+
+def _resources_by_rule(dry_run: str) -> dict[str, str]:
+    """Each rule of a dry run's job list with its `resources:` line (the last job of a rule)."""
+    out: dict[str, str] = {}
+    rule = None
+    for line in dry_run.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] in ("rule", "localrule") and words[1].endswith(":"):
+            rule = words[1][:-1]
+        elif rule is not None and words[:1] == ["resources:"]:
+            out[rule] = line
+            rule = None
+    return out

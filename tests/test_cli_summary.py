@@ -125,7 +125,7 @@ def test_summary_says_where_the_time_went(tmp_path: Path) -> None:
 def test_summary_shows_each_start_and_the_wall_time_against_the_windows(tmp_path: Path) -> None:
     """Per launch, its start's phases (launch.json / capture.json `start`); then the wall time
     (the stages, first-run setup left out) against the sum of the measured windows."""
-    from servelab.server import start_phases
+    from servelab.serverlog import start_phases
 
     for rep, dur in [(1, 10.0), (2, 14.0)]:
         make_point(tmp_path, "a", rep, 1, 100.0, 10.0)

@@ -10,6 +10,7 @@ from unittest import mock
 
 import pytest
 import yaml
+from experiment_fixtures import capture_job, measure_job
 
 from servelab.config import validate
 from servelab.container import (
@@ -27,7 +28,6 @@ from servelab.container import (
 )
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
-from servelab.paths import ExperimentPaths
 from servelab.profile.capture import profiled_launch
 from servelab.profile.commands import nsys_profile_command
 from servelab.server import ServerLaunch
@@ -65,6 +65,7 @@ def gpu_cfg(kind: str = "docker", **runtime: Any) -> Experiment:
     return validate(raw, "test")
 
 
+MODEL = Path("/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e")
 # the compile-cache folder of runtime_record()'s image in the tests' cache (sweep_launch)
 CACHE = "/cache/servelab/compile/image-" + DIGEST.removeprefix("sha256:")[:16]
 
@@ -78,15 +79,9 @@ def sweep_launch(cfg: Experiment, runtime: dict[str, Any], cuda: str | None = No
     env["SERVELAB_CACHE"] = "/cache/servelab"  # where the compile caches are kept
     if cuda is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda
+    job = measure_job(cfg, Path("/work/results/knee"), model_dir=MODEL, runtime=runtime)
     with mock.patch.dict(os.environ, env, clear=True):
-        return build_launch(
-            cfg,
-            ExperimentPaths(Path("/work/results/knee")),
-            "tp1",
-            model_dir=Path("/cache/models/Qwen--Qwen2.5-3B-Instruct/aa8e"),
-            runtime=runtime,
-            port=8123,
-        )
+        return build_launch(job, "tp1", port=8123)
 
 
 def test_docker_server_command() -> None:
@@ -212,10 +207,11 @@ def test_venv_server_command_forms() -> None:
 
 def test_container_name_is_stable_per_results_folder() -> None:
     cfg = gpu_cfg()
-    where = {"model_dir": "/m", "server_config": "tp1", "purpose": "sweep"}
-    a = container_run_for(cfg, runtime_record(), exp_dir="/work/results/knee", **where)
-    b = container_run_for(cfg, runtime_record(), exp_dir="/work/results/knee", **where)
-    c = container_run_for(cfg, runtime_record(), exp_dir="/other/results/knee", **where)
+    knee, other = Path("/work/results/knee"), Path("/other/results/knee")
+    where = {"model_dir": Path("/m"), "runtime": runtime_record()}
+    a = container_run_for(measure_job(cfg, knee, **where), "tp1", purpose="sweep")
+    b = container_run_for(measure_job(cfg, knee, **where), "tp1", purpose="sweep")
+    c = container_run_for(measure_job(cfg, other, **where), "tp1", purpose="sweep")
     assert a is not None and b is not None and c is not None
     assert a.name == b.name != c.name and a.name.startswith("servelab-knee-tp1-sweep-")
 
@@ -335,21 +331,10 @@ def test_secret_env_values_stay_off_the_command_line() -> None:
 
 
 def test_nsys_runs_inside_the_container(tmp_path: Path) -> None:
-    cfg = gpu_cfg()
-    paths = ExperimentPaths(tmp_path / "results" / "knee")
     out = tmp_path / "results" / "knee" / "profile" / "tp1"
     model = tmp_path / "model"
-    launch = profiled_launch(
-        cfg,
-        paths,
-        "tp1",
-        tool="nsys",
-        model_dir=model,
-        runtime=runtime_record(),
-        interface="config",
-        nsys=NSYS,
-        port=8200,
-    )
+    job = measure_job(gpu_cfg(), out.parents[1], model_dir=model, runtime=runtime_record())
+    launch = profiled_launch(capture_job(job, "tp1", "nsys", NSYS), "config", 8200)
     cmd = launch.command()
     e = cmd.index("--entrypoint")
     wrapper = nsys_profile_command((out / "nsys" / "profile").resolve(), NSYS)
@@ -379,19 +364,9 @@ def test_the_hosts_nsys_is_mounted_into_the_profiling_launch_only(tmp_path: Path
     assert mount == Mount(host_dir, CONTAINER_NSYS_ROOT, True)
     assert inside == f"{CONTAINER_NSYS_ROOT}/target-linux-x64/nsys"
     cfg = gpu_cfg()
-    paths = ExperimentPaths(tmp_path / "results" / "knee")
-    launch = profiled_launch(
-        cfg,
-        paths,
-        "tp1",
-        tool="nsys",
-        model_dir=tmp_path / "model",
-        runtime={**runtime_record(), "nsys": None},
-        interface="config",
-        nsys=inside,
-        port=8200,
-        mounts=(mount,),
-    )
+    runtime = {**runtime_record(), "nsys": None}
+    job = measure_job(cfg, tmp_path / "results" / "knee", runtime=runtime)
+    launch = profiled_launch(capture_job(job, "tp1", "nsys", inside, mount), "config", 8200)
     cmd = launch.command()
     vols = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-v"]
     assert f"{host_dir}:{CONTAINER_NSYS_ROOT}:ro" in vols

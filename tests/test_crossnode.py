@@ -231,11 +231,10 @@ def test_node_facts_name_the_node_and_no_secret(monkeypatch: pytest.MonkeyPatch)
 
 def test_the_sweep_records_its_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep against the fake server in a fake container (tests/test_runtime_container.py)."""
+    from experiment_fixtures import measure_job
     from test_runtime_container import Engine, config, model_dir, runtime_stage
 
-    from servelab.experiment import Experiment
     from servelab.jsonio import read_json
-    from servelab.paths import ExperimentPaths
     from servelab.sweep import run_sweep
 
     Engine(tmp_path, monkeypatch)
@@ -243,14 +242,7 @@ def test_the_sweep_records_its_node(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     cfg = config(tmp_path)
     runtime = runtime_stage(cfg, lambda s: None)
     exp = tmp_path / "results" / "fake-gpu"
-    run_sweep(
-        Experiment.from_dict(cfg),
-        ExperimentPaths(exp),
-        "fake",
-        model_dir=model_dir(tmp_path),
-        runtime=runtime,
-        say=lambda s: None,
-    )
+    run_sweep(measure_job(cfg, exp, model_dir=model_dir(tmp_path), runtime=runtime), "fake")
     launch = read_json(exp / "server" / "fake" / "launch.json")
     assert launch["node"]["hostname"] == platform.node()
     assert launch["node"]["slurm_job_id"] == "777"

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from servelab.profile.analyze import TraceOptions, analyze_trace
 from servelab.profile.torchtrace import TorchTrace
+from servelab.profile.trace_analysis import TraceOptions, analyze_trace
 from servelab.profile.windows import parse_windows
 
 pytestmark = pytest.mark.gpu

@@ -19,11 +19,11 @@ from pathlib import Path
 
 # Highest layer first. Within a layer, a unit may import the units listed after it.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "entry": ("servelab", "cli", "smk", "tables"),
+    "entry": ("servelab", "cli", "smk", "dataframes"),
     "stages": (
         "campaign",
-        "rounds",
         "reproduce",
+        "sequential",
         "evidence",
         "summary",
         "analysis",
@@ -34,6 +34,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "session",
         "workload",
         "server",
+        "serverlog",
         "compilecache",
         "telemetry",
         "runtime",
@@ -43,6 +44,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "config",
         "client",
         "container",
+        "job",
+        "records",
         "schedule",
         "hostfacts",
     ),
@@ -221,6 +224,19 @@ def test_no_import_cycles() -> None:
 def test_imports_go_down_the_layers() -> None:
     found = violations(EDGES)
     assert found == [], f"{len(found)} imports against the layers:\n" + "\n".join(found)
+
+
+def test_the_analysis_reads_server_logs_without_process_control() -> None:
+    """The analysis and the reproduction read a server's log with servelab.serverlog; they never
+    import servelab.server, which starts and stops servers."""
+    found = [
+        f"{mod} (line {line}) imports servelab.server"
+        for mod, targets in sorted(EDGES.items())
+        if unit(mod) in ("analysis", "reproduce", "evidence", "summary")
+        for target, line in targets.items()
+        if target == "servelab.server"
+    ]
+    assert found == []
 
 
 # --- the checker itself -----------------------------------------------------------------------

@@ -19,14 +19,13 @@ import jsonschema
 import pytest
 import yaml
 from aiohttp import web
+from experiment_fixtures import MakeJob, capture_job, measure_job
 from nsys_fixture import LAYERS, model_config, scenario, scenario_windows, windows_file
 
 from servelab.config import load, validate
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
-from servelab.paths import ExperimentPaths
 from servelab.profile import capture, commands
-from servelab.profile.analyze import TraceOptions, analyze_trace
 from servelab.profile.capture import profiled_launch, run_profile
 from servelab.profile.commands import (
     nsys_export_command,
@@ -36,26 +35,28 @@ from servelab.profile.commands import (
 )
 from servelab.profile.plan import Decision, profile_plan
 from servelab.profile.report import analyze_capture
+from servelab.profile.trace_analysis import TraceOptions, analyze_trace
 from servelab.profile.windows import Window, load_windows, parse_windows, windows_json
 
 REPO = Path(__file__).resolve().parents[1]
 MISSING = "nsys (nsys) not found on PATH or in the usual install folders"
 SCHEMA = json.loads((REPO / "src" / "servelab" / "schemas" / "profile.schema.json").read_text())
 RUNTIME = {"python": "/opt/venv/bin/python"}
-typed = Experiment.from_dict
 
 
 def plan_of(cfg: dict[str, Any], which: Any) -> dict[str, Decision]:
     """profile_plan of a validated config dict (no install folders: this host's are not
     looked at)."""
-    return profile_plan(typed(cfg), which, globs=())
+    return profile_plan(Experiment.from_dict(cfg), which, globs=())
 
 
-def launch_of(cfg: dict[str, Any], exp_dir: Path, sc: str, tool: str, **kw: Any) -> Any:
-    """The profiled launch of `sc` (the runtime's python /opt/venv/bin/python)."""
-    return profiled_launch(
-        typed(cfg), ExperimentPaths(exp_dir), sc, tool=tool, runtime=RUNTIME, **kw
-    )
+def launch_of(
+    cfg: dict[str, Any], exp_dir: Path, sc: str, tool: str, *, interface: str, nsys: str, port: int
+) -> Any:
+    """The profiled launch of `sc` (the runtime's python /opt/venv/bin/python, the model in
+    exp_dir/model)."""
+    job = measure_job(cfg, exp_dir, runtime=RUNTIME)
+    return profiled_launch(capture_job(job, sc, tool, nsys), interface, port)
 
 
 def gpu_config(**profile: Any) -> dict[str, Any]:
@@ -101,7 +102,6 @@ def test_gpu_config_runs_the_server_under_nsys(tmp_path: Path) -> None:
         tmp_path,
         "max-num-seqs-8",
         "nsys",
-        model_dir=tmp_path / "model",
         interface="config",
         nsys="/usr/local/bin/nsys",
         port=8123,
@@ -126,7 +126,6 @@ def test_gpu_config_runs_the_server_under_nsys(tmp_path: Path) -> None:
         tmp_path,
         "max-num-seqs-8",
         "nsys",
-        model_dir=tmp_path / "model",
         interface="env",
         nsys="nsys",
         port=8123,
@@ -144,7 +143,6 @@ def test_cpu_capture_is_bounded(tmp_path: Path) -> None:
         tmp_path,
         "max-num-seqs-1",
         "torch",
-        model_dir=tmp_path,
         interface="config",
         nsys="nsys",
         port=9000,
@@ -224,21 +222,12 @@ def test_workflow_stops_before_anything_when_required_nsys_is_missing(tmp_path: 
     assert "rule profile:" in proc.stdout and "profile_report" in proc.stdout
 
 
-def test_not_profiled_is_an_explicit_record(tmp_path: Path) -> None:
+def test_not_profiled_is_an_explicit_record(tmp_path: Path, make_job: MakeJob) -> None:
     cfg = gpu_config(tool="nsys")
-    rec = run_profile(
-        typed(cfg),
-        ExperimentPaths(tmp_path),
-        "max-num-seqs-8",
-        model_dir=tmp_path / "model",
-        runtime=RUNTIME,
-        say=lambda s: None,
-        which=lambda name: None,
-        nsys_globs=(),
-    )
+    job = make_job(cfg, runtime=RUNTIME)
+    rec = run_profile(job, "max-num-seqs-8", which=lambda name: None, nsys_globs=())
     assert rec["status"] == "not profiled" and rec["reason"] == MISSING
-    profile = Experiment.from_dict(cfg).profile
-    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "max-num-seqs-8", tmp_path / "model")
+    prof = analyze_capture(job.exp.profile, job.paths, "max-num-seqs-8", job.model_dir)
     out = tmp_path / "profile" / "max-num-seqs-8"
     assert json.loads((out / "profile.json").read_text()) == prof
     jsonschema.validate(prof, SCHEMA)
@@ -256,7 +245,7 @@ def test_profile_json_satisfies_its_schema(tmp_path: Path) -> None:
         jsonschema.validate(prof, SCHEMA)
 
 
-def test_analyze_capture_reads_the_capture_layout(tmp_path: Path) -> None:
+def test_analyze_capture_reads_the_capture_layout(tmp_path: Path, make_job: MakeJob) -> None:
     cfg = gpu_config(tool="nsys")
     out = tmp_path / "profile" / "max-num-seqs-8"
     (out / "nsys").mkdir(parents=True)
@@ -272,8 +261,8 @@ def test_analyze_capture_reads_the_capture_layout(tmp_path: Path) -> None:
             }
         )
     )
-    profile = Experiment.from_dict(cfg).profile
-    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "max-num-seqs-8", tmp_path)
+    job = make_job(cfg, model_dir=tmp_path)
+    prof = analyze_capture(job.exp.profile, job.paths, "max-num-seqs-8", job.model_dir)
     assert prof["server_config"] == "max-num-seqs-8" and prof["tool"] == "nsys"
     assert prof["settings"]["layers_source"] == "model config.json"
     assert prof["windows"]["c0002"]["steady"]["population_mean"] == 2.0
@@ -455,12 +444,8 @@ def fake_gpu_setup(tmp_path: Path, **profile: Any) -> tuple[dict[str, Any], Path
 def capture_with_fakes(tmp_path: Path, cfg: dict[str, Any], model: Path, fakepy: Path) -> Any:
     """run_profile on this host with no nsys on PATH: the install folders are tmp_path's."""
     return run_profile(
-        typed(cfg),
-        ExperimentPaths(tmp_path),
+        measure_job(cfg, tmp_path, model_dir=model, runtime={"python": str(fakepy)}),
         "fake",
-        model_dir=model,
-        runtime={"python": str(fakepy)},
-        say=lambda s: None,
         which=lambda name: None,
         nsys_globs=(str(tmp_path / "opt/nvidia/nsight-systems-cli/*/target-linux-x64/nsys"),),
     )
@@ -491,8 +476,8 @@ def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
     capture_schema = json.loads((REPO / "src/servelab/schemas/capture.schema.json").read_text())
     jsonschema.validate(json.loads((out / "capture.json").read_text()), capture_schema)
 
-    profile = Experiment.from_dict(cfg).profile
-    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "fake", model)
+    job = measure_job(cfg, tmp_path, model_dir=model)
+    prof = analyze_capture(job.exp.profile, job.paths, "fake", model)
     jsonschema.validate(prof, SCHEMA)
     assert prof["trace"]["kind"] == "nsys-sqlite" and prof["settings"]["population_dim"] == "y"
     c1, c2 = prof["windows"]["c0001"], prof["windows"]["c0002"]
@@ -546,8 +531,8 @@ def test_a_failed_capture_is_a_not_profiled_record_that_keeps_the_points(
     out = tmp_path / "profile" / "fake"
     assert json.loads((out / "capture.json").read_text()) == rec
     assert (out / "requests" / "c0002.jsonl.gz").is_file()
-    profile = Experiment.from_dict(cfg).profile
-    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "fake", model)
+    job = measure_job(cfg, tmp_path, model_dir=model)
+    prof = analyze_capture(job.exp.profile, job.paths, "fake", model)
     assert prof["status"] == "not profiled" and prof["reason"] == rec["reason"]
     jsonschema.validate(prof, SCHEMA)
     cfg["profile"]["required"] = True

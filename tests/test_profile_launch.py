@@ -9,18 +9,21 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
+from experiment_fixtures import measure_job, quiet
 
 from servelab.config import validate
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
+from servelab.job import MeasureJob
 from servelab.jsonio import read_json
-from servelab.paths import ExperimentPaths
 from servelab.profile.plan import on_sweep_launch
 from servelab.summary import on_sweep_captures, wall_line
 from servelab.sweep import run_sweep
@@ -100,8 +103,9 @@ def test_the_workflow_plans_one_measuring_job_per_configuration(tmp_path: Path) 
     assert out.count("rule sweep_profile:") == 1 and out.count("rule sweep:") == 1
 
 
-def fake_cpu(tmp_path: Path) -> tuple[Experiment, Path, dict[str, Any]]:
-    """A CPU experiment of one configuration, `fake`, served by tests/fake_vllm_server.py."""
+def fake_cpu(tmp_path: Path, say: Callable[[str], None] = quiet) -> MeasureJob:
+    """The measuring job of a CPU experiment of one configuration, `fake`, served by
+    tests/fake_vllm_server.py."""
     python = tmp_path / "bin" / "python"
     python.parent.mkdir()
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {TESTS / "fake_vllm_server.py"} "$@"\n')
@@ -120,19 +124,20 @@ def fake_cpu(tmp_path: Path) -> tuple[Experiment, Path, dict[str, Any]]:
     raw["workload"]["warmup"] = {"requests": 2, "concurrency": 2}
     raw["sweep"].update(concurrency=[1, 2], repeats=2)
     raw["profile"] = {"concurrency": [1, 2], "warmup_requests": 2, "vllm_interface": "config"}
-    return experiment(raw), model, {"python": str(python)}
+    exp = experiment(raw)
+    root = Path(exp.results_dir) / exp.experiment
+    return measure_job(exp, root, model_dir=model, runtime={"python": str(python)}, say=say)
 
 
 def test_the_profiling_pass_runs_on_the_sweeps_launch_after_its_last_point(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SERVELAB_LOCK_DIR", str(tmp_path / "locks"))
-    exp, model, runtime = fake_cpu(tmp_path)
-    assert on_sweep_launch(exp) == ["fake"]
-    root = Path(exp.results_dir) / exp.experiment
-    paths = ExperimentPaths(root)
     said: list[str] = []
-    run = run_sweep(exp, paths, "fake", model_dir=model, runtime=runtime, say=said.append)
+    job = fake_cpu(tmp_path, said.append)
+    assert on_sweep_launch(job.exp) == ["fake"]
+    root = job.paths.root
+    run = run_sweep(job, "fake")
     assert run["status"] == "complete" and run["points"] == 4 and run["launches"] == 1
     launch = read_json(root / "server" / "fake" / "launch.json")
     cmd = launch["command"]
@@ -172,7 +177,7 @@ def test_the_profiling_pass_runs_on_the_sweeps_launch_after_its_last_point(
     # a rerun whose points are complete (capture.json lost): one launch, for the capture
     (root / "profile" / "fake" / "capture.json").unlink()
     said.clear()
-    run = run_sweep(exp, paths, "fake", model_dir=model, runtime=runtime, say=said.append)
+    run = run_sweep(job, "fake")
     assert run["launches"] == 2
     assert any("all 4 points already complete; a launch for the profiling pass" in s for s in said)
     capture = read_json(root / "profile" / "fake" / "capture.json")
@@ -186,29 +191,26 @@ def test_a_profiler_that_cannot_be_set_up_leaves_the_sweep_measured(
     """profile.vllm_interface auto asks the runtime's vLLM; a runtime without one cannot say:
     the sweep is measured on a plain launch and the capture is "not profiled", with why."""
     monkeypatch.setenv("SERVELAB_LOCK_DIR", str(tmp_path / "locks"))
-    exp, model, runtime = fake_cpu(tmp_path)
-    raw = exp.to_dict()
+    job = fake_cpu(tmp_path)
+    raw = job.exp.to_dict()
     raw["profile"]["vllm_interface"] = "auto"
-    exp = Experiment.from_dict(raw)
-    root = Path(exp.results_dir) / exp.experiment
+    job = replace(job, exp=Experiment.from_dict(raw))
+    root = job.paths.root
     monkeypatch.setattr(
         "servelab.profile.capture.profiler_interface",
         lambda p, r: (_ for _ in ()).throw(ServelabError("the runtime's vLLM cannot be asked")),
     )
-    run = run_sweep(
-        exp, ExperimentPaths(root), "fake", model_dir=model, runtime=runtime, say=lambda s: None
-    )
+    run = run_sweep(job, "fake")
     assert run["status"] == "complete" and run["points"] == 4
     assert "--profiler-config" not in read_json(root / "server" / "fake" / "launch.json")["command"]
     capture = read_json(root / "profile" / "fake" / "capture.json")
     assert capture["status"] == "not profiled"
     assert capture["reason"] == "the runtime's vLLM cannot be asked"
-    exp = Experiment.from_dict({**raw, "profile": {**raw["profile"], "required": True}})
+    required = {**raw, "profile": {**raw["profile"], "required": True}}
+    job = replace(job, exp=Experiment.from_dict(required))
     (root / "raw" / "fake" / "run.json").unlink()
     with pytest.raises(ServelabError, match="cannot be asked"):
-        run_sweep(
-            exp, ExperimentPaths(root), "fake", model_dir=model, runtime=runtime, say=lambda s: None
-        )
+        run_sweep(job, "fake")
 
 
 def test_the_measurement_behind_auto_is_the_products_paired_test(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from nsys_fixture import (
 
 from servelab.cli import main
 from servelab.errors import ServelabError
-from servelab.profile.analyze import TraceOptions, analyze_trace
+from servelab.profile.trace_analysis import TraceOptions, analyze_trace
 from servelab.profile.windows import load_windows, parse_windows
 
 SCHEMA = json.loads(
@@ -412,7 +412,7 @@ def test_busy_and_totals_match_a_brute_force_over_many_windows(
     integer keys) against the definitions computed row by row in Python."""
     import random
 
-    from servelab.profile.nsys import NsysTrace
+    from servelab.profile.nsys import MainQuery, NsysTrace
 
     rnd = random.Random(7)
     fx = NsysFixture(gpus=((0, "a"), (1, "b"), (2, "c")))
@@ -457,7 +457,7 @@ def test_busy_and_totals_match_a_brute_force_over_many_windows(
     assert trace.ordered is not shuffle
     # the main kernel's launches, read in chunks that mix windows and devices: time per grid
     main = {"void flash_fwd_kernel<(int)128, true>(Params)"}
-    mp = trace.main_pass(wins, main, {}, 2, [1])
+    mp = trace.main_pass(wins, MainQuery(main, {}, 2, [1]))
     for i, w in enumerate(wins):
         want_grid: dict[tuple[int, int, int], list[int]] = {}
         for k in fx.kernels:
@@ -477,7 +477,7 @@ def test_busy_and_totals_match_a_brute_force_over_many_windows(
     assert mp.distinct == [{1}, {1, 2, 3}, {8}]
     # one window: a chunk then holds one window but several devices
     big = max(wins, key=lambda w: w.hi - w.lo)
-    one = trace.main_pass([big], main, {}, 2, [1])
+    one = trace.main_pass([big], MainQuery(main, {}, 2, [1]))
     for dev in range(3):
         n = sum(
             1

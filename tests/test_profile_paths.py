@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from experiment_fixtures import MakeJob
 from nsys_fixture import fa2_splitkv
 from seed_trace import (
     DECODE_X,
@@ -24,11 +25,11 @@ from servelab.cli import main
 from servelab.config import default_section
 from servelab.errors import ServelabError
 from servelab.experiment import ProfileSection
-from servelab.profile.analyze import TraceOptions, analyze_trace
 from servelab.profile.codepaths import PathSplit, parse_path_dims, scaling_dims
 from servelab.profile.forwards import Forward
 from servelab.profile.kernels import KernelStat
 from servelab.profile.report import write_profile
+from servelab.profile.trace_analysis import TraceOptions, analyze_trace
 from servelab.profile.windows import load_windows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -320,7 +321,7 @@ def test_cpu_trace_paths_are_step_kinds() -> None:
     jsonschema.validate(prof, SCHEMA)
 
 
-def test_path_dims_from_the_config(tmp_path: Path, seed_y: SeedFiles) -> None:
+def test_path_dims_from_the_config(tmp_path: Path, seed_y: SeedFiles, make_job: MakeJob) -> None:
     """profile.path_dims reaches the workflow's analysis (rule profile_report), and the
     schema checks it."""
     import shutil
@@ -328,7 +329,6 @@ def test_path_dims_from_the_config(tmp_path: Path, seed_y: SeedFiles) -> None:
     from test_profile_capture import gpu_config
 
     from servelab.experiment import Experiment
-    from servelab.paths import ExperimentPaths
     from servelab.profile.report import analyze_capture
 
     trace, windows, cfg, _ = seed_y
@@ -339,9 +339,9 @@ def test_path_dims_from_the_config(tmp_path: Path, seed_y: SeedFiles) -> None:
     shutil.copy(cfg, tmp_path / "config.json")
     capture = {"status": "profiled", "tool": "nsys", "traces": ["nsys/profile.sqlite"]}
     (out / "capture.json").write_text(json.dumps(capture))
-    profile = Experiment.from_dict(gpu_config(path_dims=["x"])).profile
-    assert profile.path_dims == ("x",)
-    prof = analyze_capture(profile, ExperimentPaths(tmp_path), "max-num-seqs-8", tmp_path)
+    job = make_job(gpu_config(path_dims=["x"]), model_dir=tmp_path)
+    assert job.exp.profile.path_dims == ("x",)
+    prof = analyze_capture(job.exp.profile, job.paths, "max-num-seqs-8", job.model_dir)
     assert prof["settings"]["path_dims"] == ["x"]
     assert prof["settings"]["path_dims_source"] == "profile.path_dims"
     paths = {p["path"]: p["calls"] for p in prof["windows"]["c0256"]["attention_paths"]}

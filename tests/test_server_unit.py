@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.server import ServerLaunch, choose_port, parse_capacity, port_is_free
+from servelab.server import ServerLaunch, choose_port, port_is_free
+from servelab.serverlog import parse_capacity
 
 
 def test_capacity_from_recorded_vllm_cpu_log(fixtures: Path) -> None:

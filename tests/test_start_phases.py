@@ -1,4 +1,4 @@
-"""Where a server start goes: its phases read from vLLM's log (server.start_phases), the lines
+"""Where a server start goes: its phases read from vLLM's log (serverlog.start_phases), the lines
 stamped as the server writes them (server.StartWatch, Server.wait_ready), and how the
 end-of-run summary and the report show them."""
 
@@ -10,15 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from servelab.analysis.report import _starts_section, server_starts
-from servelab.server import (
-    PHASE_NAMES,
-    Server,
-    ServerLaunch,
-    StartWatch,
-    start_line,
-    start_phases,
-)
+from servelab.analysis.markdown import _starts_section, server_starts
+from servelab.server import Server, ServerLaunch, StartWatch
+from servelab.serverlog import PHASE_NAMES, start_line, start_phases
 
 PHASES = "vllm-startup-phases"
 _CLOCK = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d (\d\d):(\d\d):(\d\d)")

@@ -1,25 +1,39 @@
-"""The stopping rule of sequential rounds (servelab.analysis.stopping)."""
+"""The stopping rule of sequential rounds (servelab.analysis.stopping): the test at one look,
+the one loop over the looks, and the simulation of the rule running that loop."""
 
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import yaml
+from analysis_fixtures import servelab_point
 from scipy import stats as sps
 
+from servelab.analysis.dataset import load_dataset
+from servelab.analysis.groups import Groups
+from servelab.analysis.rounds import looks
 from servelab.analysis.stopping import (
     OPEN,
-    Cell,
-    Question,
     StoppingRule,
-    decide,
+    claim_verdict,
+    is_open,
+    run_looks,
     sequential_test,
 )
-from servelab.analysis.stopping import (
-    test_at as look_test,
-)
+from servelab.config import validate
 from servelab.errors import ServelabError
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import bench_sequential as bench  # noqa: E402
+
+Cell = bench.Cell
 
 
 def test_sequential_test_by_hand() -> None:
@@ -93,7 +107,44 @@ def _tables(rows: dict[Cell, list[float]]) -> dict[str, dict[Cell, dict[int, flo
     return {"m": {c: {r + 1: v for r, v in enumerate(vals)} for c, vals in rows.items()}}
 
 
-def test_decide_keeps_the_first_verdict() -> None:
+def test_run_looks_keeps_a_decided_comparison_and_judges_the_rest_again() -> None:
+    seq = {"sequential": {"round": 0}}
+    answers: dict[int, list[dict[str, Any]]] = {
+        2: [
+            {"claim": "q1", "verdict": "inconclusive", "evidence": seq},
+            {"claim": "q2", "verdict": "holds", "evidence": {"sequential": {"round": 2}}},
+            {"claim": "shape", "verdict": "fails", "evidence": []},
+        ],
+        3: [
+            {"claim": "q1", "verdict": "fails", "evidence": {"sequential": {"round": 3}}},
+            {"claim": "q2", "verdict": "fails", "evidence": {"sequential": {"round": 3}}},
+            {"claim": "shape", "verdict": "holds", "evidence": []},
+        ],
+    }
+    asked: list[int] = []
+
+    def look(k: int) -> list[dict[str, Any]]:
+        asked.append(k)
+        return answers.get(k, answers[3])
+
+    rows = run_looks(StoppingRule(2, 5, 0.05), 3, look)
+    assert asked == [2, 3]  # up to the rounds measured
+    assert [is_open(e) for e in rows[0]] == [True, False, False]
+    # q2, decided at round 2, keeps that look's entry; q1 is decided at round 3; the shape
+    # claim (no test: never open, never kept) is judged again
+    assert rows[1] == [answers[3][0], answers[2][1], answers[3][2]]
+    assert len(run_looks(StoppingRule(2, 3, 0.05), 9, look)) == 2  # at most the plan's max
+    assert run_looks(StoppingRule(4, 6, 0.05), 3, look) == []  # before the first look
+
+
+def test_claim_verdict_maps_a_test_to_a_verdict() -> None:
+    assert claim_verdict(">", "a > b") == "holds" and claim_verdict("<", "a < b") == "holds"
+    assert claim_verdict(">", "a < b") == "fails" and claim_verdict("<", "a > b") == "fails"
+    for undecided in (OPEN, "not significant", "not testable: n < 2"):
+        assert claim_verdict(">", undecided) == "inconclusive"
+
+
+def test_the_looks_keep_the_first_verdict() -> None:
     # a = 2 b in rounds 1-2, a = b / 2 in rounds 3-4: decided at round 2 (the same ratio
     # twice), and the later looks, which alone would not say "holds", keep that verdict
     tables = _tables(
@@ -103,25 +154,25 @@ def test_decide_keeps_the_first_verdict() -> None:
             ("x", 4): [100.0, 101.0, 100.0, 101.0],
         }
     )
-    q = Question("a > b", "m", ("x", 1), ("x", 2), ">")
+    q = bench.Question("a > b", "m", ("x", 1), ("x", 2), ">")
     rule = StoppingRule(2, 4, 0.05)
-    looks = decide([q], tables, rule, 4)
-    assert [row[0].verdict for row in looks] == ["holds", "holds", "holds"]
-    assert [row[0].round for row in looks] == [2, 2, 2]
-    assert looks[2][0].test == looks[0][0].test
-    assert q.verdict(look_test(q, tables, rule, 4)) != "holds"
-    # decide stops at max rounds
-    assert len(decide([q], tables, StoppingRule(2, 3, 0.05), 4)) == 2
+    looks = bench.study_looks([q], tables, rule, 4)
+    assert [bench.decision(row[0]) for row in looks] == [("holds", 2)] * 3
+    assert looks[2][0] == looks[0][0]
+    assert bench.comparison_at(q, tables, rule, 4)["verdict"] != "holds"
+    # the looks stop at max rounds
+    assert len(bench.study_looks([q], tables, StoppingRule(2, 3, 0.05), 4)) == 2
 
 
-def test_decide_reads_only_the_rounds_both_points_have() -> None:
+def test_a_look_reads_only_the_rounds_both_points_have() -> None:
     # round 2 of b is missing (a flagged repeat): the look after round 3 tests rounds 1 and 3
     tables = {
         "m": {("x", 1): {1: 110.0, 2: 50.0, 3: 110.0}, ("x", 2): {1: 100.0, 3: 100.0}},
     }
-    q = Question("a > b", "m", ("x", 1), ("x", 2), ">")
-    t = look_test(q, tables, StoppingRule(2, 3, 0.05), 3)
-    assert t.n == 2 and t.verdict == "a > b"  # 1.1 twice: decided by its sign
+    q = bench.Question("a > b", "m", ("x", 1), ("x", 2), ">")
+    entry = bench.comparison_at(q, tables, StoppingRule(2, 3, 0.05), 3)
+    seq = entry["evidence"]["sequential"]
+    assert seq["n"] == 2 and seq["test_verdict"] == "a > b"  # 1.1 twice: decided by its sign
 
 
 def test_threshold_blocks_a_small_real_difference() -> None:
@@ -130,10 +181,73 @@ def test_threshold_blocks_a_small_real_difference() -> None:
     assert sequential_test(a, b, 0.05, threshold_pct=2.0).verdict == OPEN
     tables = _tables({("x", 1): a, ("x", 2): b, ("x", 4): [50.0, 50.1, 49.9, 50.0]})
     rule = StoppingRule(2, 4, 0.05)
-    small = Question("1% > 0", "m", ("x", 1), ("x", 2), ">", threshold_pct=2.0)
-    assert [row[0].verdict for row in decide([small], tables, rule, 4)] == [OPEN] * 3
-    plain = Question("1% > 0", "m", ("x", 1), ("x", 2), ">")
-    assert decide([plain], tables, rule, 4)[-1][0].verdict == "holds"
+    small = bench.Question("1% > 0", "m", ("x", 1), ("x", 2), ">", threshold_pct=2.0)
+    looks = bench.study_looks([small], tables, rule, 4)
+    assert [bench.decision(row[0]) for row in looks] == [(OPEN, None)] * 3
+    plain = bench.Question("1% > 0", "m", ("x", 1), ("x", 2), ">")
+    assert bench.decision(bench.study_looks([plain], tables, rule, 4)[-1][0]) == ("holds", 2)
+
+
+SIMULATED = {  # (config, c) -> (throughput, mean TTFT ms)
+    ("a", 1): (100.0, 100.0),
+    ("a", 4): (100.0, 104.0),
+    ("b", 1): (50.0, 100.0),
+    ("b", 4): (52.0, 110.0),
+}
+QUESTIONS = [
+    "throughput[config=a,c=4] > 1.5 * throughput[config=b,c=4]",  # clear
+    "throughput[config=a,c=1] > throughput[config=a,c=4]",  # none
+    "throughput[config=b,c=4] > throughput[config=b,c=1]",  # 4%, the threshold 2%
+    "mean_ttft_ms[config=a,c=1] < mean_ttft_ms[config=a,c=4]",  # 4%, close to the noise
+    "mean_ttft_ms[config=b,c=1] < 1.05 * mean_ttft_ms[config=b,c=4]",  # a factor
+    "throughput[config=b,c=1] > throughput[config=a,c=1]",  # fails
+]
+
+
+def test_the_simulation_runs_the_products_looks(tmp_path: Path) -> None:
+    """benchmarks/bench_sequential.py simulates the rule with the loop the sweep and the
+    analysis run (stopping.run_looks), and its comparisons are the analysis's: on studies
+    written as raw data, the analysis's looks (analysis.rounds.looks) and the simulation's
+    looks on the same values give the same verdicts, decided rounds and test evidence."""
+    assert vars(bench)["run_looks"] is run_looks  # the product's loop, not a copy
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg.update(results_dir=str(tmp_path), experiment="sim")
+    cfg["server"]["configs"] = [{"name": "a", "args": {}}, {"name": "b", "args": {}}]
+    cfg["sweep"] = {"concurrency": [1, 4], "repeats": {"min": 2, "max": 6}}
+    cfg["analysis"] = {"claims": QUESTIONS}
+    analysis = validate(cfg).analysis
+    rule = StoppingRule(2, 6, analysis.alpha)
+    questions = [bench.question(c, analysis.threshold_pct) for c in QUESTIONS]
+    decided_at: set[int | None] = set()
+    verdicts: set[str] = set()
+    for study in range(6):
+        rng = np.random.default_rng([7, study])
+        root = tmp_path / f"study{study}"
+        for r in range(1, 7):
+            for (sc, c), (tput, ttft) in SIMULATED.items():
+                noise = float(np.exp(0.03 * rng.standard_normal()))
+                servelab_point(root, sc, r, c, tput * noise, ttft / noise)
+        ds = load_dataset(root, validity=analysis.validity)
+        product = looks(ds, analysis, rule)
+        g = Groups(ds)
+        tables = {
+            m: {cell: g.values(*cell, m) for cell in SIMULATED}
+            for m in ("output_throughput", "mean_ttft_ms")
+        }
+        simulated = bench.study_looks([q for q in questions if q], tables, rule, 6)
+        assert len(product) == len(simulated) == 5
+        for got, want in zip(simulated, product, strict=True):
+            assert [(e["claim"], e["verdict"]) for e in got] == [
+                (e["claim"], e["verdict"]) for e in want
+            ]
+            assert [e["evidence"]["sequential"] for e in got] == [
+                e["evidence"]["sequential"] for e in want
+            ]
+        decided_at |= {bench.decision(e)[1] for e in simulated[-1]}
+        verdicts |= {e["verdict"] for e in simulated[-1]}
+    # the case covers the loop: open questions, and comparisons decided at several looks
+    assert None in decided_at and len(decided_at) >= 3
+    assert verdicts == {"holds", "fails", "inconclusive"}
 
 
 def _p(d: np.ndarray, var: np.ndarray, df: int) -> np.ndarray:
@@ -155,7 +269,7 @@ def test_the_rule_holds_alpha_where_one_point_is_noisier() -> None:
     studies, cells, rounds, alpha = 3000, 10, 6, 0.05
     rule = StoppingRule(2, rounds, alpha)
     keys = [("c", i) for i in range(cells)]
-    q = Question("c0 > c1", "m", keys[0], keys[1], ">")
+    q = bench.Question("c0 > c1", "m", keys[0], keys[1], ">")
     cv = np.full(cells, 0.04)
     cv[0] = 0.12
     sigma = np.sqrt(np.log1p(cv**2))[None, :, None]
@@ -164,7 +278,7 @@ def test_the_rule_holds_alpha_where_one_point_is_noisier() -> None:
     wrong_rule = 0
     for s in range(studies):
         tables = _tables({k: list(map(float, values[s, i])) for i, k in enumerate(keys)})
-        wrong_rule += decide([q], tables, rule, rounds)[-1][0].verdict != OPEN
+        wrong_rule += bench.decision(bench.study_looks([q], tables, rule, rounds)[-1][0])[0] != OPEN
     d = logs[:, 0] - logs[:, 1]
     pooled = np.zeros(studies, dtype=bool)
     naive = np.zeros(studies, dtype=bool)

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from servelab.tables import points, requests
+    from servelab.dataframes import points, requests
 
 __all__ = ["__version__", "points", "requests"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("points", "requests"):
-        from servelab import tables
+        from servelab import dataframes
 
-        return getattr(tables, name)
+        return getattr(dataframes, name)
     raise AttributeError(f"module 'servelab' has no attribute {name!r}")

@@ -24,7 +24,8 @@ from typing import Any
 
 from servelab.config import load_yaml, resolve
 from servelab.errors import ServelabError
-from servelab.jsonio import read_json
+from servelab.paths import ExperimentPaths
+from servelab.records import LaunchRecord
 from servelab.render import md_table, write_csv
 
 __all__ = [
@@ -135,9 +136,9 @@ def load_campaign(path: Path, base: Path | None = None) -> Campaign:
 def _hosts(exp_dir: Path) -> dict[str, str]:
     """server config -> the hostname its launch record names ('' where none is recorded)."""
     out = {}
-    for lj in sorted(exp_dir.glob("server/*/launch.json")):
-        node = read_json(lj).get("node")
-        if isinstance(node, dict) and isinstance(node.get("hostname"), str):
+    for lj in ExperimentPaths(exp_dir).launch_files():
+        node = LaunchRecord.read(lj).node
+        if node is not None and isinstance(node.get("hostname"), str):
             out[lj.parent.name] = node["hostname"]
     return out
 

@@ -17,12 +17,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from servelab.errors import ServelabError
 
 if TYPE_CHECKING:
-    from servelab.experiment import Experiment, RuntimeSection
+    from servelab.experiment import RuntimeSection
+    from servelab.job import MeasureJob
 
 ENGINES = ("docker", "podman", "apptainer")
 CONTAINER_MODEL_DIR = "/model"
@@ -366,30 +367,29 @@ def probe_command(run: ContainerRun, nsys: str) -> list[str]:
 
 
 def container_run_for(
-    exp: Experiment,
-    runtime: Mapping[str, Any],
-    *,
-    model_dir: str,
+    job: MeasureJob,
     server_config: str,
+    *,
     purpose: str,
-    exp_dir: str,
-    writable: Sequence[str] = (),
     mounts: Sequence[Mount] = (),
-    cuda_visible: str | None = None,
     gpus: bool = True,
+    cuda_visible: str | None = None,
 ) -> ContainerRun | None:
     """The container a server (or a helper such as `nsys export`) runs in; None for a venv.
 
-    model_dir is mounted read-only at /model; each writable folder at its own path; then
-    `mounts` (e.g. the host's Nsight Systems, for the profiling pass) and runtime.mounts."""
-    if runtime.get("kind") != "container":
+    The job's model folder is mounted read-only at /model; then `mounts` (the folders the
+    server writes into, at their own path, and e.g. the host's Nsight Systems, for the
+    profiling pass) and runtime.mounts. Its name is the same for the same job of the same
+    results folder."""
+    if not job.runtime.in_container:
         return None
+    runtime = job.runtime
+    exp = job.exp
     rt = exp.runtime
     settings = ContainerSettings.from_config(rt)
-    key = hashlib.sha256(exp_dir.encode("utf-8")).hexdigest()[:8]
-    mounts = (
-        Mount(model_dir, CONTAINER_MODEL_DIR, True),
-        *(Mount(p, p, False) for p in writable),
+    key = hashlib.sha256(str(job.paths.root.resolve()).encode("utf-8")).hexdigest()[:8]
+    all_mounts = (
+        Mount(str(job.model_dir.resolve()), CONTAINER_MODEL_DIR, True),
         *mounts,
         *settings.mounts,
     )
@@ -399,7 +399,7 @@ def container_run_for(
         image=str(runtime.get("image_ref") or settings.image.pinned),
         name=container_name(exp.name, server_config, purpose, key),
         gpus=gpu_selection(rt.device, rt.gpu_devices, cuda_visible) if gpus else None,
-        mounts=mounts,
+        mounts=all_mounts,
         network=settings.network,
         shm_size=settings.shm_size,
         extra_args=settings.extra_args,

@@ -115,7 +115,7 @@ def point_metrics(records: Iterable[RequestRecord]) -> dict[str, Any]:
         ends = [r.sent_epoch_ns + (r.done_offset_us or 0) * 1000 for r in good] or [start]
         duration = (max(ends) - start) / 1e9
     achieved, mean_in_flight = in_flight(recs)
-    return assemble(
+    out = assemble(
         num_prompts=len(recs),
         completed=len(good),
         duration=duration,
@@ -129,9 +129,9 @@ def point_metrics(records: Iterable[RequestRecord]) -> dict[str, Any]:
             "ttfb": ttfb,
             "client_wait": wait,
         },
-        achieved_concurrency=achieved,
-        mean_in_flight=mean_in_flight,
     )
+    out.update(achieved_concurrency=achieved, mean_in_flight=mean_in_flight)
+    return out
 
 
 def assemble(
@@ -141,11 +141,10 @@ def assemble(
     total_input_tokens: int,
     total_output_tokens: int,
     latencies_ms: dict[str, list[float]],
-    achieved_concurrency: float | None = None,
-    mean_in_flight: float | None = None,
 ) -> dict[str, Any]:
-    """The metric keys of a point from its counts, duration (s), latency lists (ms; a family
-    left out is null) and mean numbers of requests in flight (None where unknown)."""
+    """The metric keys of a point from its counts, duration (s) and latency lists (ms; a family
+    left out is null); its mean numbers of requests in flight null, for the caller that knows
+    them to fill in (`in_flight`)."""
     dur = duration
     out: dict[str, Any] = {
         "num_prompts": num_prompts,
@@ -162,6 +161,6 @@ def assemble(
     }
     for name in LATENCIES:
         out.update(latency_stats(name, latencies_ms.get(name, [])))
-    out["achieved_concurrency"] = achieved_concurrency
-    out["mean_in_flight"] = mean_in_flight
+    out["achieved_concurrency"] = None
+    out["mean_in_flight"] = None
     return out

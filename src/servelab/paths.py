@@ -43,8 +43,35 @@ FIGURES = (
     "configs_side_by_side",
 )
 TELEMETRY_FIGURE = "utilization_vs_throughput"
-POINT_FILE = "point.json"
-RUN_FILE = "run.json"
+
+# The files of the raw layout (docs/raw-data.md): every reader and writer names them from here,
+# and each JSON one is read and written through its record type (servelab.records).
+POINT_FILE = "point.json"  # a measured point, and a warm-up
+REQUESTS_FILE = "requests.jsonl.gz"  # a point's requests, one row each
+TELEMETRY_FILE = "telemetry.jsonl"  # a point's telemetry samples
+PROMPTS_FILE = "prompts.jsonl.gz"  # the prompts of one launch of a server configuration
+RUN_FILE = "run.json"  # a finished sweep of one server configuration
+LAUNCH_FILE = "launch.json"  # a configuration's latest server launch
+CAPACITY_FILE = "capacity.json"  # the facts of its server's startup log
+SERVER_LOG = "server.log"  # the server's own output
+CAPTURE_FILE = "capture.json"  # one profiling job: profiled, or not and why
+WINDOWS_FILE = "windows.json"  # the diagnostic points of a profiling pass
+PROFILE_FILE = "profile.json"  # a profiling pass's trace analysis
+RUNTIME_FILE = "runtime.json"  # the server runtime
+RAW_LAYOUT_FILES = (
+    POINT_FILE,
+    REQUESTS_FILE,
+    TELEMETRY_FILE,
+    PROMPTS_FILE,
+    RUN_FILE,
+    LAUNCH_FILE,
+    CAPACITY_FILE,
+    SERVER_LOG,
+    CAPTURE_FILE,
+    WINDOWS_FILE,
+    PROFILE_FILE,
+    RUNTIME_FILE,
+)
 
 
 def figure_names(telemetry: bool) -> list[str]:
@@ -92,17 +119,81 @@ class ExperimentPaths:
         """The folder of one point (its point.json and requests)."""
         return self.raw / sc / f"rep{repeat:02d}" / f"c{concurrency:04d}"
 
+    def point_file(self, sc: str, repeat: int, concurrency: int) -> Path:
+        """The point.json of one point."""
+        return self.point(sc, repeat, concurrency) / POINT_FILE
+
     def warmup(self, sc: str) -> Path:
         return self.raw / sc / "warmup"
+
+    def warmup_file(self, sc: str) -> Path:
+        """The point.json of a configuration's warm-up."""
+        return self.warmup(sc) / POINT_FILE
+
+    def prompts(self, sc: str) -> Path:
+        return self.raw / sc / PROMPTS_FILE
 
     def run(self, sc: str) -> Path:
         return self.raw / sc / RUN_FILE
 
+    def point_files(self) -> list[Path]:
+        """Every complete measured point's point.json, in folder order: `.partial` and
+        `.incomplete` folders never match."""
+        pattern = f"*/rep[0-9][0-9]/c[0-9][0-9][0-9][0-9]/{POINT_FILE}"
+        return sorted(self.raw.glob(pattern))
+
+    def warmup_files(self) -> list[Path]:
+        """Every configuration's warm-up point.json, in folder order."""
+        return sorted(self.raw.glob(f"*/warmup/{POINT_FILE}"))
+
+    def run_files(self) -> list[Path]:
+        """Every run.json, in folder order."""
+        return sorted(self.raw.glob(f"*/{RUN_FILE}"))
+
+    @property
+    def servers(self) -> Path:
+        return self.root / "server"
+
     def server(self, sc: str) -> Path:
-        return self.root / "server" / sc
+        return self.servers / sc
+
+    def launch(self, sc: str) -> Path:
+        return self.server(sc) / LAUNCH_FILE
+
+    def capacity(self, sc: str) -> Path:
+        return self.server(sc) / CAPACITY_FILE
+
+    def server_log(self, sc: str) -> Path:
+        return self.server(sc) / SERVER_LOG
+
+    def launch_files(self) -> list[Path]:
+        """Every configuration's launch.json, in folder order."""
+        return sorted(self.servers.glob(f"*/{LAUNCH_FILE}"))
+
+    def capacity_files(self) -> list[Path]:
+        """Every configuration's capacity.json, in folder order."""
+        return sorted(self.servers.glob(f"*/{CAPACITY_FILE}"))
+
+    @property
+    def profiles(self) -> Path:
+        return self.root / "profile"
 
     def profile(self, sc: str) -> Path:
-        return self.root / "profile" / sc
+        return self.profiles / sc
+
+    def capture(self, sc: str) -> Path:
+        return self.profile(sc) / CAPTURE_FILE
+
+    def windows(self, sc: str) -> Path:
+        return self.profile(sc) / WINDOWS_FILE
+
+    def profile_record(self, sc: str) -> Path:
+        """A profiled configuration's profile.json."""
+        return self.profile(sc) / PROFILE_FILE
+
+    def capture_files(self) -> list[Path]:
+        """Every profiled configuration's capture.json, in folder order."""
+        return sorted(self.profiles.glob(f"*/{CAPTURE_FILE}"))
 
     @property
     def model(self) -> Path:
@@ -111,6 +202,11 @@ class ExperimentPaths:
     @property
     def runtime(self) -> Path:
         return self.root / "runtime"
+
+    @property
+    def runtime_record(self) -> Path:
+        """runtime/runtime.json: the server runtime the runtime stage made."""
+        return self.runtime / RUNTIME_FILE
 
     @property
     def analysis(self) -> Path:

@@ -579,6 +579,35 @@ def _probe_image(probe_run: ContainerRun, profile: ProfileSection, run: Runner) 
     return probe
 
 
+def _check_mounts(settings: ContainerSettings) -> None:
+    """Every configured mount's host path exists; raises naming the first that does not."""
+    for i, mount in enumerate(settings.mounts):
+        if not Path(mount.host).exists():  # docker would create an empty folder in its place
+            raise ServelabError(
+                f"runtime.mounts[{i}]: {mount.host} is not on this host; create it or remove "
+                "the mount (Nsight Systems needs none: the profiling pass finds and mounts it)"
+            )
+
+
+def _check_pinned_image(
+    exe: str,
+    settings: ContainerSettings,
+    rt: RuntimeSection,
+    run: Runner,
+    say: Callable[[str], None],
+) -> tuple[str, dict[str, Any]]:
+    """(the image reference to run, its facts for the runtime record): apptainer's .sif
+    (_check_sif), else the pinned image the engine holds (_check_image)."""
+    facts: dict[str, Any] = {"image_sha256": None}
+    if settings.engine == "apptainer":
+        image_ref, more = _check_sif(exe, settings, rt, run, say)
+        facts.update(more)
+    else:
+        image_ref = settings.image.pinned
+        facts.update(_check_image(exe, settings, run, say))
+    return image_ref, facts
+
+
 def ensure_container(
     rt: RuntimeSection,
     profile: ProfileSection,
@@ -594,19 +623,8 @@ def ensure_container(
     settings = ContainerSettings.from_config(rt)
     engine = settings.engine
     exe, engine_version = _check_engine(engine, which, run)
-    for i, mount in enumerate(settings.mounts):
-        if not Path(mount.host).exists():  # docker would create an empty folder in its place
-            raise ServelabError(
-                f"runtime.mounts[{i}]: {mount.host} is not on this host; create it or remove "
-                "the mount (Nsight Systems needs none: the profiling pass finds and mounts it)"
-            )
-    facts: dict[str, Any] = {"image_sha256": None}
-    if engine == "apptainer":
-        image_ref, more = _check_sif(exe, settings, rt, run, say)
-        facts.update(more)
-    else:
-        image_ref = settings.image.pinned
-        facts.update(_check_image(exe, settings, run, say))
+    _check_mounts(settings)
+    image_ref, facts = _check_pinned_image(exe, settings, rt, run, say)
     probe_run = ContainerRun(
         engine=engine,
         executable=exe,

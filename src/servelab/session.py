@@ -1,5 +1,6 @@
 """One server session, the same for the sweep and the profile capture: the launch of one
-server configuration, built from the experiment, and the context manager that serves it.
+server configuration, built from its measuring job (servelab.job.MeasureJob: the experiment,
+its folders, the model, the runtime record), and the context manager that serves it.
 
 `build_launch` assembles the vLLM command line (the configuration's arguments), its
 environment (HF_HUB_OFFLINE: the model is always local, then runtime.env) and, for a container
@@ -26,7 +27,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,13 +38,13 @@ from servelab.compilecache import compile_cache_for
 from servelab.config import args_to_cli
 from servelab.container import ContainerRun, Mount, container_run_for
 from servelab.errors import ServelabError
-from servelab.experiment import Experiment, ServerSection, WorkloadSection
-from servelab.paths import ExperimentPaths, measuring_lock_path
+from servelab.experiment import ServerSection, WorkloadSection
+from servelab.job import MeasureJob, Say
+from servelab.paths import measuring_lock_path
 from servelab.runtime import cache_dir_of
-from servelab.server import Server, ServerLaunch, make_server, start_line
+from servelab.server import Server, ServerLaunch, make_server
+from servelab.serverlog import start_line
 from servelab.workload import build_prompts, vocab_ids
-
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -58,57 +59,49 @@ class LaunchAdditions:
 
 
 def server_container(
-    exp: Experiment,
-    paths: ExperimentPaths,
+    job: MeasureJob,
     sc: str,
     *,
-    model_dir: Path,
-    runtime: Mapping[str, Any],
     purpose: str,
     writable: tuple[Path, ...] = (),
     mounts: tuple[Mount, ...] = (),
     gpus: bool = True,
 ) -> ContainerRun | None:
     """The container a server of `sc` runs in (or, without GPUs, a helper that works on its
-    folders); None for a venv runtime. Its name is the same for the same job of the same
-    results folder."""
+    folders): each writable folder mounted at its own path, then `mounts`; None for a venv
+    runtime. Its name is the same for the same job of the same results folder."""
     return container_run_for(
-        exp,
-        runtime,
-        model_dir=str(model_dir.resolve()),
-        server_config=sc,
+        job,
+        sc,
         purpose=purpose,
-        exp_dir=str(paths.root.resolve()),
-        writable=[str(p.resolve()) for p in writable],
-        mounts=mounts,
-        cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        mounts=(*(Mount(str(p.resolve()), str(p.resolve()), False) for p in writable), *mounts),
         gpus=gpus,
+        cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
     )
 
 
 def build_launch(
-    exp: Experiment,
-    paths: ExperimentPaths,
+    job: MeasureJob,
     sc: str,
     *,
-    model_dir: Path,
-    runtime: Mapping[str, Any],
     port: int,
     purpose: str = "sweep",
     additions: LaunchAdditions | None = None,
 ) -> ServerLaunch:
     """The launch of server configuration `sc`: command line, environment, container (with
     the runtime's compile-cache folder, runtime.compile_cache)."""
+    exp = job.exp
     add = additions or LaunchAdditions()
-    in_container = runtime.get("kind") == "container"
     cache = (
-        compile_cache_for(runtime, cache_dir_of(exp.runtime)) if exp.runtime.compile_cache else None
+        compile_cache_for(job.runtime.doc, cache_dir_of(exp.runtime))
+        if exp.runtime.compile_cache
+        else None
     )
-    cache_env = cache.env(container=in_container) if cache is not None else {}
-    cache_mounts = (cache.mount(),) if cache is not None and in_container else ()
+    cache_env = cache.env(container=job.runtime.in_container) if cache is not None else {}
+    cache_mounts = (cache.mount(),) if cache is not None and job.runtime.in_container else ()
     return ServerLaunch(
-        python=runtime["python"],
-        model_path=str(model_dir.resolve()),
+        python=job.runtime.python,
+        model_path=str(job.model_dir.resolve()),
         served_name=exp.model.served_name,
         host=exp.server.host,
         port=port,
@@ -118,16 +111,13 @@ def build_launch(
         env={"HF_HUB_OFFLINE": "1", **cache_env, **exp.runtime.env, **add.env},
         wrapper=list(add.wrapper),
         container=server_container(
-            exp,
-            paths,
+            job,
             sc,
-            model_dir=model_dir,
-            runtime=runtime,
             purpose=purpose,
             writable=add.writable,
             mounts=(*add.mounts, *cache_mounts),
         ),
-        cli=bool(runtime.get("vllm_cli")),
+        cli=job.runtime.vllm_cli,
         compile_cache=cache,
     )
 
@@ -305,7 +295,7 @@ class Session:
     ready_s: float  # from the start until /health answered
     placement: dict[str, Any]  # what lowering the engine's priority did (launch.json)
     log_offset: int  # where this launch's lines start in the server log
-    # where the start went (server.start_phases; launch.json `start`)
+    # where the start went (serverlog.start_phases; launch.json `start`)
     start: Mapping[str, Any] = field(default_factory=dict)
     # what the host's measuring-server lock made it wait (MeasuringLock.record; `lock`)
     lock: Mapping[str, Any] = field(default_factory=dict)

@@ -16,7 +16,10 @@ from typing import Any, TextIO
 
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
+from servelab.job import MeasureJob
+from servelab.model import model_dir
 from servelab.paths import ExperimentPaths
+from servelab.records import RuntimeRecord
 
 WATCH_INTERVAL_S = 1.0
 
@@ -77,6 +80,14 @@ def experiment(smk: Any) -> tuple[Experiment, ExperimentPaths]:
     """The typed experiment (built from the workflow's validated config) and its folders
     (the rule's `params.exp`)."""
     return Experiment.from_dict(smk.config), ExperimentPaths(Path(smk.params.exp))
+
+
+def measure_job(smk: Any, say: Callable[[str], None]) -> MeasureJob:
+    """A measuring rule's job: the experiment and its folders, the model's folder
+    (`input.model`), the runtime record (`input.runtime`, runtime.json) and `say`."""
+    exp, paths = experiment(smk)
+    model = model_dir(Path(smk.input.model))
+    return MeasureJob(exp, paths, model, RuntimeRecord.read(Path(smk.input.runtime)), say)
 
 
 @contextmanager

@@ -13,10 +13,11 @@ from typing import Any
 from servelab.analysis.validity import PointFlags, check_point, summary_line
 from servelab.config import default_section
 from servelab.experiment import ValiditySection
-from servelab.jsonio import read_json
+from servelab.paths import ExperimentPaths
 from servelab.rawdata import RawPoint, load_points
+from servelab.records import CaptureRecord, LaunchRecord, Record, launch_files
 from servelab.render import num
-from servelab.server import start_line
+from servelab.serverlog import start_line
 
 # First-run setup, left out of the wall time: a first run creates the runtime (a venv from its
 # lock, or an image pull) and fetches the model, both cached for every later run.
@@ -117,30 +118,24 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
     return "\n".join(lines) + "\n"
 
 
-def _launch(path: Path) -> dict[str, Any]:
-    """A launch.json or capture.json ({} when there is none)."""
-    if not path.is_file():
-        return {}
-    doc = read_json(path)
-    return doc if isinstance(doc, dict) else {}
+def _launch(path: Path, record: type[Record]) -> dict[str, Any]:
+    """A launch.json or capture.json, read by its record type ({} when there is none)."""
+    found = record.read_if_present(path)
+    return found.doc if found is not None else {}
 
 
-def _ready_s(path: Path) -> float | None:
-    value = _launch(path).get("ready_s")
+def _ready_s(path: Path, record: type[Record]) -> float | None:
+    value = _launch(path, record).get("ready_s")
     return float(value) if isinstance(value, int | float) else None
 
 
 def _launches(exp_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     """(stage, record) of the latest server launch of every sweep and profiling pass."""
     out = []
-    for kind, folder, name in (
-        ("sweep", "server", "launch.json"),
-        ("profile", "profile", "capture.json"),
-    ):
-        for path in sorted((exp_dir / folder).glob(f"*/{name}")):
-            record = _launch(path)
-            if record.get("ready_s") is not None:
-                out.append((f"{kind}-{path.parent.name}", record))
+    for kind, path, record_type in launch_files(ExperimentPaths(exp_dir)):
+        record = _launch(path, record_type)
+        if record.get("ready_s") is not None:
+            out.append((f"{kind}-{path.parent.name}", record))
     return out
 
 
@@ -148,8 +143,8 @@ def on_sweep_captures(exp_dir: Path) -> dict[str, float]:
     """Seconds of each profiling pass that ran on its sweep's own launch (capture.json
     `launch: sweep`, profile.launch), keyed `sweep-<sc>`: the stage whose time holds it."""
     out = {}
-    for path in sorted((exp_dir / "profile").glob("*/capture.json")):
-        record = _launch(path)
+    for path in ExperimentPaths(exp_dir).capture_files():
+        record = _launch(path, CaptureRecord)
         if record.get("launch") == "sweep" and isinstance(record.get("job_wall_s"), int | float):
             out[f"sweep-{path.parent.name}"] = float(record["job_wall_s"])
     return out
@@ -245,11 +240,11 @@ def time_breakdown(
         kind, _, sc = stage.partition("-")
         if kind not in ("sweep", "profile") or not (exp_dir / "raw" / sc).is_dir():
             continue  # profile-report-<sc> and the like: listed under stage times only
-        ready = _ready_s(
-            exp_dir
-            / ("server" if kind == "sweep" else "profile")
-            / sc
-            / ("launch.json" if kind == "sweep" else "capture.json")
+        paths = ExperimentPaths(exp_dir)
+        ready = (
+            _ready_s(paths.launch(sc), LaunchRecord)
+            if kind == "sweep"
+            else _ready_s(paths.capture(sc), CaptureRecord)
         )
         parts = [f"server start {ready:.1f} s" if ready is not None else "server start ?"]
         if kind == "sweep":

@@ -17,10 +17,9 @@ capture does) and hands the points to a `PointJob`, which holds what they share.
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,31 +27,30 @@ from typing import Any
 from servelab import hostfacts
 from servelab.client import PointRun, Workload, run_point
 from servelab.errors import ServelabError
-from servelab.experiment import Experiment, SweepSection, TelemetrySection, WorkloadSection
-from servelab.jsonio import read_json, write_json, write_jsonl_gz
+from servelab.experiment import SweepSection, TelemetrySection, WorkloadSection
+from servelab.job import ConfigJob, MeasureJob, Say
+from servelab.jsonio import write_jsonl_gz
 from servelab.metrics import point_metrics
-from servelab.paths import ExperimentPaths
+from servelab.paths import REQUESTS_FILE, ExperimentPaths
 from servelab.profile.capture import PlannedCapture, plan_capture
 from servelab.profile.plan import on_sweep_launch
+from servelab.records import (
+    CapacityRecord,
+    LaunchRecord,
+    PointRecord,
+    RunRecord,
+)
 from servelab.redact import redact_argv, redact_env
 from servelab.schedule import Slot, plan
-from servelab.server import ServerLaunch, choose_port, parse_capacity, raise_on_signals
+from servelab.server import ServerLaunch, choose_port, raise_on_signals
+from servelab.serverlog import parse_capacity
 from servelab.session import LaunchAdditions, Session, build_launch, serve
 from servelab.telemetry import GpuSelection, PointTelemetry, server_gpus
-from servelab.workload import prompt_plan
-
-FORMAT_VERSION = 1
-Say = Callable[[str], None]
+from servelab.workload import PromptPlan, prompt_plan
 
 
 def is_complete(pdir: Path) -> bool:
-    pj = pdir / "point.json"
-    if not pj.exists():
-        return False
-    try:
-        return bool(json.loads(pj.read_text(encoding="utf-8")).get("status") == "complete")
-    except json.JSONDecodeError:
-        return False
+    return PointRecord.status_in(pdir) == "complete"
 
 
 def _keep_incomplete(partial: Path) -> Path:
@@ -66,17 +64,18 @@ def _keep_incomplete(partial: Path) -> Path:
 
 
 def _write_point(pdir: Path, run: PointRun, info: dict[str, Any]) -> dict[str, Any]:
-    point = {
-        "format_version": FORMAT_VERSION,
-        **info,
-        "started_epoch_ns": run.started_epoch_ns,
-        "finished_epoch_ns": run.finished_epoch_ns,
-        "client_cpu_s": round(run.client_cpu_s, 6),
-        **point_metrics(run.records),
-    }
-    write_jsonl_gz(pdir / "requests.jsonl.gz", (r.to_json() for r in run.records))
-    write_json(pdir / "point.json", point)
-    return point
+    point = PointRecord.new(
+        {
+            **info,
+            "started_epoch_ns": run.started_epoch_ns,
+            "finished_epoch_ns": run.finished_epoch_ns,
+            "client_cpu_s": round(run.client_cpu_s, 6),
+            **point_metrics(run.records),
+        }
+    )
+    write_jsonl_gz(pdir / REQUESTS_FILE, (r.to_json() for r in run.records))
+    point.write(pdir / PointRecord.FILE)
+    return point.doc
 
 
 def _output_tokens(run: PointRun) -> int:
@@ -95,16 +94,10 @@ def _summary_line(point: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class SweepJob:
-    """One sweep job: a server configuration of an experiment, its model and runtime, and
-    where its data goes."""
+class SweepJob(ConfigJob):
+    """One sweep job: a server configuration of a measuring job (the experiment, its model
+    and runtime, where its data goes)."""
 
-    exp: Experiment
-    paths: ExperimentPaths
-    sc: str
-    model_dir: Path
-    runtime: Mapping[str, Any]
-    say: Say
     # profile.launch sweep (servelab.profile.plan.on_sweep_launch): the profiling pass of this
     # configuration, captured on this job's launch after its last point
     capture: PlannedCapture | None = None
@@ -126,30 +119,21 @@ class SweepJob:
         exp, sc, wl = self.exp, self.sc, self.exp.workload
         port = choose_port(exp.server.host, exp.server.port, self.note)
         interface, additions = self.profiler_setup()
-        launch = build_launch(
-            exp,
-            self.paths,
-            sc,
-            model_dir=self.model_dir,
-            runtime=self.runtime,
-            port=port,
-            additions=additions,
-        )
+        launch = build_launch(self.job, sc, port=port, additions=additions)
         args = exp.server.args_of(sc)
         t0 = time.monotonic()
         self.note(
             f"starting vLLM on {launch.base_url} (launch {launch_index}): {' '.join(launch.args)}"
         )
-        with serve(launch, self.server_dir / "server.log", exp.server, self.note) as session:
+        with serve(launch, self.paths.server_log(sc), exp.server, self.note) as session:
             server = session.server
             capacity = parse_capacity(session.startup_log())
             capacity["version_endpoint"] = server.get_json("/version").get("version")
             capacity["max_num_seqs"] = args.get("max-num-seqs")
             capacity["server_config"] = sc
-            write_json(self.server_dir / "capacity.json", capacity)
+            CapacityRecord.new(capacity).write(self.paths.capacity(sc))
             node = hostfacts.node_facts()
-            write_json(
-                self.server_dir / "launch.json",
+            LaunchRecord.new(
                 {
                     "launch": launch_index,
                     "server_config": sc,
@@ -161,7 +145,7 @@ class SweepJob:
                     "pid": server.pid,
                     "started_epoch_ns": server.started_epoch_ns,
                     "ready_s": round(session.ready_s, 3),
-                    # where the start went: its phases from the log (server.start_phases)
+                    # where the start went: its phases from the log (serverlog.start_phases)
                     "start": dict(session.start),
                     # the host's measuring-server lock: the file, the wait, who held it
                     "lock": dict(session.lock),
@@ -175,37 +159,10 @@ class SweepJob:
                     "runtime_lock_sha256": self.runtime.get("lock_sha256"),
                     "runtime_image_digest": self.runtime.get("image_digest"),
                     "container": launch.container.name if launch.container else None,
-                },
-            )
-            n_warmup = wl.warmup.requests
-            pplan = prompt_plan(slots, wl.waves, n_warmup, wl.unique_prompts)
-            t_p = time.monotonic()
-            prompts = session.prompts(wl, pplan.total, self.model_dir)
-            write_jsonl_gz(
-                self.raw / "prompts.jsonl.gz",
-                ({"index": i, "prompt": p} for i, p in enumerate(prompts)),
-            )
-            self.note(
-                f"{pplan.total} prompts of {wl.input_tokens} tokens ready "
-                f"({'unique per point' if wl.unique_prompts else 'shared by the points'}, "
-                f"{time.monotonic() - t_p:.1f} s)"
-            )
-            points = PointJob(
-                sc=sc,
-                session=session,
-                client=session.client(wl),
-                paths=self.paths,
-                workload=wl,
-                sweep=exp.sweep,
-                telemetry=exp.telemetry,
-                prompts=prompts,
-                launch_index=launch_index,
-                orders=_orders_by_repeat(slots),
-                say=self.say,
-                # the GPUs this launch gave the server: the only ones its telemetry samples
-                gpus=server_gpus(exp.runtime.device, launch.container, launch.env, os.environ),
-            )
-            if n_warmup and todo:
+                }
+            ).write(self.paths.launch(sc))
+            points, pplan = self.point_job(session, launch, slots, launch_index)
+            if wl.warmup.requests and todo:
                 points.warmup(pplan.warmup_offset)
             for k, slot in enumerate(todo, 1):
                 points.measure(
@@ -218,6 +175,41 @@ class SweepJob:
             self.note(f"server stopped; measured {len(todo)} points and profiled in {took}")
         else:
             self.note(f"server stopped; measured {len(todo)} points in {took}")
+
+    def point_job(
+        self, session: Session, launch: ServerLaunch, slots: list[Slot], launch_index: int
+    ) -> tuple[PointJob, PromptPlan]:
+        """The prompts of this launch (prompts.jsonl.gz) and what its warm-up and points share;
+        where each takes its prompts from."""
+        exp, sc, wl = self.exp, self.sc, self.exp.workload
+        pplan = prompt_plan(slots, wl.waves, wl.warmup.requests, wl.unique_prompts)
+        t_p = time.monotonic()
+        prompts = session.prompts(wl, pplan.total, self.model_dir)
+        write_jsonl_gz(
+            self.paths.prompts(sc),
+            ({"index": i, "prompt": p} for i, p in enumerate(prompts)),
+        )
+        self.note(
+            f"{pplan.total} prompts of {wl.input_tokens} tokens ready "
+            f"({'unique per point' if wl.unique_prompts else 'shared by the points'}, "
+            f"{time.monotonic() - t_p:.1f} s)"
+        )
+        points = PointJob(
+            sc=sc,
+            session=session,
+            client=session.client(wl),
+            paths=self.paths,
+            workload=wl,
+            sweep=exp.sweep,
+            telemetry=exp.telemetry,
+            prompts=prompts,
+            launch_index=launch_index,
+            orders=_orders_by_repeat(slots),
+            say=self.say,
+            # the GPUs this launch gave the server: the only ones its telemetry samples
+            gpus=server_gpus(exp.runtime.device, launch.container, launch.env, os.environ),
+        )
+        return points, pplan
 
     def profiler_setup(self) -> tuple[str | None, LaunchAdditions | None]:
         """With the profiling pass on this launch: how vLLM's profiler is driven and what it
@@ -276,62 +268,50 @@ class SweepJob:
         """run.json, the job's output, written last: the plan measured and how; `extra`: what a
         sequential sweep adds (its rounds)."""
         raw = self.raw
-        record = {
-            "format_version": FORMAT_VERSION,
-            "server_config": self.sc,
-            "status": "complete",
-            "points": len(slots),
-            "launches": _next_launch_index(self.server_dir) - 1,
-            "order": self.exp.sweep.order,
-            "plan": [s.__dict__ for s in slots],
-            "incomplete_kept": sorted(
-                p.relative_to(raw).as_posix() for p in raw.glob("rep*/c*.incomplete*")
-            ),
-            "job_wall_s": round(wall_s, 3),
-            **extra,
-        }
-        write_json(self.paths.run(self.sc), record)
-        return record
+        record = RunRecord.new(
+            {
+                "server_config": self.sc,
+                "status": "complete",
+                "points": len(slots),
+                "launches": _next_launch_index(self.server_dir) - 1,
+                "order": self.exp.sweep.order,
+                "plan": [s.__dict__ for s in slots],
+                "incomplete_kept": sorted(
+                    p.relative_to(raw).as_posix() for p in raw.glob("rep*/c*.incomplete*")
+                ),
+                "job_wall_s": round(wall_s, 3),
+                **extra,
+            }
+        )
+        record.write(self.paths.run(self.sc))
+        return record.doc
 
 
-def run_sweep(
-    exp: Experiment,
-    paths: ExperimentPaths,
-    server_config: str,
-    *,
-    model_dir: Path,
-    runtime: Mapping[str, Any],
-    say: Say = print,
-) -> dict[str, Any]:
+def run_sweep(job: MeasureJob, server_config: str) -> dict[str, Any]:
     """Measure every missing point of one server configuration; writes run.json last. A
-    sequential plan (`sweep.repeats: {min, max}`) is run by servelab.rounds instead."""
+    sequential plan (`sweep.repeats: {min, max}`) is run by servelab.sequential instead."""
     raise_on_signals()
     t_job = time.monotonic()
-    capture = (
-        plan_capture(exp, paths, server_config, model_dir=model_dir, runtime=runtime, say=say)
-        if server_config in on_sweep_launch(exp)
-        else None
-    )
+    exp, paths = job.exp, job.paths
+    capture = plan_capture(job, server_config) if server_config in on_sweep_launch(exp) else None
     if capture is not None:
         # written by this job, after its points: never a capture of an earlier job
-        (paths.profile(server_config) / "capture.json").unlink(missing_ok=True)
-    job = SweepJob(exp, paths, server_config, model_dir, runtime, say, capture)
+        paths.capture(server_config).unlink(missing_ok=True)
+    sweep = SweepJob(job, server_config, capture)
     if exp.sweep.rounds is not None:
         raise ServelabError(
             f"sweep.repeats is a sequential plan; measure {server_config} with "
-            "servelab.rounds.run_rounds, which measures every configuration round by round"
+            "servelab.sequential.run_rounds, which measures every configuration round by round"
         )
-    slots = job.measure_missing(exp.sweep.most_repeats)
+    slots = sweep.measure_missing(exp.sweep.most_repeats)
     if capture is not None and not capture.written:
         capture.finish(None)  # the profiler could not be set up: "not profiled", and why
-    return job.write_run(slots, time.monotonic() - t_job)
+    return sweep.write_run(slots, time.monotonic() - t_job)
 
 
 def _next_launch_index(srv_dir: Path) -> int:
-    lj = srv_dir / "launch.json"
-    if not lj.exists():
-        return 1
-    return int(read_json(lj).get("launch", 0)) + 1
+    launch = LaunchRecord.read_if_present(srv_dir / LaunchRecord.FILE)
+    return 1 if launch is None else launch.launch + 1
 
 
 def _orders_by_repeat(slots: list[Slot]) -> dict[int, list[int]]:
@@ -383,16 +363,12 @@ class PointJob:
         )
         self.say(f"[{self.sc}] warm-up: {point['num_prompts']} requests, {_summary_line(point)}")
 
-    def measure(self, slot: Slot, prompt_offset: int, progress: str) -> None:
-        """Measure one point into c<CCCC>.partial/ and rename it when it is complete; a point
-        cut short is kept as incomplete, and a server that died ends the job."""
-        sc, wl, server = self.sc, self.workload, self.session.server
-        final = self.paths.point(sc, slot.repeat, slot.concurrency)
-        partial = final.with_name(final.name + ".partial")
-        partial.mkdir(parents=True, exist_ok=True)
-        n = slot.concurrency * wl.waves
-        info: dict[str, Any] = {
-            "server_config": sc,
+    def point_info(self, slot: Slot, prompt_offset: int) -> dict[str, Any]:
+        """The fields of a measured point's point.json that say what it is (before its
+        status, telemetry and metrics)."""
+        wl = self.workload
+        return {
+            "server_config": self.sc,
             "kind": "measured",
             "repeat": slot.repeat,
             "concurrency": slot.concurrency,
@@ -407,6 +383,16 @@ class PointJob:
             "ignore_eos": bool(wl.ignore_eos),
             "unique_prompts": bool(wl.unique_prompts),
         }
+
+    def measure(self, slot: Slot, prompt_offset: int, progress: str) -> None:
+        """Measure one point into c<CCCC>.partial/ and rename it when it is complete; a point
+        cut short is kept as incomplete, and a server that died ends the job."""
+        sc, wl, server = self.sc, self.workload, self.session.server
+        final = self.paths.point(sc, slot.repeat, slot.concurrency)
+        partial = final.with_name(final.name + ".partial")
+        partial.mkdir(parents=True, exist_ok=True)
+        n = slot.concurrency * wl.waves
+        info = self.point_info(slot, prompt_offset)
         run = PointRun()
         label = f"{sc}-r{slot.repeat:02d}-c{slot.concurrency:04d}"
         # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for

@@ -8,13 +8,19 @@ the nodes differ in a performance-relevant host fact it is `not comparable`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from servelab.analysis.dataset import Point
 from servelab.analysis.groups import SUMMARY_METRICS, Groups, hit_order, invalid_text
 from servelab.analysis.knee import DOMINANCE
 from servelab.analysis.stats import describe, paired
-from servelab.analysis.stopping import StoppingRule, sequential_test
+from servelab.analysis.stopping import (
+    StoppingRule,
+    claim_verdict,
+    look_evidence,
+    sequential_test,
+)
 from servelab.analysis.validity import Flag
 from servelab.claims_syntax import CMP as _CMP
 from servelab.claims_syntax import FUNC as _FUNC
@@ -119,12 +125,21 @@ def _selector(text: str, claim: str, g: Groups, need_c: bool = True) -> tuple[st
     return sc, int(c)
 
 
+@dataclass(frozen=True)
+class Findings:
+    """What the analysis found that the knee, dominated, past_knee and serialized claims are
+    judged against: the knees (knee.json), the dominated points (dominance.csv) and the
+    diagnoses (diagnoses.json)."""
+
+    knees: list[dict[str, Any]]
+    dominated: list[dict[str, Any]]
+    diagnoses: list[dict[str, Any]]
+
+
 def evaluate_claims(
     g: Groups,
     analysis: AnalysisSection,
-    knees: list[dict[str, Any]],
-    dominated: list[dict[str, Any]],
-    diags: list[dict[str, Any]],
+    found: Findings,
     nodes: Mapping[str, Mapping[str, Any]] | None = None,
     look: tuple[StoppingRule, int] | None = None,
 ) -> list[dict[str, Any]]:
@@ -140,92 +155,91 @@ def evaluate_claims(
             raise ServelabError(f"analysis.claims: {exc}") from None
         m = _CMP.match(claim)
         if m:
-            ma, sel_a, op, factor, mb, sel_b = m.groups()
-            metric_a = ALIASES.get(ma, ma)
-            metric_b = ALIASES.get(mb, mb)
-            if metric_a != metric_b or metric_a not in SUMMARY_METRICS:
-                raise ServelabError(
-                    f"analysis.claims: {claim!r}: compare one metric of "
-                    f"{', '.join(SUMMARY_METRICS)}"
-                )
-            sa, ca = _selector(sel_a, claim, g)
-            sb, cb = _selector(sel_b, claim, g)
-            lost = _claim_left_out(g, [(sa, ca), (sb, cb)], [metric_a])  # type: ignore[list-item]
-            if lost:
-                out.append(_invalid_claim(claim, lost))
-                continue
-            va, vb = g.pair(sa, ca, sb, cb, metric_a)  # type: ignore[arg-type]
-            k = float(factor) if factor else 1.0
-            kb = [k * x for x in vb]
-            threshold = 0.0 if factor else analysis.threshold_pct
-            test = paired(va, kb, threshold, analysis.alpha)
-            p_value, test_verdict, sequential = test.p_value, test.verdict, None
-            if look is not None:  # the look's points are the rounds so far
-                rule, k_round = look
-                seq = sequential_test(va, kb, rule.look_alpha(k_round), threshold)
-                p_value, test_verdict = seq.p_value, seq.verdict
-                sequential = {"round": k_round, **seq.to_json()}
-            want = "a > b" if op == ">" else "a < b"
-            if test_verdict == want:
-                verdict = "holds"
-            elif test_verdict in ("a > b", "a < b"):
-                verdict = "fails"
-            else:
-                verdict = "inconclusive"
-            entry: dict[str, Any] = {"claim": claim, "verdict": verdict}
-            crossed = cross_node(nodes or {}, sa, sb)
-            if crossed is not None and crossed[1] is not None:
-                entry.update(verdict=NOT_COMPARABLE, reason=crossed[1])
-            out.append(
-                {
-                    **entry,
-                    "evidence": {
-                        "a": {"config": sa, "concurrency": ca, "mean": describe(va).mean},
-                        "b": {
-                            "config": sb,
-                            "concurrency": cb,
-                            "mean": describe(vb).mean,
-                            "factor": k,
-                        },
-                        "n": test.n,
-                        "mean_rel_diff_pct": test.mean_rel_diff_pct,
-                        "agree": test.agree,
-                        "p_value": p_value,
-                        "test_verdict": test_verdict,
-                        **({"sequential": sequential} if sequential is not None else {}),
-                    },
-                    **({"hosts": crossed[0]} if crossed is not None else {}),
-                }
-            )
-            continue
-        f = _FUNC.match(claim)
-        assert f is not None
-        func, args, expect = f.groups()
-        sc, c = _selector(args, claim, g, need_c=func in ("dominated", "past_knee"))
-        # these read the means of every level of the config
-        lost = _claim_left_out(g, [(sc, lv) for lv in g.levels(sc)], CLAIM_READS[func])
-        if lost:
-            out.append(_invalid_claim(claim, lost))
-            continue
-        if func in ("dominated", "past_knee"):
-            if func == "dominated":
-                hits = [d for d in dominated if d["server_config"] == sc and d["concurrency"] == c]
-            else:
-                hits = [
-                    d
-                    for d in diags
-                    if d["kind"] == "past_knee"
-                    and d["server_config"] == sc
-                    and c in d["concurrency"]
-                ]
-            out.append({"claim": claim, "verdict": "holds" if hits else "fails", "evidence": hits})
-        elif func == "serialized":
-            hits = [d for d in diags if d["kind"] == "serialized" and d["server_config"] == sc]
-            out.append({"claim": claim, "verdict": "holds" if hits else "fails", "evidence": hits})
+            out.append(_comparison(claim, m.groups(), g, analysis, nodes or {}, look))
         else:
-            kn = next(x for x in knees if x["server_config"] == sc)
-            ok = kn["concurrency"] is not None and (
-                expect is None or kn["concurrency"] == int(expect)
-            )
-            out.append({"claim": claim, "verdict": "holds" if ok else "fails", "evidence": kn})
+            out.append(_shape_claim(claim, g, found))
     return out
+
+
+def _comparison(
+    claim: str,
+    parts: tuple[str, ...],
+    g: Groups,
+    analysis: AnalysisSection,
+    nodes: Mapping[str, Mapping[str, Any]],
+    look: tuple[StoppingRule, int] | None,
+) -> dict[str, Any]:
+    """A comparison claim (`parts`: claims_syntax.CMP's groups): the paired test of one metric
+    at two points, or at a sequential look the stopping rule's, and the hosts of two configs
+    measured on different nodes."""
+    ma, sel_a, op, factor, mb, sel_b = parts
+    metric_a = ALIASES.get(ma, ma)
+    metric_b = ALIASES.get(mb, mb)
+    if metric_a != metric_b or metric_a not in SUMMARY_METRICS:
+        raise ServelabError(
+            f"analysis.claims: {claim!r}: compare one metric of {', '.join(SUMMARY_METRICS)}"
+        )
+    sa, ca = _selector(sel_a, claim, g)
+    sb, cb = _selector(sel_b, claim, g)
+    lost = _claim_left_out(g, [(sa, ca), (sb, cb)], [metric_a])  # type: ignore[list-item]
+    if lost:
+        return _invalid_claim(claim, lost)
+    va, vb = g.pair(sa, ca, sb, cb, metric_a)  # type: ignore[arg-type]
+    k = float(factor) if factor else 1.0
+    kb = [k * x for x in vb]
+    threshold = 0.0 if factor else analysis.threshold_pct
+    test = paired(va, kb, threshold, analysis.alpha)
+    p_value, test_verdict, sequential = test.p_value, test.verdict, None
+    if look is not None:  # the look's points are the rounds so far
+        rule, k_round = look
+        seq = sequential_test(va, kb, rule.look_alpha(k_round), threshold)
+        p_value, test_verdict = seq.p_value, seq.verdict
+        sequential = look_evidence(k_round, seq)
+    entry: dict[str, Any] = {"claim": claim, "verdict": claim_verdict(op, test_verdict)}
+    crossed = cross_node(nodes, sa, sb)
+    if crossed is not None and crossed[1] is not None:
+        entry.update(verdict=NOT_COMPARABLE, reason=crossed[1])
+    return {
+        **entry,
+        "evidence": {
+            "a": {"config": sa, "concurrency": ca, "mean": describe(va).mean},
+            "b": {"config": sb, "concurrency": cb, "mean": describe(vb).mean, "factor": k},
+            "n": test.n,
+            "mean_rel_diff_pct": test.mean_rel_diff_pct,
+            "agree": test.agree,
+            "p_value": p_value,
+            "test_verdict": test_verdict,
+            **({"sequential": sequential} if sequential is not None else {}),
+        },
+        **({"hosts": crossed[0]} if crossed is not None else {}),
+    }
+
+
+def _shape_claim(claim: str, g: Groups, found: Findings) -> dict[str, Any]:
+    """A dominated, past_knee, serialized or knee claim: it holds where the analysis found
+    that shape (`found`); invalid where a point it reads was left out."""
+    f = _FUNC.match(claim)
+    assert f is not None
+    func, args, expect = f.groups()
+    sc, c = _selector(args, claim, g, need_c=func in ("dominated", "past_knee"))
+    # these read the means of every level of the config
+    lost = _claim_left_out(g, [(sc, lv) for lv in g.levels(sc)], CLAIM_READS[func])
+    if lost:
+        return _invalid_claim(claim, lost)
+    if func == "dominated":
+        hits = [d for d in found.dominated if d["server_config"] == sc and d["concurrency"] == c]
+    elif func == "past_knee":
+        hits = [
+            d
+            for d in found.diagnoses
+            if d["kind"] == "past_knee" and d["server_config"] == sc and c in d["concurrency"]
+        ]
+    elif func == "serialized":
+        hits = [
+            d for d in found.diagnoses if d["kind"] == "serialized" and d["server_config"] == sc
+        ]
+    else:
+        kn = next(x for x in found.knees if x["server_config"] == sc)
+        ok = kn["concurrency"] is not None and (expect is None or kn["concurrency"] == int(expect))
+        return {"claim": claim, "verdict": "holds" if ok else "fails", "evidence": kn}
+    return {"claim": claim, "verdict": "holds" if hits else "fails", "evidence": hits}

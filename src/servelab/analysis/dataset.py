@@ -29,8 +29,10 @@ from servelab.errors import ServelabError
 from servelab.experiment import ValiditySection
 from servelab.jsonio import read_json
 from servelab.metrics import assemble, point_metrics, request_latencies
-from servelab.rawdata import DamagedRawData, Skipped, load_points, point_files, read_checked
-from servelab.server import parse_capacity
+from servelab.paths import SERVER_LOG, ExperimentPaths
+from servelab.rawdata import DamagedRawData, Skipped, load_points, point_files
+from servelab.records import CapacityRecord, LaunchRecord, RunRecord, RuntimeRecord
+from servelab.serverlog import parse_capacity
 from servelab.telemetry.summary import telemetry_columns
 
 VLLM_REP = re.compile(r"^rep_(\d+)$")
@@ -169,9 +171,10 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
             f"the first: {min(skipped, key=lambda s: s.path).reason}"
         )
     capacity = {}
-    for cap in sorted(root.glob("server/*/capacity.json")):
+    paths = ExperimentPaths(root)
+    for cap in paths.capacity_files():
         try:
-            capacity[cap.parent.name] = read_checked(cap, "capacity")
+            capacity[cap.parent.name] = CapacityRecord.read(cap).doc
         except DamagedRawData as exc:
             if not skip_damaged:
                 raise
@@ -179,9 +182,9 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
             # --max-num-seqs and CUDA graph capture sizes the diagnoses weigh) reads "unknown"
             skipped.append(Skipped(cap, exc, f"the capacity facts of {cap.parent.name}"))
     hosts, nodes = {}, {}
-    for lj in sorted(root.glob("server/*/launch.json")):
+    for lj in paths.launch_files():
         try:
-            launch = read_checked(lj, "launch")
+            launch = LaunchRecord.read(lj)
         except DamagedRawData as exc:
             if not skip_damaged:
                 raise
@@ -189,13 +192,13 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
             if not any(s.reason == str(exc) for s in skipped):
                 skipped.append(Skipped(lj, exc, f"the host facts of {lj.parent.name}"))
             continue
-        facts, node = launch.get("cpu_facts"), launch.get("node")
-        if isinstance(facts, dict):
+        facts, node = launch.cpu_facts, launch.node
+        if facts is not None:
             hosts[lj.parent.name] = facts
-        if isinstance(node, dict):
+        if node is not None:
             nodes[lj.parent.name] = node
-    rt = root / "runtime" / "runtime.json"
-    isa = read_json(rt).get("isa") if rt.is_file() else None
+    runtime = RuntimeRecord.read_if_present(paths.runtime_record)
+    isa = runtime.isa if runtime is not None else None
     skipped.sort(key=lambda s: s.path)
     return Dataset(
         "servelab",
@@ -215,9 +218,9 @@ def _sequential(root: Path, skipped: list[Skipped] | None) -> dict[str, Any] | N
     """The sequential record of the sweep (every run.json of a sequential sweep carries the
     same one); None for a fixed number of repeats or where no run.json was written. A damaged
     run.json raises, or with `skipped` is listed there and passed over."""
-    for rj in sorted(root.glob("raw/*/run.json")):
+    for rj in ExperimentPaths(root).run_files():
         try:
-            seq = read_checked(rj, "run").get("sequential")
+            seq = RunRecord.read(rj).sequential
         except DamagedRawData as exc:
             if skipped is None:
                 raise
@@ -299,7 +302,7 @@ def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
     if not points:
         raise ServelabError(f"{root}: no rep_<NN>/concurrency_<CCC>/benchmark.json found")
     capacity: dict[str, dict[str, Any]] = {}
-    log = root / "server.log"
+    log = root / SERVER_LOG
     if log.exists():
         capacity[name] = parse_capacity(log.read_text(encoding="utf-8", errors="replace"))
     return Dataset("vllm-bench", root, points, capacity, t)

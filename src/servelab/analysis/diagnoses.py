@@ -9,6 +9,8 @@ what the data show, labelled "1 repeat: not tested", rather than being dropped."
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from servelab.analysis.dataset import Dataset
@@ -16,7 +18,7 @@ from servelab.analysis.groups import Groups
 from servelab.analysis.knee import DOMINANCE
 from servelab.analysis.stats import evidence_level, paired
 from servelab.experiment import AnalysisSection
-from servelab.server import parse_capture_sizes
+from servelab.serverlog import parse_capture_sizes
 
 LINEAR_TOLERANCE = 1.25  # serialized: seconds per request may vary this much across levels
 
@@ -46,84 +48,149 @@ def _max_num_seqs(cap: dict[str, Any]) -> int | None:
     return None
 
 
-def diagnoses(
-    g: Groups,
-    ds: Dataset,
-    knees: list[dict[str, Any]],
-    dominated: list[dict[str, Any]],
-    analysis: AnalysisSection,
-) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class _Config:
+    """One server config as the per-config checks read it: the levels with a throughput
+    mean, those means, what capacity.json says of it, and the analysis options."""
+
+    g: Groups
+    sc: str
+    cap: dict[str, Any]
+    levels: list[int]
+    means: dict[int, float]
+    analysis: AnalysisSection
+
+
+def _serialized(v: _Config) -> list[dict[str, Any]]:
+    """Throughput flat and wall time linear in the requests over a 4x span of concurrency:
+    the server handles one request at a time."""
+    flat = _flat_span(v.g, v.sc, v.levels, v.means, v.analysis)
+    if flat is None:
+        return []
+    lo, hi = flat["concurrency_span"]
+    span = [c for c in v.levels if lo <= c <= hi]
+    mns = _max_num_seqs(v.cap)
+    return [
+        {
+            "kind": "serialized",
+            "server_config": v.sc,
+            "evidence": {**flat, "max_num_seqs": mns},
+            "evidence_level": evidence_level(
+                _repeats(v.g, v.sc, span, ["output_throughput", "duration", "num_prompts"])
+            ),
+            "suggestion": (
+                "the server handles one request at a time: throughput is flat and wall "
+                "time grows linearly with the number of requests; "
+                + (
+                    f"--max-num-seqs is {mns}: raise it"
+                    if mns is not None
+                    else "check --max-num-seqs and the scheduler limits"
+                )
+            ),
+        }
+    ]
+
+
+def _kv_headroom_unused(v: _Config) -> list[dict[str, Any]]:
+    """--max-num-seqs below the sequences the startup log says the KV cache fits."""
+    mns = _max_num_seqs(v.cap)
+    maxconc = v.cap.get("max_concurrency")
+    if mns is None or not isinstance(maxconc, int | float) or mns >= math.floor(maxconc):
+        return []
+    return [
+        {
+            "kind": "kv_headroom_unused",
+            "server_config": v.sc,
+            "evidence": {
+                "max_num_seqs": mns,
+                "max_concurrency": maxconc,
+                "tokens_per_request": v.cap.get("max_concurrency_tokens_per_request"),
+                "kv_cache_tokens": v.cap.get("kv_cache_tokens"),
+            },
+            "suggested_max_num_seqs": math.floor(maxconc),
+            "evidence_level": evidence_level(None),
+            "suggestion": (
+                f"the startup log says the KV cache fits {maxconc:g} sequences of "
+                f"{v.cap.get('max_concurrency_tokens_per_request')} tokens, but "
+                f"--max-num-seqs is {mns}; try --max-num-seqs {math.floor(maxconc)}"
+            ),
+        }
+    ]
+
+
+def _non_monotonic(v: _Config) -> list[dict[str, Any]]:
+    """A throughput dip (_dip) with what the CUDA graph capture sizes say of it."""
+    found = _dip(v.g, v.sc, v.levels, v.analysis)
+    if found is None:
+        return []
+    dip, level = found
+    fit = _capture_fit(v.g, v.sc, v.cap, dip["concurrency"], dip["lower_concurrency"])
+    return [
+        {
+            "kind": "non_monotonic",
+            "server_config": v.sc,
+            "concurrency": dip["concurrency"],
+            **fit,
+            "evidence": dip,
+            "evidence_level": level,
+            "suggestion": (
+                f"throughput dips {dip['drop_pct']:.0f}% below concurrency "
+                f"{dip['lower_concurrency']} here and recovers at higher concurrency: "
+                "avoid this operating point; " + fit["capture_explanation"]
+            ),
+        }
+    ]
+
+
+def _utilization_misleading(v: _Config) -> list[dict[str, Any]]:
+    """Utilization >= 95% at points delivering under half the best throughput (needs telemetry)."""
+    best = max(v.means.values(), default=0.0)
+    hits = []
+    for c in v.levels:
+        utils = [float(u) for u in v.g.values(v.sc, c, "utilization_pct").values()]
+        if utils and min(utils) >= 95.0 and best > 0 and v.means[c] < 0.5 * best:
+            hits.append(
+                {
+                    "concurrency": c,
+                    "utilization_pct": min(utils),
+                    "output_throughput": v.means[c],
+                    "best_throughput": best,
+                }
+            )
+    if not hits:
+        return []
+    return [
+        {
+            "kind": "utilization_misleading",
+            "server_config": v.sc,
+            "concurrency": [h["concurrency"] for h in hits],
+            "evidence": hits,
+            "evidence_level": evidence_level(
+                _repeats(
+                    v.g,
+                    v.sc,
+                    [int(h["concurrency"]) for h in hits],
+                    ["output_throughput", "utilization_pct"],
+                )
+            ),
+            "suggestion": "the device reads fully busy while delivering under half the best "
+            "throughput: judge by tokens/s, not utilization",
+        }
+    ]
+
+
+# the checks of one server config, in the order diagnoses.json lists what they find
+CONFIG_CHECKS: tuple[Callable[[_Config], list[dict[str, Any]]], ...] = (
+    _serialized,
+    _kv_headroom_unused,
+    _non_monotonic,
+    _utilization_misleading,
+)
+
+
+def _past_knee(g: Groups, knees: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The levels above each config's knee: they add latency, not throughput."""
     out: list[dict[str, Any]] = []
-    for sc in g.configs:
-        lv = [c for c in g.levels(sc) if g.mean(sc, c, "output_throughput") is not None]
-        cap = ds.capacity.get(sc, {})
-        means = {c: g.mean(sc, c, "output_throughput") or 0.0 for c in lv}
-        flat = _flat_span(g, sc, lv, means, analysis)
-        if flat is not None:
-            lo, hi = flat["concurrency_span"]
-            span = [c for c in lv if lo <= c <= hi]
-            mns = _max_num_seqs(cap)
-            out.append(
-                {
-                    "kind": "serialized",
-                    "server_config": sc,
-                    "evidence": {**flat, "max_num_seqs": mns},
-                    "evidence_level": evidence_level(
-                        _repeats(g, sc, span, ["output_throughput", "duration", "num_prompts"])
-                    ),
-                    "suggestion": (
-                        "the server handles one request at a time: throughput is flat and wall "
-                        "time grows linearly with the number of requests; "
-                        + (
-                            f"--max-num-seqs is {mns}: raise it"
-                            if mns is not None
-                            else "check --max-num-seqs and the scheduler limits"
-                        )
-                    ),
-                }
-            )
-        mns = _max_num_seqs(cap)
-        maxconc = cap.get("max_concurrency")
-        if mns is not None and isinstance(maxconc, int | float) and mns < math.floor(maxconc):
-            out.append(
-                {
-                    "kind": "kv_headroom_unused",
-                    "server_config": sc,
-                    "evidence": {
-                        "max_num_seqs": mns,
-                        "max_concurrency": maxconc,
-                        "tokens_per_request": cap.get("max_concurrency_tokens_per_request"),
-                        "kv_cache_tokens": cap.get("kv_cache_tokens"),
-                    },
-                    "suggested_max_num_seqs": math.floor(maxconc),
-                    "evidence_level": evidence_level(None),
-                    "suggestion": (
-                        f"the startup log says the KV cache fits {maxconc:g} sequences of "
-                        f"{cap.get('max_concurrency_tokens_per_request')} tokens, but "
-                        f"--max-num-seqs is {mns}; try --max-num-seqs {math.floor(maxconc)}"
-                    ),
-                }
-            )
-        found = _dip(g, sc, lv, analysis)
-        if found is not None:
-            dip, level = found
-            fit = _capture_fit(g, sc, cap, dip["concurrency"], dip["lower_concurrency"])
-            out.append(
-                {
-                    "kind": "non_monotonic",
-                    "server_config": sc,
-                    "concurrency": dip["concurrency"],
-                    **fit,
-                    "evidence": dip,
-                    "evidence_level": level,
-                    "suggestion": (
-                        f"throughput dips {dip['drop_pct']:.0f}% below concurrency "
-                        f"{dip['lower_concurrency']} here and recovers at higher concurrency: "
-                        "avoid this operating point; " + fit["capture_explanation"]
-                    ),
-                }
-            )
-        out += _utilization_misleading(g, sc, lv, means)
     for k in knees:
         if k["concurrency"] is None:
             continue
@@ -141,28 +208,51 @@ def diagnoses(
                     ),
                 }
             )
-    for d in dominated:
-        out.append(
-            {
-                "kind": "dominated",
-                "server_config": d["server_config"],
-                "concurrency": d["concurrency"],
-                "evidence": d,
-                "evidence_level": evidence_level(
-                    _repeats(
-                        g,
-                        d["server_config"],
-                        [d["concurrency"], d["dominated_by"]],
-                        [m for m, _ in DOMINANCE],
-                    )
-                ),
-                "suggestion": (
-                    f"concurrency {d['dominated_by']} is at least as good on "
-                    "throughput, TTFT and TPOT: do not operate here"
-                ),
-            }
-        )
     return out
+
+
+def _dominated(g: Groups, dominated: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each dominated point (knee.dominance), with the repeats its comparison rests on."""
+    return [
+        {
+            "kind": "dominated",
+            "server_config": d["server_config"],
+            "concurrency": d["concurrency"],
+            "evidence": d,
+            "evidence_level": evidence_level(
+                _repeats(
+                    g,
+                    d["server_config"],
+                    [d["concurrency"], d["dominated_by"]],
+                    [m for m, _ in DOMINANCE],
+                )
+            ),
+            "suggestion": (
+                f"concurrency {d['dominated_by']} is at least as good on "
+                "throughput, TTFT and TPOT: do not operate here"
+            ),
+        }
+        for d in dominated
+    ]
+
+
+def diagnoses(
+    g: Groups,
+    ds: Dataset,
+    knees: list[dict[str, Any]],
+    dominated: list[dict[str, Any]],
+    analysis: AnalysisSection,
+) -> list[dict[str, Any]]:
+    """Every diagnosis: per server config what each of CONFIG_CHECKS finds, then the levels
+    past each knee, then the dominated points."""
+    out: list[dict[str, Any]] = []
+    for sc in g.configs:
+        lv = [c for c in g.levels(sc) if g.mean(sc, c, "output_throughput") is not None]
+        means = {c: g.mean(sc, c, "output_throughput") or 0.0 for c in lv}
+        view = _Config(g, sc, ds.capacity.get(sc, {}), lv, means, analysis)
+        for check in CONFIG_CHECKS:
+            out += check(view)
+    return out + _past_knee(g, knees) + _dominated(g, dominated)
 
 
 def _flat_span(
@@ -309,42 +399,3 @@ def _capture_fit(g: Groups, sc: str, cap: dict[str, Any], c: int, ref: int) -> d
         "outside_capture_sizes": outside,
         "capture_explanation": text,
     }
-
-
-def _utilization_misleading(
-    g: Groups, sc: str, lv: list[int], means: dict[int, float]
-) -> list[dict[str, Any]]:
-    """Utilization >= 95% at points delivering under half the best throughput (needs telemetry)."""
-    best = max(means.values(), default=0.0)
-    hits = []
-    for c in lv:
-        utils = [float(v) for v in g.values(sc, c, "utilization_pct").values()]
-        if utils and min(utils) >= 95.0 and best > 0 and means[c] < 0.5 * best:
-            hits.append(
-                {
-                    "concurrency": c,
-                    "utilization_pct": min(utils),
-                    "output_throughput": means[c],
-                    "best_throughput": best,
-                }
-            )
-    if not hits:
-        return []
-    return [
-        {
-            "kind": "utilization_misleading",
-            "server_config": sc,
-            "concurrency": [h["concurrency"] for h in hits],
-            "evidence": hits,
-            "evidence_level": evidence_level(
-                _repeats(
-                    g,
-                    sc,
-                    [int(h["concurrency"]) for h in hits],
-                    ["output_throughput", "utilization_pct"],
-                )
-            ),
-            "suggestion": "the device reads fully busy while delivering under half the best "
-            "throughput: judge by tokens/s, not utilization",
-        }
-    ]

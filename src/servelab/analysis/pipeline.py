@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from servelab.analysis.claims import evaluate_claims
+from servelab.analysis.claims import Findings, evaluate_claims
 from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.groups import (
@@ -20,7 +20,7 @@ from servelab.analysis.groups import (
     summary_table,
 )
 from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
-from servelab.analysis.report import server_starts
+from servelab.analysis.markdown import server_starts
 from servelab.analysis.rounds import sequential_claims
 from servelab.analysis.slo import slo_capacity
 from servelab.analysis.stopping import StoppingRule
@@ -105,9 +105,27 @@ def analyze(
         "validity": validity_json(g.point_flags(), opts.validity),
         "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa},
     }
-    if ds.skipped:  # only then: the outputs of undamaged data stay byte for byte
+    results.update(_notes(ds, root))
+    results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
+    results.update(_claims(g, ds, opts, results))
+    _write_tables(out, ds, results)
+    fig_names = _figures(g, ds, results["dominance"], out) if figures else []
+    from servelab.analysis.markdown import render_report
+
+    (out / ANALYSIS_REPORT).write_text(
+        render_report(g, results, ds.layout, fig_names), encoding="utf-8"
+    )
+    return results
+
+
+def _notes(ds: Dataset, root: Path) -> dict[str, Any]:
+    """The results' entries present only where they apply, so that the outputs of data that
+    has none stay byte for byte: the damaged data skipped, the hosts of configs measured on
+    several nodes, the sweeps' server starts."""
+    notes: dict[str, Any] = {}
+    if ds.skipped:
         # paths relative to `root`: the report reads the same wherever the results lie
-        results["skipped"] = [
+        notes["skipped"] = [
             {
                 ("point" if s.left_out is None else "file"): relative(s.path, root),
                 "reason": s.damage.line(root),
@@ -116,8 +134,7 @@ def analyze(
             for s in ds.skipped
         ]
     if len({str(n.get("hostname")) for n in ds.nodes.values()}) > 1:
-        # only then, as skipped: the outputs of data measured on one node stay byte for byte
-        results["hosts_differ"] = {
+        notes["hosts_differ"] = {
             sc: str(node.get("hostname")) for sc, node in sorted(ds.nodes.items())
         }
     if ds.layout == "servelab":
@@ -126,19 +143,26 @@ def analyze(
         # report of older raw data stays byte for byte
         starts = {k: v for k, v in server_starts(root).items() if k.startswith("sweep ")}
         if starts:
-            results["starts"] = starts
-    results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
+            notes["starts"] = starts
+    return notes
+
+
+def _claims(
+    g: Groups, ds: Dataset, opts: AnalysisSection, results: dict[str, Any]
+) -> dict[str, Any]:
+    """The claims' verdicts (`claims`) and, for a sequential sweep, its looks (`rounds`)."""
     if ds.sequential is not None:
         # a sequential sweep: its claims as its stopping rule decided them, look by look
         rule = StoppingRule.from_json(ds.sequential["rule"])
-        results["claims"], results["rounds"] = sequential_claims(
-            ds, opts, rule, ds.sequential.get("stopped")
-        )
-    else:
-        results["claims"] = evaluate_claims(
-            g, opts, results["knee"], results["dominance"], results["diagnoses"], ds.nodes
-        )
-    has_telemetry = any("telemetry" in p.extra for p in ds.points)
+        claims, rounds = sequential_claims(ds, opts, rule, ds.sequential.get("stopped"))
+        return {"claims": claims, "rounds": rounds}
+    found = Findings(results["knee"], results["dominance"], results["diagnoses"])
+    return {"claims": evaluate_claims(g, opts, found, ds.nodes)}
+
+
+def _write_tables(out: Path, ds: Dataset, results: dict[str, Any]) -> None:
+    """The tables and verdicts of ANALYSIS_TABLES, validity.json, and slo.json and
+    rounds.json where they apply (an earlier one removed where they do not)."""
     blocks = [p.extra["telemetry"] for p in ds.points if "telemetry" in p.extra]
     columns = {
         "points": [*POINTS_COLUMNS, *telemetry_table_columns(blocks)],
@@ -158,16 +182,14 @@ def analyze(
             write_json(out / table, results[key])
         elif (out / table).exists():
             (out / table).unlink()
-    fig_names: list[str] = []
-    if figures:
-        from servelab.analysis.figures import render_all
 
-        fig_names = [p.name for p in render_all(g, results["dominance"], out / "figures")]
-        if has_telemetry:
-            fig_names += [p.name for p in utilization_figure(ds, out / "figures")]
-    from servelab.analysis.report import render_report
 
-    (out / ANALYSIS_REPORT).write_text(
-        render_report(g, results, ds.layout, fig_names), encoding="utf-8"
-    )
-    return results
+def _figures(g: Groups, ds: Dataset, dominated: list[dict[str, Any]], out: Path) -> list[str]:
+    """The figures' file names: the analysis figures, then utilization against tokens/s
+    where the points have telemetry."""
+    from servelab.analysis.figures import render_all
+
+    names = [p.name for p in render_all(g, dominated, out / "figures")]
+    if any("telemetry" in p.extra for p in ds.points):
+        names += [p.name for p in utilization_figure(ds, out / "figures")]
+    return names

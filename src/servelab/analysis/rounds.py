@@ -12,7 +12,7 @@ A sweep with a `reference:` asks the orderings a reproduction against it will ju
 (run.json `orderings`, each as the comparison claim that says it): the looks include them
 (`kind: ordering`), claims.json does not.
 
-The sweep (servelab.rounds) runs the looks to decide whether to measure another round; the
+The sweep (servelab.sequential) runs the looks to decide whether to measure another round; the
 analysis runs them again from the raw data, so rounds.json and claims.json are a pure function
 of it, as every other table.
 """
@@ -20,15 +20,15 @@ of it, as every other table.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from servelab.analysis.claims import evaluate_claims
+from servelab.analysis.claims import Findings, evaluate_claims
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.groups import Groups
 from servelab.analysis.knee import dominance, knee
-from servelab.analysis.stopping import StoppingRule
+from servelab.analysis.stopping import StoppingRule, is_open, run_looks
 from servelab.experiment import AnalysisSection
 
 # why measuring stopped (run.json and rounds.json `stopped`)
@@ -47,34 +47,25 @@ def rounds_measured(ds: Dataset) -> int:
     return min((max(r) for r in by.values()), default=0)
 
 
-def _is_open(entry: Mapping[str, Any]) -> bool:
-    ev = entry.get("evidence")
-    return entry["verdict"] == "inconclusive" and isinstance(ev, Mapping) and "sequential" in ev
-
-
 def looks(
     ds: Dataset, analysis: AnalysisSection, rule: StoppingRule, rounds: int | None = None
 ) -> list[list[dict[str, Any]]]:
     """Every look from `rule.min_rounds` to the rounds measured (or `rounds`), each the claims'
-    entries as claims.json has them; a comparison decided earlier keeps its entry."""
-    last = min(rounds_measured(ds) if rounds is None else rounds, rule.max_rounds)
-    kept: dict[str, dict[str, Any]] = {}
-    out: list[list[dict[str, Any]]] = []
-    for k in range(rule.min_rounds, last + 1):
-        dk = dataclasses.replace(ds, points=[p for p in ds.points if p.repeat <= k])
-        g = Groups(dk)
-        kn, dom = knee(g, analysis), dominance(g)
-        diags = diagnoses(g, dk, kn, dom, analysis)
-        row = []
-        for entry in evaluate_claims(g, analysis, kn, dom, diags, ds.nodes, look=(rule, k)):
-            name = entry["claim"]
-            if name in kept:
-                entry = kept[name]
-            elif "sequential" in (entry.get("evidence") or {}) and not _is_open(entry):
-                kept[name] = entry
-            row.append(entry)
-        out.append(row)
-    return out
+    entries as claims.json has them (analysis.stopping.run_looks: a comparison decided earlier
+    keeps its entry)."""
+    last = rounds_measured(ds) if rounds is None else rounds
+    return run_looks(rule, last, lambda k: claims_at(ds, analysis, rule, k))
+
+
+def claims_at(
+    ds: Dataset, analysis: AnalysisSection, rule: StoppingRule, k: int
+) -> list[dict[str, Any]]:
+    """The claims' entries on rounds 1..k, comparisons tested at the look after round k."""
+    dk = dataclasses.replace(ds, points=[p for p in ds.points if p.repeat <= k])
+    g = Groups(dk)
+    kn, dom = knee(g, analysis), dominance(g)
+    diags = diagnoses(g, dk, kn, dom, analysis)
+    return evaluate_claims(g, analysis, Findings(kn, dom, diags), ds.nodes, look=(rule, k))
 
 
 def asked_with(analysis: AnalysisSection, orderings: Sequence[str]) -> AnalysisSection:
@@ -85,7 +76,8 @@ def asked_with(analysis: AnalysisSection, orderings: Sequence[str]) -> AnalysisS
 
 
 def open_claims(row: list[dict[str, Any]]) -> list[str]:
-    return [e["claim"] for e in row if _is_open(e)]
+    """The questions a look leaves open."""
+    return [e["claim"] for e in row if is_open(e)]
 
 
 def round_record(
@@ -98,7 +90,7 @@ def round_record(
     for e in row:
         ev = e.get("evidence")
         seq = ev.get("sequential") if isinstance(ev, dict) else None
-        state = "open" if _is_open(e) else "decided"
+        state = "open" if is_open(e) else "decided"
         claims.append(
             {
                 "claim": e["claim"],
@@ -128,7 +120,7 @@ def sequential_claims(
     rows = looks(ds, asked_with(analysis, orderings), rule)
     n = rounds_measured(ds)
     if not rows:  # fewer rounds than the plan's minimum: the claims of a fixed design
-        final = evaluate_claims(Groups(ds), analysis, *_shapes(ds, analysis), ds.nodes)
+        final = evaluate_claims(Groups(ds), analysis, Findings(*_shapes(ds, analysis)), ds.nodes)
         return final, {
             "rule": rule.to_json(),
             "rounds": n,

@@ -16,12 +16,14 @@ looks).
 
 A question is decided at the first look where the test calls the difference real (and it
 reaches the analysis's `threshold_pct` where the claim names no factor); its verdict stays.
+`run_looks` is that loop over the looks, the one the sweep, the analysis (analysis.rounds) and
+the simulation of the rule (benchmarks/bench_sequential.py) run.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,69 +134,52 @@ def sequential_test(
     return SequentialTest(n, mean, se, n - 1, t, p, look_alpha, verdict)
 
 
-Cell = tuple[str, int]  # (server config, concurrency)
-# metric -> cell -> round -> value (valid values only: a flagged repeat is absent)
-Tables = Mapping[str, Mapping[Cell, Mapping[int, float]]]
+# a claim's entry as claims.json has it: `claim`, `verdict`, `evidence` (a comparison tested
+# at a look carries the test in `evidence.sequential`, with the round of the look)
+Entry = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Question:
-    """One paired comparison a claim asks: is metric[a] op factor * metric[b]?"""
-
-    name: str
-    metric: str
-    a: Cell
-    b: Cell
-    op: str  # ">" | "<"
-    factor: float = 1.0
-    threshold_pct: float = 0.0
-
-    def verdict(self, test: SequentialTest) -> str:
-        """holds / fails when the test decided, else open."""
-        if test.verdict == OPEN:
-            return OPEN
-        return "holds" if test.verdict == ("a > b" if self.op == ">" else "a < b") else "fails"
+def claim_verdict(op: str, test_verdict: str) -> str:
+    """A comparison claim's verdict from its test: holds where the test found the sign the
+    claim's `op` (">" or "<") says, fails where it found the other, else inconclusive."""
+    if test_verdict not in ("a > b", "a < b"):
+        return "inconclusive"
+    return "holds" if test_verdict == ("a > b" if op == ">" else "a < b") else "fails"
 
 
-def test_at(q: Question, tables: Tables, rule: StoppingRule, k: int) -> SequentialTest:
-    """The question's test at the look after round k, on the rounds 1..k both points have."""
-    cells = tables.get(q.metric, {})
-    va, vb = cells.get(q.a, {}), cells.get(q.b, {})
-    common = [r for r in sorted(set(va) & set(vb)) if r <= k]
-    return sequential_test(
-        [va[r] for r in common],
-        [q.factor * vb[r] for r in common],
-        rule.look_alpha(k),
-        q.threshold_pct,
-    )
+def look_evidence(k: int, test: SequentialTest) -> dict[str, Any]:
+    """A comparison's `evidence.sequential` at the look after round k."""
+    return {"round": k, **test.to_json()}
 
 
-@dataclass(frozen=True)
-class Decision:
-    question: str
-    verdict: str  # holds | fails | open
-    round: int | None  # the look that decided it; None while open
-    test: SequentialTest
+def is_open(entry: Mapping[str, Any]) -> bool:
+    """A comparison the look's test left undecided (a claim judged otherwise is never open)."""
+    ev = entry.get("evidence")
+    return entry["verdict"] == "inconclusive" and isinstance(ev, Mapping) and "sequential" in ev
 
 
-def decide(
-    questions: Sequence[Question], tables: Tables, rule: StoppingRule, rounds: int
-) -> list[list[Decision]]:
-    """Every look from `min` to `rounds`: each question's decision, a decided one keeping the
-    verdict and the evidence of the look that decided it."""
-    looks: list[list[Decision]] = []
-    done: dict[str, Decision] = {}
+def is_decided(entry: Mapping[str, Any]) -> bool:
+    """A comparison the look's test decided: it keeps this entry at every later look."""
+    ev = entry.get("evidence")
+    return isinstance(ev, Mapping) and "sequential" in ev and not is_open(entry)
+
+
+def run_looks(
+    rule: StoppingRule, rounds: int, look: Callable[[int], Sequence[Entry]]
+) -> list[list[Entry]]:
+    """Every look from `rule.min_rounds` to `rounds` (at most `rule.max_rounds`): `look(k)`,
+    the questions' entries on rounds 1..k, except that a comparison decided at an earlier look
+    keeps the entry (verdict and evidence) of the look that decided it."""
+    kept: dict[str, Entry] = {}
+    out: list[list[Entry]] = []
     for k in range(rule.min_rounds, min(rounds, rule.max_rounds) + 1):
         row = []
-        for q in questions:
-            if q.name in done:
-                row.append(done[q.name])
-                continue
-            test = test_at(q, tables, rule, k)
-            v = q.verdict(test)
-            d = Decision(q.name, v, k if v != OPEN else None, test)
-            if v != OPEN:
-                done[q.name] = d
-            row.append(d)
-        looks.append(row)
-    return looks
+        for entry in look(k):
+            name = entry["claim"]
+            if name in kept:
+                entry = kept[name]
+            elif is_decided(entry):
+                kept[name] = entry
+            row.append(entry)
+        out.append(row)
+    return out

@@ -66,39 +66,44 @@ def _payload(w: Workload, prompt: str) -> bytes:
     return json.dumps(body).encode("utf-8")
 
 
-async def _one(
-    target: Target,
-    conn: Connection | None,
-    view: memoryview,
-    w: Workload,
-    clock: _Clock,
-    request_id: str,
-    prompt: str,
-) -> tuple[RequestRecord, Connection | None, int]:
-    """One request; returns its record, the connection to reuse (None: open a new one) and
-    when the request was over (perf_counter ns: the read that ended its response, else the
-    moment it failed)."""
-    request = target.request(request_id, _payload(w, prompt))
-    t0 = perf_ns()
-    rec = RequestRecord(request_id=request_id, sent_epoch_ns=clock.epoch_of(t0))
-    parser = ResponseParser(rec, t0)
-    try:
-        async with asyncio.timeout(w.request_timeout_s):
-            if conn is None or conn.lost:
-                conn = None
-                conn = await target.connect(view)
-            await conn.send(request, parser)
-    except TimeoutError:
-        if conn is not None:
-            conn.close(abort=True)
-        if not parser.finished:  # (a response that ended just as the deadline passed stands)
-            rec.error = f"timeout after {w.request_timeout_s:g} s"
-        return rec, None, parser.ended or perf_ns()
-    except OSError as exc:
-        where = f"{target.host}:{target.port}"
-        rec.error = f"Connect to {where} failed: {type(exc).__name__}: {exc}"[:300]
-        return rec, None, perf_ns()
-    return rec, (None if conn.lost else conn), parser.ended or perf_ns()
+@dataclass(frozen=True)
+class _Sender:
+    """What every request of one closed-loop run is sent with: the server, the read buffer
+    its connections share, the workload's settings and the run's clock."""
+
+    target: Target
+    view: memoryview
+    w: Workload
+    clock: _Clock
+
+    async def one(
+        self, conn: Connection | None, request_id: str, prompt: str
+    ) -> tuple[RequestRecord, Connection | None, int]:
+        """One request; returns its record, the connection to reuse (None: open a new one) and
+        when the request was over (perf_counter ns: the read that ended its response, else the
+        moment it failed)."""
+        target, w = self.target, self.w
+        request = target.request(request_id, _payload(w, prompt))
+        t0 = perf_ns()
+        rec = RequestRecord(request_id=request_id, sent_epoch_ns=self.clock.epoch_of(t0))
+        parser = ResponseParser(rec, t0)
+        try:
+            async with asyncio.timeout(w.request_timeout_s):
+                if conn is None or conn.lost:
+                    conn = None
+                    conn = await target.connect(self.view)
+                await conn.send(request, parser)
+        except TimeoutError:
+            if conn is not None:
+                conn.close(abort=True)
+            if not parser.finished:  # (a response that ended just as the deadline passed stands)
+                rec.error = f"timeout after {w.request_timeout_s:g} s"
+            return rec, None, parser.ended or perf_ns()
+        except OSError as exc:
+            where = f"{target.host}:{target.port}"
+            rec.error = f"Connect to {where} failed: {type(exc).__name__}: {exc}"[:300]
+            return rec, None, perf_ns()
+        return rec, (None if conn.lost else conn), parser.ended or perf_ns()
 
 
 class RequestMarks(Protocol):
@@ -126,7 +131,8 @@ async def run_closed_loop(
     cpu0 = time.process_time()
     out.started_epoch_ns = clock.epoch0
     todo = iter(enumerate(prompts))
-    view = memoryview(bytearray(READ_SIZE))  # every connection's reads, one at a time
+    # every connection's reads go through one buffer, one at a time
+    sender = _Sender(target, memoryview(bytearray(READ_SIZE)), w, clock)
 
     async def worker() -> None:
         conn: Connection | None = None
@@ -136,7 +142,7 @@ async def run_closed_loop(
                 token = marks.start(i) if marks is not None else None
                 try:
                     rid = f"{label}-{i:05d}"
-                    rec, conn, free_next = await _one(target, conn, view, w, clock, rid, prompt)
+                    rec, conn, free_next = await sender.one(conn, rid, prompt)
                     # the time from the slot's becoming free to the send, in the client
                     rec.queued_us = (rec.sent_epoch_ns - clock.epoch_of(free)) // 1000
                     free = free_next

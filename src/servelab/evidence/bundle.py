@@ -18,7 +18,16 @@ from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schem
 from servelab.experiment import Experiment
 from servelab.hashing import sha256_file
 from servelab.jsonio import read_json, write_json
-from servelab.paths import ANALYSIS_REPORT, ExperimentPaths
+from servelab.model import RECORD as MODEL_RECORD
+from servelab.paths import ANALYSIS_REPORT, POINT_FILE, SERVER_LOG, ExperimentPaths
+from servelab.records import (
+    CapacityRecord,
+    LaunchRecord,
+    PointRecord,
+    RunRecord,
+    RuntimeRecord,
+    WarmupRecord,
+)
 
 FORMAT_VERSION = 1
 # runtime.json keys carried into provenance.json: the first five always (venv), the others when
@@ -98,15 +107,19 @@ def _copy_tree(src: Path, dest: Path, skip_suffixes: tuple[str, ...] = ()) -> No
 
 
 def _run_window(paths: ExperimentPaths) -> tuple[int | None, int | None]:
+    """The first start and the last finish the raw data records: every point's (incomplete
+    ones and the warm-ups too) and every launch's start."""
     starts, ends = [], []
-    for pj in sorted(paths.raw.glob("*/rep*/c*/point.json")) + sorted(
-        paths.raw.glob("*/warmup/point.json")
-    ):
-        p = read_json(pj)
-        starts.append(p.get("started_epoch_ns"))
-        ends.append(p.get("finished_epoch_ns"))
-    for lj in sorted((paths.root / "server").glob("*/launch.json")):
-        starts.append(read_json(lj).get("started_epoch_ns"))
+    for pj in sorted(paths.raw.glob(f"*/rep*/c*/{POINT_FILE}")):
+        point: PointRecord = PointRecord.read(pj)
+        starts.append(point.started_epoch_ns)
+        ends.append(point.finished_epoch_ns)
+    for pj in paths.warmup_files():
+        point = WarmupRecord.read(pj)
+        starts.append(point.started_epoch_ns)
+        ends.append(point.finished_epoch_ns)
+    for lj in paths.launch_files():
+        starts.append(LaunchRecord.read(lj).started_epoch_ns)
     s = [x for x in starts if isinstance(x, int)]
     e = [x for x in ends if isinstance(x, int)]
     return (min(s) if s else None, max(e) if e else None)
@@ -126,60 +139,90 @@ def build_bundle(
     config is recorded without the top-level keys in `leave_out` (the workflow leaves out
     those its bundle rule does not see). `host`: the host facts to record (None: this host's,
     the normal case)."""
-    analysis_dir = paths.analysis
-    model_record = paths.model / "servelab-model.json"
-    runtime_record = paths.runtime / "runtime.json"
-    for need in (paths.raw, analysis_dir / ANALYSIS_REPORT, model_record, runtime_record):
+    model_record = paths.model / MODEL_RECORD
+    for need in (paths.raw, paths.analysis / ANALYSIS_REPORT, model_record, paths.runtime_record):
         if not need.exists():
             raise ServelabError(f"{need}: missing; run the workflow up to the analysis first")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    _copy_inputs(paths, out, repo)
+    config = redacted_config({k: v for k, v in exp.to_dict().items() if k not in leave_out})
+    (out / "config.resolved.yaml").write_text(
+        yaml.safe_dump(config, sort_keys=True, default_flow_style=False), encoding="utf-8"
+    )
+    provenance = _provenance(exp.name, paths, out, repo, config, host)
+    write_json(out / "provenance.json", provenance)
+    # the runtime's facts the crate describes are all among those provenance.json carries
+    _write_ro_crate(out, exp.name, provenance, provenance["runtime"])
+    _write_attestation(out, provenance)
+    return _finish(out, exp.name)
+
+
+def _copy_inputs(paths: ExperimentPaths, out: Path, repo: Path) -> None:
+    """The raw data, each configuration's server files, the model and runtime records, the
+    analysis, the profiling pass and the workflow files, copied into the bundle `out`."""
     _copy_tree(paths.raw, out / "raw", skip_suffixes=(".tmp",))
-    for sc_dir in sorted((paths.root / "server").iterdir()):
-        for name in ("server.log", "launch.json", "capacity.json"):
+    for sc_dir in sorted(paths.servers.iterdir()):
+        for name in (SERVER_LOG, LaunchRecord.FILE, CapacityRecord.FILE):
             if (sc_dir / name).exists():
                 (out / "server" / sc_dir.name).mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(sc_dir / name, out / "server" / sc_dir.name / name)
     (out / "model").mkdir()
-    shutil.copyfile(model_record, out / "model" / model_record.name)
+    shutil.copyfile(paths.model / MODEL_RECORD, out / "model" / MODEL_RECORD)
     (out / "runtime").mkdir()
-    shutil.copyfile(runtime_record, out / "runtime" / runtime_record.name)
-    for rel in walk_files(analysis_dir):
+    shutil.copyfile(paths.runtime_record, out / "runtime" / paths.runtime_record.name)
+    for rel in walk_files(paths.analysis):
         dest = out / bundle_path(rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(analysis_dir / rel, dest)
-    if (paths.root / "profile").is_dir():  # the profiling pass: traces, windows, tables
-        _copy_tree(paths.root / "profile", out / "profile", skip_suffixes=(".tmp",))
+        shutil.copyfile(paths.analysis / rel, dest)
+    if paths.profiles.is_dir():  # the profiling pass: traces, windows, tables
+        _copy_tree(paths.profiles, out / "profile", skip_suffixes=(".tmp",))
     for pattern in WORKFLOW_FILES:
         for src in sorted(repo.glob(pattern)):
             dest = out / "workflow" / src.relative_to(repo)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dest)
 
-    config = redacted_config({k: v for k, v in exp.to_dict().items() if k not in leave_out})
-    (out / "config.resolved.yaml").write_text(
-        yaml.safe_dump(config, sort_keys=True, default_flow_style=False), encoding="utf-8"
-    )
-    started, finished = _run_window(paths)
-    model = read_json(model_record)
-    runtime = read_json(runtime_record)
+
+def _servers(bundled: ExperimentPaths) -> tuple[dict[str, Any], str | None]:
+    """Per server configuration in the bundle, its launch command, environment and arguments
+    and what its server resolved; and the vLLM version the servers report (the first by name
+    when they differ, None when none does)."""
     servers: dict[str, Any] = {}
     versions = set()
-    for sc_dir in sorted((out / "server").iterdir()):
-        launch = read_json(sc_dir / "launch.json") if (sc_dir / "launch.json").exists() else {}
-        cap = read_json(sc_dir / "capacity.json") if (sc_dir / "capacity.json").exists() else {}
-        versions.add(cap.get("version_endpoint") or cap.get("version"))
+    for sc_dir in sorted(bundled.servers.iterdir()):
+        launch = LaunchRecord.read_if_present(bundled.launch(sc_dir.name))
+        cap = CapacityRecord.read_if_present(bundled.capacity(sc_dir.name))
+        version = cap.vllm_version if cap is not None else None
+        versions.add(version)
         servers[sc_dir.name] = {
-            "command": launch.get("command"),
-            "env": launch.get("env"),
-            "args": launch.get("args"),
-            "resolved_args": cap.get("non_default_args"),
-            "vllm_version": cap.get("version_endpoint") or cap.get("version"),
+            "command": launch.get("command") if launch else None,
+            "env": launch.get("env") if launch else None,
+            "args": launch.get("args") if launch else None,
+            "resolved_args": cap.get("non_default_args") if cap else None,
+            "vllm_version": version,
         }
-    provenance = {
+    return servers, sorted(v for v in versions if v)[0] if any(versions) else None
+
+
+def _provenance(
+    experiment: str,
+    paths: ExperimentPaths,
+    out: Path,
+    repo: Path,
+    config: dict[str, Any],
+    host: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """provenance.json: the model, the runtime, the servers (as bundled in `out`), the host,
+    the pipeline, the stopping rule, the config and when the measurement ran."""
+    started, finished = _run_window(paths)
+    model = read_json(paths.model / MODEL_RECORD)
+    runtime = RuntimeRecord.read(paths.runtime_record).doc
+    servers, vllm_version = _servers(ExperimentPaths(out))
+    return {
         "format_version": FORMAT_VERSION,
-        "experiment": exp.name,
+        "experiment": experiment,
         "model": {
             "source": model["source"],
             "repo": model.get("repo"),
@@ -189,7 +232,7 @@ def build_bundle(
         "runtime": {
             k: runtime.get(k) for k in RUNTIME_KEYS if k in runtime or k in RUNTIME_KEYS[:5]
         },
-        "vllm_version": sorted(v for v in versions if v)[0] if any(versions) else None,
+        "vllm_version": vllm_version,
         "servers": servers,
         "host": host_facts() if host is None else host,
         "pipeline": pipeline_facts(repo),
@@ -200,18 +243,14 @@ def build_bundle(
         "started": _iso(started),
         "finished": _iso(finished),
     }
-    write_json(out / "provenance.json", provenance)
-    _write_ro_crate(out, exp.name, provenance, runtime)
-    _write_attestation(out, provenance)
-    return _finish(out, exp.name)
 
 
 def _stopping_rule(paths: ExperimentPaths) -> dict[str, Any]:
     """A sequential sweep's stopping rule, its parameters, the rounds measured and why it
     stopped (run.json `sequential`); nothing for a fixed number of repeats."""
-    for run in sorted(paths.root.glob("raw/*/run.json")):
-        seq = read_json(run).get("sequential")
-        if isinstance(seq, dict):
+    for run in paths.run_files():
+        seq = RunRecord.read(run).sequential
+        if seq is not None:
             return {
                 "stopping_rule": {
                     **seq["rule"],
@@ -254,7 +293,6 @@ def _write_ro_crate(
     out: Path, experiment: str, prov: dict[str, Any], runtime: dict[str, Any]
 ) -> None:
     """A Workflow Run Crate: the workflow, one CreateAction per stage, inputs and outputs."""
-    from rocrate.model.contextentity import ContextEntity
     from rocrate.rocrate import ROCrate
 
     crate = ROCrate(gen_preview=False)
@@ -264,6 +302,24 @@ def _write_ro_crate(
         {"@id": "https://w3id.org/ro/wfrun/process/0.5"},
         {"@id": "https://w3id.org/ro/wfrun/workflow/0.5"},
     ]
+    workflow, server_sw = _crate_software(crate, out, prov, runtime)
+    _crate_actions(crate, out, prov, workflow, server_sw)
+    crate.metadata.write(out)
+    # rocrate writes indented JSON; re-serialize with sorted keys for stable bytes
+    meta = json.loads((out / "ro-crate-metadata.json").read_text(encoding="utf-8"))
+    meta["@graph"].sort(key=lambda e: str(e.get("@id")))
+    (out / "ro-crate-metadata.json").write_text(
+        json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+
+
+def _crate_software(
+    crate: Any, out: Path, prov: dict[str, Any], runtime: dict[str, Any]
+) -> tuple[Any, Any]:
+    """The crate's workflow (the Snakefile, in Snakemake, its main entity) and the server
+    software (vLLM in its runtime)."""
+    from rocrate.model.contextentity import ContextEntity
+
     snakemake_lang = crate.add(
         ContextEntity(
             crate,
@@ -298,19 +354,26 @@ def _write_ro_crate(
             },
         )
     )
+    return workflow, server_sw
 
-    def files(prefix: str) -> list[Any]:
-        out_files = []
-        for rel in walk_files(out / prefix) if (out / prefix).is_dir() else []:
-            path = f"{prefix}/{rel}"
-            if path.endswith((".json", ".gz", ".csv", ".svg", ".png", ".log", ".md", ".jsonl")):
-                out_files.append(crate.add_file(out / path, path))
-        return out_files
 
-    model_files = files("model")
-    runtime_files = files("runtime")
-    start = prov["started"]
-    end = prov["finished"]
+def _crate_files(crate: Any, out: Path, prefix: str) -> list[Any]:
+    """The files under `prefix` of the bundle `out`, added to the crate."""
+    out_files = []
+    for rel in walk_files(out / prefix) if (out / prefix).is_dir() else []:
+        path = f"{prefix}/{rel}"
+        if path.endswith((".json", ".gz", ".csv", ".svg", ".png", ".log", ".md", ".jsonl")):
+            out_files.append(crate.add_file(out / path, path))
+    return out_files
+
+
+def _crate_actions(
+    crate: Any, out: Path, prov: dict[str, Any], workflow: Any, server_sw: Any
+) -> None:
+    """One CreateAction per stage: model, runtime, a sweep per server configuration, the
+    analysis; each with what it used and what it made."""
+    model_files = _crate_files(crate, out, "model")
+    runtime_files = _crate_files(crate, out, "runtime")
     crate.add_action(
         workflow,
         identifier="#stage-model",
@@ -328,15 +391,15 @@ def _write_ro_crate(
             workflow,
             identifier=f"#stage-sweep-{sc}",
             object=model_files + runtime_files,
-            result=files(f"raw/{sc}") + files(f"server/{sc}"),
+            result=_crate_files(crate, out, f"raw/{sc}") + _crate_files(crate, out, f"server/{sc}"),
             properties={
                 "name": f"sweep: server configuration {sc}",
-                "startTime": start,
-                "endTime": end,
+                "startTime": prov["started"],
+                "endTime": prov["finished"],
                 "instrument": [{"@id": workflow.id}, {"@id": server_sw.id}],
             },
         )
-    tables = files("tables") + files("figures")
+    tables = _crate_files(crate, out, "tables") + _crate_files(crate, out, "figures")
     report = crate.add_file(out / "report.md", "report.md")
     crate.add_action(
         workflow,
@@ -344,13 +407,6 @@ def _write_ro_crate(
         object=[],
         result=tables + [report],
         properties={"name": "analysis: tables, figures, report"},
-    )
-    crate.metadata.write(out)
-    # rocrate writes indented JSON; re-serialize with sorted keys for stable bytes
-    meta = json.loads((out / "ro-crate-metadata.json").read_text(encoding="utf-8"))
-    meta["@graph"].sort(key=lambda e: str(e.get("@id")))
-    (out / "ro-crate-metadata.json").write_text(
-        json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
 
 

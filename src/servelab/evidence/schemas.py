@@ -8,6 +8,16 @@ from pathlib import Path
 
 from servelab.errors import ServelabError
 from servelab.jsonio import json_path, load_schema
+from servelab.paths import (
+    CAPACITY_FILE,
+    CAPTURE_FILE,
+    LAUNCH_FILE,
+    POINT_FILE,
+    PROFILE_FILE,
+    RUN_FILE,
+    RUNTIME_FILE,
+    WINDOWS_FILE,
+)
 
 __all__ = [
     "RULES",
@@ -24,12 +34,12 @@ RULES: list[tuple[str, str]] = [
     ("manifest.json", "manifest"),
     ("provenance.json", "provenance"),
     ("attestation.intoto.json", "intoto"),
-    ("raw/*/rep*/c*/point.json", "point"),
-    ("raw/*/warmup/point.json", "point"),
-    ("raw/*/run.json", "run"),
-    ("server/*/capacity.json", "capacity"),
-    ("server/*/launch.json", "launch"),
-    ("runtime/runtime.json", "runtime"),
+    (f"raw/*/rep*/c*/{POINT_FILE}", "point"),
+    (f"raw/*/warmup/{POINT_FILE}", "point"),
+    (f"raw/*/{RUN_FILE}", "run"),
+    (f"server/*/{CAPACITY_FILE}", "capacity"),
+    (f"server/*/{LAUNCH_FILE}", "launch"),
+    (f"runtime/{RUNTIME_FILE}", "runtime"),
     ("model/servelab-model.json", "model"),
     ("tables/knee.json", "knee"),
     ("tables/diagnoses.json", "diagnoses"),
@@ -37,9 +47,9 @@ RULES: list[tuple[str, str]] = [
     ("tables/validity.json", "validity"),
     ("tables/slo.json", "slo"),
     ("tables/rounds.json", "rounds"),
-    ("profile/*/profile.json", "profile"),
-    ("profile/*/windows.json", "windows"),
-    ("profile/*/capture.json", "capture"),
+    (f"profile/*/{PROFILE_FILE}", "profile"),
+    (f"profile/*/{WINDOWS_FILE}", "windows"),
+    (f"profile/*/{CAPTURE_FILE}", "capture"),
 ]
 # JSON files whose format is someone else's standard, validated by its own tools
 FOREIGN = {"ro-crate-metadata.json": "ro-crate 1.3"}

@@ -10,6 +10,10 @@
 - `forwards`: forwards from attention launches, the steady state, ratios between windows.
 - `codepaths`: the attention kernel's code paths (grid dimensions that do not grow with the
   batch), their steady state, and the localisation verdict between windows.
-- `analyze`: a trace and its windows in, the profile out (`analyze_trace`).
-- `report`: the `profile_report` stage: profile.json, CSV tables and the report section.
+- `trace_analysis`: a trace and its windows in, the profile out (`analyze_trace`).
+- `rendering`: a profile rendered: the CSV tables and the report section (profile.md).
+- `report`: the `profile_report` stage (`analyze_capture`): profile.json, the CSV tables and
+  profile.md of one captured configuration, written by `write_profile`.
+
+`servelab profile analyze` is `servelab.cli.profile`.
 """

@@ -43,23 +43,23 @@ from typing import Any
 from servelab.client import PointRun, Workload, run_point
 from servelab.container import ContainerRun, Mount
 from servelab.errors import ServelabError
-from servelab.experiment import Experiment
 from servelab.hostfacts import node_facts
-from servelab.jsonio import write_json, write_jsonl_gz
-from servelab.paths import ExperimentPaths
+from servelab.job import ConfigJob, MeasureJob, Say
+from servelab.jsonio import write_jsonl_gz
+from servelab.paths import SERVER_LOG
 from servelab.profile.commands import (
     nsys_export_command,
     profiler_additions,
     profiler_interface,
 )
 from servelab.profile.plan import NsysUse, for_runtime, profile_plan
-from servelab.profile.windows import FORMAT_VERSION, Window, windows_json
+from servelab.profile.windows import Window, windows_json
+from servelab.records import CaptureRecord, WindowsRecord
 from servelab.redact import redact_argv, redact_env
 from servelab.runtime import NSYS_GLOBS, find_host_nsys
 from servelab.server import Server, ServerLaunch, choose_port, raise_on_signals
 from servelab.session import LaunchAdditions, Session, build_launch, serve, server_container
 
-Say = Callable[[str], None]
 Which = Callable[[str], str | None]
 NVTX_DOMAIN = "servelab"
 
@@ -162,13 +162,9 @@ def generated_report(log_path: Path, offset: int = 0) -> Path | None:
 
 
 def run_profile(
-    exp: Experiment,
-    paths: ExperimentPaths,
+    job: MeasureJob,
     sc: str,
     *,
-    model_dir: Path,
-    runtime: Mapping[str, Any],
-    say: Say = print,
     which: Which = shutil.which,
     nsys_globs: Sequence[str] = NSYS_GLOBS,
 ) -> dict[str, Any]:
@@ -178,16 +174,7 @@ def run_profile(
     which and nsys_globs: how Nsight Systems is looked for on this host
     (servelab.runtime.find_host_nsys). A capture that fails is a "not profiled" record with
     the reason and what was measured, unless profile.required is true."""
-    planned = plan_capture(
-        exp,
-        paths,
-        sc,
-        model_dir=model_dir,
-        runtime=runtime,
-        say=say,
-        which=which,
-        nsys_globs=nsys_globs,
-    )
+    planned = plan_capture(job, sc, which=which, nsys_globs=nsys_globs)
     if planned.job is not None:
         raise_on_signals()
     return planned.finish(planned.job.capture if planned.job is not None else None)
@@ -227,36 +214,33 @@ class PlannedCapture:
                 self.fail(exc)
         if self.job is not None:
             self.record["job_wall_s"] = round(time.monotonic() - self.t0, 3)
-        write_json(self.out / "capture.json", self.record)
+        CaptureRecord(self.record).write(self.out / CaptureRecord.FILE)
         self.written = True
         return self.record
 
 
 def plan_capture(
-    exp: Experiment,
-    paths: ExperimentPaths,
+    job: MeasureJob,
     sc: str,
     *,
-    model_dir: Path,
-    runtime: Mapping[str, Any],
-    say: Say = print,
     which: Which = shutil.which,
     nsys_globs: Sequence[str] = NSYS_GLOBS,
 ) -> PlannedCapture:
     """The tool that profiles `sc` here (servelab.profile.plan) and the job that will; a
     configuration that is not profiled gets its complete "not profiled" record."""
     t_job = time.monotonic()
+    exp, paths, say = job.exp, job.paths, job.say
     out = paths.profile(sc)
     out.mkdir(parents=True, exist_ok=True)
     p = exp.profile
     decision = for_runtime(
         profile_plan(exp, which, nsys_globs)[sc],
         p,
-        runtime,
+        job.runtime.doc,
         lambda: find_host_nsys(p.nsys, which, nsys_globs),
     )
     record: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
+        "format_version": CaptureRecord.FORMAT_VERSION,
         "server_config": sc,
         "tool": decision.tool,
         "note": decision.note,
@@ -267,58 +251,29 @@ def plan_capture(
         say(f"[{sc}] not profiled: {decision.reason}")
         record.update(status="not profiled", reason=decision.reason, traces=[], points=[])
         return PlannedCapture(record, None, t_job, out)
-    job = CaptureJob(exp, paths, sc, decision.tool, model_dir, runtime, say, decision.nsys)
-    return PlannedCapture(record, job, t_job, out)
+    capture = CaptureJob(job, sc, decision.tool, decision.nsys)
+    return PlannedCapture(record, capture, t_job, out)
 
 
-def profiled_launch(
-    exp: Experiment,
-    paths: ExperimentPaths,
-    sc: str,
-    *,
-    tool: str,
-    model_dir: Path,
-    runtime: Mapping[str, Any],
-    interface: str,
-    nsys: str,
-    port: int,
-    mounts: Sequence[Mount] = (),
-) -> ServerLaunch:
+def profiled_launch(capture: CaptureJob, interface: str, port: int) -> ServerLaunch:
     """The profiled server's command line and environment (tested without a GPU): the
-    sweep's launch of `sc`, with the profiler added (mounts: in a container, the host's
-    Nsight Systems)."""
-    additions = profiler_additions(
-        tool,
-        paths.profile(sc),
-        interface=interface,
-        nsys=nsys,
-        max_iterations=exp.profile.max_iterations,
-        mounts=mounts,
-    )
+    sweep's launch of the capture's configuration, with the profiler added (`additions`: in a
+    container, the Nsight Systems it runs mounted in)."""
     return build_launch(
-        exp,
-        paths,
-        sc,
-        model_dir=model_dir,
-        runtime=runtime,
+        capture.job,
+        capture.sc,
         port=port,
         purpose="profile",
-        additions=additions,
+        additions=capture.additions(interface),
     )
 
 
 @dataclass(frozen=True)
-class CaptureJob:
+class CaptureJob(ConfigJob):
     """One capture job: a server configuration, the tool that profiles it, and its folder
     profile/<sc>/. `progress` holds what capture.json keeps when the capture fails."""
 
-    exp: Experiment
-    paths: ExperimentPaths
-    sc: str
     tool: str  # torch | nsys
-    model_dir: Path
-    runtime: Mapping[str, Any]
-    say: Say
     nsys: NsysUse | None = None  # the Nsight Systems that runs (tool nsys)
     progress: dict[str, Any] = field(default_factory=dict)
 
@@ -353,7 +308,7 @@ class CaptureJob:
         for d in (self.raw_dir, self.trace_dir):
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
-        return profiler_interface(self.exp.profile, self.runtime)
+        return profiler_interface(self.exp.profile, self.job.runtime.doc)
 
     def additions(self, interface: str) -> LaunchAdditions:
         """What the capture adds to the server's launch (servelab.profile.commands)."""
@@ -373,31 +328,17 @@ class CaptureJob:
         interface = self.prepare()
         nsys = self.nsys_executable
         port = choose_port(self.exp.server.host, self.exp.server.port, self.note)
-        launch = profiled_launch(
-            self.exp,
-            self.paths,
-            self.sc,
-            tool=tool,
-            model_dir=self.model_dir,
-            runtime=self.runtime,
-            interface=interface,
-            nsys=nsys,
-            port=port,
-            mounts=self.mounts,
-        )
+        launch = profiled_launch(self, interface, port)
         self.launched(interface, launch)
         helper = server_container(
-            self.exp,
-            self.paths,
+            self.job,
             self.sc,
-            model_dir=self.model_dir,
-            runtime=self.runtime,
             purpose="profile-helper",
             writable=(self.out,),
             mounts=self.mounts,
             gpus=False,
         )
-        log_path = self.out / "server.log"
+        log_path = self.out / SERVER_LOG
         t0 = time.monotonic()
         self.note(
             f"starting vLLM with the {tool} profiler ({interface} interface) on {launch.base_url}"
@@ -469,10 +410,9 @@ class CaptureJob:
         """windows.json, and the fields of capture.json every capture has (the launch's as
         `launched` kept them)."""
         shutil.rmtree(self.raw_dir, ignore_errors=True)
-        write_json(
-            self.out / "windows.json",
-            windows_json(windows, server_config=self.sc, tool=self.tool, nvtx=nvtx_available()),
-        )
+        WindowsRecord(
+            windows_json(windows, server_config=self.sc, tool=self.tool, nvtx=nvtx_available())
+        ).write(self.out / WindowsRecord.FILE)
         self.note(f"{len(rows)} points captured in {time.monotonic() - t0:.1f} s")
         return {
             "status": "profiled",
@@ -480,7 +420,7 @@ class CaptureJob:
             **{k: self.progress[k] for k in ("interface", "command", "env")},
             "node": node_facts(),  # the node it ran on, as a sweep's launch.json records it
             "traces": traces,
-            "windows": "windows.json",
+            "windows": WindowsRecord.FILE,
             "points": rows,
         }
 

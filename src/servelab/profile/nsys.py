@@ -498,28 +498,19 @@ class NsysTrace:
             out[w].append(KernelStat(name=names[sn], full=names[name], calls=calls, total_ns=dur))
         return out
 
-    def main_pass(
-        self,
-        windows: Sequence[ResolvedWindow],
-        full_names: set[str],
-        display: Mapping[str, str],
-        layers: int | None,
-        dims: Sequence[int],
-        labels: Mapping[str, str] | None = None,
-        origins: bool = False,
-    ) -> MainPass:
+    def main_pass(self, windows: Sequence[ResolvedWindow], query: MainQuery) -> MainPass:
         """One read of the main attention kernel's launches (one row in a few): its calls and
-        time per window and grid, each grid dimension's values, and, when `layers` is known,
-        its forwards per window and GPU for each grid dimension in `dims` that may carry
-        the population (the caller picks one once every value is seen). With several names
-        (instantiations) and their `labels`, a launch's key carries its label after the grid;
-        with `origins`, each forward records its first launch's (globalPid, correlationId).
-        Rows are read as stored while each GPU's launches come in start order, else again,
-        sorted."""
+        time per window and grid, each grid dimension's values, and, when the layer count is
+        known, its forwards per window and GPU for each grid dimension in `query.dims` that
+        may carry the population (the caller picks one once every value is seen). With
+        several names (instantiations) and their labels, a launch's key carries its label
+        after the grid; with `query.origins`, each forward records its first launch's
+        (globalPid, correlationId). Rows are read as stored while each GPU's launches come
+        in start order, else again, sorted."""
         res = MainPass([[] for _ in windows])
-        if not windows or not full_names or not self.has(KERNEL):
+        if not windows or not query.full_names or not self.has(KERNEL):
             return res
-        names = sorted(full_names)
+        names = sorted(query.full_names)
         ids = {
             int(i): str(v)
             for i, v in self.con.execute(
@@ -529,31 +520,31 @@ class NsysTrace:
         }
         if not ids:
             return res
+        labels = query.labels
         lab = {i: labels[v] for i, v in ids.items() if v in labels} if labels else {}
         if len(ids) < 2 or len(lab) != len(ids):
             lab = {}
         for ordered in (False, True):
-            got = self._main_pass(windows, ids, display, layers, dims, ordered, lab, origins)
+            got = self._main_pass(windows, ids, lab, query, ordered)
             if got is not None:
                 return got
         raise AssertionError("sorted launches came out of order")  # pragma: no cover
 
-    def _main_pass(
+    def _main_launches(
         self,
         windows: Sequence[ResolvedWindow],
         ids: Mapping[int, str],
-        display: Mapping[str, str],
-        layers: int | None,
-        dims: Sequence[int],
-        ordered: bool,
-        lab: Mapping[int, str],
         origins: bool,
-    ) -> MainPass | None:
+        ordered: bool,
+    ) -> sqlite3.Cursor:
+        """The main kernel's launches in the windows: window, name id, GPU, start, end, grid
+        (and with `origins`, globalPid and correlationId); with `ordered`, sorted by GPU and
+        start."""
         which = _window_case(windows, "{i}", overlap=False, outside="NULL")
         # one name (the usual case): its id is not read per row
         name = str(next(iter(ids))) if len(ids) == 1 else "n"
         outer, inner = (", p, c", ", globalPid AS p, correlationId AS c") if origins else ("", "")
-        cur = self.con.execute(
+        return self.con.execute(
             f"""SELECT w, {name}, d, s, e, gx, gy, gz{outer}
                 FROM (SELECT {which} AS w, demangledName AS n, {self.gpu_expr} AS d,
                              start AS s, "end" AS e, gridX AS gx, gridY AS gy,
@@ -566,38 +557,27 @@ class NsysTrace:
                 {"ORDER BY d, s" if ordered else ""}""",
             list(ids),
         )
+
+    def _main_pass(
+        self,
+        windows: Sequence[ResolvedWindow],
+        ids: Mapping[int, str],
+        lab: Mapping[int, str],
+        query: MainQuery,
+        ordered: bool,
+    ) -> MainPass | None:
+        """The main pass over the launches as read (`ordered`: sorted); None when a GPU's
+        launches in a window come out of start order (then read again, sorted)."""
+        cur = self._main_launches(windows, ids, query.origins, ordered)
         grid: dict[tuple[int, ...], list[int]] = {}
         last: dict[tuple[int, int], int] = {}
+        layers = query.layers
         groupers: dict[int, dict[tuple[int, str], ForwardGrouper]] = (
-            {d: {} for d in dims} if layers is not None else {}
+            {d: {} for d in query.dims} if layers is not None else {}
         )
         nkey = 4 if lab else 3  # key columns: the grid, and the instantiation's label
         while rows := cur.fetchmany(8192):
-            # column by column: the work per row stays in C
-            w_, n_, d_, s_, e_, gx_, gy_, gz_, *more = zip(*rows, strict=True)
-            grids = [gx_, gy_, gz_]
-            _add_grid(grid, (w_, n_, *grids), s_, e_)
-            cols: list[Sequence[Any]] = list(grids)
-            if lab:
-                cols.append([lab[n_[0]]] * len(n_) if _constant(n_) else [lab[i] for i in n_])
-            if origins:
-                cols.append(list(zip(more[0], more[1], strict=True)))
-            runs: dict[tuple[int, int], tuple[Sequence[int], Sequence[int], list[Any]]]
-            if _constant(w_) and _constant(d_):  # one window, one device: the usual chunk
-                runs = {(w_[0], d_[0]): (s_, e_, cols)}
-            else:
-                at: dict[tuple[int, int], list[int]] = {}
-                for j, k in enumerate(zip(w_, d_, strict=True)):
-                    at.setdefault(k, []).append(j)
-                runs = {
-                    k: (
-                        [s_[j] for j in js],
-                        [e_[j] for j in js],
-                        [[g[j] for j in js] for g in cols],
-                    )
-                    for k, js in at.items()
-                }
-            for (w, d), (starts, ends, rcols) in runs.items():
+            for (w, d), (starts, ends, rcols) in _chunk_runs(rows, grid, lab, query).items():
                 prev = last.get((w, d))
                 if (prev is not None and starts[0] < prev) or list(starts) != sorted(starts):
                     cur.close()
@@ -614,17 +594,68 @@ class NsysTrace:
                         rcols[dim],
                         rcols[dim],
                         rcols[:nkey],
-                        rcols[nkey] if origins else None,
+                        rcols[nkey] if query.origins else None,
                     )
         res = MainPass([[] for _ in windows], groupers)
         for (w, n, gx, gy, gz), (calls, dur) in grid.items():
             full = ids[n]
             res.stats[w].append(
-                KernelStat(display.get(full, full), full, calls, dur, grid=(gx, gy, gz))
+                KernelStat(query.display.get(full, full), full, calls, dur, grid=(gx, gy, gz))
             )
             for dim, v in enumerate((gx, gy, gz)):
                 res.distinct[dim].add(v)
         return res
+
+
+@dataclass(frozen=True)
+class MainQuery:
+    """What the main pass reads of the main attention kernel: its full names and the names
+    shown (nsys shortName), the layer count (None: no forwards), the grid dimensions that may
+    carry the population, its instantiations' labels (full name -> "#1", ...), and whether
+    each forward records its first launch's origin."""
+
+    full_names: set[str]
+    display: Mapping[str, str]
+    layers: int | None
+    dims: Sequence[int]
+    labels: Mapping[str, str] | None = None
+    origins: bool = False
+
+
+Run = tuple[Sequence[int], Sequence[int], list[Any]]
+
+
+def _chunk_runs(
+    rows: list[Any],
+    grid: dict[tuple[int, ...], list[int]],
+    lab: Mapping[int, str],
+    query: MainQuery,
+) -> dict[tuple[int, int], Run]:
+    """One chunk of the main pass's rows: adds its calls and time per (window, name, grid)
+    to `grid`, and returns its launches per (window, device) as starts, ends and the key
+    columns (the grid, the instantiation's label with `lab`, the origin with
+    `query.origins`). Column by column: the work per row stays in C."""
+    w_, n_, d_, s_, e_, gx_, gy_, gz_, *more = zip(*rows, strict=True)
+    grids = [gx_, gy_, gz_]
+    _add_grid(grid, (w_, n_, *grids), s_, e_)
+    cols: list[Sequence[Any]] = list(grids)
+    if lab:
+        cols.append([lab[n_[0]]] * len(n_) if _constant(n_) else [lab[i] for i in n_])
+    if query.origins:
+        cols.append(list(zip(more[0], more[1], strict=True)))
+    if _constant(w_) and _constant(d_):  # one window, one device: the usual chunk
+        return {(w_[0], d_[0]): (s_, e_, cols)}
+    at: dict[tuple[int, int], list[int]] = {}
+    for j, k in enumerate(zip(w_, d_, strict=True)):
+        at.setdefault(k, []).append(j)
+    return {
+        k: (
+            [s_[j] for j in js],
+            [e_[j] for j in js],
+            [[g[j] for j in js] for g in cols],
+        )
+        for k, js in at.items()
+    }
 
 
 def _constant(col: tuple[int, ...]) -> bool:

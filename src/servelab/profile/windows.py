@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.jsonio import read_json
+from servelab.records import WindowsRecord
 
-# The format of the profile pass's files (windows.json, capture.json, profile.json).
-FORMAT_VERSION = 1
+# The format of windows.json (servelab.records.WindowsRecord).
+FORMAT_VERSION = WindowsRecord.FORMAT_VERSION
 CLOCKS = ("trace", "epoch")
 
 
@@ -88,7 +88,8 @@ def parse_windows(data: Any, source: str) -> list[Window]:
 
 
 def load_windows(path: Path) -> list[Window]:
-    return parse_windows(read_json(path), str(path))
+    """The windows of a windows.json, the file checked (WindowsRecord) and then each window."""
+    return parse_windows(WindowsRecord.read(path).doc, str(path))
 
 
 def windows_json(windows: Sequence[Window], **top: Any) -> dict[str, Any]:
@@ -109,7 +110,7 @@ def windows_json(windows: Sequence[Window], **top: Any) -> dict[str, Any]:
                 "output_tokens": w.output_tokens,
             }
         )
-    return {"format_version": FORMAT_VERSION, **top, "windows": rows}
+    return WindowsRecord.new({**top, "windows": rows}).doc
 
 
 def to_trace_clock(

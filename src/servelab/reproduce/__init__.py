@@ -30,8 +30,8 @@ from servelab.reproduce.comparison import (
     reference_orderings,
     reproduce_experiment,
 )
+from servelab.reproduce.markdown import report_markdown
 from servelab.reproduce.provenance_diff import provenance_diff
-from servelab.reproduce.report import report_markdown
 from servelab.reproduce.sides import Side, open_side
 from servelab.reproduce.verdict import verdict_lines
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from servelab.analysis.claims import NOT_COMPARABLE as CLAIM_NOT_COMPARABLE
-from servelab.analysis.claims import evaluate_claims
+from servelab.analysis.claims import Findings, evaluate_claims
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.groups import PAIRED_METRICS, Groups, paired_table
@@ -51,7 +51,7 @@ def _claim(a: Analysed, opts: AnalysisSection, claim: str) -> dict[str, Any]:
     if a.ds.sequential is not None:
         rule = StoppingRule.from_json(a.ds.sequential["rule"])
         return sequential_claims(a.ds, one, rule, a.ds.sequential.get("stopped"))[0][0]
-    res = evaluate_claims(a.g, one, a.knee, a.dominance, a.diagnoses, a.ds.nodes)
+    res = evaluate_claims(a.g, one, Findings(a.knee, a.dominance, a.diagnoses), a.ds.nodes)
     return res[0]
 
 

@@ -28,8 +28,8 @@ from servelab.reproduce.checks import (
     pair_rows,
     point_rows,
 )
+from servelab.reproduce.markdown import report_markdown
 from servelab.reproduce.provenance_diff import provenance_diff
-from servelab.reproduce.report import report_markdown
 from servelab.reproduce.sides import Side, open_side
 
 FORMAT_VERSION = 1

@@ -20,6 +20,7 @@ from typing import Any
 from servelab.errors import ServelabError
 from servelab.experiment import TelemetrySection
 from servelab.jsonio import DamagedFile, dumps, json_object_line
+from servelab.paths import TELEMETRY_FILE
 from servelab.telemetry.gpus import GpuSelection
 from servelab.telemetry.sources import (
     GpuSource,
@@ -31,7 +32,7 @@ from servelab.telemetry.sources import (
 )
 from servelab.telemetry.summary import summarize
 
-FILE_NAME = "telemetry.jsonl"
+FILE_NAME = TELEMETRY_FILE
 SOURCE_ORDER = {"gpu": 0, "cpu": 1, "server": 2, "rapl": 3}
 
 

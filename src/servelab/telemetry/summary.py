@@ -20,7 +20,7 @@ Pure functions of the samples of `telemetry.jsonl` and the point window
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -467,42 +467,32 @@ def _by_device(devices: Sequence[Mapping[str, Any]], field: str) -> str | None:
     return ";".join("" if v is None else f"{float(v):.1f}" for v in vals)
 
 
-def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Any]:
-    """One point's telemetry as flat columns (always the keys of COLUMNS and ENERGY_COLUMNS;
-    null when unknown).
+def _over_devices(
+    devices: Sequence[Mapping[str, Any]], field: str, stat: str, how: str
+) -> float | None:
+    """One statistic of every GPU combined: their mean (`how` "mean") or the largest."""
+    vals = [_get(d, field, stat) for d in devices]
+    have = [float(v) for v in vals if v is not None]
+    if not have:
+        return None
+    return statistics.fmean(have) if how == "mean" else max(have)
 
-    The GPUs are the server's (those sampled). Several GPUs: utilization and power means are
-    averaged over devices, maxima are the largest device's; `gpu_indices`, `gpu_uuids` and the
-    `*_by_device` columns list each GPU, `;`-separated, in NVML index order. KV usage is a
-    fraction (0-1); CPU percent is of one core. `utilization_pct` is 0-100 for either kind of
-    device: the GPU's mean where GPUs were sampled, else the server's CPU as a share of all the
-    host's cores.
-    """
-    out: dict[str, Any] = dict.fromkeys((*COLUMNS, *ENERGY_COLUMNS))
-    if not summary or summary.get("enabled") is False:
-        out["gpu_absent"] = "telemetry disabled" if summary else "no telemetry recorded"
-        out["server_metrics_absent"] = out["energy_absent"] = out["gpu_absent"]
-        return out
+
+def _gpu_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The GPUs' columns: utilization, clock, memory, power and temperature over devices,
+    their selection, and each device's index, UUID, utilization and power."""
     gpu = summary.get("gpu") or {}
     devices = gpu.get("devices") or []
-    out["gpu_absent"] = gpu.get("absent")
+    out: dict[str, Any] = {"gpu_absent": gpu.get("absent")}
     out["gpu_devices"] = len(devices) if devices else None
-
-    def over_devices(field: str, stat: str, how: str) -> float | None:
-        vals = [_get(d, field, stat) for d in devices]
-        have = [float(v) for v in vals if v is not None]
-        if not have:
-            return None
-        return statistics.fmean(have) if how == "mean" else max(have)
-
-    out["gpu_util_pct_mean"] = over_devices("util_pct", "mean", "mean")
-    out["gpu_util_pct_p95"] = over_devices("util_pct", "p95", "max")
-    out["gpu_util_pct_max"] = over_devices("util_pct", "max", "max")
-    out["gpu_sm_clock_mhz_mean"] = over_devices("sm_clock_mhz", "mean", "mean")
-    out["gpu_mem_used_bytes_max"] = over_devices("mem_used_bytes", "max", "max")
-    out["gpu_power_w_mean"] = over_devices("power_w", "mean", "mean")
-    out["gpu_power_w_max"] = over_devices("power_w", "max", "max")
-    out["gpu_temp_c_max"] = over_devices("temp_c", "max", "max")
+    out["gpu_util_pct_mean"] = _over_devices(devices, "util_pct", "mean", "mean")
+    out["gpu_util_pct_p95"] = _over_devices(devices, "util_pct", "p95", "max")
+    out["gpu_util_pct_max"] = _over_devices(devices, "util_pct", "max", "max")
+    out["gpu_sm_clock_mhz_mean"] = _over_devices(devices, "sm_clock_mhz", "mean", "mean")
+    out["gpu_mem_used_bytes_max"] = _over_devices(devices, "mem_used_bytes", "max", "max")
+    out["gpu_power_w_mean"] = _over_devices(devices, "power_w", "mean", "mean")
+    out["gpu_power_w_max"] = _over_devices(devices, "power_w", "max", "max")
+    out["gpu_temp_c_max"] = _over_devices(devices, "temp_c", "max", "max")
     out["telemetry_samples_gpu"] = sum(int(d.get("samples", 0)) for d in devices) or (
         0 if devices else None
     )
@@ -515,14 +505,26 @@ def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Any]:
         out["gpu_uuids"] = ";".join(str(d.get("uuid") or "") for d in devices)
     out["gpu_util_pct_mean_by_device"] = _by_device(devices, "util_pct")
     out["gpu_power_w_mean_by_device"] = _by_device(devices, "power_w")
-    energy = summary.get("energy")
-    if isinstance(energy, Mapping):
-        out["energy_source"] = energy.get("source")
-        out["energy_j"] = energy.get("joules")
-        out["joules_per_output_token"] = energy.get("joules_per_output_token")
-        out["energy_absent"] = energy.get("absent")
+    return out
 
+
+def _energy_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The server's energy over the point, where the summary has an `energy` block."""
+    energy = summary.get("energy")
+    if not isinstance(energy, Mapping):
+        return {}
+    return {
+        "energy_source": energy.get("source"),
+        "energy_j": energy.get("joules"),
+        "joules_per_output_token": energy.get("joules_per_output_token"),
+        "energy_absent": energy.get("absent"),
+    }
+
+
+def _cpu_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The CPU's columns: server, client and host CPU percent, memory, samples."""
     cpu = summary.get("cpu") or {}
+    out: dict[str, Any] = {}
     for who in ("server", "client", "host"):
         for stat in ("mean", "p95", "max"):
             out[f"cpu_{who}_util_pct_{stat}"] = _get(cpu, f"{who}_cpu_pct", stat)
@@ -531,9 +533,13 @@ def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Any]:
     for key in ("server_rss_bytes", "client_rss_bytes", "host_mem_used_bytes"):
         out[f"{key}_max"] = _get(cpu, key, "max")
     out["telemetry_samples_cpu"] = cpu.get("samples")
+    return out
 
+
+def _server_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The server's own /metrics: its queue, KV usage, tokens, latencies, scrapes."""
     srv = summary.get("server") or {}
-    out["server_metrics_absent"] = srv.get("absent")
+    out: dict[str, Any] = {"server_metrics_absent": srv.get("absent")}
     for name, key in (
         ("running", "running"),
         ("waiting", "waiting"),
@@ -554,6 +560,36 @@ def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Any]:
         out[f"server_{name}_p95_ms"] = _get(srv, name, "p95_ms")
     out["server_scrape_errors"] = srv.get("errors")
     out["telemetry_samples_server"] = srv.get("samples")
+    return out
+
+
+# the builders of telemetry_columns, each the columns of one block of the summary
+COLUMN_BUILDERS: tuple[Callable[[Mapping[str, Any]], dict[str, Any]], ...] = (
+    _gpu_columns,
+    _energy_columns,
+    _cpu_columns,
+    _server_columns,
+)
+
+
+def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One point's telemetry as flat columns (always the keys of COLUMNS and ENERGY_COLUMNS;
+    null when unknown), from each of COLUMN_BUILDERS.
+
+    The GPUs are the server's (those sampled). Several GPUs: utilization and power means are
+    averaged over devices, maxima are the largest device's; `gpu_indices`, `gpu_uuids` and the
+    `*_by_device` columns list each GPU, `;`-separated, in NVML index order. KV usage is a
+    fraction (0-1); CPU percent is of one core. `utilization_pct` is 0-100 for either kind of
+    device: the GPU's mean where GPUs were sampled, else the server's CPU as a share of all the
+    host's cores.
+    """
+    out: dict[str, Any] = dict.fromkeys((*COLUMNS, *ENERGY_COLUMNS))
+    if not summary or summary.get("enabled") is False:
+        out["gpu_absent"] = "telemetry disabled" if summary else "no telemetry recorded"
+        out["server_metrics_absent"] = out["energy_absent"] = out["gpu_absent"]
+        return out
+    for build in COLUMN_BUILDERS:
+        out.update(build(summary))
     cpu_pct, cores = out["cpu_server_util_pct_mean"], out["cpu_host_cpus"]
     out["utilization_pct"] = (
         out["gpu_util_pct_mean"]

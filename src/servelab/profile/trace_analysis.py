@@ -39,7 +39,7 @@ from servelab.profile.kernels import (
     kernels_table,
     main_attention,
 )
-from servelab.profile.nsys import KERNEL, RUNTIME, NsysTrace, StepRange, is_sqlite
+from servelab.profile.nsys import KERNEL, RUNTIME, MainQuery, NsysTrace, StepRange, is_sqlite
 from servelab.profile.torchtrace import TorchTrace
 from servelab.profile.windows import ResolvedWindow, Window, check_disjoint
 
@@ -126,6 +126,8 @@ def _analyze(
     windows: Sequence[Window],
     opts: TraceOptions,
 ) -> ProfileResult:
+    """The passes over the trace, then each window's entry, then the comparisons between
+    windows; the notes in the order the steps make them."""
     resolved = check_disjoint(trace.resolve(windows), str(paths[0]))
     notes: list[str] = []
     nsys = isinstance(trace, NsysTrace)
@@ -133,80 +135,118 @@ def _analyze(
         passes = _nsys_passes(trace, resolved, opts, notes)
     else:
         passes = _torch_passes(trace, resolved, opts, notes)
-    main = passes.main
-    dim_name = "step" if isinstance(trace, TorchTrace) and trace.kind == "cpu" else None
-    if passes.dim is not None:
-        dim_name = DIMS[passes.dim]
-    elif main and dim_name is None:
-        notes.append(
-            "no grid dimension of the main attention kernel varies: populations are "
-            "unknown (profile two concurrencies, or pass --population-dim)"
-        )
+    dim_name = _population_name(trace, passes, notes)
     if opts.layers is None:
         notes.append("layer count unknown (pass --layers or --model-config): no forwards")
     for g in passes.groupers.values():
         g.finish()
-    display = passes.display
     split, split_source = _path_split(trace, passes, opts)
-
-    devices = dict(trace.devices())
+    ctx = WindowContext(passes, dict(trace.devices()), opts, split, physical=nsys)
     info = trace.info()
     info["files"] = [p.name for p in paths]
     step_of: dict[object, StepRange] = {}
     if isinstance(trace, NsysTrace):
         step_of = _nsys_steps(trace, resolved, passes, info, notes)
-    out_windows: dict[str, Any] = {}
-    kernels: dict[str, list[dict[str, Any]]] = {}
-    forwards: dict[str, list[tuple[str, Forward]]] = {}
-    forward_steps: dict[str, dict[tuple[str, int], StepRange]] = {}
-    steady_by_label: dict[str, dict[str, Any] | None] = {}
-    for i, rw in enumerate(resolved):
-        entry, fw = _window_entry(i, rw, passes, devices, opts, split, nsys)
-        if nsys:
-            entry["steps"] = _steps_entry(rw, entry, fw, passes.steps, step_of, split)
-        out_windows[rw.label] = entry
-        kernels[rw.label] = kernels_table(passes.stats[i], opts.families)
-        forwards[rw.label] = fw
-        forward_steps[rw.label] = {
-            (d, f.index): step_of[f.origin] for d, f in fw if f.origin in step_of
-        }
-        steady_by_label[rw.label] = entry["steady"]
+    per = _window_results(resolved, ctx, step_of)
     order = [w.label for w in windows]
-    ratio_rows = ratios(order, steady_by_label)
-    for r in ratio_rows:
-        r["paths"] = path_ratios(steady_by_label.get(r["from"]), steady_by_label.get(r["to"]))
-    main_family = classify(next(iter(sorted(main))), opts.families) if main else None
-    requests = {w.label: _int_or_none(w.extra.get("requests")) for w in windows}
+    ratio_rows, verdicts = _between_windows(windows, per.entries, ctx, dim_name is not None)
     profile = {
         "format_version": PROFILE_FORMAT_VERSION,
         "status": "profiled",
         "reason": None,
         "trace": info,
-        "settings": {
-            "layers": opts.layers,
-            "layers_source": opts.layers_source,
-            "families": [[f.name, f.pattern.pattern] for f in opts.families],
-            "attention_kernel": sorted({display.get(n, n) for n in main}),
-            "attention_family": passes.family,
-            "attention_instantiations": _instantiations(passes),
-            "population_dim": dim_name,
-            "band": opts.band,
-            "path_dims": None if split_source is None else split.dim_names(),
-            "path_dims_source": split_source,
-        },
-        "windows": {label: out_windows[label] for label in order},
+        "settings": _settings(ctx, dim_name, split_source),
+        "windows": {label: per.entries[label] for label in order},
         "ratios": ratio_rows,
-        "localisation": localise(
-            order,
-            out_windows,
-            requests,
-            ratio_rows,
-            main_family,
-            population_known=dim_name is not None,
-        ),
+        "localisation": verdicts,
         "notes": notes,
     }
-    return ProfileResult(profile, kernels, forwards, split, forward_steps)
+    return ProfileResult(profile, per.kernels, per.forwards, split, per.forward_steps)
+
+
+def _population_name(trace: NsysTrace | TorchTrace, passes: Passes, notes: list[str]) -> str | None:
+    """The name of what carries the population: the grid dimension found or given, a CPU
+    trace's engine steps, or None (with a note when an attention kernel was found)."""
+    name = "step" if isinstance(trace, TorchTrace) and trace.kind == "cpu" else None
+    if passes.dim is not None:
+        return DIMS[passes.dim]
+    if passes.main and name is None:
+        notes.append(
+            "no grid dimension of the main attention kernel varies: populations are "
+            "unknown (profile two concurrencies, or pass --population-dim)"
+        )
+    return name
+
+
+def _settings(ctx: WindowContext, dim_name: str | None, split_source: str | None) -> dict[str, Any]:
+    """profile.json's settings: how the trace was analyzed."""
+    opts, passes, display = ctx.opts, ctx.passes, ctx.passes.display
+    return {
+        "layers": opts.layers,
+        "layers_source": opts.layers_source,
+        "families": [[f.name, f.pattern.pattern] for f in opts.families],
+        "attention_kernel": sorted({display.get(n, n) for n in passes.main}),
+        "attention_family": passes.family,
+        "attention_instantiations": _instantiations(passes),
+        "population_dim": dim_name,
+        "band": opts.band,
+        "path_dims": None if split_source is None else ctx.split.dim_names(),
+        "path_dims_source": split_source,
+    }
+
+
+@dataclass(frozen=True)
+class WindowResults:
+    """Per window label: its entry of profile.json, its per-kernel table, its forwards
+    (device, forward) and each forward's vLLM step ((device, forward index) -> step)."""
+
+    entries: dict[str, Any]
+    kernels: dict[str, list[dict[str, Any]]]
+    forwards: dict[str, list[tuple[str, Forward]]]
+    forward_steps: dict[str, dict[tuple[str, int], StepRange]]
+
+
+def _window_results(
+    resolved: Sequence[ResolvedWindow], ctx: WindowContext, step_of: Mapping[object, StepRange]
+) -> WindowResults:
+    """Every window's entry, kernels, forwards and forwards' steps (`step_of`: a forward's
+    origin -> its vLLM step; nsys only)."""
+    out = WindowResults({}, {}, {}, {})
+    for i, rw in enumerate(resolved):
+        entry, fw = _window_entry(i, rw, ctx)
+        if ctx.physical:
+            entry["steps"] = _steps_entry(rw, entry, fw, ctx.passes.steps, step_of, ctx.split)
+        out.entries[rw.label] = entry
+        out.kernels[rw.label] = kernels_table(ctx.passes.stats[i], ctx.opts.families)
+        out.forwards[rw.label] = fw
+        out.forward_steps[rw.label] = {
+            (d, f.index): step_of[f.origin] for d, f in fw if f.origin in step_of
+        }
+    return out
+
+
+def _between_windows(
+    windows: Sequence[Window],
+    entries: Mapping[str, Any],
+    ctx: WindowContext,
+    population_known: bool,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The steady state's ratios from window to window (all paths, then per path), and the
+    localisation verdicts."""
+    order = [w.label for w in windows]
+    steady_by_label: dict[str, dict[str, Any] | None] = {
+        label: e["steady"] for label, e in entries.items()
+    }
+    ratio_rows = ratios(order, steady_by_label)
+    for r in ratio_rows:
+        r["paths"] = path_ratios(steady_by_label.get(r["from"]), steady_by_label.get(r["to"]))
+    main = ctx.passes.main
+    main_family = classify(next(iter(sorted(main))), ctx.opts.families) if main else None
+    requests = {w.label: _int_or_none(w.extra.get("requests")) for w in windows}
+    verdicts = localise(
+        order, entries, requests, ratio_rows, main_family, population_known=population_known
+    )
+    return ratio_rows, verdicts
 
 
 @dataclass(frozen=True)
@@ -305,8 +345,7 @@ def _nsys_passes(
             notes.append("no attention kernel found: attention paths and forwards are empty")
         display = {s.full: s.name for per in stats for s in per}
         labels = _labels(stats, main)
-        mp = trace.main_pass(
-            resolved,
+        query = MainQuery(
             main,
             display,
             opts.layers if main else None,
@@ -316,6 +355,7 @@ def _nsys_passes(
             and trace.has(RUNTIME)
             and {"globalPid", "correlationId"} <= trace.columns(KERNEL),
         )
+        mp = trace.main_pass(resolved, query)
         busy = busy_job.result()
     # the main kernel's totals split by grid, in place of its totals per name
     stats = [
@@ -435,22 +475,29 @@ def _population_dim(
     return choose_dim(distinct, [0, 0, 0])
 
 
+@dataclass(frozen=True)
+class WindowContext:
+    """What every window's entry is made from: the passes over the trace, the trace's devices
+    (id -> name), the options and the launches' attention paths. With `physical` (nsys:
+    `devices` lists every GPU of the host), the active fraction covers the GPUs that ran a
+    kernel in the window, and the others are listed as idle."""
+
+    passes: Passes
+    devices: dict[str, str]
+    opts: TraceOptions
+    split: PathSplit
+    physical: bool = False
+
+
 def _window_entry(
-    i: int,
-    rw: ResolvedWindow,
-    passes: Passes,
-    devices: dict[str, str],
-    opts: TraceOptions,
-    split: PathSplit,
-    physical: bool = False,
+    i: int, rw: ResolvedWindow, ctx: WindowContext
 ) -> tuple[dict[str, Any], list[tuple[str, Forward]]]:
-    """Window i's entry of profile.json, and its forwards. With `physical` (nsys: `devices`
-    lists every GPU of the host), the active fraction covers the GPUs that ran a kernel in
-    the window, and the others are listed as idle."""
+    """Window i's entry of profile.json, and its forwards."""
+    passes, devices, opts, split = ctx.passes, ctx.devices, ctx.opts, ctx.split
     busy, stats, main, display = passes.busy[i], passes.stats[i], passes.main, passes.display
     length = rw.length_ns
     idle: list[str] = []
-    if physical:
+    if ctx.physical:
         devs = sorted((d for d, b in busy.items() if b > 0), key=_device_key)
         idle = sorted(set(devices) - set(devs), key=_device_key)
     else:

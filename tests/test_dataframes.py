@@ -215,7 +215,7 @@ def test_not_an_experiment_is_refused(tmp_path: Path) -> None:
 def test_import_servelab_loads_neither_pandas_nor_the_analysis() -> None:
     code = (
         "import sys, servelab, servelab.client, servelab.config\n"
-        "print(sorted(m for m in ('pandas', 'servelab.tables', 'servelab.analysis')"
+        "print(sorted(m for m in ('pandas', 'servelab.dataframes', 'servelab.analysis')"
         " if m in sys.modules))\n"
         "servelab.points\n"
         "print('pandas' in sys.modules)"

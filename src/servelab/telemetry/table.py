@@ -1,8 +1,8 @@
-"""`servelab telemetry summarize results/<experiment>`: per point, throughput beside telemetry."""
+"""Per point, throughput beside telemetry: the table, points.csv and the figure that
+`servelab telemetry summarize results/<experiment>` prints and writes."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -87,27 +87,3 @@ def summarize_experiment(exp_dir: Path, out_dir: Path | None = None) -> tuple[st
     csv_path.write_text(rows_csv(rows, columns), encoding="utf-8")
     figure = plot_utilization_vs_throughput(utilization_vs_throughput(points), out)
     return render_table(rows), [csv_path, *figure]
-
-
-def cmd_summarize(args: argparse.Namespace) -> int:
-    text, written = summarize_experiment(
-        Path(args.experiment_dir), Path(args.out) if args.out else None
-    )
-    print(text, end="")
-    for path in written:
-        print(f"wrote {path}")
-    return 0
-
-
-def add_subcommand(sub: Any) -> None:
-    """Register `servelab telemetry summarize` on the CLI's subparsers."""
-    t = sub.add_parser("telemetry", help="telemetry recorded alongside every point")
-    tsub = t.add_subparsers(dest="telemetry_command", required=True)
-    s = tsub.add_parser(
-        "summarize",
-        help="per point: tok/s, server and client CPU, running / waiting, KV usage; "
-        "writes points.csv and the utilization-vs-tokens/s figure",
-    )
-    s.add_argument("experiment_dir", help="results/<experiment>")
-    s.add_argument("--out", help="folder for the CSV and figure (default <experiment>/telemetry)")
-    s.set_defaults(func=cmd_summarize)

@@ -1,15 +1,23 @@
-"""`servelab profile analyze`: where the time goes, from a trace and its windows."""
+"""`servelab profile analyze`: where the time goes, from a trace and its windows.
+
+The trace analysis is `servelab.profile.trace_analysis.analyze_trace`; profile.json, the CSV
+tables and profile.md are written by `servelab.profile.report.write_profile`.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servelab.errors import ServelabError
 
+if TYPE_CHECKING:
+    from servelab.profile.trace_analysis import TraceOptions
+
 
 def add_parser(sub: Any) -> None:
+    """Register `servelab profile analyze` on the top-level subparsers."""
     p = sub.add_parser("profile", help="profile traces: analyze an nsys or torch-profiler trace")
     psub = p.add_subparsers(dest="profile_command", required=True)
     a = psub.add_parser(
@@ -53,16 +61,30 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="steady state: relative population band (default 0.10)",
     )
-    a.set_defaults(func=_cmd_profile_analyze)
+    a.set_defaults(func=run_analyze)
 
 
-def _cmd_profile_analyze(args: argparse.Namespace) -> int:
-    from servelab.profile.analyze import TraceOptions, analyze_trace
+def run_analyze(args: argparse.Namespace) -> int:
+    from servelab.profile.report import write_profile
+    from servelab.profile.trace_analysis import analyze_trace
+    from servelab.profile.windows import load_windows
+
+    opts = _trace_options(args)
+    windows = load_windows(Path(args.windows))
+    result = analyze_trace([Path(t) for t in args.trace], windows, opts)
+    out = Path(args.out)
+    write_profile(out, result.profile, result)
+    _print_profile(result.profile)
+    print(f"{out}: profile.json, {len(result.profile['windows'])} windows")
+    return 0
+
+
+def _trace_options(args: argparse.Namespace) -> TraceOptions:
+    """The analysis settings the options give (the defaults where none is given)."""
     from servelab.profile.codepaths import parse_path_dims
     from servelab.profile.forwards import layers_from_config
     from servelab.profile.kernels import parse_family_args as parse_families
-    from servelab.profile.report import write_profile
-    from servelab.profile.windows import load_windows
+    from servelab.profile.trace_analysis import TraceOptions
 
     opts = TraceOptions()
     if args.layers is not None:
@@ -83,11 +105,12 @@ def _cmd_profile_analyze(args: argparse.Namespace) -> int:
         if not 0 <= args.band < 10:
             raise ServelabError(f"--band {args.band}: give a relative band such as 0.1")
         opts.band = args.band
-    windows = load_windows(Path(args.windows))
-    result = analyze_trace([Path(t) for t in args.trace], windows, opts)
-    out = Path(args.out)
-    write_profile(out, result.profile, result)
-    for label, w in result.profile["windows"].items():
+    return opts
+
+
+def _print_profile(profile: dict[str, Any]) -> None:
+    """Per window its active fraction and steady state, then the verdicts and notes."""
+    for label, w in profile["windows"].items():
         s = w["steady"]
         af = ", ".join(f"{d} {v:.2f}" for d, v in w["active_fraction"].items()) or "-"
         steady = (
@@ -102,9 +125,7 @@ def _cmd_profile_analyze(args: argparse.Namespace) -> int:
                 f"  path {p['path']}: steady {p['forwards']} forwards, population "
                 f"{p['population_mean']:.4g}, {p['kernel_us_mean']:.4g} µs/launch"
             )
-    for v in result.profile["localisation"]:
+    for v in profile["localisation"]:
         print(v["text"])
-    for n in result.profile["notes"]:
+    for n in profile["notes"]:
         print(f"note: {n}")
-    print(f"{out}: profile.json, {len(result.profile['windows'])} windows")
-    return 0

@@ -22,10 +22,10 @@ from servelab.analysis.validity import (
 )
 from servelab.errors import ServelabError
 from servelab.hostfacts import ISA_FLAGS
-from servelab.jsonio import read_json
-from servelab.paths import TELEMETRY_FIGURE
+from servelab.paths import TELEMETRY_FIGURE, ExperimentPaths
+from servelab.records import launch_files
 from servelab.render import md_table, num
-from servelab.server import PHASE_NAMES
+from servelab.serverlog import PHASE_NAMES
 
 
 def _ms(x: float | None) -> str:
@@ -134,18 +134,13 @@ def server_starts(root: Path) -> dict[str, dict[str, Any]]:
     before it was recorded) or cannot be read is left out, so the report of such data has no
     Server starts section and stays as it was."""
     out: dict[str, dict[str, Any]] = {}
-    for kind, folder, name in (
-        ("sweep", "server", "launch.json"),
-        ("profile", "profile", "capture.json"),
-    ):
-        for path in sorted((root / folder).glob(f"*/{name}")):
-            try:
-                doc = read_json(path)
-            except ServelabError:
-                continue  # damaged: the raw-data checks name it
-            start = doc.get("start") if isinstance(doc, dict) else None
-            if isinstance(start, dict) and isinstance(start.get("phases"), list):
-                out[f"{kind} {path.parent.name}"] = start
+    for kind, path, record in launch_files(ExperimentPaths(root)):
+        try:
+            start = record.read(path).get("start")
+        except ServelabError:
+            continue  # damaged: the raw-data checks name it
+        if isinstance(start, dict) and isinstance(start.get("phases"), list):
+            out[f"{kind} {path.parent.name}"] = start
     return out
 
 
@@ -214,6 +209,7 @@ def _skipped_section(skipped: list[dict[str, str]]) -> list[str]:
 
 
 def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) -> str:
+    """report.md: one function per section, in the order the report reads."""
     lines = [
         "# servelab analysis",
         "",
@@ -224,7 +220,24 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
     lines += _starts_section(results.get("starts") or {})
     lines += _skipped_section(results.get("skipped") or [])
     lines += _validity_section(g)
-    lines += ["## Throughput by concurrency", ""]
+    lines += _throughput_section(g)
+    if any("utilization_pct" in p.metrics for pts in g.by.values() for p in pts.values()):
+        lines += _telemetry_section(g)
+    lines += _paired_section(g, results["paired"])
+    lines += _knee_section(results["knee"])
+    lines += _dominance_section(results["dominance"])
+    lines += _slo_section(results.get("slo"))
+    lines += _diagnoses_section(results["diagnoses"])
+    lines += _claims_section(results["claims"])
+    if results.get("rounds") is not None:
+        lines += ["", *_rounds_section(results["rounds"])]
+    lines += _figures_section(figures)
+    return "\n".join(lines) + "\n"
+
+
+def _throughput_section(g: Groups) -> list[str]:
+    """Per config and level: repeats, mean throughput with its CV, and the latencies."""
+    lines = ["## Throughput by concurrency", ""]
     for sc in g.configs:
         rows = []
         for c in g.levels(sc):
@@ -237,18 +250,21 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
         lines += [f"### {sc}", ""]
         lines += md_table(THROUGHPUT_HEADER, rows, align="rrrrrrr")
         lines.append("")
-    if any("utilization_pct" in p.metrics for pts in g.by.values() for p in pts.values()):
-        lines += _telemetry_section(g)
-    lines += [
+    return lines
+
+
+def _paired_section(g: Groups, paired: list[dict[str, Any]]) -> list[str]:
+    """The paired comparisons (paired.json), one table per pair of adjacent levels."""
+    lines = [
         "## Paired comparisons of adjacent concurrency levels",
         "",
         "Difference = mean over repeats of a/b - 1; agree = repeats where a > b; the verdict "
         "needs both the paired t-test on log ratios and the practical threshold.",
         "",
     ]
-    for sc, a, b in sorted({(r["server_config"], r["a"], r["b"]) for r in results["paired"]}):
+    for sc, a, b in sorted({(r["server_config"], r["a"], r["b"]) for r in paired}):
         cells = []
-        for r in results["paired"]:
+        for r in paired:
             if (r["server_config"], r["a"], r["b"]) != (sc, a, b):
                 continue
             ma, mb = g.mean(sc, a, r["metric"]), g.mean(sc, b, r["metric"])
@@ -261,43 +277,59 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
         lines += [f"### {sc}: C{a} vs C{b}", ""]
         lines += md_table(header, cells, align="lrrrrrl")
         lines.append("")
-    lines += ["## Knee", ""]
-    for k in results["knee"]:
+    return lines
+
+
+def _knee_section(knees: list[dict[str, Any]]) -> list[str]:
+    """Each config's knee (knee.json) with its reason and evidence level."""
+    lines = ["## Knee", ""]
+    for k in knees:
         where = f"concurrency {k['concurrency']}" if k["concurrency"] is not None else "none"
         lines.append(
             f"- **{k['server_config']}**: {where}. {k['reason']} "
             f"(*{k['evidence_level']['label']}*)."
         )
-    lines += ["", "## Dominated operating points", ""]
-    if results["dominance"]:
-        for d in results["dominance"]:
+    return lines
+
+
+def _dominance_section(dominance: list[dict[str, Any]]) -> list[str]:
+    """The dominated operating points (dominance.csv), each against the point dominating it."""
+    lines = ["", "## Dominated operating points", ""]
+    for d in dominance:
+        lines.append(
+            f"- {d['server_config']} at concurrency {d['concurrency']} is dominated by "
+            f"{d['dominated_by']} "
+            f"(throughput {num(d['output_throughput_delta_pct'], '+.1f')}%, "
+            f"mean TTFT {num(d['mean_ttft_ms_delta_pct'], '+.1f')}%, "
+            f"mean TPOT {num(d['mean_tpot_ms_delta_pct'], '+.1f')}% relative to it)"
+        )
+    return lines if dominance else [*lines, "- none"]
+
+
+def _slo_section(s: dict[str, Any] | None) -> list[str]:
+    """The SLO and each config's capacity under it (slo.json); no section without an SLO."""
+    if not s:
+        return []
+    lines = [
+        "",
+        "## SLO capacity",
+        "",
+        "SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in sorted(s["slo"].items())),
+        "",
+    ]
+    for sc, cap in sorted(s["capacity"].items()):
+        if cap["concurrency"] is None:
+            lines.append(f"- {sc}: {cap['reason']}")
+        else:
             lines.append(
-                f"- {d['server_config']} at concurrency {d['concurrency']} is dominated by "
-                f"{d['dominated_by']} "
-                f"(throughput {num(d['output_throughput_delta_pct'], '+.1f')}%, "
-                f"mean TTFT {num(d['mean_ttft_ms_delta_pct'], '+.1f')}%, "
-                f"mean TPOT {num(d['mean_tpot_ms_delta_pct'], '+.1f')}% relative to it)"
+                f"- {sc}: concurrency {cap['concurrency']}, {num(cap['output_throughput'])} tok/s"
             )
-    else:
-        lines.append("- none")
-    if results.get("slo"):
-        s = results["slo"]
-        lines += [
-            "",
-            "## SLO capacity",
-            "",
-            "SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in sorted(s["slo"].items())),
-            "",
-        ]
-        for sc, cap in sorted(s["capacity"].items()):
-            if cap["concurrency"] is None:
-                lines.append(f"- {sc}: {cap['reason']}")
-            else:
-                lines.append(
-                    f"- {sc}: concurrency {cap['concurrency']}, "
-                    f"{num(cap['output_throughput'])} tok/s"
-                )
-    lines += [
+    return lines
+
+
+def _diagnoses_section(diags: list[dict[str, Any]]) -> list[str]:
+    """The diagnoses (diagnoses.json) in plain words, each with its evidence level."""
+    lines = [
         "",
         "## Diagnoses",
         "",
@@ -306,28 +338,31 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
         "reported as `1 repeat: not tested`.",
         "",
     ]
-    if results["diagnoses"]:
-        for d in results["diagnoses"]:
-            where = f" (concurrency {d['concurrency']})" if "concurrency" in d else ""
-            lines.append(
-                f"- **{d['kind']}**, {d['server_config']}{where}, "
-                f"*{d['evidence_level']['label']}*: {d['suggestion']}."
-            )
-    else:
-        lines.append("- none")
-    if results["claims"]:
-        lines += ["", "## Claims", ""]
-        lines += md_table(
-            ["Claim", "Verdict"],
-            [[f"`{c['claim']}`", _claim_text(c)] for c in results["claims"]],
+    for d in diags:
+        where = f" (concurrency {d['concurrency']})" if "concurrency" in d else ""
+        lines.append(
+            f"- **{d['kind']}**, {d['server_config']}{where}, "
+            f"*{d['evidence_level']['label']}*: {d['suggestion']}."
         )
-    if results.get("rounds") is not None:
-        lines += ["", *_rounds_section(results["rounds"])]
-    lines += ["", "## Figures", ""]
+    return lines if diags else [*lines, "- none"]
+
+
+def _claims_section(claims: list[dict[str, Any]]) -> list[str]:
+    """The claims (claims.json) with their verdicts; no section without a claim."""
+    if not claims:
+        return []
+    return ["", "## Claims", ""] + md_table(
+        ["Claim", "Verdict"], [[f"`{c['claim']}`", _claim_text(c)] for c in claims]
+    )
+
+
+def _figures_section(figures: list[str]) -> list[str]:
+    """The analysis figures (the telemetry figure is in its own section)."""
+    lines = ["", "## Figures", ""]
     for name in figures:
         if name.endswith(".svg") and not name.startswith(TELEMETRY_FIGURE):
             lines.append(f"![{name.removesuffix('.svg')}](figures/{name})")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _test_text(t: dict[str, Any] | None) -> str:

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from servelab.analysis.dataset import load_dataset
@@ -31,10 +30,9 @@ from servelab.analysis.rounds import STOPPED, asked_with, looks, open_claims, ro
 from servelab.analysis.stopping import StoppingRule
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
-from servelab.paths import ExperimentPaths
-from servelab.reproduce import reference_orderings
+from servelab.job import MeasureJob
 from servelab.server import raise_on_signals
-from servelab.sweep import Say, SweepJob
+from servelab.sweep import SweepJob
 
 # a point named in a comparison claim
 CELL = re.compile(r"config=([^,\]]+),c=(\d+)")
@@ -48,26 +46,22 @@ def stopping_rule(exp: Experiment) -> StoppingRule:
     return StoppingRule(plan.min, plan.max, exp.analysis.alpha, plan.budget_s)
 
 
-def run_rounds(
-    exp: Experiment,
-    paths: ExperimentPaths,
-    *,
-    model_dir: Path,
-    runtime: Mapping[str, Any],
-    say: Say = print,
-) -> dict[str, Any]:
-    """Measure round by round until the rule stops; write every run.json last; the
-    sequential record."""
+def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ()) -> dict[str, Any]:
+    """Measure every server configuration of the job's experiment round by round until the
+    rule stops; write every run.json last; the sequential record. `reference_orderings`: with
+    a `reference:`, the orderings a reproduction against it will judge
+    (reproduce.reference_orderings, read by the caller); none without one."""
     raise_on_signals()
+    exp, paths, say = measure_job.exp, measure_job.paths, measure_job.say
     rule = stopping_rule(exp)
     t_job = time.monotonic()
-    jobs = [SweepJob(exp, paths, sc, model_dir, runtime, say) for sc in exp.server.names]
+    jobs = [SweepJob(measure_job, sc) for sc in exp.server.names]
     say(
         f"sequential sweep: rounds {rule.min_rounds} to {rule.max_rounds}, alpha "
         f"{rule.alpha:g} spent over {rule.looks} looks ({rule.look_alpha(rule.min_rounds):.4g} "
         f"each)" + (f", budget {rule.budget_s:g} s" if rule.budget_s else "")
     )
-    orderings = questions_of_reference(exp)
+    orderings = questions_of_reference(exp, reference_orderings)
     if orderings:
         said = "; ".join(orderings)
         say(f"and the {len(orderings)} orderings the reproduction will judge: {said}")
@@ -111,15 +105,12 @@ def run_rounds(
     return record
 
 
-def questions_of_reference(exp: Experiment) -> list[str]:
-    """With a `reference:`, the orderings a reproduction against it will judge
-    (reproduce.reference_orderings), as comparison claims, those of points this experiment
-    measures and that its claims do not already ask; none without one."""
-    if exp.reference is None:
-        return []
+def questions_of_reference(exp: Experiment, orderings: Sequence[str]) -> list[str]:
+    """Of the orderings a reproduction against the reference will judge (comparison claims),
+    those of points this experiment measures and that its claims do not already ask."""
     measured = {(sc, c) for sc in exp.server.names for c in exp.sweep.concurrency}
-    out = []
-    for q in reference_orderings(Path(exp.reference), exp.reproduction):
+    out: list[str] = []
+    for q in orderings:
         cells = {(sc, int(c)) for sc, c in CELL.findall(q)}
         if cells <= measured and q not in exp.analysis.claims and q not in out:
             out.append(q)

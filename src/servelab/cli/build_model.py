@@ -1,0 +1,27 @@
+"""`servelab build-model`: materialize the config's model into a folder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """Register the verb on the top-level subparsers."""
+    m = sub.add_parser("build-model", help="materialize the config's model into a folder")
+    m.add_argument("config")
+    m.add_argument("--out", required=True)
+    m.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from servelab.config import load
+    from servelab.model import build_model
+    from servelab.runtime import cache_dir_of
+
+    exp = load(Path(args.config))
+    record = build_model(exp.model, Path(args.out), cache_dir_of(exp.runtime))
+    print(json.dumps({"revision": record["revision"], "files": len(record["files"])}))
+    return 0

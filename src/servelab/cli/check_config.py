@@ -1,0 +1,30 @@
+"""`servelab check-config`: validate an experiment config and say what it will measure."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """Register the verb on the top-level subparsers."""
+    c = sub.add_parser("check-config", help="validate an experiment config against the schema")
+    c.add_argument("config")
+    c.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from servelab.config import load
+
+    cfg = load(Path(args.config))
+    names = ", ".join(cfg.server.names)
+    levels, plan = len(cfg.sweep.concurrency), cfg.sweep.rounds
+    points = (
+        f"{levels * plan.min} to {levels * plan.max} points each (rounds {plan.min} to "
+        f"{plan.max}, until the claims are decided)"
+        if plan is not None
+        else f"{levels * cfg.sweep.most_repeats} points each"
+    )
+    print(f"{args.config}: valid; experiment {cfg.name}, server configs: {names}; {points}")
+    return 0

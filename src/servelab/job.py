@@ -1,0 +1,62 @@
+"""A measuring job's context: what every stage that starts a server (the sweep, the sequential
+rounds, the profile capture) and what it launches (servelab.session, servelab.container) is
+given together.
+
+`MeasureJob` holds the experiment, its results folders, the model's folder, the runtime record
+(runtime.json, servelab.records.RuntimeRecord) and where progress lines go. A job on one server
+configuration names it beside the context: `build_launch(job, sc, ...)`, or a `ConfigJob` (the
+sweep's SweepJob, the profile capture's CaptureJob) that holds both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from servelab.experiment import Experiment
+from servelab.paths import ExperimentPaths
+from servelab.records import RuntimeRecord
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class MeasureJob:
+    """What a measuring job works with: the experiment and its folders, the model it serves,
+    the runtime it serves it with, and the output for its progress lines."""
+
+    exp: Experiment
+    paths: ExperimentPaths
+    model_dir: Path  # the model's local folder (servelab.model.model_dir)
+    runtime: RuntimeRecord  # runtime.json: kind, python, image_ref, vllm_cli, ...
+    say: Say = print
+
+
+@dataclass(frozen=True)
+class ConfigJob:
+    """A measuring job on one of its experiment's server configurations (`sc`): what the sweep
+    job and the capture job of a configuration share."""
+
+    job: MeasureJob
+    sc: str
+
+    @property
+    def exp(self) -> Experiment:
+        return self.job.exp
+
+    @property
+    def paths(self) -> ExperimentPaths:
+        return self.job.paths
+
+    @property
+    def model_dir(self) -> Path:
+        return self.job.model_dir
+
+    @property
+    def runtime(self) -> RuntimeRecord:
+        return self.job.runtime
+
+    @property
+    def say(self) -> Say:
+        return self.job.say
