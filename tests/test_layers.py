@@ -57,6 +57,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "hashing",
         "paths",
         "redact",
+        "arrivals",
         "errors",
     ),
 }

@@ -128,7 +128,7 @@ def _host_section(host: dict[str, Any], nodes: dict[str, str] | None = None) -> 
 
 
 def server_starts(root: Path) -> dict[str, dict[str, Any]]:
-    """The `start` record (server.start_phases) of the latest launch of every sweep
+    """The `start` record (serverlog.start_phases) of the latest launch of every sweep
     (server/<sc>/launch.json) and profiling pass (profile/<sc>/capture.json) under `root`, keyed
     `sweep <sc>` / `profile <sc>`, for results["starts"]; a file that has none (raw data written
     before it was recorded) or cannot be read is left out, so the report of such data has no

@@ -34,7 +34,7 @@ class Workload:
 
 @dataclass
 class PointRun:
-    """What one closed-loop run measured; `records` fills in as requests finish."""
+    """What one run of a point measured; `records` fill in as requests finish."""
 
     records: list[RequestRecord] = field(default_factory=list)
     started_epoch_ns: int = 0
@@ -42,7 +42,7 @@ class PointRun:
     client_cpu_s: float = 0.0
 
 
-class _Clock:
+class Clock:
     def __init__(self) -> None:
         self.epoch0 = time.time_ns()
         self.mono0 = time.perf_counter_ns()
@@ -67,25 +67,29 @@ def _payload(w: Workload, prompt: str) -> bytes:
 
 
 @dataclass(frozen=True)
-class _Sender:
-    """What every request of one closed-loop run is sent with: the server, the read buffer
-    its connections share, the workload's settings and the run's clock."""
+class Sender:
+    """What every request of one run (closed or open loop) is sent with: the server, the read
+    buffer its connections share, the workload's settings and the run's clock."""
 
     target: Target
     view: memoryview
     w: Workload
-    clock: _Clock
+    clock: Clock
 
     async def one(
-        self, conn: Connection | None, request_id: str, prompt: str
+        self, conn: Connection | None, request_id: str, prompt: str, scheduled: int | None = None
     ) -> tuple[RequestRecord, Connection | None, int]:
         """One request; returns its record, the connection to reuse (None: open a new one) and
         when the request was over (perf_counter ns: the read that ended its response, else the
-        moment it failed)."""
+        moment it failed). With `scheduled` (perf_counter ns: when it was due), the record's
+        times count from then, and its send_slip_us is how late the send was."""
         target, w = self.target, self.w
         request = target.request(request_id, _payload(w, prompt))
-        t0 = perf_ns()
+        sent = perf_ns()
+        t0 = sent if scheduled is None else scheduled
         rec = RequestRecord(request_id=request_id, sent_epoch_ns=self.clock.epoch_of(t0))
+        if scheduled is not None:
+            rec.send_slip_us = (sent - scheduled) // 1000
         parser = ResponseParser(rec, t0)
         try:
             async with asyncio.timeout(w.request_timeout_s):
@@ -127,12 +131,12 @@ async def run_closed_loop(
     `out` is filled in place so that a caller interrupted mid-point still holds what finished.
     """
     target = Target.of(w.base_url)
-    clock = _Clock()
+    clock = Clock()
     cpu0 = time.process_time()
     out.started_epoch_ns = clock.epoch0
     todo = iter(enumerate(prompts))
     # every connection's reads go through one buffer, one at a time
-    sender = _Sender(target, memoryview(bytearray(READ_SIZE)), w, clock)
+    sender = Sender(target, memoryview(bytearray(READ_SIZE)), w, clock)
 
     async def worker() -> None:
         conn: Connection | None = None

@@ -26,9 +26,15 @@ class RequestRecord:
     empty_chunks: list[int] | None = None
     queued_us: int | None = None
     cached_tokens: int | None = None
+    # Written by the open loop only (its records carry it; a closed loop's do not).
+    send_slip_us: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for name in _ONLY_WHEN_SET:
+            if d[name] is None:
+                del d[name]
+        return d
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> RequestRecord:
@@ -75,7 +81,10 @@ _ROW_FIELDS: dict[str, tuple[str, bool]] = {
     "empty_chunks": ("ints", True),
     "queued_us": ("int", True),
     "cached_tokens": ("int", True),
+    "send_slip_us": ("int", True),
 }
+# left out of a row when None, so that records without them are written as before
+_ONLY_WHEN_SET = ("send_slip_us",)
 _KIND_TEXT = {"str": "a string", "int": "an integer", "ints": "a list", "bool": "a boolean"}
 
 

@@ -1,0 +1,133 @@
+"""The open loop: each prompt of a point sent at its scheduled time (an arrival schedule,
+`servelab.arrivals`), whether or not the requests before it have ended; optionally at most
+`max_in_flight` requests in flight.
+
+Every time of a request counts from its scheduled send, not from when the client got round to
+sending it: `sent_epoch_ns` is the scheduled time and the offsets (`first_byte_offset_us`,
+`chunk_offsets_us`, `done_offset_us`) are after it, so a client that falls behind, or a cap that
+holds a request back, shows as latency instead of hiding the queue. `send_slip_us` is how late
+the actual send was. The requests are sent with the closed loop's machinery (connections,
+response reader, records) and its clock bridge: one monotonic clock, bridged to the wall clock
+once at the start of the point, the schedule's zero. Failed requests are recorded with their
+error, never dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from servelab.client.closed_loop import Clock, PointRun, RequestMarks, Sender, Workload
+from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
+from servelab.client.signals import run_stoppable
+
+if TYPE_CHECKING:  # (numpy is loaded only by whoever draws a schedule)
+    from servelab.arrivals import ArrivalProcess
+
+
+@dataclass(frozen=True)
+class OpenLoop:
+    """When each request is sent: `offsets_ns[i]` after the point's start for the i-th prompt
+    (non-decreasing, from 0 up), and at most `max_in_flight` requests in flight (None: no cap).
+    With a cap, a request waits for its time, then for a free slot; a request held back is
+    sent as soon as a slot frees, one per slot, never in a burst above the cap."""
+
+    offsets_ns: Sequence[int]
+    max_in_flight: int | None = None
+
+    def __post_init__(self) -> None:
+        cap = self.max_in_flight
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+            raise ValueError(f"max_in_flight {cap!r}: give a whole number from 1 up, or None")
+        prev = 0
+        for i, t in enumerate(self.offsets_ns):
+            if t < prev:
+                raise ValueError(
+                    f"send time {i} is {t} ns, before {prev} ns: give send times from 0 up, "
+                    "in order"
+                )
+            prev = t
+
+    @staticmethod
+    def of(process: ArrivalProcess, n: int, max_in_flight: int | None = None) -> OpenLoop:
+        """The schedule of n requests drawn from `process`, with the cap."""
+        return OpenLoop(tuple(int(t) for t in process.schedule_ns(n)), max_in_flight)
+
+
+async def _sleep_until(due: int) -> None:
+    """Sleep until perf_counter ns `due`; never wakes before it (event loop timers may fire a
+    little early: the rest is slept again)."""
+    while (left := due - perf_ns()) > 0:
+        await asyncio.sleep(left / 1e9)
+
+
+async def run_open_loop(
+    w: Workload,
+    prompts: Sequence[str],
+    plan: OpenLoop,
+    label: str,
+    out: PointRun,
+    marks: RequestMarks | None = None,
+) -> PointRun:
+    """Send each prompt at its time in `plan` and fill `out` as the requests end.
+
+    `out` is filled in place so that a caller interrupted mid-point still holds what finished.
+    """
+    if len(plan.offsets_ns) != len(prompts):
+        raise ValueError(
+            f"{len(plan.offsets_ns)} send times for {len(prompts)} prompts: give one per prompt"
+        )
+    clock = Clock()
+    cpu0 = time.process_time()
+    out.started_epoch_ns = clock.epoch0
+    # every connection's reads go through one buffer, one at a time
+    sender = Sender(Target.of(w.base_url), memoryview(bytearray(READ_SIZE)), w, clock)
+    idle: list[Connection] = []  # keep-alive connections between requests
+    slots = asyncio.Semaphore(plan.max_in_flight) if plan.max_in_flight is not None else None
+
+    async def send(i: int, prompt: str, due: int) -> None:
+        token = marks.start(i) if marks is not None else None
+        try:
+            conn = idle.pop() if idle else None
+            rec, conn, _ = await sender.one(conn, f"{label}-{i:05d}", prompt, due)
+            out.records.append(rec)
+            if conn is not None:
+                idle.append(conn)
+        finally:
+            if slots is not None:
+                slots.release()
+            if marks is not None:
+                marks.end(token)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for i, prompt in enumerate(prompts):
+                due = clock.mono0 + plan.offsets_ns[i]
+                await _sleep_until(due)
+                if slots is not None:
+                    await slots.acquire()
+                group.create_task(send(i, prompt, due))
+    finally:
+        for conn in idle:
+            conn.close()
+        out.finished_epoch_ns = clock.epoch_of(perf_ns())
+        out.client_cpu_s = time.process_time() - cpu0
+    out.records.sort(key=lambda r: r.request_id)
+    return out
+
+
+def run_open_point(
+    w: Workload,
+    prompts: Sequence[str],
+    plan: OpenLoop,
+    label: str,
+    out: PointRun | None = None,
+    marks: RequestMarks | None = None,
+) -> PointRun:
+    """run_open_loop on its own event loop; stop signals interrupt it (KeyboardInterrupt)."""
+    out = out if out is not None else PointRun()
+    run_stoppable(run_open_loop(w, prompts, plan, label, out, marks))
+    return out
