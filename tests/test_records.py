@@ -190,7 +190,6 @@ CONSTANTS = {
     "FILE",
 }
 METHODS = {
-    "point_file",
     "point_files",
     "warmup_file",
     "warmup_files",

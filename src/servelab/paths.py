@@ -119,10 +119,6 @@ class ExperimentPaths:
         """The folder of one point (its point.json and requests)."""
         return self.raw / sc / f"rep{repeat:02d}" / f"c{concurrency:04d}"
 
-    def point_file(self, sc: str, repeat: int, concurrency: int) -> Path:
-        """The point.json of one point."""
-        return self.point(sc, repeat, concurrency) / POINT_FILE
-
     def warmup(self, sc: str) -> Path:
         return self.raw / sc / "warmup"
 
@@ -186,10 +182,6 @@ class ExperimentPaths:
 
     def windows(self, sc: str) -> Path:
         return self.profile(sc) / WINDOWS_FILE
-
-    def profile_record(self, sc: str) -> Path:
-        """A profiled configuration's profile.json."""
-        return self.profile(sc) / PROFILE_FILE
 
     def capture_files(self) -> list[Path]:
         """Every profiled configuration's capture.json, in folder order."""

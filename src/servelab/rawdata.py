@@ -35,7 +35,6 @@ __all__ = [
     "RawPoint",
     "Skipped",
     "load_points",
-    "point_files",
     "relative",
 ]
 
@@ -82,11 +81,6 @@ class RawPoint:
         return out
 
 
-def point_files(exp_dir: Path) -> list[Path]:
-    """Complete measured points only: `.partial` and `.incomplete` folders never match."""
-    return ExperimentPaths(exp_dir).point_files()
-
-
 @dataclass(frozen=True)
 class Skipped:
     """What --skip-damaged left out, with the damage that made it: a point (`path` its
@@ -109,7 +103,7 @@ def load_points(exp_dir: Path, skipped: list[Skipped] | None = None) -> list[Raw
     instead."""
     context = _contexts(exp_dir, skipped is not None)
     out = []
-    for path in point_files(exp_dir):
+    for path in ExperimentPaths(exp_dir).point_files():
         try:
             point = PointRecord.read(path)
         except DamagedRawData as exc:

@@ -30,7 +30,7 @@ from servelab.experiment import ValiditySection
 from servelab.jsonio import read_json
 from servelab.metrics import assemble, point_metrics, request_latencies
 from servelab.paths import SERVER_LOG, ExperimentPaths
-from servelab.rawdata import DamagedRawData, Skipped, load_points, point_files
+from servelab.rawdata import DamagedRawData, Skipped, load_points
 from servelab.records import CapacityRecord, LaunchRecord, RunRecord, RuntimeRecord
 from servelab.serverlog import parse_capacity
 from servelab.telemetry.summary import telemetry_columns
@@ -94,7 +94,7 @@ class Dataset:
 
 
 def detect_layout(root: Path) -> str:
-    if (root / "raw").is_dir() and point_files(root):
+    if (root / "raw").is_dir() and ExperimentPaths(root).point_files():
         return "servelab"
     if any(VLLM_REP.match(d.name) and d.is_dir() for d in root.glob("rep_*")):
         return "vllm-bench"

@@ -412,7 +412,7 @@ class CaptureJob(ConfigJob):
         shutil.rmtree(self.raw_dir, ignore_errors=True)
         WindowsRecord(
             windows_json(windows, server_config=self.sc, tool=self.tool, nvtx=nvtx_available())
-        ).write(self.out / WindowsRecord.FILE)
+        ).write(self.paths.windows(self.sc))
         self.note(f"{len(rows)} points captured in {time.monotonic() - t0:.1f} s")
         return {
             "status": "profiled",
