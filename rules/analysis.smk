@@ -5,6 +5,7 @@ rule analysis:
     localrule: True
     input:
         runs=sweep_outputs(),
+        searches=search_outputs(),
     output:
         tables=analysis_outputs(),
         report=report(

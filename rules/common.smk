@@ -132,6 +132,15 @@ def sweep_outputs(wildcards=None):
     return expand(f"{EXP}/raw/{{sc}}/{_paths.RUN_FILE}", sc=SERVER_CONFIGS)
 
 
+# the configurations the SLO capacity search measures (search.enabled; rules/search.smk)
+SEARCHED = _EXPERIMENT.searched
+
+
+def search_outputs(wildcards=None):
+    out = f"{EXP}/raw/{{sc}}/{_paths.SEARCH_DIR}/{_paths.SEARCH_FILE}"
+    return expand(out, sc=SEARCHED)
+
+
 # analysis outputs (rules/analysis.smk), named once in servelab.paths
 FIGURES = _paths.figure_names(config["telemetry"]["enabled"])
 

@@ -132,6 +132,75 @@ def vllm_bench_tree(
     return root
 
 
+BENCH_T0 = 5000.0  # vllm bench's perf_counter at the start of a run (s)
+
+
+def vllm_bench_rate_point(
+    rate: float,
+    ttft_ms: float,
+    e2el_ms: float,
+    n: int = 40,
+    out_tokens: int = 8,
+    lag_ms: float = 0.0,
+    cap: int | None = None,
+) -> dict[str, Any]:
+    """One benchmark.json of `vllm bench serve --request-rate R --save-detailed`, as a recent
+    vLLM writes it: request i of n released at (i + 1) / R s after the start (vLLM's schedule,
+    scaled so the last is due at n / R; here constant gaps), each `lag_ms` later than the one
+    before (a client falling behind); with a `cap` (--max-concurrency) a request waits for a
+    free slot (queue_times) before its send (start_times). Every request: `ttft_ms`, then
+    `out_tokens` evenly to `e2el_ms`. Known answers: TTFT and E2EL as given, output throughput
+    n * out_tokens / duration, duration from the start to the last end."""
+    e2el, ttft = e2el_ms / 1000, ttft_ms / 1000
+    gap = (e2el - ttft) / (out_tokens - 1)
+    sends, queued, ends = [], [], []
+    for i in range(n):
+        release = BENCH_T0 + (i + 1) / rate + i * lag_ms / 1000
+        busy = sorted(e for e in ends if e > release)
+        send = release if cap is None or len(busy) < cap else busy[len(busy) - cap]
+        sends.append(send)
+        queued.append(send - release)
+        ends.append(send + e2el)
+    return {
+        "date": "20260901-120000",
+        "backend": "openai",
+        "model_id": "Qwen/Qwen2.5-0.5B-Instruct",
+        "num_prompts": n,
+        "request_rate": rate,
+        "burstiness": 1.0,
+        "max_concurrency": cap,
+        "duration": max(ends) - BENCH_T0,
+        "completed": n,
+        "failed": 0,
+        "input_lens": [10] * n,
+        "output_lens": [out_tokens] * n,
+        "ttfts": [ttft] * n,
+        "itls": [[gap] * (out_tokens - 1) for _ in range(n)],
+        "latencies": [e2el] * n,
+        "start_times": sends,
+        "queue_times": queued,
+        "errors": [""] * n,
+    }
+
+
+def vllm_bench_rate_tree(
+    root: Path,
+    spec: dict[float, list[tuple[float, float]]],
+    folder: str = "rate_{rate:g}",
+    **point: Any,
+) -> Path:
+    """rep_<NN>/rate_<R>/benchmark.json, runs of `vllm bench serve --request-rate R
+    --save-result --save-detailed`. spec: {rate: [(ttft_ms, e2el_ms) per repeat]}; `point`:
+    vllm_bench_rate_point's other arguments."""
+    for rate, reps in spec.items():
+        for r, (ttft_ms, e2el_ms) in enumerate(reps, 1):
+            bench = vllm_bench_rate_point(rate, ttft_ms, e2el_ms, **point)
+            d = root / f"rep_{r:02d}" / folder.format(rate=rate)
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "benchmark.json").write_text(json.dumps(bench))
+    return root
+
+
 # The published A100 study: C128 beats C256 by ~4.7% in 3 of 3 repeats, CVs under 0.4%,
 # and C256 is worse on TTFT too.
 KNEE_SPEC = {

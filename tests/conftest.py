@@ -27,6 +27,10 @@ SERVER_MODULES = frozenset(
         "test_e2e",
         "test_profile_e2e",
         "test_rounds_e2e",
+        "test_rate_sweep_e2e",
+        "test_slo_search_e2e",
+        # timing: a scripted server of known capacity, measured beside no vLLM server
+        "test_search_known",
         "test_podman_e2e",
         "test_slurm_e2e",
         # one GPU, loaded and watched idle by its telemetry tests: one test at a time

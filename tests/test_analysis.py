@@ -216,7 +216,7 @@ def test_an_unknown_slo_is_a_config_error(repo: Path) -> None:
         ("throughput c=1 > 2", "is not a claim"),
         ("throughput[c=3] > throughput[c=128]", "concurrency 3 was not measured"),
         ("throughput[c=64] > mean_ttft_ms[c=128]", "compare one metric"),
-        ("throughput[q=64] > throughput[c=128]", "selectors are c=N and config=NAME"),
+        ("throughput[q=64] > throughput[c=128]", "are c=N and config=NAME"),
         ("dominated(config=nope, c=64)", "config 'nope' was not measured"),
     ],
 )

@@ -32,7 +32,10 @@ def test_every_schema_property_has_type_description_default(repo: Path) -> None:
 
     def check(node: dict, path: str) -> list[str]:
         bad = []
-        required = set(node.get("required", []))
+        # required, or required by one of the alternatives (sweep: concurrency or rate)
+        required = set(node.get("required", [])).union(
+            *(alt.get("required", []) for alt in node.get("anyOf", []))
+        )
         for name, sub in node.get("properties", {}).items():
             p = f"{path}.{name}" if path else name
             if "type" not in sub or "description" not in sub:

@@ -26,8 +26,10 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "sequential",
         "evidence",
         "summary",
+        "slo_search",
         "analysis",
         "sweep",
+        "search",
         "profile",
     ),
     "services": (
@@ -46,7 +48,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "container",
         "job",
         "records",
-        "schedule",
         "hostfacts",
     ),
     "base": (
@@ -56,6 +57,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsonio",
         "hashing",
         "paths",
+        "schedule",
         "redact",
         "arrivals",
         "errors",

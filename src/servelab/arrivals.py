@@ -17,7 +17,9 @@ process, seed and N give the same schedule, byte for byte, on any host.
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,3 +111,19 @@ def _check_span(last_ns: float, n: int, rate: float) -> None:
 def _check_count(n: Any) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ServelabError(f"a schedule of {n!r} requests: give a count from 0 up")
+
+
+def schedule_sha256(offsets_ns: Sequence[int]) -> str:
+    """The sha256 of a schedule's send times, written as decimal integers one per line: what a
+    point records of the schedule it was sent on, and a reproduction compares."""
+    text = "".join(f"{int(t)}\n" for t in offsets_ns)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def scheduled_rate(offsets_ns: Sequence[int]) -> float | None:
+    """The rate a schedule itself holds: (n - 1) sends after the first over the last send's
+    time; None for fewer than two sends or all at once. A drawn schedule's differs from its
+    process's rate by sampling (about 1/sqrt(n) for Poisson)."""
+    if len(offsets_ns) < 2 or int(offsets_ns[-1]) <= 0:
+        return None
+    return (len(offsets_ns) - 1) / (int(offsets_ns[-1]) / 1e9)

@@ -99,6 +99,7 @@ def resolve(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH
 
     schema = load_yaml(schema_path)
     _check_placeholders(config, source)
+    _check_sweep_axis(config, source)
     data = _apply_defaults(schema, copy.deepcopy(config) if config is not None else {})
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(
@@ -277,6 +278,8 @@ def _check_semantics(cfg: dict[str, Any], source: str) -> None:
                 raise ServelabError(
                     f"{source}: {where}.{key}: servelab sets --{key} itself; remove it"
                 )
+    _check_rates(cfg["sweep"], source)
+    _check_search(cfg, source)
     repeats = cfg["sweep"]["repeats"]
     if isinstance(repeats, dict):
         repeats.setdefault("budget_s", None)  # a default inside oneOf is not filled in
@@ -306,6 +309,74 @@ def _check_semantics(cfg: dict[str, Any], source: str) -> None:
             f"{source}: workload: input_tokens + output_tokens = "
             f"{wu['input_tokens'] + wu['output_tokens']} exceeds "
             f"server.args.max-model-len {model_len}"
+        )
+
+
+def _check_sweep_axis(config: Any, source: str) -> None:
+    """In the config as written: sweep.concurrency or sweep.rate, not both; sweep.arrival
+    with rates only."""
+    sweep = config.get("sweep") if isinstance(config, dict) else None
+    if not isinstance(sweep, dict):
+        return  # the schema says what is missing
+    has_c, has_r = sweep.get("concurrency") is not None, sweep.get("rate") is not None
+    if has_c == has_r:
+        raise ServelabError(
+            f"{source}: sweep: give either concurrency (a closed loop) or rate (an open loop at "
+            "requests per second), " + ("not both" if has_c else "e.g. concurrency: [1, 4, 16]")
+        )
+    if has_c:
+        for key in ("rate", "arrival"):
+            if key in sweep:
+                raise ServelabError(
+                    f"{source}: sweep.{key}: applies to a sweep over sweep.rate only; remove it, "
+                    "or replace sweep.concurrency with sweep.rate"
+                )
+
+
+def _check_rates(sweep: dict[str, Any], source: str) -> None:
+    """A sweep over rates: rates to the thousandth, burstiness for gamma only. A sweep over
+    concurrency holds no arrival section (the schema's default is dropped: its resolved
+    config stays as it was before rates existed)."""
+    if sweep.get("rate") is None:
+        sweep.pop("arrival", None)
+        return
+    for i, r in enumerate(sweep["rate"]):
+        if round(float(r), 3) != float(r):
+            raise ServelabError(
+                f"{source}: sweep.rate[{i}]: {r!r} has more than three decimals; round it "
+                "(points are named by rate to the thousandth)"
+            )
+    arrival = sweep["arrival"]
+    if arrival["process"] != "gamma" and float(arrival["burstiness"]) != 1:
+        raise ServelabError(
+            f"{source}: sweep.arrival.burstiness: {arrival['burstiness']!r} applies to "
+            f"process gamma only; set process: gamma, or remove burstiness for "
+            f"{arrival['process']}"
+        )
+
+
+def _check_search(cfg: dict[str, Any], source: str) -> None:
+    """search: bounds to search with, configurations that exist, burstiness for gamma only."""
+    search = cfg["search"]
+    if not search["enabled"]:
+        return
+    if all(v is None for v in cfg["analysis"]["slo"].values()):
+        raise ServelabError(
+            f"{source}: search.enabled: the search needs a bound: set at least one of "
+            "analysis.slo.p99_ttft_ms, p99_tpot_ms, p99_e2el_ms (each a per-request bound there)"
+        )
+    names = [c["name"] for c in cfg["server"]["configs"]]
+    for i, name in enumerate(search["server_configs"] or []):
+        if name not in names:
+            raise ServelabError(
+                f"{source}: search.server_configs[{i}]: {name!r} is not in server.configs "
+                f"({', '.join(names)})"
+            )
+    arrival = search["arrival"]
+    if arrival["process"] != "gamma" and float(arrival["burstiness"]) != 1:
+        raise ServelabError(
+            f"{source}: search.arrival.burstiness: {arrival['burstiness']!r} applies to "
+            "process gamma only"
         )
 
 

@@ -1,14 +1,16 @@
 """The measurements as pandas DataFrames, for notebooks: `points(path)` and `requests(path)`.
 
 `path` is a servelab experiment folder (`results/<experiment>`) or a tree written by
-`vllm bench serve --save-result --save-detailed` (`rep_<NN>/concurrency_<CCC>/benchmark.json`),
-as for `servelab analyze`. docs/python.md has an example and the columns.
+`vllm bench serve --save-result --save-detailed` (`rep_<NN>/concurrency_<CCC>/benchmark.json`,
+or `rep_<NN>/rate_<R>/benchmark.json` for runs at a request rate), as for `servelab analyze`.
+docs/python.md has an example and the columns.
 
 - `points`: one row per measured point, the rows and columns of the analysis' points.csv
   (computed by the same code, at full precision: the CSV rounds to 6 significant digits);
 - `requests`: one row per request of those points, the same columns for both layouts first
   (`server_config`, `repeat`, `concurrency`, `request`, `ok`, `error`, `prompt_tokens`,
-  `output_tokens`, `ttft_ms`, `tpot_ms`, `e2el_ms`, `itl_ms`), then the layout's own fields.
+  `output_tokens`, `ttft_ms`, `tpot_ms`, `e2el_ms`, `itl_ms`; `rate` instead of `concurrency`
+  for a sweep over request rates), then the layout's own fields.
 
 A value the raw data lacks is missing: NaN, or None among lists and text (`isna()` either way).
 """
@@ -22,8 +24,8 @@ from typing import Any
 
 import pandas as pd
 
-from servelab.analysis.dataset import VLLM_CONC, VLLM_REP, detect_layout, load_dataset
-from servelab.analysis.groups import POINTS_COLUMNS, points_table
+from servelab.analysis.dataset import detect_layout, load_dataset, vllm_bench_files
+from servelab.analysis.groups import POINTS_COLUMNS, axis_of, points_table, with_axis
 from servelab.client import RequestRecord
 from servelab.config import load as load_config
 from servelab.experiment import Experiment
@@ -66,7 +68,7 @@ def points(
     exp = load_config(Path(config)) if isinstance(config, str | os.PathLike) else config
     ds = load_dataset(Path(path), name, exp.analysis.validity if exp is not None else None)
     blocks = [p.extra["telemetry"] for p in ds.points if "telemetry" in p.extra]
-    columns = [*POINTS_COLUMNS, *telemetry_table_columns(blocks)]
+    columns = [*with_axis(POINTS_COLUMNS, axis_of(ds)), *telemetry_table_columns(blocks)]
     return _frame(points_table(ds), columns)
 
 
@@ -79,9 +81,10 @@ def requests(path: PathLike, name: str | None = None) -> pd.DataFrame:
         extra = [f for f in RequestRecord.__dataclass_fields__ if f not in REQUEST_COLUMNS]
     else:
         rows = list(_bench_requests(root, name or root.name))
-        extra = sorted({k for r in rows for k in r} - set(REQUEST_COLUMNS))
-    rows.sort(key=lambda r: (r["server_config"], r["concurrency"], r["repeat"], r["request"]))
-    return _frame(rows, [*REQUEST_COLUMNS, *extra])
+        extra = sorted({k for r in rows for k in r} - {*REQUEST_COLUMNS, "rate"})
+    axis = "rate" if any("rate" in r for r in rows) else "concurrency"
+    rows.sort(key=lambda r: (r["server_config"], r[axis], r["repeat"], r["request"]))
+    return _frame(rows, [*with_axis(REQUEST_COLUMNS, axis), *extra])
 
 
 def _frame(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> pd.DataFrame:
@@ -100,10 +103,13 @@ def _servelab_requests(root: Path) -> Iterator[dict[str, Any]]:
     them, for the requests it counts (ok, with chunks)."""
     for point in load_points(root):
         meta = point.meta
+        rate = meta.get("rate")  # an open-loop point's level
         where = {
             "server_config": meta["server_config"],
             "repeat": int(meta["repeat"]),
-            "concurrency": int(meta["concurrency"]),
+            **(
+                {"concurrency": int(meta["concurrency"])} if rate is None else {"rate": float(rate)}
+            ),
         }
         for i, raw in enumerate(point.request_rows()):
             rec = RequestRecord.from_json(raw)
@@ -117,43 +123,39 @@ def _servelab_requests(root: Path) -> Iterator[dict[str, Any]]:
 def _bench_requests(root: Path, name: str) -> Iterator[dict[str, Any]]:
     """The per-request lists of every benchmark.json, one row per index: a request fails
     with an `errors` entry or no output; latencies (ms) with the analysis' definitions
-    (E2EL: `latencies`, else TTFT plus the ITLs); any other per-request list under its key."""
-    for rep_dir in sorted(d for d in root.glob("rep_*") if d.is_dir() and VLLM_REP.match(d.name)):
-        rep = int(rep_dir.name.split("_", 1)[1])
-        for cdir in sorted(d for d in rep_dir.glob("concurrency_*") if VLLM_CONC.match(d.name)):
-            bj = cdir / "benchmark.json"
-            if not bj.exists():
-                continue
-            bench = read_json(bj)
-            conc = int(bench.get("max_concurrency") or cdir.name.split("_", 1)[1])
-            n = len(bench["ttfts"])
-            errors = bench.get("errors") or [""] * n
-            inputs = bench.get("input_lens") or [None] * n
-            latencies = bench.get("latencies")
-            others = {
-                k: v
-                for k, v in bench.items()
-                if k not in BENCH_MAPPED and isinstance(v, list) and len(v) == n
+    (E2EL: `latencies`, else TTFT plus the ITLs); any other per-request list under its key.
+    The point's level under `concurrency`, or `rate` for a run at a request rate."""
+    for f in vllm_bench_files(root):
+        bench = read_json(f.path)
+        level = f.level(bench)
+        n = len(bench["ttfts"])
+        errors = bench.get("errors") or [""] * n
+        inputs = bench.get("input_lens") or [None] * n
+        latencies = bench.get("latencies")
+        others = {
+            k: v
+            for k, v in bench.items()
+            if k not in BENCH_MAPPED and isinstance(v, list) and len(v) == n
+        }
+        for i in range(n):
+            out = bench["output_lens"][i]
+            ok = not errors[i] and out not in (0, None)
+            lat = NO_LATENCIES
+            if ok:
+                ttft = float(bench["ttfts"][i]) * 1000.0
+                itl = [float(x) * 1000.0 for x in bench["itls"][i] or []]
+                e2el = float(latencies[i]) * 1000.0 if latencies else ttft + sum(itl)
+                tpot = (e2el - ttft) / (int(out) - 1) if int(out) > 1 else None
+                lat = _latencies(ttft, e2el, tpot, itl)
+            yield {
+                "server_config": name,
+                "repeat": f.repeat,
+                f.axis: level,
+                "request": i,
+                "ok": ok,
+                "error": errors[i] or None,
+                "prompt_tokens": inputs[i],
+                "output_tokens": out,
+                **lat,
+                **{k: v[i] for k, v in others.items()},
             }
-            for i in range(n):
-                out = bench["output_lens"][i]
-                ok = not errors[i] and out not in (0, None)
-                lat = NO_LATENCIES
-                if ok:
-                    ttft = float(bench["ttfts"][i]) * 1000.0
-                    itl = [float(x) * 1000.0 for x in bench["itls"][i] or []]
-                    e2el = float(latencies[i]) * 1000.0 if latencies else ttft + sum(itl)
-                    tpot = (e2el - ttft) / (int(out) - 1) if int(out) > 1 else None
-                    lat = _latencies(ttft, e2el, tpot, itl)
-                yield {
-                    "server_config": name,
-                    "repeat": rep,
-                    "concurrency": conc,
-                    "request": i,
-                    "ok": ok,
-                    "error": errors[i] or None,
-                    "prompt_tokens": inputs[i],
-                    "output_tokens": out,
-                    **lat,
-                    **{k: v[i] for k, v in others.items()},
-                }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -126,11 +127,45 @@ class RoundsSection:
 
 
 @dataclass(frozen=True)
+class ArrivalSection:
+    """sweep.arrival: how an open-loop point's requests arrive (servelab.arrivals)."""
+
+    process: str  # poisson | gamma | constant
+    burstiness: float
+    max_in_flight: int | None
+    duration_s: float
+
+    def requests(self, rate: float) -> int:
+        """Requests a point at `rate` sends: ceil(rate x duration_s), at least 1."""
+        return max(1, math.ceil(round(rate * self.duration_s, 9)))
+
+
+@dataclass(frozen=True)
 class SweepSection:
-    concurrency: tuple[int, ...]
+    """The points measured: concurrency levels (closed loop) or request rates (open loop,
+    with `arrival`); the key of the other axis is absent from the config and None here."""
+
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("concurrency", "rate", "arrival")
+
+    concurrency: tuple[int, ...] | None
+    rate: tuple[float, ...] | None
+    arrival: ArrivalSection | None
     repeats: int | RoundsSection
     order: str
     order_seed: int
+
+    @property
+    def axis(self) -> str:
+        """What the sweep varies: "concurrency" or "rate"."""
+        return "rate" if self.rate is not None else "concurrency"
+
+    @property
+    def levels(self) -> tuple[int | float, ...]:
+        """The swept values, as given: concurrency levels or request rates."""
+        if self.rate is not None:
+            return self.rate
+        assert self.concurrency is not None  # config.validate requires one of the two
+        return self.concurrency
 
     @property
     def rounds(self) -> RoundsSection | None:
@@ -186,6 +221,8 @@ class ValiditySection:
     max_client_cpu_cores: float
     max_client_wait_pct: float
     max_count_mismatch_pct: float
+    max_arrival_rate_error_pct: float
+    max_send_slip_ms: float
 
 
 @dataclass(frozen=True)
@@ -209,6 +246,22 @@ class ReproductionSection:
     tolerance_pct: float | None
     tolerance_metrics: tuple[str, ...]
     claims: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SearchSection:
+    """search: SLO capacity by search (servelab.slo_search)."""
+
+    enabled: bool
+    server_configs: tuple[str, ...] | None
+    start_rate: float
+    growth: float
+    target: float
+    tolerance: float
+    max_measurements: int
+    min_rate: float | None
+    max_rate: float | None
+    arrival: ArrivalSection
 
 
 @dataclass(frozen=True)
@@ -247,11 +300,24 @@ class Experiment:
     reference: str | None
     reproduction: ReproductionSection
     profile: ProfileSection
+    # absent from a config resolved before the search existed: read as not enabled
+    search: SearchSection | None
     _source: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("search",)
 
     @property
     def name(self) -> str:
         return self.experiment
+
+    @property
+    def searched(self) -> list[str]:
+        """The server configurations the SLO capacity search measures (none when it is off)."""
+        s = self.search
+        if s is None or not s.enabled:
+            return []
+        names = self.server.names
+        return [n for n in names if s.server_configs is None or n in s.server_configs]
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Experiment:
@@ -283,6 +349,9 @@ def _build(cls: type[_T], data: Any, where: str) -> _T:
         if f.name.startswith("_"):
             continue
         key = f"{where}.{f.name}" if where else f.name
+        if f.name not in data and f.name in getattr(cls, "ABSENT_AS_NONE", ()):
+            kwargs[f.name] = None  # a key the config gives only for one kind of sweep
+            continue
         if f.name not in data:
             raise ServelabError(
                 f"config {key}: missing; build an Experiment from config.validate(), which "

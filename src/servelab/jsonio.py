@@ -16,22 +16,22 @@ from typing import Any
 from servelab.errors import ServelabError
 
 
-def _clean(value: Any) -> Any:
+def clean(value: Any) -> Any:
     """Round floats to a fixed precision and map NaN/inf to None so output is stable JSON."""
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
             return None
         return float(f"{value:.9g}")
     if isinstance(value, Mapping):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [clean(v) for v in value]
     return value
 
 
 def dumps(data: Any, indent: int | None = 2) -> str:
     text = json.dumps(
-        _clean(data), sort_keys=True, indent=indent, ensure_ascii=False, allow_nan=False
+        clean(data), sort_keys=True, indent=indent, ensure_ascii=False, allow_nan=False
     )
     return text + "\n" if indent is not None else text
 

@@ -19,6 +19,10 @@ import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servelab.schedule import Slot
 
 # analysis/: the tables and verdicts, and the figures (each under one name, .svg)
 ANALYSIS_TABLES = (
@@ -58,6 +62,9 @@ CAPTURE_FILE = "capture.json"  # one profiling job: profiled, or not and why
 WINDOWS_FILE = "windows.json"  # the diagnostic points of a profiling pass
 PROFILE_FILE = "profile.json"  # a profiling pass's trace analysis
 RUNTIME_FILE = "runtime.json"  # the server runtime
+ARRIVALS_DIR = "arrivals"  # raw/<sc>/arrivals/r<rate>.json: an open-loop rate's send schedule
+SEARCH_DIR = "search"  # raw/<sc>/search/: the SLO capacity search's points and its record
+SEARCH_FILE = "search.json"
 RAW_LAYOUT_FILES = (
     POINT_FILE,
     REQUESTS_FILE,
@@ -71,6 +78,7 @@ RAW_LAYOUT_FILES = (
     WINDOWS_FILE,
     PROFILE_FILE,
     RUNTIME_FILE,
+    SEARCH_FILE,
 )
 
 
@@ -102,6 +110,17 @@ def measuring_lock_path() -> Path:
     return default_cache_dir() / "locks" / (platform.node() or "localhost") / MEASURING_LOCK
 
 
+# an open-loop point's folder: r, the rate with at least four digits before the point and
+# three after it (r0002.500); the glob matches every such name and nothing that ends in
+# .partial or .incomplete
+RATE_GLOB = "r[0-9][0-9][0-9][0-9]*.[0-9][0-9][0-9]"
+
+
+def rate_dir(rate: float) -> str:
+    """The folder name of a rate's points: r0002.500 for 2.5 requests per second."""
+    return f"r{rate:08.3f}"
+
+
 @dataclass(frozen=True)
 class ExperimentPaths:
     """The folders of one experiment, e.g. ExperimentPaths(Path("results/quickstart-cpu"))."""
@@ -116,8 +135,51 @@ class ExperimentPaths:
         return self.raw / sc
 
     def point(self, sc: str, repeat: int, concurrency: int) -> Path:
-        """The folder of one point (its point.json and requests)."""
+        """The folder of one closed-loop point (its point.json and requests)."""
         return self.raw / sc / f"rep{repeat:02d}" / f"c{concurrency:04d}"
+
+    def rate_point(self, sc: str, repeat: int, rate: float) -> Path:
+        """The folder of one open-loop point: r<rate to the thousandth>, e.g. r0002.500."""
+        return self.raw / sc / f"rep{repeat:02d}" / rate_dir(rate)
+
+    def slot(self, sc: str, slot: Slot) -> Path:
+        """The folder of a planned point, closed or open loop."""
+        if slot.rate is not None:
+            return self.rate_point(sc, slot.repeat, slot.rate)
+        assert slot.concurrency is not None
+        return self.point(sc, slot.repeat, slot.concurrency)
+
+    def arrivals(self, sc: str, rate: float) -> Path:
+        """The send schedule of one rate's points (every repeat sends the same one)."""
+        return self.raw / sc / ARRIVALS_DIR / f"{rate_dir(rate)}.json"
+
+    def search(self, sc: str) -> Path:
+        """raw/<sc>/search/: the SLO capacity search of one configuration (servelab.slo_search)."""
+        return self.raw / sc / SEARCH_DIR
+
+    def search_point(self, sc: str, repeat: int, rate: float) -> Path:
+        """A rate the search measured, one repeat: raw/<sc>/search/rep<RR>/r<rate>/."""
+        return self.search(sc) / f"rep{repeat:02d}" / rate_dir(rate)
+
+    def search_warmup(self, sc: str) -> Path:
+        """The warm-up of the search's own server launch."""
+        return self.search(sc) / "warmup"
+
+    def search_arrivals(self, sc: str, rate: float) -> Path:
+        """The send schedule of a rate the search measured."""
+        return self.search(sc) / ARRIVALS_DIR / f"{rate_dir(rate)}.json"
+
+    def search_record(self, sc: str) -> Path:
+        """raw/<sc>/search/search.json: the search's path and its answer."""
+        return self.search(sc) / SEARCH_FILE
+
+    def search_files(self) -> list[Path]:
+        """Every configuration's search.json, in folder order."""
+        return sorted(self.raw.glob(f"*/{SEARCH_DIR}/{SEARCH_FILE}"))
+
+    def arrival_files(self) -> list[Path]:
+        """Every send schedule, in folder order."""
+        return sorted(self.raw.glob(f"*/{ARRIVALS_DIR}/{RATE_GLOB}.json"))
 
     def warmup(self, sc: str) -> Path:
         return self.raw / sc / "warmup"
@@ -135,8 +197,9 @@ class ExperimentPaths:
     def point_files(self) -> list[Path]:
         """Every complete measured point's point.json, in folder order: `.partial` and
         `.incomplete` folders never match."""
-        pattern = f"*/rep[0-9][0-9]/c[0-9][0-9][0-9][0-9]/{POINT_FILE}"
-        return sorted(self.raw.glob(pattern))
+        closed = f"*/rep[0-9][0-9]/c[0-9][0-9][0-9][0-9]/{POINT_FILE}"
+        open_ = f"*/rep[0-9][0-9]/{RATE_GLOB}/{POINT_FILE}"
+        return sorted([*self.raw.glob(closed), *self.raw.glob(open_)])
 
     def warmup_files(self) -> list[Path]:
         """Every configuration's warm-up point.json, in folder order."""

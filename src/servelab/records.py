@@ -29,9 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
+from servelab.arrivals import ArrivalProcess, schedule_sha256, scheduled_rate
 from servelab.errors import ServelabError
-from servelab.jsonio import DamagedFile, json_path, load_schema, read_json, write_json
+from servelab.jsonio import DamagedFile, clean, json_path, load_schema, read_json, write_json
 from servelab.paths import (
+    ARRIVALS_DIR,
     CAPACITY_FILE,
     CAPTURE_FILE,
     LAUNCH_FILE,
@@ -43,6 +45,7 @@ from servelab.paths import (
 )
 
 __all__ = [
+    "ArrivalsRecord",
     "CapacityRecord",
     "CaptureRecord",
     "Check",
@@ -266,7 +269,8 @@ class Record:
 
 SUPPORTED_POINT_FORMATS = {1}
 # what a measured point's reader needs (a warm-up's: its format version only)
-POINT_NEEDS = ("format_version", "status", "server_config", "repeat", "concurrency")
+# (and its level: concurrency, or rate for an open-loop point; PointRecord.from_json)
+POINT_NEEDS = ("format_version", "status", "server_config", "repeat")
 WARMUP_NEEDS = ("format_version",)
 
 
@@ -291,7 +295,12 @@ class PointRecord(Record):
                 f"{path}: point format_version {version!r} is not one this servelab reads "
                 f"({sorted(SUPPORTED_POINT_FORMATS)}); upgrade servelab or re-run the sweep"
             )
-        return super().from_json(doc, path)
+        record = super().from_json(doc, path)
+        if cls.NEEDS is POINT_NEEDS and "concurrency" not in doc and "rate" not in doc:
+            raise DamagedRawData(
+                path, "$.concurrency", "required field missing (a point has concurrency or rate)"
+            )
+        return record
 
     @staticmethod
     def status_in(folder: Path) -> str | None:
@@ -323,6 +332,11 @@ class PointRecord(Record):
     @property
     def concurrency(self) -> int | None:
         return self._int("concurrency")
+
+    @property
+    def rate(self) -> float | None:
+        """An open-loop point's request rate; None for a closed-loop point."""
+        return self._float("rate")
 
     @property
     def started_epoch_ns(self) -> int | None:
@@ -435,6 +449,62 @@ class WindowsRecord(Record):
     FORMAT_VERSION = 1
     OPEN = ("format_version", "windows")
     TODO = "re-run the profiling pass of its server configuration"
+
+
+@dataclass(frozen=True)
+class ArrivalsRecord(Record):
+    """raw/<sc>/arrivals/r<rate>.json: the send schedule of one rate's open-loop points (every
+    repeat sends on it), with the process it was drawn from."""
+
+    FILE = ARRIVALS_DIR
+    SCHEMA = "arrivals"
+    FORMAT_VERSION = 1
+    NEEDS = ("format_version", "rate", "offsets_ns", "schedule_sha256")
+
+    @classmethod
+    def of(cls, process: ArrivalProcess, requests: int, max_in_flight: int | None) -> Self:
+        """The schedule of `requests` sends drawn from `process`."""
+        offsets = [int(t) for t in process.schedule_ns(requests)]
+        # as the file holds it (floats rounded by servelab.jsonio): the record drawn again
+        # equals the record read back
+        return cls.new(
+            clean(
+                {
+                    "process": process.kind,
+                    "rate": process.rate,
+                    "burstiness": process.burstiness,
+                    "seed": process.seed,
+                    "max_in_flight": max_in_flight,
+                    "requests": requests,
+                    "scheduled_rate": scheduled_rate(offsets),
+                    "schedule_sha256": schedule_sha256(offsets),
+                    "offsets_ns": offsets,
+                }
+            )
+        )
+
+    @classmethod
+    def from_json(cls, doc: Any, path: Path) -> Self:
+        """Checked, and its send times checked against its sha256."""
+        record = super().from_json(doc, path)
+        if schedule_sha256(record.offsets_ns) != record.doc["schedule_sha256"]:
+            raise DamagedRawData(
+                path, "$.offsets_ns", "the send times do not match schedule_sha256"
+            )
+        return record
+
+    @property
+    def offsets_ns(self) -> list[int]:
+        return [int(t) for t in self.doc["offsets_ns"]]
+
+    def summary(self) -> dict[str, Any]:
+        """What a point records of its schedule (point.json `arrival`)."""
+        keys = ("process", "burstiness", "seed", "max_in_flight", "requests")
+        return {
+            **{k: self.doc[k] for k in keys},
+            "scheduled_rate": self.doc["scheduled_rate"],
+            "schedule_sha256": self.doc["schedule_sha256"],
+        }
 
 
 @dataclass(frozen=True)

@@ -68,18 +68,57 @@ def orders(kind: str, k: int, repeats: int, seed: int = 0) -> list[list[int]]:
 
 @dataclass(frozen=True)
 class Slot:
-    """One measured point in the run: which repeat, which concurrency, where in the order."""
+    """One measured point in the run: which repeat, which level (a concurrency, or a request
+    rate for an open-loop sweep), where in the order."""
 
     repeat: int  # 1-based
-    concurrency: int
+    concurrency: int | None  # the closed loop's level; None at a rate
     position: int  # index within its repeat's order
     run_index: int  # index in the whole run
+    rate: float | None = None  # the open loop's level (requests per second); None for a concurrency
+
+    @property
+    def level(self) -> int | float:
+        """The swept value: the rate of an open-loop point, else its concurrency."""
+        if self.rate is not None:
+            return self.rate
+        assert self.concurrency is not None
+        return self.concurrency
+
+    @property
+    def key(self) -> tuple[int, int | float]:
+        """(repeat, level): the point's identity within one configuration."""
+        return (self.repeat, self.level)
+
+    def name(self) -> str:
+        """How progress lines name the level: c=8, rate=2.5."""
+        return f"rate={self.rate:g}" if self.rate is not None else f"c={self.concurrency}"
+
+    def to_json(self) -> dict[str, int | float]:
+        """The slot as run.json's plan lists it (the key of the level it has)."""
+        level: dict[str, int | float] = (
+            {"rate": self.rate} if self.rate is not None else {"concurrency": self.concurrency or 0}
+        )
+        return {
+            "repeat": self.repeat,
+            **level,
+            "position": self.position,
+            "run_index": self.run_index,
+        }
 
 
-def plan(concurrency: Sequence[int], repeats: int, kind: str, seed: int = 0) -> list[Slot]:
-    levels = list(concurrency)
+def plan(
+    levels: Sequence[int | float], repeats: int, kind: str, seed: int = 0, axis: str = "concurrency"
+) -> list[Slot]:
+    """Every (repeat, level) of a balanced design: levels are concurrencies, or request rates
+    with axis "rate"."""
+    values = list(levels)
     slots: list[Slot] = []
-    for r, row in enumerate(orders(kind, len(levels), repeats, seed), 1):
+    for r, row in enumerate(orders(kind, len(values), repeats, seed), 1):
         for pos, idx in enumerate(row):
-            slots.append(Slot(r, levels[idx], pos, len(slots)))
+            v = values[idx]
+            if axis == "rate":
+                slots.append(Slot(r, None, pos, len(slots), rate=float(v)))
+            else:
+                slots.append(Slot(r, int(v), pos, len(slots)))
     return slots

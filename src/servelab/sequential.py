@@ -35,7 +35,7 @@ from servelab.server import raise_on_signals
 from servelab.sweep import SweepJob
 
 # a point named in a comparison claim
-CELL = re.compile(r"config=([^,\]]+),c=(\d+)")
+CELL = re.compile(r"config=([^,\]]+),(?:c|rate)=(\d+(?:\.\d+)?)")
 
 
 def stopping_rule(exp: Experiment) -> StoppingRule:
@@ -108,10 +108,10 @@ def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ())
 def questions_of_reference(exp: Experiment, orderings: Sequence[str]) -> list[str]:
     """Of the orderings a reproduction against the reference will judge (comparison claims),
     those of points this experiment measures and that its claims do not already ask."""
-    measured = {(sc, c) for sc in exp.server.names for c in exp.sweep.concurrency}
+    measured = {(sc, c) for sc in exp.server.names for c in exp.sweep.levels}
     out: list[str] = []
     for q in orderings:
-        cells = {(sc, int(c)) for sc, c in CELL.findall(q)}
+        cells = {(sc, float(c)) for sc, c in CELL.findall(q)}
         if cells <= measured and q not in exp.analysis.claims and q not in out:
             out.append(q)
     return out

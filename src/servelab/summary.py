@@ -28,10 +28,17 @@ def _mean(xs: list[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
 
 
+def _level(meta: dict[str, Any]) -> int | float:
+    """A point's level: its rate (open loop), else its concurrency."""
+    rate = meta.get("rate")
+    return float(rate) if rate is not None else int(meta["concurrency"])
+
+
 def summary_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    """Per configuration and level (`concurrency`: a concurrency or a request rate)."""
+    groups: dict[tuple[str, int | float], list[dict[str, Any]]] = defaultdict(list)
     for p in points:
-        groups[(p["server_config"], p["concurrency"])].append(p)
+        groups[(p["server_config"], _level(p))].append(p)
     rows = []
     for (sc, conc), ps in sorted(groups.items()):
         tput = [p["output_throughput"] for p in ps if p.get("output_throughput") is not None]
@@ -68,7 +75,7 @@ def point_validity(points: list[RawPoint], t: ValiditySection) -> list[PointFlag
     for p in points:
         recs = p.records() if p.requests_path.exists() else []
         flags = check_point(recs, p.meta, t, p.server_args, p.warmup)
-        out.append((p.server_config, int(p.meta["repeat"]), int(p.meta["concurrency"]), flags))
+        out.append((p.server_config, int(p.meta["repeat"]), _level(p.meta), flags))
     return out
 
 
@@ -80,8 +87,10 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
     points = [p.meta for p in raw]
     rows = summary_rows(points)
     lines = [f"servelab summary: {exp_dir}", ""]
+    rates = any(p.get("rate") is not None for p in points)
     header = (
-        f"{'server config':<20} {'conc':>5} {'n':>3} {'output tok/s':>13} {'(min-max)':>17} "
+        f"{'server config':<20} {'rate' if rates else 'conc':>5} {'n':>3} "
+        f"{'output tok/s':>13} {'(min-max)':>17} "
         f"{'mean TTFT ms':>13} {'failed':>6}"
     )
     lines += [header, "-" * len(header)]
@@ -92,7 +101,7 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
         last = r["server_config"]
         rng = f"{num(r['output_throughput_min'], '.0f')}-{num(r['output_throughput_max'], '.0f')}"
         lines.append(
-            f"{r['server_config']:<20} {r['concurrency']:>5} {r['repeats']:>3} "
+            f"{r['server_config']:<20} {r['concurrency']:>5g} {r['repeats']:>3} "
             f"{num(r['output_throughput'], '13.1f')} {rng:>17} "
             f"{num(r['mean_ttft_ms'], '13.1f')} {r['failed']:>6}"
         )
@@ -103,7 +112,8 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
     lines.append("")
     for sc, tputs in sorted(by_sc.items()):
         lines.append(
-            f"{sc}: best/worst mean throughput across concurrency = {max(tputs) / min(tputs):.2f}x"
+            f"{sc}: best/worst mean throughput across {'rates' if rates else 'concurrency'} = "
+            f"{max(tputs) / min(tputs):.2f}x"
         )
     lines += ["", summary_line(point_validity(raw, t))]
     times = stage_times(exp_dir)

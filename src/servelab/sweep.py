@@ -1,13 +1,16 @@
-"""One sweep job: one server configuration, every (repeat, concurrency) point, in a balanced order.
+"""One sweep job: one server configuration, every (repeat, level) point, in a balanced order.
+A level is a concurrency (closed loop) or a request rate (open loop, sweep.rate).
 
 Layout written (docs/raw-data.md):
   server/<sc>/server.log  launch.json  capacity.json
   raw/<sc>/prompts.jsonl.gz  warmup/{requests.jsonl.gz,point.json}
-  raw/<sc>/rep<RR>/c<CCCC>/{requests.jsonl.gz,point.json}
+  raw/<sc>/rep<RR>/c<CCCC>/{requests.jsonl.gz,point.json}      a concurrency's point
+  raw/<sc>/rep<RR>/r<RRRR.RRR>/{requests.jsonl.gz,point.json}  a rate's point
+  raw/<sc>/arrivals/r<RRRR.RRR>.json  a rate's send schedule, the same for every repeat
   raw/<sc>/run.json                  written last: the job's output, status "complete"
 
-Nothing measured is lost on failure: a point is measured into `c<CCCC>.partial/` and renamed
-when it completes; a point cut short is kept as `c<CCCC>.incomplete[.N]/` with status
+Nothing measured is lost on failure: a point is measured into `<point>.partial/` and renamed
+when it completes; a point cut short is kept as `<point>.incomplete[.N]/` with status
 "incomplete" and never read as data. A rerun keeps the completed points, skips them, and
 measures the rest on a fresh server launch (recorded in each point as `launch`).
 
@@ -25,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from servelab import hostfacts
-from servelab.client import PointRun, Workload, run_point
+from servelab.arrivals import ArrivalProcess
+from servelab.client import OpenLoop, PointRun, Workload, run_open_point, run_point
 from servelab.errors import ServelabError
-from servelab.experiment import SweepSection, TelemetrySection, WorkloadSection
+from servelab.experiment import Experiment, SweepSection, TelemetrySection, WorkloadSection
 from servelab.job import ConfigJob, MeasureJob, Say
 from servelab.jsonio import write_jsonl_gz
 from servelab.metrics import point_metrics
@@ -35,6 +39,7 @@ from servelab.paths import REQUESTS_FILE, ExperimentPaths
 from servelab.profile.capture import PlannedCapture, plan_capture
 from servelab.profile.plan import on_sweep_launch
 from servelab.records import (
+    ArrivalsRecord,
     CapacityRecord,
     LaunchRecord,
     PointRecord,
@@ -110,6 +115,11 @@ class SweepJob(ConfigJob):
     def server_dir(self) -> Path:
         return self.paths.server(self.sc)
 
+    @property
+    def records_dir(self) -> Path:
+        """Where a launch's capacity.json and launch.json go: server/<sc>/."""
+        return self.server_dir
+
     def note(self, msg: str) -> None:
         self.say(f"[{self.sc}] {msg}")
 
@@ -120,54 +130,17 @@ class SweepJob(ConfigJob):
         port = choose_port(exp.server.host, exp.server.port, self.note)
         interface, additions = self.profiler_setup()
         launch = build_launch(self.job, sc, port=port, additions=additions)
-        args = exp.server.args_of(sc)
         t0 = time.monotonic()
         self.note(
             f"starting vLLM on {launch.base_url} (launch {launch_index}): {' '.join(launch.args)}"
         )
         with serve(launch, self.paths.server_log(sc), exp.server, self.note) as session:
-            server = session.server
-            capacity = parse_capacity(session.startup_log())
-            capacity["version_endpoint"] = server.get_json("/version").get("version")
-            capacity["max_num_seqs"] = args.get("max-num-seqs")
-            capacity["server_config"] = sc
-            CapacityRecord.new(capacity).write(self.paths.capacity(sc))
-            node = hostfacts.node_facts()
-            LaunchRecord.new(
-                {
-                    "launch": launch_index,
-                    "server_config": sc,
-                    "command": redact_argv(launch.command()),
-                    "env": redact_env(launch.env),
-                    "args": args,
-                    "host": exp.server.host,
-                    "port": port,
-                    "pid": server.pid,
-                    "started_epoch_ns": server.started_epoch_ns,
-                    "ready_s": round(session.ready_s, 3),
-                    # where the start went: its phases from the log (serverlog.start_phases)
-                    "start": dict(session.start),
-                    # the host's measuring-server lock: the file, the wait, who held it
-                    "lock": dict(session.lock),
-                    # the compile caches before the start (servelab.compilecache)
-                    "compile_cache": session.compile_cache,
-                    "placement": session.placement,
-                    # the measuring host, beside the measurement (the report's Host section)
-                    "cpu_facts": node["host"]["cpu_facts"],
-                    # the node as a whole: the analysis flags comparisons across nodes
-                    "node": node,
-                    "runtime_lock_sha256": self.runtime.get("lock_sha256"),
-                    "runtime_image_digest": self.runtime.get("image_digest"),
-                    "container": launch.container.name if launch.container else None,
-                }
-            ).write(self.paths.launch(sc))
+            self.started(session, launch, port, launch_index)
             points, pplan = self.point_job(session, launch, slots, launch_index)
             if wl.warmup.requests and todo:
                 points.warmup(pplan.warmup_offset)
             for k, slot in enumerate(todo, 1):
-                points.measure(
-                    slot, pplan.offsets[(slot.repeat, slot.concurrency)], f"{k}/{len(todo)}"
-                )
+                points.measure(slot, pplan.offsets[slot.key], f"{k}/{len(todo)}")
             if self.capture is not None and interface is not None:
                 self.capture_here(session, launch, interface, warm=bool(todo))
         took = f"{time.monotonic() - t0:.1f} s"
@@ -176,13 +149,57 @@ class SweepJob(ConfigJob):
         else:
             self.note(f"server stopped; measured {len(todo)} points in {took}")
 
+    def started(self, session: Session, launch: ServerLaunch, port: int, launch_index: int) -> None:
+        """A server launch is up: its capacity.json and launch.json (the latest launch), in
+        server/<sc>/ (`records_dir`)."""
+        exp, sc = self.exp, self.sc
+        where = self.records_dir
+        args = exp.server.args_of(sc)
+        server = session.server
+        capacity = parse_capacity(session.startup_log())
+        capacity["version_endpoint"] = server.get_json("/version").get("version")
+        capacity["max_num_seqs"] = args.get("max-num-seqs")
+        capacity["server_config"] = sc
+        CapacityRecord.new(capacity).write(where / CapacityRecord.FILE)
+        node = hostfacts.node_facts()
+        LaunchRecord.new(
+            {
+                "launch": launch_index,
+                "server_config": sc,
+                "command": redact_argv(launch.command()),
+                "env": redact_env(launch.env),
+                "args": args,
+                "host": exp.server.host,
+                "port": port,
+                "pid": server.pid,
+                "started_epoch_ns": server.started_epoch_ns,
+                "ready_s": round(session.ready_s, 3),
+                # where the start went: its phases from the log (serverlog.start_phases)
+                "start": dict(session.start),
+                # the host's measuring-server lock: the file, the wait, who held it
+                "lock": dict(session.lock),
+                # the compile caches before the start (servelab.compilecache)
+                "compile_cache": session.compile_cache,
+                "placement": session.placement,
+                # the measuring host, beside the measurement (the report's Host section)
+                "cpu_facts": node["host"]["cpu_facts"],
+                # the node as a whole: the analysis flags comparisons across nodes
+                "node": node,
+                "runtime_lock_sha256": self.runtime.get("lock_sha256"),
+                "runtime_image_digest": self.runtime.get("image_digest"),
+                "container": launch.container.name if launch.container else None,
+            }
+        ).write(where / LaunchRecord.FILE)
+
     def point_job(
         self, session: Session, launch: ServerLaunch, slots: list[Slot], launch_index: int
     ) -> tuple[PointJob, PromptPlan]:
         """The prompts of this launch (prompts.jsonl.gz) and what its warm-up and points share;
         where each takes its prompts from."""
         exp, sc, wl = self.exp, self.sc, self.exp.workload
-        pplan = prompt_plan(slots, wl.waves, wl.warmup.requests, wl.unique_prompts)
+        pplan = prompt_plan(
+            slots, lambda s: requests_of(exp, s), wl.warmup.requests, wl.unique_prompts
+        )
         t_p = time.monotonic()
         prompts = session.prompts(wl, pplan.total, self.model_dir)
         write_jsonl_gz(
@@ -205,11 +222,32 @@ class SweepJob(ConfigJob):
             prompts=prompts,
             launch_index=launch_index,
             orders=_orders_by_repeat(slots),
+            arrivals=self.arrivals(slots),
             say=self.say,
             # the GPUs this launch gave the server: the only ones its telemetry samples
             gpus=server_gpus(exp.runtime.device, launch.container, launch.env, os.environ),
         )
         return points, pplan
+
+    def arrivals(self, slots: list[Slot]) -> dict[float, ArrivalsRecord]:
+        """The send schedule of every rate of the plan (none for a closed loop), written to
+        raw/<sc>/arrivals/ the first time and checked against the one written before."""
+        out: dict[float, ArrivalsRecord] = {}
+        for rate in sorted({s.rate for s in slots if s.rate is not None}):
+            drawn = schedule_of(self.exp, rate)
+            path = self.paths.arrivals(self.sc, rate)
+            kept = ArrivalsRecord.read_if_present(path)
+            if kept is not None and kept.doc != drawn.doc:
+                raise ServelabError(
+                    f"{path}: the points of rate {rate:g} were measured on another send "
+                    "schedule than sweep.arrival and workload.seed now draw; measure into a "
+                    "fresh results_dir, or restore the config they were measured with"
+                )
+            if kept is None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                drawn.write(path)
+            out[rate] = drawn
+        return out
 
     def profiler_setup(self) -> tuple[str | None, LaunchAdditions | None]:
         """With the profiling pass on this launch: how vLLM's profiler is driven and what it
@@ -248,11 +286,9 @@ class SweepJob(ConfigJob):
         of it not complete yet; the plan."""
         sweep, raw = self.exp.sweep, self.raw
         raw.mkdir(parents=True, exist_ok=True)
-        slots = plan(sweep.concurrency, repeats, sweep.order, sweep.order_seed)
-        todo = [
-            s for s in slots if not is_complete(self.paths.point(self.sc, s.repeat, s.concurrency))
-        ]
-        for stale in raw.glob("rep*/c*.partial"):
+        slots = plan(sweep.levels, repeats, sweep.order, sweep.order_seed, sweep.axis)
+        todo = [s for s in slots if not is_complete(self.paths.slot(self.sc, s))]
+        for stale in raw.glob("rep*/*.partial"):
             _keep_incomplete(stale)
         if not todo and not self.capture_pending:
             self.note(f"all {len(slots)} points already complete")
@@ -261,7 +297,7 @@ class SweepJob(ConfigJob):
             self.note(f"all {len(slots)} points already complete; a launch for the profiling pass")
         if len(todo) < len(slots):
             self.note(f"resuming: {len(slots) - len(todo)} of {len(slots)} points already complete")
-        self.measure(slots, todo, _next_launch_index(self.server_dir))
+        self.measure(slots, todo, next_launch_index(self.server_dir))
         return slots
 
     def write_run(self, slots: list[Slot], wall_s: float, **extra: Any) -> dict[str, Any]:
@@ -273,11 +309,11 @@ class SweepJob(ConfigJob):
                 "server_config": self.sc,
                 "status": "complete",
                 "points": len(slots),
-                "launches": _next_launch_index(self.server_dir) - 1,
+                "launches": next_launch_index(self.server_dir) - 1,
                 "order": self.exp.sweep.order,
-                "plan": [s.__dict__ for s in slots],
+                "plan": [s.to_json() for s in slots],
                 "incomplete_kept": sorted(
-                    p.relative_to(raw).as_posix() for p in raw.glob("rep*/c*.incomplete*")
+                    p.relative_to(raw).as_posix() for p in raw.glob("rep*/*.incomplete*")
                 ),
                 "job_wall_s": round(wall_s, 3),
                 **extra,
@@ -309,16 +345,35 @@ def run_sweep(job: MeasureJob, server_config: str) -> dict[str, Any]:
     return sweep.write_run(slots, time.monotonic() - t_job)
 
 
-def _next_launch_index(srv_dir: Path) -> int:
+def next_launch_index(srv_dir: Path) -> int:
     launch = LaunchRecord.read_if_present(srv_dir / LaunchRecord.FILE)
     return 1 if launch is None else launch.launch + 1
 
 
-def _orders_by_repeat(slots: list[Slot]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
+def _orders_by_repeat(slots: list[Slot]) -> dict[int, list[int | float]]:
+    out: dict[int, list[int | float]] = {}
     for s in slots:
-        out.setdefault(s.repeat, []).append(s.concurrency)
+        out.setdefault(s.repeat, []).append(s.level)
     return out
+
+
+def requests_of(exp: Experiment, slot: Slot) -> int:
+    """The requests a point sends: concurrency x workload.waves, or a rate's
+    ceil(rate x sweep.arrival.duration_s)."""
+    if slot.rate is not None:
+        assert exp.sweep.arrival is not None
+        return exp.sweep.arrival.requests(slot.rate)
+    assert slot.concurrency is not None
+    return slot.concurrency * exp.workload.waves
+
+
+def schedule_of(exp: Experiment, rate: float) -> ArrivalsRecord:
+    """The send schedule of a rate's points: sweep.arrival's process at `rate`, drawn from
+    workload.seed (the same for every repeat, configuration and reproduction)."""
+    arrival = exp.sweep.arrival
+    assert arrival is not None
+    process = ArrivalProcess(arrival.process, rate, arrival.burstiness, exp.workload.seed)
+    return ArrivalsRecord.of(process, arrival.requests(rate), arrival.max_in_flight)
 
 
 @dataclass(frozen=True)
@@ -334,9 +389,19 @@ class PointJob:
     telemetry: TelemetrySection
     prompts: Sequence[str]
     launch_index: int
-    orders: Mapping[int, list[int]]  # repeat -> its concurrency levels in run order
+    orders: Mapping[int, list[int | float]]  # repeat -> its levels in run order
     say: Say
+    arrivals: Mapping[float, ArrivalsRecord]  # rate -> its send schedule (open loop)
     gpus: GpuSelection | None = None  # the server's GPUs (None: every GPU NVML lists)
+    # the SLO capacity search's points (raw/<sc>/search/), not the sweep's
+    search: bool = False
+
+    def folder(self, slot: Slot) -> Path:
+        """Where a point is measured: the sweep's raw layout, or the search's."""
+        if self.search:
+            assert slot.rate is not None
+            return self.paths.search_point(self.sc, slot.repeat, slot.rate)
+        return self.paths.slot(self.sc, slot)
 
     def warmup(self, offset: int) -> None:
         wl = self.workload
@@ -348,7 +413,7 @@ class PointJob:
             f"{self.sc}-warmup",
         )
         point = _write_point(
-            self.paths.warmup(self.sc),
+            self.paths.search_warmup(self.sc) if self.search else self.paths.warmup(self.sc),
             run,
             {
                 "server_config": self.sc,
@@ -367,11 +432,15 @@ class PointJob:
         """The fields of a measured point's point.json that say what it is (before its
         status, telemetry and metrics)."""
         wl = self.workload
+        if slot.rate is not None:
+            level = {"rate": slot.rate, "arrival": self.arrivals[slot.rate].summary()}
+        else:
+            level = {"concurrency": slot.concurrency}
         return {
             "server_config": self.sc,
             "kind": "measured",
             "repeat": slot.repeat,
-            "concurrency": slot.concurrency,
+            **level,
             "position": slot.position,
             "run_index": slot.run_index,
             "order": self.orders[slot.repeat],
@@ -384,17 +453,30 @@ class PointJob:
             "unique_prompts": bool(wl.unique_prompts),
         }
 
+    def send(self, slot: Slot, prompt_offset: int, label: str, run: PointRun) -> None:
+        """Send one point's requests: a closed loop of its concurrency, or its rate's schedule
+        (an open loop); `run` fills as they end."""
+        if slot.rate is not None:
+            schedule = self.arrivals[slot.rate]
+            prompts = self.prompts[prompt_offset : prompt_offset + len(schedule.offsets_ns)]
+            loop = OpenLoop(schedule.offsets_ns, schedule.doc["max_in_flight"])
+            run_open_point(self.client, prompts, loop, label, run)
+            return
+        assert slot.concurrency is not None
+        n = slot.concurrency * self.workload.waves
+        prompts = self.prompts[prompt_offset : prompt_offset + n]
+        run_point(self.client, prompts, slot.concurrency, label, run)
+
     def measure(self, slot: Slot, prompt_offset: int, progress: str) -> None:
-        """Measure one point into c<CCCC>.partial/ and rename it when it is complete; a point
+        """Measure one point into <point>.partial/ and rename it when it is complete; a point
         cut short is kept as incomplete, and a server that died ends the job."""
-        sc, wl, server = self.sc, self.workload, self.session.server
-        final = self.paths.point(sc, slot.repeat, slot.concurrency)
+        sc, server = self.sc, self.session.server
+        final = self.folder(slot)
         partial = final.with_name(final.name + ".partial")
         partial.mkdir(parents=True, exist_ok=True)
-        n = slot.concurrency * wl.waves
         info = self.point_info(slot, prompt_offset)
         run = PointRun()
-        label = f"{sc}-r{slot.repeat:02d}-c{slot.concurrency:04d}"
+        label = f"{sc}-r{slot.repeat:02d}-{final.name}"
         # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
         # a point cut short; their summary over the point's window goes into point.json.
         tel = PointTelemetry(
@@ -402,13 +484,7 @@ class PointJob:
         )
         try:
             with tel:
-                run_point(
-                    self.client,
-                    self.prompts[prompt_offset : prompt_offset + n],
-                    slot.concurrency,
-                    label,
-                    run,
-                )
+                self.send(slot, prompt_offset, label, run)
         except BaseException as exc:
             info["telemetry"] = tel.finish(
                 partial, run.started_epoch_ns, run.finished_epoch_ns, _output_tokens(run)
@@ -424,7 +500,7 @@ class PointJob:
             )
             kept = _keep_incomplete(partial)
             self.say(
-                f"[{sc}] point rep{slot.repeat:02d} c={slot.concurrency} interrupted; "
+                f"[{sc}] point rep{slot.repeat:02d} {slot.name()} interrupted; "
                 f"{len(run.records)} finished requests kept in {kept} (marked incomplete)"
             )
             raise
@@ -445,13 +521,13 @@ class PointJob:
             kept = _keep_incomplete(partial)
             raise ServelabError(
                 f"[{sc}] the server exited during point rep{slot.repeat:02d} "
-                f"c={slot.concurrency}; the point is kept as {kept} (incomplete), completed "
+                f"{slot.name()}; the point is kept as {kept} (incomplete), completed "
                 f"points stay in {self.paths.raw_config(sc)}; rerun to measure the rest. Last "
                 f"lines of {server.log_path}:\n{server.log_tail()}"
             )
         point = _write_point(partial, run, {**info, "status": "complete"})
         os.replace(partial, final)  # final cannot exist: only missing points are measured
         self.say(
-            f"[{sc}] {progress} rep{slot.repeat:02d} c={slot.concurrency:<4d} "
+            f"[{sc}] {progress} rep{slot.repeat:02d} {slot.name():<6} "
             f"{_summary_line(point)} ({point['duration']:.1f} s)"
         )

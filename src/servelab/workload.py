@@ -108,21 +108,24 @@ class PromptPlan(NamedTuple):
     """Which prompts of raw/<sc>/prompts.jsonl.gz the warm-up and every point send."""
 
     total: int  # prompts to build
-    offsets: dict[tuple[int, int], int]  # (repeat, concurrency) -> index of its first prompt
+    offsets: dict[tuple[int, int | float], int]  # (repeat, level) -> index of its first prompt
     warmup_offset: int
 
 
-def prompt_plan(slots: list[Slot], waves: int, warmup_requests: int, unique: bool) -> PromptPlan:
-    """Unique: the warm-up takes prompts [0, warmup_requests) and each slot of the full plan,
-    in plan order, its own concurrency x waves prompts after them, so no prompt is sent twice
-    and a resumed run gives every point the prompts a fresh run would. Not unique: every
-    point starts at prompt 0, as does the warm-up."""
+def prompt_plan(
+    slots: list[Slot], requests: Callable[[Slot], int], warmup_requests: int, unique: bool
+) -> PromptPlan:
+    """`requests(slot)`: how many prompts a point sends (concurrency x waves, or a rate's
+    requests). Unique: the warm-up takes prompts [0, warmup_requests) and each slot of the
+    full plan, in plan order, its own prompts after them, so no prompt is sent twice and a
+    resumed run gives every point the prompts a fresh run would. Not unique: every point
+    starts at prompt 0, as does the warm-up."""
     if not unique:
-        total = max([warmup_requests, *(s.concurrency * waves for s in slots)])
-        return PromptPlan(total, {(s.repeat, s.concurrency): 0 for s in slots}, 0)
-    offsets: dict[tuple[int, int], int] = {}
+        total = max([warmup_requests, *(requests(s) for s in slots)])
+        return PromptPlan(total, {s.key: 0 for s in slots}, 0)
+    offsets: dict[tuple[int, int | float], int] = {}
     at = warmup_requests
     for s in slots:
-        offsets[(s.repeat, s.concurrency)] = at
-        at += s.concurrency * waves
+        offsets[s.key] = at
+        at += requests(s)
     return PromptPlan(at, offsets, 0)

@@ -7,14 +7,15 @@ the nodes differ in a performance-relevant host fact it is `not comparable`."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from servelab.analysis.dataset import Point
-from servelab.analysis.groups import SUMMARY_METRICS, Groups, hit_order, invalid_text
+from servelab.analysis.groups import SUMMARY_METRICS, Groups, Level, hit_order, invalid_text
 from servelab.analysis.knee import DOMINANCE
-from servelab.analysis.stats import describe, paired
+from servelab.analysis.stats import describe, one_sided_bounds, paired
 from servelab.analysis.stopping import (
     StoppingRule,
     claim_verdict,
@@ -22,6 +23,8 @@ from servelab.analysis.stopping import (
     sequential_test,
 )
 from servelab.analysis.validity import Flag
+from servelab.claims_syntax import BOUND as _BOUND
+from servelab.claims_syntax import CAPACITY as _CAPACITY
 from servelab.claims_syntax import CMP as _CMP
 from servelab.claims_syntax import FUNC as _FUNC
 from servelab.claims_syntax import parse_claim
@@ -44,9 +47,9 @@ CLAIM_READS = {
 
 
 def _claim_left_out(
-    g: Groups, keys: list[tuple[str, int]], metrics: list[str]
+    g: Groups, keys: list[tuple[str, Level]], metrics: list[str]
 ) -> list[tuple[Point, Flag]]:
-    found: dict[tuple[str, int, int, str], tuple[Point, Flag]] = {}
+    found: dict[tuple[str, Level, int, str], tuple[Point, Flag]] = {}
     for sc, c in keys:
         for m in metrics:
             for p, f in g.left_out(sc, c, m):
@@ -64,7 +67,7 @@ def _invalid_claim(claim: str, hits: list[tuple[Point, Flag]]) -> dict[str, Any]
                 {
                     "server_config": p.server_config,
                     "repeat": p.repeat,
-                    "concurrency": p.concurrency,
+                    p.axis: p.level,
                     "check": f.check,
                     "reason": f.reason,
                 }
@@ -98,12 +101,16 @@ def cross_node(
     return hosts, f"{NOT_COMPARABLE}: measured on different hosts: {names}, which differ in: {why}"
 
 
-def _selector(text: str, claim: str, g: Groups, need_c: bool = True) -> tuple[str, int | None]:
+def _selector(text: str, claim: str, g: Groups, need_c: bool = True) -> tuple[str, Level | None]:
     parts = dict(p.split("=", 1) for p in (x.strip() for x in text.split(",")) if "=" in p)
-    keys = set(parts) - {"c", "config"}
+    level_key = "rate" if g.open_loop else "c"
+    keys = set(parts) - {level_key, "config"}
     bad = [x.strip() for x in text.split(",") if x.strip() and "=" not in x]
     if keys or bad:
-        raise ServelabError(f"analysis.claims: {claim!r}: selectors are c=N and config=NAME")
+        sweep = "a sweep over request rates" if g.open_loop else "a sweep over concurrency"
+        raise ServelabError(
+            f"analysis.claims: {claim!r}: selectors of {sweep} are {level_key}=N and config=NAME"
+        )
     sc = parts.get("config", "").strip()
     if not sc:
         if len(g.configs) != 1:
@@ -113,16 +120,33 @@ def _selector(text: str, claim: str, g: Groups, need_c: bool = True) -> tuple[st
         sc = g.configs[0]
     if sc not in g.configs:
         raise ServelabError(f"analysis.claims: {claim!r}: config {sc!r} was not measured")
-    c = parts.get("c")
+    c = parts.get(level_key)
     if c is None:
         if need_c:
-            raise ServelabError(f"analysis.claims: {claim!r}: give the concurrency, e.g. [c=8]")
+            example = "[rate=2]" if g.open_loop else "[c=8]"
+            word = "request rate" if g.open_loop else "concurrency"
+            raise ServelabError(f"analysis.claims: {claim!r}: give the {word}, e.g. {example}")
         return sc, None
+    if g.open_loop:
+        return sc, _rate_level(c, claim, g, sc)
     if not c.strip().isdigit() or int(c) not in g.levels(sc):
         raise ServelabError(
             f"analysis.claims: {claim!r}: concurrency {c} was not measured for {sc}"
         )
     return sc, int(c)
+
+
+def _rate_level(text: str, claim: str, g: Groups, sc: str) -> float:
+    """The measured rate a claim's rate=R names (R as written in sweep.rate)."""
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = math.nan
+    if rate not in g.levels(sc):
+        raise ServelabError(
+            f"analysis.claims: {claim!r}: request rate {text.strip()} was not measured for {sc}"
+        )
+    return rate
 
 
 @dataclass(frozen=True)
@@ -134,6 +158,8 @@ class Findings:
     knees: list[dict[str, Any]]
     dominated: list[dict[str, Any]]
     diagnoses: list[dict[str, Any]]
+    # each configuration's SLO capacity search (search.json), where one ran
+    searches: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def evaluate_claims(
@@ -154,8 +180,14 @@ def evaluate_claims(
         except ServelabError as exc:
             raise ServelabError(f"analysis.claims: {exc}") from None
         m = _CMP.match(claim)
-        if m:
+        b = _BOUND.match(claim)
+        cap = _CAPACITY.match(claim)
+        if cap:
+            out.append(_capacity(claim, cap.groups(), g, found))
+        elif m:
             out.append(_comparison(claim, m.groups(), g, analysis, nodes or {}, look))
+        elif b:
+            out.append(_bound(claim, b.groups(), g, analysis))
         else:
             out.append(_shape_claim(claim, g, found))
     return out
@@ -202,8 +234,8 @@ def _comparison(
     return {
         **entry,
         "evidence": {
-            "a": {"config": sa, "concurrency": ca, "mean": describe(va).mean},
-            "b": {"config": sb, "concurrency": cb, "mean": describe(vb).mean, "factor": k},
+            "a": {"config": sa, g.axis: ca, "mean": describe(va).mean},
+            "b": {"config": sb, g.axis: cb, "mean": describe(vb).mean, "factor": k},
             "n": test.n,
             "mean_rel_diff_pct": test.mean_rel_diff_pct,
             "agree": test.agree,
@@ -212,6 +244,69 @@ def _comparison(
             **({"sequential": sequential} if sequential is not None else {}),
         },
         **({"hosts": crossed[0]} if crossed is not None else {}),
+    }
+
+
+def _capacity(claim: str, parts: tuple[str, ...], g: Groups, found: Findings) -> dict[str, Any]:
+    """The SLO capacity search's answer against a rate: `> R` holds when a rate above R met
+    the SLO and fails when one at or below R failed; `< R` the other way round; inconclusive
+    when R lies inside the search's bracket."""
+    sel, op, number = parts
+    sc, _ = _selector(sel, claim, g, need_c=False)
+    if sc not in found.searches:
+        raise ServelabError(
+            f"analysis.claims: {claim!r}: no SLO capacity search of {sc}; set search.enabled "
+            "(and search.server_configs to include it)"
+        )
+    answer = found.searches[sc]["answer"]
+    met, failed, rate = answer["met_rate"], answer["failed_rate"], float(number)
+    above = met is not None and met > rate  # the capacity is above R
+    below = failed is not None and failed <= rate  # the capacity is below R
+    if op == "<":
+        above, below = below, (met is not None and met >= rate)
+    verdict = "holds" if above else "fails" if below else "inconclusive"
+    return {"claim": claim, "verdict": verdict, "evidence": {"config": sc, **answer}}
+
+
+def _bound(
+    claim: str, parts: tuple[str, ...], g: Groups, analysis: AnalysisSection
+) -> dict[str, Any]:
+    """A metric at one point against a number (`parts`: claims_syntax.BOUND's groups): holds
+    when the one-sided (1 - alpha) confidence bound of its mean over the repeats lies on the
+    claimed side of the number, fails when the other bound lies beyond it, and is
+    inconclusive in between (or on one repeat)."""
+    name, sel, op, number = parts
+    metric = ALIASES.get(name, name)
+    if metric not in SUMMARY_METRICS:
+        raise ServelabError(
+            f"analysis.claims: {claim!r}: bound one metric of {', '.join(SUMMARY_METRICS)}"
+        )
+    sc, level = _selector(sel, claim, g)
+    assert level is not None
+    lost = _claim_left_out(g, [(sc, level)], [metric])
+    if lost:
+        return _invalid_claim(claim, lost)
+    values = list(g.values(sc, level, metric).values())
+    lo, hi = one_sided_bounds(values, analysis.alpha)
+    bound = float(number)
+    if lo is None or hi is None:
+        verdict = "inconclusive"
+    elif (hi < bound) if op == "<" else (lo > bound):
+        verdict = "holds"
+    elif (lo > bound) if op == "<" else (hi < bound):
+        verdict = "fails"
+    else:
+        verdict = "inconclusive"
+    return {
+        "claim": claim,
+        "verdict": verdict,
+        "evidence": {
+            "a": {"config": sc, g.axis: level, "mean": describe(values).mean},
+            "bound": bound,
+            "n": len(values),
+            "confidence_bounds": [lo, hi],
+            "alpha": analysis.alpha,
+        },
     }
 
 
@@ -227,12 +322,12 @@ def _shape_claim(claim: str, g: Groups, found: Findings) -> dict[str, Any]:
     if lost:
         return _invalid_claim(claim, lost)
     if func == "dominated":
-        hits = [d for d in found.dominated if d["server_config"] == sc and d["concurrency"] == c]
+        hits = [d for d in found.dominated if d["server_config"] == sc and d[g.axis] == c]
     elif func == "past_knee":
         hits = [
             d
             for d in found.diagnoses
-            if d["kind"] == "past_knee" and d["server_config"] == sc and c in d["concurrency"]
+            if d["kind"] == "past_knee" and d["server_config"] == sc and c in d[g.axis]
         ]
     elif func == "serialized":
         hits = [
@@ -240,6 +335,6 @@ def _shape_claim(claim: str, g: Groups, found: Findings) -> dict[str, Any]:
         ]
     else:
         kn = next(x for x in found.knees if x["server_config"] == sc)
-        ok = kn["concurrency"] is not None and (expect is None or kn["concurrency"] == int(expect))
+        ok = kn[g.axis] is not None and (expect is None or kn[g.axis] == float(expect))
         return {"claim": claim, "verdict": "holds" if ok else "fails", "evidence": kn}
     return {"claim": claim, "verdict": "holds" if hits else "fails", "evidence": hits}

@@ -3,18 +3,27 @@
 - servelab's own layout (docs/raw-data.md): metrics are recomputed from requests.jsonl.gz, so
   every table is a pure function of the raw requests;
 - `vllm bench serve --save-result --save-detailed` trees: ROOT/rep_<NN>/concurrency_<CCC>/
-  benchmark.json (one server configuration per root), optionally with ROOT/server.log.
+  benchmark.json (runs at a concurrency, --max-concurrency C) or ROOT/rep_<NN>/rate_<R>/
+  benchmark.json (runs at a request rate, --request-rate R), one server configuration per root,
+  optionally with ROOT/server.log.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from servelab.analysis.stopping import StoppingRule
 from servelab.analysis.validity import (
+    FAILED,
+    NOT_CHECKED,
+    NOTED,
+    PASSED,
     Flag,
     check_point,
     evaluate,
@@ -23,6 +32,7 @@ from servelab.analysis.validity import (
     point_name,
     removing,
 )
+from servelab.analysis.validity.flags import short
 from servelab.client import RequestRecord
 from servelab.config import default_section
 from servelab.errors import ServelabError
@@ -37,13 +47,16 @@ from servelab.telemetry.summary import telemetry_columns
 
 VLLM_REP = re.compile(r"^rep_(\d+)$")
 VLLM_CONC = re.compile(r"^concurrency_(\d+)$")
+VLLM_RATE = re.compile(r"^rate_(inf|\d+(?:\.\d+)?)$")
+VLLM_TREE = "rep_<NN>/concurrency_<CCC>/benchmark.json or rep_<NN>/rate_<R>/benchmark.json"
+NOT_BY_BENCH = "not recorded by vllm bench"
 
 
 @dataclass
 class Point:
     server_config: str
     repeat: int
-    concurrency: int
+    concurrency: int | None  # None for an open-loop point (it has a rate)
     metrics: dict[str, Any]
     position: int | None = None
     ttfts_ms: list[float] = field(default_factory=list)
@@ -53,6 +66,19 @@ class Point:
     # validity checks (analysis/validity/): a failed one leaves the metrics it affects out of
     # every statistic; `metrics` keeps the raw values
     checks: tuple[Flag, ...] = ()
+    rate: float | None = None  # an open-loop point's request rate (sweep.rate)
+
+    @property
+    def level(self) -> int | float:
+        """The swept value: the rate of an open-loop point, else its concurrency."""
+        if self.rate is not None:
+            return self.rate
+        assert self.concurrency is not None
+        return self.concurrency
+
+    @property
+    def axis(self) -> str:
+        return "rate" if self.rate is not None else "concurrency"
 
     @property
     def valid(self) -> bool:
@@ -64,7 +90,7 @@ class Point:
 
     @property
     def label(self) -> str:
-        return point_name(self.server_config, self.repeat, self.concurrency)
+        return point_name(self.server_config, self.repeat, self.level, self.axis)
 
 
 @dataclass
@@ -100,7 +126,7 @@ def detect_layout(root: Path) -> str:
         return "vllm-bench"
     raise ServelabError(
         f"{root}: neither servelab raw data (raw/<config>/rep<RR>/c<CCCC>/point.json) nor a "
-        "vllm-bench tree (rep_<NN>/concurrency_<CCC>/benchmark.json); pass the experiment folder"
+        f"vllm-bench tree ({VLLM_TREE}); pass the experiment folder"
     )
 
 
@@ -152,11 +178,13 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
         metrics["client_cpu_s"] = meta.get("client_cpu_s")
         if "telemetry" in meta:
             metrics.update(telemetry_columns(meta["telemetry"]))
+        rate = meta.get("rate")
         points.append(
             Point(
                 server_config=meta["server_config"],
                 repeat=int(meta["repeat"]),
-                concurrency=int(meta["concurrency"]),
+                concurrency=int(meta["concurrency"]) if rate is None else None,
+                rate=float(rate) if rate is not None else None,
                 metrics=metrics,
                 position=meta.get("position"),
                 ttfts_ms=ttfts,
@@ -286,21 +314,200 @@ def vllm_bench_metrics(
     return m, ttft, per
 
 
-def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
-    points = []
+@dataclass(frozen=True)
+class BenchFile:
+    """One benchmark.json of a vllm-bench tree: its repeat (rep_<NN>) and what its folder names,
+    a concurrency (concurrency_<CCC>) or a request rate (rate_<R>, R as given to --request-rate)."""
+
+    path: Path
+    repeat: int
+    axis: str  # "concurrency" | "rate"
+    folder_level: str  # the level as the folder spells it
+
+    def concurrency(self, bench: Mapping[str, Any]) -> int:
+        """A concurrency point's level: benchmark.json's max_concurrency, else the folder's."""
+        return int(bench.get("max_concurrency") or self.folder_level)
+
+    def rate(self, bench: Mapping[str, Any]) -> float:
+        """A rate point's level: benchmark.json's request_rate, else the folder's; a finite
+        rate above 0, or a one-line error (vLLM's default rate, inf, sends every request at
+        once: that is no rate point)."""
+        if bench.get("ramp_up_strategy") is not None:
+            raise ServelabError(
+                f"{self.path}: a ramp-up run (ramp_up_strategy {bench['ramp_up_strategy']!r}) "
+                "has no single request rate; measure each rate with --request-rate R"
+            )
+        given = bench.get("request_rate")
+        given = self.folder_level if given is None else given
+        try:
+            rate = float(given)
+        except (TypeError, ValueError):
+            raise ServelabError(f"{self.path}: request_rate {given!r} is not a number") from None
+        if math.isinf(rate):
+            raise ServelabError(
+                f"{self.path}: request rate inf (vllm bench serve's default: every request at "
+                "once) is not a rate point; measure with --request-rate R, or file it under "
+                "concurrency_<CCC>"
+            )
+        if not rate > 0:
+            raise ServelabError(f"{self.path}: request rate {given!r} is not above 0")
+        return rate
+
+    def level(self, bench: Mapping[str, Any]) -> int | float:
+        """The point's concurrency or request rate (as `axis` says)."""
+        return self.rate(bench) if self.axis == "rate" else self.concurrency(bench)
+
+
+def vllm_bench_files(root: Path) -> list[BenchFile]:
+    """Every benchmark.json of a vllm-bench tree, by repeat, then folder name; a tree that holds
+    both concurrency_<CCC> and rate_<R> folders is a one-line error (one sweep per root)."""
+    files, axes = [], set()
     for rep_dir in sorted(d for d in root.glob("rep_*") if d.is_dir() and VLLM_REP.match(d.name)):
         rep = int(VLLM_REP.match(rep_dir.name).group(1))  # type: ignore[union-attr]
-        for cdir in sorted(d for d in rep_dir.glob("concurrency_*") if VLLM_CONC.match(d.name)):
-            bj = cdir / "benchmark.json"
-            if not bj.exists():
-                continue
-            bench = read_json(bj)
-            conc = int(bench.get("max_concurrency") or VLLM_CONC.match(cdir.name).group(1))  # type: ignore[union-attr]
-            metrics, ttfts, per = vllm_bench_metrics(bench, str(bj))
-            checks = evaluate(facts_from_bench(bench), t)
-            points.append(Point(name, rep, conc, metrics, None, ttfts, per, checks=checks))
+        for d in sorted(rep_dir.iterdir()):
+            for axis, pattern in (("concurrency", VLLM_CONC), ("rate", VLLM_RATE)):
+                m = pattern.match(d.name)
+                if m is None or not d.is_dir():
+                    continue
+                axes.add(axis)
+                if (d / "benchmark.json").exists():
+                    files.append(BenchFile(d / "benchmark.json", rep, axis, m.group(1)))
+    if len(axes) > 1:
+        raise ServelabError(
+            f"{root}: holds both concurrency_<CCC> and rate_<R> folders; a vllm-bench tree is a "
+            "sweep over concurrency or over request rate: give each its own folder"
+        )
+    return files
+
+
+def bench_arrival(bench: Mapping[str, Any]) -> dict[str, Any]:
+    """A rate point's arrival process as far as benchmark.json records it: `process` (gamma
+    gaps of shape `burstiness`, vLLM's default 1: poisson; an infinite one: constant),
+    `burstiness` (1 for poisson and constant, as servelab records them), `max_in_flight`
+    (--max-concurrency, None without a cap) and `requests`."""
+    b = bench.get("burstiness")
+    burst = 1.0 if b is None else float(b)
+    process = "constant" if math.isinf(burst) else "poisson" if burst == 1.0 else "gamma"
+    cap = bench.get("max_concurrency")
+    return {
+        "process": process,
+        "burstiness": burst if process == "gamma" else 1.0,
+        "max_in_flight": int(cap) if cap else None,
+        "requests": len(bench["ttfts"]),
+    }
+
+
+def _bench_ends(bench: Mapping[str, Any], sends: list[float]) -> list[float]:
+    """Each request's end on the clock of `start_times` (s): its send plus `latencies`, else
+    plus TTFT and the ITLs (a failed request: its send)."""
+    n = len(sends)
+    lat = bench.get("latencies")
+    if lat and len(lat) == n:
+        return [s + float(x or 0.0) for s, x in zip(sends, lat, strict=True)]
+    itls = bench.get("itls") or [None] * n
+    ttfts = bench["ttfts"]
+    return [
+        s + float(ttfts[i] or 0.0) + sum(float(g) for g in itls[i] or [])
+        for i, s in enumerate(sends)
+    ]
+
+
+def _bench_arrival_rate(bench: Mapping[str, Any], rate: float, t: ValiditySection) -> Flag:
+    """arrival_rate from vllm bench's send times (`start_times`, after any wait for a slot)
+    against the target: vLLM records no schedule, but scales its drawn gaps so that request N
+    of N is due at N/R s, and its first send then differs from 1/R by sampling alone."""
+    limit = float(t.max_arrival_rate_error_pct)
+    sends = sorted(float(x) for x in bench.get("start_times") or [])
+    if len(sends) < 2 or sends[-1] <= sends[0]:
+        why = "fewer than two requests sent at different times"
+        if not sends:
+            why = f"the send times (start_times) are {NOT_BY_BENCH}"
+        return Flag("arrival_rate", NOT_CHECKED, None, limit, why)
+    achieved = (len(sends) - 1) / (sends[-1] - sends[0])
+    off = 100.0 * abs(achieved / rate - 1.0)
+    said = (
+        f"requests sent at {achieved:.3g} req/s, target {rate:g} req/s: {off:.2g}% off "
+        f"(the schedule's own rate is {NOT_BY_BENCH}; vLLM scales its schedule to the target)"
+    )
+    if off > limit:
+        return Flag("arrival_rate", FAILED, off, limit, f"{said} (limit {short(limit)}%)")
+    return Flag("arrival_rate", PASSED, off, limit, said)
+
+
+def _bench_cap_reached(bench: Mapping[str, Any], cap: int | None) -> Flag:
+    """cap_reached from vllm bench's send times and waits for a slot (`queue_times`): a request
+    was held when, as its schedule released it (its send less its wait), `cap` requests were
+    sent and not ended."""
+    if not cap:
+        return Flag("cap_reached", NOT_CHECKED, None, None, "no cap on requests in flight")
+    starts, queued = bench.get("start_times"), bench.get("queue_times")
+    if not starts or not queued or len(starts) != len(queued):
+        why = f"the waits for a slot (queue_times) are {NOT_BY_BENCH}"
+        return Flag("cap_reached", NOT_CHECKED, None, None, why)
+    sends = [float(x) for x in starts]
+    sorted_sends = sorted(sends)
+    ends = sorted(_bench_ends(bench, sends))
+    n = 0
+    for s, q in zip(sends, queued, strict=True):
+        due = s - float(q or 0.0)
+        others = bisect.bisect_right(sorted_sends, due) - (s <= due)  # sent by then, not itself
+        in_flight = others - bisect.bisect_right(ends, due)
+        n += in_flight >= cap
+    if n:
+        why = (
+            f"{n} of {len(sends)} requests were released while all {cap} slots "
+            "(--max-concurrency) were busy and waited for one: the point was partly a closed loop"
+        )
+        return Flag("cap_reached", NOTED, n / len(sends), None, why)
+    return Flag("cap_reached", PASSED, 0.0, None, f"no request waited for one of the {cap} slots")
+
+
+def bench_checks(
+    bench: Mapping[str, Any], rate: float | None, t: ValiditySection
+) -> tuple[Flag, ...]:
+    """Every check on one benchmark.json. A rate point's open-loop checks read what vllm bench
+    records: the send times and waits for a slot (`start_times`, `queue_times`, in newer
+    versions), never the scheduled send times, so `send_slip` is not checked."""
+    if rate is None:
+        return evaluate(facts_from_bench(bench), t)
+    arrival = bench_arrival(bench)
+    flags = evaluate(facts_from_bench(bench, rate, arrival), t)
+    slip_limit = float(t.max_send_slip_ms)
+    own = {
+        "arrival_rate": _bench_arrival_rate(bench, rate, t),
+        "send_slip": Flag(
+            "send_slip",
+            NOT_CHECKED,
+            None,
+            slip_limit,
+            f"the scheduled send times are {NOT_BY_BENCH}",
+        ),
+        "cap_reached": _bench_cap_reached(bench, arrival["max_in_flight"]),
+    }
+    return tuple(own.get(f.check, f) for f in flags)
+
+
+def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
+    points = []
+    for f in vllm_bench_files(root):
+        bench = read_json(f.path)
+        metrics, ttfts, per = vllm_bench_metrics(bench, str(f.path))
+        rate = f.rate(bench) if f.axis == "rate" else None
+        points.append(
+            Point(
+                server_config=name,
+                repeat=f.repeat,
+                concurrency=f.concurrency(bench) if rate is None else None,
+                rate=rate,
+                metrics=metrics,
+                ttfts_ms=ttfts,
+                per_request=per,
+                extra={"arrival": bench_arrival(bench)} if rate is not None else {},
+                checks=bench_checks(bench, rate, t),
+            )
+        )
     if not points:
-        raise ServelabError(f"{root}: no rep_<NN>/concurrency_<CCC>/benchmark.json found")
+        raise ServelabError(f"{root}: no {VLLM_TREE} found")
     capacity: dict[str, dict[str, Any]] = {}
     log = root / SERVER_LOG
     if log.exists():

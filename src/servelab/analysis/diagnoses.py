@@ -31,9 +31,10 @@ def _repeats(g: Groups, sc: str, levels: list[int], metrics: list[str]) -> int:
 def diagnosis_line(d: dict[str, Any]) -> str:
     """One diagnosis as `servelab analyze` prints it: kind, config, concurrency, evidence
     level, and for a dip what the CUDA graph capture sizes say."""
-    where = f" c={d['concurrency']}" if "concurrency" in d else ""
+    axis, key = ("rate", "rate=") if "rate" in d else ("concurrency", "c=")
+    where = f" {key}{d[axis]}" if axis in d else ""
     if d["kind"] == "dominated":
-        where += f" by c={d['evidence']['dominated_by']}"
+        where += f" by {key}{d['evidence']['dominated_by']}"
     text = f"{d['kind']}: {d['server_config']}{where} ({d['evidence_level']['label']})"
     if d.get("capture_explanation"):
         text += f"; {d['capture_explanation']}"
@@ -191,21 +192,21 @@ CONFIG_CHECKS: tuple[Callable[[_Config], list[dict[str, Any]]], ...] = (
 def _past_knee(g: Groups, knees: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The levels above each config's knee: they add latency, not throughput."""
     out: list[dict[str, Any]] = []
+    axis = g.axis
+    word = "a request rate" if g.open_loop else "concurrency"
     for k in knees:
-        if k["concurrency"] is None:
+        if k[axis] is None:
             continue
-        past = [c for c in g.levels(k["server_config"]) if c > k["concurrency"]]
+        past = [c for c in g.levels(k["server_config"]) if c > k[axis]]
         if past:
             out.append(
                 {
                     "kind": "past_knee",
                     "server_config": k["server_config"],
-                    "concurrency": past,
-                    "evidence": {"knee": k["concurrency"], "reason": k["reason"]},
+                    axis: past,
+                    "evidence": {"knee": k[axis], "reason": k["reason"]},
                     "evidence_level": k["evidence_level"],
-                    "suggestion": (
-                        f"concurrency above {k['concurrency']} adds latency, not throughput"
-                    ),
+                    "suggestion": f"{word} above {k[axis]} adds latency, not throughput",
                 }
             )
     return out
@@ -213,22 +214,24 @@ def _past_knee(g: Groups, knees: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _dominated(g: Groups, dominated: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each dominated point (knee.dominance), with the repeats its comparison rests on."""
+    axis = g.axis
+    word = "request rate" if g.open_loop else "concurrency"
     return [
         {
             "kind": "dominated",
             "server_config": d["server_config"],
-            "concurrency": d["concurrency"],
+            axis: d[axis],
             "evidence": d,
             "evidence_level": evidence_level(
                 _repeats(
                     g,
                     d["server_config"],
-                    [d["concurrency"], d["dominated_by"]],
+                    [d[axis], d["dominated_by"]],
                     [m for m, _ in DOMINANCE],
                 )
             ),
             "suggestion": (
-                f"concurrency {d['dominated_by']} is at least as good on "
+                f"{word} {d['dominated_by']} is at least as good on "
                 "throughput, TTFT and TPOT: do not operate here"
             ),
         }
@@ -246,8 +249,10 @@ def diagnoses(
     """Every diagnosis: per server config what each of CONFIG_CHECKS finds, then the levels
     past each knee, then the dominated points."""
     out: list[dict[str, Any]] = []
-    for sc in g.configs:
-        lv = [c for c in g.levels(sc) if g.mean(sc, c, "output_throughput") is not None]
+    # what they read (flat throughput over a span of concurrency, requests in flight against
+    # the KV cache's room) is a closed loop's: an open loop's levels are rates
+    for sc in [] if g.open_loop else g.configs:
+        lv = [int(c) for c in g.levels(sc) if g.mean(sc, c, "output_throughput") is not None]
         means = {c: g.mean(sc, c, "output_throughput") or 0.0 for c in lv}
         view = _Config(g, sc, ds.capacity.get(sc, {}), lv, means, analysis)
         for check in CONFIG_CHECKS:

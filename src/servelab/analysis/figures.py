@@ -12,22 +12,27 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from servelab.analysis.groups import Groups  # noqa: E402
+from servelab.analysis.groups import Groups, Level  # noqa: E402
 from servelab.analysis.stats import describe, mean_rel_diff_pct  # noqa: E402
 from servelab.paths import FIGURES  # noqa: E402
 from servelab.render import figure_style, save_figure  # noqa: E402
 
 
-def _levels_axis(ax: Any, levels: list[int]) -> None:
+def _levels_axis(ax: Any, levels: list[Level]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels)
-    ax.set_xticklabels([str(c) for c in levels])
+    ax.set_xticklabels([f"{c:g}" if isinstance(c, float) else str(c) for c in levels])
     ax.minorticks_off()
+
+
+def _axis_label(g: Groups) -> str:
+    """The x axis of a sweep: concurrency, or request rate."""
+    return "request rate (req/s)" if g.open_loop else "concurrency"
 
 
 def throughput_vs_concurrency(g: Groups) -> Figure:
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    levels: set[int] = set()
+    levels: set[Level] = set()
     for sc in g.configs:
         lv = g.levels(sc)
         levels |= set(lv)
@@ -45,9 +50,10 @@ def throughput_vs_concurrency(g: Groups) -> Figure:
             ax.scatter([c] * len(reps), list(reps.values()), s=12, alpha=0.5, color="0.4", zorder=3)
         ax.errorbar(lv, means, yerr=[lo, hi], marker="o", capsize=3, label=sc, zorder=4)
     _levels_axis(ax, sorted(levels))
-    ax.set_xlabel("concurrency")
+    ax.set_xlabel(_axis_label(g))
     ax.set_ylabel("output throughput (tok/s)")
-    ax.set_title("Throughput vs concurrency (mean, 95% CI; grey: each repeat)")
+    word = "request rate" if g.open_loop else "concurrency"
+    ax.set_title(f"Throughput vs {word} (mean, 95% CI; grey: each repeat)")
     ax.legend()
     fig.tight_layout()
     return fig
@@ -55,7 +61,7 @@ def throughput_vs_concurrency(g: Groups) -> Figure:
 
 def latency_throughput(g: Groups, dominated: list[dict[str, Any]]) -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(9.6, 4.0))
-    dom = {(d["server_config"], d["concurrency"]) for d in dominated}
+    dom = {(d["server_config"], d[g.axis]) for d in dominated}
     for ax, metric, label in (
         (axes[0], "mean_ttft_ms", "mean TTFT (ms)"),
         (axes[1], "mean_tpot_ms", "mean TPOT (ms)"),
@@ -71,7 +77,7 @@ def latency_throughput(g: Groups, dominated: list[dict[str, Any]]) -> Figure:
                 cs.append(c)
             line = ax.plot(xs, ys, marker="o", label=sc)[0]
             for x, y, c in zip(xs, ys, cs, strict=True):
-                ax.annotate(str(c), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                ax.annotate(f"{c:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
                 if (sc, c) in dom:
                     ax.scatter([x], [y], marker="x", s=80, color=line.get_color(), zorder=5)
         ax.set_xlabel("output throughput (tok/s)")
@@ -90,7 +96,9 @@ def ttft_distribution(g: Groups) -> Figure:
     ]
     ax.boxplot(data, showfliers=True, flierprops={"markersize": 2})
     ax.set_xticks(range(1, len(keys) + 1))
-    ax.set_xticklabels([f"{sc}\nc={c}" for sc, c in keys], fontsize=7, rotation=45, ha="right")
+    ax.set_xticklabels(
+        [f"{sc}\n{g.level_name(c)}" for sc, c in keys], fontsize=7, rotation=45, ha="right"
+    )
     ax.set_yscale("log")
     ax.set_ylabel("TTFT (ms)")
     ax.set_title("TTFT distribution per point (valid repeats)")
@@ -113,7 +121,7 @@ def paired_differences(g: Groups) -> Figure:
     ax.axhline(0, color="0.5", linewidth=0.8)
     ax.set_xticks(range(len(pairs)))
     ax.set_xticklabels(
-        [f"{sc}\n{a} vs {b}" for sc, a, b in pairs], fontsize=7, rotation=45, ha="right"
+        [f"{sc}\n{a:g} vs {b:g}" for sc, a, b in pairs], fontsize=7, rotation=45, ha="right"
     )
     ax.set_ylabel("throughput a / b - 1 (%)")
     ax.set_title("Paired differences per repeat (dots) and their mean (bar)")
@@ -131,8 +139,8 @@ def configs_side_by_side(g: Groups) -> Figure:
             ax.bar(xs, [g.mean(sc, c, metric) or 0.0 for c in levels], width, label=sc)
     for ax, label in ((axes[0], "output throughput (tok/s)"), (axes[1], "mean TTFT (ms)")):
         ax.set_xticks(range(len(levels)))
-        ax.set_xticklabels([str(c) for c in levels])
-        ax.set_xlabel("concurrency")
+        ax.set_xticklabels([f"{c:g}" for c in levels])
+        ax.set_xlabel(_axis_label(g))
         ax.set_ylabel(label)
     axes[0].set_title("Server configurations side by side")
     axes[0].legend()

@@ -1,4 +1,5 @@
-"""Points grouped by server configuration and concurrency, and the per-point, per-level and
+"""Points grouped by server configuration and level (a concurrency, or a request rate in an
+open-loop sweep: `Groups.axis`), and the per-point, per-level and
 paired tables read from them (points.csv, summary.csv, paired.csv).
 
 `Groups.values` is what every statistic reads: a metric of a point that failed a validity check
@@ -12,7 +13,7 @@ from typing import Any
 
 from servelab.analysis.dataset import Dataset, Point
 from servelab.analysis.stats import describe, paired
-from servelab.analysis.validity import BY_NAME, Flag, PointFlags, failed
+from servelab.analysis.validity import BY_NAME, Flag, PointFlags, failed, level_name
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.telemetry.summary import telemetry_columns
@@ -86,11 +87,34 @@ PAIRED_COLUMNS = (
     "p_value",
     "verdict",
 )
+
+
+def with_axis(columns: tuple[str, ...] | list[str], axis: str) -> list[str]:
+    """A table's columns for a sweep over `axis`: its level column named for it (rate)."""
+    return [axis if c == "concurrency" else c for c in columns]
+
+
 INVALID_SHOWN = 3  # points named in an "invalid: ..." text before "and N more"
 
 
+Level = int | float  # a concurrency, or a request rate (requests per second)
+
+
+def axis_of(ds: Dataset) -> str:
+    """What the dataset's sweep varies: "rate" when its points are open-loop, else
+    "concurrency" (an error when it holds both: one analysis reads one axis)."""
+    kinds = {p.axis for p in ds.points}
+    if len(kinds) > 1:
+        raise ServelabError(
+            f"{ds.root}: holds points at concurrency levels and at request rates; analyse a "
+            "sweep over one of the two (give each its own results_dir)"
+        )
+    return kinds.pop() if kinds else "concurrency"
+
+
 class Groups:
-    """Points indexed by (server_config, concurrency) -> {repeat: Point}.
+    """Points indexed by (server_config, level) -> {repeat: Point}; `axis` says what a level is
+    ("concurrency" or "rate"), and is the key tables and verdicts name it by.
 
     `values` is what every statistic reads: a metric of a point that failed a validity check
     affecting it is left out there (and so out of means, tests, knee, dominance, SLO, diagnoses
@@ -98,28 +122,37 @@ class Groups:
     """
 
     def __init__(self, ds: Dataset) -> None:
-        self.by: dict[tuple[str, int], dict[int, Point]] = defaultdict(dict)
+        self.by: dict[tuple[str, Level], dict[int, Point]] = defaultdict(dict)
         for p in ds.points:
-            self.by[(p.server_config, p.concurrency)][p.repeat] = p
+            self.by[(p.server_config, p.level)][p.repeat] = p
         self.configs = ds.configs()
         self.thresholds = ds.validity
+        self.axis = axis_of(ds)
 
-    def levels(self, sc: str) -> list[int]:
+    @property
+    def open_loop(self) -> bool:
+        return self.axis == "rate"
+
+    def level_name(self, level: Level) -> str:
+        """c=8, or rate=2.5."""
+        return level_name(level, self.axis)
+
+    def levels(self, sc: str) -> list[Level]:
         return sorted(c for (s, c) in self.by if s == sc)
 
-    def values(self, sc: str, c: int, metric: str) -> dict[int, float]:
+    def values(self, sc: str, c: Level, metric: str) -> dict[int, float]:
         return {
             r: p.metrics[metric]
             for r, p in self.by.get((sc, c), {}).items()
             if p.metrics.get(metric) is not None and not p.left_out(metric)
         }
 
-    def valid_points(self, sc: str, c: int, metric: str) -> list[Point]:
+    def valid_points(self, sc: str, c: Level, metric: str) -> list[Point]:
         """The repeats of a point whose `metric` counts, by repeat."""
         reps = self.by.get((sc, c), {})
         return [reps[r] for r in sorted(reps) if not reps[r].left_out(metric)]
 
-    def left_out(self, sc: str, c: int, metric: str) -> list[tuple[Point, Flag]]:
+    def left_out(self, sc: str, c: Level, metric: str) -> list[tuple[Point, Flag]]:
         reps = self.by.get((sc, c), {})
         return [(reps[r], f) for r in sorted(reps) for f in reps[r].left_out(metric)]
 
@@ -130,11 +163,11 @@ class Groups:
             for r, p in sorted(reps.items())
         ]
 
-    def mean(self, sc: str, c: int, metric: str) -> float | None:
+    def mean(self, sc: str, c: Level, metric: str) -> float | None:
         return describe(list(self.values(sc, c, metric).values())).mean
 
     def pair(
-        self, sc_a: str, a: int, sc_b: str, b: int, metric: str
+        self, sc_a: str, a: Level, sc_b: str, b: Level, metric: str
     ) -> tuple[list[float], list[float]]:
         va, vb = self.values(sc_a, a, metric), self.values(sc_b, b, metric)
         reps = sorted(set(va) & set(vb))
@@ -143,11 +176,11 @@ class Groups:
 
 def points_table(ds: Dataset) -> list[dict[str, Any]]:
     rows = []
-    for p in sorted(ds.points, key=lambda p: (p.server_config, p.concurrency, p.repeat)):
+    for p in sorted(ds.points, key=lambda p: (p.server_config, p.level, p.repeat)):
         row: dict[str, Any] = {
             "server_config": p.server_config,
             "repeat": p.repeat,
-            "concurrency": p.concurrency,
+            p.axis: p.level,
             "position": p.position,
             "valid": p.valid,
             "invalid_reasons": "; ".join(f"{f.check}: {f.reason}" for f in failed(p.checks)),
@@ -168,7 +201,7 @@ def summary_table(g: Groups) -> list[dict[str, Any]]:
                 rows.append(
                     {
                         "server_config": sc,
-                        "concurrency": c,
+                        g.axis: c,
                         "metric": m,
                         "n": d.n,
                         "mean": d.mean,
@@ -183,7 +216,7 @@ def summary_table(g: Groups) -> list[dict[str, Any]]:
     return rows
 
 
-def pair_specs(g: Groups, analysis: AnalysisSection) -> list[tuple[str, int, int]]:
+def pair_specs(g: Groups, analysis: AnalysisSection) -> list[tuple[str, Level, Level]]:
     specs = []
     for sc in g.configs:
         lv = g.levels(sc)
@@ -222,9 +255,9 @@ def paired_table(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
     return rows
 
 
-def hit_order(h: tuple[Point, Flag]) -> tuple[str, int, int, int]:
+def hit_order(h: tuple[Point, Flag]) -> tuple[str, Level, int, int]:
     p, f = h
-    return (p.server_config, p.concurrency, p.repeat, list(BY_NAME).index(f.check))
+    return (p.server_config, p.level, p.repeat, list(BY_NAME).index(f.check))
 
 
 def invalid_text(hits: list[tuple[Point, Flag]]) -> str:

@@ -1,5 +1,6 @@
-"""Where adding concurrency stops paying: the knee of each configuration's throughput curve,
-and the operating points another level beats on throughput, TTFT and TPOT at once."""
+"""Where adding load stops paying: the knee of each configuration's throughput curve (in
+concurrency, or in request rate for an open-loop sweep: the entries then say `rate`), and the
+operating points another level beats on throughput, TTFT and TPOT at once."""
 
 from __future__ import annotations
 
@@ -32,9 +33,11 @@ def knee(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
         lv = g.levels(sc)
         means = {c: g.mean(sc, c, "output_throughput") for c in lv}
         p99 = {c: g.mean(sc, c, "p99_ttft_ms") for c in lv}
+        axis = g.axis
+        word = "request rate" if g.open_loop else "concurrency"
         entry: dict[str, Any] = {
             "server_config": sc,
-            "concurrency": None,
+            axis: None,
             "reason": "",
             "evidence": {},
         }
@@ -43,7 +46,7 @@ def knee(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
             min((len(g.values(sc, c, "output_throughput")) for c in usable), default=0)
         )
         if len(usable) < 2:
-            entry["reason"] = "fewer than two concurrency levels with throughput"
+            entry["reason"] = f"fewer than two {word} levels with throughput"
             out.append(entry)
             continue
         best = max(usable, key=lambda c: (means[c], -c))
@@ -53,7 +56,7 @@ def knee(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
             va, vb = g.pair(sc, best, sc, nxt, "output_throughput")
             if va and all(x > y for x, y in zip(va, vb, strict=True)):
                 entry.update(
-                    concurrency=best,
+                    {axis: best},
                     reason=(
                         f"throughput peaks at {best} and falls at {nxt} in every repeat "
                         f"({len(va)}/{len(va)})"
@@ -66,7 +69,7 @@ def knee(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
                 )
                 entry["evidence"] = {
                     "peak_throughput": means[best],
-                    "next_concurrency": nxt,
+                    f"next_{axis}": nxt,
                     "next_throughput": means[nxt],
                     "change_pct": 100.0 * (means[nxt] / means[best] - 1),  # type: ignore[operator]
                     "repeats_falling": f"{len(va)}/{len(va)}",
@@ -82,9 +85,9 @@ def knee(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
             grows = p99[hi] is not None and p99[lo] is not None and p99[hi] > p99[lo]  # type: ignore[operator]
             if gain < analysis.plateau_pct and grows:
                 entry.update(
-                    concurrency=lo,
+                    {axis: lo},
                     reason=(
-                        f"throughput stops rising after {lo} (no higher concurrency gains "
+                        f"throughput stops rising after {lo} (no higher {word} gains "
                         f"{analysis.plateau_pct:g}% or more; best later {gain:+.1f}%) "
                         "while p99 TTFT grows"
                     ),
@@ -92,15 +95,14 @@ def knee(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
                 entry["evidence"] = {
                     "throughput": means[lo],
                     "best_later_gain_pct": gain,
-                    "next_concurrency": hi,
+                    f"next_{axis}": hi,
                     "p99_ttft_ms": p99[lo],
                     "next_p99_ttft_ms": p99[hi],
                 }
                 break
         else:
             entry["reason"] = (
-                f"no knee: throughput still rises up to the highest concurrency "
-                f"measured ({usable[-1]})"
+                f"no knee: throughput still rises up to the highest {word} measured ({usable[-1]})"
             )
         out.append(entry)
     return out
@@ -118,7 +120,7 @@ def dominance(g: Groups) -> list[dict[str, Any]]:
                 better_eq = all(sign * (vals[d][m] - vals[c][m]) >= 0 for m, sign in DOMINANCE)  # type: ignore[operator]
                 strictly = any(sign * (vals[d][m] - vals[c][m]) > 0 for m, sign in DOMINANCE)  # type: ignore[operator]
                 if better_eq and strictly:
-                    row: dict[str, Any] = {"server_config": sc, "concurrency": c, "dominated_by": d}
+                    row: dict[str, Any] = {"server_config": sc, g.axis: c, "dominated_by": d}
                     for m, _ in DOMINANCE:
                         row[f"{m}_delta_pct"] = _pct(vals[c][m], vals[d][m])
                     rows.append(row)

@@ -12,12 +12,12 @@ from servelab.analysis.stats import describe
 from servelab.analysis.validity import (
     AFFECTS_WORDS,
     BY_NAME,
-    CHECKS,
     FAILED,
     NOT_CHECKED,
     NOTED,
     PASSED,
     SECTION,
+    checks_for,
     counts,
 )
 from servelab.errors import ServelabError
@@ -58,7 +58,7 @@ TELEMETRY_HEADER = (
 )
 
 
-def _lat(g: Groups, sc: str, c: int, metric: str) -> str:
+def _lat(g: Groups, sc: str, c: int | float, metric: str) -> str:
     """A latency mean; 'invalid' when validity left out every repeat, '(k of n)' when some."""
     kept = len(g.values(sc, c, metric))
     lost = len({p.repeat for p, _ in g.left_out(sc, c, metric)})
@@ -224,10 +224,11 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
     if any("utilization_pct" in p.metrics for pts in g.by.values() for p in pts.values()):
         lines += _telemetry_section(g)
     lines += _paired_section(g, results["paired"])
-    lines += _knee_section(results["knee"])
-    lines += _dominance_section(results["dominance"])
-    lines += _slo_section(results.get("slo"))
-    lines += _diagnoses_section(results["diagnoses"])
+    lines += _knee_section(results["knee"], g.axis)
+    lines += _dominance_section(results["dominance"], g.axis)
+    lines += _slo_section(results.get("slo"), g.axis)
+    lines += _search_section(results.get("search") or {})
+    lines += _diagnoses_section(results["diagnoses"], g.axis)
     lines += _claims_section(results["claims"])
     if results.get("rounds") is not None:
         lines += ["", *_rounds_section(results["rounds"])]
@@ -235,9 +236,14 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
     return "\n".join(lines) + "\n"
 
 
+# what a level is called in the report's words, by the sweep's axis (Groups.axis)
+AXIS_WORDS = {"concurrency": "concurrency", "rate": "request rate"}
+
+
 def _throughput_section(g: Groups) -> list[str]:
     """Per config and level: repeats, mean throughput with its CV, and the latencies."""
-    lines = ["## Throughput by concurrency", ""]
+    lines = [f"## Throughput by {AXIS_WORDS[g.axis]}", ""]
+    header = THROUGHPUT_HEADER if not g.open_loop else ("Rate (req/s)", *THROUGHPUT_HEADER[1:])
     for sc in g.configs:
         rows = []
         for c in g.levels(sc):
@@ -248,7 +254,7 @@ def _throughput_section(g: Groups) -> list[str]:
                 + [_lat(g, sc, c, m) for m in ("mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms")]
             )
         lines += [f"### {sc}", ""]
-        lines += md_table(THROUGHPUT_HEADER, rows, align="rrrrrrr")
+        lines += md_table(header, rows, align="rrrrrrr")
         lines.append("")
     return lines
 
@@ -256,7 +262,7 @@ def _throughput_section(g: Groups) -> list[str]:
 def _paired_section(g: Groups, paired: list[dict[str, Any]]) -> list[str]:
     """The paired comparisons (paired.json), one table per pair of adjacent levels."""
     lines = [
-        "## Paired comparisons of adjacent concurrency levels",
+        f"## Paired comparisons of adjacent {AXIS_WORDS[g.axis]} levels",
         "",
         "Difference = mean over repeats of a/b - 1; agree = repeats where a > b; the verdict "
         "needs both the paired t-test on log ratios and the practical threshold.",
@@ -273,18 +279,19 @@ def _paired_section(g: Groups, paired: list[dict[str, Any]]) -> list[str]:
                 [r["metric"], num(ma), num(mb), change, r["agree"]]
                 + [num(r["p_value"], ".3g"), r["verdict"]]
             )
-        header = ["Metric", f"C{a}", f"C{b}", "Change (b vs a)", "Agree (a > b)", "p", "Verdict"]
-        lines += [f"### {sc}: C{a} vs C{b}", ""]
+        la, lb = (f"R{a:g}", f"R{b:g}") if g.open_loop else (f"C{a}", f"C{b}")
+        header = ["Metric", la, lb, "Change (b vs a)", "Agree (a > b)", "p", "Verdict"]
+        lines += [f"### {sc}: {la} vs {lb}", ""]
         lines += md_table(header, cells, align="lrrrrrl")
         lines.append("")
     return lines
 
 
-def _knee_section(knees: list[dict[str, Any]]) -> list[str]:
+def _knee_section(knees: list[dict[str, Any]], axis: str) -> list[str]:
     """Each config's knee (knee.json) with its reason and evidence level."""
     lines = ["## Knee", ""]
     for k in knees:
-        where = f"concurrency {k['concurrency']}" if k["concurrency"] is not None else "none"
+        where = f"{AXIS_WORDS[axis]} {k[axis]}" if k[axis] is not None else "none"
         lines.append(
             f"- **{k['server_config']}**: {where}. {k['reason']} "
             f"(*{k['evidence_level']['label']}*)."
@@ -292,12 +299,12 @@ def _knee_section(knees: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _dominance_section(dominance: list[dict[str, Any]]) -> list[str]:
+def _dominance_section(dominance: list[dict[str, Any]], axis: str) -> list[str]:
     """The dominated operating points (dominance.csv), each against the point dominating it."""
     lines = ["", "## Dominated operating points", ""]
     for d in dominance:
         lines.append(
-            f"- {d['server_config']} at concurrency {d['concurrency']} is dominated by "
+            f"- {d['server_config']} at {AXIS_WORDS[axis]} {d[axis]} is dominated by "
             f"{d['dominated_by']} "
             f"(throughput {num(d['output_throughput_delta_pct'], '+.1f')}%, "
             f"mean TTFT {num(d['mean_ttft_ms_delta_pct'], '+.1f')}%, "
@@ -306,7 +313,7 @@ def _dominance_section(dominance: list[dict[str, Any]]) -> list[str]:
     return lines if dominance else [*lines, "- none"]
 
 
-def _slo_section(s: dict[str, Any] | None) -> list[str]:
+def _slo_section(s: dict[str, Any] | None, axis: str) -> list[str]:
     """The SLO and each config's capacity under it (slo.json); no section without an SLO."""
     if not s:
         return []
@@ -318,16 +325,58 @@ def _slo_section(s: dict[str, Any] | None) -> list[str]:
         "",
     ]
     for sc, cap in sorted(s["capacity"].items()):
-        if cap["concurrency"] is None:
+        if cap[axis] is None:
             lines.append(f"- {sc}: {cap['reason']}")
         else:
             lines.append(
-                f"- {sc}: concurrency {cap['concurrency']}, {num(cap['output_throughput'])} tok/s"
+                f"- {sc}: {AXIS_WORDS[axis]} {cap[axis]}, {num(cap['output_throughput'])} tok/s"
             )
     return lines
 
 
-def _diagnoses_section(diags: list[dict[str, Any]]) -> list[str]:
+def _search_section(searches: dict[str, dict[str, Any]]) -> list[str]:
+    """Each configuration's SLO capacity search (raw/<sc>/search/search.json): its answer and
+    the rates it measured; no section without one."""
+    if not searches:
+        return []
+    lines = ["", "## SLO capacity by search", ""]
+    for sc, s in sorted(searches.items()):
+        spec, answer = s["spec"], s["answer"]
+        bounds = ", ".join(f"{k} <= {v:g}" for k, v in spec["bounds"].items() if v is not None)
+        met, failed = answer["met_rate"], answer["failed_rate"]
+        said = (
+            f"between {met:g} and {failed:g} req/s"
+            if met is not None and failed is not None
+            else str(answer["reason"])
+        )
+        lines += [
+            f"### {sc}: {said}",
+            "",
+            f"{100 * spec['target']:g}% of each repeat's requests within {bounds} "
+            f"(stopped: {answer['stopped']}).",
+            "",
+        ]
+        rows = [
+            [
+                step["order"],
+                step["phase"],
+                f"{step['rate']:g}",
+                ", ".join(
+                    "-"
+                    if r["attainment"] is None
+                    else f"{100 * r['attainment']:.1f}%" + ("" if r["valid"] else " (invalid)")
+                    for r in step["repeats"]
+                ),
+                "meets" if step["meets"] else "misses",
+            ]
+            for step in s["path"]
+        ]
+        lines += md_table(["Step", "Phase", "Rate (req/s)", "Within the SLO", "Verdict"], rows)
+        lines.append("")
+    return lines
+
+
+def _diagnoses_section(diags: list[dict[str, Any]], axis: str) -> list[str]:
     """The diagnoses (diagnoses.json) in plain words, each with its evidence level."""
     lines = [
         "",
@@ -339,7 +388,7 @@ def _diagnoses_section(diags: list[dict[str, Any]]) -> list[str]:
         "",
     ]
     for d in diags:
-        where = f" (concurrency {d['concurrency']})" if "concurrency" in d else ""
+        where = f" ({AXIS_WORDS[axis]} {d[axis]})" if axis in d else ""
         lines.append(
             f"- **{d['kind']}**, {d['server_config']}{where}, "
             f"*{d['evidence_level']['label']}*: {d['suggestion']}."
@@ -469,7 +518,7 @@ def _validity_section(g: Groups) -> list[str]:
         "",
     ]
     rows = []
-    for k in CHECKS:
+    for k in checks_for(g.axis):
         t = k.threshold(g.thresholds)
         limit = (
             f"`{SECTION}.{k.threshold_key}` = {t:g}" if k.threshold_key and t is not None else "-"
@@ -493,7 +542,8 @@ def _validity_section(g: Groups) -> list[str]:
         n_flagged = len({(sc, r, conc) for sc, r, conc, _ in flagged})
         lines += [f"{n_flagged} of {len(points)} points flagged:", ""]
         lines += md_table(
-            ["Config", "Repeat", "Concurrency", "Check", "Removes", "Reason"],
+            ["Config", "Repeat", "Rate" if g.open_loop else "Concurrency", "Check"]
+            + ["Removes", "Reason"],
             [
                 [sc, r, conc, f.check, AFFECTS_WORDS[BY_NAME[f.check].affects], f.reason]
                 for sc, r, conc, f in flagged
@@ -504,7 +554,10 @@ def _validity_section(g: Groups) -> list[str]:
     noted = [(sc, r, conc, f) for sc, r, conc, flags in points for f in flags if f.status == NOTED]
     if noted:
         lines += ["Notes (not excluded):", ""]
-        lines += [f"- {sc} rep {r} c={conc}, {f.check}: {f.reason}" for sc, r, conc, f in noted]
+        lines += [
+            f"- {sc} rep {r} {g.level_name(conc)}, {f.check}: {f.reason}"
+            for sc, r, conc, f in noted
+        ]
         lines.append("")
     unchecked = Counter(
         (f.check, f.reason) for *_, flags in points for f in flags if f.status == NOT_CHECKED

@@ -15,9 +15,11 @@ from servelab.analysis.groups import (
     POINTS_COLUMNS,
     SUMMARY_COLUMNS,
     Groups,
+    axis_of,
     paired_table,
     points_table,
     summary_table,
+    with_axis,
 )
 from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
 from servelab.analysis.markdown import server_starts
@@ -34,9 +36,11 @@ from servelab.paths import (
     ROUNDS_TABLE,
     SLO_TABLE,
     VALIDITY_TABLE,
+    ExperimentPaths,
 )
 from servelab.rawdata import relative
 from servelab.render import write_csv
+from servelab.search import SearchResult, read_search
 from servelab.telemetry.summary import table_columns as telemetry_table_columns
 
 __all__ = ["ANALYSIS_VERSION", "Dataset", "analysis_section", "analyze", "load_dataset"]
@@ -67,7 +71,7 @@ def utilization_figure(ds: Dataset, out_dir: Path) -> list[Path]:
     rows = utilization_vs_throughput(
         {
             "server_config": p.server_config,
-            "concurrency": p.concurrency,
+            "concurrency": p.level,
             "repeat": p.repeat,
             "output_throughput": p.metrics.get("output_throughput"),
             "telemetry": p.extra.get("telemetry"),
@@ -137,6 +141,9 @@ def _notes(ds: Dataset, root: Path) -> dict[str, Any]:
         notes["hosts_differ"] = {
             sc: str(node.get("hostname")) for sc, node in sorted(ds.nodes.items())
         }
+    searches = _searches(root) if ds.layout == "servelab" else {}
+    if searches:
+        notes["search"] = {sc: r.to_json() for sc, r in searches.items()}
     if ds.layout == "servelab":
         # where each sweep's server start went; only the sweeps' launches, which the analysis
         # depends on (a profiling pass may not have run yet), and only when recorded: the
@@ -156,7 +163,9 @@ def _claims(
         rule = StoppingRule.from_json(ds.sequential["rule"])
         claims, rounds = sequential_claims(ds, opts, rule, ds.sequential.get("stopped"))
         return {"claims": claims, "rounds": rounds}
-    found = Findings(results["knee"], results["dominance"], results["diagnoses"])
+    found = Findings(
+        results["knee"], results["dominance"], results["diagnoses"], results.get("search", {})
+    )
     return {"claims": evaluate_claims(g, opts, found, ds.nodes)}
 
 
@@ -164,11 +173,12 @@ def _write_tables(out: Path, ds: Dataset, results: dict[str, Any]) -> None:
     """The tables and verdicts of ANALYSIS_TABLES, validity.json, and slo.json and
     rounds.json where they apply (an earlier one removed where they do not)."""
     blocks = [p.extra["telemetry"] for p in ds.points if "telemetry" in p.extra]
+    axis = axis_of(ds)
     columns = {
-        "points": [*POINTS_COLUMNS, *telemetry_table_columns(blocks)],
-        "summary": SUMMARY_COLUMNS,
+        "points": [*with_axis(POINTS_COLUMNS, axis), *telemetry_table_columns(blocks)],
+        "summary": with_axis(SUMMARY_COLUMNS, axis),
         "paired": PAIRED_COLUMNS,
-        "dominance": DOMINANCE_COLUMNS,
+        "dominance": with_axis(DOMINANCE_COLUMNS, axis),
     }
     for table in ANALYSIS_TABLES:  # points.csv, knee.json, ...: the results of that name
         key, suffix = table.rsplit(".", 1)
@@ -184,12 +194,22 @@ def _write_tables(out: Path, ds: Dataset, results: dict[str, Any]) -> None:
             (out / table).unlink()
 
 
+def _searches(root: Path) -> dict[str, SearchResult]:
+    """Each configuration's SLO capacity search (raw/<sc>/search/search.json), where one ran."""
+    return {p.parent.parent.name: read_search(p) for p in ExperimentPaths(root).search_files()}
+
+
 def _figures(g: Groups, ds: Dataset, dominated: list[dict[str, Any]], out: Path) -> list[str]:
-    """The figures' file names: the analysis figures, then utilization against tokens/s
-    where the points have telemetry."""
+    """The figures' file names: the analysis figures, utilization against tokens/s where the
+    points have telemetry, then each SLO capacity search's path."""
     from servelab.analysis.figures import render_all
 
     names = [p.name for p in render_all(g, dominated, out / "figures")]
     if any("telemetry" in p.extra for p in ds.points):
         names += [p.name for p in utilization_figure(ds, out / "figures")]
+    if ds.layout == "servelab":
+        from servelab.analysis.search_figure import render_search
+
+        for sc, result in _searches(ds.root).items():
+            names += [p.name for p in render_search(result, out / "figures", f"search-{sc}")]
     return names

@@ -18,7 +18,7 @@ def slo_capacity(g: Groups, analysis: AnalysisSection) -> dict[str, Any] | None:
     points = []
     capacity: dict[str, Any] = {}
     for sc in g.configs:
-        best: tuple[float, int] | None = None
+        best: tuple[float, int | float] | None = None
         for c in g.levels(sc):
             # a repeat counts when none of the metrics the SLO reads was left out
             reps = {
@@ -38,7 +38,7 @@ def slo_capacity(g: Groups, analysis: AnalysisSection) -> dict[str, Any] | None:
             points.append(
                 {
                     "server_config": sc,
-                    "concurrency": c,
+                    g.axis: c,
                     "meets_slo_every_repeat": meets_all,
                     "goodput_req_s": describe(goodputs).mean,
                     "output_throughput": tput,
@@ -47,10 +47,10 @@ def slo_capacity(g: Groups, analysis: AnalysisSection) -> dict[str, Any] | None:
             if meets_all and tput is not None and (best is None or tput > best[0]):
                 best = (tput, c)
         capacity[sc] = (
-            {"concurrency": best[1], "output_throughput": best[0]}
+            {g.axis: best[1], "output_throughput": best[0]}
             if best
             else {
-                "concurrency": None,
+                g.axis: None,
                 "output_throughput": None,
                 "reason": "no point meets the SLO in every repeat",
             }

@@ -44,6 +44,18 @@ def describe(values: Sequence[float]) -> Describe:
     return Describe(n, mean, sd, cv, mean - half, mean + half, float(xs.min()), float(xs.max()))
 
 
+def one_sided_bounds(values: Sequence[float], alpha: float) -> tuple[float | None, float | None]:
+    """The lower and the upper one-sided (1 - alpha) confidence bound of the mean (Student's
+    t); (None, None) with fewer than two values."""
+    xs = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    n = int(xs.size)
+    if n < 2:
+        return None, None
+    mean, sd = float(xs.mean()), float(xs.std(ddof=1))
+    half = float(sps.t.ppf(1.0 - alpha, n - 1)) * sd / math.sqrt(n)
+    return mean - half, mean + half
+
+
 @dataclass(frozen=True)
 class Paired:
     n: int

@@ -12,7 +12,8 @@ def add_parser(sub: Any) -> None:
     """Register the verb on the top-level subparsers."""
     a = sub.add_parser("analyze", help="tables, verdicts, figures and report.md from raw data")
     a.add_argument(
-        "root", help="results/<experiment>, or a vllm-bench tree (rep_NN/concurrency_CCC)"
+        "root",
+        help="results/<experiment>, or a vllm-bench tree (rep_NN/concurrency_CCC or rep_NN/rate_R)",
     )
     a.add_argument("--out", required=True, help="output folder")
     a.add_argument("--config", help="experiment config whose analysis: section to use")

@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load(Path(args.config))
     names = ", ".join(cfg.server.names)
-    levels, plan = len(cfg.sweep.concurrency), cfg.sweep.rounds
+    levels, plan = len(cfg.sweep.levels), cfg.sweep.rounds
     points = (
         f"{levels * plan.min} to {levels * plan.max} points each (rounds {plan.min} to "
         f"{plan.max}, until the claims are decided)"

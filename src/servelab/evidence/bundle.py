@@ -110,7 +110,7 @@ def _run_window(paths: ExperimentPaths) -> tuple[int | None, int | None]:
     """The first start and the last finish the raw data records: every point's (incomplete
     ones and the warm-ups too) and every launch's start."""
     starts, ends = [], []
-    for pj in sorted(paths.raw.glob(f"*/rep*/c*/{POINT_FILE}")):
+    for pj in sorted(paths.raw.glob(f"*/rep*/*/{POINT_FILE}")):
         point: PointRecord = PointRecord.read(pj)
         starts.append(point.started_epoch_ns)
         ends.append(point.finished_epoch_ns)

@@ -9,6 +9,7 @@ from pathlib import Path
 from servelab.errors import ServelabError
 from servelab.jsonio import json_path, load_schema
 from servelab.paths import (
+    ARRIVALS_DIR,
     CAPACITY_FILE,
     CAPTURE_FILE,
     LAUNCH_FILE,
@@ -16,6 +17,8 @@ from servelab.paths import (
     PROFILE_FILE,
     RUN_FILE,
     RUNTIME_FILE,
+    SEARCH_DIR,
+    SEARCH_FILE,
     WINDOWS_FILE,
 )
 
@@ -35,6 +38,14 @@ RULES: list[tuple[str, str]] = [
     ("provenance.json", "provenance"),
     ("attestation.intoto.json", "intoto"),
     (f"raw/*/rep*/c*/{POINT_FILE}", "point"),
+    (f"raw/*/rep*/r*/{POINT_FILE}", "point"),
+    (f"raw/*/{ARRIVALS_DIR}/r*.json", "arrivals"),
+    (f"raw/*/{SEARCH_DIR}/rep*/r*/{POINT_FILE}", "point"),
+    (f"raw/*/{SEARCH_DIR}/warmup/{POINT_FILE}", "point"),
+    (f"raw/*/{SEARCH_DIR}/{ARRIVALS_DIR}/r*.json", "arrivals"),
+    (f"raw/*/{SEARCH_DIR}/{CAPACITY_FILE}", "capacity"),
+    (f"raw/*/{SEARCH_DIR}/{LAUNCH_FILE}", "launch"),
+    (f"raw/*/{SEARCH_DIR}/{SEARCH_FILE}", "search"),
     (f"raw/*/warmup/{POINT_FILE}", "point"),
     (f"raw/*/{RUN_FILE}", "run"),
     (f"server/*/{CAPACITY_FILE}", "capacity"),

@@ -4,6 +4,7 @@ a tolerance), each row with its status and its verdict."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -95,7 +96,7 @@ def point_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dic
                 rows.append(
                     {
                         "server_config": sc,
-                        "concurrency": c,
+                        ref.g.axis: c,
                         "metric": m,
                         "reference_mean": rd.mean,
                         "fresh_mean": nd.mean,
@@ -149,8 +150,9 @@ def ordering_claims(ref: Analysed, s: ReproductionSection) -> list[str]:
     for r in ref.paired:
         if judged(r, s):
             op = ">" if r["verdict"] == "a > b" else "<"
-            m, sc = r["metric"], r["server_config"]
-            out.append(f"{m}[config={sc},c={r['a']}] {op} {m}[config={sc},c={r['b']}]")
+            m, sc, key = r["metric"], r["server_config"], "rate" if ref.g.open_loop else "c"
+            a, b = f"{key}={r['a']:g}", f"{key}={r['b']:g}"
+            out.append(f"{m}[config={sc},{a}] {op} {m}[config={sc},{b}]")
     return out
 
 
@@ -201,24 +203,31 @@ def pair_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict
     return rows
 
 
+def level_label(axis: str) -> Callable[[float], str]:
+    """How orderings name a level: C8 for a concurrency, R2.5 for a request rate."""
+    return (lambda v: f"R{v:g}") if axis == "rate" else (lambda v: f"C{v}")
+
+
 def _sym(v: str | None) -> str:
     return {"a > b": ">", "a < b": "<"}.get(v or "", "~")
 
 
 def chain_rows(ref: Analysed, new: Analysed) -> list[dict[str, Any]]:
-    """Adjacent levels as one line per config and metric: 'C64 < C128 > C256'."""
+    """Adjacent levels as one line per config and metric: 'C64 < C128 > C256', or at request
+    rates 'R1 < R2 > R4'."""
     out = []
     reference, fresh = _by_pair(ref.paired), _by_pair(new.paired)
+    name = level_label(ref.g.axis)
     for sc in ref.g.configs:
         lv = ref.g.levels(sc)
         if len(lv) < 2:
             continue
         for m in PAIRED_METRICS:
-            rs, ns = f"C{lv[0]}", f"C{lv[0]}"
+            rs, ns = name(lv[0]), name(lv[0])
             for a, b in zip(lv, lv[1:], strict=False):
                 rr, nr = reference.get((sc, a, b, m)), fresh.get((sc, a, b, m))
-                rs += f" {_sym((rr or {}).get('verdict'))} C{b}"
-                ns += f" {_sym((nr or {}).get('verdict')) if nr else '?'} C{b}"
+                rs += f" {_sym((rr or {}).get('verdict'))} {name(b)}"
+                ns += f" {_sym((nr or {}).get('verdict')) if nr else '?'} {name(b)}"
             out.append(
                 {"server_config": sc, "metric": m, "reference": rs, "fresh": ns, "same": rs == ns}
             )

@@ -118,6 +118,8 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any
             "tolerance_metrics": list(s.tolerance_metrics),
             "threshold_pct": opts.threshold_pct,
             "alpha": opts.alpha,
+            # a sweep over request rates (a concurrency sweep's record stays as it was)
+            **({"axis": "rate"} if ra.g.open_loop else {}),
         },
         "notes": notes,
         "claims": claims_checked,

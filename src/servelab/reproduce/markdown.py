@@ -85,9 +85,17 @@ def _claims(claims: list[dict[str, Any]]) -> list[str]:
     return lines + md_table(("claim", "reference", "fresh", "verdict"), rows)
 
 
+def _pair(o: dict[str, Any], axis: str | None) -> str:
+    """An ordering's pair: C8 vs C16, or R1 vs R2 at request rates."""
+    if axis == "rate":
+        return f"R{o['a']:g} vs R{o['b']:g}"
+    return f"C{o['a']} vs C{o['b']}"
+
+
 def _orderings(r: dict[str, Any]) -> list[str]:
     lines = ["", "## Orderings", ""]
-    lines += ["Adjacent concurrency levels, `<`/`>` a real difference, `~` none:", ""]
+    word = "request rates" if r["settings"].get("axis") == "rate" else "concurrency levels"
+    lines += [f"Adjacent {word}, `<`/`>` a real difference, `~` none:", ""]
     chains = [
         (
             ch["server_config"],
@@ -105,7 +113,7 @@ def _orderings(r: dict[str, Any]) -> list[str]:
     pairs = [
         (
             o["server_config"],
-            f"C{o['a']} vs C{o['b']}",
+            _pair(o, r["settings"].get("axis")),
             SHORT.get(o["metric"], o["metric"]),
             f"{signed_pct(o['reference_diff_pct'])} ({o['reference_agree']})",
             f"{signed_pct(o['fresh_diff_pct'])} ({o['fresh_agree'] or '-'})",
@@ -123,7 +131,7 @@ def _points(points: list[dict[str, Any]]) -> list[str]:
     rows = [
         (
             p["server_config"],
-            p["concurrency"],
+            p["rate"] if "rate" in p else p["concurrency"],
             SHORT[p["metric"]],
             f"{num(p['reference_mean'])} ({num(p['reference_cv_pct'], '.1f')}%)",
             f"{num(p['fresh_mean'])} ({num(p['fresh_cv_pct'], '.1f')}%)",

@@ -72,6 +72,8 @@ BLOCKING: list[tuple[str, Any]] = [
     ("config.runtime.env", _cfg("runtime", "env")),
     ("config.workload", _workload),
     ("config.sweep.concurrency", _cfg("sweep", "concurrency")),
+    ("config.sweep.rate", _cfg("sweep", "rate")),
+    ("config.sweep.arrival", _cfg("sweep", "arrival")),
 ]
 # Worth knowing, not blocking.
 NOTES: list[tuple[str, Any]] = [

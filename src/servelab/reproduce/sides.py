@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from servelab.analysis.dataset import detect_layout
+from servelab.analysis.dataset import detect_layout, vllm_bench_files
 from servelab.analysis.pipeline import analysis_section
 from servelab.errors import ServelabError
 from servelab.evidence.files import release_sizes, safe_extract
@@ -132,12 +132,18 @@ def _bundle_side(given: str, kind: str, root: Path, rel: dict[str, Any] | None) 
 
 
 BENCH_FACTS = ("model_id", "tokenizer_id", "backend", "endpoint_type", "label")
+# and, for a tree of runs at request rates, the arrival process and the cap on requests in flight
+BENCH_RATE_FACTS = ("burstiness", "max_concurrency")
 
 
 def _bench_facts(root: Path) -> dict[str, Any]:
     """What a vllm-bench tree says about its setup (from its first benchmark.json)."""
-    files = sorted(root.glob("rep_*/concurrency_*/benchmark.json"))
+    files = vllm_bench_files(root)
     if not files:
         return {}
-    data = json.loads(files[0].read_text(encoding="utf-8"))
-    return {k: data[k] for k in BENCH_FACTS if data.get(k) is not None}
+    data = json.loads(files[0].path.read_text(encoding="utf-8"))
+    keys = BENCH_FACTS + (BENCH_RATE_FACTS if files[0].axis == "rate" else ())
+    # an infinite burstiness (constant gaps) as its JSON can hold it
+    return {
+        k: "inf" if data[k] == float("inf") else data[k] for k in keys if data.get(k) is not None
+    }

@@ -46,7 +46,9 @@ def verdict_lines(r: dict[str, Any]) -> list[str]:
     for p in r["points"]:
         if p["verdict"] not in (None, REPRODUCED):
             lines.append(
-                f"  point {p['server_config']} c={p['concurrency']} {p['metric']}: "
+                f"  point {p['server_config']} "
+                + (f"rate={p['rate']:g}" if "rate" in p else f"c={p['concurrency']}")
+                + f" {p['metric']}: "
                 f"{p['status']} ({signed_pct(p['change_pct'])})"
             )
     for f in r["provenance"]["not_clean_room"]:

@@ -18,9 +18,12 @@ servelab.experiment.ValiditySection, and an entry to CHECKS.
 """
 
 from servelab.analysis.validity.catalog import (
+    ALL_CHECKS,
     BY_NAME,
     CHECKS,
+    OPEN_LOOP_CHECKS,
     check_point,
+    checks_for,
     evaluate,
     failed,
     removing,
@@ -51,7 +54,9 @@ from servelab.analysis.validity.flags import (
 from servelab.analysis.validity.pitfalls import tokens_per_chunk_allowed
 from servelab.analysis.validity.results import (
     PointFlags,
+    axis_of,
     counts,
+    level_name,
     point_name,
     summary_line,
     validity_json,
@@ -60,6 +65,7 @@ from servelab.analysis.validity.results import (
 __all__ = [
     "AFFECTS_WORDS",
     "ALL",
+    "ALL_CHECKS",
     "BY_NAME",
     "CHECKS",
     "FAILED",
@@ -68,6 +74,7 @@ __all__ = [
     "NONE",
     "NOTED",
     "NOT_CHECKED",
+    "OPEN_LOOP_CHECKS",
     "PASSED",
     "SECTION",
     "STATUSES",
@@ -77,7 +84,10 @@ __all__ = [
     "PointFacts",
     "PointFlags",
     "RequestFacts",
+    "axis_of",
     "check_point",
+    "checks_for",
+    "level_name",
     "counts",
     "evaluate",
     "facts_from_bench",

@@ -19,6 +19,11 @@ from servelab.analysis.validity.measurement import (
     check_restarted_requests,
     check_streaming,
 )
+from servelab.analysis.validity.openloop import (
+    check_arrival_rate,
+    check_cap_reached,
+    check_send_slip,
+)
 from servelab.analysis.validity.pitfalls import (
     check_achieved_concurrency,
     check_chunk_tokens,
@@ -153,11 +158,49 @@ CHECKS: tuple[Check, ...] = (
         check_server_counts,
     ),
 )
-BY_NAME = {c.name: c for c in CHECKS}
+# the checks of an open-loop point only (servelab.analysis.validity.openloop), after the others
+OPEN_LOOP_CHECKS: tuple[Check, ...] = (
+    Check(
+        "arrival_rate",
+        "difference between the rate at which an open-loop point's requests were sent and the "
+        "rate of the schedule they were due on (%)",
+        ALL,
+        "max_arrival_rate_error_pct",
+        check_arrival_rate,
+    ),
+    Check(
+        "send_slip",
+        "99th percentile of how late an open-loop point's requests were sent after their "
+        "scheduled time, leaving out those a full max_in_flight cap held back (ms)",
+        ALL,
+        "max_send_slip_ms",
+        check_send_slip,
+    ),
+    Check(
+        "cap_reached",
+        "requests of an open-loop point due while every max_in_flight slot was busy, which "
+        "waited for one; a note, never excluding",
+        NONE,
+        None,
+        check_cap_reached,
+    ),
+)
+# the checks of a closed loop that mean nothing in an open one (no slots to keep busy)
+CLOSED_LOOP_ONLY = ("achieved_concurrency", "client_wait")
+ALL_CHECKS = CHECKS + OPEN_LOOP_CHECKS
+BY_NAME = {c.name: c for c in ALL_CHECKS}
+
+
+def checks_for(axis: str) -> tuple[Check, ...]:
+    """The checks of a sweep over `axis`: CHECKS for concurrency; for rate, CHECKS without
+    the closed loop's own, then OPEN_LOOP_CHECKS."""
+    if axis == "rate":
+        return tuple(c for c in CHECKS if c.name not in CLOSED_LOOP_ONLY) + OPEN_LOOP_CHECKS
+    return CHECKS
 
 
 def evaluate(facts: PointFacts, t: ValiditySection) -> tuple[Flag, ...]:
-    return tuple(c.run(facts, t) for c in CHECKS)
+    return tuple(c.run(facts, t) for c in checks_for("rate" if facts.rate else "concurrency"))
 
 
 def check_point(

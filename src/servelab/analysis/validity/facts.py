@@ -34,6 +34,11 @@ class RequestFacts:
     queued_us: int | None = None  # waited in the client for its slot
     cached_tokens: int | None = None  # prompt tokens the server found in its prefix cache
     e2el_us: int | None = None  # send to end of stream
+    # open loop: the scheduled send (epoch ns), how late the actual send was, and when the
+    # request ended (epoch ns; None when it never started); None in a closed loop
+    scheduled_ns: int | None = None
+    send_slip_us: int | None = None
+    end_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,10 @@ class PointFacts:
     # the warm-up of the same server launch ended after the point's first send (ns); None when
     # it ended before, or nothing says
     warmup_overlap_ns: int | None = None
+    # an open-loop point: its request rate and point.json `arrival` (the schedule's process,
+    # cap, requests, own rate); None for a closed-loop point
+    rate: float | None = None
+    arrival: Mapping[str, Any] | None = None
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -94,6 +103,7 @@ def facts_from_records(
                 queued_us=r.queued_us,
                 cached_tokens=r.cached_tokens,
                 e2el_us=r.done_offset_us if done else None,
+                **_open_loop_times(r),
             )
         )
     good = [r for r in records if r.ok and r.chunk_offsets_us]
@@ -125,12 +135,30 @@ def facts_from_records(
         client_cpu_s=meta.get("client_cpu_s"),
         window_s=window,
         warmup_overlap_ns=overlap,
+        rate=float(meta["rate"]) if meta.get("rate") is not None else None,
+        arrival=meta.get("arrival") if isinstance(meta.get("arrival"), Mapping) else None,
     )
 
 
-def facts_from_bench(bench: Mapping[str, Any]) -> PointFacts:
+def _open_loop_times(r: RequestRecord) -> dict[str, int | None]:
+    """An open-loop request's scheduled send, send slip and end (RequestFacts); nothing for a
+    closed-loop request, which records no slip."""
+    if r.send_slip_us is None:
+        return {}
+    end = r.sent_epoch_ns + r.done_offset_us * 1000 if r.done_offset_us is not None else None
+    return {"scheduled_ns": r.sent_epoch_ns, "send_slip_us": r.send_slip_us, "end_ns": end}
+
+
+def facts_from_bench(
+    bench: Mapping[str, Any],
+    rate: float | None = None,
+    arrival: Mapping[str, Any] | None = None,
+) -> PointFacts:
     """A `vllm bench serve --save-detailed` benchmark.json: per-request ITLs stand in for reads
-    (gaps under BENCH_SAME_READ_S join one read) and chunks; no telemetry."""
+    (gaps under BENCH_SAME_READ_S join one read) and chunks; no telemetry. A run at a request
+    rate (`rate`, with its `arrival` summary) is an open-loop point, its --max-concurrency a cap
+    on requests in flight, not its concurrency; vllm bench records no scheduled send times, so
+    its requests have none (RequestFacts.scheduled_ns)."""
     n = len(bench["ttfts"])
     errors = bench.get("errors") or [""] * n
     itls = bench.get("itls") or [None] * n
@@ -157,5 +185,7 @@ def facts_from_bench(bench: Mapping[str, Any]) -> PointFacts:
         duration,
         None,
         no_telemetry="not recorded by vllm bench",
-        concurrency=_int_or_none(bench.get("max_concurrency")),
+        concurrency=_int_or_none(bench.get("max_concurrency")) if rate is None else None,
+        rate=rate,
+        arrival=arrival if rate is not None else None,
     )

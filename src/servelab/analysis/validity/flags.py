@@ -32,12 +32,18 @@ AFFECTED_METRIC = {
 SECTION = "analysis.validity"
 
 
-def thresholds_json(t: ValiditySection) -> dict[str, Any]:
-    """The thresholds as validity.json records them: numbers, counts as integers."""
+# the thresholds of the open-loop checks, recorded for a sweep over rates only
+OPEN_LOOP_THRESHOLDS = ("max_arrival_rate_error_pct", "max_send_slip_ms")
+
+
+def thresholds_json(t: ValiditySection, axis: str = "concurrency") -> dict[str, Any]:
+    """The thresholds as validity.json records them: numbers, counts as integers; those of
+    the open-loop checks for a sweep over rates only."""
     return {
         f.name: int(v) if f.name == "max_failed_requests" else float(v)
         for f in fields(t)
         for v in [getattr(t, f.name)]
+        if axis == "rate" or f.name not in OPEN_LOOP_THRESHOLDS
     }
 
 

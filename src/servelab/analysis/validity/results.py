@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from servelab.analysis.validity.catalog import CHECKS, failed
+from servelab.analysis.validity.catalog import checks_for, failed
 from servelab.analysis.validity.flags import (
     FAILED,
     NONE,
@@ -20,17 +20,31 @@ from servelab.experiment import ValiditySection
 
 FORMAT_VERSION = 1
 
-PointFlags = tuple[str, int, int, Sequence[Flag]]  # server_config, repeat, concurrency, flags
+# server_config, repeat, level (a concurrency, or a rate in an open-loop sweep), flags
+PointFlags = tuple[str, int, int | float, Sequence[Flag]]
 
 
-def point_name(server_config: str, repeat: int, concurrency: int) -> str:
-    """A point as the report and invalid-verdicts name it: 'rep02 c=1 max-num-seqs-1'."""
-    return f"rep{repeat:02d} c={concurrency} {server_config}"
+def level_name(level: int | float, axis: str = "concurrency") -> str:
+    """A level as reports name it: c=8, or rate=2.5 (requests per second)."""
+    return f"rate={level:g}" if axis == "rate" else f"c={level}"
+
+
+def point_name(
+    server_config: str, repeat: int, level: int | float, axis: str = "concurrency"
+) -> str:
+    """A point as the report and invalid-verdicts name it: 'rep02 c=1 max-num-seqs-1', or
+    'rep02 rate=2.5 max-num-seqs-8' in an open-loop sweep."""
+    return f"rep{repeat:02d} {level_name(level, axis)} {server_config}"
+
+
+def axis_of(points: Sequence[PointFlags]) -> str:
+    """The sweep's axis the points say: rate when a level is a float, else concurrency."""
+    return "rate" if any(isinstance(p[2], float) for p in points) else "concurrency"
 
 
 def counts(points: Sequence[PointFlags]) -> dict[str, dict[str, int]]:
     """check -> status -> number of points."""
-    out = {c.name: dict.fromkeys(STATUSES, 0) for c in CHECKS}
+    out = {c.name: dict.fromkeys(STATUSES, 0) for c in checks_for(axis_of(points))}
     for *_, flags in points:
         for f in flags:
             out[f.check][f.status] += 1
@@ -39,9 +53,11 @@ def counts(points: Sequence[PointFlags]) -> dict[str, dict[str, int]]:
 
 def validity_json(points: Sequence[PointFlags], t: ValiditySection) -> dict[str, Any]:
     rows = sorted(points, key=lambda p: (p[0], p[2], p[1]))
+    axis = axis_of(rows)
+    checks = checks_for(axis)
     return {
         "format_version": FORMAT_VERSION,
-        "thresholds": thresholds_json(t),
+        "thresholds": thresholds_json(t, axis),
         "checks": [
             {
                 "name": c.name,
@@ -50,14 +66,14 @@ def validity_json(points: Sequence[PointFlags], t: ValiditySection) -> dict[str,
                 "threshold_key": f"{SECTION}.{c.threshold_key}" if c.threshold_key else None,
                 "threshold": c.threshold(t),
             }
-            for c in CHECKS
+            for c in checks
         ],
         "counts": counts(rows),
         "points": [
             {
                 "server_config": sc,
                 "repeat": rep,
-                "concurrency": conc,
+                axis: conc,
                 "valid": not failed(flags),
                 "checks": [f.to_json() for f in flags],
             }
@@ -73,7 +89,8 @@ def summary_line(points: Sequence[PointFlags], anchor: str = "analysis/report.md
         return "validity: no measured point"
     c = counts(points)
     flagged = sum(1 for *_, flags in points if failed(flags))
-    excluding = [k.name for k in CHECKS if k.affects != NONE]
+    checks = checks_for(axis_of(points))
+    excluding = [k.name for k in checks if k.affects != NONE]
     if flagged:
         by = ", ".join(f"{k} {c[k][FAILED]}" for k in excluding if c[k][FAILED])
         line = f"validity: {flagged} of {n} points flagged ({by}); see {anchor}"
@@ -85,7 +102,7 @@ def summary_line(points: Sequence[PointFlags], anchor: str = "analysis/report.md
     skipped = [k for k in excluding if c[k][NOT_CHECKED] == n]
     if skipped:
         line += f"; not checked: {', '.join(skipped)}"
-    noted = {k.name: c[k.name][NOTED] for k in CHECKS if k.affects == NONE and c[k.name][NOTED]}
+    noted = {k.name: c[k.name][NOTED] for k in checks if k.affects == NONE and c[k.name][NOTED]}
     for name, k in noted.items():
         line += f"; {name} noted on {k} point{'s' if k != 1 else ''} (not excluded)"
     return line

@@ -1,0 +1,114 @@
+"""The checks of an open-loop point (sweep.rate): did the client send on its schedule?
+
+Latencies of an open loop count from each request's scheduled send, so a client that falls
+behind cannot hide queueing; but it then offers a lighter, smoother load than the arrival
+process asked for. These checks say whether it did:
+
+- `arrival_rate`: the rate at which requests were actually sent against the rate of the
+  schedule they were due on (not the target rate: a drawn schedule differs from it by sampling,
+  which point.json `arrival.scheduled_rate` records);
+- `send_slip`: how late requests were sent after their scheduled time, leaving out those a
+  full cap (sweep.arrival.max_in_flight) held back, whose wait is the cap's, not the client's;
+- `cap_reached`: a note of the requests the cap held back (the point was then partly a closed
+  loop).
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from servelab.analysis.validity.facts import PointFacts, RequestFacts
+from servelab.analysis.validity.flags import (
+    FAILED,
+    NOT_CHECKED,
+    NOTED,
+    PASSED,
+    Flag,
+    short,
+)
+from servelab.experiment import ValiditySection
+
+NOT_OPEN = "not an open-loop point"
+
+
+def _sent(requests: tuple[RequestFacts, ...]) -> list[RequestFacts]:
+    return [r for r in requests if r.scheduled_ns is not None and r.send_slip_us is not None]
+
+
+def held_by_cap(f: PointFacts) -> list[bool]:
+    """Per request with open-loop times (in order): whether the cap was full at its scheduled
+    send, i.e. as many requests as max_in_flight had been sent and had not ended."""
+    reqs = _sent(f.requests)
+    cap = (f.arrival or {}).get("max_in_flight")
+    if not cap:
+        return [False] * len(reqs)
+    sends = sorted(int(r.scheduled_ns) + int(r.send_slip_us) * 1000 for r in reqs)  # type: ignore[arg-type]
+    ends = sorted(
+        r.end_ns if r.end_ns is not None else int(r.scheduled_ns) + int(r.send_slip_us) * 1000  # type: ignore[arg-type]
+        for r in reqs
+    )
+    out = []
+    for r in reqs:
+        due = int(r.scheduled_ns)  # type: ignore[arg-type]
+        in_flight = bisect.bisect_right(sends, due) - bisect.bisect_right(ends, due)
+        out.append(in_flight >= int(cap))
+    return out
+
+
+def check_arrival_rate(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.max_arrival_rate_error_pct)
+    if f.rate is None:
+        return Flag("arrival_rate", NOT_CHECKED, None, limit, NOT_OPEN)
+    reqs = _sent(f.requests)
+    scheduled = (f.arrival or {}).get("scheduled_rate")
+    sends = sorted(int(r.scheduled_ns) + int(r.send_slip_us) * 1000 for r in reqs)  # type: ignore[arg-type]
+    if not scheduled or len(sends) < 2 or sends[-1] <= sends[0]:
+        why = "fewer than two requests sent at different times, or no schedule recorded"
+        return Flag("arrival_rate", NOT_CHECKED, None, limit, why)
+    achieved = (len(sends) - 1) / ((sends[-1] - sends[0]) / 1e9)
+    off = 100.0 * abs(achieved / float(scheduled) - 1.0)
+    said = (
+        f"requests sent at {achieved:.3g} req/s, their schedule's rate {float(scheduled):.3g} "
+        f"req/s (target {f.rate:g}): {off:.2g}% off"
+    )
+    if off > limit:
+        return Flag("arrival_rate", FAILED, off, limit, f"{said} (limit {short(limit)}%)")
+    return Flag("arrival_rate", PASSED, off, limit, said)
+
+
+def check_send_slip(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.max_send_slip_ms)
+    if f.rate is None:
+        return Flag("send_slip", NOT_CHECKED, None, limit, NOT_OPEN)
+    reqs = _sent(f.requests)
+    held = held_by_cap(f)
+    slips = sorted(int(r.send_slip_us) / 1000.0 for r, h in zip(reqs, held, strict=True) if not h)  # type: ignore[arg-type]
+    if not slips:
+        why = "no send time recorded" if not reqs else "every request waited for the cap"
+        return Flag("send_slip", NOT_CHECKED, None, limit, why)
+    p99 = slips[min(len(slips) - 1, max(0, -(-99 * len(slips) // 100) - 1))]
+    said = f"p99 send slip {p99:.3g} ms over {len(slips)} requests"
+    if len(slips) < len(reqs):
+        said += f" (not counting {len(reqs) - len(slips)} the cap held back)"
+    if p99 > limit:
+        return Flag("send_slip", FAILED, p99, limit, f"{said} (limit {short(limit)} ms)")
+    return Flag("send_slip", PASSED, p99, limit, said)
+
+
+def check_cap_reached(f: PointFacts, t: ValiditySection) -> Flag:
+    if f.rate is None:
+        return Flag("cap_reached", NOT_CHECKED, None, None, NOT_OPEN)
+    cap = (f.arrival or {}).get("max_in_flight")
+    if not cap:
+        return Flag("cap_reached", NOT_CHECKED, None, None, "no cap on requests in flight")
+    held = held_by_cap(f)
+    n = sum(held)
+    if not held:
+        return Flag("cap_reached", NOT_CHECKED, None, None, "no send time recorded")
+    if n:
+        why = (
+            f"{n} of {len(held)} requests were due while all {cap} slots (max_in_flight) were "
+            "busy and waited for one: the point was partly a closed loop"
+        )
+        return Flag("cap_reached", NOTED, n / len(held), None, why)
+    return Flag("cap_reached", PASSED, 0.0, None, f"no request waited for one of the {cap} slots")

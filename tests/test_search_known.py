@@ -1,0 +1,83 @@
+"""SLO capacity by search against a server of known capacity: a real open loop against the
+scripted one-at-a-time server (tests/queue_server.py). Its answer depends on the scripted
+server getting the CPU it asks for, so it runs with the real-server tests (tests/conftest.py,
+SERVER_MODULES), beside no vLLM server; tests/test_search.py has the rest."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+from queue_server import serve_queue
+
+from servelab.arrivals import ArrivalProcess
+from servelab.client import OpenLoop, Workload, run_open_point
+from servelab.search import (
+    RateOutcome,
+    RepeatOutcome,
+    SearchSpec,
+    SloBounds,
+    search_rate,
+    slo_attainment,
+)
+
+# --- the known answer: a server of known capacity -------------------------------------------
+
+SERVICE_S = 0.01  # one request at a time, 10 ms each: a capacity of 100 req/s
+N = 80
+BOUND_MS = 20.0  # end-to-end, from the scheduled send
+TARGET = 0.9
+
+
+def threshold_rate(service_s: float, bound_s: float, n: int, target: float) -> float:
+    """The highest constant rate at which at least `target` of n requests end within `bound_s`
+    of their scheduled send, for a server that serves one at a time, `service_s` each. Below
+    1 / service_s nothing queues (every latency is service_s); above, request i (from 0) waits
+    i (service_s - 1 / rate), so it meets the bound while i <= (bound_s - service_s) /
+    (service_s - 1 / rate), and ceil(target n) requests meet it while that holds for
+    i = ceil(target n) - 1."""
+    k = math.ceil(target * n) - 1
+    return 1 / (service_s - (bound_s - service_s) / k)
+
+
+@pytest.fixture(scope="module")
+def queue() -> Iterator[str]:
+    with serve_queue(SERVICE_S) as base:
+        yield base
+
+
+def test_the_search_finds_the_capacity_of_a_known_server(queue: str) -> None:
+    """Constant arrivals at a deterministic single server of capacity 1/S = 100 req/s: up to
+    100 req/s no request queues; above, the queue grows by S - 1/rate each request. With 80
+    requests a rate, 90% of them within 20 ms: the rates up to 100 req/s meet the SLO, those
+    above 101.4 req/s (threshold_rate) fail it. The search (start 30 req/s, doubling, 5%
+    tolerance) ends with a bracket at most 5% wide that holds the capacity, to within one
+    bisection step (the last bracket's width: a rate measured at the very threshold may land
+    on either side). About 8 s."""
+    lo_true = 1 / SERVICE_S
+    hi_true = threshold_rate(SERVICE_S, BOUND_MS / 1e3, N, TARGET)
+    assert 100 < hi_true < 101.5
+    w = Workload(base_url=queue, model="m", max_tokens=1, request_timeout_s=30)
+    bounds = SloBounds(e2el_ms=BOUND_MS)
+
+    def measure(rate: float) -> RateOutcome:
+        plan = OpenLoop.of(ArrivalProcess("constant", rate), N)
+        run = run_open_point(w, ["p"] * N, plan, f"r{rate:g}")
+        attainment = slo_attainment(run.records, bounds)
+        failed = sum(not r.ok for r in run.records)
+        reasons = (f"{failed} failed requests",) if failed else ()
+        return RateOutcome((RepeatOutcome(attainment, not failed, len(run.records), reasons),))
+
+    r = search_rate(measure, SearchSpec(30, bounds, target=TARGET, tolerance=0.05))
+    trace = [(s.rate, s.outcome.repeats[0].attainment) for s in r.path]
+    a = r.answer
+    assert a.stopped == "converged" and a.bracket is not None, (a, trace)
+    lo, hi = a.bracket
+    width = hi - lo
+    assert hi / lo - 1 <= 0.05, trace
+    assert lo - width <= hi_true and hi + width >= lo_true, (a, trace)
+    # what queueing theory says of the rates far from the threshold
+    for s in r.path:
+        if s.rate <= 0.95 * lo_true or s.rate >= 1.05 * hi_true:
+            assert s.meets is (s.rate < lo_true), (s.rate, trace)
