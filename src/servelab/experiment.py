@@ -113,6 +113,7 @@ class WorkloadSection:
     waves: int
     unique_prompts: bool
     request_timeout_s: float
+    client_workers: int
     warmup: WarmupSection
 
 

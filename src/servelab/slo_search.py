@@ -157,6 +157,8 @@ class RateMeasurer:
             outcomes.append(self.outcome(job, slot))
         result = RateOutcome(tuple(outcomes))
         verdict = "meets" if result.meets(self.spec.target) else "misses"
+        if not any(o.valid for o in outcomes):
+            verdict += " (no valid repeat)"
         attained = ", ".join(
             ("-" if o.attainment is None else f"{100 * o.attainment:.1f}%")
             + ("" if o.valid else f" (invalid: {'; '.join(o.reasons)})")

@@ -69,12 +69,16 @@ def _keep_incomplete(partial: Path) -> Path:
 
 
 def _write_point(pdir: Path, run: PointRun, info: dict[str, Any]) -> dict[str, Any]:
+    # more than one client process (workload.client_workers): what each sent and how busy it
+    # was; a point sent from the sweep's own process records none
+    workers = {"client_workers": run.workers} if len(run.workers) > 1 else {}
     point = PointRecord.new(
         {
             **info,
             "started_epoch_ns": run.started_epoch_ns,
             "finished_epoch_ns": run.finished_epoch_ns,
             "client_cpu_s": round(run.client_cpu_s, 6),
+            **workers,
             **point_metrics(run.records),
         }
     )
@@ -455,17 +459,18 @@ class PointJob:
 
     def send(self, slot: Slot, prompt_offset: int, label: str, run: PointRun) -> None:
         """Send one point's requests: a closed loop of its concurrency, or its rate's schedule
-        (an open loop); `run` fills as they end."""
+        (an open loop), from workload.client_workers processes; `run` fills as they end."""
+        workers = self.workload.client_workers
         if slot.rate is not None:
             schedule = self.arrivals[slot.rate]
             prompts = self.prompts[prompt_offset : prompt_offset + len(schedule.offsets_ns)]
             loop = OpenLoop(schedule.offsets_ns, schedule.doc["max_in_flight"])
-            run_open_point(self.client, prompts, loop, label, run)
+            run_open_point(self.client, prompts, loop, label, run, workers=workers)
             return
         assert slot.concurrency is not None
         n = slot.concurrency * self.workload.waves
         prompts = self.prompts[prompt_offset : prompt_offset + n]
-        run_point(self.client, prompts, slot.concurrency, label, run)
+        run_point(self.client, prompts, slot.concurrency, label, run, workers=workers)
 
     def measure(self, slot: Slot, prompt_offset: int, progress: str) -> None:
         """Measure one point into <point>.partial/ and rename it when it is complete; a point

@@ -334,6 +334,15 @@ def _slo_section(s: dict[str, Any] | None, axis: str) -> list[str]:
     return lines
 
 
+def _search_verdict(step: dict[str, Any]) -> str:
+    """meets, misses, or misses for want of a valid repeat (the SLO itself may have held)."""
+    if step["meets"]:
+        return "meets"
+    if not any(r["valid"] for r in step["repeats"]):
+        return "misses: no valid repeat"
+    return "misses"
+
+
 def _search_section(searches: dict[str, dict[str, Any]]) -> list[str]:
     """Each configuration's SLO capacity search (raw/<sc>/search/search.json): its answer and
     the rates it measured; no section without one."""
@@ -353,7 +362,10 @@ def _search_section(searches: dict[str, dict[str, Any]]) -> list[str]:
             f"### {sc}: {said}",
             "",
             f"{100 * spec['target']:g}% of each repeat's requests within {bounds} "
-            f"(stopped: {answer['stopped']}).",
+            f"(stopped: {answer['stopped']}). A rate meets the SLO when at least one repeat "
+            "is valid and every valid one reaches the target; a repeat that failed a validity "
+            "check (#validity) counts for nothing, so a rate without a valid repeat misses "
+            "whatever its requests did.",
             "",
         ]
         rows = [
@@ -367,7 +379,7 @@ def _search_section(searches: dict[str, dict[str, Any]]) -> list[str]:
                     else f"{100 * r['attainment']:.1f}%" + ("" if r["valid"] else " (invalid)")
                     for r in step["repeats"]
                 ),
-                "meets" if step["meets"] else "misses",
+                _search_verdict(step),
             ]
             for step in s["path"]
         ]

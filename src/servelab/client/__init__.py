@@ -16,21 +16,24 @@ measure a server). The event loop is uvloop's where it is installed, else asynci
 
 The package, by concern: `record` (RequestRecord, one request's fields), `parser` (the HTTP/1.1
 response and its SSE events), `connection` (one keep-alive connection), `closed_loop` (the
-concurrency driver: Workload, PointRun, run_point), `open_loop` (the arrival-schedule driver:
-OpenLoop, run_open_point) and `signals` (stop signals cancel a point).
+concurrency driver: Workload, PointRun, run_closed_loop), `open_loop` (the arrival-schedule
+driver: OpenLoop, run_open_loop), `workers` (running a point, in this process or spread over
+worker processes: run_point, run_open_point) and `signals` (stop signals cancel a point).
 """
 
-from servelab.client.closed_loop import PointRun, RequestMarks, Workload, run_closed_loop, run_point
+from servelab.client.closed_loop import PointRun, RequestMarks, Workload, run_closed_loop
 from servelab.client.closed_loop import _payload as _payload
-from servelab.client.open_loop import OpenLoop, run_open_loop, run_open_point
+from servelab.client.open_loop import OpenLoop, run_open_loop
 from servelab.client.parser import MalformedResponse, ResponseParser
 from servelab.client.record import RequestRecord
 from servelab.client.signals import STOP_SIGNALS
+from servelab.client.workers import PointOptions, run_open_point, run_point
 
 __all__ = [
     "STOP_SIGNALS",
     "MalformedResponse",
     "OpenLoop",
+    "PointOptions",
     "PointRun",
     "RequestMarks",
     "RequestRecord",

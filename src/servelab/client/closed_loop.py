@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
 from servelab.client.parser import ResponseParser
 from servelab.client.record import RequestRecord
-from servelab.client.signals import run_stoppable
 
 
 @dataclass(frozen=True)
@@ -40,12 +39,20 @@ class PointRun:
     started_epoch_ns: int = 0
     finished_epoch_ns: int = 0
     client_cpu_s: float = 0.0
+    # one entry per process that sent requests (worker_stats; client.workers): its requests,
+    # CPU and wall seconds from the point's start to its end, and busy share = CPU / wall
+    workers: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Clock:
-    def __init__(self) -> None:
-        self.epoch0 = time.time_ns()
-        self.mono0 = time.perf_counter_ns()
+    """The point's clock bridge: perf_counter ns `mono0` is wall-clock ns `epoch0`. `zero`
+    gives both (another process's bridge: perf_counter is the system's CLOCK_MONOTONIC on
+    Linux); else they are read now."""
+
+    def __init__(self, zero: tuple[int, int] | None = None) -> None:
+        if zero is None:
+            zero = (time.time_ns(), time.perf_counter_ns())
+        self.epoch0, self.mono0 = zero
 
     def epoch_of(self, mono_ns: int) -> int:
         return self.epoch0 + (mono_ns - self.mono0)
@@ -134,9 +141,37 @@ async def run_closed_loop(
     clock = Clock()
     cpu0 = time.process_time()
     out.started_epoch_ns = clock.epoch0
-    todo = iter(enumerate(prompts))
     # every connection's reads go through one buffer, one at a time
     sender = Sender(target, memoryview(bytearray(READ_SIZE)), w, clock)
+    try:
+        slots = min(concurrency, len(prompts))
+        await keep_slots_busy(sender, iter(enumerate(prompts)), slots, label, out, marks)
+    finally:
+        out.finished_epoch_ns = clock.epoch_of(time.perf_counter_ns())
+        out.client_cpu_s = time.process_time() - cpu0
+        out.workers = [worker_stats(out, len(out.records))]
+    out.records.sort(key=lambda r: r.request_id)
+    return out
+
+
+def worker_stats(run: PointRun, requests: int) -> dict[str, Any]:
+    """One process's entry of PointRun.workers, from its run's start, end and CPU seconds."""
+    wall_s = max(0, run.finished_epoch_ns - run.started_epoch_ns) / 1e9
+    busy = run.client_cpu_s / wall_s if wall_s > 0 else 0.0
+    return {"requests": requests, "cpu_s": run.client_cpu_s, "wall_s": wall_s, "busy": busy}
+
+
+async def keep_slots_busy(
+    sender: Sender,
+    todo: Iterator[tuple[int, str]],
+    slots: int,
+    label: str,
+    out: PointRun,
+    marks: RequestMarks | None,
+) -> None:
+    """`slots` requests in flight, one connection each, each slot sending the next (index,
+    prompt) of `todo` when its last request ends, until `todo` is exhausted."""
+    clock = sender.clock
 
     async def worker() -> None:
         conn: Connection | None = None
@@ -158,23 +193,4 @@ async def run_closed_loop(
             if conn is not None:
                 conn.close()
 
-    try:
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
-    finally:
-        out.finished_epoch_ns = clock.epoch_of(time.perf_counter_ns())
-        out.client_cpu_s = time.process_time() - cpu0
-    out.records.sort(key=lambda r: r.request_id)
-    return out
-
-
-def run_point(
-    w: Workload,
-    prompts: Sequence[str],
-    concurrency: int,
-    label: str,
-    out: PointRun | None = None,
-    marks: RequestMarks | None = None,
-) -> PointRun:
-    out = out if out is not None else PointRun()
-    run_stoppable(run_closed_loop(w, prompts, concurrency, label, out, marks))
-    return out
+    await asyncio.gather(*(worker() for _ in range(slots)))

@@ -16,13 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from servelab.client.closed_loop import Clock, PointRun, RequestMarks, Sender, Workload
+from servelab.client.closed_loop import (
+    Clock,
+    PointRun,
+    RequestMarks,
+    Sender,
+    Workload,
+    worker_stats,
+)
 from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
-from servelab.client.signals import run_stoppable
 
 if TYPE_CHECKING:  # (numpy is loaded only by whoever draws a schedule)
     from servelab.arrivals import ArrivalProcess
@@ -57,6 +63,14 @@ class OpenLoop:
         return OpenLoop(tuple(int(t) for t in process.schedule_ns(n)), max_in_flight)
 
 
+def check_plan(plan: OpenLoop, prompts: Sequence[str]) -> None:
+    """One send time per prompt, or ValueError."""
+    if len(plan.offsets_ns) != len(prompts):
+        raise ValueError(
+            f"{len(plan.offsets_ns)} send times for {len(prompts)} prompts: give one per prompt"
+        )
+
+
 async def _sleep_until(due: int) -> None:
     """Sleep until perf_counter ns `due`; never wakes before it (event loop timers may fire a
     little early: the rest is slept again)."""
@@ -76,17 +90,36 @@ async def run_open_loop(
 
     `out` is filled in place so that a caller interrupted mid-point still holds what finished.
     """
-    if len(plan.offsets_ns) != len(prompts):
-        raise ValueError(
-            f"{len(plan.offsets_ns)} send times for {len(prompts)} prompts: give one per prompt"
-        )
+    check_plan(plan, prompts)
     clock = Clock()
     cpu0 = time.process_time()
     out.started_epoch_ns = clock.epoch0
     # every connection's reads go through one buffer, one at a time
     sender = Sender(Target.of(w.base_url), memoryview(bytearray(READ_SIZE)), w, clock)
+    todo = zip(range(len(prompts)), prompts, plan.offsets_ns, strict=True)
+    try:
+        await send_on_schedule(sender, todo, plan.max_in_flight, label, out, marks)
+    finally:
+        out.finished_epoch_ns = clock.epoch_of(perf_ns())
+        out.client_cpu_s = time.process_time() - cpu0
+        out.workers = [worker_stats(out, len(out.records))]
+    out.records.sort(key=lambda r: r.request_id)
+    return out
+
+
+async def send_on_schedule(
+    sender: Sender,
+    todo: Iterable[tuple[int, str, int]],
+    cap: int | None,
+    label: str,
+    out: PointRun,
+    marks: RequestMarks | None,
+) -> None:
+    """Send each (index, prompt, offset ns) of `todo` at the sender's clock's zero + offset,
+    at most `cap` in flight (None: no cap), recording each in `out` as it ends."""
+    clock = sender.clock
     idle: list[Connection] = []  # keep-alive connections between requests
-    slots = asyncio.Semaphore(plan.max_in_flight) if plan.max_in_flight is not None else None
+    slots = asyncio.Semaphore(cap) if cap is not None else None
 
     async def send(i: int, prompt: str, due: int) -> None:
         token = marks.start(i) if marks is not None else None
@@ -104,8 +137,8 @@ async def run_open_loop(
 
     try:
         async with asyncio.TaskGroup() as group:
-            for i, prompt in enumerate(prompts):
-                due = clock.mono0 + plan.offsets_ns[i]
+            for i, prompt, offset in todo:
+                due = clock.mono0 + offset
                 await _sleep_until(due)
                 if slots is not None:
                     await slots.acquire()
@@ -113,21 +146,3 @@ async def run_open_loop(
     finally:
         for conn in idle:
             conn.close()
-        out.finished_epoch_ns = clock.epoch_of(perf_ns())
-        out.client_cpu_s = time.process_time() - cpu0
-    out.records.sort(key=lambda r: r.request_id)
-    return out
-
-
-def run_open_point(
-    w: Workload,
-    prompts: Sequence[str],
-    plan: OpenLoop,
-    label: str,
-    out: PointRun | None = None,
-    marks: RequestMarks | None = None,
-) -> PointRun:
-    """run_open_loop on its own event loop; stop signals interrupt it (KeyboardInterrupt)."""
-    out = out if out is not None else PointRun()
-    run_stoppable(run_open_loop(w, prompts, plan, label, out, marks))
-    return out

@@ -68,6 +68,9 @@ class PointFacts:
     # cap, requests, own rate); None for a closed-loop point
     rate: float | None = None
     arrival: Mapping[str, Any] | None = None
+    # point.json `client_workers`: each client process's busy share (CPU over wall time);
+    # None when the point was sent from one process
+    worker_busy: tuple[float, ...] | None = None
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -137,7 +140,14 @@ def facts_from_records(
         warmup_overlap_ns=overlap,
         rate=float(meta["rate"]) if meta.get("rate") is not None else None,
         arrival=meta.get("arrival") if isinstance(meta.get("arrival"), Mapping) else None,
+        worker_busy=_worker_busy(meta.get("client_workers")),
     )
+
+
+def _worker_busy(workers: Any) -> tuple[float, ...] | None:
+    if not isinstance(workers, list) or not workers:
+        return None
+    return tuple(float(w.get("busy") or 0.0) for w in workers if isinstance(w, Mapping))
 
 
 def _open_loop_times(r: RequestRecord) -> dict[str, int | None]:

@@ -213,6 +213,16 @@ def check_achieved_concurrency(f: PointFacts, t: ValiditySection) -> Flag:
 
 def check_client_cpu(f: PointFacts, t: ValiditySection) -> Flag:
     limit = float(t.max_client_cpu_cores)
+    if f.worker_busy:  # several client processes: the busiest one is the bottleneck
+        busiest = max(f.worker_busy)
+        k = f.worker_busy.index(busiest) + 1
+        said = (
+            f"the busiest of {len(f.worker_busy)} client workers (worker {k}) used "
+            f"{busiest:.2f} of a CPU core"
+        )
+        if busiest > limit:
+            return Flag("client_cpu", FAILED, busiest, limit, f"{said} (limit {short(limit)})")
+        return Flag("client_cpu", PASSED, busiest, limit, said)
     cpu = block(f.telemetry or {}, "cpu")
     pct = block_mean(cpu, "client_cpu_pct")
     if pct is not None:
