@@ -84,5 +84,8 @@ def test_rate_points_take_their_own_counts_of_prompts() -> None:
         {"repeat": 1, "rate": 2.0, "position": 1, "run_index": 1},
     ]
     assert plan([4], 1, "fixed")[0].to_json() == {
-        "repeat": 1, "concurrency": 4, "position": 0, "run_index": 0
+        "repeat": 1,
+        "concurrency": 4,
+        "position": 0,
+        "run_index": 0,
     }

@@ -296,5 +296,7 @@ def test_the_sweep_does_not_read_the_reference() -> None:
     caller (scripts/sweep.py); it never imports the reproduction."""
     from test_layers import graph
 
-    found = [t for t in graph()["servelab.sequential"] if t.split(".")[:2] == ["servelab", "reproduce"]]
+    found = [
+        t for t in graph()["servelab.sequential"] if t.split(".")[:2] == ["servelab", "reproduce"]
+    ]
     assert found == []
