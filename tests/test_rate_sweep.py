@@ -157,7 +157,11 @@ def test_a_client_on_schedule_passes_and_one_that_fell_behind_fails() -> None:
     rate = check_arrival_rate(behind, V)
     assert rate.status == "failed" and rate.value == pytest.approx(23.08, abs=0.1)
     slip = check_send_slip(behind, V)
-    assert slip.status == "failed" and slip.value == pytest.approx(570.0)
+    assert slip.status == "failed" and slip.value == pytest.approx(510.0)  # p90: the 18th of 20
+    # one hiccup among thirty sends leaves the arrival process as it was
+    hiccup = _facts([_req(100 * i, 350.0 if i == 7 else 0.5, 50) for i in range(30)], 10.0)
+    flag = check_send_slip(hiccup, V)
+    assert flag.status == "passed" and "max 350" in flag.reason
 
 
 def test_waits_for_the_cap_are_the_caps_not_the_clients() -> None:

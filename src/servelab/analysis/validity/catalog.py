@@ -170,7 +170,7 @@ OPEN_LOOP_CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "send_slip",
-        "99th percentile of how late an open-loop point's requests were sent after their "
+        "90th percentile of how late an open-loop point's requests were sent after their "
         "scheduled time, leaving out those a full max_in_flight cap held back (ms)",
         ALL,
         "max_send_slip_ms",
