@@ -20,6 +20,7 @@ from servelab.client.record import RequestRecord
 from servelab.container import ContainerRun, gpu_selection
 from servelab.experiment import TelemetrySection
 from servelab.paths import ExperimentPaths
+from servelab.schedule import Slot
 from servelab.telemetry import PointTelemetry, read_samples, telemetry_columns
 from servelab.telemetry.gpus import (
     ALL,
@@ -310,7 +311,9 @@ def test_a_sweep_point_samples_the_servers_gpu_only(
     nvml = four_gpus(busy=3)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
 
-    def fake_run_point(_c: Any, prompts: Any, conc: int, label: str, out: PointRun) -> PointRun:
+    def fake_run_point(
+        _c: Any, prompts: Any, conc: int, label: str, out: PointRun, **_opts: Any
+    ) -> PointRun:
         out.started_epoch_ns = time.time_ns()
         time.sleep(0.2)
         out.records = [
@@ -341,6 +344,7 @@ def test_a_sweep_point_samples_the_servers_gpu_only(
             output_tokens=50,
             ignore_eos=True,
             unique_prompts=True,
+            client_workers=1,
         ),
         sweep=SimpleNamespace(order="latin"),
         telemetry=FAST,
@@ -350,7 +354,7 @@ def test_a_sweep_point_samples_the_servers_gpu_only(
         say=lambda s: None,
         gpus=server_gpus("gpu", _container("docker", gpu_selection("gpu", [3], None)), {}, {}),
     )
-    job.measure(SimpleNamespace(repeat=1, concurrency=2, position=0, run_index=0), 0, "1/1")
+    job.measure(Slot(repeat=1, concurrency=2, position=0, run_index=0), 0, "1/1")
     point = json.loads(
         (tmp_path / "exp" / "raw" / "fake" / "rep01" / "c0002" / "point.json").read_text()
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -395,8 +395,9 @@ class PointJob:
     launch_index: int
     orders: Mapping[int, list[int | float]]  # repeat -> its levels in run order
     say: Say
-    arrivals: Mapping[float, ArrivalsRecord]  # rate -> its send schedule (open loop)
     gpus: GpuSelection | None = None  # the server's GPUs (None: every GPU NVML lists)
+    # rate -> its send schedule (an open loop's; none for a closed loop)
+    arrivals: Mapping[float, ArrivalsRecord] = field(default_factory=dict)
     # the SLO capacity search's points (raw/<sc>/search/), not the sweep's
     search: bool = False
 
