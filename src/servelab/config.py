@@ -346,10 +346,14 @@ def _check_rates(sweep: dict[str, Any], source: str) -> None:
                 f"{source}: sweep.rate[{i}]: {r!r} has more than three decimals; round it "
                 "(points are named by rate to the thousandth)"
             )
-    arrival = sweep["arrival"]
+    _check_arrival(sweep["arrival"], "sweep.arrival", source)
+
+
+def _check_arrival(arrival: dict[str, Any], where: str, source: str) -> None:
+    """An arrival section (sweep.arrival, search.arrival): burstiness for gamma only."""
     if arrival["process"] != "gamma" and float(arrival["burstiness"]) != 1:
         raise ServelabError(
-            f"{source}: sweep.arrival.burstiness: {arrival['burstiness']!r} applies to "
+            f"{source}: {where}.burstiness: {arrival['burstiness']!r} applies to "
             f"process gamma only; set process: gamma, or remove burstiness for "
             f"{arrival['process']}"
         )
@@ -372,12 +376,7 @@ def _check_search(cfg: dict[str, Any], source: str) -> None:
                 f"{source}: search.server_configs[{i}]: {name!r} is not in server.configs "
                 f"({', '.join(names)})"
             )
-    arrival = search["arrival"]
-    if arrival["process"] != "gamma" and float(arrival["burstiness"]) != 1:
-        raise ServelabError(
-            f"{source}: search.arrival.burstiness: {arrival['burstiness']!r} applies to "
-            "process gamma only"
-        )
+    _check_arrival(search["arrival"], "search.arrival", source)
 
 
 def load(path: Path, overrides: dict[str, Any] | None = None) -> Experiment:

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.validity import check_point, failed
-from servelab.arrivals import ArrivalProcess
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob
 from servelab.jsonio import write_jsonl_gz
@@ -46,7 +45,7 @@ from servelab.search import (
 )
 from servelab.server import ServerLaunch, choose_port, raise_on_signals
 from servelab.session import Session, build_launch, serve
-from servelab.sweep import PointJob, SweepJob, is_complete, next_launch_index
+from servelab.sweep import PointJob, SweepJob, is_complete, next_launch_index, schedule_of
 from servelab.telemetry import server_gpus
 
 
@@ -106,9 +105,7 @@ class RateMeasurer:
         """The rate's send schedule, kept in raw/<sc>/search/arrivals/."""
         exp, sc = self.sweep.exp, self.sweep.sc
         assert exp.search is not None
-        a = exp.search.arrival
-        process = ArrivalProcess(a.process, rate, a.burstiness, exp.workload.seed)
-        record = ArrivalsRecord.of(process, a.requests(rate), a.max_in_flight)
+        record = schedule_of(exp.search.arrival, rate, exp.workload.seed)
         path = self.sweep.paths.search_arrivals(sc, rate)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,13 @@ from servelab import hostfacts
 from servelab.arrivals import ArrivalProcess
 from servelab.client import OpenLoop, PointRun, Workload, run_open_point, run_point
 from servelab.errors import ServelabError
-from servelab.experiment import Experiment, SweepSection, TelemetrySection, WorkloadSection
+from servelab.experiment import (
+    ArrivalSection,
+    Experiment,
+    SweepSection,
+    TelemetrySection,
+    WorkloadSection,
+)
 from servelab.job import ConfigJob, MeasureJob, Say
 from servelab.jsonio import write_jsonl_gz
 from servelab.metrics import point_metrics
@@ -238,7 +244,8 @@ class SweepJob(ConfigJob):
         raw/<sc>/arrivals/ the first time and checked against the one written before."""
         out: dict[float, ArrivalsRecord] = {}
         for rate in sorted({s.rate for s in slots if s.rate is not None}):
-            drawn = schedule_of(self.exp, rate)
+            assert self.exp.sweep.arrival is not None
+            drawn = schedule_of(self.exp.sweep.arrival, rate, self.exp.workload.seed)
             path = self.paths.arrivals(self.sc, rate)
             kept = ArrivalsRecord.read_if_present(path)
             if kept is not None and kept.doc != drawn.doc:
@@ -371,12 +378,11 @@ def requests_of(exp: Experiment, slot: Slot) -> int:
     return slot.concurrency * exp.workload.waves
 
 
-def schedule_of(exp: Experiment, rate: float) -> ArrivalsRecord:
-    """The send schedule of a rate's points: sweep.arrival's process at `rate`, drawn from
-    workload.seed (the same for every repeat, configuration and reproduction)."""
-    arrival = exp.sweep.arrival
-    assert arrival is not None
-    process = ArrivalProcess(arrival.process, rate, arrival.burstiness, exp.workload.seed)
+def schedule_of(arrival: ArrivalSection, rate: float, seed: int) -> ArrivalsRecord:
+    """The send schedule of a rate's points: an arrival section's process at `rate` (sweep's,
+    or the SLO search's), drawn from `seed`, workload.seed: the same for every repeat,
+    configuration and reproduction."""
+    process = ArrivalProcess(arrival.process, rate, arrival.burstiness, seed)
     return ArrivalsRecord.of(process, arrival.requests(rate), arrival.max_in_flight)
 
 

@@ -33,6 +33,7 @@ from servelab.analysis.validity import (
     removing,
 )
 from servelab.analysis.validity.flags import short
+from servelab.analysis.validity.openloop import achieved_rate
 from servelab.client import RequestRecord
 from servelab.config import default_section
 from servelab.errors import ServelabError
@@ -418,12 +419,12 @@ def _bench_arrival_rate(bench: Mapping[str, Any], rate: float, t: ValiditySectio
     of N is due at N/R s, and its first send then differs from 1/R by sampling alone."""
     limit = float(t.max_arrival_rate_error_pct)
     sends = sorted(float(x) for x in bench.get("start_times") or [])
-    if len(sends) < 2 or sends[-1] <= sends[0]:
+    achieved = achieved_rate(sends)
+    if achieved is None:
         why = "fewer than two requests sent at different times"
         if not sends:
             why = f"the send times (start_times) are {NOT_BY_BENCH}"
         return Flag("arrival_rate", NOT_CHECKED, None, limit, why)
-    achieved = (len(sends) - 1) / (sends[-1] - sends[0])
     off = 100.0 * abs(achieved / rate - 1.0)
     said = (
         f"requests sent at {achieved:.3g} req/s, target {rate:g} req/s: {off:.2g}% off "

@@ -109,11 +109,12 @@ def analyze(
         "validity": validity_json(g.point_flags(), opts.validity),
         "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa},
     }
-    results.update(_notes(ds, root))
+    searches = _searches(root) if ds.layout == "servelab" else {}
+    results.update(_notes(ds, root, searches))
     results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
     results.update(_claims(g, ds, opts, results))
     _write_tables(out, ds, results)
-    fig_names = _figures(g, ds, results["dominance"], out) if figures else []
+    fig_names = _figures(g, ds, results["dominance"], out, searches) if figures else []
     from servelab.analysis.markdown import render_report
 
     (out / ANALYSIS_REPORT).write_text(
@@ -122,7 +123,7 @@ def analyze(
     return results
 
 
-def _notes(ds: Dataset, root: Path) -> dict[str, Any]:
+def _notes(ds: Dataset, root: Path, searches: dict[str, SearchResult]) -> dict[str, Any]:
     """The results' entries present only where they apply, so that the outputs of data that
     has none stay byte for byte: the damaged data skipped, the hosts of configs measured on
     several nodes, the sweeps' server starts."""
@@ -141,7 +142,6 @@ def _notes(ds: Dataset, root: Path) -> dict[str, Any]:
         notes["hosts_differ"] = {
             sc: str(node.get("hostname")) for sc, node in sorted(ds.nodes.items())
         }
-    searches = _searches(root) if ds.layout == "servelab" else {}
     if searches:
         notes["search"] = {sc: r.to_json() for sc, r in searches.items()}
     if ds.layout == "servelab":
@@ -199,7 +199,13 @@ def _searches(root: Path) -> dict[str, SearchResult]:
     return {p.parent.parent.name: read_search(p) for p in ExperimentPaths(root).search_files()}
 
 
-def _figures(g: Groups, ds: Dataset, dominated: list[dict[str, Any]], out: Path) -> list[str]:
+def _figures(
+    g: Groups,
+    ds: Dataset,
+    dominated: list[dict[str, Any]],
+    out: Path,
+    searches: dict[str, SearchResult],
+) -> list[str]:
     """The figures' file names: the analysis figures, utilization against tokens/s where the
     points have telemetry, then each SLO capacity search's path."""
     from servelab.analysis.figures import render_all
@@ -207,9 +213,9 @@ def _figures(g: Groups, ds: Dataset, dominated: list[dict[str, Any]], out: Path)
     names = [p.name for p in render_all(g, dominated, out / "figures")]
     if any("telemetry" in p.extra for p in ds.points):
         names += [p.name for p in utilization_figure(ds, out / "figures")]
-    if ds.layout == "servelab":
+    if searches:
         from servelab.analysis.search_figure import render_search
 
-        for sc, result in _searches(ds.root).items():
+        for sc, result in searches.items():
             names += [p.name for p in render_search(result, out / "figures", f"search-{sc}")]
     return names

@@ -38,6 +38,15 @@ def _sent(requests: tuple[RequestFacts, ...]) -> list[RequestFacts]:
     return [r for r in requests if r.scheduled_ns is not None and r.send_slip_us is not None]
 
 
+def achieved_rate(sends_s: list[float]) -> float | None:
+    """The rate at which requests were actually sent: those after the first over the time
+    from the first send to the last (sorted, in seconds); None for fewer than two sends or
+    all at once."""
+    if len(sends_s) < 2 or sends_s[-1] <= sends_s[0]:
+        return None
+    return (len(sends_s) - 1) / (sends_s[-1] - sends_s[0])
+
+
 def held_by_cap(f: PointFacts) -> list[bool]:
     """Per request with open-loop times (in order): whether the cap was full at its scheduled
     send, i.e. as many requests as max_in_flight had been sent and had not ended."""
@@ -64,11 +73,11 @@ def check_arrival_rate(f: PointFacts, t: ValiditySection) -> Flag:
         return Flag("arrival_rate", NOT_CHECKED, None, limit, NOT_OPEN)
     reqs = _sent(f.requests)
     scheduled = (f.arrival or {}).get("scheduled_rate")
-    sends = sorted(int(r.scheduled_ns) + int(r.send_slip_us) * 1000 for r in reqs)  # type: ignore[arg-type]
-    if not scheduled or len(sends) < 2 or sends[-1] <= sends[0]:
+    sends = sorted((int(r.scheduled_ns) + int(r.send_slip_us) * 1000) / 1e9 for r in reqs)  # type: ignore[arg-type]
+    achieved = achieved_rate(sends)
+    if not scheduled or achieved is None:
         why = "fewer than two requests sent at different times, or no schedule recorded"
         return Flag("arrival_rate", NOT_CHECKED, None, limit, why)
-    achieved = (len(sends) - 1) / ((sends[-1] - sends[0]) / 1e9)
     off = 100.0 * abs(achieved / float(scheduled) - 1.0)
     said = (
         f"requests sent at {achieved:.3g} req/s, their schedule's rate {float(scheduled):.3g} "
