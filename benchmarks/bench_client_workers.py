@@ -124,12 +124,15 @@ def vllm_scheduled_ns(n: int, rate: float, sched: dict[str, Any]) -> list[int]:
 
 
 def pinned(cpus: str, args: list[str]) -> dict[str, Any]:
-    cmd = ["taskset", "-c", cpus, sys.executable, __file__, "--child", *args]
+    """A client child under `taskset -c CPUS` (and `nice -n N` for a set-up's CPUS/nN)."""
+    cores, _, nice = cpus.partition("/n")
+    cmd = ["nice", "-n", nice or "0", "taskset", "-c", cores, sys.executable, __file__,
+           "--child", *args]  # fmt: skip
     return dict(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
 
 
 def setups(specs: list[str]) -> list[tuple[int, str]]:
-    """'WORKERS@CPUS' -> (workers, cpus)."""
+    """'WORKERS@CPUS' or 'WORKERS@CPUS/nN' (the client at niceness N) -> (workers, cpus)."""
     out = []
     for s in specs:
         w, _, cpus = s.partition("@")
@@ -336,7 +339,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--parts", default="ab", help="a (closed loop), b (open loop), or ab")
     p.add_argument("--setups", nargs="+", default=["1@0", "2@0", "2@0-1"],
-                   help="client set-ups, WORKERS@CPUS (taskset's core list)")  # fmt: skip
+                   help="client set-ups, WORKERS@CPUS (taskset's core list), or "
+                        "WORKERS@CPUS/nN: the client at niceness N (/n10: the fixture takes "
+                        "its core first, as a server on its own hardware would)")  # fmt: skip
     p.add_argument("--concurrency", type=int, default=512, help="part a: streams open at once")
     p.add_argument("--steps-us", type=int, nargs="+", default=[20000, 10000, 7000, 4000],
                    help="part a: the fixture's step per level, in microseconds")  # fmt: skip
