@@ -100,6 +100,7 @@ def resolve(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH
     schema = load_yaml(schema_path)
     _check_placeholders(config, source)
     _check_sweep_axis(config, source)
+    _check_workload_as_written(config, source)
     data = _apply_defaults(schema, copy.deepcopy(config) if config is not None else {})
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(
@@ -302,13 +303,68 @@ def _check_semantics(cfg: dict[str, Any], source: str) -> None:
             f"{source}: reference: {ref!r} not found (relative to {Path.cwd()}); give a release "
             "folder evidence/<experiment>/<tag>, its .tar.gz or a bundle folder"
         )
+    _check_workload(cfg, source)
+
+
+def _largest(lengths: Any) -> int:
+    """The longest length workload.input_tokens / output_tokens can draw."""
+    if isinstance(lengths, int):
+        return lengths
+    return int(max(lengths["values"])) if "values" in lengths else int(lengths["max"])
+
+
+def _check_workload(cfg: dict[str, Any], source: str) -> None:
+    """Lengths a request may ask fit the server's max-model-len (a chat's last turn carries
+    every earlier one), and a {min, max} range is not upside down. With a dataset, which gives
+    the lengths, the resolved config holds no input_tokens nor output_tokens (the schema's
+    defaults are dropped)."""
     wu = cfg["workload"]
+    if wu.get("dataset") is not None:
+        wu.pop("input_tokens", None)
+        wu.pop("output_tokens", None)
+        return  # a dataset's pairs are filtered to fit (servelab.datasets)
+    for key in ("input_tokens", "output_tokens"):
+        v = wu[key]
+        if isinstance(v, dict) and "min" in v and v["max"] < v["min"]:
+            raise ServelabError(
+                f"{source}: workload.{key}: max ({v['max']}) is below min ({v['min']}); "
+                "give max >= min"
+            )
     model_len = cfg["server"]["args"].get("max-model-len")
-    if isinstance(model_len, int) and wu["input_tokens"] + wu["output_tokens"] > model_len:
+    if not isinstance(model_len, int):
+        return
+    turns = wu["chat"]["turns"] if wu.get("chat") else 1
+    prefix = wu["shared_prefix"]["prefix_tokens"] if wu.get("shared_prefix") else 0
+    need = prefix + turns * (_largest(wu["input_tokens"]) + _largest(wu["output_tokens"]))
+    if need > model_len:
+        what = "input_tokens + output_tokens"
+        if prefix:
+            what = "shared_prefix.prefix_tokens + " + what
+        if turns > 1:
+            what += f" over {turns} chat turns"
         raise ServelabError(
-            f"{source}: workload: input_tokens + output_tokens = "
-            f"{wu['input_tokens'] + wu['output_tokens']} exceeds "
-            f"server.args.max-model-len {model_len}"
+            f"{source}: workload: {what} (longest) = {need} exceeds server.args.max-model-len "
+            f"{model_len}; shorten them or raise max-model-len"
+        )
+
+
+def _check_workload_as_written(config: Any, source: str) -> None:
+    """In the config as written: a dataset gives the prompts (no input_tokens), and a chat
+    is synthetic."""
+    wu = config.get("workload") if isinstance(config, dict) else None
+    if not isinstance(wu, dict) or wu.get("dataset") is None:
+        return
+    for key in ("input_tokens", "output_tokens"):
+        if key in wu:
+            raise ServelabError(
+                f"{source}: workload.{key}: the lengths come from workload.dataset; remove "
+                f"{key} (bound them with workload.dataset.filter; fix every output length "
+                "with workload.dataset.output_tokens)"
+            )
+    if wu.get("chat") is not None:
+        raise ServelabError(
+            f"{source}: workload.chat: conversations are built from synthetic turns only; "
+            "remove workload.dataset or workload.chat"
         )
 
 

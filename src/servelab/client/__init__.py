@@ -14,17 +14,19 @@ what it accepts). The request's coroutine is woken once, when its response is ov
 per chunk (a client's own cost per streamed token bounds how fast, and how accurately, it can
 measure a server). The event loop is uvloop's where it is installed, else asyncio's.
 
-The package, by concern: `record` (RequestRecord, one request's fields), `parser` (the HTTP/1.1
-response and its SSE events), `connection` (one keep-alive connection), `closed_loop` (the
-concurrency driver: Workload, PointRun, run_closed_loop), `open_loop` (the arrival-schedule
-driver: OpenLoop, run_open_loop), `workers` (running a point, in this process or spread over
-worker processes: run_point, run_open_point) and `signals` (stop signals cancel a point).
+The package, by concern: `record` (RequestRecord, one request's fields), `prompt` (Prompt, what
+one request sends), `parser` (the HTTP/1.1 response and its SSE events), `connection` (one
+keep-alive connection), `closed_loop` (the concurrency driver: Workload, PointRun,
+run_closed_loop), `open_loop` (the arrival-schedule driver: OpenLoop, run_open_loop), `workers`
+(running a point, in this process or spread over worker processes: run_point, run_open_point)
+and `signals` (stop signals cancel a point).
 """
 
 from servelab.client.closed_loop import PointRun, RequestMarks, Workload, run_closed_loop
 from servelab.client.closed_loop import _payload as _payload
 from servelab.client.open_loop import OpenLoop, run_open_loop
 from servelab.client.parser import MalformedResponse, ResponseParser
+from servelab.client.prompt import Prompt, PromptLike
 from servelab.client.record import RequestRecord
 from servelab.client.signals import STOP_SIGNALS
 from servelab.client.workers import PointOptions, run_open_point, run_point
@@ -35,6 +37,8 @@ __all__ = [
     "OpenLoop",
     "PointOptions",
     "PointRun",
+    "Prompt",
+    "PromptLike",
     "RequestMarks",
     "RequestRecord",
     "ResponseParser",

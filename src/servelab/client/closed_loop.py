@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
 from servelab.client.parser import ResponseParser
+from servelab.client.prompt import Prompt, PromptLike
 from servelab.client.record import RequestRecord
 
 
@@ -58,11 +59,15 @@ class Clock:
         return self.epoch0 + (mono_ns - self.mono0)
 
 
-def _payload(w: Workload, prompt: str) -> bytes:
+def _payload(w: Workload, prompt: PromptLike) -> bytes:
+    text, max_tokens = prompt, w.max_tokens
+    if isinstance(prompt, Prompt):
+        text = prompt.text
+        max_tokens = prompt.max_tokens if prompt.max_tokens is not None else w.max_tokens
     body: dict[str, Any] = {
         "model": w.model,
-        "prompt": prompt,
-        "max_tokens": w.max_tokens,
+        "prompt": text,
+        "max_tokens": max_tokens,
         "temperature": w.temperature,
         "stream": True,
         # usage in every chunk (cumulative completion_tokens): how many tokens each carried
@@ -84,7 +89,11 @@ class Sender:
     clock: Clock
 
     async def one(
-        self, conn: Connection | None, request_id: str, prompt: str, scheduled: int | None = None
+        self,
+        conn: Connection | None,
+        request_id: str,
+        prompt: PromptLike,
+        scheduled: int | None = None,
     ) -> tuple[RequestRecord, Connection | None, int]:
         """One request; returns its record, the connection to reuse (None: open a new one) and
         when the request was over (perf_counter ns: the read that ended its response, else the
@@ -97,6 +106,10 @@ class Sender:
         rec = RequestRecord(request_id=request_id, sent_epoch_ns=self.clock.epoch_of(t0))
         if scheduled is not None:
             rec.send_slip_us = (sent - scheduled) // 1000
+        if isinstance(prompt, Prompt):
+            rec.max_tokens = prompt.max_tokens
+            rec.input_tokens = prompt.input_tokens
+            rec.prefix = prompt.prefix
         parser = ResponseParser(rec, t0)
         try:
             async with asyncio.timeout(w.request_timeout_s):
@@ -127,7 +140,7 @@ class RequestMarks(Protocol):
 
 async def run_closed_loop(
     w: Workload,
-    prompts: Sequence[str],
+    prompts: Sequence[PromptLike],
     concurrency: int,
     label: str,
     out: PointRun,
@@ -163,7 +176,7 @@ def worker_stats(run: PointRun, requests: int) -> dict[str, Any]:
 
 async def keep_slots_busy(
     sender: Sender,
-    todo: Iterator[tuple[int, str]],
+    todo: Iterator[tuple[int, PromptLike]],
     slots: int,
     label: str,
     out: PointRun,

@@ -29,6 +29,7 @@ from servelab.client.closed_loop import (
     worker_stats,
 )
 from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
+from servelab.client.prompt import PromptLike
 
 if TYPE_CHECKING:  # (numpy is loaded only by whoever draws a schedule)
     from servelab.arrivals import ArrivalProcess
@@ -63,7 +64,7 @@ class OpenLoop:
         return OpenLoop(tuple(int(t) for t in process.schedule_ns(n)), max_in_flight)
 
 
-def check_plan(plan: OpenLoop, prompts: Sequence[str]) -> None:
+def check_plan(plan: OpenLoop, prompts: Sequence[PromptLike]) -> None:
     """One send time per prompt, or ValueError."""
     if len(plan.offsets_ns) != len(prompts):
         raise ValueError(
@@ -80,7 +81,7 @@ async def _sleep_until(due: int) -> None:
 
 async def run_open_loop(
     w: Workload,
-    prompts: Sequence[str],
+    prompts: Sequence[PromptLike],
     plan: OpenLoop,
     label: str,
     out: PointRun,
@@ -109,7 +110,7 @@ async def run_open_loop(
 
 async def send_on_schedule(
     sender: Sender,
-    todo: Iterable[tuple[int, str, int]],
+    todo: Iterable[tuple[int, PromptLike, int]],
     cap: int | None,
     label: str,
     out: PointRun,
@@ -121,7 +122,7 @@ async def send_on_schedule(
     idle: list[Connection] = []  # keep-alive connections between requests
     slots = asyncio.Semaphore(cap) if cap is not None else None
 
-    async def send(i: int, prompt: str, due: int) -> None:
+    async def send(i: int, prompt: PromptLike, due: int) -> None:
         token = marks.start(i) if marks is not None else None
         try:
             conn = idle.pop() if idle else None

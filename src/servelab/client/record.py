@@ -28,6 +28,11 @@ class RequestRecord:
     cached_tokens: int | None = None
     # Written by the open loop only (its records carry it; a closed loop's do not).
     send_slip_us: int | None = None
+    # Written when the request's prompt asked for them (client.prompt.Prompt): its own
+    # max_tokens, its length as built (tokens), the shared prefix it starts with.
+    max_tokens: int | None = None
+    input_tokens: int | None = None
+    prefix: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -82,9 +87,12 @@ _ROW_FIELDS: dict[str, tuple[str, bool]] = {
     "queued_us": ("int", True),
     "cached_tokens": ("int", True),
     "send_slip_us": ("int", True),
+    "max_tokens": ("int", True),
+    "input_tokens": ("int", True),
+    "prefix": ("int", True),
 }
 # left out of a row when None, so that records without them are written as before
-_ONLY_WHEN_SET = ("send_slip_us",)
+_ONLY_WHEN_SET = ("send_slip_us", "max_tokens", "input_tokens", "prefix")
 _KIND_TEXT = {"str": "a string", "int": "an integer", "ints": "a list", "bool": "a boolean"}
 
 

@@ -65,6 +65,7 @@ from servelab.client.open_loop import (
     run_open_loop,
     send_on_schedule,
 )
+from servelab.client.prompt import PromptLike
 from servelab.client.signals import run_stoppable
 
 try:
@@ -86,7 +87,7 @@ class Share:
 
     w: Workload
     label: str
-    prompts: tuple[str, ...]
+    prompts: tuple[PromptLike, ...]
     slots: int | None
     counter: str = ""
     indices: tuple[int, ...] = ()
@@ -105,7 +106,7 @@ class PointOptions(TypedDict, total=False):
 
 def run_point(
     w: Workload,
-    prompts: Sequence[str],
+    prompts: Sequence[PromptLike],
     concurrency: int,
     label: str,
     out: PointRun | None = None,
@@ -125,7 +126,7 @@ def run_point(
 
 def run_open_point(
     w: Workload,
-    prompts: Sequence[str],
+    prompts: Sequence[PromptLike],
     plan: OpenLoop,
     label: str,
     out: PointRun | None = None,
@@ -160,7 +161,12 @@ def _split(total: int, n: int) -> list[int]:
 
 
 def spread_closed_loop(
-    w: Workload, prompts: Sequence[str], concurrency: int, label: str, out: PointRun, workers: int
+    w: Workload,
+    prompts: Sequence[PromptLike],
+    concurrency: int,
+    label: str,
+    out: PointRun,
+    workers: int,
 ) -> PointRun:
     """The closed loop over `workers` processes (no more than the point's slots)."""
     Target.of(w.base_url)  # a bad URL is refused here, not in every worker
@@ -178,7 +184,12 @@ def spread_closed_loop(
 
 
 def spread_open_loop(
-    w: Workload, prompts: Sequence[str], plan: OpenLoop, label: str, out: PointRun, workers: int
+    w: Workload,
+    prompts: Sequence[PromptLike],
+    plan: OpenLoop,
+    label: str,
+    out: PointRun,
+    workers: int,
 ) -> PointRun:
     """The open loop over `workers` processes (no more than the requests, nor the cap)."""
     check_plan(plan, prompts)
@@ -217,7 +228,7 @@ class SharedCount:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
         return i
 
-    def todo(self, prompts: Sequence[str]) -> Iterator[tuple[int, str]]:
+    def todo(self, prompts: Sequence[PromptLike]) -> Iterator[tuple[int, PromptLike]]:
         """(index, prompt) of each request this process takes, until every one is taken."""
         while (i := self.take()) < len(prompts):
             yield i, prompts[i]
