@@ -35,6 +35,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "services": (
         "session",
         "workload",
+        "datasets",
         "server",
         "serverlog",
         "compilecache",

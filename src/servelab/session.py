@@ -312,7 +312,8 @@ class Session:
         return Workload(
             base_url=self.launch.base_url,
             model=self.launch.served_name,
-            max_tokens=wl.output_tokens,
+            # None: every prompt carries its own (client.Prompt: drawn lengths, a dataset)
+            max_tokens=wl.output_tokens if isinstance(wl.output_tokens, int) else None,
             ignore_eos=wl.ignore_eos,
             request_timeout_s=wl.request_timeout_s,
         )
@@ -320,6 +321,7 @@ class Session:
     def prompts(self, wl: WorkloadSection, count: int, model_dir: Path) -> list[str]:
         """`count` prompts of workload.input_tokens tokens (workload.seed), built with the
         model's vocabulary and checked by this server's tokenizer."""
+        assert isinstance(wl.input_tokens, int)
         return build_prompts(
             self.server,
             self.launch.served_name,

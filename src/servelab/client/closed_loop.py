@@ -26,7 +26,7 @@ from servelab.client.record import RequestRecord
 class Workload:
     base_url: str
     model: str
-    max_tokens: int
+    max_tokens: int | None  # None: every prompt gives its own (Prompt.max_tokens)
     ignore_eos: bool = True
     temperature: float = 0.0
     request_timeout_s: float = 300.0
@@ -64,6 +64,8 @@ def _payload(w: Workload, prompt: PromptLike) -> bytes:
     if isinstance(prompt, Prompt):
         text = prompt.text
         max_tokens = prompt.max_tokens if prompt.max_tokens is not None else w.max_tokens
+    if max_tokens is None:
+        raise ValueError("no max_tokens: give Workload.max_tokens or the prompt's own")
     body: dict[str, Any] = {
         "model": w.model,
         "prompt": text,
