@@ -44,7 +44,7 @@ if config["reference"]:
     from servelab.reproduce import check_reference as _check_reference
 
     try:
-        _ref = _check_reference(_Path(config["reference"]))
+        _ref = _check_reference(_Path(config["reference"]), config["workload"])
     except ServelabError as _exc:
         sys.exit(f"reference error: {_exc}")
     print(f"reference: {_ref}", file=sys.stderr)

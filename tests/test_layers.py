@@ -33,6 +33,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "profile",
     ),
     "services": (
+        "promptset",
         "session",
         "workload",
         "datasets",

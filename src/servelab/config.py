@@ -319,12 +319,25 @@ def _check_workload(cfg: dict[str, Any], source: str) -> None:
     the lengths, the resolved config holds no input_tokens nor output_tokens (the schema's
     defaults are dropped)."""
     wu = cfg["workload"]
-    if wu.get("dataset") is not None:
+    for key in ("dataset", "shared_prefix", "chat"):
+        if wu.get(key, 0) is None:
+            del wu[key]  # absent, as before these keys existed
+    ds = wu.get("dataset")
+    if ds is not None:
+        if ("path" in ds) == ("hub" in ds):
+            raise ServelabError(
+                f"{source}: workload.dataset: give path (with its sha256) or hub, "
+                + ("not both" if "path" in ds else "e.g. path: datasets/sharegpt-sample.json")
+            )
         wu.pop("input_tokens", None)
         wu.pop("output_tokens", None)
         return  # a dataset's pairs are filtered to fit (servelab.datasets)
     for key in ("input_tokens", "output_tokens"):
         v = wu[key]
+        if isinstance(v, dict) and "min" in v and "values" in v:
+            raise ServelabError(
+                f"{source}: workload.{key}: give min and max (a uniform draw) or values, not both"
+            )
         if isinstance(v, dict) and "min" in v and v["max"] < v["min"]:
             raise ServelabError(
                 f"{source}: workload.{key}: max ({v['max']}) is below min ({v['min']}); "
@@ -352,7 +365,26 @@ def _check_workload_as_written(config: Any, source: str) -> None:
     """In the config as written: a dataset gives the prompts (no input_tokens), and a chat
     is synthetic."""
     wu = config.get("workload") if isinstance(config, dict) else None
-    if not isinstance(wu, dict) or wu.get("dataset") is None:
+    if not isinstance(wu, dict):
+        return
+    for key in ("input_tokens", "output_tokens"):
+        v = wu.get(key)
+        if isinstance(v, dict) and not ({"min", "max"} <= v.keys() or "values" in v):
+            raise ServelabError(
+                f"{source}: workload.{key}: give a number, {{min: A, max: B}} (uniform) or "
+                f"{{values: [..]}}; got {v!r}"
+            )
+    ds = wu.get("dataset")
+    if isinstance(ds, dict) and "path" in ds and "sha256" not in ds:
+        from servelab.hashing import sha256_file
+
+        found = Path(str(ds["path"]))
+        pin = f"sha256: {sha256_file(found)}" if found.is_file() else "its sha256"
+        raise ServelabError(
+            f"{source}: workload.dataset.sha256: required with path: pin {ds['path']} with "
+            f"{pin}"
+        )
+    if ds is None:
         return
     for key in ("input_tokens", "output_tokens"):
         if key in wu:

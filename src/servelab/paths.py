@@ -54,6 +54,7 @@ POINT_FILE = "point.json"  # a measured point, and a warm-up
 REQUESTS_FILE = "requests.jsonl.gz"  # a point's requests, one row each
 TELEMETRY_FILE = "telemetry.jsonl"  # a point's telemetry samples
 PROMPTS_FILE = "prompts.jsonl.gz"  # the prompts of one launch of a server configuration
+DATASET_FILE = "dataset.json"  # a dataset workload's file identity and what was sampled
 RUN_FILE = "run.json"  # a finished sweep of one server configuration
 LAUNCH_FILE = "launch.json"  # a configuration's latest server launch
 CAPACITY_FILE = "capacity.json"  # the facts of its server's startup log
@@ -70,6 +71,7 @@ RAW_LAYOUT_FILES = (
     REQUESTS_FILE,
     TELEMETRY_FILE,
     PROMPTS_FILE,
+    DATASET_FILE,
     RUN_FILE,
     LAUNCH_FILE,
     CAPACITY_FILE,
@@ -190,6 +192,10 @@ class ExperimentPaths:
 
     def prompts(self, sc: str) -> Path:
         return self.raw / sc / PROMPTS_FILE
+
+    def dataset(self, sc: str) -> Path:
+        """raw/<sc>/dataset.json: the dataset a configuration's prompts were sampled from."""
+        return self.raw / sc / DATASET_FILE
 
     def run(self, sc: str) -> Path:
         return self.raw / sc / RUN_FILE

@@ -318,6 +318,33 @@ class Session:
             request_timeout_s=wl.request_timeout_s,
         )
 
+    def tokenize(self, text: str) -> list[int]:
+        """`text`'s token ids by this server's tokenizer (no special tokens added)."""
+        body = self.server.post_json(
+            "/tokenize",
+            {"model": self.launch.served_name, "prompt": text, "add_special_tokens": False},
+        )
+        return list(body["tokens"])
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` is to this server's tokenizer."""
+        return len(self.tokenize(text))
+
+    def detokenize(self, ids: list[int]) -> str:
+        body = self.server.post_json(
+            "/detokenize", {"model": self.launch.served_name, "tokens": ids}
+        )
+        return str(body["prompt"])
+
+    def max_model_len(self) -> int | None:
+        """The longest sequence (prompt + output) this server takes, as it says on /v1/models;
+        None when it does not say."""
+        models = self.server.get_json("/v1/models").get("data") or []
+        for m in models:
+            if isinstance(m, dict) and isinstance(m.get("max_model_len"), int):
+                return int(m["max_model_len"])
+        return None
+
     def prompts(self, wl: WorkloadSection, count: int, model_dir: Path) -> list[str]:
         """`count` prompts of workload.input_tokens tokens (workload.seed), built with the
         model's vocabulary and checked by this server's tokenizer."""

@@ -8,7 +8,7 @@ repeat's outcome is its SLO attainment (the share of its requests within every b
 `analysis.slo`, each read as a per-request bound) and whether it passed the checks.
 
 Layout written (docs/raw-data.md):
-  raw/<sc>/search/prompts.jsonl.gz  launch.json  capacity.json
+  raw/<sc>/search/prompts.jsonl.gz  dataset.json  launch.json  capacity.json
   raw/<sc>/search/warmup/{requests.jsonl.gz,point.json}
   raw/<sc>/search/arrivals/r<RRRR.RRR>.json       each rate's send schedule
   raw/<sc>/search/rep<RR>/r<RRRR.RRR>/{requests.jsonl.gz,point.json}
@@ -28,8 +28,8 @@ from typing import Any
 from servelab.analysis.validity import check_point, failed
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob
-from servelab.jsonio import write_jsonl_gz
-from servelab.paths import PROMPTS_FILE
+from servelab.paths import DATASET_FILE, PROMPTS_FILE
+from servelab.promptset import Item, PromptSet, write_prompts
 from servelab.rawdata import RawPoint
 from servelab.records import ArrivalsRecord, LaunchRecord, PointRecord, WarmupRecord
 from servelab.schedule import Slot
@@ -86,20 +86,17 @@ class RateMeasurer:
     launch: ServerLaunch
     launch_index: int
     spec: SearchSpec
-    prompts: list[str] = field(default_factory=list)
+    prompts: PromptSet = field(default_factory=lambda: PromptSet([]))
     measured: int = 0
 
-    def prompts_for(self, n: int) -> list[str]:
+    def prompts_for(self, n: int) -> list[Item]:
         """The first n prompts of the workload (a search sends the same ones at every rate;
         the prefix_cache check catches a server that caches them)."""
-        if len(self.prompts) < n:
-            exp = self.sweep.exp
-            self.prompts = self.session.prompts(exp.workload, n, self.sweep.model_dir)
-            write_jsonl_gz(
-                self.sweep.paths.search(self.sweep.sc) / PROMPTS_FILE,
-                ({"index": i, "prompt": p} for i, p in enumerate(self.prompts)),
-            )
-        return self.prompts[:n]
+        if len(self.prompts.items) < n:
+            where = self.sweep.paths.search(self.sweep.sc)
+            self.prompts = self.sweep.prompt_source.build(self.session, n)
+            write_prompts(where / PROMPTS_FILE, where / DATASET_FILE, self.prompts)
+        return self.prompts.items[:n]
 
     def schedule(self, rate: float) -> ArrivalsRecord:
         """The rate's send schedule, kept in raw/<sc>/search/arrivals/."""
@@ -112,7 +109,7 @@ class RateMeasurer:
             record.write(path)
         return record
 
-    def points(self, rate: float, prompts: list[str]) -> PointJob:
+    def points(self, rate: float, prompts: list[Item]) -> PointJob:
         exp, repeats = self.sweep.exp, self.sweep.exp.sweep.most_repeats
         return PointJob(
             sc=self.sweep.sc,
@@ -123,6 +120,7 @@ class RateMeasurer:
             sweep=exp.sweep,
             telemetry=exp.telemetry,
             prompts=prompts,
+            dataset=self.prompts.dataset,
             launch_index=self.launch_index,
             orders={r: [rate] for r in range(1, repeats + 1)},
             say=self.sweep.say,

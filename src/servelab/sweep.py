@@ -4,6 +4,7 @@ A level is a concurrency (closed loop) or a request rate (open loop, sweep.rate)
 Layout written (docs/raw-data.md):
   server/<sc>/server.log  launch.json  capacity.json
   raw/<sc>/prompts.jsonl.gz  warmup/{requests.jsonl.gz,point.json}
+  raw/<sc>/dataset.json              a dataset workload's file and what was sampled from it
   raw/<sc>/rep<RR>/c<CCCC>/{requests.jsonl.gz,point.json}      a concurrency's point
   raw/<sc>/rep<RR>/r<RRRR.RRR>/{requests.jsonl.gz,point.json}  a rate's point
   raw/<sc>/arrivals/r<RRRR.RRR>.json  a rate's send schedule, the same for every repeat
@@ -24,6 +25,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ from servelab.metrics import point_metrics
 from servelab.paths import REQUESTS_FILE, ExperimentPaths
 from servelab.profile.capture import PlannedCapture, plan_capture
 from servelab.profile.plan import on_sweep_launch
+from servelab.promptset import Item, PromptSource, slice_reuse, write_prompts
 from servelab.records import (
     ArrivalsRecord,
     CapacityRecord,
@@ -133,6 +136,11 @@ class SweepJob(ConfigJob):
     def note(self, msg: str) -> None:
         self.say(f"[{self.sc}] {msg}")
 
+    @cached_property
+    def prompt_source(self) -> PromptSource:
+        """Where this job's prompts come from (a dataset pinned once, before any launch)."""
+        return PromptSource.of(self.exp, self.model_dir, self.note)
+
     def measure(self, slots: list[Slot], todo: list[Slot], launch_index: int) -> None:
         """One server launch: its capacity and launch records, the prompts, the warm-up, then
         every point still to measure."""
@@ -211,13 +219,10 @@ class SweepJob(ConfigJob):
             slots, lambda s: requests_of(exp, s), wl.warmup.requests, wl.unique_prompts
         )
         t_p = time.monotonic()
-        prompts = session.prompts(wl, pplan.total, self.model_dir)
-        write_jsonl_gz(
-            self.paths.prompts(sc),
-            ({"index": i, "prompt": p} for i, p in enumerate(prompts)),
-        )
+        pset = self.prompt_source.build(session, pplan.total)
+        write_prompts(self.paths.prompts(sc), self.paths.dataset(sc), pset)
         self.note(
-            f"{pplan.total} prompts of {wl.input_tokens} tokens ready "
+            f"{pset.describe(wl)} ready "
             f"({'unique per point' if wl.unique_prompts else 'shared by the points'}, "
             f"{time.monotonic() - t_p:.1f} s)"
         )
@@ -229,7 +234,8 @@ class SweepJob(ConfigJob):
             workload=wl,
             sweep=exp.sweep,
             telemetry=exp.telemetry,
-            prompts=prompts,
+            prompts=pset.items,
+            dataset=pset.dataset,
             launch_index=launch_index,
             orders=_orders_by_repeat(slots),
             arrivals=self.arrivals(slots),
@@ -298,6 +304,7 @@ class SweepJob(ConfigJob):
         sweep, raw = self.exp.sweep, self.raw
         raw.mkdir(parents=True, exist_ok=True)
         slots = plan(sweep.levels, repeats, sweep.order, sweep.order_seed, sweep.axis)
+        self.prompt_source  # noqa: B018 - a dataset is pinned (or refused) before any launch
         todo = [s for s in slots if not is_complete(self.paths.slot(self.sc, s))]
         for stale in raw.glob("rep*/*.partial"):
             _keep_incomplete(stale)
@@ -397,13 +404,15 @@ class PointJob:
     workload: WorkloadSection
     sweep: SweepSection
     telemetry: TelemetrySection
-    prompts: Sequence[str]
+    prompts: Sequence[Item]
     launch_index: int
     orders: Mapping[int, list[int | float]]  # repeat -> its levels in run order
     say: Say
     gpus: GpuSelection | None = None  # the server's GPUs (None: every GPU NVML lists)
     # rate -> its send schedule (an open loop's; none for a closed loop)
     arrivals: Mapping[float, ArrivalsRecord] = field(default_factory=dict)
+    # a dataset workload's record (raw/<sc>/dataset.json); None for synthetic prompts
+    dataset: Mapping[str, Any] | None = None
     # the SLO capacity search's points (raw/<sc>/search/), not the sweep's
     search: bool = False
 
@@ -457,12 +466,46 @@ class PointJob:
             "order": self.orders[slot.repeat],
             "order_kind": self.sweep.order,
             "launch": self.launch_index,
-            "input_tokens": wl.input_tokens,
-            "output_tokens": wl.output_tokens,
+            **self.lengths_info(),
             "prompt_offset": prompt_offset,
             "ignore_eos": bool(wl.ignore_eos),
             "unique_prompts": bool(wl.unique_prompts),
+            **self.workload_info(prompt_offset, self.requests(slot)),
         }
+
+    def lengths_info(self) -> dict[str, Any]:
+        """point.json `input_tokens` / `output_tokens`: the asked length, or its distribution
+        ({min, max} or {values}); absent for a dataset, whose requests carry their own."""
+        out: dict[str, Any] = {}
+        for key in ("input_tokens", "output_tokens"):
+            v = getattr(self.workload, key)
+            if v is not None:
+                out[key] = v if isinstance(v, int) else v.to_json()
+        return out
+
+    def workload_info(self, offset: int, n: int) -> dict[str, Any]:
+        """point.json's workload blocks beyond the default's: `dataset` (the file's sha256 and
+        the sample's), `shared_prefix` (what the point's prompts mean the prefix cache to
+        serve) and `chat` (turns, think time); none for the default workload."""
+        wl, out = self.workload, {}
+        if self.dataset is not None:
+            out["dataset"] = {
+                "sha256": self.dataset["file"]["sha256"],
+                "prompts_sha256": self.dataset.get("prompts_sha256"),
+            }
+        reuse = slice_reuse(self.prompts[offset : offset + n], wl)
+        if reuse is not None:
+            out["shared_prefix"] = reuse
+        if wl.chat is not None:
+            out["chat"] = {"turns": wl.chat.turns, "think_time_s": wl.chat.think_time_s}
+        return out
+
+    def requests(self, slot: Slot) -> int:
+        """The items a point sends: its rate's schedule, or concurrency x waves."""
+        if slot.rate is not None:
+            return len(self.arrivals[slot.rate].offsets_ns)
+        assert slot.concurrency is not None
+        return slot.concurrency * self.workload.waves
 
     def send(self, slot: Slot, prompt_offset: int, label: str, run: PointRun) -> None:
         """Send one point's requests: a closed loop of its concurrency, or its rate's schedule

@@ -236,6 +236,7 @@ def _provenance(
         "servers": servers,
         "host": host_facts() if host is None else host,
         "pipeline": pipeline_facts(repo),
+        **_dataset(paths),
         **_stopping_rule(paths),
         "config": config,
         "started_epoch_ns": started,
@@ -243,6 +244,30 @@ def _provenance(
         "started": _iso(started),
         "finished": _iso(finished),
     }
+
+
+def _dataset(paths: ExperimentPaths) -> dict[str, Any]:
+    """A dataset workload's identity (the file: path or hub repository, revision, sha256) and,
+    per server configuration, what was sampled from it (raw/<sc>/dataset.json less the file);
+    nothing for synthetic prompts. Every configuration must have sampled the same file."""
+    file: Any = None
+    samples: dict[str, Any] = {}
+    for sc_dir in sorted(p for p in paths.raw.iterdir() if p.is_dir()):
+        path = paths.dataset(sc_dir.name)
+        if not path.exists():
+            continue
+        record = read_json(path)
+        if file is not None and record.get("file") != file:
+            raise ServelabError(
+                f"{path}: sampled from another dataset file than the other configurations "
+                f"({record.get('file', {}).get('sha256')} vs {file.get('sha256')}); measure "
+                "every configuration on one dataset"
+            )
+        file = record.get("file")
+        samples[sc_dir.name] = {k: v for k, v in record.items() if k != "file"}
+    if file is None:
+        return {}
+    return {"dataset": {"file": file, "samples": samples}}
 
 
 def _stopping_rule(paths: ExperimentPaths) -> dict[str, Any]:

@@ -54,6 +54,7 @@ from servelab.profile.commands import (
 )
 from servelab.profile.plan import NsysUse, for_runtime, profile_plan
 from servelab.profile.windows import Window, windows_json
+from servelab.promptset import Item, PromptSource
 from servelab.records import CaptureRecord, WindowsRecord
 from servelab.redact import redact_argv, redact_env
 from servelab.runtime import NSYS_GLOBS, find_host_nsys
@@ -102,7 +103,7 @@ class NvtxRanges:
 
 
 def run_diagnostic_point(
-    w: Workload, prompts: Sequence[str], concurrency: int, label: str
+    w: Workload, prompts: Sequence[Item], concurrency: int, label: str
 ) -> PointRun:
     """A closed-loop point with an NVTX range around every request (when nvtx is importable)."""
     return run_point(w, prompts, concurrency, label, marks=NvtxRanges(label))
@@ -494,7 +495,8 @@ class CapturePoints:
         job, p = self.job, self.job.exp.profile
         server = self.session.server
         n = max(max(c * p.waves for c in p.concurrency), p.warmup_requests)
-        prompts = self.session.prompts(job.exp.workload, n, job.model_dir)
+        source = PromptSource.of(job.exp, job.model_dir, job.say)
+        prompts = source.build(self.session, n).items
         if p.warmup_requests and self.warm_up:
             wu = run_diagnostic_point(
                 self.client, prompts[: p.warmup_requests], max(p.concurrency), "warmup"
@@ -516,7 +518,7 @@ class CapturePoints:
             _profiler_request(server, "/stop_profile", None, 900)
         return windows, rows, traces
 
-    def point(self, c: int, prompts: Sequence[str]) -> tuple[Window, dict[str, Any], str | None]:
+    def point(self, c: int, prompts: Sequence[Item]) -> tuple[Window, dict[str, Any], str | None]:
         """One diagnostic point at concurrency c (torch: inside its own profiler range)."""
         job, server = self.job, self.session.server
         label = f"c{c:04d}"

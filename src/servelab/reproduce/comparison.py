@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,34 @@ def _overall(blocking: list[str], judged: list[str]) -> tuple[str, str]:
     return REPRODUCED, f"all {len(judged)} checks reproduced"
 
 
+def _dataset_text(d: Mapping[str, Any] | None) -> str:
+    if not d:
+        return "synthetic prompts"
+    f = d.get("file") or {}
+    name = f.get("path") or f"{f.get('repo_id')}/{f.get('filename')}"
+    return f"dataset {name} (sha256 {str(f.get('sha256'))[:12]})"
+
+
+def other_dataset(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> str | None:
+    """Why two sides' prompts (provenance.json `dataset`) are not from the same dataset file,
+    in one line; None when they are, or both are synthetic."""
+    a = (ref or {}).get("file", {}).get("sha256") if ref else None
+    b = (new or {}).get("file", {}).get("sha256") if new else None
+    if a == b:
+        return None
+    return (
+        f"the reference was measured on {_dataset_text(ref)}, the fresh run on "
+        f"{_dataset_text(new)}: runs on different datasets are not compared"
+    )
+
+
 def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any]:
     """Both sides analysed with the reference's options, checked, and judged: the content of
-    reproduction.json."""
+    reproduction.json. Sides measured on different datasets are refused (one line)."""
+    if ref.provenance is not None and new.provenance is not None:
+        why = other_dataset(ref.provenance.get("dataset"), new.provenance.get("dataset"))
+        if why is not None:
+            raise ServelabError(why)
     opts = ref.analysis  # both sides are analysed with the reference's analysis options
     claims = reference_claims(ref, s)
     _check_settings(claims, s)
@@ -177,6 +203,30 @@ def reproduce_experiment(exp: Experiment, paths: ExperimentPaths) -> dict[str, A
     return compare(Path(exp.reference), paths.bundle, exp.reproduction, paths.reproduction)
 
 
+def _config_dataset(ref: Mapping[str, Any] | None, spec: Mapping[str, Any] | None) -> str | None:
+    """Why the dataset a config names (workload.dataset) is not the reference's, in one line;
+    None when it is (the same sha256, or the same hub file and revision), or both are
+    synthetic."""
+    if not ref and not spec:
+        return None
+    f = (ref or {}).get("file") or {}
+    hub = (spec or {}).get("hub") or {}
+    pinned = (spec or {}).get("sha256")
+    keys = ("repo_id", "filename", "revision")
+    if ref and spec:
+        if pinned == f.get("sha256") if pinned else all(hub.get(k) == f.get(k) for k in keys):
+            return None
+    mine = "synthetic prompts"
+    if spec:
+        name = spec.get("path") or f"{hub.get('repo_id')}/{hub.get('filename')}"
+        mine = f"dataset {name}" + (f" (sha256 {pinned[:12]})" if pinned else "")
+    return (
+        f"the reference was measured on {_dataset_text(ref)}, this config samples {mine}: a "
+        "reproduction on another dataset is not compared; pin the reference's dataset in "
+        "workload.dataset"
+    )
+
+
 def reference_orderings(path: Path, s: ReproductionSection) -> list[str]:
     """The orderings a reproduction against the reference at `path` judges, as comparison
     claims (checks.ordering_claims), the reference analysed with its own options."""
@@ -186,10 +236,16 @@ def reference_orderings(path: Path, s: ReproductionSection) -> list[str]:
         return ordering_claims(analyse(load_dataset(side.root, validity=opts.validity), opts), s)
 
 
-def check_reference(path: Path) -> str:
-    """Open and verify a reference (for the workflow's start); one line describing it."""
+def check_reference(path: Path, workload: Mapping[str, Any] | None = None) -> str:
+    """Open and verify a reference (for the workflow's start); one line describing it. With
+    the experiment's resolved `workload`, a reference measured on another dataset (or on
+    synthetic prompts where this config samples a dataset, or the reverse) is refused."""
     with tempfile.TemporaryDirectory(prefix="servelab-reference-") as tmp:
         side = open_side(path, Path(tmp), "reference")
+        if workload is not None and side.provenance is not None:
+            why = _config_dataset(side.provenance.get("dataset"), workload.get("dataset"))
+            if why is not None:
+                raise ServelabError(f"{path}: {why}")
         if side.kind in ("experiment", "vllm-bench"):
             raise ServelabError(
                 f"{path}: reference must be a release folder, its .tar.gz or a bundle folder "
