@@ -116,7 +116,7 @@ class PromptSource:
             )  # fmt: skip
             prompts = list(workload.with_prefixes(sampled.prompts, prefixes,
                                                   wl.shared_prefix.prefix_tokens,
-                                                  tokenize=session.tokenize))  # fmt: skip
+                                                  tokenize=session.prompt_ids))  # fmt: skip
         record = {"file": self.dataset.to_json(), **sampled.record}
         return PromptSet(prompts, record, label(self.dataset))
 

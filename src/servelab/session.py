@@ -326,9 +326,19 @@ class Session:
         )
         return list(body["tokens"])
 
+    def prompt_ids(self, text: str) -> list[int]:
+        """`text`'s token ids as a prompt to this server: with the special tokens its tokenizer
+        adds (a BOS token), as the server's usage.prompt_tokens counts them and as vllm bench
+        serve's dataset filters count."""
+        body = self.server.post_json(
+            "/tokenize",
+            {"model": self.launch.served_name, "prompt": text, "add_special_tokens": True},
+        )
+        return list(body["tokens"])
+
     def count_tokens(self, text: str) -> int:
-        """How many tokens `text` is to this server's tokenizer."""
-        return len(self.tokenize(text))
+        """How many tokens `text` is as a prompt to this server (prompt_ids)."""
+        return len(self.prompt_ids(text))
 
     def detokenize(self, ids: list[int]) -> str:
         body = self.server.post_json(

@@ -39,6 +39,11 @@ class RequestFacts:
     scheduled_ns: int | None = None
     send_slip_us: int | None = None
     end_ns: int | None = None
+    # the lengths this request itself asked for (the record's `input_tokens`, prefix included,
+    # and `max_tokens`): drawn lengths, a dataset's; None when the point's own apply (point.json
+    # `input_tokens` / `output_tokens`) or nothing was recorded
+    asked_input_tokens: int | None = None
+    asked_output_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,9 @@ class PointFacts:
     duration_s: float | None  # first send to last completion; None when nothing completed
     telemetry: Mapping[str, Any] | None  # point.json's `telemetry` block
     no_telemetry: str = "no telemetry recorded"
-    # what the point asked for (point.json); None when not recorded
+    # what the point asked for (point.json); None when not recorded. input_tokens and
+    # output_tokens only when every request asked that one length (an int in point.json), not
+    # for lengths drawn per request (a {min, max} or {values} distribution) nor a dataset's
     concurrency: int | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -71,10 +78,23 @@ class PointFacts:
     # point.json `client_workers`: each client process's busy share (CPU over wall time);
     # None when the point was sent from one process
     worker_busy: tuple[float, ...] | None = None
+    # point.json `shared_prefix`: what the workload means the prefix cache to serve (its
+    # `reuse_ratio`, servelab.workload.intended_reuse); None when the requests share no prefix
+    shared_prefix: Mapping[str, Any] | None = None
+    # point.json `chat`: user turns per conversation and the think time between a reply and
+    # the next turn (s); None when the point sent single requests
+    chat_turns: int | None = None
+    think_time_s: float | None = None
 
 
 def _int_or_none(v: Any) -> int | None:
     return None if v is None or isinstance(v, bool) else int(v)
+
+
+def _fixed_length(v: Any) -> int | None:
+    """point.json `input_tokens` / `output_tokens` when it is one length for every request;
+    None for a distribution ({min, max} or {values}) or when absent (a dataset)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def facts_from_records(
@@ -107,6 +127,8 @@ def facts_from_records(
                 cached_tokens=r.cached_tokens,
                 e2el_us=r.done_offset_us if done else None,
                 **_open_loop_times(r),
+                asked_input_tokens=r.input_tokens,
+                asked_output_tokens=r.max_tokens,
             )
         )
     good = [r for r in records if r.ok and r.chunk_offsets_us]
@@ -125,13 +147,14 @@ def facts_from_records(
         if wend is not None and int(wend) > first_send:
             overlap = int(wend) - first_send
     ignore_eos = meta.get("ignore_eos")
+    shared = meta.get("shared_prefix")
     return PointFacts(
         tuple(reqs),
         duration,
         telemetry if isinstance(telemetry, Mapping) else None,
         concurrency=_int_or_none(meta.get("concurrency")),
-        input_tokens=_int_or_none(meta.get("input_tokens")),
-        output_tokens=_int_or_none(meta.get("output_tokens")),
+        input_tokens=_fixed_length(meta.get("input_tokens")),
+        output_tokens=_fixed_length(meta.get("output_tokens")),
         ignore_eos=ignore_eos if isinstance(ignore_eos, bool) else None,
         server_args=server_args,
         achieved_concurrency=in_flight(records)[0],
@@ -141,7 +164,20 @@ def facts_from_records(
         rate=float(meta["rate"]) if meta.get("rate") is not None else None,
         arrival=meta.get("arrival") if isinstance(meta.get("arrival"), Mapping) else None,
         worker_busy=_worker_busy(meta.get("client_workers")),
+        shared_prefix=shared if isinstance(shared, Mapping) else None,
+        **_chat(meta.get("chat")),
     )
+
+
+def _chat(chat: Any) -> dict[str, Any]:
+    """point.json `chat` as PointFacts' chat_turns and think_time_s; nothing without it."""
+    if not isinstance(chat, Mapping):
+        return {}
+    think = chat.get("think_time_s")
+    return {
+        "chat_turns": _int_or_none(chat.get("turns")),
+        "think_time_s": float(think) if isinstance(think, (int, float)) else None,
+    }
 
 
 def _worker_busy(workers: Any) -> tuple[float, ...] | None:

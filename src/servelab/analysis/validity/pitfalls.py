@@ -6,10 +6,10 @@ leaking in from the warm-up, and client totals that disagree with the server's c
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from servelab.analysis.validity.facts import PointFacts
+from servelab.analysis.validity.facts import PointFacts, RequestFacts
 from servelab.analysis.validity.flags import (
     FAILED,
     NOT_CHECKED,
@@ -134,6 +134,8 @@ def check_prefix_cache(f: PointFacts, t: ValiditySection) -> Flag:
     said = (
         f"{short(float(hits))} of {short(float(queries))} prompt tokens came from the prefix cache"
     )
+    if f.shared_prefix is not None:
+        return _shared_prefix_flag(f, rate, limit, said, source)
     if _caching_asked(f.server_args):
         return Flag(
             "prefix_cache", NOTED, rate, limit, f"{said} (caching enabled by the configuration)"
@@ -148,6 +150,35 @@ def check_prefix_cache(f: PointFacts, t: ValiditySection) -> Flag:
             f"limit {share_text(limit)})",
         )
     return Flag("prefix_cache", PASSED, rate, limit, said)
+
+
+def _shared_prefix_flag(f: PointFacts, rate: float, limit: float, said: str, source: str) -> Flag:
+    """The workload shares prefixes (point.json `shared_prefix`): with caching enabled the hits
+    are what it asks for, a note beside the share it intends (`reuse_ratio`); with caching
+    off the server should have served none, so hits above the limit fail as for any point."""
+    intended = (f.shared_prefix or {}).get("reuse_ratio")
+    meant = (
+        f"{float(intended):.2f} intended"
+        if isinstance(intended, (int, float))
+        else "the share it intends is not known"
+    )
+    if _caching_asked(f.server_args):
+        why = (
+            f"{said} ({rate:.2f}); the workload shares prefixes: {meant} "
+            "(caching enabled by the configuration)"
+        )
+        return Flag("prefix_cache", NOTED, rate, limit, why)
+    if rate > limit:
+        return Flag(
+            "prefix_cache",
+            FAILED,
+            rate,
+            limit,
+            f"{said} ({source}; the configuration did not ask for caching; "
+            f"limit {share_text(limit)})",
+        )
+    why = f"{said}; the workload shares prefixes but the configuration did not enable caching"
+    return Flag("prefix_cache", PASSED, rate, limit, why)
 
 
 def _drift(name: str, limit: float, wanted: int, got: list[int], what: str) -> Flag:
@@ -167,34 +198,115 @@ def _drift(name: str, limit: float, wanted: int, got: list[int], what: str) -> F
     return Flag(name, PASSED, 100 * worst, limit, said)
 
 
+def _asked_and_got(
+    f: PointFacts,
+    point: int | None,
+    asked: Callable[[RequestFacts], int | None],
+    got: Callable[[RequestFacts], int | None],
+) -> tuple[list[tuple[int, int]], int]:
+    """(requested, measured) length of every completed request that has both: its own
+    requested length, else the point's (`point`); and how many measured ones had neither."""
+    pairs, left = [], 0
+    for r in f.requests:
+        n = got(r)
+        if not r.completed or n is None:
+            continue
+        want = asked(r) or point
+        if want:
+            pairs.append((int(want), int(n)))
+        else:
+            left += 1
+    return pairs, left
+
+
+def _drift_each(
+    name: str, limit: float, pairs: list[tuple[int, int]], left: int, what: str
+) -> Flag:
+    """Every request against its own requested length. One length for all of them reads as it
+    always has (`_drift`)."""
+    wanted = {w for w, _ in pairs}
+    if len(wanted) == 1 and not left:
+        return _drift(name, limit, wanted.pop(), [g for _, g in pairs], what)
+    drift = [(abs(g - w) / w * 100, w, g) for w, g in pairs]
+    worst, w, g = max(drift)
+    off = sum(1 for d, _, _ in drift if d > limit)
+    got = [g for _, g in pairs]
+    lo, hi = min(got), max(got)
+    span = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    worst_said = f"the worst {g} tokens for {w} requested"
+    rest = f"; left out: {left} without a requested length" if left else ""
+    if off:
+        said = (
+            f"{off} of {len(pairs)} requests: {what} off their requested length by more than "
+            f"{short(limit)}% ({worst_said}){rest}"
+        )
+        return Flag(name, FAILED, worst, limit, said)
+    n = f"{len(pairs)} requests" if len(pairs) > 1 else "1 request"
+    if worst == 0:
+        said = f"{n}: {what} of {span} tokens, each as long as requested{rest}"
+    else:
+        said = (
+            f"{n}: {what} of {span} tokens, each within {short(limit)}% of its requested "
+            f"length ({worst_said}){rest}"
+        )
+    return Flag(name, PASSED, worst, limit, said)
+
+
 def check_prompt_length(f: PointFacts, t: ValiditySection) -> Flag:
+    """Each completed request's usage.prompt_tokens against the length it was built to (its
+    own, else the point's one length). Not for chat turns, whose prompts hold the history."""
     limit = float(t.max_prompt_drift_pct)
-    if not f.input_tokens:
+    if f.chat_turns is not None:
+        why = (
+            "chat turns: a turn's prompt holds the chat template and the conversation's "
+            "history besides the user message"
+        )
+        return Flag("prompt_length", NOT_CHECKED, None, limit, why)
+    if not f.input_tokens and not any(r.asked_input_tokens for r in f.requests):
         return Flag("prompt_length", NOT_CHECKED, None, limit, "requested length not recorded")
-    got = [int(r.prompt_tokens) for r in f.requests if r.completed and r.prompt_tokens is not None]
-    if not got:
+    pairs, left = _asked_and_got(
+        f, f.input_tokens, lambda r: r.asked_input_tokens, lambda r: r.prompt_tokens
+    )
+    if not pairs and not left:
         return Flag("prompt_length", NOT_CHECKED, None, limit, "no usage.prompt_tokens recorded")
-    return _drift("prompt_length", limit, f.input_tokens, got, "prompts")
+    if not pairs:
+        why = "no completed request recorded the length it asked for"
+        return Flag("prompt_length", NOT_CHECKED, None, limit, why)
+    return _drift_each("prompt_length", limit, pairs, left, "prompts")
 
 
 def check_output_length(f: PointFacts, t: ValiditySection) -> Flag:
+    """Each completed request's usage.completion_tokens against its own max_tokens, else the
+    point's one output length, when the workload fixes the output length (ignore_eos)."""
     limit = float(t.max_output_drift_pct)
-    if f.ignore_eos is None or not f.output_tokens:
+    asked = f.output_tokens or any(r.asked_output_tokens for r in f.requests)
+    if f.ignore_eos is None or not asked:
         why = "whether the workload fixes the output length is not recorded"
         return Flag("output_length", NOT_CHECKED, None, limit, why)
     if not f.ignore_eos:
         why = "the workload does not fix the output length (ignore_eos false)"
         return Flag("output_length", NOT_CHECKED, None, limit, why)
-    got = [int(r.output_tokens) for r in f.requests if r.completed and r.output_tokens is not None]
-    if not got:
+    pairs, left = _asked_and_got(
+        f, f.output_tokens, lambda r: r.asked_output_tokens, lambda r: r.output_tokens
+    )
+    if not pairs and not left:
         return Flag("output_length", NOT_CHECKED, None, limit, "no completed request")
-    return _drift("output_length", limit, f.output_tokens, got, "outputs")
+    if not pairs:
+        why = "no completed request recorded the length it asked for"
+        return Flag("output_length", NOT_CHECKED, None, limit, why)
+    return _drift_each("output_length", limit, pairs, left, "outputs")
 
 
 def check_achieved_concurrency(f: PointFacts, t: ValiditySection) -> Flag:
     limit = float(t.min_achieved_concurrency)
     if not f.concurrency:
         why = "requested concurrency not recorded"
+        return Flag("achieved_concurrency", NOT_CHECKED, None, limit, why)
+    if f.think_time_s:
+        why = (
+            f"chat: a conversation waits {short(f.think_time_s)} s between a reply and its next "
+            "turn, its slot idle by design"
+        )
         return Flag("achieved_concurrency", NOT_CHECKED, None, limit, why)
     if f.achieved_concurrency is None:
         why = "send times not recorded, or every request was sent at once"

@@ -1,0 +1,108 @@
+"""The workload keys of "Workloads from data" in the config (drawn lengths, a dataset, shared
+prefixes, chat): what is refused, in one line, and what the resolved config holds; and the
+refusal of a reference measured on another dataset."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servelab.config import load_yaml, resolve, validate
+from servelab.errors import ServelabError
+from servelab.experiment import Lengths
+from servelab.reproduce.comparison import _config_dataset, other_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = load_yaml(REPO / "config" / "config.yaml")
+SHA = "ab" * 32
+HUB = {"repo_id": "servelab-test/chats", "filename": "chats.json", "revision": "0" * 40}
+
+
+def _cfg(workload: dict[str, Any]) -> dict[str, Any]:
+    cfg = copy.deepcopy(BASE)
+    cfg["workload"] = workload
+    return cfg
+
+
+def _refused(workload: dict[str, Any]) -> str:
+    with pytest.raises(ServelabError) as exc:
+        validate(_cfg(workload))
+    msg = str(exc.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_the_default_workload_resolves_as_before() -> None:
+    wl = resolve(_cfg({}))["workload"]
+    assert sorted(wl) == [
+        "client_workers", "ignore_eos", "input_tokens", "output_tokens", "request_timeout_s",
+        "seed", "unique_prompts", "warmup", "waves",
+    ]  # fmt: skip
+    assert validate(_cfg({})).workload.fixed_lengths
+
+
+def test_drawn_lengths() -> None:
+    wl = validate(
+        _cfg({"input_tokens": {"min": 8, "max": 64}, "output_tokens": {"values": [4, 16]}})
+    ).workload
+    assert wl.input_tokens == Lengths(8, 64, None) and wl.input_tokens.largest == 64
+    assert wl.output_tokens == Lengths(None, None, (4, 16))
+    assert wl.output_tokens.to_json() == {"values": [4, 16]} and not wl.fixed_lengths
+    assert "min and max" in _refused({"input_tokens": {"min": 3, "max": 9, "values": [1]}})
+    assert "max (5) is below min (30)" in _refused({"input_tokens": {"min": 30, "max": 5}})
+    assert "{min: A, max: B}" in _refused({"output_tokens": {"min": 3}})
+
+
+def test_lengths_must_fit_the_model() -> None:
+    msg = _refused({"input_tokens": {"min": 8, "max": 900}, "output_tokens": 200})
+    assert "= 1100 exceeds server.args.max-model-len 1024" in msg
+    # a chat's last turn carries every earlier one, a shared prefix comes first
+    msg = _refused({"input_tokens": 100, "output_tokens": 100, "chat": {"turns": 5},
+                    "shared_prefix": {"prefixes": 2, "prefix_tokens": 64}})  # fmt: skip
+    assert "shared_prefix.prefix_tokens + input_tokens + output_tokens over 5 chat turns" in msg
+    assert "= 1064" in msg
+
+
+def test_a_dataset_by_path_or_hub() -> None:
+    wl = validate(_cfg({"dataset": {"path": "d.json", "sha256": SHA}})).workload
+    assert wl.dataset is not None and wl.dataset.path == "d.json" and wl.dataset.hub is None
+    assert wl.dataset.filter.min_input_tokens == 4 and wl.dataset.output_tokens is None
+    # the dataset gives the lengths: the resolved config holds none
+    assert wl.input_tokens is None and wl.output_tokens is None
+    resolved = resolve(_cfg({"dataset": {"hub": HUB}}))["workload"]
+    assert "input_tokens" not in resolved and resolved["dataset"]["hub"] == HUB
+    assert "not both" in _refused({"dataset": {"path": "d.json", "sha256": SHA, "hub": HUB}})
+    assert "remove input_tokens" in _refused({"dataset": {"hub": HUB}, "input_tokens": 64})
+    assert "synthetic turns only" in _refused({"dataset": {"hub": HUB}, "chat": {"turns": 2}})
+
+
+def test_a_dataset_path_without_its_sha256_is_refused_with_the_digest(tmp_path: Path) -> None:
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"prompt": "hi", "output_tokens": 4}\n', encoding="utf-8")
+    msg = _refused({"dataset": {"path": str(f)}})
+    assert "workload.dataset.sha256: required with path" in msg
+    import hashlib
+
+    assert f"sha256: {hashlib.sha256(f.read_bytes()).hexdigest()}" in msg
+
+
+def test_a_reference_on_another_dataset_is_refused() -> None:
+    ref = {"file": {"source": "path", "path": "datasets/a.json", "sha256": SHA}}
+    assert _config_dataset(ref, {"path": "elsewhere/a.json", "sha256": SHA}) is None
+    assert _config_dataset(None, None) is None
+    why = _config_dataset(ref, {"path": "b.json", "sha256": "cd" * 32})
+    assert why is not None and "not compared" in why and SHA[:12] in why and "cdcd" in why
+    why = _config_dataset(None, {"path": "b.json", "sha256": SHA})
+    assert why is not None and "synthetic prompts" in why
+    why = _config_dataset(ref, None)
+    assert why is not None and "this config samples synthetic prompts" in why
+    hub_ref = {"file": {"source": "hub", **HUB, "sha256": SHA}}
+    assert _config_dataset(hub_ref, {"hub": HUB}) is None
+    assert _config_dataset(hub_ref, {"hub": {**HUB, "revision": "1" * 40}}) is not None
+    # two bundles: the same file, or not
+    assert other_dataset(ref, {"file": {**ref["file"], "path": "x"}}) is None
+    why = other_dataset(ref, {"file": {"sha256": "ef" * 32, "path": "c.json"}})
+    assert why is not None and "runs on different datasets are not compared" in why
