@@ -151,4 +151,6 @@ def analysis_outputs():
         out.append(f"{EXP}/analysis/{_paths.SLO_TABLE}")
     if SEQUENTIAL:
         out.append(f"{EXP}/analysis/{_paths.ROUNDS_TABLE}")
+    if config["workload"].get("chat"):
+        out.append(f"{EXP}/analysis/{_paths.TURNS_TABLE}")
     return out

@@ -381,8 +381,7 @@ def _check_workload_as_written(config: Any, source: str) -> None:
         found = Path(str(ds["path"]))
         pin = f"sha256: {sha256_file(found)}" if found.is_file() else "its sha256"
         raise ServelabError(
-            f"{source}: workload.dataset.sha256: required with path: pin {ds['path']} with "
-            f"{pin}"
+            f"{source}: workload.dataset.sha256: required with path: pin {ds['path']} with {pin}"
         )
     if ds is None:
         return

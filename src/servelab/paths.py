@@ -37,6 +37,8 @@ ANALYSIS_TABLES = (
 SLO_TABLE = "slo.json"
 # a sequential sweep's looks, round by round (analysis/rounds.py)
 ROUNDS_TABLE = "rounds.json"
+# multi-turn chat points' TTFT by turn and conversations (analysis/turns.py)
+TURNS_TABLE = "turns.json"
 VALIDITY_TABLE = "validity.json"
 ANALYSIS_REPORT = "report.md"
 FIGURES = (

@@ -316,6 +316,8 @@ class Session:
             max_tokens=wl.output_tokens if isinstance(wl.output_tokens, int) else None,
             ignore_eos=wl.ignore_eos,
             request_timeout_s=wl.request_timeout_s,
+            # a conversation's pause between a reply's end and its next turn (workload.chat)
+            think_time_s=wl.chat.think_time_s if wl.chat is not None else 0.0,
         )
 
     def tokenize(self, text: str) -> list[int]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from servelab.analysis.groups import Groups
 from servelab.analysis.stats import describe
+from servelab.analysis.turns import turns_section
 from servelab.analysis.validity import (
     AFFECTS_WORDS,
     BY_NAME,
@@ -221,6 +222,7 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
     lines += _skipped_section(results.get("skipped") or [])
     lines += _validity_section(g)
     lines += _throughput_section(g)
+    lines += turns_section(results.get("turns") or {}, g.axis)
     if any("utilization_pct" in p.metrics for pts in g.by.values() for p in pts.values()):
         lines += _telemetry_section(g)
     lines += _paired_section(g, results["paired"])

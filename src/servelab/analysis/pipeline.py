@@ -26,6 +26,7 @@ from servelab.analysis.markdown import server_starts
 from servelab.analysis.rounds import sequential_claims
 from servelab.analysis.slo import slo_capacity
 from servelab.analysis.stopping import StoppingRule
+from servelab.analysis.turns import turns_of
 from servelab.analysis.validity import validity_json
 from servelab.config import default_section, merge
 from servelab.experiment import AnalysisSection, section_from_dict
@@ -35,6 +36,7 @@ from servelab.paths import (
     ANALYSIS_TABLES,
     ROUNDS_TABLE,
     SLO_TABLE,
+    TURNS_TABLE,
     VALIDITY_TABLE,
     ExperimentPaths,
 )
@@ -151,6 +153,10 @@ def _notes(ds: Dataset, root: Path, searches: dict[str, SearchResult]) -> dict[s
         starts = {k: v for k, v in server_starts(root).items() if k.startswith("sweep ")}
         if starts:
             notes["starts"] = starts
+        # multi-turn chat points: TTFT by turn and their conversations (turns.json)
+        turns = turns_of(root, ds)
+        if turns:
+            notes["turns"] = turns
     return notes
 
 
@@ -170,8 +176,8 @@ def _claims(
 
 
 def _write_tables(out: Path, ds: Dataset, results: dict[str, Any]) -> None:
-    """The tables and verdicts of ANALYSIS_TABLES, validity.json, and slo.json and
-    rounds.json where they apply (an earlier one removed where they do not)."""
+    """The tables and verdicts of ANALYSIS_TABLES, validity.json, and slo.json, rounds.json
+    and turns.json where they apply (an earlier one removed where they do not)."""
     blocks = [p.extra["telemetry"] for p in ds.points if "telemetry" in p.extra]
     axis = axis_of(ds)
     columns = {
@@ -187,7 +193,8 @@ def _write_tables(out: Path, ds: Dataset, results: dict[str, Any]) -> None:
         else:
             write_json(out / table, results[key])
     write_json(out / VALIDITY_TABLE, results["validity"])
-    for table, key in ((SLO_TABLE, "slo"), (ROUNDS_TABLE, "rounds")):  # only where they apply
+    only_where = ((SLO_TABLE, "slo"), (ROUNDS_TABLE, "rounds"), (TURNS_TABLE, "turns"))
+    for table, key in only_where:  # only where they apply
         if results.get(key) is not None:
             write_json(out / table, results[key])
         elif (out / table).exists():

@@ -1,4 +1,5 @@
-"""Closed-loop streaming load generator for the OpenAI completions API (SSE).
+"""Closed-loop streaming load generator for the OpenAI completions API (SSE), and the chat
+completions API for multi-turn conversations.
 
 Every request gets exactly the fields of the raw data contract. Times within a point are taken
 from one monotonic clock and bridged to the wall clock once, at the start of the point, so
@@ -15,24 +16,29 @@ per chunk (a client's own cost per streamed token bounds how fast, and how accur
 measure a server). The event loop is uvloop's where it is installed, else asyncio's.
 
 The package, by concern: `record` (RequestRecord, one request's fields), `prompt` (Prompt, what
-one request sends), `parser` (the HTTP/1.1 response and its SSE events), `connection` (one
-keep-alive connection), `closed_loop` (the concurrency driver: Workload, PointRun,
-run_closed_loop), `open_loop` (the arrival-schedule driver: OpenLoop, run_open_loop), `workers`
-(running a point, in this process or spread over worker processes: run_point, run_open_point)
-and `signals` (stop signals cancel a point).
+one request sends; Conversation, a multi-turn chat; Item, either), `parser` (the HTTP/1.1
+response and its SSE events, completions and chat chunks), `connection` (one keep-alive
+connection), `chat` (what each turn of a conversation sends, and its records), `closed_loop`
+(the concurrency driver: Workload, PointRun, run_closed_loop), `open_loop` (the
+arrival-schedule driver: OpenLoop, run_open_loop), `workers` (running a point, in this process
+or spread over worker processes: run_point, run_open_point) and `signals` (stop signals cancel
+a point).
 """
 
 from servelab.client.closed_loop import PointRun, RequestMarks, Workload, run_closed_loop
 from servelab.client.closed_loop import _payload as _payload
 from servelab.client.open_loop import OpenLoop, run_open_loop
-from servelab.client.parser import MalformedResponse, ResponseParser
-from servelab.client.prompt import Prompt, PromptLike
+from servelab.client.parser import ChatResponseParser, MalformedResponse, ResponseParser
+from servelab.client.prompt import Conversation, Item, Prompt, PromptLike
 from servelab.client.record import RequestRecord
 from servelab.client.signals import STOP_SIGNALS
 from servelab.client.workers import PointOptions, run_open_point, run_point
 
 __all__ = [
     "STOP_SIGNALS",
+    "ChatResponseParser",
+    "Conversation",
+    "Item",
     "MalformedResponse",
     "OpenLoop",
     "PointOptions",

@@ -1,10 +1,16 @@
-"""The closed loop: every prompt of a point sent, `concurrency` requests in flight, one
-connection per slot, each request's record collected as it ends.
+"""The closed loop: every item of a point sent, `concurrency` items in flight, one connection
+per slot, each request's record collected as it ends.
+
+An item is a prompt (one completions request) or a conversation (client.prompt.Conversation:
+one chat completions request per turn, sent in order by the slot that took it, `think_time_s`
+after the previous reply's end; client.chat). The concurrency counts items in flight: a slot
+holds a conversation from its first turn's send to its last turn's end, think times included.
 
 Times within a point are taken from one monotonic clock and bridged to the wall clock once, at
 the start of the point, so `sent_epoch_ns + done_offset_us` of different requests compare
 exactly. Failed requests (HTTP errors, broken streams, timeouts) are recorded with their
-error, never dropped.
+error, never dropped; a turn that fails ends its conversation, and the turns after it are
+recorded as not sent.
 """
 
 from __future__ import annotations
@@ -16,9 +22,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from servelab.client import chat
 from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
-from servelab.client.parser import ResponseParser
-from servelab.client.prompt import Prompt, PromptLike
+from servelab.client.parser import ChatResponseParser, ResponseParser
+from servelab.client.prompt import Conversation, Item, Prompt, PromptLike
 from servelab.client.record import RequestRecord
 
 
@@ -30,6 +37,8 @@ class Workload:
     ignore_eos: bool = True
     temperature: float = 0.0
     request_timeout_s: float = 300.0
+    # a conversation's pause between a reply's end and its next turn's send (seconds)
+    think_time_s: float = 0.0
 
 
 @dataclass
@@ -60,15 +69,26 @@ class Clock:
 
 
 def _payload(w: Workload, prompt: PromptLike) -> bytes:
-    text, max_tokens = prompt, w.max_tokens
+    """The body of a completions request."""
     if isinstance(prompt, Prompt):
-        text = prompt.text
-        max_tokens = prompt.max_tokens if prompt.max_tokens is not None else w.max_tokens
+        return _body(w, {"prompt": prompt.text}, prompt.max_tokens)
+    return _body(w, {"prompt": prompt}, None)
+
+
+def _chat_payload(w: Workload, messages: list[dict[str, str]], turn: Prompt) -> bytes:
+    """The body of a chat completions request: one turn, with the conversation so far."""
+    return _body(w, {"messages": messages}, turn.max_tokens)
+
+
+def _body(w: Workload, what: dict[str, Any], own_max_tokens: int | None) -> bytes:
+    """A request's body: `what` (its prompt or messages) and the workload's settings, with the
+    prompt's own max_tokens where it gives one."""
+    max_tokens = own_max_tokens if own_max_tokens is not None else w.max_tokens
     if max_tokens is None:
         raise ValueError("no max_tokens: give Workload.max_tokens or the prompt's own")
     body: dict[str, Any] = {
         "model": w.model,
-        "prompt": text,
+        **what,
         "max_tokens": max_tokens,
         "temperature": w.temperature,
         "stream": True,
@@ -78,6 +98,53 @@ def _payload(w: Workload, prompt: PromptLike) -> bytes:
     if w.ignore_eos:
         body["ignore_eos"] = True
     return json.dumps(body).encode("utf-8")
+
+
+async def sleep_until(due: int) -> None:
+    """Sleep until perf_counter ns `due`; never wakes before it (event loop timers may fire a
+    little early: the rest is slept again)."""
+    while (left := due - perf_ns()) > 0:
+        await asyncio.sleep(left / 1e9)
+
+
+class Connections(Protocol):
+    """Where a request takes its connection from, and gives it back to (None: none to keep)."""
+
+    def take(self) -> Connection | None: ...
+
+    def give(self, conn: Connection | None) -> None: ...
+
+
+class SlotConnection:
+    """A closed-loop slot's one connection, kept from request to request."""
+
+    def __init__(self, conn: Connection | None) -> None:
+        self.conn = conn
+
+    def take(self) -> Connection | None:
+        conn, self.conn = self.conn, None
+        return conn
+
+    def give(self, conn: Connection | None) -> None:
+        self.conn = conn
+
+
+class RequestMarks(Protocol):
+    """Marks around each request, e.g. NVTX ranges that a GPU profiler records."""
+
+    def start(self, index: int) -> Any: ...
+
+    def end(self, token: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Sink:
+    """Where a run's requests go: `label` starts their ids, `out` collects their records as
+    they end, `marks` (None: none) go around each request, with its item's index."""
+
+    label: str
+    out: PointRun
+    marks: RequestMarks | None = None
 
 
 @dataclass(frozen=True)
@@ -101,8 +168,7 @@ class Sender:
         when the request was over (perf_counter ns: the read that ended its response, else the
         moment it failed). With `scheduled` (perf_counter ns: when it was due), the record's
         times count from then, and its send_slip_us is how late the send was."""
-        target, w = self.target, self.w
-        request = target.request(request_id, _payload(w, prompt))
+        request = self.target.request(request_id, _payload(self.w, prompt))
         sent = perf_ns()
         t0 = sent if scheduled is None else scheduled
         rec = RequestRecord(request_id=request_id, sent_epoch_ns=self.clock.epoch_of(t0))
@@ -113,6 +179,16 @@ class Sender:
             rec.input_tokens = prompt.input_tokens
             rec.prefix = prompt.prefix
         parser = ResponseParser(rec, t0)
+        conn, ended = await self.exchange(conn, request, parser)
+        return rec, conn, ended
+
+    async def exchange(
+        self, conn: Connection | None, request: bytes, parser: ResponseParser
+    ) -> tuple[Connection | None, int]:
+        """Send `request` on `conn` (a fresh connection when None or lost) and read its response
+        into `parser`'s record; returns the connection to reuse (None: open a new one) and when
+        the request was over (perf_counter ns)."""
+        target, w, rec = self.target, self.w, parser.rec
         try:
             async with asyncio.timeout(w.request_timeout_s):
                 if conn is None or conn.lost:
@@ -124,31 +200,85 @@ class Sender:
                 conn.close(abort=True)
             if not parser.finished:  # (a response that ended just as the deadline passed stands)
                 rec.error = f"timeout after {w.request_timeout_s:g} s"
-            return rec, None, parser.ended or perf_ns()
+            return None, parser.ended or perf_ns()
         except OSError as exc:
             where = f"{target.host}:{target.port}"
             rec.error = f"Connect to {where} failed: {type(exc).__name__}: {exc}"[:300]
-            return rec, None, perf_ns()
-        return rec, (None if conn.lost else conn), parser.ended or perf_ns()
+            return None, perf_ns()
+        return (None if conn.lost else conn), parser.ended or perf_ns()
 
+    async def turn(
+        self, conns: Connections, talk: chat.Talk, scheduled: int | None
+    ) -> tuple[RequestRecord, str, int]:
+        """The next turn of a conversation, over chat completions with its history; returns its
+        record, the reply's text and when it was over (perf_counter ns). `scheduled`: as for
+        `one`."""
+        turn = talk.next_turn()
+        request_id = talk.request_id()
+        request = self.chat_target.request(request_id, _chat_payload(self.w, talk.messages(), turn))
+        sent = perf_ns()
+        t0 = sent if scheduled is None else scheduled
+        rec = talk.record(self.clock.epoch_of(t0))
+        if scheduled is not None:
+            rec.send_slip_us = (sent - scheduled) // 1000
+        parser = ChatResponseParser(rec, t0)
+        conn = conns.take()
+        try:
+            conn, ended = await self.exchange(conn, request, parser)
+        finally:  # (cancelled: the connection goes back to be closed with the others)
+            conns.give(conn)
+        return rec, parser.reply_text(), ended
 
-class RequestMarks(Protocol):
-    """Marks around each request, e.g. NVTX ranges that a GPU profiler records."""
+    async def converse(
+        self, conns: Connections, i: int, conv: Conversation, sink: Sink, due: int | None = None
+    ) -> tuple[RequestRecord, int]:
+        """Every turn of conversation `i`, in order, each `think_time_s` after the previous
+        reply's end, its record in `sink.out` as it ends; returns the first turn's record and
+        when the conversation was over (perf_counter ns). `due` (the open loop): when the first
+        turn is due; every turn's times then count from when it was due (a later turn's: the
+        previous reply's end + think_time_s), and it carries send_slip_us. A turn that fails
+        ends the conversation: each turn after it is recorded, not sent."""
+        talk = chat.Talk(conv, sink.label, i)
+        think_ns = round(self.w.think_time_s * 1e9)
+        first: RequestRecord | None = None
+        end = 0
+        while not talk.over:
+            if first is not None:
+                await sleep_until(end + think_ns)
+                if due is not None:
+                    due = end + think_ns
+            token = sink.marks.start(i) if sink.marks is not None else None
+            try:
+                rec, reply, end = await self.turn(conns, talk, due)
+            finally:
+                if sink.marks is not None:
+                    sink.marks.end(token)
+            sink.out.records.append(rec)
+            if first is None:
+                first = rec
+            if not rec.ok:
+                sink.out.records.extend(talk.not_sent(self.clock.epoch_of(end)))
+                break
+            talk.answer(reply)
+        assert first is not None  # (a conversation has one turn or more)
+        return first, end
 
-    def start(self, index: int) -> Any: ...
-
-    def end(self, token: Any) -> None: ...
+    @property
+    def chat_target(self) -> Target:
+        """The server's chat completions endpoint."""
+        return chat.chat_target(self.target)
 
 
 async def run_closed_loop(
     w: Workload,
-    prompts: Sequence[PromptLike],
+    prompts: Sequence[Item],
     concurrency: int,
     label: str,
     out: PointRun,
     marks: RequestMarks | None = None,
 ) -> PointRun:
-    """Send every prompt, keeping `concurrency` requests in flight, and fill `out` as they end.
+    """Send every item (a prompt, or a conversation's turns), keeping `concurrency` items in
+    flight, and fill `out` as their requests end.
 
     `out` is filled in place so that a caller interrupted mid-point still holds what finished.
     """
@@ -160,7 +290,7 @@ async def run_closed_loop(
     sender = Sender(target, memoryview(bytearray(READ_SIZE)), w, clock)
     try:
         slots = min(concurrency, len(prompts))
-        await keep_slots_busy(sender, iter(enumerate(prompts)), slots, label, out, marks)
+        await keep_slots_busy(sender, iter(enumerate(prompts)), slots, Sink(label, out, marks))
     finally:
         out.finished_epoch_ns = clock.epoch_of(time.perf_counter_ns())
         out.client_cpu_s = time.process_time() - cpu0
@@ -177,26 +307,32 @@ def worker_stats(run: PointRun, requests: int) -> dict[str, Any]:
 
 
 async def keep_slots_busy(
-    sender: Sender,
-    todo: Iterator[tuple[int, PromptLike]],
-    slots: int,
-    label: str,
-    out: PointRun,
-    marks: RequestMarks | None,
+    sender: Sender, todo: Iterator[tuple[int, Item]], slots: int, sink: Sink
 ) -> None:
-    """`slots` requests in flight, one connection each, each slot sending the next (index,
-    prompt) of `todo` when its last request ends, until `todo` is exhausted."""
-    clock = sender.clock
+    """`slots` items in flight, one connection each, each slot sending the next (index, item)
+    of `todo` when its last one ends (a conversation: its last turn), until `todo` is
+    exhausted. A request's queued_us is the wait from its slot's becoming free to its send;
+    a conversation's later turns wait on purpose (think time) and carry none."""
+    clock, marks, out = sender.clock, sink.marks, sink.out
 
     async def worker() -> None:
         conn: Connection | None = None
         free = clock.mono0  # when this slot became free: the point's start, then each end
         try:
-            for i, prompt in todo:
+            for i, item in todo:
+                if isinstance(item, Conversation):
+                    held = SlotConnection(conn)
+                    try:
+                        rec, free_next = await sender.converse(held, i, item, sink)
+                    finally:
+                        conn = held.conn
+                    rec.queued_us = (rec.sent_epoch_ns - clock.epoch_of(free)) // 1000
+                    free = free_next
+                    continue
                 token = marks.start(i) if marks is not None else None
                 try:
-                    rid = f"{label}-{i:05d}"
-                    rec, conn, free_next = await sender.one(conn, rid, prompt)
+                    rid = f"{sink.label}-{i:05d}"
+                    rec, conn, free_next = await sender.one(conn, rid, item)
                     # the time from the slot's becoming free to the send, in the client
                     rec.queued_us = (rec.sent_epoch_ns - clock.epoch_of(free)) // 1000
                     free = free_next

@@ -1,6 +1,11 @@
-"""The open loop: each prompt of a point sent at its scheduled time (an arrival schedule,
+"""The open loop: each item of a point sent at its scheduled time (an arrival schedule,
 `servelab.arrivals`), whether or not the requests before it have ended; optionally at most
-`max_in_flight` requests in flight.
+`max_in_flight` items in flight.
+
+An item is a prompt or a conversation (client.prompt.Conversation, client.chat): the schedule
+gives a conversation's first turn its send time, and each later turn is due `think_time_s`
+after the previous reply's end; its times and send_slip_us count from when it was due. A cap
+counts conversations in flight, from the first turn's send to the last turn's end.
 
 Every time of a request counts from its scheduled send, not from when the client got round to
 sending it: `sent_epoch_ns` is the scheduled time and the offsets (`first_byte_offset_us`,
@@ -25,11 +30,13 @@ from servelab.client.closed_loop import (
     PointRun,
     RequestMarks,
     Sender,
+    Sink,
     Workload,
+    sleep_until,
     worker_stats,
 )
 from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
-from servelab.client.prompt import PromptLike
+from servelab.client.prompt import Conversation, Item, PromptLike
 
 if TYPE_CHECKING:  # (numpy is loaded only by whoever draws a schedule)
     from servelab.arrivals import ArrivalProcess
@@ -37,10 +44,11 @@ if TYPE_CHECKING:  # (numpy is loaded only by whoever draws a schedule)
 
 @dataclass(frozen=True)
 class OpenLoop:
-    """When each request is sent: `offsets_ns[i]` after the point's start for the i-th prompt
-    (non-decreasing, from 0 up), and at most `max_in_flight` requests in flight (None: no cap).
-    With a cap, a request waits for its time, then for a free slot; a request held back is
-    sent as soon as a slot frees, one per slot, never in a burst above the cap."""
+    """When each item is sent: `offsets_ns[i]` after the point's start for the i-th item
+    (non-decreasing, from 0 up; a conversation's first turn), and at most `max_in_flight` items
+    in flight (None: no cap). With a cap, an item waits for its time, then for a free slot; an
+    item held back is sent as soon as a slot frees, one per slot, never in a burst above the
+    cap."""
 
     offsets_ns: Sequence[int]
     max_in_flight: int | None = None
@@ -64,30 +72,42 @@ class OpenLoop:
         return OpenLoop(tuple(int(t) for t in process.schedule_ns(n)), max_in_flight)
 
 
-def check_plan(plan: OpenLoop, prompts: Sequence[PromptLike]) -> None:
-    """One send time per prompt, or ValueError."""
+def check_plan(plan: OpenLoop, prompts: Sequence[Item]) -> None:
+    """One send time per item, or ValueError."""
     if len(plan.offsets_ns) != len(prompts):
         raise ValueError(
             f"{len(plan.offsets_ns)} send times for {len(prompts)} prompts: give one per prompt"
         )
 
 
-async def _sleep_until(due: int) -> None:
-    """Sleep until perf_counter ns `due`; never wakes before it (event loop timers may fire a
-    little early: the rest is slept again)."""
-    while (left := due - perf_ns()) > 0:
-        await asyncio.sleep(left / 1e9)
+class IdleConnections:
+    """The open loop's keep-alive connections between requests: a request takes one that no
+    request is using, or none (it opens one)."""
+
+    def __init__(self) -> None:
+        self.idle: list[Connection] = []
+
+    def take(self) -> Connection | None:
+        return self.idle.pop() if self.idle else None
+
+    def give(self, conn: Connection | None) -> None:
+        if conn is not None:
+            self.idle.append(conn)
+
+    def close(self) -> None:
+        for conn in self.idle:
+            conn.close()
 
 
 async def run_open_loop(
     w: Workload,
-    prompts: Sequence[PromptLike],
+    prompts: Sequence[Item],
     plan: OpenLoop,
     label: str,
     out: PointRun,
     marks: RequestMarks | None = None,
 ) -> PointRun:
-    """Send each prompt at its time in `plan` and fill `out` as the requests end.
+    """Send each item at its time in `plan` and fill `out` as the requests end.
 
     `out` is filled in place so that a caller interrupted mid-point still holds what finished.
     """
@@ -99,7 +119,7 @@ async def run_open_loop(
     sender = Sender(Target.of(w.base_url), memoryview(bytearray(READ_SIZE)), w, clock)
     todo = zip(range(len(prompts)), prompts, plan.offsets_ns, strict=True)
     try:
-        await send_on_schedule(sender, todo, plan.max_in_flight, label, out, marks)
+        await send_on_schedule(sender, todo, plan.max_in_flight, Sink(label, out, marks))
     finally:
         out.finished_epoch_ns = clock.epoch_of(perf_ns())
         out.client_cpu_s = time.process_time() - cpu0
@@ -109,41 +129,42 @@ async def run_open_loop(
 
 
 async def send_on_schedule(
-    sender: Sender,
-    todo: Iterable[tuple[int, PromptLike, int]],
-    cap: int | None,
-    label: str,
-    out: PointRun,
-    marks: RequestMarks | None,
+    sender: Sender, todo: Iterable[tuple[int, Item, int]], cap: int | None, sink: Sink
 ) -> None:
-    """Send each (index, prompt, offset ns) of `todo` at the sender's clock's zero + offset,
-    at most `cap` in flight (None: no cap), recording each in `out` as it ends."""
-    clock = sender.clock
-    idle: list[Connection] = []  # keep-alive connections between requests
+    """Send each (index, item, offset ns) of `todo` at the sender's clock's zero + offset,
+    at most `cap` items in flight (None: no cap), recording each request in `sink.out` as it
+    ends."""
+    clock, marks, out = sender.clock, sink.marks, sink.out
+    conns = IdleConnections()  # keep-alive connections between requests
     slots = asyncio.Semaphore(cap) if cap is not None else None
 
-    async def send(i: int, prompt: PromptLike, due: int) -> None:
+    async def one(i: int, prompt: PromptLike, due: int) -> None:
         token = marks.start(i) if marks is not None else None
         try:
-            conn = idle.pop() if idle else None
-            rec, conn, _ = await sender.one(conn, f"{label}-{i:05d}", prompt, due)
+            rec, conn, _ = await sender.one(conns.take(), f"{sink.label}-{i:05d}", prompt, due)
             out.records.append(rec)
-            if conn is not None:
-                idle.append(conn)
+            conns.give(conn)
         finally:
-            if slots is not None:
-                slots.release()
             if marks is not None:
                 marks.end(token)
 
+    async def send(i: int, item: Item, due: int) -> None:
+        try:
+            if isinstance(item, Conversation):
+                await sender.converse(conns, i, item, sink, due)
+            else:
+                await one(i, item, due)
+        finally:
+            if slots is not None:
+                slots.release()
+
     try:
         async with asyncio.TaskGroup() as group:
-            for i, prompt, offset in todo:
+            for i, item, offset in todo:
                 due = clock.mono0 + offset
-                await _sleep_until(due)
+                await sleep_until(due)
                 if slots is not None:
                     await slots.acquire()
-                group.create_task(send(i, prompt, due))
+                group.create_task(send(i, item, due))
     finally:
-        for conn in idle:
-            conn.close()
+        conns.close()

@@ -2,7 +2,9 @@
 line, headers, chunked transfer encoding, Content-Length, close-delimited) by llhttp through
 httptools, and the server-sent events in its body by the WHATWG event-stream rules, each
 content chunk recorded on the request's record as the read that completed it arrives. The
-per-chunk path is the client's hot path: constant work per chunk.
+per-chunk path is the client's hot path: constant work per chunk. `ChatResponseParser` reads
+the chat completions chunk format (a turn of a conversation) with the same machinery, and keeps
+the reply's text; the completions path does neither.
 
 What the reader accepts is written down in docs/client.md ("What the client accepts").
 """
@@ -437,3 +439,56 @@ class ResponseParser:
             rec.error = "stream carried no content chunks"
         else:
             rec.ok = True
+
+
+class ChatResponseParser(ResponseParser):
+    """One HTTP/1.1 response to a streaming chat completions request: as `ResponseParser`, a
+    chunk's text being its first choice's `delta.content`, and the reply's text kept (`reply`)
+    for the next turn's history.
+
+    - the role-only chunk a server sends first (vLLM: `delta: {role: "assistant", content:
+      ""}`), before any content chunk and with no generated token (no usage, or usage with 0
+      completion tokens), is not a content chunk: no offset; its usage is read. TTFT is then
+      taken at the first content chunk with text (or tokens, where usage says so), as for
+      completions (servelab.metrics.first_output_chunk): the first token's arrival, where
+      `vllm bench serve` takes the role chunk's (docs/client.md, "Multi-turn chat");
+    - a content chunk whose `delta.content` is missing, null or empty goes to `empty_chunks`,
+      as a completions chunk without text;
+    - chunks without choices (usage, an error) are read as for completions.
+    """
+
+    __slots__ = ("reply",)
+
+    def __init__(self, rec: RequestRecord, t0: int) -> None:
+        super().__init__(rec, t0)
+        self.reply: list[str] = []  # the content of every chunk, in order
+
+    def reply_text(self) -> str:
+        """What the server answered: the content of every chunk, joined."""
+        return "".join(self.reply)
+
+    def _message(self, msg: dict[str, Any], text: str) -> bool:
+        choices = msg.get("choices")
+        if not choices:
+            return super()._message(msg, text)
+        first = choices[0] if type(choices) is list else None
+        delta = first.get("delta") if type(first) is dict else None
+        content = delta.get("content") if type(delta) is dict else None
+        if type(content) is not str:
+            content = ""
+        usage = msg.get("usage")
+        if content:
+            self.reply.append(content)
+        elif not self.offsets and type(delta) is dict and "role" in delta and not _tokens(usage):
+            # the role-only first chunk: no content chunk, its usage only
+            return super()._message({"usage": usage}, text)
+        # a completions chunk of the same text and usage: one path records both formats
+        return super()._message({"choices": [{"text": content}], "usage": usage}, text)
+
+
+def _tokens(usage: Any) -> bool:
+    """The usage says a token was generated (completion_tokens above 0)."""
+    if type(usage) is not dict:
+        return False
+    n = usage.get("completion_tokens")
+    return type(n) is int and n > 0

@@ -1,9 +1,12 @@
-"""What one request sends: a prompt's text, or a `Prompt` that also carries its own output
-length, the length it was built to and the shared prefix it starts with.
+"""What one item of a point sends: a prompt's text, a `Prompt` that also carries its own
+output length, the length it was built to and the shared prefix it starts with, or a
+`Conversation`, a multi-turn chat sent one turn at a time (client.chat).
 
 A plain string is sent with the workload's `max_tokens` and leaves the record as it always was.
 A `Prompt`'s extra fields are copied into its request's record (`max_tokens`, `input_tokens`,
-`prefix`), so the per-request length checks and the prefix-cache check know what it asked for.
+`prefix`), so the per-request length checks and the prefix-cache check know what it asked for;
+each turn of a conversation is one request, and its record also says which conversation and
+which turn it is (`conversation`, `turn`).
 """
 
 from __future__ import annotations
@@ -40,3 +43,11 @@ class Conversation:
     turns: tuple[Prompt, ...]
     system: str | None = None
     prefix: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.turns:
+            raise ValueError("a conversation without turns: give it one turn or more")
+
+
+# One item of a point: a prompt (one request) or a conversation (one request per turn).
+Item = PromptLike | Conversation

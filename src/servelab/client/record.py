@@ -33,6 +33,10 @@ class RequestRecord:
     max_tokens: int | None = None
     input_tokens: int | None = None
     prefix: int | None = None
+    # Written for a turn of a multi-turn chat (client.prompt.Conversation): the conversation's
+    # index among the point's items, and the turn's number in it (from 1).
+    conversation: int | None = None
+    turn: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -90,9 +94,18 @@ _ROW_FIELDS: dict[str, tuple[str, bool]] = {
     "max_tokens": ("int", True),
     "input_tokens": ("int", True),
     "prefix": ("int", True),
+    "conversation": ("int", True),
+    "turn": ("int", True),
 }
 # left out of a row when None, so that records without them are written as before
-_ONLY_WHEN_SET = ("send_slip_us", "max_tokens", "input_tokens", "prefix")
+_ONLY_WHEN_SET = (
+    "send_slip_us",
+    "max_tokens",
+    "input_tokens",
+    "prefix",
+    "conversation",
+    "turn",
+)
 _KIND_TEXT = {"str": "a string", "int": "an integer", "ints": "a list", "bool": "a boolean"}
 
 

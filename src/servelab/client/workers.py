@@ -13,13 +13,16 @@ holds it before it comes. Each worker bridges its times with that one pair, so t
 different workers compare exactly, as within one process.
 
 - Closed loop: the concurrency is split over the workers (as evenly as it goes); each keeps its
-  slots busy, every slot taking the point's next request index from one count that the workers
+  slots busy, every slot taking the point's next item index from one count that the workers
   share (a file read and advanced under an exclusive lock), so the point sends exactly its
-  prompts, each once, as one process would.
-- Open loop: requests are dealt round-robin by index (worker k sends k, k + N, ...), each sent
-  at its scheduled time from the shared zero; a cap on requests in flight is split over the
+  items, each once, as one process would.
+- Open loop: items are dealt round-robin by index (worker k sends k, k + N, ...), each sent
+  at its scheduled time from the shared zero; a cap on items in flight is split over the
   workers like the concurrency (each holds at most its share), and there are never more workers
   than the cap.
+
+An item is a prompt or a conversation (client.chat): the worker that takes a conversation
+sends every turn of it, so its turns share one slot and one history, as in one process.
 
 The records come back to the parent when each worker ends, and are merged, sorted by request id,
 exactly as one process records them. `PointRun.workers` has one entry per worker (its requests,
@@ -52,20 +55,21 @@ from servelab.client.closed_loop import (
     PointRun,
     RequestMarks,
     Sender,
+    Sink,
     Workload,
     keep_slots_busy,
     run_closed_loop,
+    sleep_until,
     worker_stats,
 )
 from servelab.client.connection import READ_SIZE, Target, perf_ns
 from servelab.client.open_loop import (
     OpenLoop,
-    _sleep_until,
     check_plan,
     run_open_loop,
     send_on_schedule,
 )
-from servelab.client.prompt import PromptLike
+from servelab.client.prompt import Item
 from servelab.client.signals import run_stoppable
 
 try:
@@ -82,12 +86,13 @@ _HEAD = struct.Struct("<Q")  # each message: its length, then its pickle
 @dataclass(frozen=True)
 class Share:
     """What one worker sends. Closed loop: `counter` names the shared count, `prompts` are all
-    the point's, `slots` its concurrency. Open loop: `counter` is empty, `indices` are the
-    requests it sends, `prompts` and `offsets_ns` theirs, `slots` its cap (None: no cap)."""
+    the point's items, `slots` its concurrency. Open loop: `counter` is empty, `indices` are the
+    items it sends, `prompts` and `offsets_ns` theirs, `slots` its cap (None: no cap). An item
+    is a prompt or a conversation, whose turns its worker sends."""
 
     w: Workload
     label: str
-    prompts: tuple[PromptLike, ...]
+    prompts: tuple[Item, ...]
     slots: int | None
     counter: str = ""
     indices: tuple[int, ...] = ()
@@ -106,7 +111,7 @@ class PointOptions(TypedDict, total=False):
 
 def run_point(
     w: Workload,
-    prompts: Sequence[PromptLike],
+    prompts: Sequence[Item],
     concurrency: int,
     label: str,
     out: PointRun | None = None,
@@ -126,7 +131,7 @@ def run_point(
 
 def run_open_point(
     w: Workload,
-    prompts: Sequence[PromptLike],
+    prompts: Sequence[Item],
     plan: OpenLoop,
     label: str,
     out: PointRun | None = None,
@@ -162,7 +167,7 @@ def _split(total: int, n: int) -> list[int]:
 
 def spread_closed_loop(
     w: Workload,
-    prompts: Sequence[PromptLike],
+    prompts: Sequence[Item],
     concurrency: int,
     label: str,
     out: PointRun,
@@ -185,7 +190,7 @@ def spread_closed_loop(
 
 def spread_open_loop(
     w: Workload,
-    prompts: Sequence[PromptLike],
+    prompts: Sequence[Item],
     plan: OpenLoop,
     label: str,
     out: PointRun,
@@ -228,8 +233,8 @@ class SharedCount:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
         return i
 
-    def todo(self, prompts: Sequence[PromptLike]) -> Iterator[tuple[int, PromptLike]]:
-        """(index, prompt) of each request this process takes, until every one is taken."""
+    def todo(self, prompts: Sequence[Item]) -> Iterator[tuple[int, Item]]:
+        """(index, item) of each item this process takes, until every one is taken."""
         while (i := self.take()) < len(prompts):
             yield i, prompts[i]
 
@@ -418,13 +423,14 @@ async def _work(share: Share, zero: tuple[int, int], run: PointRun) -> None:
         # before the zero: the resolver's threads started, as a process that ran before has them
         with contextlib.suppress(OSError):
             await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
-        await _sleep_until(clock.mono0)
+        await sleep_until(clock.mono0)
+        sink = Sink(share.label, run)
         if share.counter:
             todo = SharedCount(share.counter).todo(share.prompts)
-            await keep_slots_busy(sender, todo, share.slots or 1, share.label, run, None)
+            await keep_slots_busy(sender, todo, share.slots or 1, sink)
         else:
             timed = zip(share.indices, share.prompts, share.offsets_ns, strict=True)
-            await send_on_schedule(sender, timed, share.slots, share.label, run, None)
+            await send_on_schedule(sender, timed, share.slots, sink)
     finally:
         run.finished_epoch_ns = clock.epoch_of(perf_ns())
         run.client_cpu_s = time.process_time() - cpu0

@@ -61,6 +61,7 @@ RULES: list[tuple[str, str]] = [
     ("tables/validity.json", "validity"),
     ("tables/slo.json", "slo"),
     ("tables/rounds.json", "rounds"),
+    ("tables/turns.json", "turns"),
     (f"profile/*/{PROFILE_FILE}", "profile"),
     (f"profile/*/{WINDOWS_FILE}", "windows"),
     (f"profile/*/{CAPTURE_FILE}", "capture"),

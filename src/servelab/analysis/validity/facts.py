@@ -188,8 +188,10 @@ def _worker_busy(workers: Any) -> tuple[float, ...] | None:
 
 def _open_loop_times(r: RequestRecord) -> dict[str, int | None]:
     """An open-loop request's scheduled send, send slip and end (RequestFacts); nothing for a
-    closed-loop request, which records no slip."""
-    if r.send_slip_us is None:
+    closed-loop request, which records no slip, nor for a conversation's later turn: it is due
+    at the previous reply's end plus the think time, not on the arrival schedule the open-loop
+    checks judge (its own slip is in requests.jsonl)."""
+    if r.send_slip_us is None or (r.turn is not None and r.turn > 1):
         return {}
     end = r.sent_epoch_ns + r.done_offset_us * 1000 if r.done_offset_us is not None else None
     return {"scheduled_ns": r.sent_epoch_ns, "send_slip_us": r.send_slip_us, "end_ns": end}
