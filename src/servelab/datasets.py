@@ -29,8 +29,8 @@ import os
 import random
 import re
 import statistics
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,7 +40,7 @@ from servelab.errors import ServelabError
 from servelab.experiment import DatasetFilter, DatasetSection
 from servelab.hashing import git_blob_sha1, sha256_file
 from servelab.jsonio import DamagedFile, json_object_line
-from servelab.model import HubFile
+from servelab.model import HubFile, HubKeys, hub_errors
 from servelab.paths import default_cache_dir
 
 FORMAT_VERSION = 1
@@ -161,35 +161,17 @@ def _hub_name(repo_id: str, filename: str, revision: str) -> str:
     return f"{repo_id}/{filename}@{revision}"
 
 
-@contextmanager
-def _hub_errors(repo_id: str, filename: str, revision: str) -> Iterator[None]:
-    """Hub failures as one line: what failed and what to do (no token, no traceback)."""
-    try:
-        yield
-    except ServelabError:
-        raise
-    except Exception as exc:
-        from huggingface_hub import errors
-
-        if isinstance(exc, errors.GatedRepoError):
-            msg = "the repository is gated; accept its terms on the hub and set HF_TOKEN"
-        elif isinstance(exc, errors.RepositoryNotFoundError):
-            msg = (
-                "dataset repository not found (or private: set HF_TOKEN); check "
-                "workload.dataset.hub.repo_id"
-            )
-        elif isinstance(exc, errors.RevisionNotFoundError):
-            msg = "this commit is not in the repository; check workload.dataset.hub.revision"
-        elif isinstance(exc, errors.LocalEntryNotFoundError | errors.OfflineModeIsEnabled):
-            msg = "the hub cannot be reached (offline?) and the file is not in the cache"
-        elif isinstance(exc, errors.EntryNotFoundError):
-            msg = "no such file at this commit; check workload.dataset.hub.filename"
-        else:
-            first = str(exc).strip().splitlines()[:1] or [""]
-            msg = f"{type(exc).__name__}: {first[0][:200]}"
-        raise ServelabError(
-            f"workload.dataset.hub: {_hub_name(repo_id, filename, revision)}: {msg}"
-        ) from None
+def _hub_errors(repo_id: str, filename: str, revision: str) -> AbstractContextManager[None]:
+    """Hub failures as one line naming the dataset file and the key to check."""
+    keys = HubKeys(
+        f"workload.dataset.hub: {_hub_name(repo_id, filename, revision)}",
+        "workload.dataset.hub.repo_id",
+        "workload.dataset.hub.revision",
+        "workload.dataset.hub.filename",
+        missing="the file is not in the cache",
+        kind="dataset repository",
+    )
+    return hub_errors(keys)
 
 
 def resolve_dataset(

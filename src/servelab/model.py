@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -285,8 +285,21 @@ class HfHub:
             )
 
 
+@dataclass(frozen=True)
+class HubKeys:
+    """Where a hub download is named in the config, for the one line a hub failure becomes:
+    `where` leads the line, the keys name what to check, `missing` what was not found."""
+
+    where: str  # e.g. "model: owner/name@commit"
+    repo_key: str
+    revision_key: str
+    file_key: str | None = None
+    missing: str = "the files are not on disk"
+    kind: str = "repository"
+
+
 @contextmanager
-def _hub_errors(repo: str, revision: str) -> Iterator[None]:
+def hub_errors(keys: HubKeys) -> Iterator[None]:
     """Hub failures as one line: what failed and what to do (no token, no traceback)."""
     try:
         yield
@@ -298,15 +311,21 @@ def _hub_errors(repo: str, revision: str) -> Iterator[None]:
         if isinstance(exc, errors.GatedRepoError):
             msg = "the repository is gated; accept its terms on the hub and set HF_TOKEN"
         elif isinstance(exc, errors.RepositoryNotFoundError):
-            msg = "repository not found (or private: set HF_TOKEN); check model.repo"
+            msg = f"{keys.kind} not found (or private: set HF_TOKEN); check {keys.repo_key}"
         elif isinstance(exc, errors.RevisionNotFoundError):
-            msg = "this commit is not in the repository; check model.revision"
+            msg = f"this commit is not in the repository; check {keys.revision_key}"
         elif isinstance(exc, errors.LocalEntryNotFoundError | errors.OfflineModeIsEnabled):
-            msg = "the hub cannot be reached (offline?) and the files are not on disk"
+            msg = f"the hub cannot be reached (offline?) and {keys.missing}"
+        elif keys.file_key is not None and isinstance(exc, errors.EntryNotFoundError):
+            msg = f"no such file at this commit; check {keys.file_key}"
         else:
             first = str(exc).strip().splitlines()[:1] or [""]
             msg = f"{type(exc).__name__}: {first[0][:200]}"
-        raise ServelabError(f"model: {repo}@{revision}: {msg}") from None
+        raise ServelabError(f"{keys.where}: {msg}") from None
+
+
+def _hub_errors(repo: str, revision: str) -> AbstractContextManager[None]:
+    return hub_errors(HubKeys(f"model: {repo}@{revision}", "model.repo", "model.revision"))
 
 
 def select_files(files: Iterable[HubFile], allow_patterns: Sequence[str] | None) -> list[HubFile]:
