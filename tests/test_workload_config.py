@@ -106,3 +106,44 @@ def test_a_reference_on_another_dataset_is_refused() -> None:
     assert other_dataset(ref, {"file": {**ref["file"], "path": "x"}}) is None
     why = other_dataset(ref, {"file": {"sha256": "ef" * 32, "path": "c.json"}})
     assert why is not None and "runs on different datasets are not compared" in why
+
+
+def test_prompt_rows_and_a_rerun_on_another_dataset(tmp_path: Path) -> None:
+    """prompts.jsonl.gz keeps a plain prompt's row as it always was, and what a Prompt or a
+    Conversation asked; a rerun that would sample another dataset into the same results stops
+    in one line and leaves the kept record as it was."""
+    import gzip
+    import json
+
+    from servelab.client.prompt import Conversation, Prompt
+    from servelab.promptset import PromptSet, write_prompts
+
+    items = [
+        "plain",
+        Prompt("drawn", max_tokens=8, input_tokens=5),
+        Prompt("shared", max_tokens=4, input_tokens=9, prefix=1),
+        Conversation((Prompt("q1", max_tokens=3), Prompt("q2", max_tokens=5)), "sys", 0),
+    ]
+    record = {"file": {"source": "path", "path": "d.json", "sha256": SHA}, "format": "sharegpt",
+              "seed": 0, "output_tokens": None, "filter": {"min_input_tokens": 4}}  # fmt: skip
+    prompts, dataset = tmp_path / "prompts.jsonl.gz", tmp_path / "dataset.json"
+    write_prompts(prompts, dataset, PromptSet(items, record))
+    with gzip.open(prompts, "rt") as fh:
+        rows = [json.loads(line) for line in fh]
+    assert rows == [
+        {"index": 0, "prompt": "plain"},
+        {"index": 1, "prompt": "drawn", "max_tokens": 8, "input_tokens": 5},
+        {"index": 2, "prompt": "shared", "max_tokens": 4, "input_tokens": 9, "prefix": 1},
+        {"index": 3, "system": "sys", "prefix": 0,
+         "turns": [{"prompt": "q1", "max_tokens": 3}, {"prompt": "q2", "max_tokens": 5}]},
+    ]  # fmt: skip
+    kept = dataset.read_bytes()
+    # the same dataset sampled again: fine; another file: refused
+    write_prompts(prompts, dataset, PromptSet(items, dict(record)))
+    other = {**record, "file": {**record["file"], "sha256": "cd" * 32}}
+    with pytest.raises(ServelabError) as exc:
+        write_prompts(prompts, dataset, PromptSet(items, other))
+    assert "measured on another dataset (dataset sha256 abababababab vs cdcdcdcdcdcd)" in str(
+        exc.value
+    )
+    assert dataset.read_bytes() == kept
