@@ -4,6 +4,7 @@ import re
 import sys
 
 from servelab.config import validate as _validate
+from servelab.datasets import check_local_pin as _check_local_pin
 from servelab import paths as _paths
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment as _Experiment
@@ -58,6 +59,8 @@ try:
     _EXPERIMENT = _Experiment.from_dict(config)
     PROFILE_PLAN = _profile_plan(_EXPERIMENT)
     PROFILE_ON_SWEEP = _on_sweep_launch(_EXPERIMENT, PROFILE_PLAN)
+    # a dataset named by path is checked against its sha256 before anything starts
+    _check_local_pin(_EXPERIMENT.workload.dataset)
 except ServelabError as _exc:
     sys.exit(f"config error: {_exc}")
 # sweep.repeats a sequential plan ({min, max}): one sweep job for every configuration, round by

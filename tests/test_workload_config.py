@@ -147,3 +147,30 @@ def test_prompt_rows_and_a_rerun_on_another_dataset(tmp_path: Path) -> None:
         exc.value
     )
     assert dataset.read_bytes() == kept
+
+
+def test_a_dataset_path_is_checked_against_its_pin_before_anything_starts(tmp_path: Path) -> None:
+    """The workflow's start and `servelab check-config` refuse a file other than the pinned
+    one; a hub dataset is left to the sweep, which downloads it."""
+    import hashlib
+
+    from servelab.cli import main
+    from servelab.datasets import check_local_pin
+
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"prompt": "hi there", "output_tokens": 4}\n', encoding="utf-8")
+    good = hashlib.sha256(f.read_bytes()).hexdigest()
+    exp = validate(_cfg({"dataset": {"path": str(f), "sha256": good, "format": "jsonl"}}))
+    found = check_local_pin(exp.workload.dataset)
+    assert found is not None and found.sha256 == good
+    assert check_local_pin(validate(_cfg({"dataset": {"hub": HUB}})).workload.dataset) is None
+    assert check_local_pin(None) is None
+    bad = validate(_cfg({"dataset": {"path": str(f), "sha256": SHA, "format": "jsonl"}}))
+    with pytest.raises(ServelabError, match=f"sha256 is {good}, the config pins {SHA}"):
+        check_local_pin(bad.workload.dataset)
+    cfg = _cfg({"dataset": {"path": str(f), "sha256": SHA, "format": "jsonl"}})
+    import yaml
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    assert main(["check-config", str(path)]) == 2

@@ -174,6 +174,15 @@ def _hub_errors(repo_id: str, filename: str, revision: str) -> AbstractContextMa
     return hub_errors(keys)
 
 
+def check_local_pin(spec: DatasetSection | None) -> DatasetFile | None:
+    """A dataset named by path, checked against its pin now (for the workflow's start and
+    `servelab check-config`: a wrong file stops the run before anything is built); None for
+    no dataset or one on the hub, which is downloaded and checked by the sweep."""
+    if spec is None or spec.hub is not None or spec.path is None:
+        return None
+    return _resolve_path(spec.path, spec.sha256)
+
+
 def resolve_dataset(
     spec: DatasetSection, *, cache_dir: Path | None = None, hub: DatasetHub | None = None
 ) -> DatasetFile:
