@@ -347,3 +347,32 @@ def test_the_busiest_client_worker_decides_the_client_cpu_check() -> None:
     busy = PointFacts((), 1.0, None, worker_busy=(0.97, 0.5))
     flag = check_client_cpu(busy, V)
     assert flag.status == "failed" and "worker 1" in flag.reason
+
+
+def test_a_reproduction_judges_a_claim_on_the_search(tmp_path: Path) -> None:
+    """A side's SLO capacity search (raw/<sc>/search/search.json) reaches the claims a
+    reproduction re-evaluates, as it reaches the analysis' own."""
+    from servelab.analysis.dataset import load_dataset
+    from servelab.reproduce.checks import _claim, analyse
+    from servelab.search import (
+        RateOutcome,
+        RepeatOutcome,
+        SearchSpec,
+        SloBounds,
+        search_rate,
+        write_search,
+    )
+
+    exp = tmp_path / "exp"
+    open_point(exp, "a", 1, 1.0, 100)
+
+    def measure(rate: float) -> RateOutcome:
+        return RateOutcome((RepeatOutcome(1.0 if rate <= 3.7 else 0.5, True, 100),))
+
+    result = search_rate(measure, SearchSpec(2, SloBounds(ttft_ms=500), target=0.99))
+    write_search(ExperimentPaths(exp).search("a") / "search.json", result)
+    opts = _analysis([])
+    side = analyse(load_dataset(exp), opts)
+    assert side.searches["a"]["answer"]["met_rate"] == result.to_json()["answer"]["met_rate"]
+    assert _claim(side, opts, "slo_capacity(config=a) > 3")["verdict"] == "holds"
+    assert _claim(side, opts, "slo_capacity(config=a) > 4")["verdict"] == "fails"

@@ -45,7 +45,14 @@ from servelab.render import write_csv
 from servelab.search import SearchResult, read_search
 from servelab.telemetry.summary import table_columns as telemetry_table_columns
 
-__all__ = ["ANALYSIS_VERSION", "Dataset", "analysis_section", "analyze", "load_dataset"]
+__all__ = [
+    "ANALYSIS_VERSION",
+    "Dataset",
+    "analysis_section",
+    "analyze",
+    "load_dataset",
+    "searches_of",
+]
 
 # Bumped whenever analyze() writes different bytes for the same raw data, so that a bundle says
 # which analysis made its tables (provenance.json pipeline.analysis_version; absent = 1).
@@ -111,7 +118,7 @@ def analyze(
         "validity": validity_json(g.point_flags(), opts.validity),
         "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa},
     }
-    searches = _searches(root) if ds.layout == "servelab" else {}
+    searches = searches_of(ds)
     results.update(_notes(ds, root, searches))
     results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
     results.update(_claims(g, ds, opts, results))
@@ -201,9 +208,13 @@ def _write_tables(out: Path, ds: Dataset, results: dict[str, Any]) -> None:
             (out / table).unlink()
 
 
-def _searches(root: Path) -> dict[str, SearchResult]:
-    """Each configuration's SLO capacity search (raw/<sc>/search/search.json), where one ran."""
-    return {p.parent.parent.name: read_search(p) for p in ExperimentPaths(root).search_files()}
+def searches_of(ds: Dataset) -> dict[str, SearchResult]:
+    """Each configuration's SLO capacity search (raw/<sc>/search/search.json), where one ran;
+    none in a vllm-bench tree."""
+    if ds.layout != "servelab":
+        return {}
+    paths = ExperimentPaths(ds.root)
+    return {p.parent.parent.name: read_search(p) for p in paths.search_files()}
 
 
 def _figures(

@@ -5,7 +5,7 @@ a tolerance), each row with its status and its verdict."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servelab.analysis.claims import NOT_COMPARABLE as CLAIM_NOT_COMPARABLE
@@ -14,6 +14,7 @@ from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.groups import PAIRED_METRICS, Groups, paired_table
 from servelab.analysis.knee import dominance, knee
+from servelab.analysis.pipeline import searches_of
 from servelab.analysis.rounds import sequential_claims
 from servelab.analysis.stats import describe
 from servelab.analysis.stopping import StoppingRule
@@ -34,6 +35,8 @@ class Analysed:
     knee: list[dict[str, Any]]
     dominance: list[dict[str, Any]]
     diagnoses: list[dict[str, Any]]
+    # each configuration's SLO capacity search (search.json), for slo_capacity claims
+    searches: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def analyse(ds: Dataset, opts: AnalysisSection) -> Analysed:
@@ -42,7 +45,9 @@ def analyse(ds: Dataset, opts: AnalysisSection) -> Analysed:
     opts = replace(opts, claims=())
     kn = knee(g, opts)
     dom = dominance(g)
-    return Analysed(ds, g, paired_table(g, opts), kn, dom, diagnoses(g, ds, kn, dom, opts))
+    searches = {sc: r.to_json() for sc, r in searches_of(ds).items()}
+    diags = diagnoses(g, ds, kn, dom, opts)
+    return Analysed(ds, g, paired_table(g, opts), kn, dom, diags, searches)
 
 
 def _claim(a: Analysed, opts: AnalysisSection, claim: str) -> dict[str, Any]:
@@ -52,7 +57,8 @@ def _claim(a: Analysed, opts: AnalysisSection, claim: str) -> dict[str, Any]:
     if a.ds.sequential is not None:
         rule = StoppingRule.from_json(a.ds.sequential["rule"])
         return sequential_claims(a.ds, one, rule, a.ds.sequential.get("stopped"))[0][0]
-    res = evaluate_claims(a.g, one, Findings(a.knee, a.dominance, a.diagnoses), a.ds.nodes)
+    found = Findings(a.knee, a.dominance, a.diagnoses, a.searches)
+    res = evaluate_claims(a.g, one, found, a.ds.nodes)
     return res[0]
 
 
