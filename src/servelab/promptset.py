@@ -90,33 +90,31 @@ class PromptSource:
     def build(self, session: Session, count: int) -> PromptSet:
         """`count` items for this launch, built or measured with its server's tokenizer."""
         wl = self.wl
-        if self.dataset is None:
-            if wl.fixed_lengths:  # the default: exactly the prompts servelab always built
-                return PromptSet(list(session.prompts(wl, count, self.model_dir)))
+        server, model = session.server, session.launch.served_name
+        if self.dataset is None:  # the default's plain strings too, the same bytes as always
             vocab = workload.vocab_ids(self.model_dir)
-            items = workload.build_workload(session.server, session.launch.served_name, wl,
-                                            count, vocab)  # fmt: skip
-            return PromptSet(list(items))
+            return PromptSet(workload.build_workload(server, model, wl, count, vocab))
         assert wl.dataset is not None
-        count_tokens = session.count_tokens
+        # a dataset's prompts are counted as the server counts a prompt: special tokens too
+        as_prompt, _ = workload.server_tokenizer(server, model, special=True)
         sampled = datasets.sample_dataset(
             list(self.pairs),
             count,
             seed=wl.seed,
             spec=wl.dataset,
             model_len=session.max_model_len(),
-            count_tokens=count_tokens,
+            count_tokens=lambda text: len(as_prompt(text)),
         )
         prompts: list[Item] = list(sampled.prompts)
         if wl.shared_prefix is not None:
             vocab = workload.vocab_ids(self.model_dir)
+            tokenize, detokenize = workload.server_tokenizer(server, model)
             prefixes = workload.shared_prefixes(
-                wl.shared_prefix, wl.seed, vocab, tokenize=session.tokenize,
-                detokenize=session.detokenize,
-            )  # fmt: skip
+                wl.shared_prefix, wl.seed, vocab, tokenize=tokenize, detokenize=detokenize
+            )
             prompts = list(workload.with_prefixes(sampled.prompts, prefixes,
                                                   wl.shared_prefix.prefix_tokens,
-                                                  tokenize=session.prompt_ids))  # fmt: skip
+                                                  tokenize=as_prompt))  # fmt: skip
         record = {"file": self.dataset.to_json(), **sampled.record}
         return PromptSet(prompts, record, label(self.dataset))
 

@@ -11,9 +11,9 @@ runtime, the container it runs in. The profile capture adds its profiler to the 
 has that entry point (runtime.json "vllm_cli"), else with the older api_server module.
 `serve` takes the host's measuring-server lock (`MeasuringLock`: one measuring server per
 host), starts the server, waits until it is ready, lowers its engine's priority and always
-stops it; the `Session` it yields gives the client settings, the prompts, the lines this
-launch added to the server log, where its start went (`start`) and what the lock made it wait
-(`lock`).
+stops it; the `Session` it yields gives the client settings, the server's max-model-len, the
+lines this launch added to the server log, where its start went (`start`) and what the lock
+made it wait (`lock`). The prompts a launch sends are built by servelab.promptset.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from servelab.paths import measuring_lock_path
 from servelab.runtime import cache_dir_of
 from servelab.server import Server, ServerLaunch, make_server
 from servelab.serverlog import start_line
-from servelab.workload import build_prompts, vocab_ids
 
 
 @dataclass(frozen=True)
@@ -320,34 +319,6 @@ class Session:
             think_time_s=wl.chat.think_time_s if wl.chat is not None else 0.0,
         )
 
-    def tokenize(self, text: str) -> list[int]:
-        """`text`'s token ids by this server's tokenizer (no special tokens added)."""
-        body = self.server.post_json(
-            "/tokenize",
-            {"model": self.launch.served_name, "prompt": text, "add_special_tokens": False},
-        )
-        return list(body["tokens"])
-
-    def prompt_ids(self, text: str) -> list[int]:
-        """`text`'s token ids as a prompt to this server: with the special tokens its tokenizer
-        adds (a BOS token), as the server's usage.prompt_tokens counts them and as vllm bench
-        serve's dataset filters count."""
-        body = self.server.post_json(
-            "/tokenize",
-            {"model": self.launch.served_name, "prompt": text, "add_special_tokens": True},
-        )
-        return list(body["tokens"])
-
-    def count_tokens(self, text: str) -> int:
-        """How many tokens `text` is as a prompt to this server (prompt_ids)."""
-        return len(self.prompt_ids(text))
-
-    def detokenize(self, ids: list[int]) -> str:
-        body = self.server.post_json(
-            "/detokenize", {"model": self.launch.served_name, "tokens": ids}
-        )
-        return str(body["prompt"])
-
     def max_model_len(self) -> int | None:
         """The longest sequence (prompt + output) this server takes, as it says on /v1/models;
         None when it does not say."""
@@ -356,19 +327,6 @@ class Session:
             if isinstance(m, dict) and isinstance(m.get("max_model_len"), int):
                 return int(m["max_model_len"])
         return None
-
-    def prompts(self, wl: WorkloadSection, count: int, model_dir: Path) -> list[str]:
-        """`count` prompts of workload.input_tokens tokens (workload.seed), built with the
-        model's vocabulary and checked by this server's tokenizer."""
-        assert isinstance(wl.input_tokens, int)
-        return build_prompts(
-            self.server,
-            self.launch.served_name,
-            count,
-            vocab_ids(model_dir),
-            seed=wl.seed,
-            input_tokens=wl.input_tokens,
-        )
 
 
 @contextmanager

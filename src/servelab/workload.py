@@ -363,12 +363,16 @@ def vocab_ids(model_dir: Path) -> list[int]:
     return sorted(i for i in vocab.values() if i not in special)
 
 
-def server_tokenizer(server: Server, model: str) -> tuple[Tokenize, Detokenize]:
-    """The server's own /tokenize (no special tokens added) and /detokenize for `model`."""
+def server_tokenizer(
+    server: Server, model: str, *, special: bool = False
+) -> tuple[Tokenize, Detokenize]:
+    """The server's own /tokenize and /detokenize for `model`. `special`: with the special
+    tokens its tokenizer adds to a prompt (a BOS token), as the server's usage.prompt_tokens
+    and vllm bench serve's dataset filters count; else the text's own tokens."""
 
     def tokenize(text: str) -> list[int]:
         body = server.post_json(
-            "/tokenize", {"model": model, "prompt": text, "add_special_tokens": False}
+            "/tokenize", {"model": model, "prompt": text, "add_special_tokens": special}
         )
         return list(body["tokens"])
 
