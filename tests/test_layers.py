@@ -22,6 +22,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "entry": ("servelab", "cli", "smk", "dataframes"),
     "stages": (
         "campaign",
+        "confirm",
         "reproduce",
         "sequential",
         "evidence",

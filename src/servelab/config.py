@@ -281,6 +281,11 @@ def _check_semantics(cfg: dict[str, Any], source: str) -> None:
                 )
     _check_rates(cfg["sweep"], source)
     _check_search(cfg, source)
+    # absent unless given, as before these keys existed
+    if cfg.get("confirm", 0) is None:
+        del cfg["confirm"]
+    if cfg["analysis"].get("confirms", 0) is None:
+        del cfg["analysis"]["confirms"]
     repeats = cfg["sweep"]["repeats"]
     if isinstance(repeats, dict):
         repeats.setdefault("budget_s", None)  # a default inside oneOf is not filled in

@@ -329,6 +329,43 @@ class ValiditySection:
 
 
 @dataclass(frozen=True)
+class ConfirmsProposal:
+    """One proposal a confirmation experiment measures (analysis.confirms.proposals)."""
+
+    id: str
+    diagnoses: tuple[str, ...]
+    server_config: str  # the diagnosed configuration
+    config: str  # the proposed one: the diagnosed one with `change`
+    change: Mapping[str, Any]
+    concurrency: tuple[int, ...]
+    claims: tuple[str, ...]
+    expected: str
+    why: str
+
+
+@dataclass(frozen=True)
+class ConfirmsNotTried:
+    """A proposal of the diagnosing experiment that was not measured, and why."""
+
+    diagnoses: tuple[str, ...]
+    server_config: str
+    proposal: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ConfirmsSection:
+    """analysis.confirms: what a confirmation experiment confirms (written by the confirm
+    rule, servelab.confirm): the diagnosing experiment, its bundle and the proposals."""
+
+    experiment: str
+    bundle: str
+    manifest_sha256: str
+    proposals: tuple[ConfirmsProposal, ...]
+    not_tried: tuple[ConfirmsNotTried, ...]
+
+
+@dataclass(frozen=True)
 class AnalysisSection:
     threshold_pct: float
     alpha: float
@@ -339,6 +376,17 @@ class AnalysisSection:
     claims: tuple[str, ...]
     figures: bool
     validity: ValiditySection
+    # a confirmation experiment's only (servelab.confirm); absent everywhere else
+    confirms: ConfirmsSection | None = None
+
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("confirms",)
+
+
+@dataclass(frozen=True)
+class ConfirmSection:
+    """confirm: how `snakemake confirm` confirms this experiment's proposals."""
+
+    max_proposals: int
 
 
 @dataclass(frozen=True)
@@ -405,9 +453,11 @@ class Experiment:
     profile: ProfileSection
     # absent from a config resolved before the search existed: read as not enabled
     search: SearchSection | None
+    # absent unless given (servelab.confirm reads its defaults then)
+    confirm: ConfirmSection | None = None
     _source: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("search",)
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("search", "confirm")
 
     @property
     def name(self) -> str:

@@ -39,6 +39,8 @@ SLO_TABLE = "slo.json"
 ROUNDS_TABLE = "rounds.json"
 # multi-turn chat points' TTFT by turn and conversations (analysis/turns.py)
 TURNS_TABLE = "turns.json"
+# a confirmation experiment's verdict per proposal (analysis/confirmation.py)
+CONFIRMATION_TABLE = "confirmation.json"
 VALIDITY_TABLE = "validity.json"
 ANALYSIS_REPORT = "report.md"
 FIGURES = (

@@ -16,6 +16,7 @@ from typing import Any
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.groups import Groups
 from servelab.analysis.knee import DOMINANCE
+from servelab.analysis.proposals import max_num_seqs, with_proposal
 from servelab.analysis.stats import evidence_level, paired
 from servelab.experiment import AnalysisSection
 from servelab.serverlog import parse_capture_sizes
@@ -41,14 +42,6 @@ def diagnosis_line(d: dict[str, Any]) -> str:
     return text
 
 
-def _max_num_seqs(cap: dict[str, Any]) -> int | None:
-    nd = cap.get("non_default_args") or {}
-    for v in (nd.get("max_num_seqs"), cap.get("max_num_seqs")):
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            return int(v)
-    return None
-
-
 @dataclass(frozen=True)
 class _Config:
     """One server config as the per-config checks read it: the levels with a throughput
@@ -70,7 +63,7 @@ def _serialized(v: _Config) -> list[dict[str, Any]]:
         return []
     lo, hi = flat["concurrency_span"]
     span = [c for c in v.levels if lo <= c <= hi]
-    mns = _max_num_seqs(v.cap)
+    mns = max_num_seqs(v.cap)
     return [
         {
             "kind": "serialized",
@@ -94,7 +87,7 @@ def _serialized(v: _Config) -> list[dict[str, Any]]:
 
 def _kv_headroom_unused(v: _Config) -> list[dict[str, Any]]:
     """--max-num-seqs below the sequences the startup log says the KV cache fits."""
-    mns = _max_num_seqs(v.cap)
+    mns = max_num_seqs(v.cap)
     maxconc = v.cap.get("max_concurrency")
     if mns is None or not isinstance(maxconc, int | float) or mns >= math.floor(maxconc):
         return []
@@ -247,7 +240,8 @@ def diagnoses(
     analysis: AnalysisSection,
 ) -> list[dict[str, Any]]:
     """Every diagnosis: per server config what each of CONFIG_CHECKS finds, then the levels
-    past each knee, then the dominated points."""
+    past each knee, then the dominated points; each with its `proposal` or `no_remedy`
+    (analysis.proposals)."""
     out: list[dict[str, Any]] = []
     # what they read (flat throughput over a span of concurrency, requests in flight against
     # the KV cache's room) is a closed loop's: an open loop's levels are rates
@@ -257,7 +251,9 @@ def diagnoses(
         view = _Config(g, sc, ds.capacity.get(sc, {}), lv, means, analysis)
         for check in CONFIG_CHECKS:
             out += check(view)
-    return out + _past_knee(g, knees) + _dominated(g, dominated)
+    out += _past_knee(g, knees) + _dominated(g, dominated)
+    # each with the change it proposes (analysis.proposals), or why there is none
+    return [with_proposal(d, ds.capacity.get(d["server_config"], {}), g) for d in out]
 
 
 def _flat_span(
@@ -363,7 +359,7 @@ def _capture_fit(g: Groups, sc: str, cap: dict[str, Any], c: int, ref: int) -> d
     (`capture_explanation`) and as `outside_capture_sizes` (None when the log does not say)."""
     sizes, source = _capture_sizes(cap)
     mode = cap.get("cudagraph_mode")
-    mns = _max_num_seqs(cap)
+    mns = max_num_seqs(cap)
     batch, batch_source = _batch(g, sc, c, mns)
     ref_batch, _ = _batch(g, sc, ref, mns)
     outside: bool | None = None

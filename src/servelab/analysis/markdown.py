@@ -7,7 +7,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from servelab.analysis.confirmation import confirmation_section
 from servelab.analysis.groups import Groups
+from servelab.analysis.proposals import proposal_line
 from servelab.analysis.stats import describe
 from servelab.analysis.turns import turns_section
 from servelab.analysis.validity import (
@@ -232,6 +234,8 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
     lines += _search_section(results.get("search") or {})
     lines += _diagnoses_section(results["diagnoses"], g.axis)
     lines += _claims_section(results["claims"])
+    if results.get("confirmation") is not None:
+        lines += confirmation_section(results["confirmation"])
     if results.get("rounds") is not None:
         lines += ["", *_rounds_section(results["rounds"])]
     lines += _figures_section(figures)
@@ -398,7 +402,9 @@ def _diagnoses_section(diags: list[dict[str, Any]], axis: str) -> list[str]:
         "",
         "Each names its evidence level: the fewest repeats it rests on and whether the paired "
         "t-test called it real. On one repeat nothing can be tested; what the data show is "
-        "reported as `1 repeat: not tested`.",
+        "reported as `1 repeat: not tested`. Each proposes the change it suggests, with the "
+        "effect it should have, or says why it has none; `snakemake --cores all confirm` "
+        "measures the proposals a confirmation can run.",
         "",
     ]
     for d in diags:
@@ -407,6 +413,9 @@ def _diagnoses_section(diags: list[dict[str, Any]], axis: str) -> list[str]:
             f"- **{d['kind']}**, {d['server_config']}{where}, "
             f"*{d['evidence_level']['label']}*: {d['suggestion']}."
         )
+        line = proposal_line(d)
+        if line is not None:
+            lines.append(f"  {line[0].upper()}{line[1:]}.")
     return lines if diags else [*lines, "- none"]
 
 

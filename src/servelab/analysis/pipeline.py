@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.claims import Findings, evaluate_claims
+from servelab.analysis.confirmation import confirmation
 from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.groups import (
@@ -34,6 +35,7 @@ from servelab.jsonio import write_json
 from servelab.paths import (
     ANALYSIS_REPORT,
     ANALYSIS_TABLES,
+    CONFIRMATION_TABLE,
     ROUNDS_TABLE,
     SLO_TABLE,
     TURNS_TABLE,
@@ -60,8 +62,9 @@ __all__ = [
 # 3: the pitfall checks (docs/pitfalls.md), TTFT at the first chunk with text, the client-wait,
 # first-byte and in-flight metrics; 4: every diagnosis and knee with its evidence level (a dip
 # on one repeat reported untested), the CUDA graph capture sizes and the dip's batch against them;
-# 5: points.csv's telemetry columns filled (they were written empty).
-ANALYSIS_VERSION = 5
+# 5: points.csv's telemetry columns filled (they were written empty); 6: every diagnosis with
+# its proposal or why it has none (analysis.proposals), in diagnoses.json and the report.
+ANALYSIS_VERSION = 6
 
 
 def analysis_section(recorded: Mapping[str, Any] | None) -> AnalysisSection:
@@ -122,6 +125,8 @@ def analyze(
     results.update(_notes(ds, root, searches))
     results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
     results.update(_claims(g, ds, opts, results))
+    if opts.confirms is not None:  # a confirmation experiment: a verdict per proposal
+        results["confirmation"] = confirmation(g, results["claims"], opts.confirms)
     _write_tables(out, ds, results)
     fig_names = _figures(g, ds, results["dominance"], out, searches) if figures else []
     from servelab.analysis.markdown import render_report
@@ -183,8 +188,8 @@ def _claims(
 
 
 def _write_tables(out: Path, ds: Dataset, results: dict[str, Any]) -> None:
-    """The tables and verdicts of ANALYSIS_TABLES, validity.json, and slo.json, rounds.json
-    and turns.json where they apply (an earlier one removed where they do not)."""
+    """The tables and verdicts of ANALYSIS_TABLES, validity.json, and slo.json, rounds.json,
+    turns.json and confirmation.json where they apply (an earlier one removed where they do not)."""
     blocks = [p.extra["telemetry"] for p in ds.points if "telemetry" in p.extra]
     axis = axis_of(ds)
     columns = {
@@ -200,7 +205,12 @@ def _write_tables(out: Path, ds: Dataset, results: dict[str, Any]) -> None:
         else:
             write_json(out / table, results[key])
     write_json(out / VALIDITY_TABLE, results["validity"])
-    only_where = ((SLO_TABLE, "slo"), (ROUNDS_TABLE, "rounds"), (TURNS_TABLE, "turns"))
+    only_where = (
+        (SLO_TABLE, "slo"),
+        (ROUNDS_TABLE, "rounds"),
+        (TURNS_TABLE, "turns"),
+        (CONFIRMATION_TABLE, "confirmation"),
+    )
     for table, key in only_where:  # only where they apply
         if results.get(key) is not None:
             write_json(out / table, results[key])

@@ -51,8 +51,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_results(args: argparse.Namespace, results: dict[str, Any]) -> None:
-    """The counts, then one line per skipped file, diagnosis and claim."""
+    """The counts, then one line per skipped file, diagnosis (and its proposal) and claim."""
     from servelab.analysis.diagnoses import diagnosis_line
+    from servelab.analysis.proposals import proposal_line
 
     print(
         f"{args.out}: {len(results['points'])} points, {len(results['diagnoses'])} diagnoses, "
@@ -68,5 +69,8 @@ def _print_results(args: argparse.Namespace, results: dict[str, Any]) -> None:
         print(f"  skipped {sk.get('point') or sk['file']}: {sk['reason']}")
     for d in results["diagnoses"]:
         print(f"  {diagnosis_line(d)}")
+        line = proposal_line(d)
+        if line is not None:
+            print(f"    {line}")
     for c in results["claims"]:
         print(f"  claim {c['verdict']}: {c['claim']}")

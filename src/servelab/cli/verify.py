@@ -18,16 +18,28 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="also re-render tables and figures from the raw data and compare bytes",
     )
+    v.add_argument(
+        "--diagnosing",
+        metavar="DIR",
+        help="a confirmation's diagnosing bundle, folder or tarball (default: the diagnosing "
+        "experiment's bundle in the confirmation's results folder)",
+    )
     v.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from servelab.evidence.verify import verify
+    from servelab.evidence.verify import verification
 
-    failures = verify(Path(args.path), do_rebuild=args.rebuild)
-    for line in failures:
+    diagnosing = Path(args.diagnosing) if args.diagnosing else None
+    checked = verification(Path(args.path), do_rebuild=args.rebuild, diagnosing=diagnosing)
+    for line in checked.failures:
         print(f"FAIL {line}")
-    if failures:
+    if checked.diagnosing is not None and not checked.diagnosing_failures:
+        print(
+            f"diagnosing bundle {checked.diagnosing}: holds "
+            f"(manifest sha256 {str(checked.manifest_sha256)[:8]}...)"
+        )
+    if checked.failures:
         return 1
     what = "checksums, manifest, schemas" + (", rebuilt tables and figures" if args.rebuild else "")
     print(f"{args.path}: OK ({what})")

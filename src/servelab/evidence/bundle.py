@@ -15,7 +15,7 @@ from servelab.errors import ServelabError
 from servelab.evidence.files import sha256sums_text, walk_files
 from servelab.evidence.provenance import host_facts, pipeline_facts, redacted_config
 from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
-from servelab.experiment import Experiment
+from servelab.experiment import ConfirmsSection, Experiment
 from servelab.hashing import sha256_file
 from servelab.jsonio import read_json, write_json
 from servelab.model import RECORD as MODEL_RECORD
@@ -151,7 +151,7 @@ def build_bundle(
     (out / "config.resolved.yaml").write_text(
         yaml.safe_dump(config, sort_keys=True, default_flow_style=False), encoding="utf-8"
     )
-    provenance = _provenance(exp.name, paths, out, repo, config, host)
+    provenance = _provenance(exp, paths, out, repo, config, host)
     write_json(out / "provenance.json", provenance)
     # the runtime's facts the crate describes are all among those provenance.json carries
     _write_ro_crate(out, exp.name, provenance, provenance["runtime"])
@@ -207,7 +207,7 @@ def _servers(bundled: ExperimentPaths) -> tuple[dict[str, Any], str | None]:
 
 
 def _provenance(
-    experiment: str,
+    exp: Experiment,
     paths: ExperimentPaths,
     out: Path,
     repo: Path,
@@ -215,14 +215,15 @@ def _provenance(
     host: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """provenance.json: the model, the runtime, the servers (as bundled in `out`), the host,
-    the pipeline, the stopping rule, the config and when the measurement ran."""
+    the pipeline, the stopping rule, what a confirmation confirms, the config and when the
+    measurement ran."""
     started, finished = _run_window(paths)
     model = read_json(paths.model / MODEL_RECORD)
     runtime = RuntimeRecord.read(paths.runtime_record).doc
     servers, vllm_version = _servers(ExperimentPaths(out))
     return {
         "format_version": FORMAT_VERSION,
-        "experiment": experiment,
+        "experiment": exp.name,
         "model": {
             "source": model["source"],
             "repo": model.get("repo"),
@@ -238,6 +239,7 @@ def _provenance(
         "pipeline": pipeline_facts(repo),
         **_dataset(paths),
         **_stopping_rule(paths),
+        **_confirms(exp.analysis.confirms),
         "config": config,
         "started_epoch_ns": started,
         "finished_epoch_ns": finished,
@@ -284,6 +286,41 @@ def _stopping_rule(paths: ExperimentPaths) -> dict[str, Any]:
                 }
             }
     return {}
+
+
+def _confirms(confirms: ConfirmsSection | None) -> dict[str, Any]:
+    """A confirmation experiment's `confirms` (analysis.confirms): the diagnosing experiment,
+    its bundle and that bundle's manifest.json sha256 (which `servelab verify` checks), which
+    diagnoses led to which change of which configuration, and the proposals not measured;
+    nothing for any other experiment."""
+    if confirms is None:
+        return {}
+    return {
+        "confirms": {
+            "experiment": confirms.experiment,
+            "bundle": confirms.bundle,
+            "manifest_sha256": confirms.manifest_sha256,
+            "changes": [
+                {
+                    "id": p.id,
+                    "diagnoses": list(p.diagnoses),
+                    "server_config": p.server_config,
+                    "config": p.config,
+                    "change": dict(p.change),
+                }
+                for p in confirms.proposals
+            ],
+            "not_tried": [
+                {
+                    "diagnoses": list(n.diagnoses),
+                    "server_config": n.server_config,
+                    "proposal": n.proposal,
+                    "reason": n.reason,
+                }
+                for n in confirms.not_tried
+            ],
+        }
+    }
 
 
 def _finish(out: Path, experiment: str) -> dict[str, Any]:

@@ -62,6 +62,7 @@ RULES: list[tuple[str, str]] = [
     ("tables/slo.json", "slo"),
     ("tables/rounds.json", "rounds"),
     ("tables/turns.json", "turns"),
+    ("tables/confirmation.json", "confirmation"),
     (f"profile/*/{PROFILE_FILE}", "profile"),
     (f"profile/*/{WINDOWS_FILE}", "windows"),
     (f"profile/*/{CAPTURE_FILE}", "capture"),

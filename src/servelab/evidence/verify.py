@@ -1,9 +1,12 @@
 """`servelab verify`: checksums, manifest completeness, schemas, and (--rebuild) byte-identical
-tables and figures re-rendered from the raw data."""
+tables and figures re-rendered from the raw data; a confirmation's bundle together with the
+diagnosing bundle it records."""
 
 from __future__ import annotations
 
+import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,13 +104,103 @@ def rebuild(root: Path) -> list[str]:
     return failures
 
 
-def verify(path: Path, do_rebuild: bool = False) -> list[str]:
-    """All failures, one line each naming the file; empty when the bundle holds."""
+@dataclass(frozen=True)
+class Verification:
+    """What verify checked: every failure, one line each naming the file; and for a
+    confirmation's bundle, the diagnosing bundle it checked (None when none was found) with
+    its failures among them and the manifest.json sha256 the confirmation recorded."""
+
+    failures: list[str]
+    diagnosing: Path | None = None
+    diagnosing_failures: list[str] = field(default_factory=list)
+    manifest_sha256: str | None = None
+
+
+def verify(path: Path, do_rebuild: bool = False, diagnosing: Path | None = None) -> list[str]:
+    """All failures, one line each naming the file; empty when the bundle holds (and, for a
+    confirmation's, the diagnosing bundle too: see `verification`)."""
+    return verification(path, do_rebuild, diagnosing).failures
+
+
+def verification(
+    path: Path, do_rebuild: bool = False, diagnosing: Path | None = None
+) -> Verification:
+    """Check the bundle folder or release tarball `path`. A confirmation's bundle (provenance
+    `confirms`) holds only with its diagnosing bundle: `diagnosing`, or else the bundle of
+    `confirms.experiment` beside it in the same results folder (a tarball has none beside
+    it); that bundle's manifest.json must be the one the confirmation recorded, and it must
+    verify itself (`do_rebuild` too)."""
     with tempfile.TemporaryDirectory() as tmp:
-        root = open_bundle(path, Path(tmp))
-        files = walk_files(root)
-        failures = check_sums(root, files) + check_manifest(root, files)
-        failures += check_all_json(root, [f for f in files if f != "SHA256SUMS"])
-        if do_rebuild and not failures:
-            failures += rebuild(root)
-        return failures
+        root = open_bundle(path, Path(tmp) / "bundle")
+        failures = _check(root, do_rebuild)
+        confirms = _confirms_of(root)
+        if confirms is None:
+            if diagnosing is not None:
+                raise ServelabError(
+                    f"{path}: not a confirmation's bundle (provenance.json has no confirms); "
+                    "pass --diagnosing only with one"
+                )
+            return Verification(failures)
+        recorded = str(confirms.get("manifest_sha256"))
+        where = diagnosing if diagnosing is not None else _beside(path, confirms)
+        if where is None:
+            theirs = [
+                f"{path}: a confirmation's tarball has no diagnosing bundle beside it; pass "
+                f"--diagnosing DIR (the bundle of {confirms.get('experiment')})"
+            ]
+        else:
+            theirs = _check_diagnosing(where, recorded, Path(tmp) / "diagnosing", do_rebuild)
+        return Verification(failures + theirs, where, theirs, recorded)
+
+
+def _check(root: Path, do_rebuild: bool) -> list[str]:
+    """The failures of the bundle folder `root` on its own."""
+    files = walk_files(root)
+    failures = check_sums(root, files) + check_manifest(root, files)
+    failures += check_all_json(root, [f for f in files if f != "SHA256SUMS"])
+    if do_rebuild and not failures:
+        failures += rebuild(root)
+    return failures
+
+
+def _confirms_of(root: Path) -> dict[str, Any] | None:
+    """provenance.json's `confirms`: None for any bundle but a confirmation's, and when
+    provenance.json is unreadable (the checks name it then)."""
+    try:
+        confirms = read_json(root / "provenance.json").get("confirms")
+    except (ServelabError, AttributeError):
+        return None
+    return confirms if isinstance(confirms, dict) else None
+
+
+def _beside(path: Path, confirms: dict[str, Any]) -> Path | None:
+    """Where the diagnosing bundle of the confirmation bundle folder `path` lives: both
+    experiments' folders are in one results folder, so <path>/../../<experiment>/bundle
+    (None for a tarball, which has nothing beside it)."""
+    if not path.is_dir():
+        return None
+    return Path(os.path.normpath(path / ".." / ".." / str(confirms.get("experiment")) / "bundle"))
+
+
+def _check_diagnosing(where: Path, recorded: str, workdir: Path, do_rebuild: bool) -> list[str]:
+    """The failures of the diagnosing bundle `where` (a folder or a tarball): not there, not
+    the one the confirmation recorded (its manifest.json sha256 differs: the one line, since
+    checking another bundle says nothing of the diagnosis), or its own, prefixed with its
+    path."""
+    if not where.exists():
+        return [
+            f"{where}: the diagnosing bundle of this confirmation is not there; "
+            "pass --diagnosing DIR"
+        ]
+    root = open_bundle(where, workdir)
+    manifest = root / "manifest.json"
+    if not manifest.is_file():
+        return [f"{where}/manifest.json: missing; the diagnosing bundle cannot be identified"]
+    digest = sha256_file(manifest)
+    if digest != recorded:
+        return [
+            f"{where}/manifest.json: sha256 {digest[:12]}... is not the {recorded[:12]}... "
+            "this confirmation recorded (provenance.json confirms.manifest_sha256): not the "
+            "bundle it was derived from; pass --diagnosing DIR with that one"
+        ]
+    return [f"{where}: {line}" for line in _check(root, do_rebuild)]

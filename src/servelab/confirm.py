@@ -1,0 +1,367 @@
+"""From diagnosis to measured fix: the confirmation experiment a diagnosing experiment's
+proposals call for (`snakemake --cores all confirm`, rules/confirm.smk; docs/analysis.md,
+"Proposals and confirmation").
+
+plan_confirmation() reads the proposals in diagnoses.json (analysis.proposals) and derives one
+experiment: the diagnosed configuration and each proposed one side by side, the same model,
+runtime and workload, at the concurrencies the proposals' claims judge, with the original's
+repeats (or sequential plan), the proposals' claims as its claims, and `analysis.confirms`
+naming the diagnosing experiment, its bundle by digest and the proposals. A proposal that
+cannot be tried (an operating point, a change the runtime does not have, over
+confirm.max_proposals) is listed with the reason, not run. The analysis of the confirmation
+judges each proposal (analysis.confirmation)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servelab.analysis.proposals import proposal_line
+from servelab.config import validate
+from servelab.errors import ServelabError
+from servelab.hashing import sha256_file
+
+CONFIRM_SUFFIX = "-confirm"  # the confirmation of experiment X is experiment X-confirm
+DEFAULT_MAX_PROPOSALS = 2  # confirm.max_proposals when the config has no confirm section
+CONFIRM_RECORD = "confirm.json"  # what the confirm rule writes in the confirmation's folder
+CONFIRM_CONFIG = "config.yaml"  # the derived experiment, beside it
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A confirmation: the derived experiment's resolved config (None when no proposal can
+    be measured), the proposals it measures (analysis.confirms.proposals) and those it does
+    not, each with the reason."""
+
+    config: dict[str, Any] | None
+    tried: list[dict[str, Any]]
+    not_tried: list[dict[str, Any]]
+
+    def lines(self) -> list[str]:
+        """The plan in words, as the confirm rule prints it."""
+        out = []
+        for p in self.tried:
+            change = " ".join(f"--{k} {v}" for k, v in p["change"].items())
+            out.append(
+                f"{p['id']}: {change} on {p['server_config']} (from {', '.join(p['diagnoses'])}); "
+                f"expected: {p['expected']}"
+            )
+        for n in self.not_tried:
+            out.append(
+                f"not tried: {n['proposal']} on {n['server_config']} "
+                f"(from {', '.join(n['diagnoses'])}): {n['reason']}"
+            )
+        return out
+
+
+def _grouped(diagnoses: Sequence[Mapping[str, Any]]) -> list[tuple[list[str], dict[str, Any]]]:
+    """The distinct proposals in the order diagnoses.json lists them, each with the kinds of
+    the diagnoses that made it (serialized and kv_headroom_unused propose the same change)."""
+    found: dict[str, tuple[list[str], dict[str, Any]]] = {}
+    for d in diagnoses:
+        p = d.get("proposal")
+        if p is None:
+            continue
+        key = json.dumps([p["server_config"], p.get("change"), p.get("operate_at")], sort_keys=True)
+        if key not in found:
+            found[key] = ([], dict(p))
+        kinds = found[key][0]
+        if d["kind"] not in kinds:
+            kinds.append(d["kind"])
+    return list(found.values())
+
+
+def _words(p: Mapping[str, Any]) -> str:
+    if "change" in p:
+        return " ".join(f"--{k} {v}" for k, v in p["change"].items())
+    axis, at = next(iter(p["operate_at"].items()))
+    return f"operate at {'request rate' if axis == 'rate' else axis} {at:g}"
+
+
+def _merged_args(base: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
+    """The diagnosed configuration's arguments with the change: a compilation config is merged
+    key by key into one the configuration already gives."""
+    out = dict(base)
+    for k, v in change.items():
+        if k == "compilation-config" and isinstance(out.get(k), str):
+            try:
+                merged = {**json.loads(out[k]), **json.loads(str(v))}
+            except json.JSONDecodeError:
+                merged = json.loads(str(v))
+            out[k] = json.dumps(merged, separators=(",", ":"))
+        else:
+            out[k] = v
+    return out
+
+
+def _why_not(
+    p: Mapping[str, Any], config: Mapping[str, Any], configs: Mapping[str, Mapping[str, Any]]
+) -> str | None:
+    """Why a proposal cannot be measured by a confirmation of this experiment, or None."""
+    if not p.get("tryable"):
+        return str(p.get("not_tried") or "the proposal says it cannot be tried")
+    if p["server_config"] not in configs:
+        return f"{p['server_config']!r} is not a server configuration of this experiment"
+    if config["sweep"].get("rate") is not None:
+        return "a sweep over request rates: a confirmation measures a concurrency sweep"
+    change = p["change"]
+    if "compilation-config" in change and config["runtime"]["device"] != "gpu":
+        return (
+            "CUDA graph capture sizes need a GPU runtime (runtime.device is "
+            f"{config['runtime']['device']})"
+        )
+    args = {**config["server"]["args"], **configs[p["server_config"]]}
+    if all(args.get(k) == v for k, v in change.items()):
+        return f"{p['server_config']} already runs with {_words(p)}"
+    return None
+
+
+def plan_confirmation(
+    config: Mapping[str, Any],
+    diagnoses: Sequence[Mapping[str, Any]],
+    bundle: Path,
+    max_proposals: int | None = None,
+) -> Plan:
+    """The confirmation of the experiment `config` (its resolved config) from its
+    diagnoses.json and its bundle folder (named by the sha256 of its manifest.json)."""
+    if config.get("reference") or config["analysis"].get("confirms"):
+        what = "a reproduction" if config.get("reference") else "a confirmation"
+        raise ServelabError(
+            f"{config['experiment']}: confirm: this experiment is {what}; confirm the "
+            "experiment it was made from"
+        )
+    limit = max_proposals or (config.get("confirm") or {}).get(
+        "max_proposals", DEFAULT_MAX_PROPOSALS
+    )
+    configs = {c["name"]: dict(c.get("args") or {}) for c in config["server"]["configs"]}
+    tried: list[dict[str, Any]] = []
+    not_tried: list[dict[str, Any]] = []
+    for kinds, p in _grouped(diagnoses):
+        reason = _why_not(p, config, configs)
+        if reason is None and len(tried) >= limit:
+            reason = f"over confirm.max_proposals ({limit}): confirm it in a later run"
+        if reason is not None:
+            not_tried.append(
+                {
+                    "diagnoses": kinds,
+                    "server_config": p["server_config"],
+                    "proposal": _words(p),
+                    "reason": reason,
+                }
+            )
+            continue
+        tried.append(
+            {
+                "id": f"P{len(tried) + 1}",
+                "diagnoses": kinds,
+                "server_config": p["server_config"],
+                "config": p["config"],
+                "change": dict(p["change"]),
+                "concurrency": list(p["concurrency"]),
+                "claims": list(p["claims"]),
+                "expected": p["expected"],
+                "why": p["why"],
+            }
+        )
+    if not tried:
+        return Plan(None, tried, not_tried)
+    manifest = bundle / "manifest.json"
+    if not manifest.is_file():
+        raise ServelabError(f"{manifest}: not found; build the experiment's bundle first")
+    derived = _derive(config, tried, not_tried, bundle, sha256_file(manifest), configs)
+    return Plan(derived, tried, not_tried)
+
+
+def _derive(
+    config: Mapping[str, Any],
+    tried: list[dict[str, Any]],
+    not_tried: list[dict[str, Any]],
+    bundle: Path,
+    manifest_sha256: str,
+    configs: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The confirmation experiment's config, validated: the original's with the diagnosed and
+    proposed configurations, the judged concurrencies, the proposals' claims and
+    analysis.confirms; no profiling pass, search, reference or confirm section."""
+    cfg = copy.deepcopy(dict(config))
+    cfg["experiment"] = f"{config['experiment']}{CONFIRM_SUFFIX}"
+    server_configs: list[dict[str, Any]] = []
+    for p in tried:
+        if p["server_config"] not in [c["name"] for c in server_configs]:
+            server_configs.append(
+                {"name": p["server_config"], "args": dict(configs[p["server_config"]])}
+            )
+        server_configs.append(
+            {"name": p["config"], "args": _merged_args(configs[p["server_config"]], p["change"])}
+        )
+    cfg["server"]["configs"] = server_configs
+    cfg["sweep"]["concurrency"] = sorted({c for p in tried for c in p["concurrency"]})
+    analysis = cfg["analysis"]
+    analysis["claims"] = [c for p in tried for c in p["claims"]]
+    analysis["pairs"] = []  # they name the original's configurations and levels
+    analysis["confirms"] = {
+        "experiment": config["experiment"],
+        "bundle": str(bundle),
+        "manifest_sha256": manifest_sha256,
+        "proposals": tried,
+        "not_tried": not_tried,
+    }
+    cfg["profile"]["enabled"] = False
+    if cfg.get("search"):
+        cfg["search"]["enabled"] = False
+    cfg["reference"] = None
+    cfg.pop("confirm", None)
+    source = f"the confirmation of {config['experiment']}"
+    return validate(cfg, source=source).to_dict()
+
+
+def plan_lines(diagnoses: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each diagnosis's proposal in one line (a dry run: nothing derived, nothing measured)."""
+    out = []
+    for d in diagnoses:
+        line = proposal_line(dict(d))
+        if line is not None:
+            out.append(f"{d['kind']} ({d['server_config']}): {line}")
+    return out
+
+
+def write_config(plan: Plan, path: Path) -> None:
+    """The derived experiment as an experiment file (it runs by hand too:
+    snakemake --cores all --configfile PATH)."""
+    import yaml
+
+    assert plan.config is not None
+    conf = plan.config["analysis"]["confirms"]
+    head = [
+        f"# The confirmation of {conf['experiment']}: written by `snakemake --cores all confirm`",
+        f"# from its diagnoses (bundle {conf['bundle']}, manifest sha256",
+        f"# {conf['manifest_sha256']}). Rerun by hand with",
+        f"#   snakemake --cores all --configfile {path}",
+        *[f"# {line}" for line in plan.lines()],
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = yaml.safe_dump(plan.config, sort_keys=False, allow_unicode=True)
+    path.write_text("\n".join(head) + "\n" + body, encoding="utf-8")
+
+
+def seed_reused(diagnosing: Path, confirmation: Path) -> list[str]:
+    """The diagnosing experiment's model and runtime records copied into the confirmation's
+    folder, times kept, so that its workflow finds them made and builds nothing again; a
+    model built into the diagnosing folder (tiny) is served from there, so the server loads the
+    same path and reuses what earlier starts compiled (the compile cache is keyed on it).
+    Folders the confirmation already has are left as they are. Returns the folders seeded."""
+    import shutil
+
+    from servelab.jsonio import read_json, write_json
+    from servelab.model import model_dir
+
+    seeded = []
+    for name in ("model", "runtime"):
+        src, dst = diagnosing / name, confirmation / name
+        if not src.is_dir() or dst.exists():
+            continue
+        dst.mkdir(parents=True)
+        for record in sorted(src.glob("*.json")):
+            data = read_json(record)
+            if name == "model":
+                data["path"] = str(model_dir(record))
+            write_json(dst / record.name, data)
+            shutil.copystat(record, dst / record.name)
+        seeded.append(name)
+    return seeded
+
+
+def _run_workflow(cmd: list[str], log: Path, say: Callable[[str], None]) -> int:
+    """Run the confirmation's workflow, its output streamed to `say` and kept in `log`; a
+    SIGTERM to this job (its own workflow gone, or killed) stops it as Snakemake stops."""
+    import signal
+    import subprocess
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as fh:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+
+        def stop(signum: int, frame: Any) -> None:
+            proc.send_signal(signal.SIGTERM)
+
+        previous = signal.signal(signal.SIGTERM, stop)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                fh.write(line)
+                fh.flush()
+                say(f"  | {line.rstrip()}")
+            return proc.wait()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def workflow_command(snakefile: Path, cores: int) -> list[str]:
+    """How the confirm rule runs the confirmation: this workflow, this many cores (the
+    experiment file is added after it)."""
+    import sys
+
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--cores", str(cores)]
+
+
+def run_confirm(
+    config: Mapping[str, Any],
+    diagnoses: Path,
+    bundle: Path,
+    record: Path,
+    workflow: list[str],
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The confirm rule: plan the confirmation, write its experiment file beside `record`,
+    seed its model and runtime from the diagnosing experiment's, run it with `workflow`
+    (workflow_command) and write `record` (confirm.json): the plan, the run's status and the
+    verdicts of its analysis/confirmation.json. A run that fails keeps what it measured and
+    raises after writing the record."""
+    from servelab.jsonio import read_json, write_json
+
+    plan = plan_confirmation(config, read_json(diagnoses), bundle)
+    folder = record.parent
+    out: dict[str, Any] = {
+        "experiment": config["experiment"],
+        "bundle": str(bundle),
+        "tried": plan.tried,
+        "not_tried": plan.not_tried,
+    }
+    for line in plan.lines():
+        say(f"confirm: {line}")
+    if plan.config is None:
+        say("confirm: no proposal can be measured: nothing to run")
+        write_json(record, {**out, "status": "nothing to measure"})
+        return out
+    cfg_path = folder / CONFIRM_CONFIG
+    write_config(plan, cfg_path)
+    seeded = seed_reused(bundle.parent, folder)
+    if seeded:
+        say(f"confirm: reusing the {' and '.join(seeded)} of {bundle.parent}")
+    cmd = [*workflow, "--configfile", str(cfg_path)]
+    say(f"confirm: running {plan.config['experiment']}: {' '.join(cmd[2:])}")
+    rc = _run_workflow(cmd, folder / "logs" / "confirm-workflow.log", say)
+    out["config"] = str(cfg_path)
+    out["confirmation"] = plan.config["experiment"]
+    table = folder / "analysis" / "confirmation.json"
+    if rc != 0 or not table.is_file():
+        write_json(record, {**out, "status": "failed", "exit_status": rc})
+        raise ServelabError(
+            f"{cfg_path}: the confirmation's workflow exited with {rc}; what it measured is "
+            f"kept in {folder} (log: {folder / 'logs' / 'confirm-workflow.log'}); rerun "
+            "`snakemake --cores all confirm` to resume it"
+        )
+    from servelab.analysis.confirmation import verdict_line
+
+    verdicts = read_json(table)["proposals"]
+    for p in verdicts:
+        say(f"confirm: {verdict_line(p)}")
+    say(f"confirm: details in {folder / 'analysis' / 'report.md'}")
+    write_json(record, {**out, "status": "measured", "verdicts": verdicts})
+    return out
