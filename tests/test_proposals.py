@@ -131,7 +131,8 @@ def _quickstart(tmp_path: Path, **changes: Any) -> dict[str, Any]:
     return validate(raw, "test").to_dict()
 
 
-# the CPU quickstart at --max-num-seqs 1 (evidence/quickstart-cpu/v6): flat near 120 tok/s
+# the CPU quickstart at --max-num-seqs 1 (evidence/quickstart-cpu/v6, AMD EPYC): flat near 120
+# tok/s
 SERIAL = {c: [(120.0 + r, 500.0 * c) for r in (0, 1, 2)] for c in (1, 2, 4, 8, 16)}
 CPU_LOG = (
     "(APIServer pid=1) INFO 12-03 08:00:00 [utils.py:253] non-default args: "
