@@ -352,6 +352,15 @@ class ConfirmsNotTried:
     proposal: str
     reason: str
 
+    def to_json(self) -> dict[str, Any]:
+        """As confirmation.json and provenance.json's `confirms` list it."""
+        return {
+            "diagnoses": list(self.diagnoses),
+            "server_config": self.server_config,
+            "proposal": self.proposal,
+            "reason": self.reason,
+        }
+
 
 @dataclass(frozen=True)
 class ConfirmsSection:

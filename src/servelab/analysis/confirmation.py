@@ -81,15 +81,7 @@ def confirmation(
         "bundle": confirms.bundle,
         "manifest_sha256": confirms.manifest_sha256,
         "proposals": proposals,
-        "not_tried": [
-            {
-                "diagnoses": list(n.diagnoses),
-                "server_config": n.server_config,
-                "proposal": n.proposal,
-                "reason": n.reason,
-            }
-            for n in confirms.not_tried
-        ],
+        "not_tried": [n.to_json() for n in confirms.not_tried],
     }
 
 

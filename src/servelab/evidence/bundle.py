@@ -310,15 +310,7 @@ def _confirms(confirms: ConfirmsSection | None) -> dict[str, Any]:
                 }
                 for p in confirms.proposals
             ],
-            "not_tried": [
-                {
-                    "diagnoses": list(n.diagnoses),
-                    "server_config": n.server_config,
-                    "proposal": n.proposal,
-                    "reason": n.reason,
-                }
-                for n in confirms.not_tried
-            ],
+            "not_tried": [n.to_json() for n in confirms.not_tried],
         }
     }
 
