@@ -18,7 +18,9 @@ rule confirm:
         record=f"{CONFIRM_DIR}/confirm.json",
     params:
         snakefile=workflow.main_snakefile,
-        cores=workflow.cores,
+        # read when the rule runs, not when the workflow is parsed: a cluster profile gives
+        # no --cores, and reading workflow.cores then fails the whole workflow
+        cores=lambda wildcards: workflow.global_resources["_cores"] or 1,
     resources:
         measure=1,
     log:
