@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servelab.analysis.proposals import proposal_line
+from servelab.analysis.proposals import change_words, proposal_line
 from servelab.config import validate
 from servelab.errors import ServelabError
 from servelab.hashing import sha256_file
@@ -45,7 +45,7 @@ class Plan:
         """The plan in words, as the confirm rule prints it."""
         out = []
         for p in self.tried:
-            change = " ".join(f"--{k} {v}" for k, v in p["change"].items())
+            change = change_words(p["change"])
             out.append(
                 f"{p['id']}: {change} on {p['server_config']} (from {', '.join(p['diagnoses'])}); "
                 f"expected: {p['expected']}"
@@ -77,7 +77,7 @@ def _grouped(diagnoses: Sequence[Mapping[str, Any]]) -> list[tuple[list[str], di
 
 def _words(p: Mapping[str, Any]) -> str:
     if "change" in p:
-        return " ".join(f"--{k} {v}" for k, v in p["change"].items())
+        return change_words(p["change"])
     axis, at = next(iter(p["operate_at"].items()))
     return f"operate at {'request rate' if axis == 'rate' else axis} {at:g}"
 

@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from servelab.analysis.groups import Groups
+from servelab.analysis.proposals import change_words
 from servelab.analysis.stats import describe
 from servelab.experiment import ConfirmsProposal, ConfirmsSection
 from servelab.render import md_table, num
@@ -88,7 +89,7 @@ def confirmation(
 def verdict_line(p: dict[str, Any]) -> str:
     """One proposal's verdict in one line: what changed, the verdict, the throughput ratio
     at each judged concurrency."""
-    change = " ".join(f"--{k} {v}" for k, v in p["change"].items())
+    change = change_words(p["change"])
     ratios = []
     for e in p["effects"]:
         r, ci = e["throughput_ratio"], e["ratio_ci95"]

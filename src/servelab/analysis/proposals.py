@@ -37,6 +37,11 @@ def max_num_seqs(cap: dict[str, Any]) -> int | None:
     return None
 
 
+def change_words(change: dict[str, Any]) -> str:
+    """A change as the vLLM arguments it sets, e.g. `--max-num-seqs 8`."""
+    return " ".join(f"--{k} {v}" for k, v in change.items())
+
+
 def proposed_name(server_config: str, change: dict[str, Any]) -> str:
     """The proposed configuration's name in a confirmation experiment: the diagnosed one's
     with the change, e.g. max-num-seqs-1.max-num-seqs-8 (a directory name: [A-Za-z0-9._-])."""
@@ -182,7 +187,7 @@ def proposal_line(d: dict[str, Any]) -> str | None:
     if p is None:
         return f"no remedy: {d['no_remedy']}" if "no_remedy" in d else None
     if "change" in p:
-        change = " ".join(f"--{k} {v}" for k, v in p["change"].items())
+        change = change_words(p["change"])
         text = f"proposal: {change} on {p['server_config']}; expected: {p['expected']}"
     else:
         axis, at = next(iter(p["operate_at"].items()))
