@@ -9,6 +9,15 @@
 CONFIRM_DIR = f"{config['results_dir']}/{config['experiment']}-confirm"
 
 
+def confirm_cores(wildcards):
+    """The cores the inner run gets: this run's --cores, read when the rule runs (a cluster
+    profile gives no --cores, and reading workflow.cores at parse time fails the workflow).
+    Snakemake 9 keeps global resources as Resource objects; older releases as plain ints."""
+    cores = workflow.global_resources.get("_cores")
+    cores = getattr(cores, "value", cores)
+    return int(cores) if isinstance(cores, int) and cores > 0 else 1
+
+
 rule confirm:
     localrule: True
     input:
@@ -18,9 +27,7 @@ rule confirm:
         record=f"{CONFIRM_DIR}/confirm.json",
     params:
         snakefile=workflow.main_snakefile,
-        # read when the rule runs, not when the workflow is parsed: a cluster profile gives
-        # no --cores, and reading workflow.cores then fails the whole workflow
-        cores=lambda wildcards: workflow.global_resources["_cores"] or 1,
+        cores=confirm_cores,
     resources:
         measure=1,
     log:
