@@ -108,6 +108,15 @@ def node_cpus(wildcards):
 WHOLE_NODE = {"slurm_extra": "'--exclusive'"}
 
 
+def confirm_cores(wildcards):
+    """The cores the inner run gets: this run's --cores, read when the rule runs (a cluster
+    profile gives no --cores, and reading workflow.cores at parse time fails the workflow).
+    Snakemake 9 keeps global resources as Resource objects; older releases as plain ints."""
+    cores = workflow.global_resources.get("_cores")
+    cores = getattr(cores, "value", cores)
+    return int(cores) if isinstance(cores, int) and cores > 0 else 1
+
+
 def measure_resources():
     """Resources of the measuring jobs: the measurement slot, the whole node and every CPU of
     it, the GPUs."""

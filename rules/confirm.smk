@@ -9,15 +9,6 @@
 CONFIRM_DIR = f"{config['results_dir']}/{config['experiment']}-confirm"
 
 
-def confirm_cores(wildcards):
-    """The cores the inner run gets: this run's --cores, read when the rule runs (a cluster
-    profile gives no --cores, and reading workflow.cores at parse time fails the workflow).
-    Snakemake 9 keeps global resources as Resource objects; older releases as plain ints."""
-    cores = workflow.global_resources.get("_cores")
-    cores = getattr(cores, "value", cores)
-    return int(cores) if isinstance(cores, int) and cores > 0 else 1
-
-
 rule confirm:
     localrule: True
     input:
