@@ -34,3 +34,6 @@ else:
             bundle=f"{EXP}/bundle/manifest.json",
             reproduction=REPRODUCTION,
         default_target: True
+
+
+include: "rules/site.smk"

@@ -23,6 +23,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "stages": (
         "campaign",
         "confirm",
+        "site",
         "reproduce",
         "sequential",
         "evidence",

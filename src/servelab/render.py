@@ -7,8 +7,11 @@ Same data, same bytes: every table, report and figure servelab writes goes throu
   digits: 6 for the analysis and telemetry tables (changing it changes every released table),
   9 where values are microsecond totals (the profile's tables), as in JSON (jsonio).
 - `md_table`: a Markdown table, "|---|" rules, ":" for right-aligned columns.
-- `figure_style` / `save_figure`: deterministic matplotlib output (fixed SVG hash salt, no
-  dates or versions in the files).
+- `figure_style` / `save_figure` / `figure_bytes`: deterministic matplotlib output (fixed SVG
+  hash salt, no dates or versions in the files).
+- `MEAN_CI_STYLE` / `REPEAT_DOT_STYLE` / `MEAN_CI_CAPTION`: how every figure of means shows
+  its uncertainty (the mean's 95% CI as an error bar, each repeat as a grey dot;
+  servelab.analysis.figures.means_with_ci draws them).
 """
 
 from __future__ import annotations
@@ -94,6 +97,11 @@ FIGURE_RC: dict[str, Any] = {
     "figure.dpi": 100,
 }
 FIGURE_FORMATS = ("svg", "png")
+# A mean with its 95% CI (matplotlib errorbar keywords), and each repeat behind it (scatter).
+MEAN_CI_STYLE: dict[str, Any] = {"marker": "o", "capsize": 3, "zorder": 4}
+REPEAT_DOT_STYLE: dict[str, Any] = {"s": 12, "alpha": 0.5, "color": "0.4", "zorder": 3}
+# what a figure of means says it shows, in its title or caption
+MEAN_CI_CAPTION = "mean, 95% CI; dots: each repeat"
 
 
 @contextmanager
@@ -117,10 +125,23 @@ def save_figure(
     paths = []
     for fmt in formats:
         path = out_dir / f"{name}.{fmt}"
-        meta: dict[str, Any] = (
-            {"Date": None, "Creator": None} if fmt == "svg" else {"Software": None}
-        )
-        fig.savefig(path, format=fmt, metadata=meta)
+        fig.savefig(path, format=fmt, metadata=_undated(fmt))
         paths.append(path)
     plt.close(fig)
     return paths
+
+
+def figure_bytes(fig: Any, fmt: str = "svg") -> bytes:
+    """`fig` in one format, as `save_figure` writes it, and close it (for a caller that
+    embeds the figure rather than writing a file)."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, metadata=_undated(fmt))
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _undated(fmt: str) -> dict[str, Any]:
+    """The metadata that keeps a figure's bytes free of dates and versions."""
+    return {"Date": None, "Creator": None} if fmt == "svg" else {"Software": None}

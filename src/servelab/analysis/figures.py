@@ -1,8 +1,11 @@
 """The analysis figures, drawn in servelab's figure style (servelab.render): same data, same
-bytes."""
+bytes. Every figure of means draws it one way (`means_with_ci`): the mean with its 95% CI as an
+error bar and each repeat it is taken over as a grey dot."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,12 +13,116 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.container import ErrorbarContainer  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from servelab.analysis.groups import Groups, Level  # noqa: E402
-from servelab.analysis.stats import describe, mean_rel_diff_pct  # noqa: E402
+from servelab.analysis.stats import describe  # noqa: E402
 from servelab.paths import FIGURES  # noqa: E402
-from servelab.render import figure_style, save_figure  # noqa: E402
+from servelab.render import (  # noqa: E402
+    MEAN_CI_CAPTION,
+    MEAN_CI_STYLE,
+    REPEAT_DOT_STYLE,
+    figure_style,
+    save_figure,
+)
+
+# A point's valid repeats: repeat -> value (Groups.values).
+Repeats = Mapping[Any, float]
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float, float] | None:
+    """The mean of `values` and its 95% CI as distances below and above it (0 and 0 for one
+    value); None without values."""
+    d = describe(values)
+    if d.mean is None:
+        return None
+    if d.ci95_low is None or d.ci95_high is None:
+        return d.mean, 0.0, 0.0
+    return d.mean, d.mean - d.ci95_low, d.ci95_high - d.mean
+
+
+@dataclass
+class _Marks:
+    """What one call of `means_with_ci` draws: the means, their CIs (below, above) in y and,
+    for a scatter of two means, in x, and the repeats' dots."""
+
+    x: list[float]
+    y: list[float]
+    yerr: list[list[float]]
+    xerr: list[list[float]] | None
+    dots: list[tuple[float, float]]
+
+
+def _draw(
+    ax: Any, marks: _Marks, label: str | None, color: str | None, connect: bool
+) -> ErrorbarContainer | None:
+    if marks.dots:
+        ax.scatter([d[0] for d in marks.dots], [d[1] for d in marks.dots], **REPEAT_DOT_STYLE)
+    if not marks.x:
+        return None
+    bars: ErrorbarContainer = ax.errorbar(
+        marks.x,
+        marks.y,
+        yerr=marks.yerr,
+        xerr=marks.xerr,
+        linestyle="-" if connect else "none",
+        label=label,
+        color=color,
+        **MEAN_CI_STYLE,
+    )
+    return bars
+
+
+def means_with_ci(
+    ax: Any,
+    xs: Sequence[float],
+    repeats: Sequence[Repeats],
+    label: str | None = None,
+    color: str | None = None,
+    connect: bool = True,
+) -> ErrorbarContainer | None:
+    """At each x, the mean of its repeats (`repeats[i]`: repeat -> value) with the mean's 95%
+    CI as an error bar, and each repeat as a grey dot; an x without repeats is left out.
+    `connect`: a line through the means (a sweep), else markers alone (categories). Returns
+    the error bars (None when no x has a repeat)."""
+    marks = _Marks([], [], [[], []], None, [])
+    for x, reps in zip(xs, repeats, strict=True):
+        ci = mean_ci(list(reps.values()))
+        if ci is None:
+            continue
+        marks.x.append(float(x))
+        marks.y.append(ci[0])
+        marks.yerr[0].append(ci[1])
+        marks.yerr[1].append(ci[2])
+        marks.dots += [(float(x), v) for v in reps.values()]
+    return _draw(ax, marks, label, color, connect)
+
+
+def means_with_ci_2d(
+    ax: Any,
+    x_repeats: Sequence[Repeats],
+    y_repeats: Sequence[Repeats],
+    label: str | None = None,
+    color: str | None = None,
+) -> ErrorbarContainer | None:
+    """Points of two means (a latency against the throughput): x and y each the mean of its
+    repeats with its 95% CI, the points joined in order; each repeat that has both values a
+    grey dot at its own (x, y). A point without x or y repeats is left out."""
+    marks = _Marks([], [], [[], []], [[], []], [])
+    for xr, yr in zip(x_repeats, y_repeats, strict=True):
+        cx, cy = mean_ci(list(xr.values())), mean_ci(list(yr.values()))
+        if cx is None or cy is None:
+            continue
+        marks.x.append(cx[0])
+        marks.y.append(cy[0])
+        assert marks.xerr is not None
+        marks.xerr[0].append(cx[1])
+        marks.xerr[1].append(cx[2])
+        marks.yerr[0].append(cy[1])
+        marks.yerr[1].append(cy[2])
+        marks.dots += [(xr[r], yr[r]) for r in sorted(set(xr) & set(yr))]
+    return _draw(ax, marks, label, color, True)
 
 
 def _levels_axis(ax: Any, levels: list[Level]) -> None:
@@ -36,24 +143,12 @@ def throughput_vs_concurrency(g: Groups) -> Figure:
     for sc in g.configs:
         lv = g.levels(sc)
         levels |= set(lv)
-        means: list[float] = []
-        lo: list[float] = []
-        hi: list[float] = []
-        for c in lv:
-            d = describe(list(g.values(sc, c, "output_throughput").values()))
-            means.append(d.mean if d.mean is not None else float("nan"))
-            lo.append((d.mean - d.ci95_low) if d.ci95_low is not None and d.mean is not None else 0)
-            hi.append(
-                (d.ci95_high - d.mean) if d.ci95_high is not None and d.mean is not None else 0
-            )
-            reps = g.values(sc, c, "output_throughput")
-            ax.scatter([c] * len(reps), list(reps.values()), s=12, alpha=0.5, color="0.4", zorder=3)
-        ax.errorbar(lv, means, yerr=[lo, hi], marker="o", capsize=3, label=sc, zorder=4)
+        means_with_ci(ax, lv, [g.values(sc, c, "output_throughput") for c in lv], label=sc)
     _levels_axis(ax, sorted(levels))
     ax.set_xlabel(_axis_label(g))
     ax.set_ylabel("output throughput (tok/s)")
     word = "request rate" if g.open_loop else "concurrency"
-    ax.set_title(f"Throughput vs {word} (mean, 95% CI; grey: each repeat)")
+    ax.set_title(f"Throughput vs {word} ({MEAN_CI_CAPTION})")
     ax.legend()
     fig.tight_layout()
     return fig
@@ -67,22 +162,26 @@ def latency_throughput(g: Groups, dominated: list[dict[str, Any]]) -> Figure:
         (axes[1], "mean_tpot_ms", "mean TPOT (ms)"),
     ):
         for sc in g.configs:
-            xs, ys, cs = [], [], []
-            for c in g.levels(sc):
+            lv = g.levels(sc)
+            bars = means_with_ci_2d(
+                ax,
+                [g.values(sc, c, "output_throughput") for c in lv],
+                [g.values(sc, c, metric) for c in lv],
+                label=sc,
+            )
+            if bars is None:
+                continue
+            color = bars.lines[0].get_color() if bars.lines[0] is not None else None
+            for c in lv:
                 x, y = g.mean(sc, c, "output_throughput"), g.mean(sc, c, metric)
                 if x is None or y is None:
                     continue
-                xs.append(x)
-                ys.append(y)
-                cs.append(c)
-            line = ax.plot(xs, ys, marker="o", label=sc)[0]
-            for x, y, c in zip(xs, ys, cs, strict=True):
                 ax.annotate(f"{c:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
                 if (sc, c) in dom:
-                    ax.scatter([x], [y], marker="x", s=80, color=line.get_color(), zorder=5)
+                    ax.scatter([x], [y], marker="x", s=80, color=color, zorder=5)
         ax.set_xlabel("output throughput (tok/s)")
         ax.set_ylabel(label)
-    axes[0].set_title("Latency vs throughput (x: dominated point)")
+    fig.suptitle(f"Latency vs throughput ({MEAN_CI_CAPTION}; x: dominated point)")
     axes[0].legend()
     fig.tight_layout()
     return fig
@@ -114,17 +213,14 @@ def paired_differences(g: Groups) -> Figure:
     for i, (sc, a, b) in enumerate(pairs):
         va, vb = g.pair(sc, a, sc, b, "output_throughput")
         rel = [100.0 * (x / y - 1) for x, y in zip(va, vb, strict=True) if y]
-        ax.scatter([i] * len(rel), rel, s=14, color="0.3", zorder=3)
-        mean = mean_rel_diff_pct(va, vb)
-        if mean is not None:
-            ax.hlines(mean, i - 0.3, i + 0.3, color="C3", zorder=4)
+        means_with_ci(ax, [i], [dict(enumerate(rel))], color="C3", connect=False)
     ax.axhline(0, color="0.5", linewidth=0.8)
     ax.set_xticks(range(len(pairs)))
     ax.set_xticklabels(
         [f"{sc}\n{a:g} vs {b:g}" for sc, a, b in pairs], fontsize=7, rotation=45, ha="right"
     )
     ax.set_ylabel("throughput a / b - 1 (%)")
-    ax.set_title("Paired differences per repeat (dots) and their mean (bar)")
+    ax.set_title(f"Paired differences per adjacent pair ({MEAN_CI_CAPTION})")
     fig.tight_layout()
     return fig
 
@@ -136,13 +232,14 @@ def configs_side_by_side(g: Groups) -> Figure:
     for j, sc in enumerate(g.configs):
         xs = [i + (j - (len(g.configs) - 1) / 2) * width for i in range(len(levels))]
         for ax, metric in ((axes[0], "output_throughput"), (axes[1], "mean_ttft_ms")):
-            ax.bar(xs, [g.mean(sc, c, metric) or 0.0 for c in levels], width, label=sc)
+            reps = [g.values(sc, c, metric) for c in levels]
+            means_with_ci(ax, xs, reps, label=sc, color=f"C{j % 10}", connect=False)
     for ax, label in ((axes[0], "output throughput (tok/s)"), (axes[1], "mean TTFT (ms)")):
         ax.set_xticks(range(len(levels)))
         ax.set_xticklabels([f"{c:g}" for c in levels])
         ax.set_xlabel(_axis_label(g))
         ax.set_ylabel(label)
-    axes[0].set_title("Server configurations side by side")
+    fig.suptitle(f"Server configurations side by side ({MEAN_CI_CAPTION})")
     axes[0].legend()
     fig.tight_layout()
     return fig

@@ -71,7 +71,7 @@ def _lat(g: Groups, sc: str, c: int | float, metric: str) -> str:
     return f"{text} ({kept} of {kept + lost})" if lost else text
 
 
-def _cpu_line(f: dict[str, Any]) -> str:
+def cpu_line(f: dict[str, Any]) -> str:
     quota = f.get("cgroup_cpu_quota")
     return (
         f"{f.get('model_name')} ({f.get('vendor')} family {f.get('family')} model "
@@ -110,7 +110,7 @@ def _host_section(host: dict[str, Any], nodes: dict[str, str] | None = None) -> 
         have = [k for k in order if flags[k]]
         lack = [k for k in order if not flags[k]]
         lines += [
-            f"- CPU ({label}): {_cpu_line(f)}.",
+            f"- CPU ({label}): {cpu_line(f)}.",
             f"- Instruction sets: class `{f.get('isa_class')}`; present: "
             f"{', '.join(have) or 'none of those checked'}; absent: {', '.join(lack) or 'none'}.",
         ]

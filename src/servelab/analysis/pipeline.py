@@ -63,8 +63,9 @@ __all__ = [
 # first-byte and in-flight metrics; 4: every diagnosis and knee with its evidence level (a dip
 # on one repeat reported untested), the CUDA graph capture sizes and the dip's batch against them;
 # 5: points.csv's telemetry columns filled (they were written empty); 6: every diagnosis with
-# its proposal or why it has none (analysis.proposals), in diagnoses.json and the report.
-ANALYSIS_VERSION = 6
+# its proposal or why it has none (analysis.proposals), in diagnoses.json and the report; 7: every
+# figure of means draws the mean's 95% CI and each repeat (figures.means_with_ci).
+ANALYSIS_VERSION = 7
 
 
 def analysis_section(recorded: Mapping[str, Any] | None) -> AnalysisSection:

@@ -5,6 +5,9 @@ paired t-test on log ratios (a_r / b_r over repeats r), which can call a consist
 difference real with 3 repeats (a sign or rank test cannot: its smallest two-sided p at n = 3
 is 0.25). The sign agreement ("3/3") is reported beside it. Never "significant" when the test
 could not run.
+
+Two independent runs (two releases of an experiment) have no pairing: `two_sample` tests
+their repeats with Welch's t-test on the logs, under the same practical threshold.
 """
 
 from __future__ import annotations
@@ -110,6 +113,56 @@ def paired(a: Sequence[float], b: Sequence[float], threshold_pct: float, alpha: 
     else:
         verdict = "not significant"
     return Paired(n, mean_rel, agree, p, verdict)
+
+
+@dataclass(frozen=True)
+class TwoSample:
+    """Two independent samples compared (`two_sample`): `paired`'s fields, with the size of
+    each sample."""
+
+    n_a: int
+    n_b: int
+    mean_rel_diff_pct: float | None  # mean(a) / mean(b) - 1, in %
+    agree: str  # pairs (x of a, y of b) where x > y, of all n_a * n_b pairs, e.g. "9/9"
+    p_value: float | None
+    verdict: str  # "a > b" | "a < b" | "not significant" | "not testable: ..."
+
+
+def two_sample(
+    a: Sequence[float], b: Sequence[float], threshold_pct: float, alpha: float
+) -> TwoSample:
+    """Compare two independent runs' repeats (no repeat of a pairs with one of b): Welch's
+    t-test on the logs of the values, and the change of the means, mean(a) / mean(b) - 1. The
+    same rule as `paired`: a difference is real when the test's p is under `alpha` and the
+    change reaches `threshold_pct`."""
+    xs = [float(v) for v in a if v is not None]
+    ys = [float(v) for v in b if v is not None]
+    wins = sum(1 for x in xs for y in ys if x > y)
+    agree = f"{wins}/{len(xs) * len(ys)}"
+    if not xs or not ys:
+        return TwoSample(len(xs), len(ys), None, agree, None, "not testable: an empty sample")
+    mean_b = float(np.mean(ys))
+    change = 100.0 * (float(np.mean(xs)) / mean_b - 1.0) if mean_b else None
+    if change is None or min(xs + ys) <= 0:
+        verdict = "not testable: a value is zero or negative"
+        return TwoSample(len(xs), len(ys), change, agree, None, verdict)
+    if len(xs) < 2 or len(ys) < 2:
+        verdict = f"not testable: n = {len(xs)} and {len(ys)}"
+        return TwoSample(len(xs), len(ys), change, agree, None, verdict)
+    la, lb = np.log(np.asarray(xs)), np.log(np.asarray(ys))
+    va, vb = float(la.var(ddof=1)) / la.size, float(lb.var(ddof=1)) / lb.size
+    diff = float(la.mean() - lb.mean())
+    if va + vb == 0.0:
+        # no spread on either side: the sign alone decides, as in `paired`
+        p = 0.0 if diff != 0.0 else 1.0
+    else:
+        df = (va + vb) ** 2 / (va**2 / (la.size - 1) + vb**2 / (lb.size - 1))
+        p = float(2.0 * sps.t.sf(abs(diff) / math.sqrt(va + vb), df))
+    if p < alpha and abs(change) >= threshold_pct:
+        verdict = "a > b" if change > 0 else "a < b"
+    else:
+        verdict = "not significant"
+    return TwoSample(len(xs), len(ys), change, agree, p, verdict)
 
 
 def evidence_level(repeats: int | None, test: Paired | None = None) -> dict[str, Any]:

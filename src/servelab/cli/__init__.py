@@ -16,6 +16,7 @@ from servelab.cli import (
     lock,
     profile,
     release,
+    site,
     summary,
     telemetry,
     verify,
@@ -34,6 +35,7 @@ VERBS = (
     verify,
     release,
     compare,
+    site,
     telemetry,
     profile,
 )

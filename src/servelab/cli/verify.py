@@ -1,4 +1,5 @@
-"""`servelab verify`: check a bundle folder or release tarball; exit 0 only if it holds."""
+"""`servelab verify`: check a bundle folder, release tarball or release folder; exit 0 only if
+it holds."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from typing import Any
 def add_parser(sub: Any) -> None:
     """Register the verb on the top-level subparsers."""
     v = sub.add_parser(
-        "verify", help="check a bundle folder or release tarball; exit 0 only if it holds"
+        "verify",
+        help="check a bundle folder, release tarball or release folder; exit 0 only if it holds",
     )
-    v.add_argument("path")
+    v.add_argument(
+        "path", help="a bundle folder, a release .tar.gz or a release folder (evidence/EXP/TAG)"
+    )
     v.add_argument(
         "--rebuild",
         action="store_true",
@@ -21,8 +25,8 @@ def add_parser(sub: Any) -> None:
     v.add_argument(
         "--diagnosing",
         metavar="DIR",
-        help="a confirmation's diagnosing bundle, folder or tarball (default: the diagnosing "
-        "experiment's bundle in the confirmation's results folder)",
+        help="a confirmation's diagnosing bundle: folder, tarball or release folder (default: "
+        "the diagnosing experiment's bundle in the confirmation's results folder)",
     )
     v.set_defaults(func=run)
 
@@ -42,5 +46,12 @@ def run(args: argparse.Namespace) -> int:
     if checked.failures:
         return 1
     what = "checksums, manifest, schemas" + (", rebuilt tables and figures" if args.rebuild else "")
-    print(f"{args.path}: OK ({what})")
+    if checked.release is not None:
+        print(
+            f"{args.path}: OK (release {checked.release.get('tag')}: tarball sha256 "
+            f"{str(checked.release.get('tarball_sha256'))[:12]}..., the bundle inside ({what}), "
+            f"{checked.copies} extracted copies)"
+        )
+    else:
+        print(f"{args.path}: OK ({what})")
     return 0

@@ -9,13 +9,12 @@ from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.evidence.files import write_deterministic_tar
-from servelab.evidence.verify import verify
+from servelab.evidence.verify import RELEASE_COPIES, RELEASE_COPY_FOLDERS, verify
 from servelab.jsonio import read_json, write_json
 
 TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-SMALL = ["manifest.json", "provenance.json", "report.md", "SHA256SUMS"]
 
 
 def unpinned_reasons(prov: dict[str, Any]) -> list[str]:
@@ -62,9 +61,9 @@ def release(bundle: Path, tag: str, evidence_root: Path, allow_unpinned: bool = 
         )
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        for name in SMALL:
+        for name in RELEASE_COPIES:
             shutil.copyfile(bundle / name, dest / name)
-        for sub in ("tables", "figures"):
+        for sub in RELEASE_COPY_FOLDERS:
             if (bundle / sub).is_dir():
                 shutil.copytree(bundle / sub, dest / sub)
         digest = write_deterministic_tar(

@@ -18,10 +18,9 @@ import yaml
 from servelab.analysis.dataset import detect_layout, vllm_bench_files
 from servelab.analysis.pipeline import analysis_section
 from servelab.errors import ServelabError
-from servelab.evidence.files import release_sizes, safe_extract
-from servelab.evidence.verify import verify
+from servelab.evidence.files import safe_extract
+from servelab.evidence.verify import check_release_folder, is_release_folder, verify
 from servelab.experiment import AnalysisSection
-from servelab.hashing import check_pinned
 from servelab.jsonio import read_json
 
 
@@ -74,28 +73,12 @@ def _verified(root: Path, label: Path, what: str) -> Path:
 
 
 def _open_release(path: Path, workdir: Path, what: str) -> tuple[Path, dict[str, Any]]:
-    rel = read_json(path / "release.json")
-    tarball = path / str(rel.get("tarball", ""))
-    if not tarball.is_file():
-        raise ServelabError(f"{tarball}: the release's tarball is missing")
-    check_pinned(
-        tarball,
-        rel.get("tarball_sha256"),
-        lambda d: (
-            f"{tarball}: sha256 {d[:12]}... differs from release.json "
-            f"({str(rel.get('tarball_sha256'))[:12]}...): the {what} was altered; fetch it again"
-        ),
-    )
-    sizes = release_sizes(path / "manifest.json") if (path / "manifest.json").is_file() else None
-    root = _verified(safe_extract(tarball, workdir, sizes), tarball, what)
-    # The small files beside the tarball must be the tarball's own.
-    for name in ("manifest.json", "provenance.json", "SHA256SUMS"):
-        if (path / name).exists() and (path / name).read_bytes() != (root / name).read_bytes():
-            raise ServelabError(
-                f"{path / name}: differs from the copy inside {tarball.name}: the {what} was "
-                "altered; fetch it again"
-            )
-    return root, rel
+    """The bundle of the release folder `path`, extracted into workdir, and its release.json,
+    when the folder verifies (`check_release_folder`); refused naming the first failure."""
+    checked = check_release_folder(path, workdir)
+    if checked.failures or checked.root is None:
+        raise _refuse(path, checked.failures, what)
+    return checked.root, checked.release
 
 
 def open_side(path: Path, workdir: Path, what: str = "reference") -> Side:
@@ -108,7 +91,7 @@ def open_side(path: Path, workdir: Path, what: str = "reference") -> Side:
             f"{path}: {what} not found; give a release folder, a .tar.gz, a "
             "bundle, an experiment folder or a vllm-bench tree"
         )
-    if path.is_dir() and (path / "release.json").is_file():
+    if is_release_folder(path):
         root, rel = _open_release(path, workdir, what)
         return _bundle_side(str(path), "release", root, rel)
     if path.is_file():

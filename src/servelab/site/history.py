@@ -1,0 +1,461 @@
+"""The history of an experiment's releases: every release's raw data analysed again by this
+servelab (so that one analysis judges them all), each point's metrics across the releases, and
+a change verdict per point between consecutive releases; and its figures.
+
+`release_history` gives the data (JSON-able, same releases, same bytes), `history_figure` one
+metric as an SVG and `history_figure_alt` its text alternative.
+
+Releases are independent runs: a point's repeats of one release do not pair with another's,
+so a change is tested with `stats.two_sample` (Welch's t on the logs) under the analysis
+section's practical threshold. No verdict is given across hosts that differ in a
+performance-relevant fact, across setups that differ (model, runtime, workload, measured
+configuration: reproduce.provenance_diff's blocking fields) or datasets, nor next to a release
+this servelab cannot analyse again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servelab.analysis.dataset import load_dataset
+from servelab.analysis.stats import describe, two_sample
+from servelab.errors import ServelabError
+from servelab.experiment import AnalysisSection
+from servelab.hostfacts import compare_hosts, difference_names, host_qualifier, isa_class
+from servelab.jsonio import dumps, read_json
+from servelab.render import num
+from servelab.reproduce.checks import POINT_METRICS, Analysed, analyse
+from servelab.reproduce.comparison import other_dataset
+from servelab.reproduce.provenance_diff import provenance_diff
+from servelab.reproduce.sides import Side, open_side
+
+# the point metrics the history shows, and which way is better for each
+METRICS: tuple[str, ...] = tuple(POINT_METRICS)
+HIGHER_IS_BETTER = frozenset({"output_throughput", "request_throughput", "total_token_throughput"})
+IMPROVED, REGRESSED, UNCHANGED = "improved", "regressed", "unchanged"
+INVALID, NOT_COMPARABLE = "invalid", "not comparable"
+VERDICTS = (IMPROVED, REGRESSED, UNCHANGED, INVALID, NOT_COMPARABLE)
+
+
+@dataclass
+class _Release:
+    """One release as the history reads it: its provenance, and its analysis or why there is
+    none."""
+
+    tag: str
+    provenance: dict[str, Any] | None
+    side: Side | None = None
+    # its recorded analysis options and its analysis, both None when `error` says why
+    opts: AnalysisSection | None = None
+    analysed: Analysed | None = None
+    error: str | None = None
+
+
+def _beside(path: Path) -> tuple[str, dict[str, Any] | None]:
+    """The tag (release.json's, else the folder's name) and the provenance.json beside the
+    tarball, read without opening it (for a release that cannot be opened)."""
+    tag, prov = path.name, None
+    try:
+        tag = str(read_json(path / "release.json").get("tag") or tag)
+    except (ServelabError, AttributeError):
+        pass
+    try:
+        found = read_json(path / "provenance.json")
+        prov = found if isinstance(found, dict) else None
+    except ServelabError:
+        pass
+    return tag, prov
+
+
+def _open(experiment: str, path: Path, workdir: Path) -> _Release:
+    """Open (verify) and analyse one release; a release that cannot be is kept with its
+    error, one line."""
+    tag, prov = _beside(path)
+    rel = _Release(tag, prov)
+    made_for = (prov or {}).get("experiment")
+    if prov is not None and made_for != experiment:
+        rel.error = f"is a release of experiment {made_for!r}, not of {experiment!r}"
+        return rel
+    try:
+        side = open_side(path, workdir, "release")
+        rel.side, rel.provenance = side, side.provenance
+        opts = side.analysis
+        rel.analysed = analyse(load_dataset(side.root, validity=opts.validity), opts)
+        rel.opts = opts
+    except Exception as exc:  # an old or damaged release stays in the history, with why
+        what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        rel.analysed, rel.error = None, f"cannot be analysed again by this servelab: {what}"
+    return rel
+
+
+def host_class(provenance: Mapping[str, Any] | None) -> str:
+    """The host a release was measured on, short: "Intel(R) Xeon(R) Processor (family 6 model
+    167), avx512_bf16+amx, 2 CPUs" (and its GPUs), from its provenance's host block."""
+    host = (provenance or {}).get("host")
+    if not isinstance(host, Mapping):
+        return "host not recorded"
+    cf = host.get("cpu_facts") if isinstance(host.get("cpu_facts"), Mapping) else {}
+    assert isinstance(cf, Mapping)
+    name = str(cf.get("model_name") or host.get("cpu") or "unknown CPU")
+    if cf.get("family") is not None and cf.get("model") is not None:
+        name += f" (family {cf['family']} model {cf['model']})"
+    flags = cf.get("flags")
+    isa = cf.get("isa_class") or (isa_class(flags) if isinstance(flags, Mapping) else None)
+    parts = [name, str(isa) if isa else "ISA not recorded"]
+    if host.get("cores"):
+        parts.append(f"{host['cores']} CPUs")
+    gpus = sorted(str(g.get("name")) for g in host.get("gpus") or [] if isinstance(g, Mapping))
+    if gpus:
+        parts.append(
+            f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''} {', '.join(sorted(set(gpus)))}"
+        )
+    return ", ".join(parts)
+
+
+def _release_row(rel: _Release) -> dict[str, Any]:
+    prov = rel.provenance or {}
+    pipe = prov.get("pipeline") if isinstance(prov.get("pipeline"), dict) else {}
+    assert isinstance(pipe, dict)
+    points = rel.analysed.ds.points if rel.analysed is not None else []
+    row: dict[str, Any] = {
+        "tag": rel.tag,
+        "date": prov.get("started"),
+        "git_commit": pipe.get("git_commit"),
+        # as recorded in provenance.json (absent: version 1, before it was recorded)
+        "analysis_version": int(pipe.get("analysis_version") or 1) if prov else None,
+        "servelab_version": pipe.get("servelab_version"),
+        "vllm_version": prov.get("vllm_version"),
+        "host_class": host_class(rel.provenance),
+        "points_valid": sum(1 for p in points if p.valid) if rel.analysed else None,
+        "points_total": len(points) if rel.analysed else None,
+    }
+    if rel.error is not None:
+        row["error"] = rel.error
+    return row
+
+
+Key = tuple[str, str, str, float]  # metric, server config, axis, level
+
+
+def _keys(rels: list[_Release]) -> list[Key]:
+    """Every (metric, server config, axis, level) measured by an analysed release, metrics in
+    METRICS order."""
+    found = {
+        (sc, a.g.axis, float(c))
+        for r in rels
+        if (a := r.analysed) is not None
+        for sc in a.g.configs
+        for c in a.g.levels(sc)
+    }
+    return [(m, sc, axis, c) for m in METRICS for sc, axis, c in sorted(found)]
+
+
+def _level(a: Analysed, sc: str, axis: str, level: float) -> int | float | None:
+    """The level of `a` that is `level` on `axis` (None when `a` did not measure it)."""
+    if a.g.axis != axis:
+        return None
+    return next((c for c in a.g.levels(sc) if float(c) == level), None)
+
+
+def _repeats(rel: _Release, key: Key) -> tuple[list[float], int] | None:
+    """A point's valid repeats of one metric (by repeat) and how many repeats lost it to a
+    validity check; None when the release did not measure the point."""
+    m, sc, axis, level = key
+    a = rel.analysed
+    c = _level(a, sc, axis, level) if a is not None else None
+    if a is None or c is None:
+        return None
+    values = a.g.values(sc, c, m)
+    measured = len(a.g.by.get((sc, c), {}))
+    return [values[r] for r in sorted(values)], measured - len(values)
+
+
+def _series(rels: list[_Release]) -> list[dict[str, Any]]:
+    out = []
+    for key in _keys(rels):
+        points = []
+        for rel in rels:
+            got = _repeats(rel, key)
+            if got is None:
+                continue
+            d = describe(got[0])
+            ci = None if d.ci95_low is None else [d.ci95_low, d.ci95_high]
+            points.append(
+                {
+                    "tag": rel.tag,
+                    "mean": d.mean,
+                    "ci95": ci,
+                    "n": d.n,
+                    "repeats": got[0],
+                    "invalid": got[1],
+                }
+            )
+        out.append(_keyed(key) | {"points": points})
+    return out
+
+
+def _keyed(key: Key) -> dict[str, Any]:
+    m, sc, axis, level = key
+    return {
+        "metric": m,
+        "server_config": sc,
+        "axis": axis,
+        "level": int(level) if axis == "concurrency" and level.is_integer() else level,
+    }
+
+
+def _why_not(before: _Release, after: _Release, host: dict[str, Any]) -> list[str]:
+    """Why a verdict between two consecutive releases would mean nothing, one phrase each."""
+    broken = [r for r in (before, after) if r.error is not None]
+    if broken:
+        return [f"{r.tag} {r.error}" for r in broken]
+    assert before.side is not None and after.side is not None
+    why = []
+    if host["class"] == "differs":
+        why.append(
+            f"the hosts differ ({host_class(before.provenance)} -> "
+            f"{host_class(after.provenance)}) in: {difference_names(host['relevant_differences'])}"
+        )
+    blocking = provenance_diff(before.side, after.side, host)["blocking"]
+    if blocking:
+        why.append("the setup differs: " + ", ".join(blocking))
+    data = other_dataset(
+        (before.provenance or {}).get("dataset"), (after.provenance or {}).get("dataset")
+    )
+    if data is not None:
+        why.append("the datasets differ")
+    return why
+
+
+def _verdict(
+    metric: str, before: list[float], after: list[float], opts: AnalysisSection
+) -> tuple[str, float | None]:
+    """A point's verdict from `before` to `after` (improved means better for the metric), with
+    the test's p (None when it could not run)."""
+    if len(before) < 2 or len(after) < 2:
+        return INVALID, None
+    t = two_sample(after, before, opts.threshold_pct, opts.alpha)
+    if t.p_value is None:
+        return INVALID, None
+    if t.verdict not in ("a > b", "a < b"):
+        return UNCHANGED, t.p_value
+    up = t.verdict == "a > b"
+    return (IMPROVED if up == (metric in HIGHER_IS_BETTER) else REGRESSED), t.p_value
+
+
+def _pair_point(key: Key, before: _Release, after: _Release, comparable: bool) -> dict[str, Any]:
+    b, a = _repeats(before, key), _repeats(after, key)
+    bm = describe(b[0]).mean if b else None
+    am = describe(a[0]).mean if a else None
+    row = _keyed(key) | {"before_mean": bm, "after_mean": am}
+    if not comparable:
+        return row | {"change_pct": None, "p_value": None, "verdict": NOT_COMPARABLE}
+    opts = before.opts
+    assert opts is not None
+    verdict, p = _verdict(key[0], b[0] if b else [], a[0] if a else [], opts)
+    change = 100.0 * (am / bm - 1.0) if am is not None and bm else None
+    return row | {"change_pct": change, "p_value": p, "verdict": verdict}
+
+
+def _pair(before: _Release, after: _Release) -> dict[str, Any]:
+    host = compare_hosts(before.provenance, after.provenance)
+    why = _why_not(before, after, host)
+    keys = [k for k in _keys([before, after]) if _repeats(before, k) or _repeats(after, k)]
+    relevant, other = host["relevant_differences"], host["other_differences"]
+    return {
+        "before": before.tag,
+        "after": after.tag,
+        "comparable": not why,
+        "why_not": "; ".join(why) if why else None,
+        "host": {
+            "class": host["class"],
+            "relevant_differences": difference_names(relevant) if relevant else None,
+            "other_differences": difference_names(other) if other else None,
+            "qualifier": host_qualifier(host),
+        },
+        # which way is better: the verdict's thresholds are the earlier release's
+        "threshold_pct": before.opts.threshold_pct if before.opts else None,
+        "alpha": before.opts.alpha if before.opts else None,
+        "points": [_pair_point(k, before, after, not why) for k in keys],
+    }
+
+
+def release_history(experiment: str, releases: list[Path], workdir: Path) -> dict[str, Any]:
+    """The history of `experiment` over `releases` (release folders, in release order): each
+    release opened (verified) under `workdir` and analysed again by this servelab with its own
+    recorded analysis options; per metric, server config and level, the points of every
+    release (mean, 95% CI, the valid repeats, how many repeats a validity check left out);
+    per consecutive pair, whether a verdict means anything and each point's verdict. A release
+    that cannot be analysed again stays in `releases` with its `error` and is out of the
+    series. Returned as its JSON reads back (sorted keys, floats as servelab.jsonio writes
+    them): same releases, same bytes."""
+    rels = [_open(experiment, p, workdir / f"{i:03d}") for i, p in enumerate(releases)]
+    out = {
+        "experiment": experiment,
+        "releases": [_release_row(r) for r in rels],
+        "metrics": list(METRICS),
+        "better": {m: "higher" if m in HIGHER_IS_BETTER else "lower" for m in METRICS},
+        "series": _series(rels),
+        "pairs": [_pair(a, b) for a, b in zip(rels, rels[1:], strict=False)],
+    }
+    result: dict[str, Any] = json.loads(dumps(out))
+    return result
+
+
+def _metric_series(history: Mapping[str, Any], metric: str) -> list[dict[str, Any]]:
+    if metric not in history.get("metrics", []):
+        raise ServelabError(
+            f"metric {metric!r}: not in the history of {history.get('experiment')!r}; use one of "
+            + ", ".join(history.get("metrics", []))
+        )
+    return [s for s in history["series"] if s["metric"] == metric]
+
+
+def _level_text(s: Mapping[str, Any]) -> str:
+    return f"c={s['level']:g}" if s["axis"] == "concurrency" else f"rate={s['level']:g}"
+
+
+def _breaks(history: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """Where consecutive releases are not comparable: (index of the later one, a short
+    reason) for the figure's separators and its text."""
+    out = []
+    for i, p in enumerate(history["pairs"], 1):
+        if p["comparable"]:
+            continue
+        why = str(p["why_not"] or "")
+        short = (
+            "not analysed again"
+            if "cannot be analysed" in why
+            else "host differs"
+            if why.startswith("the hosts differ")
+            else "setup differs"
+        )
+        out.append((i, short))
+    return out
+
+
+def history_figure(history: Mapping[str, Any], metric: str) -> bytes:
+    """`metric` across the releases as an SVG: x = the releases in order; one panel per server
+    config, one line per level, each release's mean with its 95% CI and its repeats as dots
+    (analysis.figures.means_with_ci); where consecutive releases are not comparable, a dashed
+    separator with the reason and the lines broken. Same history, same bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from servelab.render import MEAN_CI_CAPTION, figure_bytes, figure_style
+
+    series = _metric_series(history, metric)
+    tags = [r["tag"] for r in history["releases"]]
+    configs = sorted({s["server_config"] for s in series}) or ["(no analysed release)"]
+    breaks = _breaks(history)
+    unit = _unit(metric)
+    with figure_style():
+        size = (max(6.4, 0.8 * len(tags)) + 1.0, 2.6 * len(configs) + 0.6)
+        fig, grid = plt.subplots(len(configs), 1, figsize=size, squeeze=False)
+        axes = list(grid[:, 0])
+        for ax, sc in zip(axes, configs, strict=True):
+            mine = [s for s in series if s["server_config"] == sc]
+            _history_panel(ax, mine, tags, [i for i, _ in breaks])
+            for i, why in breaks:
+                ax.axvline(i - 0.5, color="0.3", linestyle="--", linewidth=1)
+                ax.annotate(
+                    why,
+                    (i - 0.5, 1.0),
+                    xycoords=("data", "axes fraction"),
+                    xytext=(-3, -3),
+                    textcoords="offset points",
+                    rotation=90,
+                    ha="right",
+                    va="top",
+                    fontsize=7,
+                    color="0.3",
+                )
+            ax.set_title(sc, fontsize=9)
+            ax.set_ylabel(f"{metric} ({unit})" if unit else metric)
+            ax.set_xticks(range(len(tags)))
+            ax.set_xticklabels(tags)
+        axes[-1].set_xlabel("release")
+        fig.suptitle(f"{history['experiment']}: {metric} per release ({MEAN_CI_CAPTION})")
+        fig.tight_layout()
+        return figure_bytes(fig, "svg")
+
+
+def _history_panel(
+    ax: Any, series: list[dict[str, Any]], tags: list[str], breaks: list[int]
+) -> None:
+    """One server config's levels across the releases, each level a little apart from the
+    next so that their dots do not hide each other, and each line broken before every release
+    in `breaks` (not comparable with the one before it)."""
+    from servelab.analysis.figures import means_with_ci
+
+    at = {t: i for i, t in enumerate(tags)}
+    width = 0.5 / max(1, len(series))
+    means = []
+    for k, s in enumerate(series):
+        dx = (k - (len(series) - 1) / 2) * width
+        runs: dict[int, list[dict[str, Any]]] = {}
+        for p in s["points"]:
+            runs.setdefault(sum(1 for b in breaks if b <= at[p["tag"]]), []).append(p)
+        label: str | None = _level_text(s)  # on the first run that draws a mean
+        for _, pts in sorted(runs.items()):
+            drawn = means_with_ci(
+                ax,
+                [at[p["tag"]] + dx for p in pts],
+                [dict(enumerate(p["repeats"])) for p in pts],
+                label=label,
+                color=f"C{k % 10}",
+            )
+            label = label if drawn is None else None
+        means += [p["mean"] for p in s["points"] if p["mean"] is not None and p["mean"] > 0]
+    if means and max(means) > 20 * min(means):
+        ax.set_yscale("log")
+    ax.set_xlim(-0.5, len(tags) - 0.5)
+    if series:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.text(0.5, 0.5, "no release analysed", ha="center", transform=ax.transAxes)
+
+
+UNITS = {
+    "output_throughput": "tok/s",
+    "total_token_throughput": "tok/s",
+    "request_throughput": "req/s",
+}
+
+
+def _unit(metric: str) -> str:
+    return "ms" if metric.endswith("_ms") else UNITS.get(metric, "")
+
+
+def history_figure_alt(history: Mapping[str, Any], metric: str) -> str:
+    """The text alternative of `history_figure`: what it shows, the range of the means, and
+    where consecutive releases are not comparable."""
+    series = _metric_series(history, metric)
+    tags = [r["tag"] for r in history["releases"]]
+    means = [p["mean"] for s in series for p in s["points"] if p["mean"] is not None]
+    configs = sorted({s["server_config"] for s in series})
+    span = f"{tags[0]} to {tags[-1]}" if tags else "no release"
+    text = (
+        f"{metric} of {history['experiment']} per release ({span}), one panel per server config "
+        f"({', '.join(configs) or 'none'}), one line per level, each mean with its 95% CI and "
+        "its repeats as dots, the lines broken where releases are not comparable"
+    )
+    unit = _unit(metric)
+    if means:
+        lo, hi = min(means), max(means)
+        text += f"; means from {num(lo, ',.3g')} to {num(hi, ',.3g')}{' ' + unit if unit else ''}"
+    text += "."
+    breaks = _breaks(history)
+    if breaks:
+        text += (
+            " Not comparable: "
+            + "; ".join(f"{tags[i - 1]} to {tags[i]} ({why})" for i, why in breaks)
+            + "."
+        )
+    return text

@@ -1,0 +1,204 @@
+"""One reproduction (reproduction.json, docs/reproduce.md) as its page shows it: the overall
+verdict with the host it was reached on, claim by claim reference against fresh, the judged
+orderings, the points, and the host and provenance differences that explain a difference."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from servelab.reproduce.markdown import HOST_CLASS_TEXT, REPORTED_POINT_METRICS, SHORT
+from servelab.reproduce.verdict import claim_verdict_text, signed_pct, verdict_text
+from servelab.site import values
+
+# a value longer than this is shown folded, its start as the summary
+LONG = 60
+EFFECT = {"blocks": "not comparable", "note": "noted"}
+
+# (experiment, tag, tarball sha256 or None) -> the site path of that release's page, if any
+FindRelease = Callable[[str | None, str | None, str | None], str | None]
+
+
+def cell(v: Any) -> dict[str, str | None]:
+    """A recorded value for a table cell: JSON unless a string; a long one folded."""
+    text = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+    if len(text) > LONG:
+        return {"text": text[:40] + "...", "full": text}
+    return {"text": text, "full": None}
+
+
+def _side(d: dict[str, Any], find: FindRelease) -> dict[str, Any]:
+    return {
+        "path": str(d.get("path")),
+        "kind": str(d.get("kind")),
+        "tag": d.get("tag"),
+        "experiment": d.get("experiment"),
+        "started": d.get("started"),
+        "tarball_sha256": d.get("tarball_sha256"),
+        "release": find(d.get("experiment"), d.get("tag"), d.get("tarball_sha256")),
+    }
+
+
+def _claims(r: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "claim": str(c["claim"]),
+            "reference": str(c["reference_verdict"]),
+            "fresh": str(c["fresh_verdict"] or "-"),
+            "verdict": claim_verdict_text(c) + (f" ({c['reason']})" if c.get("reason") else ""),
+            "css": values.css(str(c["verdict"])),
+        }
+        for c in r["claims"]
+    ]
+
+
+def _pair(o: dict[str, Any], axis: str | None) -> str:
+    """An ordering's pair: C8 vs C16, or R1 vs R2 at request rates."""
+    if axis == "rate":
+        return f"R{values.level(o['a'])} vs R{values.level(o['b'])}"
+    return f"C{o['a']} vs C{o['b']}"
+
+
+def _orderings(r: dict[str, Any]) -> list[dict[str, Any]]:
+    axis = r["settings"].get("axis")
+    return [
+        {
+            "server_config": str(o["server_config"]),
+            "pair": _pair(o, axis),
+            "metric": SHORT.get(o["metric"], o["metric"]),
+            "reference": f"{signed_pct(o['reference_diff_pct'])} ({o.get('reference_agree')})",
+            "fresh": f"{signed_pct(o['fresh_diff_pct'])} ({o.get('fresh_agree') or '-'})",
+            "status": str(o["status"]),
+            "verdict": str(o["verdict"]),
+            "css": values.css(str(o["verdict"])),
+        }
+        for o in r["orderings"]
+    ]
+
+
+def _chains(r: dict[str, Any]) -> list[dict[str, Any]]:
+    judged = r["settings"]["metrics"]
+    return [
+        {
+            "server_config": str(ch["server_config"]),
+            "metric": SHORT.get(ch["metric"], ch["metric"]),
+            "reference": str(ch["reference"]),
+            "fresh": str(ch["fresh"]),
+            "same": bool(ch["same"]),
+        }
+        for ch in r["chains"]
+        if ch["metric"] in judged
+    ]
+
+
+def _points(r: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for p in r["points"]:
+        if p["metric"] not in REPORTED_POINT_METRICS:
+            continue
+        ref_cv, new_cv = values.number(p["reference_cv_pct"]), values.number(p["fresh_cv_pct"])
+        rows.append(
+            {
+                "server_config": str(p["server_config"]),
+                "level": values.level(p["rate"] if "rate" in p else p["concurrency"]),
+                "metric": SHORT.get(p["metric"], p["metric"]),
+                "reference": f"{values.number(p['reference_mean'])} ({ref_cv}%)",
+                "fresh": f"{values.number(p['fresh_mean'])} ({new_cv}%)",
+                "change": signed_pct(p["change_pct"]),
+                "status": str(p["status"]),
+                "css": values.css(str(p["verdict"])) if p.get("verdict") else "",
+            }
+        )
+    return rows
+
+
+def _host(host: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The hosts compared: the class in words, every difference (performance-relevant or
+    not) and every fact one side does not record."""
+    if host is None:
+        return None
+    rows = [(d, "yes") for d in host["relevant_differences"]]
+    rows += [
+        (d, "no" + (f" ({d['note']})" if d.get("note") else "")) for d in host["other_differences"]
+    ]
+    return {
+        "class": str(host["class"]),
+        "class_text": HOST_CLASS_TEXT.get(host["class"], ""),
+        "qualifier": str(host["qualifier"]),
+        "differences": [
+            {
+                "fact": str(d["fact"]),
+                "short": str(d.get("short")),
+                "reference": cell(d["reference"]),
+                "fresh": cell(d["fresh"]),
+                "relevant": relevant,
+            }
+            for d, relevant in rows
+        ],
+        "unknown": [
+            {
+                "fact": str(u["fact"]),
+                "missing_in": ", ".join(u["missing_in"]),
+                "relevant": "yes" if u["relevant"] else "no",
+            }
+            for u in host["unknown"]
+        ],
+    }
+
+
+def _provenance(prov: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "not_clean_room": [str(f) for f in prov["not_clean_room"]],
+        "fields": [
+            {
+                "field": str(f["field"]),
+                "reference": cell(f.get("reference")),
+                "fresh": cell(f.get("fresh")),
+                "effect": EFFECT.get(f.get("effect"), str(f.get("effect"))),
+            }
+            for f in prov["fields"]
+            if not f.get("same")
+        ],
+    }
+
+
+def _settings(s: dict[str, Any]) -> list[tuple[str, str]]:
+    tolerance = s.get("tolerance_pct")
+    return [
+        ("Orderings judged", ", ".join(s["metrics"]) + " (paired t-test on log ratios)"),
+        ("alpha, threshold", f"{values.short(s['alpha'])}, {values.short(s['threshold_pct'])}%"),
+        (
+            "Smallest effect judged",
+            f"{values.short(s['min_effect_pct'])}%" if s["min_effect_pct"] else "any",
+        ),
+        ("Fresh run must call it real", "yes" if s["require_significance"] else "no: sign only"),
+        (
+            "Absolute values",
+            f"{', '.join(s['tolerance_metrics'])} within {values.short(tolerance)}%"
+            if tolerance is not None
+            else "reported, not judged",
+        ),
+    ]
+
+
+def reproduction_view(r: dict[str, Any], find: FindRelease) -> dict[str, Any]:
+    """The page's context for the reproduction record `r` (reproduction.json);
+    `find` gives the site page of a side that is one of the site's releases."""
+    return {
+        "verdict": str(r["verdict"]),
+        "verdict_text": verdict_text(r),
+        "css": values.css(str(r["verdict"])),
+        "why": str(r["why"]),
+        "counts": r["counts"],
+        "reference": _side(r["reference"], find),
+        "fresh": _side(r["fresh"], find),
+        "settings": _settings(r["settings"]),
+        "notes": [str(n) for n in r["notes"]],
+        "claims": _claims(r),
+        "orderings": _orderings(r),
+        "chains": _chains(r),
+        "points": _points(r),
+        "host": _host(r.get("host")),
+        "provenance": _provenance(r["provenance"]),
+    }

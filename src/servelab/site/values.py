@@ -1,0 +1,75 @@
+"""Numbers and words as the site shows them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from servelab.paths import FIGURES, TELEMETRY_FIGURE
+from servelab.render import num
+
+# What each analysis figure shows (its text alternative); the numbers are in the page's tables.
+FIGURE_TEXT = {
+    "throughput_vs_concurrency": "Output throughput (tok/s) against concurrency or request "
+    "rate for each server configuration: the mean with its 95% confidence interval, and each "
+    "repeat as a grey dot",
+    "latency_throughput": "Mean TTFT and mean TPOT against output throughput for each server "
+    "configuration, each point labelled with its concurrency; a cross marks a dominated point",
+    "ttft_distribution": "Box plots of the time to first token of every request, per server "
+    "configuration and concurrency (valid repeats), on a log scale",
+    "paired_differences": "Relative throughput difference between adjacent concurrency levels "
+    "of each server configuration, per repeat (dots) and their mean (bar)",
+    "configs_side_by_side": "Bars of output throughput and of mean TTFT at each concurrency, "
+    "the server configurations side by side",
+    TELEMETRY_FIGURE: "Utilization (GPU, or the server's CPU share of the host) against output "
+    "throughput for each point",
+}
+FIGURE_ORDER = (*FIGURES, TELEMETRY_FIGURE)
+
+
+def figure_text(name: str) -> str:
+    """The text alternative of the analysis figure `name` (its file name without .svg)."""
+    return FIGURE_TEXT.get(name, f"Figure {name.replace('_', ' ')}")
+
+
+def figure_key(name: str) -> tuple[int, str]:
+    """The analysis figures in the report's order, any other after them by name."""
+    return (FIGURE_ORDER.index(name) if name in FIGURE_ORDER else len(FIGURE_ORDER), name)
+
+
+def number(x: Any) -> str:
+    """A measured value: two decimals with thousands separators, "-" when there is none."""
+    return num(x)
+
+
+def short(x: Any) -> str:
+    """A value of a JSON record: 4 significant digits for a float, as is otherwise."""
+    if x is None:
+        return "none"
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, float):
+        return "-" if math.isnan(x) else f"{x:.4g}"
+    return str(x)
+
+
+def level(x: Any) -> str:
+    """A concurrency or request rate as the tables write it (4, 0.5)."""
+    if isinstance(x, float):
+        return f"{x:g}"
+    return str(x)
+
+
+def level_key(x: Any) -> tuple[int, float, str]:
+    """Levels in number order, anything else after them."""
+    if isinstance(x, int | float) and not isinstance(x, bool):
+        return (0, float(x), "")
+    try:
+        return (0, float(str(x)), str(x))
+    except ValueError:
+        return (1, 0.0, str(x))
+
+
+def css(word: str) -> str:
+    """A verdict or status as a CSS class (`v-holds`, `v-not-comparable`)."""
+    return "v-" + "-".join("".join(c if c.isalnum() else " " for c in word.lower()).split())

@@ -1,0 +1,221 @@
+"""The release history of the site (servelab.site.history) on the committed releases of
+quickstart-cpu: every release analysed again by this servelab, every point's series, a verdict
+per point between consecutive releases only where they are comparable, and its figures."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servelab.analysis.stats import describe
+from servelab.errors import ServelabError
+from servelab.jsonio import dumps
+from servelab.site.history import (
+    HIGHER_IS_BETTER,
+    VERDICTS,
+    history_figure,
+    history_figure_alt,
+    release_history,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENT = "quickstart-cpu"
+EVIDENCE = REPO / "evidence" / EXPERIMENT
+
+
+def release_folders() -> list[Path]:
+    """The committed releases in tag order (v1 < v2 < ... < v10)."""
+    folders = [p.parent for p in EVIDENCE.glob("v*/release.json")]
+    return sorted(folders, key=lambda p: int(p.name[1:]))
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    started = time.perf_counter()
+    out = release_history(EXPERIMENT, release_folders(), tmp_path_factory.mktemp("history"))
+    print(
+        f"release_history over {len(out['releases'])} releases: "
+        f"{time.perf_counter() - started:.1f} s"
+    )
+    return out
+
+
+def test_every_release_is_listed_in_order(history: dict[str, Any]) -> None:
+    tags = [r["tag"] for r in history["releases"]]
+    assert tags[:7] == [f"v{i}" for i in range(1, 8)]
+    assert history["experiment"] == EXPERIMENT
+    for r in history["releases"]:
+        assert set(r) >= {
+            "tag",
+            "date",
+            "git_commit",
+            "analysis_version",
+            "servelab_version",
+            "vllm_version",
+            "host_class",
+            "points_valid",
+            "points_total",
+        }
+        assert len(r["git_commit"]) == 40 and r["vllm_version"] == "0.32.0"
+        if "error" not in r:
+            assert 0 < r["points_valid"] <= r["points_total"]
+    by = {r["tag"]: r for r in history["releases"]}
+    assert by["v1"]["analysis_version"] == 1  # not recorded then
+    assert by["v7"]["analysis_version"] == 6
+    assert by["v7"]["date"].startswith("2026-12-03")
+    assert "Intel" in by["v7"]["host_class"] and "avx512_bf16+amx" in by["v7"]["host_class"]
+    assert all("AMD EPYC" in by[f"v{i}"]["host_class"] for i in range(1, 7))
+    assert set(history["metrics"]) >= {
+        "output_throughput",
+        "mean_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+    }
+
+
+def test_series_hold_every_analysed_release_with_its_repeats(history: dict[str, Any]) -> None:
+    analysed = [r["tag"] for r in history["releases"] if "error" not in r]
+    assert len(analysed) >= 6
+    keys = {(s["metric"], s["server_config"], s["level"]) for s in history["series"]}
+    assert len(keys) == len(history["series"])
+    assert ("output_throughput", "max-num-seqs-1", 1) in keys
+    for s in history["series"]:
+        assert [p["tag"] for p in s["points"]] == [
+            t for t in analysed if t in {p["tag"] for p in s["points"]}
+        ]
+        for p in s["points"]:
+            assert p["n"] == len(p["repeats"]) and p["invalid"] >= 0
+            d = describe(p["repeats"])
+            if p["n"] == 0:
+                assert p["mean"] is None
+                continue
+            # the repeats as written, to 9 significant digits (servelab.jsonio)
+            close = {"rel": 1e-7, "abs": 1e-7 * abs(d.mean or 0.0)}
+            assert p["mean"] == pytest.approx(d.mean, **close)
+            if p["n"] >= 2:
+                assert p["ci95"] == pytest.approx([d.ci95_low, d.ci95_high], **close)
+            else:
+                assert p["ci95"] is None
+
+
+def test_v7_means_are_its_released_summary(history: dict[str, Any]) -> None:
+    """This servelab's analysis of v7's raw data gives the means its own analysis released."""
+    with open(EVIDENCE / "v7" / "tables" / "summary.csv", encoding="utf-8") as fh:
+        released = {
+            (r["metric"], r["server_config"], int(r["concurrency"])): float(r["mean"])
+            for r in csv.DictReader(fh)
+            if r["mean"]
+        }
+    seen = 0
+    for s in history["series"]:
+        key = (s["metric"], s["server_config"], s["level"])
+        mine = [p for p in s["points"] if p["tag"] == "v7"]
+        if key in released and mine:
+            assert mine[0]["mean"] == pytest.approx(released[key], rel=1e-5), key
+            seen += 1
+    assert seen >= 20
+
+
+def test_every_consecutive_pair_has_a_verdict_per_point(history: dict[str, Any]) -> None:
+    tags = [r["tag"] for r in history["releases"]]
+    assert [(p["before"], p["after"]) for p in history["pairs"]] == list(
+        zip(tags, tags[1:], strict=False)
+    )
+    for pair in history["pairs"]:
+        assert pair["points"], pair["before"]
+        verdicts = {p["verdict"] for p in pair["points"]}
+        assert verdicts <= set(VERDICTS)
+        if not pair["comparable"]:
+            assert verdicts == {"not comparable"}
+            assert pair["why_not"] and "\n" not in pair["why_not"]
+            assert all(p["p_value"] is None for p in pair["points"])
+        else:
+            assert pair["why_not"] is None and "not comparable" not in verdicts
+            assert pair["host"]["class"] != "differs"
+
+
+def test_v6_to_v7_is_not_comparable_and_names_the_cpu(history: dict[str, Any]) -> None:
+    pair = next(p for p in history["pairs"] if (p["before"], p["after"]) == ("v6", "v7"))
+    assert pair["comparable"] is False
+    assert pair["host"]["class"] == "differs"
+    assert "CPU" in pair["why_not"] and "Intel" in pair["why_not"]
+    assert "AMD EPYC" in pair["why_not"]
+    assert "CPU" in pair["host"]["relevant_differences"]
+
+
+def test_verdicts_follow_the_metric_direction_and_the_threshold(history: dict[str, Any]) -> None:
+    judged = 0
+    for pair in history["pairs"]:
+        if not pair["comparable"]:
+            continue
+        for p in pair["points"]:
+            v, change = p["verdict"], p["change_pct"]
+            if v == "invalid":
+                continue
+            judged += 1
+            assert p["p_value"] is not None and change is not None
+            real = p["p_value"] < pair["alpha"] and abs(change) >= pair["threshold_pct"]
+            if not real:
+                assert v == "unchanged", p
+                continue
+            better = change > 0 if p["metric"] in HIGHER_IS_BETTER else change < 0
+            assert v == ("improved" if better else "regressed"), p
+    assert judged > 0
+
+
+def test_the_history_is_the_same_bytes_twice(history: dict[str, Any], tmp_path: Path) -> None:
+    again = release_history(EXPERIMENT, release_folders(), tmp_path)
+    assert dumps(again) == dumps(history)
+    assert json.loads(dumps(history)) == history
+
+
+def test_a_release_that_cannot_be_analysed_stays_with_its_reason(tmp_path: Path) -> None:
+    bad = tmp_path / "v6"
+    shutil.copytree(EVIDENCE / "v6", bad)
+    rel = json.loads((bad / "release.json").read_text(encoding="utf-8"))
+    rel["tarball_sha256"] = "0" * 64
+    (bad / "release.json").write_text(json.dumps(rel), encoding="utf-8")
+    out = release_history(EXPERIMENT, [bad, EVIDENCE / "v7"], tmp_path / "work")
+    first = out["releases"][0]
+    assert first["tag"] == "v6" and "sha256" in first["error"]
+    assert first["git_commit"] is not None  # read from the provenance beside the tarball
+    assert {p["tag"] for s in out["series"] for p in s["points"]} == {"v7"}
+    (pair,) = out["pairs"]
+    assert pair["comparable"] is False and pair["why_not"].startswith("v6 cannot be analysed")
+    assert {p["verdict"] for p in pair["points"]} == {"not comparable"}
+    other = release_history("another-experiment", [EVIDENCE / "v7"], tmp_path / "w2")
+    assert "experiment 'quickstart-cpu'" in other["releases"][0]["error"]
+    assert other["series"] == [] and other["pairs"] == []
+
+
+def test_history_figure_is_a_deterministic_svg(history: dict[str, Any]) -> None:
+    one = history_figure(history, "output_throughput")
+    assert one == history_figure(history, "output_throughput")
+    root = ET.fromstring(one)
+    assert root.tag.endswith("svg")
+    text = one.decode("utf-8")
+    assert "mean, 95% CI; dots: each repeat" in text
+    assert "host differs" in text  # the v6 | v7 separator's label
+    assert "max-num-seqs-1" in text and "c=16" in text
+    assert "<dc:date>" not in text
+    latency = history_figure(history, "p99_ttft_ms")
+    assert latency != one and ET.fromstring(latency).tag.endswith("svg")
+
+
+def test_history_figure_alt_says_what_it_shows(history: dict[str, Any]) -> None:
+    alt = history_figure_alt(history, "output_throughput")
+    assert alt.startswith("output_throughput of quickstart-cpu per release (v1 to v")
+    assert "means from" in alt and "tok/s" in alt
+    assert "v6 to v7 (host differs)" in alt
+    assert alt.count(". ") <= 1  # one or two sentences
+    with pytest.raises(ServelabError, match="'nope': not in the history"):
+        history_figure_alt(history, "nope")
+    with pytest.raises(ServelabError, match="'nope'"):
+        history_figure(history, "nope")
