@@ -26,7 +26,7 @@ from servelab.rawdata import DamagedRawData
 from servelab.reproduce.checks import NOT_COMPARABLE, analyse, claim_rows
 
 REPO = Path(__file__).resolve().parents[1]
-RELEASE = REPO / "evidence" / "quickstart-cpu" / "v7"
+RELEASE = REPO / "evidence" / "quickstart-cpu" / "v8"
 CONFIGS = ("max-num-seqs-1", "max-num-seqs-8")
 # the release's claims: two compare the two configs, two read one config
 SERIALIZED = "serialized(config=max-num-seqs-1)"
@@ -42,7 +42,7 @@ ACROSS = (ACROSS_TPUT, ACROSS_TTFT)
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return safe_extract(RELEASE / "v7.tar.gz", tmp_path_factory.mktemp("v7"))
+    return safe_extract(RELEASE / "v8.tar.gz", tmp_path_factory.mktemp("v8"))
 
 
 @pytest.fixture(scope="module")

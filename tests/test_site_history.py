@@ -219,3 +219,14 @@ def test_history_figure_alt_says_what_it_shows(history: dict[str, Any]) -> None:
         history_figure_alt(history, "nope")
     with pytest.raises(ServelabError, match="'nope'"):
         history_figure(history, "nope")
+
+
+def test_v7_to_v8_on_one_host_class_is_judged(history: dict[str, Any]) -> None:
+    """Two releases of one experiment on one host class (Intel Xeon AMX, same setup): every
+    point gets a verdict of the test, none is not comparable."""
+    pair = next(p for p in history["pairs"] if (p["before"], p["after"]) == ("v7", "v8"))
+    assert pair["comparable"] is True and pair["why_not"] is None
+    assert pair["host"]["class"] != "differs"
+    verdicts = {p["verdict"] for p in pair["points"]}
+    assert verdicts <= {"improved", "regressed", "unchanged", "invalid"} and verdicts
+    assert all(p["p_value"] is not None for p in pair["points"] if p["verdict"] != "invalid")
