@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from servelab.analysis.groups import SUMMARY_METRICS
 from servelab.analysis.markdown import cpu_line
 from servelab.analysis.proposals import proposal_line
 from servelab.analysis.validity import AFFECTS_WORDS
@@ -23,20 +24,7 @@ from servelab.site.scan import ReleaseDir
 READ_ERRORS = (ServelabError, OSError, ValueError, KeyError, TypeError, AttributeError, csv.Error)
 AXES = ("concurrency", "rate")
 # the per-point table's metrics first, in this order; any other of summary.csv after them
-METRIC_ORDER = (
-    "output_throughput",
-    "request_throughput",
-    "mean_ttft_ms",
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "mean_tpot_ms",
-    "p99_tpot_ms",
-    "mean_itl_ms",
-    "p99_itl_ms",
-    "mean_e2el_ms",
-    "p99_e2el_ms",
-    "duration",
-)
+METRIC_ORDER = tuple(SUMMARY_METRICS)
 
 
 def guarded(read: Callable[[Path], Any], folder: Path) -> Any:
