@@ -25,13 +25,14 @@ from servelab.analysis.dataset import load_dataset
 from servelab.analysis.stats import describe, two_sample
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
-from servelab.hostfacts import compare_hosts, difference_names, host_qualifier, isa_class
+from servelab.hostfacts import compare_hosts, difference_names, host_qualifier
 from servelab.jsonio import dumps, read_json
 from servelab.render import num
 from servelab.reproduce.checks import POINT_METRICS, Analysed, analyse
 from servelab.reproduce.comparison import other_dataset
 from servelab.reproduce.provenance_diff import provenance_diff
 from servelab.reproduce.sides import Side, open_side
+from servelab.site.values import host_class
 
 # the point metrics the history shows, and which way is better for each
 METRICS: tuple[str, ...] = tuple(POINT_METRICS)
@@ -90,30 +91,6 @@ def _open(experiment: str, path: Path, workdir: Path) -> _Release:
         what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         rel.analysed, rel.error = None, f"cannot be analysed again by this servelab: {what}"
     return rel
-
-
-def host_class(provenance: Mapping[str, Any] | None) -> str:
-    """The host a release was measured on, short: "Intel(R) Xeon(R) Processor (family 6 model
-    167), avx512_bf16+amx, 2 CPUs" (and its GPUs), from its provenance's host block."""
-    host = (provenance or {}).get("host")
-    if not isinstance(host, Mapping):
-        return "host not recorded"
-    cf = host.get("cpu_facts") if isinstance(host.get("cpu_facts"), Mapping) else {}
-    assert isinstance(cf, Mapping)
-    name = str(cf.get("model_name") or host.get("cpu") or "unknown CPU")
-    if cf.get("family") is not None and cf.get("model") is not None:
-        name += f" (family {cf['family']} model {cf['model']})"
-    flags = cf.get("flags")
-    isa = cf.get("isa_class") or (isa_class(flags) if isinstance(flags, Mapping) else None)
-    parts = [name, str(isa) if isa else "ISA not recorded"]
-    if host.get("cores"):
-        parts.append(f"{host['cores']} CPUs")
-    gpus = sorted(str(g.get("name")) for g in host.get("gpus") or [] if isinstance(g, Mapping))
-    if gpus:
-        parts.append(
-            f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''} {', '.join(sorted(set(gpus)))}"
-        )
-    return ", ".join(parts)
 
 
 def _release_row(rel: _Release) -> dict[str, Any]:

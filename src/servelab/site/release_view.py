@@ -40,26 +40,6 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def host_class(prov: dict[str, Any]) -> str:
-    """The measuring host in a few words: CPU model (vendor, family, model), ISA class, and
-    the GPUs where there are any."""
-    host = prov.get("host") or {}
-    f = host.get("cpu_facts") or {}
-    cpu = str(f.get("model_name") or host.get("cpu") or "CPU not recorded")
-    if f.get("family") is not None:
-        cpu += f" ({f.get('vendor')} family {f.get('family')} model {f.get('model')})"
-    text = (
-        f"{cpu}, ISA class {f['isa_class']}"
-        if f.get("isa_class")
-        else f"{cpu}, ISA class not recorded"
-    )
-    gpus = [str(g.get("name")) for g in host.get("gpus") or [] if isinstance(g, dict)]
-    if gpus:
-        names = sorted(set(gpus))
-        text += "; " + ", ".join(f"{gpus.count(n)} x {n}" for n in names)
-    return text
-
-
 def _cpu(host: dict[str, Any]) -> list[tuple[str, str]]:
     """The CPU rows of the host table, in the report's words."""
     f = host.get("cpu_facts") or {}
@@ -438,7 +418,7 @@ def release_context(
     row = {
         "tag": rel.tag,
         "date": date_of(prov) or "-",
-        "host": host_class(prov) if not prov_error else "unreadable",
+        "host": values.host_class(prov) if not prov_error else "unreadable",
         "commit": str((prov.get("pipeline") or {}).get("git_commit") or "-")[:12],
         "servelab": str((prov.get("pipeline") or {}).get("servelab_version") or "-"),
         "vllm": str(prov.get("vllm_version") or "-"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from servelab.paths import FIGURES, TELEMETRY_FIGURE
@@ -73,3 +74,23 @@ def level_key(x: Any) -> tuple[int, float, str]:
 def css(word: str) -> str:
     """A verdict or status as a CSS class (`v-holds`, `v-not-comparable`)."""
     return "v-" + "-".join("".join(c if c.isalnum() else " " for c in word.lower()).split())
+
+
+def host_class(prov: Mapping[str, Any] | None) -> str:
+    """The measuring host in a few words: CPU model (vendor, family, model), ISA class, and
+    the GPUs where there are any: the index, the release pages and the history say it alike."""
+    host = (prov or {}).get("host") or {}
+    f = host.get("cpu_facts") or {}
+    cpu = str(f.get("model_name") or host.get("cpu") or "CPU not recorded")
+    if f.get("family") is not None:
+        cpu += f" ({f.get('vendor')} family {f.get('family')} model {f.get('model')})"
+    text = (
+        f"{cpu}, ISA class {f['isa_class']}"
+        if f.get("isa_class")
+        else f"{cpu}, ISA class not recorded"
+    )
+    gpus = [str(g.get("name")) for g in host.get("gpus") or [] if isinstance(g, dict)]
+    if gpus:
+        names = sorted(set(gpus))
+        text += "; " + ", ".join(f"{gpus.count(n)} x {n}" for n in names)
+    return text
