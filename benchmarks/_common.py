@@ -92,12 +92,35 @@ def spread(values: list[float]) -> tuple[float, float, float]:
     return statistics.mean(values), min(values), max(values)
 
 
-def start_fixture(port: int, step_us: int, cpu: int) -> subprocess.Popen[bytes]:
-    """sse_fixture.py in its own process, pinned to `cpu`, once it answers /health."""
-    p = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve().parent / "sse_fixture.py"),
-         "--port", str(port), "--step-us", str(step_us), "--cpu", str(cpu)],
-    )  # fmt: skip
+def fixture_binary() -> Path:
+    """sse_fixture.c compiled (cc -O2) into the bench work dir, rebuilt when the source is newer."""
+    src = Path(__file__).resolve().parent / "sse_fixture.c"
+    out = workdir() / "sse_fixture_c"
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        cc = os.environ.get("CC", "cc")
+        r = subprocess.run([cc, "-O2", "-o", str(out), str(src)], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"{cc} could not build {src} (install a C compiler, or use --fixture py):\n"
+                     + r.stderr)  # fmt: skip
+    return out
+
+
+def start_fixture(
+    port: int, step_us: int, cpu: int, impl: str = "py", chunk_tokens: int = 1
+) -> subprocess.Popen[bytes]:
+    """The SSE fixture in its own process, pinned to `cpu`, once it answers /health: impl "py"
+    is sse_fixture.py, "c" its C twin sse_fixture.c (same interface and chunks, a fraction of
+    the CPU per chunk); `chunk_tokens` tokens (SSE events) go out in each write to a stream."""
+    args = ["--port", str(port), "--step-us", str(step_us), "--cpu", str(cpu)]
+    if chunk_tokens != 1:
+        args += ["--chunk-tokens", str(chunk_tokens)]
+    if impl == "c":
+        cmd = [str(fixture_binary()), *args]
+    elif impl == "py":
+        cmd = [sys.executable, str(Path(__file__).resolve().parent / "sse_fixture.py"), *args]
+    else:
+        sys.exit(f"unknown fixture {impl!r}: use py or c")
+    p = subprocess.Popen(cmd)
     for _ in range(100):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()

@@ -1,9 +1,13 @@
-"""The client spread over worker processes (`workers=N`), against sse_fixture.py.
+"""The client spread over worker processes (`workers=N`), against sse_fixture.py (or .c).
 
 Part a (closed loop, as figure 3 measures a client): at concurrency 512, for each offered rate
-(512 streams x 1/step) and each client set-up (N workers on the cores given), every chunk's
-arrival as the client recorded it against the fixture's send time (lag), and each request's TTFT
-against the fixture's (first send - request received): the TTFT error.
+(512 streams x --chunk-tokens tokens / step) and each client set-up (N workers on the cores
+given), every token's arrival as the client recorded it against the fixture's send time (lag),
+and each request's TTFT against the fixture's (first send - request received): the TTFT error;
+and the fixture's own CPU per token. With --chunk-tokens K each write to a stream carries K SSE
+events: the fixture's cost is mostly the kernel's per write, the client's per event, so K > 1
+lets one fixture core offer more tokens/s than one client core can ingest, which is what a
+second worker is for (--fixture c, the C twin of sse_fixture.py, leaves the most of its core).
 
 Part b (open loop): constant arrivals at each --rates rate, each request --tokens tokens at the
 fixture's --open-step-us: per client set-up, the schedule slip (send_slip_us, p50 and p99), the
@@ -131,6 +135,14 @@ def pinned(cpus: str, args: list[str]) -> dict[str, Any]:
     return dict(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far (user + system), in seconds."""
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
 def setups(specs: list[str]) -> list[tuple[int, str]]:
     """'WORKERS@CPUS' or 'WORKERS@CPUS/nN' (the client at niceness N) -> (workers, cpus)."""
     out = []
@@ -152,12 +164,14 @@ def part_a(a: argparse.Namespace) -> list[dict[str, Any]]:
             order = setups(a.setups) if rep % 2 == 0 else setups(a.setups)[::-1]
             for workers, cpus in order:
                 port = free_port()
-                fx = start_fixture(port, step, a.fixture_cpu)
-                tokens = max(16, int(a.seconds / max(step, 250) * 1e6 / a.waves))
+                fx = start_fixture(port, step, a.fixture_cpu, a.fixture, a.chunk_tokens)
+                tokens = a.chunk_tokens * max(16, int(a.seconds / max(step, 250) * 1e6 / a.waves))
                 n = a.waves * a.concurrency
                 try:
+                    fx_cpu0 = cpu_seconds(fx.pid)
                     res = pinned(cpus, ["closed", f"http://127.0.0.1:{port}", str(a.concurrency),
                                         str(n), str(tokens), str(workers)])  # fmt: skip
+                    fixture_cpu_s = cpu_seconds(fx.pid) - fx_cpu0
                     sends = fetch_sends(port)
                 finally:
                     fx.terminate()
@@ -165,14 +179,18 @@ def part_a(a: argparse.Namespace) -> list[dict[str, Any]]:
                 m = analyse(res["requests"], sends)
                 m.update(workers=workers, cpus=cpus, step_us=step, tokens_per_request=tokens,
                          requests_expected=n, client_cpu_s=res["client_cpu_s"],
-                         worker_stats=res["workers"],
-                         offered_tok_s=a.concurrency * 1e6 / step if step else None)  # fmt: skip
+                         worker_stats=res["workers"], fixture=a.fixture,
+                         fixture_cpu_s=fixture_cpu_s,
+                         offered_tok_s=a.concurrency * a.chunk_tokens * 1e6 / step
+                         if step else None, chunk_tokens=a.chunk_tokens)  # fmt: skip
                 levels.append(m)
                 busy = ", ".join(f"{x['busy']:.2f}" for x in res["workers"])
                 print(f"a: {workers} worker(s) @ {cpus:4s} step {step:6d} us: "
                       f"{m.get('rate_tok_s', 0):9.0f} tok/s, lag p99 {m.get('lag_p99_ms', 0):7.2f}"
                       f" ms, TTFT err {m.get('ttft_err_mean_ms', 0):6.2f} ms, bad "
-                      f"{m['bad_requests']}, busy {busy}", file=sys.stderr)  # fmt: skip
+                      f"{m['bad_requests']}, busy {busy}, fixture "
+                      f"{fixture_cpu_s / max(1, m.get('tokens', 0)) * 1e6:.1f} us/token",
+                      file=sys.stderr)  # fmt: skip
     return levels
 
 
@@ -200,7 +218,7 @@ def open_servelab(a: argparse.Namespace, rate: float, workers: int, cpus: str) -
 
     n = max(20, min(a.max_requests, int(rate * a.open_seconds)))
     port = free_port()
-    fx = start_fixture(port, a.open_step_us, a.fixture_cpu)
+    fx = start_fixture(port, a.open_step_us, a.fixture_cpu, a.fixture)
     try:
         res = pinned(cpus, ["open", f"http://127.0.0.1:{port}", str(rate), str(n),
                             str(a.tokens), str(workers)])  # fmt: skip
@@ -222,7 +240,7 @@ def open_vllm(a: argparse.Namespace, rate: float, vllm: Any, model: Path) -> dic
 
     n = max(20, min(a.max_requests, int(rate * a.open_seconds)))
     port = free_port()
-    fx = start_fixture(port, a.open_step_us, a.fixture_cpu)
+    fx = start_fixture(port, a.open_step_us, a.fixture_cpu, a.fixture)
     try:
         res = vllm.run([
             "--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}",
@@ -359,6 +377,13 @@ def main() -> None:
     p.add_argument("--vllm-cpu", type=int, default=0, help="part b: vllm bench serve's core")
     p.add_argument("--fixture-cpu", type=int, default=(os.cpu_count() or 2) - 1,
                    help="the core the fixture runs on")  # fmt: skip
+    p.add_argument("--chunk-tokens", type=int, default=1,
+                   help="part a: tokens (SSE events) per write to a stream, so a fixture "
+                        "core can offer more tokens/s than one client core ingests")  # fmt: skip
+    p.add_argument("--fixture", choices=["py", "c"], default="py",
+                   help="sse_fixture.py, or its C twin sse_fixture.c (built with cc; a fraction "
+                        "of the CPU per chunk, so a small host's fixture core has room for a "
+                        "client worker)")  # fmt: skip
     p.add_argument("--out", type=Path, default=None,
                    help="results file (default $TMPDIR/servelab-bench/...)")  # fmt: skip
     p.add_argument("--report-only", action="store_true", help="re-print from --out")

@@ -1,10 +1,11 @@
 """A stand-in completions server that streams tokens as fast as it is told (benchmark fixture).
 
 Not part of servelab. Like a batching engine, it emits in steps: every `--step-us` it writes one
-SSE chunk to every open stream, then sleeps; `--step-us 0` only yields to the event loop. Each
-chunk carries its send time (`sent_ns`, time.time_ns()) and the fixture keeps every send time per
-request (by X-Request-Id), served as JSON at GET /sends, so a client's TTFT and ITL can be checked
-against the truth. Run it as its own process: `python sse_fixture.py --port P --step-us 2000`.
+SSE chunk (`--chunk-tokens` events, 1 by default) to every open stream, then sleeps; `--step-us 0`
+only yields to the event loop. Each event carries its send time (`sent_ns`, time.time_ns()) and
+the fixture keeps every send time per request (by X-Request-Id), served as JSON at GET /sends, so
+a client's TTFT and ITL can be checked against the truth. Run it as its own process:
+`python sse_fixture.py --port P --step-us 2000`. sse_fixture.c is its C twin (same interface).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ class Stream:
 
 
 class Fixture:
-    def __init__(self, step_s: float) -> None:
+    def __init__(self, step_s: float, chunk_tokens: int = 1) -> None:
         self.step_s = step_s
+        self.chunk_tokens = chunk_tokens
         self.streams: list[Stream] = []
         self.sends: dict[str, dict[str, object]] = {}
         self.wake = asyncio.Event()
@@ -54,14 +56,20 @@ class Fixture:
                 deadline = time.perf_counter()
             done = []
             for s in self.streams:
-                s.left -= 1
                 now = time.time_ns()
-                last = s.left == 0
-                body = s.prefix + (
-                    b'"length","stop_reason":null}],"usage":null,"sent_ns":%d}\n\n' % now
-                    if last
-                    else b'null,"stop_reason":null}],"usage":null,"sent_ns":%d}\n\n' % now
-                )
+                body = b""
+                last = False
+                for _ in range(self.chunk_tokens):
+                    s.left -= 1
+                    last = s.left == 0
+                    body += s.prefix + (
+                        b'"length","stop_reason":null}],"usage":null,"sent_ns":%d}\n\n' % now
+                        if last
+                        else b'null,"stop_reason":null}],"usage":null,"sent_ns":%d}\n\n' % now
+                    )
+                    s.sends.append(now)
+                    if last:
+                        break
                 if last:
                     body += (
                         b'data: {"id":"cmpl-x","object":"text_completion","created":0,'
@@ -73,7 +81,6 @@ class Fixture:
                     done.append(s)
                 else:
                     s.transport.write(_chunk(body))
-                s.sends.append(now)
             for s in done:
                 self.streams.remove(s)
             # Steps of 2 ms or more sleep; shorter ones spin (yielding to the event loop, so
@@ -142,8 +149,8 @@ class Conn(asyncio.Protocol):
         )
 
 
-async def serve(port: int, step_s: float) -> None:
-    fx = Fixture(step_s)
+async def serve(port: int, step_s: float, chunk_tokens: int = 1) -> None:
+    fx = Fixture(step_s, chunk_tokens)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: Conn(fx), "127.0.0.1", port, backlog=1024)
     asyncio.create_task(fx.engine())
@@ -156,10 +163,12 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--step-us", type=int, default=0)
     p.add_argument("--cpu", type=int, default=None, help="pin to this core")
+    p.add_argument("--chunk-tokens", type=int, default=1, choices=range(1, 33), metavar="1-32",
+                   help="tokens (SSE events, each with its sent_ns) per write")  # fmt: skip
     a = p.parse_args()
     if a.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {a.cpu})
-    asyncio.run(serve(a.port, a.step_us / 1e6))
+    asyncio.run(serve(a.port, a.step_us / 1e6, a.chunk_tokens))
 
 
 if __name__ == "__main__":
