@@ -191,3 +191,37 @@ def test_client_cpu_never_steps_back() -> None:
         values.append(src.read()[0]["client_cpu_s"])
     assert values == sorted(values)
     assert values[-1] > 0
+
+
+def test_host_steal_is_recorded_from_cpu_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steal as % of all cores over the interval, over the same total as the busy %, which
+    counts it as busy; null on the first sample and where cpu_times has no `steal` field."""
+    from collections import namedtuple
+
+    import psutil
+
+    linux = namedtuple("linux", "user system idle iowait steal")
+    ticks = iter(
+        [
+            linux(100.0, 50.0, 800.0, 10.0, 40.0),
+            linux(130.0, 60.0, 840.0, 10.0, 60.0),  # 100 s: 20 steal, 40 idle -> 60% busy
+            linux(130.0, 60.0, 940.0, 10.0, 60.0),  # 100 s idle: no steal
+        ]
+    )
+    monkeypatch.setattr(psutil, "cpu_times", lambda: next(ticks))
+    src = HostSource(None, lambda: 0.0)
+    assert src.open() is None
+    first, second, third = (src.read()[0] for _ in range(3))
+    assert first["host_steal_pct"] is None
+    assert second["host_steal_pct"] == pytest.approx(20.0)
+    assert second["host_cpu_pct"] == pytest.approx(60.0)
+    assert third["host_steal_pct"] == 0.0 and third["host_cpu_pct"] == 0.0
+
+    darwin = namedtuple("darwin", "user nice system idle")
+    mac = iter([darwin(10.0, 0.0, 5.0, 85.0), darwin(20.0, 0.0, 10.0, 170.0)])
+    monkeypatch.setattr(psutil, "cpu_times", lambda: next(mac))
+    src = HostSource(None, lambda: 0.0)
+    assert src.open() is None
+    a, b = src.read()[0], src.read()[0]
+    assert a["host_steal_pct"] is None and b["host_steal_pct"] is None
+    assert b["host_cpu_pct"] == pytest.approx(15.0)

@@ -283,3 +283,15 @@ def test_points_csv_carries_each_points_telemetry(tmp_path: Path) -> None:
     assert [float(r["utilization_pct"]) for r in rows] == pytest.approx([49.5, 49.5, 95.0, 95.0])
     assert all(r["gpu_absent"] == "NVML unavailable: test" for r in rows)
     assert all(float(r["cpu_server_util_pct_mean"]) > 0 for r in rows)
+
+
+def test_host_steal_is_summarized_beside_host_cpu() -> None:
+    samples = [cpu(t, 10.0 + t, 100.0) for t in (1, 2, 3)]
+    for s, steal in zip(samples, (None, 10.0, 30.0), strict=True):
+        s["host_steal_pct"] = steal
+    c = summarize(samples, *window(1, 3))["cpu"]
+    assert c["host_steal_pct"] == {"mean": 20.0, "p95": pytest.approx(29.0), "max": 30.0}
+    # samples of a platform without steal time (or of an older servelab): null statistics
+    old = summarize([cpu(t, 10.0 + t, 100.0) for t in (1, 2, 3)], *window(1, 3))["cpu"]
+    assert old["host_steal_pct"] == {"mean": None, "p95": None, "max": None}
+    assert old["host_cpu_pct"]["mean"] == 50.0

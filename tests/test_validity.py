@@ -36,6 +36,7 @@ from servelab.summary import render_summary
 
 DEFAULTS = default_section(ValiditySection, "analysis", "validity")
 BURST_SAID = "4 of 4 requests delivered in one read (limit 5%)"
+BUSY_SAID = "0.76 CPU cores busy outside the server, client and samplers (limit 0.25)"
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -53,9 +54,12 @@ def recorded(fixtures: Path, rel: str) -> tuple[list[RequestRecord], dict[str, A
     return recs, dict(read_json(d / "point.json"))
 
 
-def cpu_telemetry(host_pct: float, server_pct: float, client_pct: float = 3.0) -> dict[str, Any]:
-    """A point.json telemetry block for a 2-core host: host % of all cores, the rest % of one."""
-    return {
+def cpu_telemetry(
+    host_pct: float, server_pct: float, client_pct: float = 3.0, steal_pct: float | None = None
+) -> dict[str, Any]:
+    """A point.json telemetry block for a 2-core host: host % of all cores, the rest % of one;
+    with `steal_pct`, the host's steal % of all cores (a platform that reports steal time)."""
+    block: dict[str, Any] = {
         "format_version": 1,
         "gpu": {"absent": "no GPU"},
         "cpu": {
@@ -69,6 +73,9 @@ def cpu_telemetry(host_pct: float, server_pct: float, client_pct: float = 3.0) -
         },
         "server": {"samples": 4, "preemptions": 0.0},
     }
+    if steal_pct is not None:
+        block["cpu"]["host_steal_pct"] = {"mean": steal_pct, "p95": steal_pct, "max": steal_pct}
+    return block
 
 
 QUIET = cpu_telemetry(100.0, 192.0)  # 2 cores busy, 1.96 of them ours: 0.04 other
@@ -172,6 +179,43 @@ def test_contention_trips_on_busy_host_not_on_quiet_one() -> None:
     no_sample["cpu"]["host_cpu_pct"] = {"mean": None, "p95": None, "max": None}
     f = by_check(check_point(recs, {"telemetry": no_sample}, DEFAULTS))["contention"]
     assert (f.status, f.reason) == (NOT_CHECKED, "no host CPU sample inside the point")
+
+
+def test_contention_says_how_much_was_hypervisor_steal() -> None:
+    """Steal still counts (it takes CPU from the server): same value and outcome, and the
+    message says how many of the cores were steal; a block without it keeps its message."""
+    recs = [rec(i, list(range(1000, 1_400_000, 20_000))) for i in range(4)]
+
+    def contention(tel: dict[str, Any], t: ValiditySection = DEFAULTS) -> Flag:
+        return by_check(check_point(recs, {"telemetry": tel}, t))["contention"]
+
+    plain = contention(BUSY)
+    assert plain.reason == BUSY_SAID
+    stolen = contention(cpu_telemetry(100.0, 120.0, steal_pct=26.0))  # 0.52 of 2 cores
+    assert plain.status == FAILED and plain.value == pytest.approx(0.76)
+    assert (stolen.status, stolen.value) == (plain.status, plain.value)
+    assert stolen.reason == (
+        "0.76 CPU cores busy outside the server, client and samplers "
+        "(0.52 of them hypervisor steal) (limit 0.25)"
+    )
+    lax = replace(DEFAULTS, max_other_cpu_cores=1.0)
+    passed = contention(cpu_telemetry(100.0, 120.0, steal_pct=0.0), lax)
+    assert passed.status == PASSED and passed.value == pytest.approx(0.76)
+    assert passed.reason == (
+        "0.76 CPU cores busy outside the server, client and samplers (0.00 of them hypervisor steal)"
+    )
+    # steal is part of the cores outside ours: a mean from other samples never reads as more
+    capped = contention(cpu_telemetry(100.0, 192.0, steal_pct=10.0))
+    assert capped.status == PASSED and capped.reason == (
+        "0.04 CPU cores busy outside the server, client and samplers (0.04 of them hypervisor steal)"
+    )
+    # a block without steal (an older servelab, a platform without it): today's message
+    unknown = copy.deepcopy(BUSY)
+    unknown["cpu"]["host_steal_pct"] = {"mean": None, "p95": None, "max": None}
+    for tel in (BUSY, unknown):
+        f = contention(tel)
+        assert f.status == FAILED and f.value == pytest.approx(0.76)
+        assert f.reason == plain.reason == BUSY_SAID
 
 
 def test_failed_requests_short_points_and_preemptions() -> None:

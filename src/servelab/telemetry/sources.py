@@ -304,8 +304,9 @@ class HostSource:
 
     CPU is cumulative seconds since the source opened (`*_cpu_s`) and the percent of one core
     over the interval since the previous sample (`*_cpu_pct`, null on the first sample); the
-    host's `host_cpu_pct` is of all cores. The client is this process less the samplers' own
-    threads (`telemetry_cpu_*`), which `own_cpu_s` reports.
+    host's `host_cpu_pct` (busy, steal included) and `host_steal_pct` (hypervisor steal, null
+    where the platform reports none) are of all cores. The client is this process less the
+    samplers' own threads (`telemetry_cpu_*`), which `own_cpu_s` reports.
     """
 
     name = "cpu"
@@ -414,6 +415,7 @@ class HostSource:
             "telemetry_cpu_s": own,
             "host_cpus": psutil.cpu_count() or 1,
             "host_cpu_pct": _host_busy_pct(self._host_prev, host),
+            "host_steal_pct": _host_steal_pct(self._host_prev, host),
             "host_mem_used_bytes": int(mem.used),
             "host_mem_pct": float(mem.percent),
         }
@@ -442,6 +444,19 @@ def _host_busy_pct(before: Any, after: Any) -> float | None:
     if total <= 0:
         return None
     return float(max(0.0, min(100.0, 100.0 * (1.0 - idle / total))))
+
+
+def _host_steal_pct(before: Any, after: Any) -> float | None:
+    """Hypervisor steal (time a virtual CPU was ready to run while the hypervisor ran something
+    else) as % of all cores over the interval, over the same total as `_host_busy_pct`, which
+    counts it as busy. Null on the first sample and where the platform reports no steal
+    (psutil has `steal` on Linux only)."""
+    if before is None or not hasattr(after, "steal") or not hasattr(before, "steal"):
+        return None
+    total = sum(after) - sum(before)
+    if total <= 0:
+        return None
+    return float(max(0.0, min(100.0, 100.0 * (after.steal - before.steal) / total)))
 
 
 # --- CPU package energy through RAPL (powercap) ---------------------------------------------

@@ -32,7 +32,13 @@ CPU_CUMULATIVE = (
     ("client_cpu_s", "client_cpu_pct"),
     ("telemetry_cpu_s", "telemetry_cpu_pct"),
 )
-CPU_GAUGES = ("host_cpu_pct", "server_rss_bytes", "client_rss_bytes", "host_mem_used_bytes")
+CPU_GAUGES = (
+    "host_cpu_pct",
+    "host_steal_pct",
+    "server_rss_bytes",
+    "client_rss_bytes",
+    "host_mem_used_bytes",
+)
 SERVER_GAUGES = ("running", "waiting", "kv_cache_usage")
 SERVER_COUNTERS = (
     ("preemptions_total", "preemptions"),

@@ -61,6 +61,11 @@ def check_contention(f: PointFacts, t: ValiditySection) -> Flag:
     # slightly below zero on an idle host
     other = max(0.0, host / 100.0 * int(cores) - sum(v or 0.0 for v in own) / 100.0)
     said = f"{other:.2f} CPU cores busy outside the server, client and samplers"
+    steal = block_mean(cpu, "host_steal_pct")
+    if steal is not None:
+        # steal counts as busy, so it is part of `other`; the two means come from different
+        # samples, so it is capped at `other` rather than read as more than all of it
+        said += f" ({min(other, steal / 100.0 * int(cores)):.2f} of them hypervisor steal)"
     if other > limit:
         return Flag("contention", FAILED, other, limit, f"{said} (limit {short(limit)})")
     return Flag("contention", PASSED, other, limit, said)
