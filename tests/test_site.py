@@ -15,9 +15,11 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from test_site_history import count_release_checks
 
 from servelab.errors import ServelabError
 from servelab.site import SiteResult, build_site, history_view, layout, pages
+from servelab.site.check import CheckedRelease
 from servelab.site.scan import scan_evidence, tag_key
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,7 +164,9 @@ def test_index_lists_every_committed_release_in_tag_order_and_verified(
     )
     assert 'href="experiments/quickstart-cpu/history.html"' in html
     assert [line for line in lines if line.startswith("warning")] == []
-    assert sum(1 for line in lines if line.startswith("site: ")) == len(result.pages) == len(TAGS) + 2
+    assert (
+        sum(1 for line in lines if line.startswith("site: ")) == len(result.pages) == len(TAGS) + 2
+    )
 
 
 def test_release_page_shows_claims_figures_points_validity_diagnoses_host_and_files(
@@ -582,11 +586,21 @@ def test_history_page_through_the_build(
     tampered: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The build writes each metric's figure and links it; the history is given the
-    releases in tag order."""
+    releases in tag order, with the build's check of each: the bundle of one that verifies
+    still extracted, the failures of one that does not."""
     seen: list[Any] = []
 
-    def release_history(experiment: str, releases: list[Path], workdir: Path) -> dict[str, Any]:
+    def release_history(
+        experiment: str,
+        releases: list[Path],
+        workdir: Path,
+        checked: dict[Path, CheckedRelease] | None = None,
+    ) -> dict[str, Any]:
         seen.append((experiment, [p.name for p in releases]))
+        assert checked is not None and set(checked) == set(releases)
+        v5, v6 = (checked[p] for p in releases)
+        assert v5.failures and not v6.failures
+        assert v6.bundle is not None and (v6.bundle / "provenance.json").is_file()
         return history_record()
 
     api = history_view.HistoryApi(
@@ -621,3 +635,24 @@ def test_history_page_without_the_history_module() -> None:
         releases=[("v1", "v1/index.html")],
     )
     assert '<a href="v1/index.html">v1</a>' in html and "no history" in html
+
+
+def test_each_release_is_verified_once_per_build(
+    tampered: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history reads the bundles the release pages' checks extracted: every release
+    folder is checked (evidence.verify.check_release_folder) once, the one that does not
+    verify too, and that one is in the history as not verifying, its pair not comparable."""
+    checked = count_release_checks(monkeypatch)
+    out = tmp_path / "site"
+    build_site(tampered, out, say=lambda _: None)
+    assert sorted(checked) == ["v5", "v6"]
+    history = text(out / "experiments" / "quickstart-cpu" / "history.html")
+    assert (
+        "v5 cannot be analysed again by this servelab: "
+        f"{tampered.name}/quickstart-cpu/v5: release does not verify: tables/claims.json: differs "
+        "from the copy inside v5.tar.gz (and 1 more)"
+    ) in history
+    assert "does not verify tables/claims.json: differs from the copy inside v5.tar.gz" in history
+    assert "v5 to v6 not comparable v5 cannot be analysed again" in history
+    assert str(tmp_path) not in history and str(tampered) not in history  # no absolute path

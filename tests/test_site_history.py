@@ -230,3 +230,83 @@ def test_v7_to_v8_on_one_host_class_is_judged(history: dict[str, Any]) -> None:
     verdicts = {p["verdict"] for p in pair["points"]}
     assert verdicts <= {"improved", "regressed", "unchanged", "invalid"} and verdicts
     assert all(p["p_value"] is not None for p in pair["points"] if p["verdict"] != "invalid")
+
+
+def count_release_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every check of a release folder (evidence.verify.check_release_folder, under each name
+    a servelab module imported it by) from now on, as the folders' names."""
+    import sys
+
+    from servelab.evidence import verify
+
+    original = verify.check_release_folder
+    seen: list[str] = []
+
+    def counting(path: Path, workdir: Path, do_rebuild: bool = False) -> Any:
+        seen.append(path.name)
+        return original(path, workdir, do_rebuild)
+
+    for name, module in list(sys.modules.items()):
+        if (
+            name.startswith("servelab")
+            and getattr(module, "check_release_folder", None) is original
+        ):
+            monkeypatch.setattr(module, "check_release_folder", counting)
+    return seen
+
+
+def test_a_release_its_caller_checked_is_not_verified_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given the checks the site build made (check_release, the bundles still extracted), the
+    history verifies and extracts nothing, and says what it says when it opens them itself."""
+    from servelab.site.check import check_release
+
+    folders = release_folders()[-2:]
+    opened = release_history(EXPERIMENT, folders, tmp_path / "opened")
+    checked = {p: check_release(p, tmp_path / "checks" / p.name) for p in folders}
+    assert all(c.bundle is not None and not c.failures for c in checked.values())
+    seen = count_release_checks(monkeypatch)
+    again = release_history(EXPERIMENT, folders, tmp_path / "work", checked=checked)
+    assert seen == []
+    assert not (tmp_path / "work").exists()  # nothing extracted
+    assert dumps(again) == dumps(opened)
+    assert [r["tag"] for r in again["releases"]] == [p.name for p in folders]
+    assert all("error" not in r for r in again["releases"])
+    # without checks, each release is checked once, by the history itself
+    release_history(EXPERIMENT, folders, tmp_path / "unchecked")
+    assert seen == [p.name for p in folders]
+
+
+def test_a_checked_release_that_does_not_verify_is_never_analysed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release whose check failed stays in the history with its first failure and is out of
+    every series, its pairs not comparable, even though its tarball was extracted (only a file
+    beside it was altered)."""
+    from servelab.site.check import check_release
+
+    bad = tmp_path / "v7"
+    shutil.copytree(EVIDENCE / "v7", bad)
+    claims = bad / "tables" / "claims.json"
+    claims.write_text(claims.read_text(encoding="utf-8").replace('"holds"', '"fails"', 1))
+    good = EVIDENCE / "v8"
+    checked = {p: check_release(p, tmp_path / "checks" / p.name) for p in (bad, good)}
+    assert checked[bad].bundle is not None  # extracted: the copy beside it differs
+    assert checked[bad].failures == ["tables/claims.json: differs from the copy inside v7.tar.gz"]
+    seen = count_release_checks(monkeypatch)
+    out = release_history(EXPERIMENT, [bad, good], tmp_path / "work", checked=checked)
+    assert seen == []
+    first = out["releases"][0]
+    assert first["tag"] == "v7" and first["points_total"] is None
+    shown = "/".join(bad.parts[-3:])  # as the page names it: no absolute path
+    assert first["error"] == (
+        f"cannot be analysed again by this servelab: {shown}: release does not verify: "
+        f"tables/claims.json: differs from the copy inside v7.tar.gz; run `servelab verify "
+        f"{shown}` for every failure"
+    )
+    assert first["git_commit"] is not None  # read from the provenance beside the tarball
+    assert {p["tag"] for s in out["series"] for p in s["points"]} == {"v8"}
+    (pair,) = out["pairs"]
+    assert pair["comparable"] is False and pair["why_not"].startswith("v7 cannot be analysed")
+    assert {p["verdict"] for p in pair["points"]} == {"not comparable"}

@@ -55,7 +55,9 @@ class Side:
         return out
 
 
-def _refuse(path: Path, failures: list[str], what: str) -> ServelabError:
+def refusal(path: Path, failures: list[str], what: str) -> ServelabError:
+    """The one-line error refusing `path` (the path the user gave) as `what`: its first
+    failure, how many more, and the command that lists them all."""
     more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
     return ServelabError(
         f"{path}: {what} does not verify: {failures[0]}{more}; "
@@ -68,7 +70,7 @@ def _verified(root: Path, label: Path, what: str) -> Path:
     failures are named after `label`, the path the user gave."""
     failures = verify(root)
     if failures:
-        raise _refuse(label, failures, what)
+        raise refusal(label, failures, what)
     return root
 
 
@@ -77,7 +79,7 @@ def _open_release(path: Path, workdir: Path, what: str) -> tuple[Path, dict[str,
     when the folder verifies (`check_release_folder`); refused naming the first failure."""
     checked = check_release_folder(path, workdir)
     if checked.failures or checked.root is None:
-        raise _refuse(path, checked.failures, what)
+        raise refusal(path, checked.failures, what)
     return checked.root, checked.release
 
 
@@ -93,14 +95,14 @@ def open_side(path: Path, workdir: Path, what: str = "reference") -> Side:
         )
     if is_release_folder(path):
         root, rel = _open_release(path, workdir, what)
-        return _bundle_side(str(path), "release", root, rel)
+        return bundle_side(str(path), "release", root, rel)
     if path.is_file():
         if not path.name.endswith(".tar.gz"):
             raise ServelabError(f"{path}: not a .tar.gz release; give the release folder")
         root = _verified(safe_extract(path, workdir), path, what)
-        return _bundle_side(str(path), "tarball", root, None)
+        return bundle_side(str(path), "tarball", root, None)
     if (path / "manifest.json").is_file():
-        return _bundle_side(str(path), "bundle", _verified(path, path, what), None)
+        return bundle_side(str(path), "bundle", _verified(path, path, what), None)
     if (path / "bundle" / "manifest.json").is_file():
         return open_side(path / "bundle", workdir, what)
     layout = detect_layout(path)
@@ -109,7 +111,12 @@ def open_side(path: Path, workdir: Path, what: str = "reference") -> Side:
     return Side(str(path), "experiment", path)
 
 
-def _bundle_side(given: str, kind: str, root: Path, rel: dict[str, Any] | None) -> Side:
+def bundle_side(given: str, kind: str, root: Path, rel: dict[str, Any] | None) -> Side:
+    """The side of the bundle folder `root`, which the caller has verified (`open_side`, or
+    a release folder's check, evidence.verify.check_release_folder, whose extracted bundle
+    `root` is): its resolved config and provenance.json read, nothing verified again. `given`
+    is the path the user gave, `kind` what it is, `rel` its release.json (None for a side
+    that is not a release folder)."""
     cfg = yaml.safe_load((root / "config.resolved.yaml").read_text(encoding="utf-8"))
     return Side(given, kind, root, cfg, read_json(root / "provenance.json"), rel)
 

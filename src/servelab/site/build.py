@@ -45,7 +45,9 @@ class SiteResult:
 
 @dataclass(frozen=True)
 class BuiltRelease:
-    """A release as the index, the history and the reproductions refer to it."""
+    """A release as the index, the history and the reproductions refer to it; `checked`: its
+    verification, whose extracted bundle the history reads (each release is verified and
+    extracted once per build)."""
 
     rel: ReleaseDir
     page: str
@@ -53,6 +55,7 @@ class BuiltRelease:
     tarball_sha256: str | None
     failures: tuple[str, ...]
     row: dict[str, Any]
+    checked: CheckedRelease
 
 
 @dataclass
@@ -124,12 +127,14 @@ def build_site(evidence: Path, out: Path, say: Say = print) -> SiteResult:
     site = Site(out, say)
     built: list[BuiltRelease] = []
     with tempfile.TemporaryDirectory(prefix="servelab-site-") as tmp:
-        for exp in found.experiments:
+        work = [Path(tmp) / f"{n:03d}" for n in range(len(found.experiments))]
+        for exp, w in zip(found.experiments, work, strict=True):
             for i, rel in enumerate(exp.releases):
-                built.append(_release(site, rel, Path(tmp) / f"{exp.name}-{i}"))
-        for exp in found.experiments:
+                built.append(_release(site, rel, w / f"{i:03d}"))
+        for exp, w in zip(found.experiments, work, strict=True):
             mine = [b for b in built if b.rel.path.parent == exp.path]
-            _history(site, exp, mine, Path(tmp) / "history")
+            _history(site, exp, mine, w / "history")
+            shutil.rmtree(w, ignore_errors=True)  # its releases' bundles, read by the history
     rows = [_reproduction(site, rp, built) for rp in found.reproductions]
     _index(site, found, built, rows)
     site.write(layout.STYLE, pages.stylesheet())
@@ -139,14 +144,14 @@ def build_site(evidence: Path, out: Path, say: Say = print) -> SiteResult:
 
 
 def _release(site: Site, rel: ReleaseDir, workdir: Path) -> BuiltRelease:
-    """Verify one release, copy its files and write its page."""
+    """Verify one release, copy its files and write its page. The bundle its tarball holds
+    stays extracted in `workdir` for the history when the release verifies."""
     page = layout.release_page(rel.experiment, rel.tag)
-    try:
-        checked = check_release(rel.path, workdir)
-        failures = checked.failures
-        files = _copy_folder(site, rel.path, layout.release_files(rel.experiment, rel.tag))
-        profiles = _profiles(site, rel, checked.bundle, page)
-    finally:
+    checked = check_release(rel.path, workdir)
+    failures = checked.failures
+    files = _copy_folder(site, rel.path, layout.release_files(rel.experiment, rel.tag))
+    profiles = _profiles(site, rel, checked.bundle, page)
+    if failures:  # the history never reads its bundle
         shutil.rmtree(workdir, ignore_errors=True)
     r = release_view.release_context(rel, page, files, failures)
     r["tarball"] = _tarball(rel, page, checked, files)
@@ -169,7 +174,7 @@ def _release(site: Site, rel: ReleaseDir, workdir: Path) -> BuiltRelease:
         "href": layout.href(layout.INDEX, page),
         "href_failures": layout.href(layout.INDEX, page, "verification"),
     }
-    return BuiltRelease(rel, page, r["experiment"], checked.sha256, tuple(failures), row)
+    return BuiltRelease(rel, page, r["experiment"], checked.sha256, tuple(failures), row, checked)
 
 
 def _tarball(
@@ -212,7 +217,7 @@ def _profiles(site: Site, rel: ReleaseDir, bundle: Path | None, page: str) -> di
 
 def _history(site: Site, exp: ExperimentDir, built: list[BuiltRelease], workdir: Path) -> None:
     """The experiment's history page, from `history.release_history` over its releases in
-    tag order, with a figure per metric."""
+    tag order (given their checks: no release is verified again), with a figure per metric."""
     page = layout.history_page(exp.name)
     name = built[0].experiment if built else exp.name
     links = {b.rel.tag: layout.href(page, b.page) for b in built}
@@ -228,7 +233,11 @@ def _history(site: Site, exp: ExperimentDir, built: list[BuiltRelease], workdir:
     else:
         try:
             workdir.mkdir(parents=True, exist_ok=True)
-            history = api.release_history(name, [b.rel.path for b in built], workdir)
+            # with the checks `_release` made, so that no release is verified twice
+            checked = {b.rel.path: b.checked for b in built}
+            history = api.release_history(
+                name, [b.rel.path for b in built], workdir, checked=checked
+            )
             figures = {}
             for metric in history["metrics"]:
                 target = layout.history_figure(exp.name, str(metric))

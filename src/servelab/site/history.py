@@ -31,7 +31,8 @@ from servelab.render import num
 from servelab.reproduce.checks import POINT_METRICS, Analysed, analyse
 from servelab.reproduce.comparison import other_dataset
 from servelab.reproduce.provenance_diff import provenance_diff
-from servelab.reproduce.sides import Side, open_side
+from servelab.reproduce.sides import Side, bundle_side, open_side, refusal
+from servelab.site.check import CheckedRelease
 from servelab.site.values import host_class
 
 # the point metrics the history shows, and which way is better for each
@@ -56,12 +57,15 @@ class _Release:
     error: str | None = None
 
 
-def _beside(path: Path) -> tuple[str, dict[str, Any] | None]:
-    """The tag (release.json's, else the folder's name) and the provenance.json beside the
-    tarball, read without opening it (for a release that cannot be opened)."""
-    tag, prov = path.name, None
+def _beside(path: Path) -> tuple[str, dict[str, Any] | None, dict[str, Any]]:
+    """The tag (release.json's, else the folder's name), the provenance.json beside the
+    tarball and release.json ({} when unreadable), read without opening the tarball (for a
+    release that cannot be opened)."""
+    tag, prov, release = path.name, None, {}
     try:
-        tag = str(read_json(path / "release.json").get("tag") or tag)
+        found = read_json(path / "release.json")
+        release = found if isinstance(found, dict) else {}
+        tag = str(found.get("tag") or tag)
     except (ServelabError, AttributeError):
         pass
     try:
@@ -69,28 +73,49 @@ def _beside(path: Path) -> tuple[str, dict[str, Any] | None]:
         prov = found if isinstance(found, dict) else None
     except ServelabError:
         pass
-    return tag, prov
+    return tag, prov, release
 
 
-def _open(experiment: str, path: Path, workdir: Path) -> _Release:
-    """Open (verify) and analyse one release; a release that cannot be is kept with its
-    error, one line."""
-    tag, prov = _beside(path)
+def _side(
+    path: Path, workdir: Path, checked: CheckedRelease | None, release: dict[str, Any]
+) -> Side:
+    """The release folder `path` as a side: opened (verified, its tarball extracted under
+    `workdir`), or, when its caller has checked it (`checked`), the bundle that check extracted,
+    not verified again; a release that did not verify is refused with its first failure."""
+    if checked is None:
+        return open_side(path, workdir, "release")
+    if checked.failures or checked.bundle is None:
+        raise refusal(path, checked.failures or ["its tarball was not opened"], "release")
+    return bundle_side(str(path), "release", checked.bundle, release)
+
+
+def _open(experiment: str, path: Path, workdir: Path, checked: CheckedRelease | None) -> _Release:
+    """Open (verify, unless `checked` says how its check went) and analyse one release; a
+    release that cannot be is kept with its error, one line."""
+    tag, prov, release = _beside(path)
     rel = _Release(tag, prov)
     made_for = (prov or {}).get("experiment")
     if prov is not None and made_for != experiment:
         rel.error = f"is a release of experiment {made_for!r}, not of {experiment!r}"
         return rel
     try:
-        side = open_side(path, workdir, "release")
+        side = _side(path, workdir, checked, release)
         rel.side, rel.provenance = side, side.provenance
         opts = side.analysis
         rel.analysed = analyse(load_dataset(side.root, validity=opts.validity), opts)
         rel.opts = opts
     except Exception as exc:  # an old or damaged release stays in the history, with why
         what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        # the page names the release as evidence/<experiment>/<tag>, never by an absolute path
+        what = what.replace(str(path), _shown(path))
         rel.analysed, rel.error = None, f"cannot be analysed again by this servelab: {what}"
     return rel
+
+
+def _shown(path: Path) -> str:
+    """A release folder as a page names it: its last three parts (evidence/<experiment>/<tag>),
+    the same wherever the evidence folder lies."""
+    return Path(*path.parts[-3:]).as_posix()
 
 
 def _release_row(rel: _Release) -> dict[str, Any]:
@@ -261,7 +286,12 @@ def _pair(before: _Release, after: _Release) -> dict[str, Any]:
     }
 
 
-def release_history(experiment: str, releases: list[Path], workdir: Path) -> dict[str, Any]:
+def release_history(
+    experiment: str,
+    releases: list[Path],
+    workdir: Path,
+    checked: Mapping[Path, CheckedRelease] | None = None,
+) -> dict[str, Any]:
     """The history of `experiment` over `releases` (release folders, in release order): each
     release opened (verified) under `workdir` and analysed again by this servelab with its own
     recorded analysis options; per metric, server config and level, the points of every
@@ -269,8 +299,16 @@ def release_history(experiment: str, releases: list[Path], workdir: Path) -> dic
     per consecutive pair, whether a verdict means anything and each point's verdict. A release
     that cannot be analysed again stays in `releases` with its `error` and is out of the
     series. Returned as its JSON reads back (sorted keys, floats as servelab.jsonio writes
-    them): same releases, same bytes."""
-    rels = [_open(experiment, p, workdir / f"{i:03d}") for i, p in enumerate(releases)]
+    them): same releases, same bytes.
+
+    `checked` holds, by folder, the releases its caller has already checked
+    (site.check.check_release, the bundle it extracted still in place): those are neither
+    verified nor extracted again; one whose check failed is not analysed and stays with its
+    first failure as the error."""
+    checks = checked or {}
+    rels = [
+        _open(experiment, p, workdir / f"{i:03d}", checks.get(p)) for i, p in enumerate(releases)
+    ]
     out = {
         "experiment": experiment,
         "releases": [_release_row(r) for r in rels],

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from servelab.site import values
 
@@ -18,11 +18,24 @@ VERDICTS = ("improved", "regressed", "unchanged", "invalid", "not comparable")
 HISTORY_MODULE = "servelab.site.history"
 
 
+class ReleaseHistory(Protocol):
+    """`servelab.site.history.release_history`: `checked` maps a release folder to the check the
+    caller already made of it (`site.check.CheckedRelease`), so it is not verified again."""
+
+    def __call__(
+        self,
+        experiment: str,
+        releases: list[Path],
+        workdir: Path,
+        checked: Mapping[Path, Any] | None = None,
+    ) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class HistoryApi:
     """The release history's record and figures (servelab.site.history)."""
 
-    release_history: Callable[[str, list[Path], Path], dict[str, Any]]
+    release_history: ReleaseHistory
     history_figure: Callable[[dict[str, Any], str], bytes]
     history_figure_alt: Callable[[dict[str, Any], str], str]
 
