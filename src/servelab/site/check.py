@@ -4,8 +4,9 @@
 tarball's sha256 against release.json and its .sha256 file, its members against the
 manifest.json beside it before anything is extracted (docs/bundle.md, "What an archive must
 satisfy"), the bundle inside with the checks of a bundle folder, and every other file of the
-folder against the tarball's own copy. The extracted bundle stays in the work folder while the
-site is built (its profile summaries).
+folder against the tarball's own copy. The extracted bundle of a release that verifies stays in
+the work folder until its experiment's pages are built: the profile summaries and the release
+history read it, so no release is verified or extracted twice.
 """
 
 from __future__ import annotations
