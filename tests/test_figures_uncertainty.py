@@ -229,3 +229,21 @@ def test_two_sample_says_when_it_cannot_test() -> None:
     same = two_sample([110.0, 110.0], [100.0, 100.0], 5.0, 0.05)
     assert same.p_value == 0.0 and same.verdict == "a > b"
     assert two_sample([100.0, 100.0], [100.0, 100.0], 5.0, 0.05).verdict == "not significant"
+
+
+def test_a_figure_without_a_valid_repeat_has_no_empty_legend(tmp_path: Path) -> None:
+    """Every repeat left out by a validity check: no mean is drawn, and no empty legend box
+    (matplotlib draws one, with a warning, for a legend without labelled artists)."""
+    exp = servelab_tree(tmp_path / "exp", {"a": {1: [(100.0, 50.0)]}})
+    servelab_point(exp, "a", 1, 1, 100.0, 50.0, failed=1)
+    g = Groups(load_dataset(exp))
+    assert g.values("a", 1, "output_throughput") == {}
+    with figure_style():
+        figs = [throughput_vs_concurrency(g), latency_throughput(g, []), configs_side_by_side(g)]
+    for fig in figs:
+        assert all(ax.get_legend() is None for ax in fig.axes)
+        plt.close(fig)
+    with figure_style():
+        ok = throughput_vs_concurrency(Groups(load_dataset(servelab_tree(tmp_path / "ok", SPEC))))
+    assert ok.axes[0].get_legend() is not None  # with means, the legend is there
+    plt.close(ok)

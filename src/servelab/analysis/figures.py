@@ -125,6 +125,13 @@ def means_with_ci_2d(
     return _draw(ax, marks, label, color, True)
 
 
+def _legend(ax: Any) -> None:
+    """The axes' legend, when something on it has a label: a figure whose every point lacks a
+    valid repeat draws no mean, and gets no empty legend box."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+
+
 def _levels_axis(ax: Any, levels: list[Level]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels)
@@ -149,7 +156,7 @@ def throughput_vs_concurrency(g: Groups) -> Figure:
     ax.set_ylabel("output throughput (tok/s)")
     word = "request rate" if g.open_loop else "concurrency"
     ax.set_title(f"Throughput vs {word} ({MEAN_CI_CAPTION})")
-    ax.legend()
+    _legend(ax)
     fig.tight_layout()
     return fig
 
@@ -182,7 +189,7 @@ def latency_throughput(g: Groups, dominated: list[dict[str, Any]]) -> Figure:
         ax.set_xlabel("output throughput (tok/s)")
         ax.set_ylabel(label)
     fig.suptitle(f"Latency vs throughput ({MEAN_CI_CAPTION}; x: dominated point)")
-    axes[0].legend()
+    _legend(axes[0])
     fig.tight_layout()
     return fig
 
@@ -240,7 +247,7 @@ def configs_side_by_side(g: Groups) -> Figure:
         ax.set_xlabel(_axis_label(g))
         ax.set_ylabel(label)
     fig.suptitle(f"Server configurations side by side ({MEAN_CI_CAPTION})")
-    axes[0].legend()
+    _legend(axes[0])
     fig.tight_layout()
     return fig
 
