@@ -130,7 +130,10 @@ def test_a_client_that_falls_behind_shows_it_as_latency(queue: str) -> None:
         assert r.done_offset_us >= r.send_slip_us + SERVICE_US  # type: ignore[operator]
     first = run.records[0]
     assert first.done_offset_us >= 100_000 + SERVICE_US  # type: ignore[operator]
-    assert first.done_offset_us - first.send_slip_us < 100_000  # type: ignore[operator]
+    # counted from its actual send, the first request took about what an on-time one took
+    # (no stall in it): bounded by the slowest on-time request, so a busy host moves both
+    on_time = [r.done_offset_us - r.send_slip_us for r in run.records[3:]]  # type: ignore[operator]
+    assert first.done_offset_us - first.send_slip_us < max(on_time) + 90_000  # type: ignore[operator]
 
 
 def lindley_waits_ns(offsets_ns: np.ndarray, service_ns: int) -> np.ndarray:
