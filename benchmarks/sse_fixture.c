@@ -74,7 +74,6 @@ struct Conn {
     int fd;
     Buf in, out;
     int want_out; /* EPOLLOUT registered */
-    int streams;  /* open streams on this connection */
 };
 
 static int ep, tfd;
@@ -253,7 +252,6 @@ static void handle(Conn *c, const char *head, size_t head_len, const char *body,
             streams = realloc(streams, sizeof *streams * cap_streams);
         }
         streams[n_streams++] = (Stream){.conn = c, .rec = r, .left = total, .total = total};
-        c->streams++;
         if (engine_idle) step_now = 1;
         return;
     }
@@ -338,7 +336,6 @@ static void step(void) {
         if (last || gone) {
             r->streaming = 0;
             record_release(r);
-            s->conn->streams--;
         } else {
             streams[j++] = *s;
         }
