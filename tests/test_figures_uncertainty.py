@@ -5,6 +5,7 @@ and the two-sample test that judges independent runs (stats.two_sample)."""
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from servelab.analysis.figures import (  # noqa: E402
     paired_differences,
     render_all,
     throughput_vs_concurrency,
+    ttft_distribution,
 )
 from servelab.analysis.groups import Groups  # noqa: E402
 from servelab.analysis.stats import describe, paired, two_sample  # noqa: E402
@@ -243,6 +245,13 @@ def test_a_figure_without_a_valid_repeat_has_no_empty_legend(tmp_path: Path) -> 
     for fig in figs:
         assert all(ax.get_legend() is None for ax in fig.axes)
         plt.close(fig)
+    # nor a log axis with nothing positive on it: it says so instead
+    with warnings.catch_warnings(), figure_style():
+        warnings.simplefilter("error")
+        ttft = ttft_distribution(g)
+    assert ttft.axes[0].get_yscale() == "linear"
+    assert [t.get_text() for t in ttft.axes[0].texts] == ["no valid repeat"]
+    plt.close(ttft)
     with figure_style():
         ok = throughput_vs_concurrency(Groups(load_dataset(servelab_tree(tmp_path / "ok", SPEC))))
     assert ok.axes[0].get_legend() is not None  # with means, the legend is there

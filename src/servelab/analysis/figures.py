@@ -205,7 +205,10 @@ def ttft_distribution(g: Groups) -> Figure:
     ax.set_xticklabels(
         [f"{sc}\n{g.level_name(c)}" for sc, c in keys], fontsize=7, rotation=45, ha="right"
     )
-    ax.set_yscale("log")
+    if any(t > 0 for d in data for t in d):
+        ax.set_yscale("log")
+    else:  # no valid repeat anywhere: nothing a log axis could show (matplotlib warns)
+        ax.text(0.5, 0.5, "no valid repeat", transform=ax.transAxes, ha="center", va="center")
     ax.set_ylabel("TTFT (ms)")
     ax.set_title("TTFT distribution per point (valid repeats)")
     fig.tight_layout()
