@@ -351,11 +351,15 @@ def test_open_loop_later_turns_are_due_after_the_reply_and_think_time(
         for prev, nxt in zip(turns, turns[1:], strict=False):
             due = end_ns(prev) + round(think * 1e9)  # (end_ns is to the µs, rounded down)
             assert 0 <= nxt.sent_epoch_ns - due < 1000, (nxt.sent_epoch_ns, due)
-        for r in turns:  # sent on time, and each later turn's times count from its due time
-            assert r.send_slip_us is not None and 0 <= r.send_slip_us < 30_000
+        for r in turns:  # each later turn's times count from its due time
+            assert r.send_slip_us is not None and r.send_slip_us >= 0
             assert r.queued_us is None
             assert r.first_byte_offset_us is not None
             assert r.first_byte_offset_us >= r.send_slip_us
+    # sent on time: the typical turn well within the think time (a busy host's stall can
+    # delay one by 100 ms; a turn that waited its think time twice would be 40 ms late)
+    slips = sorted(r.send_slip_us for r in run.records)  # type: ignore[type-var]
+    assert slips[len(slips) // 2] < 30_000, slips  # type: ignore[operator]
 
 
 def test_open_loop_cap_counts_conversations(chat: tuple[str, ChatServer]) -> None:
