@@ -19,6 +19,8 @@ rule confirm:
     params:
         snakefile=workflow.main_snakefile,
         cores=confirm_cores,
+        # local, or a cluster executor's name: the confirmation is not measured nested there
+        executor=lambda wildcards: workflow.executor_plugin.name,
     resources:
         measure=1,
     log:

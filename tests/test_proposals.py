@@ -5,6 +5,7 @@ confirmation experiment derived from them."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from servelab.analysis.confirmation import proposal_verdict
 from servelab.analysis.pipeline import analyze
 from servelab.cli import main
 from servelab.config import validate
-from servelab.confirm import Plan, plan_confirmation, seed_reused, write_config
+from servelab.confirm import Plan, plan_confirmation, run_confirm, seed_reused, write_config
 from servelab.errors import ServelabError
 from servelab.evidence.schemas import load_schema
 from servelab.experiment import Experiment
@@ -190,6 +191,34 @@ def test_the_confirmation_measures_both_side_by_side(tmp_path: Path) -> None:
     text = path.read_text()
     assert text.startswith("# The confirmation of serialized-cpu")
     assert validate(yaml.safe_load(text), "t").to_dict() == derived
+
+
+def test_under_a_cluster_executor_confirm_writes_the_plan_and_measures_nothing(
+    tmp_path: Path,
+) -> None:
+    """The confirm rule is a local rule: under the slurm executor its nested workflow would
+    measure on the submitting host. It writes the experiment file, runs nothing, writes no
+    record and says where to run it; the same call under the local executor runs it."""
+    cfg, diags, bundle = _diagnosed(tmp_path)
+    diagnoses = tmp_path / "diagnoses.json"
+    write_json(diagnoses, diags)
+    folder = tmp_path / "results" / "serialized-cpu-confirm"
+    marker = tmp_path / "ran"
+    workflow = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    said: list[str] = []
+    with pytest.raises(ServelabError) as err:
+        run_confirm(cfg, diagnoses, bundle, folder / "confirm.json", workflow, said.append, "slurm")
+    msg = str(err.value)
+    assert msg.startswith(f"{folder / 'config.yaml'}: written, not measured")
+    assert "under the slurm executor is the submitting host" in msg
+    assert "`snakemake --cores all confirm` with the same --configfile" in msg
+    assert "\n" not in msg
+    assert (folder / "config.yaml").is_file() and not (folder / "confirm.json").exists()
+    assert not marker.exists() and not (folder / "model").exists()
+    # locally the same call runs the workflow (which here writes no confirmation table)
+    with pytest.raises(ServelabError, match="the confirmation's workflow exited with 0"):
+        run_confirm(cfg, diagnoses, bundle, folder / "confirm.json", workflow, said.append)
+    assert marker.exists() and read_json(folder / "confirm.json")["status"] == "failed"
 
 
 def test_what_cannot_be_tried_is_reported_not_run(tmp_path: Path) -> None:

@@ -310,6 +310,22 @@ def workflow_command(snakefile: Path, cores: int) -> list[str]:
     return [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--cores", str(cores)]
 
 
+LOCAL_EXECUTORS = ("local",)
+
+
+def check_executor(executor: str, cfg_path: Path) -> None:
+    """The confirmation runs its workflow nested, on the host that runs the confirm rule (a
+    local rule). Under a cluster executor that host is the one submitting, not a node: refuse,
+    rather than measure there."""
+    if executor not in LOCAL_EXECUTORS:
+        raise ServelabError(
+            f"{cfg_path}: written, not measured: confirm runs the confirmation on the host "
+            f"that runs the confirm rule, which under the {executor} executor is the "
+            "submitting host, not a node; on a node held for it, run `snakemake --cores all "
+            'confirm` with the same --configfile (docs/cluster.md, "Confirming a diagnosis")'
+        )
+
+
 def run_confirm(
     config: Mapping[str, Any],
     diagnoses: Path,
@@ -317,12 +333,14 @@ def run_confirm(
     record: Path,
     workflow: list[str],
     say: Callable[[str], None] = print,
+    executor: str = "local",
 ) -> dict[str, Any]:
     """The confirm rule: plan the confirmation, write its experiment file beside `record`,
     seed its model and runtime from the diagnosing experiment's, run it with `workflow`
     (workflow_command) and write `record` (confirm.json): the plan, the run's status and the
     verdicts of its analysis/confirmation.json. A run that fails keeps what it measured and
-    raises after writing the record."""
+    raises after writing the record. Under a cluster `executor` (Snakemake's, by name) it
+    writes the experiment file and raises before measuring anything (check_executor)."""
     from servelab.jsonio import read_json, write_json
 
     plan = plan_confirmation(config, read_json(diagnoses), bundle)
@@ -341,6 +359,7 @@ def run_confirm(
         return out
     cfg_path = folder / CONFIRM_CONFIG
     write_config(plan, cfg_path)
+    check_executor(executor, cfg_path)
     seeded = seed_reused(bundle.parent, folder)
     if seeded:
         say(f"confirm: reusing the {' and '.join(seeded)} of {bundle.parent}")
