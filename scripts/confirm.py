@@ -11,7 +11,8 @@ with job(snakemake, "confirm") as say:
         diagnoses=Path(snakemake.input.diagnoses),
         bundle=Path(snakemake.input.manifest).parent,
         record=Path(snakemake.output.record),
-        workflow=workflow_command(Path(snakemake.params.snakefile), int(snakemake.params.cores)),
+        workflow=workflow_command(
+            Path(snakemake.params.snakefile), int(snakemake.params.cores), snakemake.params.executor
+        ),
         say=say,
-        executor=snakemake.params.executor,
     )

@@ -24,7 +24,14 @@ from servelab.analysis.confirmation import proposal_verdict
 from servelab.analysis.pipeline import analyze
 from servelab.cli import main
 from servelab.config import validate
-from servelab.confirm import Plan, plan_confirmation, run_confirm, seed_reused, write_config
+from servelab.confirm import (
+    Plan,
+    Workflow,
+    plan_confirmation,
+    run_confirm,
+    seed_reused,
+    write_config,
+)
 from servelab.errors import ServelabError
 from servelab.evidence.schemas import load_schema
 from servelab.experiment import Experiment
@@ -204,10 +211,12 @@ def test_under_a_cluster_executor_confirm_writes_the_plan_and_measures_nothing(
     write_json(diagnoses, diags)
     folder = tmp_path / "results" / "serialized-cpu-confirm"
     marker = tmp_path / "ran"
-    workflow = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
     said: list[str] = []
     with pytest.raises(ServelabError) as err:
-        run_confirm(cfg, diagnoses, bundle, folder / "confirm.json", workflow, said.append, "slurm")
+        run_confirm(
+            cfg, diagnoses, bundle, folder / "confirm.json", Workflow(command, "slurm"), said.append
+        )
     msg = str(err.value)
     assert msg.startswith(f"{folder / 'config.yaml'}: written, not measured")
     assert "under the slurm executor is the submitting host" in msg
@@ -217,7 +226,7 @@ def test_under_a_cluster_executor_confirm_writes_the_plan_and_measures_nothing(
     assert not marker.exists() and not (folder / "model").exists()
     # locally the same call runs the workflow (which here writes no confirmation table)
     with pytest.raises(ServelabError, match="the confirmation's workflow exited with 0"):
-        run_confirm(cfg, diagnoses, bundle, folder / "confirm.json", workflow, said.append)
+        run_confirm(cfg, diagnoses, bundle, folder / "confirm.json", Workflow(command), said.append)
     assert marker.exists() and read_json(folder / "confirm.json")["status"] == "failed"
 
 

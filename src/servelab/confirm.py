@@ -302,12 +302,21 @@ def _run_workflow(cmd: list[str], log: Path, say: Callable[[str], None]) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def workflow_command(snakefile: Path, cores: int) -> list[str]:
-    """How the confirm rule runs the confirmation: this workflow, this many cores (the
-    experiment file is added after it)."""
+@dataclass(frozen=True)
+class Workflow:
+    """How the confirm rule runs the confirmation: `command` (the experiment file is added
+    after it) under Snakemake's `executor` (by name: local, or a cluster's)."""
+
+    command: list[str]
+    executor: str = "local"
+
+
+def workflow_command(snakefile: Path, cores: int, executor: str = "local") -> Workflow:
+    """This workflow with this many cores, under the outer run's executor."""
     import sys
 
-    return [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--cores", str(cores)]
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--cores", str(cores)]
+    return Workflow(cmd, executor)
 
 
 LOCAL_EXECUTORS = ("local",)
@@ -331,15 +340,14 @@ def run_confirm(
     diagnoses: Path,
     bundle: Path,
     record: Path,
-    workflow: list[str],
+    workflow: Workflow,
     say: Callable[[str], None] = print,
-    executor: str = "local",
 ) -> dict[str, Any]:
     """The confirm rule: plan the confirmation, write its experiment file beside `record`,
     seed its model and runtime from the diagnosing experiment's, run it with `workflow`
     (workflow_command) and write `record` (confirm.json): the plan, the run's status and the
     verdicts of its analysis/confirmation.json. A run that fails keeps what it measured and
-    raises after writing the record. Under a cluster `executor` (Snakemake's, by name) it
+    raises after writing the record. Under a cluster executor (`workflow.executor`) it
     writes the experiment file and raises before measuring anything (check_executor)."""
     from servelab.jsonio import read_json, write_json
 
@@ -359,11 +367,11 @@ def run_confirm(
         return out
     cfg_path = folder / CONFIRM_CONFIG
     write_config(plan, cfg_path)
-    check_executor(executor, cfg_path)
+    check_executor(workflow.executor, cfg_path)
     seeded = seed_reused(bundle.parent, folder)
     if seeded:
         say(f"confirm: reusing the {' and '.join(seeded)} of {bundle.parent}")
-    cmd = [*workflow, "--configfile", str(cfg_path)]
+    cmd = [*workflow.command, "--configfile", str(cfg_path)]
     say(f"confirm: running {plan.config['experiment']}: {' '.join(cmd[2:])}")
     rc = _run_workflow(cmd, folder / "logs" / "confirm-workflow.log", say)
     out["config"] = str(cfg_path)
