@@ -10,6 +10,11 @@ that names the same repository and commit. Every file is checked against what th
 is: the LFS sha256 for large files, the git blob sha1 for the others. The token comes from the
 HF_TOKEN environment variable only and is never written anywhere.
 
+The `model` stage builds a tiny model into the shared model cache, in a folder named by its
+digest (`<cache>/models/tiny/<tree sha256, 16 hex>/`): every experiment, test and fresh clone
+that serves the same model serves it from the same path, and vLLM's compile cache, which is
+keyed by the model's path, hits across them (`build_tiny_shared`).
+
 Both write the same record, servelab-model.json: source, path (the model folder; "." = the
 record's own folder), revision, files (sha256 of every file) and tree_sha256 (one digest over
 them).
@@ -22,6 +27,8 @@ import fnmatch
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -205,6 +212,40 @@ def build_tiny(spec: TinySpec, out_dir: Path) -> dict[str, Any]:
         "tree_sha256": tree_digest(digests),
         "files": digests,
     }
+    write_json(out_dir / RECORD, record)
+    return record
+
+
+def tiny_cache_root(cache_dir: Path | None) -> Path:
+    """Where the model stage keeps tiny models: <cache>/models/tiny/."""
+    return (cache_dir or default_cache_dir()) / "models" / "tiny"
+
+
+def build_tiny_shared(spec: TinySpec, out_dir: Path, cache_dir: Path | None = None) -> dict[str, Any]:
+    """Build the tiny model into the shared model cache, in the folder its digest names
+    (tiny_cache_root/<tree sha256 [:16]>), and write its record, whose `path` is that folder,
+    into out_dir. The model is built afresh each time (about a second) and compared with a
+    folder of that name already there, file by file: a folder whose files differ (changed by
+    hand, or cut short) is replaced, never served."""
+    root = tiny_cache_root(cache_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+    try:
+        record = build_tiny(spec, staging)
+        folder = root / record["revision"][:16]
+        if folder.is_dir() and file_digests(folder) != record["files"]:
+            shutil.rmtree(folder)
+        if not folder.is_dir():
+            try:
+                staging.rename(folder)
+            except OSError:  # another job put the same model there first: keep theirs
+                if file_digests(folder) != record["files"]:
+                    raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    record = {**record, "path": str(folder)}
+    write_json(folder / RECORD, record)
+    out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / RECORD, record)
     return record
 
@@ -483,7 +524,7 @@ def build_model(
 ) -> dict[str, Any]:
     """Materialize the configured model (the `model` stage); the record goes into out_dir."""
     if model.source == "tiny":
-        return build_tiny(model.tiny, out_dir)
+        return build_tiny_shared(model.tiny, out_dir, cache_dir)
     if model.source == "hf":
         return build_hf(model, out_dir, cache_dir, hub, say)
     raise ServelabError(f"model.source: {model.source!r} is not supported")

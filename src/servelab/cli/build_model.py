@@ -18,10 +18,15 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from servelab.config import load
-    from servelab.model import build_model
+    from servelab.model import build_model, build_tiny
     from servelab.runtime import cache_dir_of
 
     exp = load(Path(args.config))
-    record = build_model(exp.model, Path(args.out), cache_dir_of(exp.runtime))
+    out = Path(args.out)
+    # a tiny model's files go into --out itself (the model stage keeps them in the cache)
+    if exp.model.source == "tiny":
+        record = build_tiny(exp.model.tiny, out)
+    else:
+        record = build_model(exp.model, out, cache_dir_of(exp.runtime))
     print(json.dumps({"revision": record["revision"], "files": len(record["files"])}))
     return 0
