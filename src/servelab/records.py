@@ -403,6 +403,13 @@ class LaunchRecord(Record):
     def ready_s(self) -> float | None:
         return self._float("ready_s")
 
+    @property
+    def lock_waited_s(self) -> float:
+        """Seconds this launch waited for the host's measuring-server lock (`lock.waited_s`;
+        0 when it did not wait, or for raw data from before `lock`)."""
+        value = (self._dict("lock") or {}).get("waited_s")
+        return float(value) if isinstance(value, int | float) else 0.0
+
 
 @dataclass(frozen=True)
 class CapacityRecord(Record):

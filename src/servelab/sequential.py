@@ -13,7 +13,9 @@ judge); measuring stops when none is open, at `max`, or when the last round's ti
 next would overrun `budget_s`.
 
 Every run.json of the sweep is written at the end with the same `sequential` record: the
-rule and its parameters, the rounds, why it stopped and every look. A rerun keeps the
+rule and its parameters, the rounds, why it stopped, every look, and every server launch it
+started with the round of the look that followed it (launch.json keeps only the latest one;
+the end-of-run summary says where each round's time went). A rerun keeps the
 completed points and looks again before measuring anything (a new claim can ask for more
 rounds; the old ones are not measured again).
 """
@@ -31,8 +33,10 @@ from servelab.analysis.stopping import StoppingRule
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob
+from servelab.records import LaunchRecord
+from servelab.schedule import Slot
 from servelab.server import raise_on_signals
-from servelab.sweep import SweepJob
+from servelab.sweep import SweepJob, next_launch_index
 
 # a point named in a comparison claim
 CELL = re.compile(r"config=([^,\]]+),(?:c|rate)=(\d+(?:\.\d+)?)")
@@ -68,9 +72,14 @@ def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ())
     asked = asked_with(exp.analysis, orderings)
     k = rule.min_rounds
     round_s: list[float] = []
+    launches: list[dict[str, Any]] = []
     while True:
         t0 = time.monotonic()
-        slots = {job.sc: job.measure_missing(k) for job in jobs}
+        slots: dict[str, list[Slot]] = {}
+        for job in jobs:
+            first = next_launch_index(job.server_dir)
+            slots[job.sc] = job.measure_missing(k)
+            launches += launched(job, first, k)
         round_s.append(round(time.monotonic() - t0, 3))
         ds = load_dataset(paths.root, validity=exp.analysis.validity)
         all_looks = looks(ds, asked, rule, k)
@@ -96,6 +105,7 @@ def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ())
         "rounds": k,
         "stopped": stopped,
         "round_s": round_s,
+        "launches": launches,
         "orderings": orderings,
         "looks": [round_record(j, r, orderings) for j, r in enumerate(all_looks, rule.min_rounds)],
     }
@@ -103,6 +113,25 @@ def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ())
     for job in jobs:
         job.write_run(slots[job.sc], wall, sequential=record)
     return record
+
+
+def launched(job: SweepJob, first: int, k: int) -> list[dict[str, Any]]:
+    """The server launch the job started in the step of rounds that ends at round k, if it
+    started one (launch.json's index from `first` on): its round, configuration, index, start
+    (`ready_s`) and wait for the measuring-server lock. launch.json keeps the latest launch
+    alone; the sequential record keeps every one, for the end-of-run summary."""
+    record = LaunchRecord.read_if_present(job.paths.launch(job.sc))
+    if record is None or record.launch < first:
+        return []  # every point of the step was already complete: no launch
+    return [
+        {
+            "round": k,
+            "server_config": job.sc,
+            "launch": record.launch,
+            "ready_s": record.ready_s,
+            "lock_waited_s": round(record.lock_waited_s, 3),
+        }
+    ]
 
 
 def questions_of_reference(exp: Experiment, orderings: Sequence[str]) -> list[str]:

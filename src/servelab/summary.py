@@ -1,21 +1,23 @@
 """The one-screen summary printed at the end of a run: the means per point, the validity line,
-and where the time went on this host (the stages, each server start's phases, and the wall
-time against the measured windows)."""
+and where the time went on this host (the stages, a sequential sweep's rounds, each server
+start's phases, and the wall time against the measured windows)."""
 
 from __future__ import annotations
 
 import csv
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servelab.analysis.rounds import STOPPED
 from servelab.analysis.validity import PointFlags, check_point, summary_line
 from servelab.config import default_section
 from servelab.experiment import ValiditySection
 from servelab.paths import ExperimentPaths
 from servelab.rawdata import RawPoint, load_points
-from servelab.records import CaptureRecord, LaunchRecord, Record, launch_files
+from servelab.records import CaptureRecord, LaunchRecord, Record, RunRecord, launch_files
 from servelab.render import num
 from servelab.serverlog import start_line
 
@@ -186,7 +188,8 @@ def wall_line(exp_dir: Path, times: dict[str, float], points: list[dict[str, Any
     The wall time is the sum of the Snakemake stages' times (benchmarks/*.tsv), first-run setup
     (SETUP_STAGES), the summary itself and the bundle (which packs the summary, after it) left
     out; the server starts are the sweeps' (each
-    configuration's latest launch, launch.json ready_s), the profiling pass every profile stage
+    configuration's latest launch, launch.json ready_s; a sequential sweep's every launch of
+    every round, `sweep_starts`), the profiling pass every profile stage
     whole, its own server start included, and the part of a sweep stage spent on a profiling
     pass run on the sweep's launch (capture.json job_wall_s, profile.launch); the rest is
     prompts, warm-ups, shutdowns and the analysis. Time spent waiting for the host's
@@ -198,10 +201,7 @@ def wall_line(exp_dir: Path, times: dict[str, float], points: list[dict[str, Any
         return None
     wall = sum(stages.values())
     windows = sum(float(p.get("duration") or 0.0) for p in points)
-    launches = _launches(exp_dir)
-    starts = sum(float(r["ready_s"]) for stage, r in launches if stage.startswith("sweep-"))
-    waited = {stage: float((r.get("lock") or {}).get("waited_s") or 0.0) for stage, r in launches}
-    waits = sum(waited.values())
+    starts, waited, waits = sweep_starts(exp_dir, points, sequential="sweep" in stages)
     profiling = sum(v - waited.get(k, 0.0) for k, v in stages.items() if k.startswith("profile-"))
     profiling += sum(v for k, v in on_sweep_captures(exp_dir).items() if k in stages)
     rest = max(0.0, wall - windows - starts - waits - profiling)
@@ -230,12 +230,39 @@ def wall_line(exp_dir: Path, times: dict[str, float], points: list[dict[str, Any
     return line
 
 
+def sweep_starts(
+    exp_dir: Path, points: list[dict[str, Any]], *, sequential: bool
+) -> tuple[float, dict[str, float], float]:
+    """The sweeps' server starts (s), each launch's wait for the measuring-server lock keyed
+    by its stage (`sweep-<sc>`, `profile-<sc>`), and every wait summed. A fixed design: each
+    configuration's latest launch (launch.json). A sequential sweep (`sequential`: its one
+    `sweep` stage ran): every launch of every round (`round_launches`), as the fixed design's
+    launches are counted; its waits are summed with the profiling passes'."""
+    launches = _launches(exp_dir)
+    seq = sequential_record(exp_dir) if sequential else None
+    if seq is None:
+        starts = sum(float(r["ready_s"]) for stage, r in launches if stage.startswith("sweep-"))
+        waited = {
+            stage: float((r.get("lock") or {}).get("waited_s") or 0.0) for stage, r in launches
+        }
+        return starts, waited, sum(waited.values())
+    rounds = round_launches(exp_dir, seq, points)
+    starts = sum(launch.ready_s or 0.0 for launch in rounds)
+    waited = {
+        stage: float((r.get("lock") or {}).get("waited_s") or 0.0)
+        for stage, r in launches
+        if not stage.startswith("sweep-")
+    }
+    return starts, waited, sum(waited.values()) + sum(launch.waited_s for launch in rounds)
+
+
 def time_breakdown(
     exp_dir: Path, times: dict[str, float], points: list[dict[str, Any]]
 ) -> list[str]:
     """Where the time of the measuring stages went on this host: server starts, measured
-    points and the rest (prompts, warm-up, shutdown) per sweep; server start per profiling
-    pass. Times move between hosts (a slow host starts vLLM in minutes), so say them here."""
+    points and the rest (prompts, warm-up, shutdown) per sweep, a sequential sweep's round by
+    round (`rounds_breakdown`); server start per profiling pass. Times move between hosts (a
+    slow host starts vLLM in minutes), so say them here."""
     lines = ["where the time went on this host:"]
     for name in ("runtime", "model"):
         if name in times:
@@ -248,6 +275,9 @@ def time_breakdown(
     on_sweep = on_sweep_captures(exp_dir)
     for stage, total in sorted(times.items()):
         kind, _, sc = stage.partition("-")
+        if stage == "sweep":  # a sequential plan: one sweep job for every configuration
+            lines += rounds_breakdown(exp_dir, total, points)
+            continue
         if kind not in ("sweep", "profile") or not (exp_dir / "raw" / sc).is_dir():
             continue  # profile-report-<sc> and the like: listed under stage times only
         paths = ExperimentPaths(exp_dir)
@@ -267,3 +297,173 @@ def time_breakdown(
         parts.append(f"other {max(0.0, total - known):.1f} s")
         lines.append(f"  {stage:<28} {total:7.1f} s = " + " + ".join(parts))
     return lines if len(lines) > 1 else []
+
+
+# A sequential sweep (sweep.repeats: {min, max}): one Snakemake stage, `sweep`, measures every
+# configuration round by round (servelab.sequential); its run.json `sequential` record has the
+# rounds, the seconds of each step of rounds, every look and every launch.
+
+
+@dataclass(frozen=True)
+class RoundStep:
+    """A step of a sequential sweep's rounds: rounds `first` to `last`, measured together
+    (the first step measures the first `min` rounds on one launch per configuration, each
+    later step one round on fresh launches), its seconds (run.json `round_s`; None where not
+    recorded) and the look after it."""
+
+    first: int
+    last: int
+    seconds: float | None
+    look: dict[str, Any] | None
+
+    @property
+    def label(self) -> str:
+        return (
+            f"round {self.last}" if self.first == self.last else f"rounds {self.first}-{self.last}"
+        )
+
+
+@dataclass(frozen=True)
+class RoundLaunch:
+    """A server launch of a sequential sweep: the round of the look after it, its
+    configuration, its index, its start (ready_s, None where not recorded) and its wait for
+    the measuring-server lock."""
+
+    round: int
+    server_config: str
+    launch: int | None
+    ready_s: float | None
+    waited_s: float
+
+    def describe(self) -> str:
+        start = f"{self.ready_s:.1f} s" if self.ready_s is not None else "?"
+        lock = (
+            f" after {self.waited_s:.0f} s waiting for the measuring-server lock"
+            if self.waited_s >= 1
+            else ""
+        )
+        return (
+            f"{self.server_config} #{self.launch if self.launch is not None else '?'} {start}{lock}"
+        )
+
+
+def sequential_record(exp_dir: Path) -> dict[str, Any] | None:
+    """The sequential sweep's record (run.json `sequential`, the same in every
+    configuration's); None for a fixed number of repeats."""
+    for path in ExperimentPaths(exp_dir).run_files():
+        run = RunRecord.read_if_present(path)
+        if run is not None and run.sequential is not None:
+            return run.sequential
+    return None
+
+
+def round_steps(seq: dict[str, Any]) -> list[RoundStep]:
+    """The steps of rounds the record says were measured: rounds 1 to `min`, then one round
+    each up to `rounds`, with their `round_s` and looks."""
+    rounds = int(seq.get("rounds") or 0)
+    lowest = min(int((seq.get("rule") or {}).get("min_rounds") or 1), rounds)
+    spans = ([(1, lowest)] if lowest >= 1 else []) + [(k, k) for k in range(lowest + 1, rounds + 1)]
+    round_s = [float(x) for x in seq.get("round_s") or [] if isinstance(x, int | float)]
+    looks = {
+        int(look["round"]): look
+        for look in seq.get("looks") or []
+        if isinstance(look, dict) and isinstance(look.get("round"), int)
+    }
+    return [
+        RoundStep(a, b, round_s[i] if i < len(round_s) else None, looks.get(b))
+        for i, (a, b) in enumerate(spans)
+    ]
+
+
+def round_launches(
+    exp_dir: Path, seq: dict[str, Any], points: list[dict[str, Any]]
+) -> list[RoundLaunch]:
+    """Every server launch of the sweep, with the round of the look after it: the record's
+    `launches`; in raw data from before it kept them, each step's launches from its points'
+    `launch`, the start known for each configuration's latest launch alone (launch.json)."""
+    recorded = seq.get("launches")
+    if isinstance(recorded, list):
+        return [
+            RoundLaunch(
+                int(e["round"]),
+                str(e["server_config"]),
+                e.get("launch") if isinstance(e.get("launch"), int) else None,
+                float(e["ready_s"]) if isinstance(e.get("ready_s"), int | float) else None,
+                float(e.get("lock_waited_s") or 0.0),
+            )
+            for e in recorded
+            if isinstance(e, dict)
+        ]
+    last_of = {r: step.last for step in round_steps(seq) for r in range(step.first, step.last + 1)}
+    seen: dict[tuple[str, int], int] = {}
+    for p in points:
+        k = last_of.get(int(p.get("repeat") or 0))
+        if k is not None and isinstance(p.get("launch"), int):
+            key = (str(p["server_config"]), int(p["launch"]))
+            seen[key] = min(k, seen.get(key, k))
+    paths, out = ExperimentPaths(exp_dir), []
+    for (sc, n), k in sorted(seen.items(), key=lambda item: (item[1], item[0])):
+        latest = LaunchRecord.read_if_present(paths.launch(sc))
+        if latest is not None and latest.launch == n:
+            out.append(RoundLaunch(k, sc, n, latest.ready_s, latest.lock_waited_s))
+        else:  # an earlier launch: launch.json keeps the latest alone
+            out.append(RoundLaunch(k, sc, n, None, 0.0))
+    return out
+
+
+def _spent(
+    launches: list[RoundLaunch], points: list[dict[str, Any]], detail: bool
+) -> tuple[str, float]:
+    """`2 server starts 61.3 s (a #1 30.1 s, b #1 31.2 s) + 30 points 290.0 s` (the launches
+    named with `detail`), and the seconds it accounts for."""
+    starts = sum(launch.ready_s or 0.0 for launch in launches)
+    measured = sum(float(p.get("duration") or 0.0) for p in points)
+    n, unknown = len(launches), sum(1 for launch in launches if launch.ready_s is None)
+    text = f"{n} server start{'s' if n > 1 else ''}" if n else "no server start"
+    if n and unknown < n:
+        text += f" {starts:.1f} s" + (" + ?" if unknown else "")
+    elif n:
+        text += " ?"
+    if detail and launches:
+        text += " (" + ", ".join(launch.describe() for launch in launches) + ")"
+    return f"{text} + {len(points)} points {measured:.1f} s", starts + measured
+
+
+def _look(look: dict[str, Any] | None) -> str:
+    if look is None:
+        return "no look recorded"
+    decided, still = int(look.get("decided") or 0), int(look.get("open") or 0)
+    text = f"look after round {look.get('round')}: {decided} of {decided + still} questions decided"
+    return text + (f", {still} open" if still else "")
+
+
+def rounds_breakdown(exp_dir: Path, total: float, points: list[dict[str, Any]]) -> list[str]:
+    """A sequential sweep's stage: its server starts, points and the rest, then per step of
+    rounds its launches with their starts, its points with their measured time, the rest and
+    the look after it, then the looks and the rest of the job."""
+    seq = sequential_record(exp_dir)
+    if seq is None:  # no record: nothing to split the stage by
+        return [f"  {'sweep':<28} {total:7.1f} s"]
+    steps = round_steps(seq)
+    launches = round_launches(exp_dir, seq, points)
+    spent, known = _spent(launches, points, detail=False)
+    stopped = seq.get("stopped")
+    lines = [
+        f"  {'sweep':<28} {total:7.1f} s = {spent} + other {max(0.0, total - known):.1f} s; "
+        f"{seq.get('rounds')} rounds, stopped: {STOPPED.get(str(stopped), stopped)}"
+    ]
+    for step in steps:
+        mine = [p for p in points if step.first <= int(p.get("repeat") or 0) <= step.last]
+        spent, known = _spent([x for x in launches if x.round == step.last], mine, detail=True)
+        if step.seconds is None:
+            lines.append(f"    {step.label:<26} {'?':>7} s = {spent}; {_look(step.look)}")
+            continue
+        other = max(0.0, step.seconds - known)
+        lines.append(
+            f"    {step.label:<26} {step.seconds:7.1f} s = {spent} + other {other:.1f} s; "
+            + _look(step.look)
+        )
+    if steps and all(step.seconds is not None for step in steps):
+        rest = max(0.0, total - sum(step.seconds or 0.0 for step in steps))
+        lines.append(f"    {'the looks and the rest':<26} {rest:7.1f} s")
+    return lines

@@ -115,8 +115,10 @@ def on_sweep_launch(exp: Experiment, plan: Mapping[str, Decision] | None = None)
     test found that a launch with the profiler configured and idle measures the same
     (benchmarks/README.md, "The profiling pass on the sweep's launch"); never under nsys, which
     instruments the server process, nor on a GPU, where that was not measured, nor with a
-    sequential plan, whose rounds end on launches of their own. Raises (one line) for
-    `sweep` where it cannot apply."""
+    sequential plan: its last round is known only at the look after it, which reads every
+    configuration's round, and by then each of the round's launches has stopped (one measuring
+    server per host), so there is no last launch left to profile on (docs/profile.md). Raises
+    (one line) for `sweep` where it cannot apply."""
     p = exp.profile
     decisions = profile_plan(exp) if plan is None else plan
     if p.launch == "own":
@@ -136,7 +138,8 @@ def on_sweep_launch(exp: Experiment, plan: Mapping[str, Decision] | None = None)
             if sequential:
                 raise ServelabError(
                     "profile.launch: sweep does not go with a sequential plan (sweep.repeats "
-                    "{min, max}); set profile.launch: own or auto"
+                    "{min, max}): its last round is known only after that round's launches "
+                    "have stopped; set profile.launch: own or auto"
                 )
             out.append(sc)
         elif decision.tool == "torch" and exp.runtime.device == "cpu" and not sequential:
