@@ -129,6 +129,15 @@ def gpu_resources():
     return {"gpu": rt["gpus"]} if rt["device"] == "gpu" and rt["gpus"] > 0 else {}
 
 
+def model_params():
+    """The model rule's params: the model section; for the model a running server serves
+    (runtime.kind endpoint), with the URL it is served at, so that another server reruns it."""
+    rt = config["runtime"]
+    if rt["kind"] != "endpoint":
+        return config["model"]
+    return {**config["model"], "url": rt["url"]}
+
+
 def runtime_inputs(wildcards):
     """The lock of a venv runtime; a container runtime reads nothing from the repository."""
     rt = config["runtime"]

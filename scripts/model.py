@@ -4,8 +4,11 @@ from servelab.smk import experiment, job
 
 with job(snakemake, "model") as say:
     exp, paths = experiment(snakemake)
-    record = build_model(exp.model, paths.model, cache_dir_of(exp.runtime), say=say)
-    say(
-        f"model: {record['source']} revision {record['revision'][:16]}, "
-        f"{len(record['files'])} files"
+    record = build_model(
+        exp.model, paths.model, cache_dir_of(exp.runtime), say=say, runtime=exp.runtime
     )
+    if record["revision"] is not None:  # an endpoint's model: not pinned (its own line)
+        say(
+            f"model: {record['source']} revision {record['revision'][:16]}, "
+            f"{len(record['files'])} files"
+        )

@@ -51,6 +51,9 @@ class ModelSection:
 
 @dataclass(frozen=True)
 class RuntimeSection:
+    # a running server's (kind endpoint; servelab.endpoint): absent for every other kind
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("url", "served_model")
+
     kind: str
     lock: str
     cache_dir: str | None
@@ -65,6 +68,13 @@ class RuntimeSection:
     extra_args: tuple[str, ...]
     env: Mapping[str, Any]
     compile_cache: bool
+    url: str | None  # kind endpoint: the server's base URL
+    served_model: str | None  # kind endpoint: the model it serves
+
+    @property
+    def endpoint(self) -> bool:
+        """A server servelab does not launch (kind endpoint)."""
+        return self.kind == "endpoint"
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -38,8 +39,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from servelab import endpoint
 from servelab.errors import ServelabError
-from servelab.experiment import ModelSection, TinySpec
+from servelab.experiment import ModelSection, RuntimeSection, TinySpec
 from servelab.hashing import git_blob_sha1, sha256_file
 from servelab.jsonio import write_json
 from servelab.paths import default_cache_dir
@@ -221,7 +223,9 @@ def tiny_cache_root(cache_dir: Path | None) -> Path:
     return (cache_dir or default_cache_dir()) / "models" / "tiny"
 
 
-def build_tiny_shared(spec: TinySpec, out_dir: Path, cache_dir: Path | None = None) -> dict[str, Any]:
+def build_tiny_shared(
+    spec: TinySpec, out_dir: Path, cache_dir: Path | None = None
+) -> dict[str, Any]:
     """Build the tiny model into the shared model cache, in the folder its digest names
     (tiny_cache_root/<tree sha256 [:16]>), and write its record, whose `path` is that folder,
     into out_dir. The model is built afresh each time (about a second) and compared with a
@@ -515,16 +519,78 @@ def build_hf(
     return dict(record)
 
 
+# --- source endpoint: the model a running server serves ----------------------------------
+
+WORD = re.compile(r"[A-Za-z]{2,}")
+MIN_WORDS = 50  # fewer word tokens than this: every token of the corpus instead
+
+
+def word_ids(tokenize: Callable[[str], list[int]]) -> list[int]:
+    """Token ids a synthetic prompt draws from, found with a tokenizer alone: every word of
+    the built-in corpus that is one token with its leading space (" word", else "word"), as
+    workload.vocab_ids picks whole words from a tokenizer.json; with fewer than MIN_WORDS,
+    every token of the corpus."""
+    ids: set[int] = set()
+    for word in sorted(set(WORD.findall(corpus_text()))):
+        for text in (" " + word, word):
+            got = tokenize(text)
+            if len(got) == 1:
+                ids.add(int(got[0]))
+                break
+    if len(ids) >= MIN_WORDS:
+        return sorted(ids)
+    return sorted(set(tokenize(corpus_text())))
+
+
+def build_endpoint_model(
+    runtime: RuntimeSection, out_dir: Path, say: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """source endpoint: nothing is built or downloaded. The record says what the server at
+    runtime.url serves as runtime.served_model (its /v1/models entry: id, root,
+    max_model_len) and the token ids synthetic prompts draw from (`vocab_ids`, by the
+    server's /tokenize: there is no tokenizer.json here); no revision and no files, since a
+    model servelab did not load is not pinned."""
+    if runtime.url is None or runtime.served_model is None:  # config.validate requires both
+        raise ServelabError("model.source endpoint needs runtime.url and runtime.served_model")
+    base, served = endpoint.parse_url(runtime.url).base, runtime.served_model
+    entry = endpoint.served_entry(base, served, endpoint.list_models(base))
+    vocab = word_ids(lambda text: endpoint.token_ids(base, served, text))
+    record = {
+        "source": endpoint.KIND,
+        "path": ".",
+        "url": base,
+        "served_model": served,
+        "model": entry,
+        "revision": None,
+        "files": {},
+        "tree_sha256": None,
+        "vocab_ids": vocab,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / RECORD, record)
+    say(
+        f"model: {served} as served at {base} ({endpoint.NOT_LAUNCHED}: nothing built, nothing "
+        f"pinned; root {entry.get('root')}, max_model_len {entry.get('max_model_len')}), "
+        f"{len(vocab)} token ids for prompts"
+    )
+    return record
+
+
 def build_model(
     model: ModelSection,
     out_dir: Path,
     cache_dir: Path | None = None,
     hub: Hub | None = None,
     say: Callable[[str], None] = print,
+    runtime: RuntimeSection | None = None,
 ) -> dict[str, Any]:
-    """Materialize the configured model (the `model` stage); the record goes into out_dir."""
+    """Materialize the configured model (the `model` stage); the record goes into out_dir.
+    source endpoint (runtime.kind endpoint, `runtime`) builds nothing: it records the model
+    the server serves."""
     if model.source == "tiny":
         return build_tiny_shared(model.tiny, out_dir, cache_dir)
     if model.source == "hf":
         return build_hf(model, out_dir, cache_dir, hub, say)
+    if model.source == endpoint.KIND and runtime is not None:
+        return build_endpoint_model(runtime, out_dir, say)
     raise ServelabError(f"model.source: {model.source!r} is not supported")

@@ -40,6 +40,7 @@ from servelab.container import (
     digests_of,
     probe_command,
 )
+from servelab.endpoint import ensure_endpoint
 from servelab.errors import ServelabError
 from servelab.experiment import ProfileSection, RuntimeSection
 from servelab.hashing import check_pinned, sha256_file
@@ -264,6 +265,8 @@ def ensure_runtime(
     profile section says whether Nsight Systems is looked for: in the image, on the host).
     which and nsys_globs: how the host's Nsight Systems is looked for (find_host_nsys)."""
     globs = NSYS_GLOBS if nsys_globs is None else tuple(nsys_globs)
+    if runtime.endpoint:  # a running server: probed, not made (servelab.endpoint)
+        return ensure_endpoint(runtime, say)
     if runtime.kind in ENGINES:
         return ensure_container(runtime, profile, say=say, which=which, nsys_globs=globs)
     if runtime.kind != "venv":

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from servelab.compilecache import CompileCache
 from servelab.container import ContainerRun, server_inner_command, vllm_server_command
@@ -163,6 +163,8 @@ class ServerLaunch:
     # the runtime's compile-cache folder (servelab.compilecache; runtime.compile_cache), whose
     # variables are in env and, in a container, whose folder is mounted
     compile_cache: CompileCache | None = None
+    # runtime.kind endpoint: the base URL of a running server; nothing is launched
+    endpoint: str | None = None
 
     def process_env(self) -> dict[str, str]:
         """Variables set for the launched process (docker, podman: passed on by name;
@@ -171,6 +173,8 @@ class ServerLaunch:
         return self.container.process_env(env) if self.container else env
 
     def command(self) -> list[str]:
+        if self.endpoint is not None:
+            return []  # a server servelab did not launch: no command line of servelab's
         if self.container is not None:
             c = replace(self.container, env_names=tuple(sorted({*self.env, "PYTHONUNBUFFERED"})))
             # published port: vLLM listens on every interface of the container's own network
@@ -193,11 +197,13 @@ class ServerLaunch:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self.endpoint or f"http://{self.host}:{self.port}"
 
 
 class Server:
     """A running server; use as a context manager so it is always stopped."""
+
+    launched: ClassVar[bool] = True  # started (and stopped) by servelab
 
     def __init__(self, launch: ServerLaunch, log_path: Path, shutdown_timeout_s: float):
         self.launch = launch
@@ -237,6 +243,15 @@ class Server:
     def telemetry_pid(self) -> int | None:
         """The root of the process tree whose CPU and memory telemetry samples."""
         return self.pid
+
+    def telemetry_process(self) -> int | str | None:
+        """What the telemetry samples as the server (PointTelemetry's server_pid): the root of
+        its process tree, or why there is none."""
+        return self.telemetry_pid()
+
+    def gone_text(self) -> str:
+        """How the server went away, for the line a point cut short by it ends with."""
+        return f"exited with code {self.proc.returncode if self.proc else None}"
 
     def alive(self, grace_s: float = 0.0) -> bool:
         """Whether the server process is running. With grace_s, wait that long for it to exit
@@ -451,7 +466,102 @@ class ContainerServer(Server):
         return super().stop()
 
 
+class EndpointServer(Server):
+    """A server servelab did not launch (runtime.kind endpoint, servelab.endpoint): it starts
+    and stops nothing and lowers no priority; `attach` checks that the server answers and
+    serves the launch's model, and keeps what it says of itself (`facts`, launch.json's
+    `endpoint`). Alive while /health (or any HTTP status) answers. The telemetry samples the
+    process listening on its port when its URL is local; elsewhere the reason it cannot."""
+
+    launched: ClassVar[bool] = False
+
+    def __init__(self, launch: ServerLaunch, log_path: Path, shutdown_timeout_s: float = 0.0):
+        super().__init__(launch, log_path, shutdown_timeout_s)
+        self.facts: dict[str, Any] = {}
+        self._process: int | str | None = None
+
+    def start(self) -> None:
+        """Nothing starts: the time servelab attached is the launch's start."""
+        self.started_epoch_ns = time.time_ns()
+        self.started_monotonic = time.monotonic()
+        self.ready_t_s = 0.0
+
+    def attach(self) -> dict[str, Any]:
+        """What the server says of itself (endpoint.attach_facts: one line naming runtime.url
+        or runtime.served_model when it does not answer or serves another model) and, for a
+        local URL, its process (pid and command line, redacted)."""
+        from servelab.endpoint import attach_facts, server_process
+
+        facts = attach_facts(self.launch.base_url, self.launch.served_name)
+        self._process = server_process(self.launch.base_url)
+        facts["process"], facts["process_reason"] = None, None
+        if isinstance(self._process, int):
+            facts["process"] = {"pid": self._process, "command": _command_of(self._process)}
+        else:
+            facts["process_reason"] = self._process
+        self.facts = facts
+        return facts
+
+    @property
+    def pid(self) -> int | None:
+        return self._process if isinstance(self._process, int) else None
+
+    def telemetry_process(self) -> int | str | None:
+        return self._process
+
+    def alive(self, grace_s: float = 0.0) -> bool:
+        """Whether the server still answers (/health, any HTTP status), trying for up to
+        grace_s."""
+        from servelab.endpoint import fetch
+
+        t_end = time.monotonic() + grace_s
+        while True:
+            try:
+                fetch(self.launch.base_url, "/health", 2.0)
+                return True
+            except urllib.error.HTTPError:
+                return True
+            except OSError:
+                if time.monotonic() >= t_end:
+                    return False
+            time.sleep(0.2)
+
+    def gone_text(self) -> str:
+        return f"stopped answering at {self.launch.base_url}"
+
+    def wait_ready(self, timeout_s: float, say: Callable[[str], None] = print) -> float:
+        return 0.0
+
+    def start_record(self) -> dict[str, Any]:
+        return {}
+
+    def lower_engine_priority(
+        self, nice: int, say: Callable[[str], None] = print
+    ) -> dict[str, Any]:
+        return {"engine_nice": 0, "engine_pids": []}  # not servelab's server to change
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
+        return f"(no server log: servelab did not launch the server at {self.launch.base_url})"
+
+    def stop(self) -> int | None:
+        return None
+
+
+def _command_of(pid: int) -> list[str]:
+    """A local process's command line, secrets redacted ([] when it cannot be read)."""
+    import psutil
+
+    from servelab.redact import redact_argv
+
+    try:
+        return redact_argv(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return []
+
+
 def make_server(launch: ServerLaunch, log_path: Path, shutdown_timeout_s: float) -> Server:
+    if launch.endpoint is not None:
+        return EndpointServer(launch, log_path, shutdown_timeout_s)
     if launch.container is not None and launch.container.engine in ("docker", "podman"):
         return ContainerServer(launch, log_path, shutdown_timeout_s)
     return Server(launch, log_path, shutdown_timeout_s)

@@ -33,17 +33,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from servelab import hostfacts
 from servelab.client import Workload
 from servelab.compilecache import compile_cache_for
 from servelab.config import args_to_cli
 from servelab.container import ContainerRun, Mount, container_run_for
+from servelab.endpoint import NOT_LAUNCHED, capacity_facts, parse_url
 from servelab.errors import ServelabError
 from servelab.experiment import ServerSection, WorkloadSection
 from servelab.job import MeasureJob, Say
 from servelab.paths import measuring_lock_path
+from servelab.records import RuntimeRecord
+from servelab.redact import redact_argv, redact_env
 from servelab.runtime import cache_dir_of
-from servelab.server import Server, ServerLaunch, make_server
-from servelab.serverlog import start_line
+from servelab.server import EndpointServer, Server, ServerLaunch, make_server
+from servelab.serverlog import parse_capacity, start_line
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ def build_launch(
     """The launch of server configuration `sc`: command line, environment, container (with
     the runtime's compile-cache folder, runtime.compile_cache)."""
     exp = job.exp
+    if exp.runtime.endpoint:
+        return endpoint_launch(job, additions)
     add = additions or LaunchAdditions()
     cache = (
         compile_cache_for(job.runtime.doc, cache_dir_of(exp.runtime))
@@ -118,6 +124,29 @@ def build_launch(
         ),
         cli=job.runtime.vllm_cli,
         compile_cache=cache,
+    )
+
+
+def endpoint_launch(job: MeasureJob, additions: LaunchAdditions | None = None) -> ServerLaunch:
+    """The "launch" of a server servelab did not launch (runtime.kind endpoint): its URL and
+    served model, no command, no arguments, no environment; nothing can be added to it (the
+    profiling pass is refused for an endpoint)."""
+    rt = job.exp.runtime
+    if additions is not None and additions != LaunchAdditions():
+        raise ServelabError(
+            "profile.enabled: the profiling pass cannot change a server servelab did not "
+            "launch (runtime.kind endpoint); set profile.enabled: false"
+        )
+    assert rt.url is not None and rt.served_model is not None  # config.validate requires both
+    where = parse_url(rt.url)
+    return ServerLaunch(
+        python="",
+        model_path="",
+        served_name=rt.served_model,
+        host=where.host,
+        port=where.port,
+        args=[],
+        endpoint=where.base,
     )
 
 
@@ -302,7 +331,10 @@ class Session:
     compile_cache: Mapping[str, Any] | None = None
 
     def startup_log(self) -> str:
-        """What this launch has written to the server log so far."""
+        """What this launch has written to the server log so far ("" for a server servelab
+        did not launch: it has no log of servelab's)."""
+        if not self.server.launched:
+            return ""
         data = self.server.log_path.read_bytes()[self.log_offset :]
         return data.decode("utf-8", errors="replace")
 
@@ -323,10 +355,65 @@ class Session:
         """The longest sequence (prompt + output) this server takes, as it says on /v1/models;
         None when it does not say."""
         models = self.server.get_json("/v1/models").get("data") or []
+        models = [m for m in models if isinstance(m, dict)]
+        # the served model's entry first (a running server may serve several)
+        models.sort(key=lambda m: m.get("id") != self.launch.served_name)
         for m in models:
-            if isinstance(m, dict) and isinstance(m.get("max_model_len"), int):
+            if isinstance(m.get("max_model_len"), int):
                 return int(m["max_model_len"])
         return None
+
+    def capacity(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """capacity.json's facts of this launch: from its startup log, /version and its
+        arguments (`args`: --max-num-seqs); for a server servelab did not launch, from what it
+        exposes (endpoint.capacity_facts: its arguments unknown)."""
+        if isinstance(self.server, EndpointServer):
+            return capacity_facts(self.server.facts)
+        capacity = parse_capacity(self.startup_log())
+        capacity["version_endpoint"] = self.server.get_json("/version").get("version")
+        capacity["max_num_seqs"] = args.get("max-num-seqs")
+        return capacity
+
+    def launch_record(
+        self, launch_index: int, sc: str, args: Mapping[str, Any], runtime: RuntimeRecord
+    ) -> dict[str, Any]:
+        """launch.json of this launch (index `launch_index` of configuration `sc`, its vLLM
+        arguments `args`, the runtime it ran in). A server servelab did not launch: no
+        command, environment or arguments of servelab's, `launched` false and what it said
+        of itself (`endpoint`); its start is when servelab attached."""
+        server, launch = self.server, self.launch
+        node = hostfacts.node_facts()
+        record: dict[str, Any] = {
+            "launch": launch_index,
+            "server_config": sc,
+            "launched": server.launched,
+            "command": redact_argv(launch.command()),
+            "env": redact_env(launch.env),
+            "args": dict(args),
+            "host": launch.host,
+            "port": launch.port,
+            "pid": server.pid,
+            "started_epoch_ns": server.started_epoch_ns,
+            "ready_s": round(self.ready_s, 3),
+            # where the start went: its phases from the log (serverlog.start_phases)
+            "start": dict(self.start),
+            # the host's measuring-server lock: the file, the wait, who held it
+            "lock": dict(self.lock),
+            # the compile caches before the start (servelab.compilecache)
+            "compile_cache": self.compile_cache,
+            "placement": self.placement,
+            # the measuring host, beside the measurement (the report's Host section)
+            "cpu_facts": node["host"]["cpu_facts"],
+            # the node as a whole: the analysis flags comparisons across nodes
+            "node": node,
+            "runtime_lock_sha256": runtime.get("lock_sha256"),
+            "runtime_image_digest": runtime.get("image_digest"),
+            "container": launch.container.name if launch.container else None,
+        }
+        if isinstance(server, EndpointServer):
+            del record["start"]  # no start of servelab's to time
+            record["endpoint"] = server.facts
+        return record
 
 
 @contextmanager
@@ -342,6 +429,10 @@ def serve(
     server (its output appended to log_path, or in a fresh log), wait until it is ready, lower
     its engine's priority (server.engine_nice), and stop it on the way out, whatever happens
     inside; the lock is released once the server has stopped."""
+    if launch.endpoint is not None:
+        with _attach(launch, log_path, settings, say) as session:
+            yield session
+        return
     with MeasuringLock(settings.lock_timeout_s, say) as lock:
         if fresh_log:
             log_path.unlink(missing_ok=True)
@@ -365,3 +456,24 @@ def serve(
                 lock=lock.record(),
                 compile_cache=cache_state,
             )
+
+
+@contextmanager
+def _attach(
+    launch: ServerLaunch, log_path: Path, settings: ServerSection, say: Say
+) -> Iterator[Session]:
+    """`serve` for a server servelab did not launch (runtime.kind endpoint): the host's
+    measuring-server lock as for any measurement (the client measures on this host), then
+    nothing started: the server must answer and serve the launch's model (one line naming
+    runtime.url or runtime.served_model otherwise); nothing is stopped on the way out."""
+    with MeasuringLock(settings.lock_timeout_s, say) as lock:
+        server = EndpointServer(launch, log_path)
+        server.start()
+        facts = server.attach()
+        where = "local" if facts.get("process") else (facts.get("process_reason") or "")
+        say(
+            f"endpoint {launch.base_url} ({NOT_LAUNCHED}) serves {launch.served_name}, vLLM "
+            f"{facts.get('vllm_version') or 'version unknown'}; {where}"
+        )
+        placement = server.lower_engine_priority(0, say)
+        yield Session(server, launch, 0.0, placement, 0, lock=lock.record())

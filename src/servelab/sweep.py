@@ -29,7 +29,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from servelab import hostfacts
 from servelab.arrivals import ArrivalProcess
 from servelab.client import OpenLoop, PointRun, Workload, run_open_point, run_point
 from servelab.errors import ServelabError
@@ -54,10 +53,8 @@ from servelab.records import (
     PointRecord,
     RunRecord,
 )
-from servelab.redact import redact_argv, redact_env
 from servelab.schedule import Slot, plan
 from servelab.server import ServerLaunch, choose_port, raise_on_signals
-from servelab.serverlog import parse_capacity
 from servelab.session import LaunchAdditions, Session, build_launch, serve
 from servelab.telemetry import GpuSelection, PointTelemetry, server_gpus
 from servelab.workload import PromptPlan, prompt_plan
@@ -151,6 +148,8 @@ class SweepJob(ConfigJob):
         t0 = time.monotonic()
         self.note(
             f"starting vLLM on {launch.base_url} (launch {launch_index}): {' '.join(launch.args)}"
+            if launch.endpoint is None
+            else f"measuring the running server at {launch.base_url} (launch {launch_index})"
         )
         with serve(launch, self.paths.server_log(sc), exp.server, self.note) as session:
             self.started(session, launch, port, launch_index)
@@ -165,49 +164,18 @@ class SweepJob(ConfigJob):
         if self.capture is not None and interface is not None:
             self.note(f"server stopped; measured {len(todo)} points and profiled in {took}")
         else:
-            self.note(f"server stopped; measured {len(todo)} points in {took}")
+            done = "server stopped" if launch.endpoint is None else "server left running"
+            self.note(f"{done}; measured {len(todo)} points in {took}")
 
     def started(self, session: Session, launch: ServerLaunch, port: int, launch_index: int) -> None:
         """A server launch is up: its capacity.json and launch.json (the latest launch), in
-        server/<sc>/ (`records_dir`)."""
-        exp, sc = self.exp, self.sc
-        where = self.records_dir
-        args = exp.server.args_of(sc)
-        server = session.server
-        capacity = parse_capacity(session.startup_log())
-        capacity["version_endpoint"] = server.get_json("/version").get("version")
-        capacity["max_num_seqs"] = args.get("max-num-seqs")
-        capacity["server_config"] = sc
+        server/<sc>/ (`records_dir`); Session.capacity and Session.launch_record say what they
+        hold (for a server servelab did not launch too)."""
+        where, args = self.records_dir, self.exp.server.args_of(self.sc)
+        capacity = {**session.capacity(args), "server_config": self.sc}
         CapacityRecord.new(capacity).write(where / CapacityRecord.FILE)
-        node = hostfacts.node_facts()
-        LaunchRecord.new(
-            {
-                "launch": launch_index,
-                "server_config": sc,
-                "command": redact_argv(launch.command()),
-                "env": redact_env(launch.env),
-                "args": args,
-                "host": exp.server.host,
-                "port": port,
-                "pid": server.pid,
-                "started_epoch_ns": server.started_epoch_ns,
-                "ready_s": round(session.ready_s, 3),
-                # where the start went: its phases from the log (serverlog.start_phases)
-                "start": dict(session.start),
-                # the host's measuring-server lock: the file, the wait, who held it
-                "lock": dict(session.lock),
-                # the compile caches before the start (servelab.compilecache)
-                "compile_cache": session.compile_cache,
-                "placement": session.placement,
-                # the measuring host, beside the measurement (the report's Host section)
-                "cpu_facts": node["host"]["cpu_facts"],
-                # the node as a whole: the analysis flags comparisons across nodes
-                "node": node,
-                "runtime_lock_sha256": self.runtime.get("lock_sha256"),
-                "runtime_image_digest": self.runtime.get("image_digest"),
-                "container": launch.container.name if launch.container else None,
-            }
-        ).write(where / LaunchRecord.FILE)
+        record = session.launch_record(launch_index, self.sc, args, self.runtime)
+        LaunchRecord.new(record).write(where / LaunchRecord.FILE)
 
     def point_job(
         self, session: Session, launch: ServerLaunch, slots: list[Slot], launch_index: int
@@ -535,7 +503,7 @@ class PointJob:
         # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
         # a point cut short; their summary over the point's window goes into point.json.
         tel = PointTelemetry(
-            self.telemetry, server.telemetry_pid(), self.client.base_url, gpus=self.gpus
+            self.telemetry, server.telemetry_process(), self.client.base_url, gpus=self.gpus
         )
         try:
             with tel:
@@ -563,19 +531,15 @@ class PointJob:
             partial, run.started_epoch_ns, run.finished_epoch_ns, _output_tokens(run)
         )
         if not server.alive_after(run.records):
-            code = server.proc.returncode if server.proc else None
+            gone = server.gone_text()
             _write_point(
                 partial,
                 run,
-                {
-                    **info,
-                    "status": "incomplete",
-                    "error": f"server exited with code {code} during the point",
-                },
+                {**info, "status": "incomplete", "error": f"server {gone} during the point"},
             )
             kept = _keep_incomplete(partial)
             raise ServelabError(
-                f"[{sc}] the server exited during point rep{slot.repeat:02d} "
+                f"[{sc}] the server {gone} during point rep{slot.repeat:02d} "
                 f"{slot.name()}; the point is kept as {kept} (incomplete), completed "
                 f"points stay in {self.paths.raw_config(sc)}; rerun to measure the rest. Last "
                 f"lines of {server.log_path}:\n{server.log_tail()}"

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, overload
 from servelab.client.prompt import Conversation, Prompt, PromptLike
 from servelab.errors import ServelabError
 from servelab.experiment import Lengths, SharedPrefixSection, WorkloadSection
+from servelab.model import RECORD as MODEL_RECORD
 from servelab.schedule import Slot
 
 if TYPE_CHECKING:
@@ -349,6 +350,12 @@ def vocab_ids(model_dir: Path) -> list[int]:
     at once; the /tokenize check still decides.
     """
     path = model_dir / "tokenizer.json"
+    if not path.is_file() and (model_dir / MODEL_RECORD).is_file():
+        # a running server's model (model.source endpoint): no tokenizer.json here; the model
+        # stage found the ids with the server's /tokenize (servelab.model.word_ids)
+        ids = json.loads((model_dir / MODEL_RECORD).read_text(encoding="utf-8")).get("vocab_ids")
+        if isinstance(ids, list) and ids:
+            return [int(i) for i in ids]
     if not path.is_file():
         raise ServelabError(
             f"{path}: missing; prompts are built from the model's tokenizer.json (choose a "

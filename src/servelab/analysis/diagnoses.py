@@ -16,7 +16,7 @@ from typing import Any
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.groups import Groups
 from servelab.analysis.knee import DOMINANCE
-from servelab.analysis.proposals import max_num_seqs, with_proposal
+from servelab.analysis.proposals import launched, max_num_seqs, not_launched, with_proposal
 from servelab.analysis.stats import evidence_level, paired
 from servelab.experiment import AnalysisSection
 from servelab.serverlog import parse_capture_sizes
@@ -79,6 +79,7 @@ def _serialized(v: _Config) -> list[dict[str, Any]]:
                     f"--max-num-seqs is {mns}: raise it"
                     if mns is not None
                     else "check --max-num-seqs and the scheduler limits"
+                    + ("" if launched(v.cap) else f" ({not_launched('--max-num-seqs')})")
                 )
             ),
         }
@@ -363,7 +364,12 @@ def _capture_fit(g: Groups, sc: str, cap: dict[str, Any], c: int, ref: int) -> d
     batch, batch_source = _batch(g, sc, c, mns)
     ref_batch, _ = _batch(g, sc, ref, mns)
     outside: bool | None = None
-    if sizes is None:
+    if sizes is None and not launched(cap):
+        text = (
+            "the CUDA graph capture sizes are unknown (servelab did not launch this server: "
+            "no startup log): a batch size outside the captured graphs is a common cause on GPUs"
+        )
+    elif sizes is None:
         text = (
             "the CUDA graph capture sizes are unknown (no compilation config in the startup "
             "log): a batch size outside the captured graphs is a common cause on GPUs"

@@ -23,6 +23,7 @@ from servelab.analysis.validity import (
     checks_for,
     counts,
 )
+from servelab.endpoint import report_line
 from servelab.errors import ServelabError
 from servelab.hostfacts import ISA_FLAGS
 from servelab.paths import TELEMETRY_FIGURE, ExperimentPaths
@@ -89,10 +90,10 @@ def _host_section(host: dict[str, Any], nodes: dict[str, str] | None = None) -> 
     with: what explains a difference from another host (docs/reproduce.md); `nodes`
     (results["hosts_differ"]): the host of each server config, when they were several."""
     hosts: dict[str, dict[str, Any]] = host.get("hosts") or {}
-    isa = host.get("runtime_isa")
-    if not hosts and not isa and not nodes:
+    isa, endpoints = host.get("runtime_isa"), host.get("endpoints") or {}
+    if not hosts and not isa and not nodes and not endpoints:
         return []
-    lines = ["## Host", ""]
+    lines = ["## Host", ""] + [f"- Server ({sc}): {report_line(e)}." for sc, e in endpoints.items()]
     if nodes:
         lines.append(
             "- Server configurations were measured on different hosts: "

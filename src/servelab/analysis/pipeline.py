@@ -30,6 +30,7 @@ from servelab.analysis.stopping import StoppingRule
 from servelab.analysis.turns import turns_of
 from servelab.analysis.validity import validity_json
 from servelab.config import default_section, merge
+from servelab.endpoint import report_facts
 from servelab.experiment import AnalysisSection, section_from_dict
 from servelab.jsonio import write_json
 from servelab.paths import (
@@ -120,7 +121,8 @@ def analyze(
         "dominance": dominance(g),
         "slo": slo_capacity(g, opts),
         "validity": validity_json(g.point_flags(), opts.validity),
-        "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa},
+        # a server servelab did not launch: what it said of itself (endpoint.report_facts)
+        "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa, **report_facts(ds.capacity)},
     }
     searches = searches_of(ds)
     results.update(_notes(ds, root, searches))

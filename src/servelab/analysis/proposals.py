@@ -28,6 +28,20 @@ PROPOSED_MIN_RATIO = 1.5  # the throughput factor a max-num-seqs proposal claims
 NO_REMEDY_UTILIZATION = "a reading to distrust, not a server setting: judge the server by tokens/s"
 
 
+def not_launched(fact: str) -> str:
+    """Why a fact of the server's arguments is missing for a server servelab did not launch
+    (runtime.kind endpoint; capacity.json `launched` false), in words."""
+    return (
+        f"{fact} is unknown: servelab did not launch this server (runtime.kind endpoint) and "
+        "cannot change its arguments"
+    )
+
+
+def launched(cap: dict[str, Any]) -> bool:
+    """Whether servelab launched the server capacity.json describes (older ones: it did)."""
+    return cap.get("launched") is not False
+
+
 def max_num_seqs(cap: dict[str, Any]) -> int | None:
     """--max-num-seqs as capacity.json records it (the non-default arguments first)."""
     nd = cap.get("non_default_args") or {}
@@ -67,6 +81,8 @@ def _max_num_seqs(d: dict[str, Any], cap: dict[str, Any], g: Groups) -> dict[str
     sc = d["server_config"]
     old = max_num_seqs(cap)
     fits = cap.get("max_concurrency")
+    if not launched(cap):
+        return {"no_remedy": not_launched("--max-num-seqs")}
     if old is None:
         return {"no_remedy": "the startup log does not report --max-num-seqs: no value to raise"}
     if not isinstance(fits, int | float) or isinstance(fits, bool):
@@ -122,6 +138,8 @@ def _max_num_seqs(d: dict[str, Any], cap: dict[str, Any], g: Groups) -> dict[str
 
 def _capture_sizes(d: dict[str, Any], cap: dict[str, Any], g: Groups) -> dict[str, Any]:
     """non_monotonic: capture CUDA graphs for the measured batches the captured sizes miss."""
+    if not launched(cap):
+        return {"no_remedy": not_launched("the list of CUDA graph capture sizes")}
     if d.get("outside_capture_sizes") is not True:
         return {
             "no_remedy": "the CUDA graph capture sizes do not explain the dip (see "

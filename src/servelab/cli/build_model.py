@@ -27,6 +27,6 @@ def run(args: argparse.Namespace) -> int:
     if exp.model.source == "tiny":
         record = build_tiny(exp.model.tiny, out)
     else:
-        record = build_model(exp.model, out, cache_dir_of(exp.runtime))
+        record = build_model(exp.model, out, cache_dir_of(exp.runtime), runtime=exp.runtime)
     print(json.dumps({"revision": record["revision"], "files": len(record["files"])}))
     return 0

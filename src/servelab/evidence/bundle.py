@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from servelab.endpoint import KIND as ENDPOINT
+from servelab.endpoint import NOT_LAUNCHED
 from servelab.errors import ServelabError
 from servelab.evidence.files import sha256sums_text, walk_files
 from servelab.evidence.provenance import host_facts, pipeline_facts, redacted_config
@@ -48,6 +50,20 @@ RUNTIME_KEYS = (
     "vllm_version",
     "nsys_version",
     "isa",
+    # runtime.kind endpoint: the server as it described itself (servelab.endpoint.probe)
+    "launched",
+    "url",
+    "served_model",
+    "model",
+    "models",
+    "version",
+    "server_info",
+    "local",
+)
+# what a run on a server servelab did not launch leaves unpinned (provenance.json `endpoint`)
+UNPINNED = (
+    "its runtime (no lock, no image), its command line and arguments and its model files are "
+    "not pinned; provenance records what the server said of itself"
 )
 UNLISTED = {"manifest.json", "SHA256SUMS"}  # they describe the others
 WORKFLOW_FILES = [
@@ -197,6 +213,8 @@ def _servers(bundled: ExperimentPaths) -> tuple[dict[str, Any], str | None]:
         version = cap.vllm_version if cap is not None else None
         versions.add(version)
         servers[sc_dir.name] = {
+            # false for a server servelab did not launch (runtime.kind endpoint)
+            "launched": launch.get("launched", True) if launch else None,
             "command": launch.get("command") if launch else None,
             "env": launch.get("env") if launch else None,
             "args": launch.get("args") if launch else None,
@@ -229,6 +247,8 @@ def _provenance(
             "repo": model.get("repo"),
             "revision": model["revision"],
             "files": model["files"],
+            # source endpoint: the served model as the server described it (nothing pinned)
+            **{k: model[k] for k in ("url", "served_model", "model") if k in model},
         },
         "runtime": {
             k: runtime.get(k) for k in RUNTIME_KEYS if k in runtime or k in RUNTIME_KEYS[:5]
@@ -237,6 +257,7 @@ def _provenance(
         "servers": servers,
         "host": host_facts() if host is None else host,
         "pipeline": pipeline_facts(repo),
+        **_endpoint(runtime),
         **_dataset(paths),
         **_stopping_rule(paths),
         **_confirms(exp.analysis.confirms),
@@ -245,6 +266,22 @@ def _provenance(
         "finished_epoch_ns": finished,
         "started": _iso(started),
         "finished": _iso(finished),
+    }
+
+
+def _endpoint(runtime: dict[str, Any]) -> dict[str, Any]:
+    """A run on a server servelab did not launch (runtime.kind endpoint): `endpoint`, its URL
+    and served model, marked not launched by servelab, and what servelab therefore does not
+    pin; nothing for any other run."""
+    if runtime.get("kind") != ENDPOINT:
+        return {}
+    return {
+        "endpoint": {
+            "url": runtime.get("url"),
+            "served_model": runtime.get("served_model"),
+            "launched": False,
+            "note": f"{NOT_LAUNCHED}: {UNPINNED}",
+        }
     }
 
 
@@ -465,6 +502,8 @@ def _crate_actions(
 
 
 def _runtime_description(runtime: dict[str, Any]) -> str:
+    if runtime.get("kind") == ENDPOINT:
+        return f"runtime: the server at {runtime.get('url')}, {NOT_LAUNCHED}"
     if runtime.get("kind") == "container":
         pin = runtime.get("image_digest") or f"sha256 {runtime.get('image_sha256')}"
         return f"runtime: {runtime.get('engine')} image {runtime.get('image_ref')} ({pin})"
@@ -472,7 +511,10 @@ def _runtime_description(runtime: dict[str, Any]) -> str:
 
 
 def _runtime_dependency(rt: dict[str, Any]) -> dict[str, Any]:
-    """The runtime as an in-toto resolved dependency: the lock, or the image by digest."""
+    """The runtime as an in-toto resolved dependency: the lock, or the image by digest; a
+    server servelab did not launch by its URL alone (no digest: nothing pinned)."""
+    if rt.get("kind") == ENDPOINT:
+        return {"uri": f"servelab-endpoint:{rt.get('url')}"}
     if rt.get("kind") == "container":
         digest = str(rt.get("image_digest") or "").removeprefix("sha256:")
         return {
@@ -482,6 +524,18 @@ def _runtime_dependency(rt: dict[str, Any]) -> dict[str, Any]:
     return {
         "uri": f"servelab-runtime-lock:{rt['lock']}",
         "digest": {"sha256": rt["lock_sha256"]},
+    }
+
+
+def _model_dependency(model: dict[str, Any]) -> dict[str, Any]:
+    """The model as an in-toto resolved dependency: by its revision (a tiny model's sha256, a
+    hub commit); a running server's model by name alone (not pinned)."""
+    revision = model["revision"]
+    if revision is None:
+        return {"uri": f"servelab-model:{model['source']}:{model.get('served_model')}"}
+    return {
+        "uri": f"servelab-model:{model['source']}",
+        "digest": {"sha256": revision} if len(revision) == 64 else {"gitCommit": revision},
     }
 
 
@@ -501,12 +555,7 @@ def _write_attestation(out: Path, prov: dict[str, Any]) -> None:
                 "externalParameters": {"experiment": prov["experiment"], "config": prov["config"]},
                 "internalParameters": {"servelab_version": prov["pipeline"]["servelab_version"]},
                 "resolvedDependencies": [
-                    {
-                        "uri": f"servelab-model:{prov['model']['source']}",
-                        "digest": {"sha256": prov["model"]["revision"]}
-                        if len(prov["model"]["revision"]) == 64
-                        else {"gitCommit": prov["model"]["revision"]},
-                    },
+                    _model_dependency(prov["model"]),
                     _runtime_dependency(prov["runtime"]),
                 ]
                 + (

@@ -21,7 +21,12 @@ def unpinned_reasons(prov: dict[str, Any]) -> list[str]:
     reasons = []
     model = prov["model"]
     rev = str(model.get("revision", ""))
-    if model.get("source") == "tiny":
+    if model.get("source") == "endpoint" or prov["runtime"].get("kind") == "endpoint":
+        reasons.append(
+            "the server was not launched by servelab (runtime.kind endpoint): its model and "
+            "runtime are not pinned"
+        )
+    elif model.get("source") == "tiny":
         if not HEX64.match(rev):
             reasons.append(f"tiny model revision {rev!r} is not a 64-hex digest")
     elif not HEX40.match(rev):

@@ -189,6 +189,10 @@ def _provenance(prov: dict[str, Any]) -> list[str]:
     ]
     if rows:
         lines += ["", *md_table(("field", "reference", "fresh", "effect"), rows)]
+    unchecked = prov.get("not_checked") or []
+    if unchecked:
+        lines += ["", "Could not be checked (a server servelab did not launch):", ""]
+        lines += [f"- {md_escape(line)}" for line in unchecked]
     return lines
 
 

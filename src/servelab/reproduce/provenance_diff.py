@@ -61,6 +61,8 @@ def _workload(p: dict[str, Any]) -> Any:
 BLOCKING: list[tuple[str, Any]] = [
     ("model.source", _at("model", "source")),
     ("model.repo", _at("model", "repo")),
+    # a running server's model (runtime.kind endpoint): the name it serves
+    ("model.served_model", _at("model", "served_model")),
     ("model.revision", _at("model", "revision")),
     ("runtime.kind", _at("runtime", "kind")),
     ("runtime.lock_sha256", _at("runtime", "lock_sha256")),
@@ -88,6 +90,51 @@ NOTES: list[tuple[str, Any]] = [
     # prefix_cache validity check catches on every point of either side
     ("config.workload.unique_prompts", _cfg("workload", "unique_prompts")),
 ]
+
+
+def endpoint_of(side: Side) -> dict[str, Any] | None:
+    """A side measured on a server servelab did not launch (runtime.kind endpoint): its URL,
+    served model and what the server said of its model; None for any other side."""
+    prov = side.provenance or {}
+    runtime = prov.get("runtime") or (side.config or {}).get("runtime") or {}
+    if runtime.get("kind") != "endpoint":
+        return None
+    model = (prov.get("model") or {}).get("model") or runtime.get("model") or {}
+    return {
+        "url": runtime.get("url"),
+        "served_model": runtime.get("served_model"),
+        "root": model.get("root"),
+        "max_model_len": model.get("max_model_len"),
+        "local": runtime.get("local"),
+    }
+
+
+def not_checked(ref: Side, new: Side) -> list[str]:
+    """What the comparison cannot check of a side measured on a server servelab did not
+    launch, one line each: its runtime (lock or image), its command line and arguments, its
+    model files and, for a server elsewhere, the server's host; empty when both sides
+    launched their servers."""
+    lines: list[str] = []
+    for label, side in (("reference", ref), ("fresh run", new)):
+        e = endpoint_of(side)
+        if e is None:
+            continue
+        where = f"the {label}'s server at {e['url']} was not launched by servelab"
+        lines += [
+            f"runtime lock or image: {where}; its software is not pinned (only the vLLM "
+            "version it reports is compared)",
+            f"server command line and arguments: {where}; they are not recorded, so its "
+            "configuration is compared by name only",
+            f"model files: the {label} measured {e['served_model']!r} as its server serves "
+            f"it (root {e['root']}, max_model_len {e['max_model_len']}); no file of it is "
+            "pinned, only its name is compared",
+        ]
+        if e["local"] is False:
+            lines.append(
+                f"the server's host: the {label}'s server ran on another host than its client; "
+                "the host facts compared are the client's"
+            )
+    return lines
 
 
 def provenance_diff(ref: Side, new: Side, host: dict[str, Any]) -> dict[str, Any]:
@@ -131,6 +178,13 @@ def provenance_diff(ref: Side, new: Side, host: dict[str, Any]) -> dict[str, Any
             flags.append("the fresh run's pipeline had uncommitted changes")
         if ref.provenance.get("pipeline", {}).get("git_dirty"):
             flags.append("the reference's pipeline had uncommitted changes")
+    for label, side in (("reference", ref), ("fresh run", new)):
+        e = endpoint_of(side)
+        if e is not None:
+            flags.append(
+                f"the {label} measured a server servelab did not launch ({e['url']}): its "
+                "runtime, arguments and model files could not be checked (not_checked)"
+            )
     if ref.release is not None and ref.release.get("pinned") is False:
         flags.append(
             "the reference release is marked unpinned: "
@@ -145,4 +199,5 @@ def provenance_diff(ref: Side, new: Side, host: dict[str, Any]) -> dict[str, Any
         "differs": [r["field"] for r in rows if not r["same"]] + host_differs,
         "blocking": blocking,
         "not_clean_room": flags,
+        "not_checked": not_checked(ref, new),
     }

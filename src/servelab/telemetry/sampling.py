@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from servelab.endpoint import REMOTE
 from servelab.errors import ServelabError
 from servelab.experiment import TelemetrySection
 from servelab.jsonio import DamagedFile, dumps, json_object_line
@@ -34,6 +35,8 @@ from servelab.telemetry.summary import summarize
 
 FILE_NAME = TELEMETRY_FILE
 SOURCE_ORDER = {"gpu": 0, "cpu": 1, "server": 2, "rapl": 3}
+# the sources that read this host's hardware as the server's: not for a server elsewhere
+SERVER_HARDWARE = ("gpu", "rapl")
 
 
 class Sampler:
@@ -99,7 +102,11 @@ class PointTelemetry:
         summary = tel.finish(point_dir, started_epoch_ns, finished_epoch_ns, output_tokens)
 
     `finish` writes telemetry.jsonl (whatever was sampled, also for a point cut short) and
-    returns the point's summary. `settings` is the experiment's `telemetry:` section
+    returns the point's summary. `server_pid` is the root of the server's process tree, or,
+    where the server's processes cannot be sampled, why (a string): a server on another host
+    (servelab.endpoint.REMOTE) then has no server CPU, and this host's GPUs and CPU packages
+    (RAPL) are not sampled as its own: each is recorded absent with that reason. `settings`
+    is the experiment's `telemetry:` section
     (`config.default_section(TelemetrySection, "telemetry")` without one); `gpus` the server's
     GPUs (servelab.telemetry.gpus.server_gpus; None: every GPU NVML lists), the only ones
     sampled; `nvml` replaces the pynvml module and `powercap_root` /sys/class/powercap (tests).
@@ -109,7 +116,7 @@ class PointTelemetry:
     def __init__(
         self,
         settings: TelemetrySection,
-        server_pid: int | None,
+        server_pid: int | str | None,
         base_url: str | None,
         nvml: Any = None,
         gpus: GpuSelection | None = None,
@@ -126,6 +133,12 @@ class PointTelemetry:
         self.absent: list[Sample] = []
         self._sources: list[Source] = []
         self._started = False
+
+    @property
+    def remote(self) -> str | None:
+        """Why the server's hardware is not this host's (servelab.endpoint.REMOTE), if so."""
+        reason = self.server_pid
+        return REMOTE if reason == REMOTE else None
 
     def own_cpu_s(self) -> float:
         return sum(s.cpu_s for s in self.samplers)
@@ -144,6 +157,10 @@ class PointTelemetry:
             (RaplSource(self.powercap_root), float(self.settings.cpu_hz)),
         ]
         for source, hz in sources:
+            if self.remote is not None and source.name in SERVER_HARDWARE:
+                absent: Sample = {"source": source.name, "epoch_ns": time.time_ns()}
+                self.absent.append({**absent, "absent": self.remote})
+                continue
             reason = source.open()
             # the GPUs' selection and what NVML made of it: one record, with the reason where
             # no GPU is sampled

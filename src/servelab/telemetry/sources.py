@@ -311,7 +311,8 @@ class HostSource:
 
     name = "cpu"
 
-    def __init__(self, server_pid: int | None, own_cpu_s: Callable[[], float]) -> None:
+    def __init__(self, server_pid: int | str | None, own_cpu_s: Callable[[], float]) -> None:
+        # a string: why the server's processes cannot be sampled (a remote endpoint)
         self.server_pid = server_pid
         self.own_cpu_s = own_cpu_s
         self._client = psutil.Process(os.getpid())
@@ -333,8 +334,8 @@ class HostSource:
         self._client0 = _cpu_s(self._client.cpu_times())
         self._client_cpu = 0.0
         self._own0 = self.own_cpu_s()
-        if self.server_pid is None:
-            self._server_error = "no server process given"
+        if self.server_pid is None or isinstance(self.server_pid, str):
+            self._server_error = self.server_pid or "no server process given"
             return None
         try:
             self._server = psutil.Process(self.server_pid)

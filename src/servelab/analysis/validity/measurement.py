@@ -14,6 +14,7 @@ from servelab.analysis.validity.flags import (
     block_mean,
     short,
 )
+from servelab.endpoint import REMOTE
 from servelab.experiment import ValiditySection
 
 ERROR_CHARS = 80
@@ -53,6 +54,9 @@ def check_contention(f: PointFacts, t: ValiditySection) -> Flag:
     if host is None or not cores:
         return Flag("contention", NOT_CHECKED, None, limit, "no host CPU sample inside the point")
     own = [block_mean(cpu, k) for k in ("server_cpu_pct", "client_cpu_pct", "telemetry_cpu_pct")]
+    if cpu.get("server_error") == REMOTE:
+        # a server on another host: this host's load says nothing of the server's contention
+        return Flag("contention", NOT_CHECKED, None, limit, REMOTE)
     if any(v is None for v in own):
         err = cpu.get("server_error")
         why = f"server CPU unknown ({err})" if own[0] is None and err else "process CPU unknown"
