@@ -470,7 +470,8 @@ def _attach(
         server = EndpointServer(launch, log_path)
         server.start()
         facts = server.attach()
-        where = "local" if facts.get("process") else (facts.get("process_reason") or "")
+        process = facts.get("process")
+        where = f"its process: pid {process['pid']}" if process else facts.get("process_reason")
         say(
             f"endpoint {launch.base_url} ({NOT_LAUNCHED}) serves {launch.served_name}, vLLM "
             f"{facts.get('vllm_version') or 'version unknown'}; {where}"
