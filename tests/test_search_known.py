@@ -1,7 +1,7 @@
 """SLO capacity by search against a server of known capacity: a real open loop against the
 scripted one-at-a-time server (tests/queue_server.py). Its answer depends on the scripted
-server getting the CPU it asks for, so it runs with the real-server tests (tests/conftest.py,
-SERVER_MODULES), beside no vLLM server; tests/test_search.py has the rest."""
+server getting the CPU it asks for, so it is marked e2e and runs with the real-server tests
+(tests/conftest.py), beside no vLLM server; tests/test_search.py has the rest."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from servelab.search import (
     search_rate,
     slo_attainment,
 )
+
+pytestmark = pytest.mark.e2e
 
 # --- the known answer: a server of known capacity -------------------------------------------
 

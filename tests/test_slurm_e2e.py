@@ -19,11 +19,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import REPO, reduced_config, run_env, write_config
+from e2e_helpers import REPO, reduced_config, run_env, without_compile, write_config
 
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
 # snakemake ignores SIGTERM while jobs are active: timeout -k kills it after the grace period
 TIMEOUT = ["timeout", "-k", "30"]
+
+pytestmark = pytest.mark.cluster
 
 
 def _missing() -> str | None:
@@ -105,7 +107,7 @@ def test_experiment_runs_through_the_slurm_profile(slurm_cluster: str, tmp_path:
     from servelab.evidence.verify import verify
     from servelab.rawdata import load_points
 
-    cfg = reduced_config(tmp_path / "results")
+    cfg = without_compile(reduced_config(tmp_path / "results"))
     cfg["server"]["configs"] = [
         {"name": "mns1", "args": {"max-num-seqs": 1}},
         {"name": "mns4", "args": {"max-num-seqs": 4}},
@@ -146,34 +148,28 @@ def test_experiment_runs_through_the_slurm_profile(slurm_cluster: str, tmp_path:
     assert verify(exp / "bundle", do_rebuild=True) == []
 
 
-def test_failing_job_exits_non_zero_with_its_slurm_log(slurm_cluster: str, tmp_path: Path) -> None:
-    cfg = reduced_config(tmp_path / "results")
-    cfg["server"]["configs"] = [{"name": "bad", "args": {"max-num-seqs": "lots"}}]
-    proc = run_on_cluster(write_config(tmp_path, cfg), timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    text = slurm_log(out)  # kept on failure
-    assert "server exited with code" in text and "lots" in text, text[-3000:]
-
-
-def test_gpu_request_reaches_sbatch_and_is_scheduled(slurm_cluster: str, tmp_path: Path) -> None:
+def test_a_failing_gpu_job_reaches_sbatch_runs_and_exits_with_its_slurm_log(
+    slurm_cluster: str, tmp_path: Path
+) -> None:
     """A GPU experiment's measuring job asks SLURM for its GPUs (--gpus), and the cluster's
     fake GPUs let it be scheduled: SLURM gives the job a GPU, whatever the job then does on a
-    host without one."""
-    cfg = reduced_config(tmp_path / "results")
+    host without one. Its server then fails to start (an argument vLLM refuses): the run exits
+    non-zero and the job's SLURM log, kept, says why."""
+    cfg = without_compile(reduced_config(tmp_path / "results"))
     cfg["runtime"].update({"device": "gpu", "gpus": 1})
-    # fails fast once it runs: what is checked here is the submission
     cfg["server"]["configs"] = [{"name": "bad", "args": {"max-num-seqs": "lots"}}]
     cfg_path = write_config(tmp_path, cfg)
     proc = run_on_cluster(cfg_path, "--verbose", timeout=600)
     out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
     calls = [line for line in out.splitlines() if line.startswith("sbatch call:")]
     assert len(calls) == 1 and "--gpus=1" in calls[0], calls or out[-3000:]
     job = job_ids(out)
     assert len(job) == 1
-    # the job ran (it was not refused): the measuring job's log is there
+    # the job ran (it was not refused), and its log is kept with the server's complaint
     text = slurm_log(out, job[0])
     assert "== runtime: started" in text, text[-3000:]
+    assert "server exited with code" in text and "lots" in text, text[-3000:]
     assert yaml.safe_load(cfg_path.read_text())["runtime"]["gpus"] == 1
 
 
@@ -182,7 +178,7 @@ def test_campaign_runs_each_experiment_as_its_own_job(slurm_cluster: str, tmp_pa
 
     files = []
     for name, mns in (("camp-a", 1), ("camp-b", 4)):
-        cfg = reduced_config(tmp_path / "results")
+        cfg = without_compile(reduced_config(tmp_path / "results"))
         cfg["experiment"] = name
         cfg["server"]["configs"] = [{"name": f"mns{mns}", "args": {"max-num-seqs": mns}}]
         path = tmp_path / f"{name}.yaml"

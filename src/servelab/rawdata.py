@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.client.record import RecordFieldError, RequestRecord
+from servelab.endpoint import said_args
 from servelab.jsonio import DamagedFile, read_jsonl_gz
 from servelab.paths import REQUESTS_FILE, ExperimentPaths
 from servelab.records import (
@@ -126,6 +127,16 @@ def load_points(exp_dir: Path, skipped: list[Skipped] | None = None) -> list[Raw
 _Context = tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]
 
 
+def _launch_args(launch: LaunchRecord | None) -> Mapping[str, Any] | None:
+    """A configuration's launch arguments (launch.json `args`); for a server servelab did not
+    launch (runtime.kind endpoint), what the server says of its settings instead."""
+    if launch is None:
+        return None
+    if launch.doc.get("launched") is False:
+        return said_args(launch.doc.get("endpoint"))
+    return launch.args
+
+
 def _contexts(exp_dir: Path, keep_damage: bool = False) -> dict[str, _Context | DamagedRawData]:
     """Per raw/<sc>/ folder, read once: its launch arguments and its warm-up's point.json
     (with `keep_damage`, the damage of either instead of raising it)."""
@@ -143,7 +154,7 @@ def _contexts(exp_dir: Path, keep_damage: bool = False) -> dict[str, _Context | 
             out[d.name] = exc
             continue
         out[d.name] = (
-            launch.args if launch is not None else None,
+            _launch_args(launch),
             warmup_record.doc if warmup_record is not None else None,
         )
     return out
