@@ -5,6 +5,7 @@ Run: python benchmarks/bench_analysis.py   (prints seconds for load + tables, an
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -18,6 +19,8 @@ from servelab.analysis.pipeline import analyze  # noqa: E402
 
 
 def main() -> None:
+    # no options: --help says what it measures (and measures nothing)
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         exp = Path(tmp) / "exp"
         for rep in (1, 2, 3):

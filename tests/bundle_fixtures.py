@@ -22,9 +22,11 @@ def experiment(
     spec: dict[int, list[tuple[float, float]]] | None = None,
     claims: list[str] | None = None,
     tiny_seed: int = 0,
+    analysed: bool = True,
 ) -> tuple[ExperimentPaths, Experiment]:
     """A finished experiment (one config, "a100"), analysed, ready to bundle: its folders
-    and its config."""
+    and its config. `analysed=False`: not analysed yet (for a caller that adds to the raw
+    data and analyses it itself)."""
     exp = servelab_tree(
         tmp / "exp",
         {"a100": spec or KNEE_SPEC},
@@ -83,5 +85,6 @@ def experiment(
         },
     }
     cfg = cfgmod.validate(raw)
-    analyze(exp, exp / "analysis", cfg.analysis)
+    if analysed:
+        analyze(exp, exp / "analysis", cfg.analysis)
     return ExperimentPaths(exp), cfg

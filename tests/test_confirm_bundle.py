@@ -48,7 +48,7 @@ def confirmation_bundle(tmp: Path, diagnosing: Path, out: Path) -> Path:
     """The bundle of a confirmation of the experiment whose bundle is `diagnosing`, at `out`:
     the fixture's experiment with the proposed configuration measured beside the diagnosed
     one, and analysis.confirms recording `diagnosing` and its manifest.json sha256."""
-    paths, base = experiment(tmp)
+    paths, base = experiment(tmp, analysed=False)  # analysed below, with the proposed config
     cap = read_json(paths.capacity("a100"))
     servelab_tree(paths.root, {PROPOSED: KNEE_SPEC}, {PROPOSED: {**cap, "server_config": PROPOSED}})
     raw = base.to_dict()
@@ -66,7 +66,7 @@ def confirmation_bundle(tmp: Path, diagnosing: Path, out: Path) -> Path:
         "not_tried": [NOT_TRIED],
     }
     exp = cfgmod.validate(raw)
-    shutil.rmtree(paths.analysis)
+    assert not paths.analysis.exists()
     analyze(paths.root, paths.analysis, exp.analysis)
     build_bundle(exp, paths, out, REPO)
     return out

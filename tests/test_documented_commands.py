@@ -11,6 +11,7 @@ each `python <script> ...` line must name a script whose --help accepts its opti
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shlex
 import subprocess
@@ -122,6 +123,74 @@ def test_snakemake_command_uses_known_options_and_targets(where: str, cmd: str) 
             assert importlib.util.find_spec(mod), f"{where}: `{cmd}` needs {mod} installed"
 
 
+# Runs each script given with `--help` as `python <script> --help` would, all in one process
+# (one interpreter start, its imports shared): the script as __main__, sys.argv and sys.path[0]
+# as Python sets them for a script; what it printed, and the exit status the process would
+# have, go to the JSON file named first. Between scripts, sys.path is restored and every module
+# imported from the repository's own folders (benchmarks/, scripts/, tests/) is forgotten, so
+# that no script finds a helper only because another put it on the path. (servelab and the
+# third-party packages stay imported: a fresh process finds them without any path set up.)
+HELP_RUNNER = r"""
+import contextlib, io, json, os, runpy, sys, traceback
+
+out_file, repo, scripts = sys.argv[1], sys.argv[2], sys.argv[3:]
+local = tuple(os.path.join(repo, d) + os.sep for d in ("benchmarks", "scripts", "tests"))
+path = list(sys.path)
+done = {}
+for script in scripts:
+    sys.argv = [script, "--help"]
+    sys.path[:] = [os.path.dirname(os.path.abspath(script))] + path[1:]
+    printed, errors = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as exc:
+            if exc.code is None or isinstance(exc.code, int):
+                code = exc.code or 0
+            else:
+                print(exc.code, file=sys.stderr)
+                code = 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    done[script] = [code, printed.getvalue(), errors.getvalue()]
+    sys.path[:] = path
+    for name, mod in list(sys.modules.items()):
+        if str(getattr(mod, "__file__", None) or "").startswith(local):
+            del sys.modules[name]
+with open(out_file, "w", encoding="utf-8") as fh:
+    json.dump(done, fh)
+"""
+
+
+@cache
+def script_helps() -> dict[str, tuple[int, str, str]]:
+    """`python <script> --help` of every script a documented command runs: its exit status,
+    stdout and stderr (one process for them all: HELP_RUNNER)."""
+    import tempfile
+
+    scripts = sorted(
+        {
+            argv[0]
+            for argv in (_argv(cmd)[1:] for _, cmd in COMMANDS if cmd.startswith("python "))
+            if argv[0] != "-m" and (REPO / argv[0]).is_file()
+        }
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "helps.json"
+        proc = subprocess.run(
+            [sys.executable, "-c", HELP_RUNNER, str(out), str(REPO), *scripts],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=600,
+        )
+        assert proc.returncode == 0 and out.is_file(), proc.stdout[-2000:] + proc.stderr[-2000:]
+        done = json.loads(out.read_text(encoding="utf-8"))
+    return {script: (int(code), str(o), str(e)) for script, (code, o, e) in done.items()}
+
+
 @pytest.mark.parametrize(
     "where,cmd", [c for c in COMMANDS if c[1].startswith("python ")], ids=lambda x: str(x)
 )
@@ -137,12 +206,10 @@ def test_python_command_script_accepts_its_options(where: str, cmd: str) -> None
         pytest.fail(f"{where}: unexpected module {name}")
     script = REPO / argv[0]
     assert script.is_file(), f"{where}: {argv[0]} does not exist"
-    proc = subprocess.run(
-        [sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=REPO
-    )
-    assert proc.returncode == 0, f"{where}: {argv[0]} --help: {proc.stderr[-500:]}"
+    code, stdout, stderr = script_helps()[argv[0]]
+    assert code == 0, f"{where}: {argv[0]} --help: {stderr[-500:]}"
     for opt in (a.split("=", 1)[0] for a in argv[1:] if a.startswith("--")):
-        assert opt in proc.stdout, f"{where}: {argv[0]} has no option {opt}"
+        assert opt in stdout, f"{where}: {argv[0]} has no option {opt}"
 
 
 def test_install_line_installs_report_dependencies() -> None:

@@ -13,24 +13,38 @@ from typing import Any
 
 import pytest
 from bundle_fixtures import SECRET, experiment
+from release_fixtures import CommittedRelease
 
 from servelab.errors import ServelabError
 from servelab.evidence.bundle import build_bundle
 from servelab.evidence.files import safe_extract, write_deterministic_tar
 from servelab.evidence.release import release
 from servelab.evidence.verify import verify
+from servelab.experiment import Experiment
 from servelab.jsonio import write_json
+from servelab.paths import ExperimentPaths
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def built_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built_experiment(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[ExperimentPaths, Experiment]:
+    """The fixture experiment, finished and analysed once (about 2 s): build_bundle only reads
+    it."""
+    return experiment(tmp_path_factory.mktemp("experiment"))
+
+
+@pytest.fixture(scope="module")
+def built_bundle(
+    built_experiment: tuple[ExperimentPaths, Experiment], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """The fixture experiment's bundle, built once (a second second per test otherwise)."""
-    tmp = tmp_path_factory.mktemp("built")
-    paths, exp = experiment(tmp)
-    build_bundle(exp, paths, tmp / "bundle", REPO)
-    return tmp / "bundle"
+    paths, exp = built_experiment
+    out = tmp_path_factory.mktemp("built") / "bundle"
+    build_bundle(exp, paths, out, REPO)
+    return out
 
 
 @pytest.fixture
@@ -73,8 +87,10 @@ def test_bundle_verifies_and_sha256sum_accepts_it(bundle: Path) -> None:
     }
 
 
-def test_two_builds_are_byte_identical(tmp_path: Path) -> None:
-    paths, exp = experiment(tmp_path)
+def test_two_builds_are_byte_identical(
+    built_experiment: tuple[ExperimentPaths, Experiment], tmp_path: Path
+) -> None:
+    paths, exp = built_experiment
     build_bundle(exp, paths, tmp_path / "one", REPO)
     build_bundle(exp, paths, tmp_path / "two", REPO)
     one = sorted(
@@ -278,13 +294,15 @@ def test_cli_verify_exit_codes(bundle: Path) -> None:
     assert main(["verify", str(bundle)]) == 2
 
 
-def test_the_workflow_records_the_config_without_the_reference(tmp_path: Path) -> None:
+def test_the_workflow_records_the_config_without_the_reference(
+    built_experiment: tuple[ExperimentPaths, Experiment], tmp_path: Path
+) -> None:
     """The workflow's bundle records the config its rule sees: `reference:` and
     `reproduction:` (how a run is judged, not what was run) are left out; `servelab bundle`
     records the config file as given."""
     import yaml
 
-    paths, exp = experiment(tmp_path)
+    paths, exp = built_experiment
     build_bundle(exp, paths, tmp_path / "cli", REPO)
     build_bundle(exp, paths, tmp_path / "wf", REPO, leave_out={"reference", "reproduction"})
     given = yaml.safe_load((tmp_path / "cli" / "config.resolved.yaml").read_text())
@@ -296,47 +314,55 @@ def test_the_workflow_records_the_config_without_the_reference(tmp_path: Path) -
 
 
 def releases_of_this_analysis() -> list[Path]:
-    """The committed release tarballs whose tables this servelab's analysis version made."""
+    """The committed release folders whose tables this servelab's analysis version made."""
     from servelab.analysis.pipeline import ANALYSIS_VERSION
 
     out = []
     for rel in sorted((REPO / "evidence").glob("*/*/release.json")):
         prov = json.loads((rel.parent / "provenance.json").read_text(encoding="utf-8"))
         if prov["pipeline"].get("analysis_version") == ANALYSIS_VERSION:
-            out.append(rel.parent / json.loads(rel.read_text(encoding="utf-8"))["tarball"])
+            out.append(rel.parent)
     return out
 
 
-def test_committed_releases_rebuild_byte_for_byte() -> None:
+def test_committed_releases_rebuild_byte_for_byte(
+    committed_releases: dict[Path, CommittedRelease],
+) -> None:
     """The analysis of a release's raw data, redone by this servelab, gives the released tables,
     verdicts, report and figures byte for byte: the guard that a change of code leaves every
     analysis output as it was. A change that alters them bumps ANALYSIS_VERSION (older releases
-    then name the commit that rebuilds them) and comes with a release made by it."""
-    tarballs = releases_of_this_analysis()
-    assert tarballs, "no committed release was made by this analysis version: cut one"
-    for tarball in tarballs:
-        assert verify(tarball, do_rebuild=True) == [], tarball
+    then name the commit that rebuilds them) and comes with a release made by it. (`verify
+    --rebuild` of the tarball: the bundle inside verifies, in the session's one check of each
+    release (tests/release_fixtures.py), and its analysis rebuilt from its raw data is the
+    same bytes.)"""
+    from servelab.evidence.verify import rebuild
 
-
-def test_every_committed_release_verifies() -> None:
-    """Checksums, manifest and schemas of every committed release, whatever servelab made it:
-    a document written in an older format is checked against that format's schema
-    (src/servelab/schemas/<name>.v<N>.schema.json), so a new format never orphans old evidence."""
-    rels = sorted((REPO / "evidence").glob("*/*/release.json"))
-    assert len(rels) >= 5
-    for rel in rels:
-        tarball = rel.parent / json.loads(rel.read_text(encoding="utf-8"))["tarball"]
-        assert verify(tarball) == [], tarball
+    folders = releases_of_this_analysis()
+    assert folders, "no committed release was made by this analysis version: cut one"
+    for folder in folders:
+        check = committed_releases[folder].check
+        assert check.failures == [] and check.root is not None, folder
+        assert rebuild(check.root) == [], folder
 
 
 @pytest.mark.parametrize("tag", ["v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8"])
-def test_committed_releases_pass_the_archive_bounds(tmp_path: Path, tag: str) -> None:
+def test_committed_releases_pass_the_archive_bounds(
+    tmp_path: Path, tag: str, committed_releases: dict[Path, CommittedRelease]
+) -> None:
     """Every committed release tarball extracts within its manifest's bounds and the sizes
-    declared beside it, and verifies."""
+    declared beside it, and verifies: checksums, manifest and schemas of the bundle inside,
+    whatever servelab made it (a document written in an older format is checked against that
+    format's schema, src/servelab/schemas/<name>.v<N>.schema.json, so a new format never
+    orphans old evidence). Every committed release of every experiment is verified, once, by
+    `committed_releases` (tests/release_fixtures.py); test_verify_release_folder.py reads what
+    `servelab verify` said of each."""
     from servelab.evidence.files import release_sizes
 
     folder = REPO / "evidence" / "quickstart-cpu" / tag
     sizes = release_sizes(folder / "manifest.json")
     root = safe_extract(folder / f"{tag}.tar.gz", tmp_path / "x", sizes)
     assert (root / "manifest.json").read_bytes() == (folder / "manifest.json").read_bytes()
-    assert verify(folder / f"{tag}.tar.gz") == []
+    check = committed_releases[folder].check
+    # the bundle inside the tarball: `servelab verify <tarball>`'s checks, prefixed with it
+    assert check.failures == [] and check.root is not None
+    assert (check.root / "manifest.json").read_bytes() == (root / "manifest.json").read_bytes()

@@ -6,7 +6,8 @@ import json
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,10 @@ from servelab.errors import ServelabError
 from servelab.evidence.bundle import build_bundle
 from servelab.evidence.files import safe_extract, write_deterministic_tar
 from servelab.evidence.release import release
-from servelab.experiment import ReproductionSection
+from servelab.experiment import Experiment, ReproductionSection
 from servelab.hashing import sha256_file
 from servelab.jsonio import read_json, write_json
+from servelab.paths import ExperimentPaths
 from servelab.reproduce import (
     NOT_COMPARABLE,
     NOT_REPRODUCED,
@@ -55,8 +57,46 @@ def settings(**changes: Any) -> ReproductionSection:
     return replace(cfgmod.default_section(ReproductionSection, "reproduction"), **changes)
 
 
+@dataclass
+class Analysed:
+    """The experiments this module has analysed, by what they were made of (an experiment's
+    analysis, tables and figures, about 1.5 s, depends on its spec, claims and model seed
+    only), in `folder`."""
+
+    folder: Path | None = None
+    made: dict[str, tuple[Path, Experiment]] = field(default_factory=dict)
+
+
+ANALYSED = Analysed()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def analysed_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """ANALYSED for this module's tests only."""
+    ANALYSED.folder = tmp_path_factory.mktemp("analysed")
+    yield
+    ANALYSED.folder = None
+    ANALYSED.made.clear()
+
+
+def analysed_experiment(
+    tmp: Path, spec: Any, claims: list[str], seed: int = 0
+) -> tuple[ExperimentPaths, Experiment]:
+    """bundle_fixtures.experiment(tmp, spec, claims, tiny_seed=seed), finished and analysed:
+    a copy, the caller's to change, of the one this module made of the same (ANALYSED)."""
+    key = json.dumps([sorted(spec.items()), claims, seed])
+    if key not in ANALYSED.made:
+        assert ANALYSED.folder is not None
+        base = ANALYSED.folder / f"{len(ANALYSED.made):03d}"
+        _, exp = experiment(base, spec, claims, tiny_seed=seed)
+        ANALYSED.made[key] = (base / "exp", exp)
+    made, exp = ANALYSED.made[key]
+    shutil.copytree(made, tmp / "exp", symlinks=True)
+    return ExperimentPaths(tmp / "exp"), exp
+
+
 def make_bundle(tmp: Path, spec: Any, claims: list[str] | None = None, seed: int = 0) -> Path:
-    paths, exp = experiment(tmp, spec, CLAIMS if claims is None else claims, tiny_seed=seed)
+    paths, exp = analysed_experiment(tmp, spec, CLAIMS if claims is None else claims, seed)
     build_bundle(exp, paths, tmp / "bundle", REPO)
     return tmp / "bundle"
 
@@ -79,13 +119,29 @@ def reference(released: tuple[Path, Path], tmp_path: Path) -> Path:
     return dest
 
 
-def fresh(tmp_path: Path, spec: Any, **kw: Any) -> Path:
-    return make_bundle(tmp_path / "fresh", spec, **kw)
+Fresh = Callable[..., Path]
 
 
-def test_clean_room_rerun_is_reproduced(reference: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> Fresh:
+    """`fresh(spec, claims=None, seed=0)`: the bundle `make_bundle` makes of them, built once
+    for the module and shared by every test that asks for the same (about 2 s a bundle). Tests
+    only read it: `compare` verifies each side it opens, so a test that changed one would fail
+    the next test that reads it, never pass it."""
+    made: dict[str, Path] = {}
+
+    def get(spec: Any, claims: list[str] | None = None, seed: int = 0) -> Path:
+        key = json.dumps([sorted(spec.items()), claims, seed])
+        if key not in made:
+            made[key] = make_bundle(tmp_path_factory.mktemp("fresh"), spec, claims, seed)
+        return made[key]
+
+    return get
+
+
+def test_clean_room_rerun_is_reproduced(reference: Path, tmp_path: Path, fresh: Fresh) -> None:
     out = tmp_path / "out"
-    r = compare(reference, fresh(tmp_path, CLEAN_ROOM), out=out)
+    r = compare(reference, fresh(CLEAN_ROOM), out=out)
     assert r["verdict"] == REPRODUCED, r["why"]
     assert [c["verdict"] for c in r["claims"]] == [REPRODUCED, REPRODUCED]
     assert [c["fresh_verdict"] for c in r["claims"]] == ["holds", "holds"]
@@ -120,16 +176,16 @@ def test_clean_room_rerun_is_reproduced(reference: Path, tmp_path: Path) -> None
     assert read_json(out / "reproduction.json")["verdict"] == REPRODUCED
 
 
-def test_same_inputs_same_bytes(reference: Path, tmp_path: Path) -> None:
-    new = fresh(tmp_path, CLEAN_ROOM)
+def test_same_inputs_same_bytes(reference: Path, tmp_path: Path, fresh: Fresh) -> None:
+    new = fresh(CLEAN_ROOM)
     compare(reference, new, out=tmp_path / "a")
     compare(reference, new, out=tmp_path / "b")
     for name in ("reproduction.json", "report.md"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
-def test_broken_ordering_is_not_reproduced(reference: Path, tmp_path: Path) -> None:
-    r = compare(reference, fresh(tmp_path, BROKEN))
+def test_broken_ordering_is_not_reproduced(reference: Path, tmp_path: Path, fresh: Fresh) -> None:
+    r = compare(reference, fresh(BROKEN))
     assert r["verdict"] == NOT_REPRODUCED
     claims = {c["claim"]: c for c in r["claims"]}
     assert claims[CLAIMS[0]]["fresh_verdict"] == "fails"
@@ -145,8 +201,10 @@ def test_broken_ordering_is_not_reproduced(reference: Path, tmp_path: Path) -> N
     assert chain["fresh"] == "C64 < C128 < C256" and not chain["same"]
 
 
-def test_model_revision_changed_is_not_comparable(reference: Path, tmp_path: Path) -> None:
-    r = compare(reference, fresh(tmp_path, CLEAN_ROOM, seed=1))
+def test_model_revision_changed_is_not_comparable(
+    reference: Path, tmp_path: Path, fresh: Fresh
+) -> None:
+    r = compare(reference, fresh(CLEAN_ROOM, seed=1))
     assert r["verdict"] == NOT_COMPARABLE
     assert r["provenance"]["blocking"] == ["model.revision"]
     assert any("model.revision differs" in f for f in r["provenance"]["not_clean_room"])
@@ -156,9 +214,9 @@ def test_model_revision_changed_is_not_comparable(reference: Path, tmp_path: Pat
 
 
 def test_tolerance_makes_absolute_values_part_of_the_verdict(
-    reference: Path, tmp_path: Path
+    reference: Path, tmp_path: Path, fresh: Fresh
 ) -> None:
-    new = fresh(tmp_path, CLEAN_ROOM)
+    new = fresh(CLEAN_ROOM)
     assert compare(reference, new, settings(tolerance_pct=10.0))["verdict"] == REPRODUCED
     r = compare(reference, new, settings(tolerance_pct=2.0))
     assert r["verdict"] == NOT_REPRODUCED
@@ -167,12 +225,12 @@ def test_tolerance_makes_absolute_values_part_of_the_verdict(
     assert all(p["metric"] == "output_throughput" for p in outside)
 
 
-def test_same_sign_without_significance(tmp_path: Path) -> None:
-    ref = make_bundle(tmp_path / "ref", KNEE_SPEC, claims=[])
+def test_same_sign_without_significance(tmp_path: Path, fresh: Fresh) -> None:
+    ref = fresh(KNEE_SPEC, claims=[])
     # C128 ahead of C256 on average, but not in every repeat: not a real difference
     noisy = dict(CLEAN_ROOM)
     noisy[256] = [(4900.0, 760.0), (4500.0, 758.0), (4200.0, 765.0)]
-    new = fresh(tmp_path, noisy, claims=[])
+    new = fresh(noisy, claims=[])
     r = compare(ref, new, settings(metrics=("output_throughput",)))
     adv = next(o for o in r["orderings"] if (o["a"], o["b"]) == (128, 256))
     assert adv["status"] == "same sign, not significant"
@@ -181,9 +239,9 @@ def test_same_sign_without_significance(tmp_path: Path) -> None:
     assert compare(ref, new, loose)["verdict"] == REPRODUCED
 
 
-def test_min_effect_leaves_small_differences_unjudged(tmp_path: Path) -> None:
-    ref = make_bundle(tmp_path / "ref", KNEE_SPEC, claims=[])
-    r = compare(ref, fresh(tmp_path, BROKEN, claims=[]), settings(min_effect_pct=10.0))
+def test_min_effect_leaves_small_differences_unjudged(tmp_path: Path, fresh: Fresh) -> None:
+    ref = fresh(KNEE_SPEC, claims=[])
+    r = compare(ref, fresh(BROKEN, claims=[]), settings(min_effect_pct=10.0))
     judged = {(o["a"], o["b"], o["metric"]) for o in r["orderings"]}
     assert (128, 256, "output_throughput") not in judged  # 4.7% < 10%
     assert (64, 128, "output_throughput") in judged  # 17%
@@ -200,8 +258,8 @@ def rewrite_release(release_dir: Path, tmp: Path, edit: Any) -> None:
     write_json(release_dir / "release.json", rel)
 
 
-def test_tampered_reference_is_refused(reference: Path, tmp_path: Path) -> None:
-    new = fresh(tmp_path, CLEAN_ROOM)
+def test_tampered_reference_is_refused(reference: Path, tmp_path: Path, fresh: Fresh) -> None:
+    new = fresh(CLEAN_ROOM)
     tarball = next(reference.glob("*.tar.gz"))
     saved = tarball.read_bytes()
     tarball.write_bytes(saved[:-10] + bytes(10))
@@ -224,16 +282,16 @@ def test_tampered_reference_is_refused(reference: Path, tmp_path: Path) -> None:
         check_reference(reference)
 
 
-def test_small_files_must_match_the_tarball(reference: Path, tmp_path: Path) -> None:
+def test_small_files_must_match_the_tarball(reference: Path, tmp_path: Path, fresh: Fresh) -> None:
     prov = read_json(reference / "provenance.json")
     prov["model"]["revision"] = "0" * 64
     write_json(reference / "provenance.json", prov)
     with pytest.raises(ServelabError, match="provenance.json: differs from the copy inside"):
-        compare(reference, fresh(tmp_path, CLEAN_ROOM))
+        compare(reference, fresh(CLEAN_ROOM))
 
 
-def test_malformed_claims_give_one_line(reference: Path, tmp_path: Path) -> None:
-    new = fresh(tmp_path, CLEAN_ROOM)
+def test_malformed_claims_give_one_line(reference: Path, tmp_path: Path, fresh: Fresh) -> None:
+    new = fresh(CLEAN_ROOM)
     with pytest.raises(ServelabError, match=r"claims: 'throughput > 5' is not a claim"):
         compare(reference, new, settings(claims=("throughput > 5",)))
     with pytest.raises(ServelabError, match=r"reproduction\.claims\[0\]: 'knee\(\)\)' is not"):
@@ -257,11 +315,11 @@ def test_malformed_claims_give_one_line(reference: Path, tmp_path: Path) -> None
 
 
 def test_claim_on_a_config_the_fresh_run_lacks_is_not_comparable(
-    reference: Path, tmp_path: Path
+    reference: Path, tmp_path: Path, fresh: Fresh
 ) -> None:
     # the fresh run measured only 64 and 128: the claims about 256 cannot be judged
     partial = {c: v for c, v in CLEAN_ROOM.items() if c != 256}
-    r = compare(reference, fresh(tmp_path, partial, claims=[]))
+    r = compare(reference, fresh(partial, claims=[]))
     claims = {c["claim"]: c for c in r["claims"]}
     assert claims[CLAIMS[0]]["verdict"] == NOT_COMPARABLE
     assert "not measured" in claims[CLAIMS[0]]["reason"]
@@ -348,7 +406,7 @@ def host_bundle(
 ) -> Path:
     """A bundle recorded on the given host; runtime_isa None: a runtime record without `isa`
     (bundles made before the runtime stage probed it)."""
-    paths, exp = experiment(tmp, spec, CLAIMS)
+    paths, exp = analysed_experiment(tmp, spec, CLAIMS)
     if runtime_isa is not None:
         rt = read_json(paths.runtime / "runtime.json")
         write_json(paths.runtime / "runtime.json", {**rt, "isa": runtime_isa})
@@ -356,10 +414,11 @@ def host_bundle(
     return tmp / "bundle"
 
 
-@pytest.fixture
-def spr_reference(tmp_path: Path) -> Path:
-    """The reference, recorded on an AVX-512 + AMX host whose runtime used AVX512."""
-    return host_bundle(tmp_path / "ref", KNEE_SPEC, host(), isa("AVX512"))
+@pytest.fixture(scope="module")
+def spr_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference, recorded on an AVX-512 + AMX host whose runtime used AVX512: built once
+    for the module (the tests only read it, and `compare` verifies it each time)."""
+    return host_bundle(tmp_path_factory.mktemp("spr") / "ref", KNEE_SPEC, host(), isa("AVX512"))
 
 
 NO_AVX512 = {"avx512f": False, "avx512_bf16": False}
@@ -460,7 +519,7 @@ def test_a_fresh_point_that_fails_validity_leaves_its_claims_not_comparable(
     that read it are NOT COMPARABLE, with the validity reason, never NOT REPRODUCED."""
     import gzip
 
-    paths, exp = experiment(tmp_path / "fresh", CLEAN_ROOM, CLAIMS)
+    paths, exp = analysed_experiment(tmp_path / "fresh", CLEAN_ROOM, CLAIMS)
     req = paths.point("a100", 2, 256) / "requests.jsonl.gz"
     rows = [json.loads(line) for line in gzip.open(req, "rt")]
     for r in rows:

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from release_fixtures import CommittedSite
 from test_site_history import count_release_checks
 
 from servelab.errors import ServelabError
@@ -98,12 +99,11 @@ def text(path: Path) -> str:
     return plain(path.read_text(encoding="utf-8"))
 
 
-@pytest.fixture(scope="module")
-def committed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SiteResult, list[str]]:
-    out = tmp_path_factory.mktemp("committed") / "site"
-    lines: list[str] = []
-    result = build_site(EVIDENCE, out, say=lines.append)
-    return out, result, lines
+@pytest.fixture
+def committed(committed_site: CommittedSite) -> tuple[Path, SiteResult, list[str]]:
+    """The site of the committed evidence, built once per test run (tests/release_fixtures.py:
+    test_site_browser.py loads the same site in Chromium)."""
+    return committed_site.out, committed_site.result, committed_site.lines
 
 
 @pytest.fixture(scope="module")
@@ -129,12 +129,26 @@ def tampered(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tampered_site(
+def tampered_build(
     tampered: Path, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, SiteResult, list[str]]:
+) -> tuple[Path, SiteResult, list[str], list[str]]:
+    """The site of the tampered evidence: its folder, its result, the lines it said, and
+    every check of a release folder the build made (test_site_history.count_release_checks),
+    as the folders' names."""
     out = tmp_path_factory.mktemp("tampered") / "site"
     lines: list[str] = []
-    return out, build_site(tampered, out, say=lines.append), lines
+    with pytest.MonkeyPatch.context() as mp:
+        checked = count_release_checks(mp)
+        result = build_site(tampered, out, say=lines.append)
+    return out, result, lines, list(checked)
+
+
+@pytest.fixture
+def tampered_site(
+    tampered_build: tuple[Path, SiteResult, list[str], list[str]],
+) -> tuple[Path, SiteResult, list[str]]:
+    out, result, lines, _ = tampered_build
+    return out, result, lines
 
 
 # --- the committed evidence ---------------------------------------------------------------
@@ -638,14 +652,12 @@ def test_history_page_without_the_history_module() -> None:
 
 
 def test_each_release_is_verified_once_per_build(
-    tampered: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tampered: Path, tampered_build: tuple[Path, SiteResult, list[str], list[str]]
 ) -> None:
     """The history reads the bundles the release pages' checks extracted: every release
     folder is checked (evidence.verify.check_release_folder) once, the one that does not
     verify too, and that one is in the history as not verifying, its pair not comparable."""
-    checked = count_release_checks(monkeypatch)
-    out = tmp_path / "site"
-    build_site(tampered, out, say=lambda _: None)
+    out, _, _, checked = tampered_build
     assert sorted(checked) == ["v5", "v6"]
     history = text(out / "experiments" / "quickstart-cpu" / "history.html")
     assert (
@@ -655,4 +667,4 @@ def test_each_release_is_verified_once_per_build(
     ) in history
     assert "does not verify tables/claims.json: differs from the copy inside v5.tar.gz" in history
     assert "v5 to v6 not comparable v5 cannot be analysed again" in history
-    assert str(tmp_path) not in history and str(tampered) not in history  # no absolute path
+    assert str(out.parent) not in history and str(tampered) not in history  # no absolute path

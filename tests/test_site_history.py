@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from release_fixtures import CommittedSite
 
 from servelab.analysis.stats import describe
 from servelab.errors import ServelabError
@@ -170,8 +171,13 @@ def test_verdicts_follow_the_metric_direction_and_the_threshold(history: dict[st
     assert judged > 0
 
 
-def test_the_history_is_the_same_bytes_twice(history: dict[str, Any], tmp_path: Path) -> None:
-    again = release_history(EXPERIMENT, release_folders(), tmp_path)
+def test_the_history_is_the_same_bytes_twice(
+    history: dict[str, Any], committed_site: CommittedSite
+) -> None:
+    """Computed again, by the site's build over the committed evidence (once per test run,
+    tests/release_fixtures.py: given the checks the build made of each release, in a work
+    folder of its own), the history is the same bytes."""
+    (again,) = [h for folders, h in committed_site.histories if folders == release_folders()]
     assert dumps(again) == dumps(history)
     assert json.loads(dumps(history)) == history
 
@@ -195,9 +201,16 @@ def test_a_release_that_cannot_be_analysed_stays_with_its_reason(tmp_path: Path)
     assert other["series"] == [] and other["pairs"] == []
 
 
-def test_history_figure_is_a_deterministic_svg(history: dict[str, Any]) -> None:
+def test_history_figure_is_a_deterministic_svg(
+    history: dict[str, Any], committed_site: CommittedSite
+) -> None:
+    """The same bytes when drawn again: the site's build over the committed evidence drew it
+    from its own history (the same bytes: test_the_history_is_the_same_bytes_twice)."""
+    from servelab.site import layout
+
     one = history_figure(history, "output_throughput")
-    assert one == history_figure(history, "output_throughput")
+    drawn = committed_site.out / layout.history_figure(EXPERIMENT, "output_throughput")
+    assert one == drawn.read_bytes()
     root = ET.fromstring(one)
     assert root.tag.endswith("svg")
     text = one.decode("utf-8")
@@ -263,19 +276,19 @@ def test_a_release_its_caller_checked_is_not_verified_again(
     from servelab.site.check import check_release
 
     folders = release_folders()[-2:]
-    opened = release_history(EXPERIMENT, folders, tmp_path / "opened")
     checked = {p: check_release(p, tmp_path / "checks" / p.name) for p in folders}
     assert all(c.bundle is not None and not c.failures for c in checked.values())
     seen = count_release_checks(monkeypatch)
+    # without checks, each release is checked once, by the history itself
+    opened = release_history(EXPERIMENT, folders, tmp_path / "opened")
+    assert seen == [p.name for p in folders]
+    seen.clear()
     again = release_history(EXPERIMENT, folders, tmp_path / "work", checked=checked)
     assert seen == []
     assert not (tmp_path / "work").exists()  # nothing extracted
     assert dumps(again) == dumps(opened)
     assert [r["tag"] for r in again["releases"]] == [p.name for p in folders]
     assert all("error" not in r for r in again["releases"])
-    # without checks, each release is checked once, by the history itself
-    release_history(EXPERIMENT, folders, tmp_path / "unchecked")
-    assert seen == [p.name for p in folders]
 
 
 def test_a_checked_release_that_does_not_verify_is_never_analysed(
