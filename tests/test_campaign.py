@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workflow_env import snakemake_env
 
 from servelab.campaign import campaign_rows, load_campaign, write_campaign
 from servelab.errors import ServelabError
@@ -116,6 +117,7 @@ def _dry_run(campaign: Path) -> subprocess.CompletedProcess[str]:
         cwd=REPO,
         capture_output=True,
         text=True,
+        env=snakemake_env(),
         timeout=300,
     )
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workflow_env import snakemake_env
 
 from servelab import config
 from servelab.errors import ServelabError
@@ -111,6 +112,7 @@ def test_snakemake_rejects_invalid_config_in_one_line(repo: Path, tmp_path: Path
         cwd=repo,
         capture_output=True,
         text=True,
+        env=snakemake_env(),
         timeout=120,
     )
     assert proc.returncode != 0

@@ -20,6 +20,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from workflow_env import snakemake_env
 
 REPO = Path(__file__).resolve().parents[1]
 PROVIDED = ("servelab", "snakemake", "python", "pip")
@@ -62,7 +63,12 @@ def _argv(cmd: str) -> list[str]:
 @cache
 def snakemake_help() -> str:
     proc = subprocess.run(
-        ["snakemake", "--help"], capture_output=True, text=True, cwd=REPO, check=True
+        ["snakemake", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+        env=snakemake_env(),
     )
     return proc.stdout
 
@@ -70,7 +76,12 @@ def snakemake_help() -> str:
 @cache
 def workflow_rules() -> set[str]:
     proc = subprocess.run(
-        ["snakemake", "--list-rules"], capture_output=True, text=True, cwd=REPO, check=True
+        ["snakemake", "--list-rules"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+        env=snakemake_env(),
     )
     return {line.strip() for line in proc.stdout.splitlines() if line.strip()}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workflow_env import snakemake_env
 
 from servelab.config import load, validate
 from servelab.container import parse_image
@@ -119,12 +120,14 @@ def dry_run(config: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
         tool = bindir / name
         tool.write_text(f'#!/bin/sh\necho "$0 $*" >> {tmp_path}/called\nexit 99\n')
         tool.chmod(0o755)
-    env = {
-        **os.environ,
-        "PATH": f"{bindir}:{Path(sys.executable).parent}:/usr/bin:/bin",
-        "HF_HUB_OFFLINE": "1",
-        "HF_ENDPOINT": "http://127.0.0.1:9",
-    }
+    env = snakemake_env(
+        {
+            **os.environ,
+            "PATH": f"{bindir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+            "HF_HUB_OFFLINE": "1",
+            "HF_ENDPOINT": "http://127.0.0.1:9",
+        }
+    )
     return subprocess.run(
         ["snakemake", "-n", "--cores", "1", "--nolock", "--configfile", str(config)],
         cwd=REPO,

@@ -21,6 +21,7 @@ import yaml
 from aiohttp import web
 from experiment_fixtures import MakeJob, capture_job, measure_job
 from nsys_fixture import LAYERS, model_config, scenario, scenario_windows, windows_file
+from workflow_env import snakemake_env
 
 from servelab.config import load, validate
 from servelab.errors import ServelabError
@@ -195,7 +196,7 @@ def _dry_run(tmp_path: Path, cfg: dict[str, Any], path: str) -> subprocess.Compl
     raw["profile"] = cfg
     cfg_path = tmp_path / "gpu.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
-    env = {**os.environ, "PATH": path}
+    env = snakemake_env({**os.environ, "PATH": path})
     return subprocess.run(
         ["snakemake", "-n", "--cores", "1", "--configfile", str(cfg_path), "--nolock"],
         cwd=REPO,

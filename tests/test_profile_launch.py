@@ -18,6 +18,7 @@ import jsonschema
 import pytest
 import yaml
 from experiment_fixtures import measure_job, quiet
+from workflow_env import snakemake_env
 
 from servelab.config import validate
 from servelab.errors import ServelabError
@@ -83,6 +84,7 @@ def dry_run(tmp_path: Path, profile: dict[str, Any]) -> str:
         cwd=REPO,
         capture_output=True,
         text=True,
+        env=snakemake_env(),
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

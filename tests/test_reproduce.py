@@ -15,6 +15,7 @@ import pytest
 from analysis_fixtures import KNEE_SPEC, vllm_bench_tree
 from bundle_fixtures import experiment
 from host_fixtures import AMD, host, isa
+from workflow_env import snakemake_env
 
 from servelab import config as cfgmod
 from servelab.cli import main
@@ -381,6 +382,7 @@ def test_workflow_verifies_the_reference_before_anything_runs(
             cwd=REPO,
             capture_output=True,
             text=True,
+            env=snakemake_env(),
             timeout=300,
         )
 
