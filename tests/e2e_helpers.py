@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from workflow_env import NO_SLURM
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -131,10 +132,12 @@ def read_requests(pdir: Path) -> list[dict[str, Any]]:
 SECRET_ENV = {"HF_TOKEN": "hf_e2e_" + os.urandom(12).hex()}
 
 
-def run_env() -> dict[str, str]:
+def run_env(cluster: bool = False) -> dict[str, str]:
     """The environment of an end-to-end run: the caller's, plus a random HF_TOKEN that must
-    never show up in anything the run writes."""
-    return {**os.environ, **SECRET_ENV}
+    never show up in anything the run writes; on this host (not `cluster`), with no SLURM
+    configuration, so that loading the SLURM executor plugin does not wait ~10 s for a
+    controller (tests/workflow_env.py)."""
+    return {**os.environ, **SECRET_ENV, **({} if cluster else NO_SLURM)}
 
 
 def assert_evidence(exp: Path, cfg_path: Path, tmp: Path, report: bool = True) -> Path | None:
@@ -173,6 +176,7 @@ def assert_evidence(exp: Path, cfg_path: Path, tmp: Path, report: bool = True) -
         capture_output=True,
         text=True,
         timeout=300,
+        env=run_env(),
     )
     assert rep.returncode == 0, rep.stderr[-2000:]
     assert html.stat().st_size > 10_000

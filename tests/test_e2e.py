@@ -16,6 +16,7 @@ from e2e_helpers import (
     assert_no_orphans,
     read_requests,
     reduced_config,
+    run_env,
     run_snakemake,
     snakemake_cmd,
     wait_for,
@@ -229,7 +230,12 @@ def test_server_killed_mid_point_keeps_data_and_rerun_completes(
     launch_json = tmp_path / "results" / "e2e" / "server" / "mns1" / "launch.json"
 
     proc = subprocess.Popen(
-        snakemake_cmd(cfg_path), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        snakemake_cmd(cfg_path),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=run_env(),
     )
     try:
         wait_for_run(
@@ -295,7 +301,7 @@ def start_interruptible(tmp: Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env={**os.environ, "SERVELAB_LOCK_DIR": str(tmp / "locks")},
+        env={**run_env(), "SERVELAB_LOCK_DIR": str(tmp / "locks")},
     )
 
 

@@ -85,7 +85,7 @@ def run_on_cluster(
         *extra,
     ]
     return subprocess.run(
-        cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout + 60, env=run_env()
+        cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout + 60, env=run_env(cluster=True)
     )
 
 
@@ -205,7 +205,7 @@ def test_campaign_runs_each_experiment_as_its_own_job(slurm_cluster: str, tmp_pa
         capture_output=True,
         text=True,
         timeout=1260,
-        env=run_env(),
+        env=run_env(cluster=True),
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]

@@ -332,7 +332,7 @@ def test_a_sweep_point_samples_the_servers_gpu_only(
         return out
 
     monkeypatch.setattr(sweep, "run_point", fake_run_point)
-    server = SimpleNamespace(telemetry_pid=lambda: None, alive_after=lambda records: True)
+    server = SimpleNamespace(telemetry_process=lambda: None, alive_after=lambda records: True)
     job = sweep.PointJob(
         sc="fake",
         session=SimpleNamespace(server=server),
