@@ -29,12 +29,15 @@ def test_serialized_cpu_then_confirm(vllm_runtime: dict, tmp_path: Path) -> None
     cfg["results_dir"] = str(tmp_path / "results")
     # concurrency 2 to 8 spans the 4x the serialized diagnosis needs; 8 is where the change
     # could triple throughput, so the proposal's claim is judged there
-    cfg["sweep"] = {"concurrency": [2, 8], "repeats": 3, "order": "latin"}
+    cfg["sweep"] = {"concurrency": [2, 8], "repeats": 5, "order": "latin"}
     # the end-to-end tests' smallest model: batching still triples its throughput on 2 cores
     # (its forward pass is short, but so is everything else), and its KV cache is the
     # example's (num-gpu-blocks-override), so the proposal is the example's too
     cfg["model"]["tiny"] = reduced_config(tmp_path)["model"]["tiny"]
-    cfg["workload"].update(output_tokens=32, waves=2, warmup={"requests": 4, "concurrency": 4})
+    # five repeats of four waves (a point of --max-num-seqs 1 at concurrency 8 lasts ~3 s): with
+    # three of two waves (~1 s), a busy neighbour (the other test worker) stalling one repeat
+    # left the paired test short of significance on a CI host, though all three pairs agreed
+    cfg["workload"].update(output_tokens=32, waves=4, warmup={"requests": 4, "concurrency": 4})
     cfg["analysis"]["validity"] = VALIDITY
     without_compile(cfg)
     path = write_config(tmp_path, cfg)
@@ -63,14 +66,15 @@ def test_serialized_cpu_then_confirm(vllm_runtime: dict, tmp_path: Path) -> None
         "max-num-seqs-1",
         "max-num-seqs-1.max-num-seqs-8",
     ]
-    assert derived["sweep"]["concurrency"] == [8] and derived["sweep"]["repeats"] == 3
+    assert derived["sweep"]["concurrency"] == [8] and derived["sweep"]["repeats"] == 5
     assert not (conf / "logs" / "model.log").exists()  # nothing rebuilt
     model = json.loads((conf / "model" / "servelab-model.json").read_text())
     assert Path(model["path"]) == model_dir(diag / "model" / RECORD)
     record = json.loads((conf / "confirm.json").read_text())
     assert record["status"] == "measured"
     (p1,) = record["verdicts"]
-    assert p1["verdict"] == "confirmed", p1
+    claims = (conf / "analysis" / "claims.json").read_text()
+    assert p1["verdict"] == "confirmed", claims + (conf / "summary.txt").read_text()
     (effect,) = p1["effects"]
     assert effect["concurrency"] == 8 and effect["throughput_ratio"] > 1.5
     assert effect["after"]["mean_ttft_ms"] < effect["before"]["mean_ttft_ms"]
