@@ -48,6 +48,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "metrics",
         "rawdata",
         "config",
+        "endpoint_config",
         "endpoint",
         "client",
         "container",

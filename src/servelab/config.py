@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from servelab import endpoint
+from servelab import endpoint, endpoint_config
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, RuntimeSection, section_from_dict
 
@@ -102,9 +102,9 @@ def resolve(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH
     _check_placeholders(config, source)
     _check_sweep_axis(config, source)
     _check_workload_as_written(config, source)
-    endpoint.check_written(config, source, _endpoint_defaults(schema))
+    endpoint_config.check_written(config, source, _endpoint_defaults(schema))
     data = copy.deepcopy(config) if config is not None else {}
-    endpoint.fill_defaults(data)  # runtime.kind endpoint: defaults that depend on it
+    endpoint_config.fill_defaults(data)  # runtime.kind endpoint: defaults that depend on it
     data = _apply_defaults(schema, data)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(
@@ -120,7 +120,7 @@ def resolve(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH
 
 def _endpoint_defaults(schema: dict[str, Any]) -> dict[str, Any]:
     """The schema's defaults of the sections an endpoint config is checked against as written
-    (servelab.endpoint.check_written)."""
+    (servelab.endpoint_config.check_written)."""
     return {
         key: _apply_defaults(schema["properties"][key], {})
         for key in ("runtime", "server", "model")
@@ -219,7 +219,7 @@ def _check_runtime(cfg: dict[str, Any], source: str) -> None:
     rt = cfg["runtime"]
     container_keys = ("image", "image_sha256", "gpu_devices", "shm_size")
     if rt["kind"] == endpoint.KIND:
-        return  # servelab launches nothing: endpoint.check_written checked it as written
+        return  # servelab launches nothing: endpoint_config.check_written checked it as written
     for key in ("url", "served_model"):
         if rt.get(key, 0) is None:
             del rt[key]  # absent for a launched server, as before these keys existed
