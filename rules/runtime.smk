@@ -1,5 +1,10 @@
 # venv: created from its hashed lock (an input, so a changed lock rebuilds it). docker, podman,
 # apptainer: the pinned image is checked and probed; nothing in the repository is an input.
+# On a GPU runtime it also checks, before any server starts, that the GPUs can run the
+# runtime's PyTorch and each quantization, and that the host's Nsight Systems runs in the image.
+from servelab.runtime import gpu as _runtime_gpu
+
+
 rule runtime:
     input:
         unpack(runtime_inputs),
@@ -9,6 +14,10 @@ rule runtime:
         exp=experiment_dir,
         runtime=config["runtime"],
         profile=config["profile"],
+        # the quantizations the GPU pre-flight checks (servelab.runtime.gpu): a change reruns it
+        quantization=[
+            f"{u.where}: {u.method}" for u in _runtime_gpu.quantizations(_EXPERIMENT.server)
+        ],
     # the measurement slot too: creating a venv or pulling and probing an image loads the host,
     # and in a campaign one experiment's runtime must not be built beside another's sweep
     resources:

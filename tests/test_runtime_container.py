@@ -27,7 +27,7 @@ from servelab.experiment import Experiment
 from servelab.jsonio import read_json
 from servelab.profile.capture import run_profile
 from servelab.profile.report import analyze_capture
-from servelab.runtime import ensure_container, ensure_runtime
+from servelab.runtime import HostTools, ensure_container, ensure_runtime
 from servelab.sweep import run_sweep
 
 TESTS = Path(__file__).resolve().parent
@@ -139,23 +139,53 @@ def no_host_nsys(name: str) -> str | None:
     return None if name == "nsys" else shutil.which(name)
 
 
+class NoNVML:
+    """pynvml on a host without the NVIDIA driver: nvmlInit fails."""
+
+    def nvmlInit(self) -> None:
+        raise RuntimeError("NVML Shared Library Not Found")
+
+
 def runtime_stage(
     cfg: dict[str, Any],
     say: Callable[[str], None],
     which: Callable[[str], str | None] = shutil.which,
     nsys_globs: tuple[str, ...] = (),
+    nvml: Any = None,
 ) -> dict[str, Any]:
-    """The runtime stage of this config (the host's install folders: nsys_globs only)."""
+    """The runtime stage of this config (the host's install folders: nsys_globs only; NVML:
+    nvml, by default one that finds no driver)."""
     exp = Experiment.from_dict(cfg)
-    return ensure_runtime(exp.runtime, exp.profile, None, say, which=which, nsys_globs=nsys_globs)
+    tools = HostTools(which=which, nsys_globs=nsys_globs, nvml=nvml or NoNVML())
+    return ensure_runtime(exp.runtime, exp.profile, None, say, tools=tools, server=exp.server)
 
 
-def host_install(root: Path, version: str = "2025.5.1") -> tuple[Path, tuple[str, ...]]:
+# What `nsys status --environment` prints (the Nsight Systems User Guide's example, shortened)
+NSYS_STATUS = (
+    "Timestamp counter supported: Yes",
+    "",
+    "CPU Profiling Environment Check",
+    "Root privilege: disabled",
+    "Linux Kernel Paranoid Level = 4",
+    "CPU Profiling Environment (process-tree): Fail",
+)
+
+
+def host_install(
+    root: Path, version: str = "2025.5.1", guard: str = ""
+) -> tuple[Path, tuple[str, ...]]:
     """An Nsight Systems install folder under root, as NVIDIA's nsight-systems-cli package
-    lays it out (its nsys: tests/fake_nsys.py), and the pattern that finds it."""
+    lays it out (its nsys: tests/fake_nsys.py, which `status --environment` answers as
+    NSYS_STATUS), and the pattern that finds it. guard: shell lines run first (a test's way
+    to make it fail where it runs)."""
     nsys = root / "opt/nvidia/nsight-systems-cli" / version / "target-linux-x64" / "nsys"
     nsys.parent.mkdir(parents=True)
-    nsys.write_text(f'#!/bin/sh\nexec {sys.executable} {TESTS / "fake_nsys.py"} "$@"\n')
+    status = "".join(f"echo '{line}'; " for line in NSYS_STATUS)
+    nsys.write_text(
+        f"#!/bin/sh\n{guard}\n"
+        f'if [ "$1" = status ]; then {status}exit 0; fi\n'
+        f'exec {sys.executable} {TESTS / "fake_nsys.py"} "$@"\n'
+    )
     nsys.chmod(0o755)
     return nsys, (str(root / "opt/nvidia/nsight-systems-cli/*/target-linux-x64/nsys"),)
 
@@ -173,7 +203,7 @@ def test_missing_engine_is_one_line(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     with pytest.raises(ServelabError) as err:
         exp = Experiment.from_dict(cfg)
-        ensure_container(exp.runtime, exp.profile, say=str, which=lambda name: None)
+        ensure_container(exp.runtime, exp.profile, str, HostTools(which=lambda name: None))
     msg = str(err.value)
     assert msg.startswith("runtime.kind docker: 'docker' is not on PATH; install docker")
     assert "\n" not in msg
@@ -201,9 +231,14 @@ def test_runtime_stage_pulls_checks_the_digest_and_probes(engine: Engine, tmp_pa
         ["pull", PINNED],
         ["image", "inspect"],
         ["run", "--rm"],
+        ["run", "--rm"],
     ]
-    probe = engine.calls()[-1]
+    probe, gpu_probe = engine.calls()[-2:]
     assert "--gpus" not in probe and probe[probe.index("--entrypoint") + 1] == "python3"
+    # the GPU pre-flight's probe gets the server's GPUs; without NVML nothing is compared
+    assert gpu_probe[gpu_probe.index("--gpus") + 1] == "all"
+    assert rec["gpu_check"]["status"] == "unchecked"
+    assert rec["gpu_check"]["reason"] == "NVML unavailable: NVML Shared Library Not Found"
     assert any("pulling" in s for s in said)
     import jsonschema
 
@@ -451,7 +486,12 @@ def test_a100_experiment_without_nsys_anywhere_is_not_profiled(
     assert rec["reason"].startswith(f"{A100_NSYS} is not in {PINNED} and nsys ({A100_NSYS}) not")
     prof = analyze_capture(job.exp.profile, job.paths, "tp1-bf16", tmp_path)
     assert prof["status"] == "not profiled" and prof["reason"] == rec["reason"]
-    assert not [c for c in engine.calls() if c[0] == "run" and "--gpus" in c]
+    # the one container that got the GPUs is the runtime stage's pre-flight probe: no server
+    gpu_runs = [c for c in engine.calls() if c[0] == "run" and "--gpus" in c]
+    assert [c[c.index("--name") + 1].split("-")[:3] for c in gpu_runs] == [
+        ["servelab", "gpu", "probe"]
+    ]
+    assert not [c for c in engine.calls() if "serve" in c]
 
 
 def test_nsys_absent_from_the_image_is_an_explicit_record(tmp_path: Path) -> None:
