@@ -26,6 +26,20 @@ _MESSAGES = {
     999: "Unknown Error",
 }
 PRE_VOLTA = ("kepler", "maxwell", "pascal")  # no total energy counter (NVML: Volta and newer)
+# each architecture's compute capability, as nvmlDeviceGetCudaComputeCapability reports it
+# (ampere: GA100, the A100; "ga102" for the rest of Ampere)
+CAPABILITY = {
+    "kepler": (3, 7),
+    "maxwell": (5, 2),
+    "pascal": (6, 0),
+    "volta": (7, 0),
+    "turing": (7, 5),
+    "ampere": (8, 0),
+    "ga102": (8, 6),
+    "ada": (8, 9),
+    "hopper": (9, 0),
+    "blackwell": (10, 0),
+}
 
 
 class FakeNVMLError(Exception):
@@ -67,8 +81,17 @@ def fake_uuid(i: int) -> str:
     return f"GPU-5e1ab{i:03x}-7d2c-4f1e-9a3b-{0xC0FFEE000000 + i:012x}"
 
 
-def fake_bus_id(bus: int) -> str:
-    return f"00000000:{bus:02X}:00.0"
+def fake_bus_id(bus: int, domain: int = 0) -> str:
+    return f"{domain:08X}:{bus:02X}:00.0"
+
+
+def _default_buses() -> Iterator[str]:
+    """0x18, 0x3B, 0x5E, ... in PCI domain 0, then on in domain 1 (a host of 8 GPUs and more)."""
+    domain = 0
+    while True:
+        for bus in range(0x18, 0x100, 0x23):
+            yield fake_bus_id(bus, domain)
+        domain += 1
 
 
 def _bus_key(text: str) -> tuple[int, int, int, int] | None:
@@ -86,9 +109,11 @@ class FakeNVML:
     default 0x18, 0x3B, 0x86, 0xAF, ... in the order given), and each has its own `uuid` and
     PCI bus id. CUDA's default (FASTEST_FIRST) order is `cuda_order()`: the fastest (`speed`)
     first. The total energy counter (mJ since the "driver" loaded) grows by `power_mw` x time
-    on `clock` (time.monotonic by default); a pre-Volta `arch` has none (NotSupported). `migs`
-    maps MIG device UUIDs to their GPU's NVML index. A key `raise_<call>` makes that call raise
-    FakeNVMLError(code); `lost` makes every call lose the device."""
+    on `clock` (time.monotonic by default); a pre-Volta `arch` has none (NotSupported); the
+    compute capability is the `arch`'s (CAPABILITY). `migs` maps MIG device UUIDs to their
+    GPU's NVML index. A key `raise_<call>` makes that call raise FakeNVMLError(code); `lost`
+    makes every call lose the device. The driver is `driver`, supporting CUDA `driver_cuda`
+    (NVML's integer: 12040 is 12.4)."""
 
     NVMLError = FakeNVMLError
     NVMLError_NotSupported = FakeNVMLError_NotSupported
@@ -106,11 +131,14 @@ class FakeNVML:
         init_error: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         migs: dict[str, int] | None = None,
+        driver: str = "580.95.05",
+        driver_cuda: int = 13000,
     ) -> None:
-        buses = iter(range(0x18, 0x100, 0x23))
+        self.driver, self.driver_cuda = driver, driver_cuda
+        buses = _default_buses()
         for i, d in enumerate(devices):
             d.setdefault("uuid", fake_uuid(i))
-            d.setdefault("pci_bus_id", fake_bus_id(next(buses)))
+            d.setdefault("pci_bus_id", next(buses))
         # NVML's order is the PCI bus id order, whatever order the devices were given in
         self.devices = sorted(devices, key=lambda d: _bus_key(d["pci_bus_id"]) or (0, 0, 0, 0))
         self.init_error = init_error
@@ -151,6 +179,12 @@ class FakeNVML:
 
     def nvmlShutdown(self) -> None:
         self.shutdowns += 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self.driver_cuda
 
     def nvmlDeviceGetCount(self) -> int:
         return len(self.devices)
@@ -209,6 +243,9 @@ class FakeNVML:
             if f"raise_{call}" in d:
                 raise FakeNVMLError(d[f"raise_{call}"])
             return d
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]:
+        return CAPABILITY[str(self._dev(h, "cc")["arch"]).lower()]
 
     def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
         d = self._dev(h, "util")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -11,6 +12,7 @@ from unittest import mock
 import pytest
 import yaml
 from experiment_fixtures import capture_job, measure_job
+from telemetry_fakes import FakeNVML, device, fake_uuid, idle
 
 from servelab.config import validate
 from servelab.container import (
@@ -20,14 +22,24 @@ from servelab.container import (
     Mount,
     container_run_for,
     digests_of,
-    gpu_selection,
     nsys_mount,
     parse_image,
     parse_mount,
     probe_command,
 )
+from servelab.container.gpus import (
+    CONFIGURED,
+    CUDA_VISIBLE,
+    EVERY_GPU,
+    FIRST_INDICES,
+    LEAST_MEMORY,
+    GpuChoice,
+    choose_gpus,
+    image_cuda,
+)
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
+from servelab.hostfacts.gpuids import GpuListing
 from servelab.profile.capture import profiled_launch
 from servelab.profile.commands import nsys_profile_command
 from servelab.server import ServerLaunch
@@ -73,14 +85,38 @@ CACHE = "/cache/servelab/compile/image-" + DIGEST.removeprefix("sha256:")[:16]
 TP1_ARGS = ["--no-enable-prefix-caching", "--max-model-len", "8192", "--max-num-seqs", "256"]
 
 
-def sweep_launch(cfg: Experiment, runtime: dict[str, Any], cuda: str | None = None) -> ServerLaunch:
-    """What the sweep launches for one server (fixed paths, CUDA_VISIBLE_DEVICES as given)."""
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+# NVML on a host without an NVIDIA driver: nvmlInit fails (NVML Shared Library Not Found)
+def no_nvml() -> FakeNVML:
+    return FakeNVML([], init_error=12)
+
+
+@pytest.fixture(autouse=True)
+def host_without_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every launch here lists the host's GPUs through a fake NVML: none unless a test says."""
+    monkeypatch.setitem(sys.modules, "pynvml", no_nvml())
+
+
+def sweep_launch(
+    cfg: Experiment,
+    runtime: dict[str, Any],
+    cuda: str | None = None,
+    nvml: FakeNVML | None = None,
+    order: str | None = None,
+) -> ServerLaunch:
+    """What the sweep launches for one server (fixed paths, CUDA_VISIBLE_DEVICES and
+    CUDA_DEVICE_ORDER as given; the host's GPUs those of `nvml`, none by default)."""
+    drop = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env["SERVELAB_CACHE"] = "/cache/servelab"  # where the compile caches are kept
     if cuda is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda
+    if order is not None:
+        env["CUDA_DEVICE_ORDER"] = order
     job = measure_job(cfg, Path("/work/results/knee"), model_dir=MODEL, runtime=runtime)
-    with mock.patch.dict(os.environ, env, clear=True):
+    with (
+        mock.patch.dict(os.environ, env, clear=True),
+        mock.patch.dict(sys.modules, {"pynvml": nvml or no_nvml()}),
+    ):
         return build_launch(job, "tp1", port=8123)
 
 
@@ -94,8 +130,8 @@ def test_docker_server_command() -> None:
         "--init",
         "--name",
         "servelab-knee-tp1-sweep-" + launch.container.name.rsplit("-", 1)[1],  # type: ignore[union-attr]
-        "--gpus",
-        "all",
+        "--gpus",  # runtime.gpus 1, NVML unavailable here: NVML index 0
+        '"device=0"',
         "--ipc=host",
         "-p",
         "127.0.0.1:8123:8123",
@@ -216,11 +252,7 @@ def test_container_name_is_stable_per_results_folder() -> None:
     assert a.name == b.name != c.name and a.name.startswith("servelab-knee-tp1-sweep-")
 
 
-def test_gpu_selection_docker_podman_apptainer() -> None:
-    assert gpu_selection("cpu", None, "0") is None
-    assert gpu_selection("gpu", None, None) == "all"
-    assert gpu_selection("gpu", None, "2,3") == ("2", "3")
-    assert gpu_selection("gpu", ["GPU-abc"], "2,3") == ("GPU-abc",)
+def test_gpu_args_docker_podman_apptainer() -> None:
     run = ContainerRun("docker", "docker", PINNED, "n", ("0", "1"))
     assert run.gpu_args() == ["--gpus", '"device=0,1"']
     podman = ContainerRun("podman", "podman", PINNED, "n", ("0", "1"))
@@ -249,7 +281,7 @@ def test_podman_server_command_uses_cdi() -> None:
     launch = sweep_launch(cfg, runtime_record("podman", "docker.io/" + PINNED))
     cmd = launch.command()
     assert cmd[:4] == ["/usr/bin/podman", "run", "--rm", "--init"]
-    assert cmd[6:9] == ["--device", "nvidia.com/gpu=all", "--ipc=host"]
+    assert cmd[6:9] == ["--device", "nvidia.com/gpu=0", "--ipc=host"]
     assert cmd[cmd.index("--entrypoint") : cmd.index("--entrypoint") + 3] == [
         "--entrypoint",
         "python3",
@@ -296,9 +328,10 @@ def test_apptainer_server_command() -> None:
     assert env["APPTAINERENV_HF_HUB_OFFLINE"] == "1"
     assert env["APPTAINERENV_VLLM_LOGGING_LEVEL"] == "INFO"
     assert launch.container is not None and launch.container.stop_command(30) is None
-    assert "APPTAINERENV_CUDA_VISIBLE_DEVICES" not in env  # all GPUs
+    # runtime.gpus 1, NVML unavailable here: NVML index 0 (--nv alone would show every GPU)
+    assert env["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "0"
     chosen = sweep_launch(cfg, runtime_record("apptainer", sif), cuda="2,3").process_env()
-    assert chosen["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert chosen["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "2"  # the first runtime.gpus
 
 
 def test_host_network_and_options() -> None:
@@ -486,3 +519,184 @@ def test_runtime_config_errors_are_one_line() -> None:
     raw["server"]["args"]["tensor-parallel-size"] = 2
     with pytest.raises(ServelabError, match="tensor-parallel-size 2 needs runtime.gpus >= 2"):
         validate(raw, "exp.yaml")
+
+
+# --- the GPUs a GPU server's container is given --------------------------------------------
+
+
+def eight_gpus() -> FakeNVML:
+    """An 8-GPU host: GPU 0 holds another process's 30 GiB, GPU 1 4 GiB, the rest 1 GiB."""
+    used = [30 * 2**30, 4 * 2**30] + [2**30] * 6
+    return FakeNVML([idle(mem_used=u) for u in used])
+
+
+def mixed_host() -> FakeNVML:
+    """NVML (PCI bus id order): 0 T4, 1 H100, 2 L4, 3 H100; CUDA (fastest first): 0 = NVML 1."""
+    return FakeNVML(
+        [
+            device(name="Fake T4", speed=1, pci_bus_id="00000000:18:00.0"),
+            device(name="Fake H100", speed=10, pci_bus_id="00000000:3B:00.0"),
+            device(name="Fake L4", speed=5, pci_bus_id="00000000:5E:00.0"),
+            device(name="Fake H100", speed=10, pci_bus_id="00000000:86:00.0"),
+        ]
+    )
+
+
+def gpus_of(launch: ServerLaunch) -> str:
+    cmd = launch.command()
+    return cmd[cmd.index("--gpus") + 1]
+
+
+def choice_of(launch: ServerLaunch) -> GpuChoice:
+    assert launch.container is not None and launch.container.gpu_choice is not None
+    return launch.container.gpu_choice
+
+
+def test_a_gpu_count_gives_the_least_used_gpus_by_uuid() -> None:
+    """runtime.gpus 1 on an 8-GPU host, no GPU named: one GPU (not --gpus all), by UUID, the one
+    with the least memory in use (ties: the lowest NVML index), and the choice says why."""
+    launch = sweep_launch(gpu_cfg(), runtime_record(), nvml=eight_gpus())
+    assert gpus_of(launch) == f'"device={fake_uuid(2)}"'  # docker's CSV: the quotes are kept
+    choice = choice_of(launch)
+    assert choice.rule == LEAST_MEMORY and choice.ids == (fake_uuid(2),)
+    assert choice.chosen_by == ("NVML index 2, 1024 MiB in use",)
+    assert "runtime.gpus 1 of the 8 GPUs NVML lists, none named" in choice.origin
+    assert "least memory in use (ties: the lowest NVML index)" in choice.origin
+    two = sweep_launch(gpu_cfg(gpus=2), runtime_record(), nvml=eight_gpus())
+    assert gpus_of(two) == f'"device={fake_uuid(2)},{fake_uuid(3)}"'
+    # runtime.gpus 0: nothing says how many, every GPU as before
+    every = sweep_launch(gpu_cfg(gpus=0), runtime_record(), nvml=eight_gpus())
+    assert gpus_of(every) == "all" and choice_of(every).rule == EVERY_GPU
+
+
+def test_cuda_visible_device_indices_reach_docker_as_uuids() -> None:
+    """A scheduler's CUDA_VISIBLE_DEVICES indices are CUDA's: docker gets the UUIDs, exact
+    under CUDA_DEVICE_ORDER=PCI_BUS_ID, marked ambiguous in CUDA's default order."""
+    nvml = mixed_host()
+    uuids = [nvml.nvmlDeviceGetUUID(i) for i in range(4)]
+    exact = sweep_launch(gpu_cfg(gpus=2), runtime_record(), "2,0", mixed_host(), "PCI_BUS_ID")
+    assert gpus_of(exact) == f'"device={uuids[2]},{uuids[0]}"'
+    choice = choice_of(exact)
+    assert choice.rule == CUDA_VISIBLE and choice.ambiguous is None
+    assert choice.chosen_by[0] == (
+        f"CUDA index 2 = NVML index 2 (CUDA_DEVICE_ORDER=PCI_BUS_ID): {uuids[2]}"
+    )
+    guess = choice_of(sweep_launch(gpu_cfg(), runtime_record(), "0", mixed_host()))
+    assert guess.ids == (uuids[0],)  # NVML index 0's; CUDA's device 0 is NVML's 1 here
+    assert guess.ambiguous is not None
+    assert guess.ambiguous.startswith("CUDA index 0 without CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    assert "may not be the one CUDA_VISIBLE_DEVICES meant" in guess.ambiguous
+    # a host of one GPU has nothing to confuse
+    one = choice_of(sweep_launch(gpu_cfg(), runtime_record(), "0", FakeNVML([device()])))
+    assert one.ids == (fake_uuid(0),) and one.ambiguous is None
+
+
+def test_cuda_visible_uuids_and_mig_ids_pass_through() -> None:
+    nvml = mixed_host()
+    uuid3 = nvml.nvmlDeviceGetUUID(3)
+    mig = "MIG-4b0c5e0e-1111-2222-3333-444455556666"
+    choice = choose_gpus(None, 2, {"CUDA_VISIBLE_DEVICES": f"{uuid3},{mig}"}, listing(nvml))
+    assert choice.ids == (uuid3, mig) and choice.ambiguous is None
+    assert choice.chosen_by == (f"UUID {uuid3}: {uuid3}", f"MIG device {mig}, as given")
+    # a unique UUID prefix (CUDA takes one) becomes the whole UUID; a UUID NVML does not list
+    # here still names one GPU: it goes as given
+    prefix = choose_gpus(None, 1, {"CUDA_VISIBLE_DEVICES": uuid3[:14]}, listing(nvml))
+    assert prefix.ids == (uuid3,)
+    other = choose_gpus(None, 1, {"CUDA_VISIBLE_DEVICES": "GPU-elsewhere"}, listing(nvml))
+    assert other.ids == ("GPU-elsewhere",)
+    # runtime.gpu_devices: NVML indices and PCI bus ids become UUIDs, exactly
+    conf = choose_gpus(["3", "5e:00.0"], 1, {"CUDA_VISIBLE_DEVICES": "0"}, listing(nvml))
+    assert conf.rule == CONFIGURED and conf.ids == (uuid3, nvml.nvmlDeviceGetUUID(2))
+    assert conf.ambiguous is None
+
+
+def listing(nvml: FakeNVML) -> GpuListing:
+    from servelab.hostfacts.gpu import list_gpus
+
+    return list_gpus(nvml)
+
+
+def test_podman_and_apptainer_get_the_uuids_too() -> None:
+    podman = gpu_cfg("podman", image="docker.io/" + IMAGE)
+    cmd = sweep_launch(podman, runtime_record("podman", "docker.io/" + PINNED), nvml=eight_gpus())
+    assert cmd.command()[6:8] == ["--device", f"nvidia.com/gpu={fake_uuid(2)}"]  # CDI's UUID name
+    sif = "/cache/images/x.sif"
+    app = sweep_launch(gpu_cfg("apptainer"), runtime_record("apptainer", sif), "1", mixed_host())
+    env = app.process_env()  # CUDA takes a UUID in CUDA_VISIBLE_DEVICES: no index to misread
+    assert env["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == mixed_host().nvmlDeviceGetUUID(1)
+
+
+def test_without_nvml_ids_go_as_given_and_cuda_indices_are_ambiguous() -> None:
+    nothing = GpuListing(reason="NVML unavailable: NVML Shared Library Not Found")
+    first = choose_gpus(None, 2, {}, nothing)
+    assert first.rule == FIRST_INDICES and first.ids == ("0", "1")
+    assert "NVML could not list the GPUs (NVML unavailable" in first.origin
+    given = choose_gpus(None, 1, {"CUDA_VISIBLE_DEVICES": "3,GPU-x"}, nothing)
+    assert given.ids == ("3",) and given.ambiguous is not None
+    assert given.ambiguous.startswith("NVML could not list the GPUs, so CUDA index 3 went")
+    ordered = choose_gpus(
+        None, 1, {"CUDA_VISIBLE_DEVICES": "3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, nothing
+    )
+    assert ordered.ambiguous is None
+    assert choose_gpus(["1"], 1, {}, nothing).ambiguous is None  # already NVML's numbering
+
+
+def test_gpu_ids_that_name_no_gpu_are_refused_in_one_line() -> None:
+    four = listing(mixed_host())
+    with pytest.raises(ServelabError) as bad:
+        choose_gpus(None, 1, {"CUDA_VISIBLE_DEVICES": "7"}, four)
+    text = str(bad.value)
+    assert "\n" not in text and text.startswith(
+        "CUDA_VISIBLE_DEVICES=7: '7' names none of the 4 GPUs NVML lists on this host (0 GPU-"
+    )
+    assert text.endswith("name this host's GPUs by NVML index or UUID (nvidia-smi -L)")
+    with pytest.raises(ServelabError, match=r"^runtime.gpu_devices=9: '9' names none of the 4"):
+        choose_gpus(["9"], 1, {}, four)
+    with pytest.raises(ServelabError, match=r"names 1 GPU\(s\) but runtime.gpus is 2; give the"):
+        choose_gpus(None, 2, {"CUDA_VISIBLE_DEVICES": "0"}, four)
+    with pytest.raises(ServelabError, match="runtime.gpus: 5 GPUs needed but NVML lists 4 on"):
+        choose_gpus(None, 5, {}, four)
+
+
+def test_the_driver_against_the_images_cuda_is_recorded() -> None:
+    assert image_cuda({}, "v0.27.1-x86_64-cu129") == (
+        "12.9",
+        "the image's tag v0.27.1-x86_64-cu129",
+    )
+    assert image_cuda({}, "cu130") == ("13.0", "the image's tag cu130")
+    assert image_cuda({"image_cuda": "12.8.1"}, "cu129") == ("12.8.1", "runtime.json image_cuda")
+    assert image_cuda({}, "latest") == (None, None)
+    old_driver = FakeNVML([device()], driver="550.54.15", driver_cuda=12040)
+    cuda = choice_of(sweep_launch(gpu_cfg(), runtime_record(), nvml=old_driver)).cuda
+    assert cuda is not None
+    assert (cuda["driver"], cuda["driver_cuda"], cuda["image_cuda"]) == (
+        "550.54.15",
+        "12.4",
+        "12.9",
+    )
+    assert cuda["forward_compatibility"] == "minor_version"
+    cfg13 = gpu_cfg(image=IMAGE.replace("cu129", "cu130"))
+    needed = choice_of(sweep_launch(cfg13, runtime_record(), nvml=old_driver)).cuda
+    assert needed is not None and needed["forward_compatibility"] == "needed"
+    assert 'set runtime.env VLLM_ENABLE_CUDA_COMPATIBILITY: "1"' in needed["note"]
+    on = gpu_cfg(image=IMAGE.replace("cu129", "cu130"), env={"VLLM_ENABLE_CUDA_COMPATIBILITY": "1"})
+    enabled = choice_of(sweep_launch(on, runtime_record(), nvml=old_driver)).cuda
+    assert enabled is not None and enabled["vllm_enable_cuda_compatibility"] is True
+    assert "runtime.env sets VLLM_ENABLE_CUDA_COMPATIBILITY" in enabled["note"]
+
+
+def test_the_probe_reports_the_images_cuda() -> None:
+    """The probe reads the image's CUDA_VERSION (NVIDIA's CUDA images set it), for runtime.json."""
+    from servelab.runtime import parse_probe
+
+    env = {**os.environ, "CUDA_VERSION": "12.9.1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE_SCRIPT, "no-such-nsys"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    probe = parse_probe(proc.stdout)
+    assert probe["image_cuda"] == "12.9.1", proc.stderr[-500:]
+    assert "torch_cuda" in probe

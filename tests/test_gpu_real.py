@@ -1,6 +1,8 @@
 """servelab's telemetry against a real NVIDIA GPU: the sampler the sweep runs (PointTelemetry,
 GpuSource over pynvml, the GPU chosen from CUDA_VISIBLE_DEVICES as for a server's launch) while
-a PyTorch matrix-multiply loop keeps the GPU busy, and while it idles.
+a PyTorch matrix-multiply loop keeps the GPU busy, and while it idles; the GPUs a container's
+launch is given, named by UUID (servelab.container.gpus), and the host facts' UUIDs and PCI bus
+ids.
 
 Needs an NVIDIA GPU that NVML sees, nvidia-ml-py and PyTorch with CUDA; no vLLM, container
 engine, Nsight Systems or network. Elsewhere every test is skipped with the reason.
@@ -8,7 +10,7 @@ engine, Nsight Systems or network. Elsewhere every test is skipped with the reas
     SERVELAB_SKIP_E2E=1 python -m pytest tests/test_gpu_real.py -m gpu -v -rs
 
 The logic these checks rely on (the selection, the energy arithmetic) is covered without a GPU
-by tests/test_telemetry_gpus.py and tests/test_telemetry_energy.py.
+by tests/test_telemetry_gpus.py, tests/test_telemetry_energy.py and tests/test_container.py.
 """
 
 from __future__ import annotations
@@ -237,7 +239,7 @@ def test_a_cuda_index_in_pci_bus_id_order_is_the_nvml_index(gpu: Gpu) -> None:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     proc, seen = _start_load(env, 0)
     proc.wait(timeout=60)
-    from servelab.telemetry.sources import GpuSource
+    from servelab.telemetry.nvml import GpuSource
 
     src = GpuSource(selection=server_gpus("gpu", None, {}, env))
     assert src.open() is None
@@ -251,3 +253,78 @@ def test_a_cuda_index_in_pci_bus_id_order_is_the_nvml_index(gpu: Gpu) -> None:
         assert uuid.lower().removeprefix("gpu-") in gpu.uuid.lower()
     if not bus.startswith("0000:00:00"):  # torch without the PCI fields prints zeros
         assert gpu.pci_bus_id.lower().endswith(bus.lower()), (bus, gpu.pci_bus_id)
+
+
+# --- the GPUs a container's launch is given, by UUID --------------------------------------------
+
+
+def test_a_container_launch_names_its_gpu_by_uuid(gpu: Gpu) -> None:
+    """runtime.gpus 1, no GPU named: docker is given one of this host's GPUs by its UUID (the one
+    with the least memory in use), and the telemetry samples exactly that GPU, unambiguously."""
+    from servelab.container import ContainerRun
+    from servelab.container.gpus import LEAST_MEMORY, choose_gpus
+    from servelab.hostfacts.gpu import list_gpus
+    from servelab.telemetry.nvml import GpuSource
+
+    listing = list_gpus()
+    assert listing.reason is None and listing.gpus, listing
+    choice = choose_gpus(None, 1, {}, listing)
+    least = min(listing.gpus, key=lambda g: (g.memory_used_bytes or 0, g.index))
+    assert choice.rule == LEAST_MEMORY and choice.ids == (least.uuid,)
+    run = ContainerRun("docker", "docker", "image", "n", choice.gpus, gpu_choice=choice)
+    assert run.gpu_args() == ["--gpus", f'"device={least.uuid}"']
+    src = GpuSource(selection=server_gpus("gpu", run, {}, {}))
+    assert src.open() is None
+    try:
+        d = src.describe()
+    finally:
+        src.close()
+    (sampled,) = d["gpus"]
+    assert sampled["uuid"] == least.uuid and sampled["chosen_by"] == f"UUID {least.uuid}"
+    assert sampled["pci_bus_id"] == least.pci_bus_id and d["ambiguous"] is None
+    assert d["launch"]["rule"] == LEAST_MEMORY and d["driver"] and d["driver_cuda"]
+
+
+def test_a_cuda_index_becomes_the_uuid_of_the_gpu_cuda_gives_it(gpu: Gpu) -> None:
+    """CUDA_VISIBLE_DEVICES=0 with CUDA_DEVICE_ORDER=PCI_BUS_ID: the container is given the UUID
+    of NVML index 0, the GPU PyTorch gets as cuda:0 in that environment; a UUID and a PCI bus id
+    name the same GPU."""
+    from servelab.container.gpus import choose_gpus
+    from servelab.hostfacts.gpu import list_gpus
+
+    listing = list_gpus()
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    choice = choose_gpus(None, 1, env, listing)
+    assert choice.ids == (gpu.uuid,) and choice.ambiguous is None
+    proc, seen = _start_load(env, 0)
+    proc.wait(timeout=60)
+    if seen[0] != "-":  # PyTorch's own view of its cuda:0, where it reports one
+        assert seen[0].lower().removeprefix("gpu-") in gpu.uuid.lower()
+    assert choose_gpus(None, 1, {"CUDA_VISIBLE_DEVICES": gpu.uuid}, listing).ids == (gpu.uuid,)
+    assert choose_gpus([gpu.pci_bus_id], 1, {}, listing).ids == (gpu.uuid,)
+    plain = choose_gpus(None, 1, {"CUDA_VISIBLE_DEVICES": "0"}, listing)
+    assert plain.ids == (gpu.uuid,)
+    # CUDA's default order only matters where there is more than one GPU
+    assert (plain.ambiguous is None) == (len(listing.gpus) == 1), plain.ambiguous
+
+
+def test_host_facts_name_the_gpu_by_uuid_and_say_what_its_readings_are(gpu: Gpu) -> None:
+    from servelab.hostfacts.gpu import cuda_compatibility, gpu_facts
+
+    facts = gpu_facts()
+    g0 = facts["gpus"][0]
+    assert g0["uuid"] == gpu.uuid and g0["pci_bus_id"] == gpu.pci_bus_id
+    major, minor = (int(x) for x in g0["compute_capability"].split("."))
+    expected = "average_1s" if (major, minor) >= (8, 6) else "instantaneous"
+    assert g0["power_reading"] == expected
+    assert g0["energy_counter_update_ms"] == ([20, 100] if major >= 7 else None)
+    assert facts["cuda"] == g0["cuda_driver"] and facts["cuda"]
+    # the driver runs this PyTorch's CUDA: forward compatibility is not what it needs
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.version.cuda)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    compat = cuda_compatibility(g0["driver"], facts["cuda"], probe.stdout.strip(), "torch", False)
+    assert compat["forward_compatibility"] in ("not_needed", "minor_version"), compat

@@ -173,6 +173,12 @@ class FakeNVML(SimpleNamespace):
     def nvmlDeviceGetName(self, h: int) -> str:
         return "NVIDIA H100 80GB HBM3"
 
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return f"GPU-8a1b2c3d-0000-4000-8000-00000000000{h}"
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(busId=f"00000000:{0x18 + 0x23 * h:02X}:00.0".encode())
+
     def nvmlDeviceGetVbiosVersion(self, h: int) -> str:
         return "96.00.99.00.01"
 
@@ -252,6 +258,66 @@ def test_gpu_facts_from_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
     assert host["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3" and host["cuda"] == "12.4"
     schema = load_schema("provenance")["properties"]["host"]
     jsonschema.validate(host, schema)
+
+
+def test_gpu_facts_name_each_gpu_by_uuid_and_pci_bus_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Host facts name each GPU as nothing else renumbers it: its UUID and PCI bus id; and say
+    what its power and energy readings are, and the newest CUDA the driver supports."""
+    out = hf.gpu_facts(FakeNVML())
+    g0, g1 = out["gpus"]
+    assert g0["uuid"] == "GPU-8a1b2c3d-0000-4000-8000-000000000000"
+    assert g1["uuid"] == "GPU-8a1b2c3d-0000-4000-8000-000000000001"
+    assert (g0["pci_bus_id"], g1["pci_bus_id"]) == ("00000000:18:00.0", "00000000:3B:00.0")
+    assert g0["power_reading"] == "average_1s" and g0["energy_counter_update_ms"] == [20, 100]
+    assert out["cuda"] == g0["cuda_driver"] == "12.4"  # nvmlSystemGetCudaDriverVersion
+    import jsonschema
+
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML())
+    host = host_facts()
+    gpu_schema = load_schema("provenance")["properties"]["host"]["properties"]["gpus"]["items"]
+    for key in ("uuid", "pci_bus_id", "power_reading", "energy_counter_update_ms"):
+        assert key in gpu_schema["properties"], key
+    jsonschema.validate(host, load_schema("provenance")["properties"]["host"])
+    # a GPU that cannot say loses those facts alone
+    bare = FakeNVML()
+    bare.nvmlDeviceGetUUID = None  # type: ignore[method-assign]  # not callable: NVML error
+    assert hf.gpu_facts(bare)["gpus"][0]["uuid"] is None
+
+
+@pytest.mark.parametrize(
+    ("cc", "power", "update"),
+    [
+        ("10.0", "average_1s", [20, 100]),  # Blackwell
+        ("9.0", "average_1s", [20, 100]),  # Hopper: H100, H200
+        ("8.9", "average_1s", [20, 100]),  # Ada: L4, L40
+        ("8.6", "average_1s", [20, 100]),  # Ampere GA10x: A10, A40
+        ("8.0", "instantaneous", [20, 100]),  # Ampere GA100: A100
+        ("7.0", "instantaneous", [20, 100]),  # Volta: V100
+        ("6.0", "instantaneous", None),  # Pascal: no energy counter
+        (None, None, None),
+    ],
+)
+def test_what_nvmls_power_and_energy_readings_are(
+    cc: str | None, power: str | None, update: list[int] | None
+) -> None:
+    assert hf.reading_facts(cc) == {"power_reading": power, "energy_counter_update_ms": update}
+
+
+def test_the_driver_against_an_images_cuda() -> None:
+    ok = hf.cuda_compatibility("580.95.05", "13.0", "12.9.1", "runtime.json image_cuda", False)
+    assert ok["forward_compatibility"] == "not_needed" and ok["image_cuda"] == "12.9.1"
+    minor = hf.cuda_compatibility("550.54.15", "12.4", "12.9", "the image's tag cu129", False)
+    assert minor["forward_compatibility"] == "minor_version"
+    assert "minor version compatibility" in minor["note"]
+    major = hf.cuda_compatibility("550.54.15", "12.4", "13.0", "the image's tag cu130", False)
+    assert major["forward_compatibility"] == "needed"
+    assert 'set runtime.env VLLM_ENABLE_CUDA_COMPATIBILITY: "1"' in major["note"]
+    assert major["vllm_enable_cuda_compatibility"] is False
+    on = hf.cuda_compatibility("550.54.15", "12.4", "13.0", "x", True)
+    assert "runtime.env sets VLLM_ENABLE_CUDA_COMPATIBILITY" in on["note"]
+    unknown = hf.cuda_compatibility("550.54.15", "12.4", None, None, False)
+    assert unknown["forward_compatibility"] == "unknown"
+    assert unknown["note"] == "the image's CUDA version is not known"
 
 
 def test_no_nvml_is_an_empty_list_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,8 @@ from servelab.telemetry import (
     table_columns,
     telemetry_columns,
 )
-from servelab.telemetry.sources import GpuSource, RaplSource
+from servelab.telemetry.nvml import GpuSource
+from servelab.telemetry.sources import RaplSource
 from servelab.telemetry.summary import counter_at, counter_change
 
 FAST = TelemetrySection(enabled=True, gpu_hz=50, cpu_hz=50, metrics_hz=1, metrics_timeout_s=1)

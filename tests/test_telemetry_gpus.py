@@ -17,7 +17,7 @@ from telemetry_fakes import FakeNVML, device, fake_uuid, idle
 
 from servelab.client import PointRun
 from servelab.client.record import RequestRecord
-from servelab.container import ContainerRun, gpu_selection
+from servelab.container import ContainerRun
 from servelab.experiment import TelemetrySection
 from servelab.paths import ExperimentPaths
 from servelab.schedule import Slot
@@ -33,7 +33,7 @@ from servelab.telemetry.gpus import (
     resolve,
     server_gpus,
 )
-from servelab.telemetry.sources import GpuSource
+from servelab.telemetry.nvml import GpuSource
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = TelemetrySection(enabled=True, gpu_hz=50, cpu_hz=10, metrics_hz=1, metrics_timeout_s=1)
@@ -129,7 +129,7 @@ def _container(engine: str, gpus: str | tuple[str, ...] | None) -> ContainerRun:
 
 def test_a_container_server_sees_its_device_list() -> None:
     # docker and podman: the container toolkit's ids, NVML indices among them
-    devices = gpu_selection("gpu", [2, "GPU-x"], None)
+    devices = ("2", "GPU-x")
     sel = server_gpus("gpu", _container("docker", devices), {}, {"CUDA_VISIBLE_DEVICES": "0"})
     assert (sel.how, sel.ids, sel.namespace) == (LIST, ("2", "GPU-x"), NVML_IDS)
     assert sel.origin == "docker devices 2,GPU-x"
@@ -355,7 +355,7 @@ def test_a_sweep_point_samples_the_servers_gpu_only(
         launch_index=1,
         orders={1: [2]},
         say=lambda s: None,
-        gpus=server_gpus("gpu", _container("docker", gpu_selection("gpu", [3], None)), {}, {}),
+        gpus=server_gpus("gpu", _container("docker", ("3",)), {}, {}),
     )
     job.measure(Slot(repeat=1, concurrency=2, position=0, run_index=0), 0, "1/1")
     point = json.loads(
@@ -371,3 +371,80 @@ def test_a_sweep_point_samples_the_servers_gpu_only(
     assert telemetry_columns(tel)["gpu_util_pct_mean"] == 97.0
     assert tel["energy"]["source"] == "nvml" and tel["energy"]["output_tokens"] == 100
     assert tel["energy"]["joules_per_output_token"] == pytest.approx(tel["energy"]["joules"] / 100)
+
+
+# --- a container's launch: the GPUs it gives the server, then those sampled --------------------
+
+
+def _container_launch(
+    nvml: FakeNVML, environ: dict[str, str], monkeypatch: pytest.MonkeyPatch, gpus: int = 1
+) -> ContainerRun:
+    """The docker container of a runtime.gpus `gpus` server launched from `environ` on the host
+    of `nvml`, as the sweep builds it."""
+    from experiment_fixtures import measure_job
+    from test_container import PINNED, gpu_cfg, runtime_record
+
+    from servelab.container import container_run_for
+
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    job = measure_job(gpu_cfg(gpus=gpus), Path("/r/knee"), runtime=runtime_record())
+    run = container_run_for(job, "tp1", purpose="sweep", environ=environ)
+    assert run is not None and run.image == PINNED
+    return run
+
+
+def test_an_8_gpu_host_serving_on_one_gpu_samples_that_gpu_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """runtime.gpus 1, no GPU named, no CUDA_VISIBLE_DEVICES, 8 GPUs: the container gets one GPU
+    by UUID and only it is sampled, so energy per token and utilization are that GPU's, not
+    those of 7 idle ones besides (8x the energy, 1/8 the utilization)."""
+    nvml = FakeNVML([device(mem_used=2**30)] + [idle(mem_used=2**31) for _ in range(7)])
+    run = _container_launch(nvml, {}, monkeypatch)
+    assert run.gpus == (fake_uuid(0),)
+    sel = server_gpus("gpu", run, {}, {})
+    tel = PointTelemetry(FAST, None, None, nvml=nvml, gpus=sel)
+    with tel:
+        t0 = time.time_ns()
+        time.sleep(0.3)
+        t1 = time.time_ns()
+    summary = tel.finish(tmp_path, t0, t1, output_tokens=1000)
+    cols = telemetry_columns(summary)
+    assert cols["gpu_devices"] == 1 and cols["gpu_uuids"] == fake_uuid(0)
+    assert cols["gpu_util_pct_mean"] == 97.0  # not (97 + 7 x 0) / 8
+    window_s = (t1 - t0) / 1e9
+    assert summary["energy"]["joules"] == pytest.approx(350.0 * window_s, rel=0.05)
+    launch = summary["gpu"]["selection"]["launch"]
+    assert launch["rule"] == "least_memory_used" and launch["ids"] == [fake_uuid(0)]
+    assert launch["chosen_by"] == ["NVML index 0, 1024 MiB in use"]
+    assert "least memory in use" in cols["gpu_selection"]
+
+
+def test_a_cuda_index_the_launch_turned_into_a_uuid_stays_ambiguous(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CUDA_VISIBLE_DEVICES=0 in CUDA's default order on a host whose GPUs differ: docker gets
+    NVML index 0's UUID; telemetry samples that GPU by UUID and still says the choice may not be
+    the GPU the job was given."""
+    run = _container_launch(mixed_host(), {"CUDA_VISIBLE_DEVICES": "0"}, monkeypatch)
+    nvml = mixed_host()
+    assert run.gpus == (nvml.nvmlDeviceGetUUID(0),)
+    sel = server_gpus("gpu", run, {}, {})
+    assert sel.ambiguous is not None and sel.namespace == NVML_IDS
+    src = opened(nvml, sel)
+    assert sampled(src) == [0]
+    d = src.describe()
+    assert d["gpus"][0]["chosen_by"] == f"UUID {nvml.nvmlDeviceGetUUID(0)}"
+    assert d["ambiguous"].startswith("CUDA index 0 without CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    assert d["launch"]["rule"] == "CUDA_VISIBLE_DEVICES"
+    tel = PointTelemetry(FAST, None, None, nvml=mixed_host(), gpus=sel)
+    with tel:
+        t0 = time.time_ns()
+        time.sleep(0.1)
+        t1 = time.time_ns()
+    cols = telemetry_columns(tel.finish(tmp_path, t0, t1))
+    assert cols["gpu_selection_ambiguous"].startswith("CUDA index 0 without")
+    # with CUDA_DEVICE_ORDER=PCI_BUS_ID nothing is ambiguous
+    env = {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    exact = server_gpus("gpu", _container_launch(mixed_host(), env, monkeypatch), {}, {})
+    assert exact.ambiguous is None

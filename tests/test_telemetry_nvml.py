@@ -11,7 +11,7 @@ from telemetry_fakes import FakeNVML, device, fake_uuid
 
 from servelab.experiment import TelemetrySection
 from servelab.telemetry import PointTelemetry, read_samples
-from servelab.telemetry.sources import GpuSource
+from servelab.telemetry.nvml import GpuSource
 
 
 def test_values_of_every_device() -> None:
@@ -121,3 +121,34 @@ def test_device_lost_mid_point_keeps_sampling_the_others(tmp_path: Path) -> None
     assert dev1["util_pct"]["max"] == 50 and dev1["errors"] == 1
     assert dev0["samples"] > dev1["samples"]
     assert nvml.inits == 1 and nvml.shutdowns == 1
+
+
+def test_each_gpu_records_what_its_power_and_energy_readings_are() -> None:
+    """nvmlDeviceGetPowerUsage is a 1 s average from Ampere GA10x (8.6) on, the instantaneous
+    power on GA100 (A100) and older; the energy counter (Volta and newer) is updated every
+    20-100 ms. The selection record says so per GPU, with the driver."""
+    nvml = FakeNVML(
+        [
+            device(name="Fake H100", arch="hopper"),
+            device(name="Fake A100", arch="ampere"),
+            device(name="Fake A10", arch="ga102"),
+            device(name="Tesla P100", arch="pascal"),
+        ],
+        driver="550.54.15",
+        driver_cuda=12040,
+    )
+    src = GpuSource(nvml)
+    assert src.open() is None
+    d = src.describe()
+    src.close()
+    assert (d["driver"], d["driver_cuda"]) == ("550.54.15", "12.4")
+    got = [
+        (g["name"], g["compute_capability"], g["power_reading"], g["energy_counter_update_ms"])
+        for g in d["gpus"]
+    ]
+    assert got == [
+        ("Fake H100", "9.0", "average_1s", [20, 100]),
+        ("Fake A100", "8.0", "instantaneous", [20, 100]),
+        ("Fake A10", "8.6", "average_1s", [20, 100]),
+        ("Tesla P100", "6.0", "instantaneous", None),
+    ]

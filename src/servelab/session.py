@@ -79,7 +79,7 @@ def server_container(
         purpose=purpose,
         mounts=(*(Mount(str(p.resolve()), str(p.resolve()), False) for p in writable), *mounts),
         gpus=gpus,
-        cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        environ=os.environ,
     )
 
 

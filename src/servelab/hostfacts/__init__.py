@@ -1,7 +1,10 @@
 """Host facts that can explain a performance difference between two runs, one module per kind:
 
 - `cpu`: identity, instruction-set flags, frequency, topology, affinity, cgroup quota.
-- `gpu`: GPUs, driver, CUDA and topology through NVML.
+- `gpu`: GPUs (UUIDs, PCI bus ids, what their power and energy readings are), driver, the
+  newest CUDA it supports and topology through NVML; the driver against an image's CUDA.
+- `gpuids`: which NVML device a GPU id names (NVML and CUDA indices, UUIDs, MIG ids, PCI bus
+  ids), and when that is ambiguous.
 - `isa`: the instruction set PyTorch and oneDNN use in the server's runtime.
 - `host`: the provenance host block and the measuring node of a launch record.
 - `compare`: two runs' host facts classified (differs, unknown, equivalent, identical).
@@ -31,7 +34,14 @@ from servelab.hostfacts.cpu import (
     parse_cpuinfo,
     parse_khz,
 )
-from servelab.hostfacts.gpu import TOPOLOGY, gpu_facts
+from servelab.hostfacts.gpu import (
+    TOPOLOGY,
+    cuda_compatibility,
+    gpu_facts,
+    list_gpus,
+    power_reading,
+    reading_facts,
+)
 from servelab.hostfacts.host import host_facts, node_facts
 from servelab.hostfacts.isa import (
     ISA_ENV,
@@ -56,12 +66,14 @@ __all__ = [
     "compare_hosts",
     "cpu_facts",
     "cpu_list",
+    "cuda_compatibility",
     "describe_isa",
     "difference_names",
     "gpu_facts",
     "host_facts",
     "host_qualifier",
     "isa_class",
+    "list_gpus",
     "node_facts",
     "numa_nodes",
     "parse_cfs",
@@ -69,5 +81,7 @@ __all__ = [
     "parse_cpuinfo",
     "parse_isa_probe",
     "parse_khz",
+    "power_reading",
+    "reading_facts",
     "runtime_isa",
 ]

@@ -1,16 +1,29 @@
-"""GPU facts through NVML: each GPU's model, memory, clocks, power limit, modes, PCIe and NVLink,
-the driver and its CUDA version, and the topology between GPUs.
+"""GPU facts through NVML: each GPU's model, UUID, PCI bus id, memory, clocks, power limit,
+modes, PCIe and NVLink, what its power and energy readings are, the driver and the newest CUDA
+it supports, and the topology between GPUs; `list_gpus`, the host's GPUs for choosing a
+container's; `cuda_compatibility`, the driver against an image's CUDA.
 
-`gpu_facts` never raises: without pynvml, NVML or a GPU it says why in gpu_reason, and one
+`gpu_facts` and `list_gpus` never raise: without pynvml, NVML or a GPU they say why, and one
 query a GPU does not support loses that one fact (None).
+
+What NVML's readings are (its documentation): nvmlDeviceGetPowerUsage is the power averaged
+over the last second on Ampere GPUs other than GA100 and on every newer architecture (compute
+capability 8.6 and up: A10, L4, L40, H100, H200, B200, ...), and the instantaneous power on
+GA100 (A100, compute capability 8.0) and older GPUs; nvmlDeviceGetTotalEnergyConsumption
+(Volta and newer) counts mJ since the driver loaded and is updated every 20-100 ms, so the
+energy of a window is uncertain by up to about one update (0.1 s) of the GPU's power: about 2%
+of a 5 s point.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from servelab.hostfacts.gpuids import GpuListing, NvmlGpu
+
+T = TypeVar("T")
 TOPOLOGY = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
 
 
@@ -20,6 +33,47 @@ def _text(v: Any) -> str:
 
 def _cuda_version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+# nvmlDeviceGetTotalEnergyConsumption's update period on the GPUs that have the counter
+ENERGY_COUNTER_UPDATE_MS = (20, 100)
+AVERAGE_1S = "average_1s"  # nvmlDeviceGetPowerUsage: power averaged over the last second
+INSTANTANEOUS = "instantaneous"  # nvmlDeviceGetPowerUsage: the power now
+
+
+def _capability(cc: str | None) -> tuple[int, int] | None:
+    try:
+        major, minor = str(cc).split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def power_reading(compute_capability: str | None) -> str | None:
+    """What nvmlDeviceGetPowerUsage reads on a GPU of this compute capability ("9.0"):
+    AVERAGE_1S from 8.6 up (Ampere other than GA100, Ada, Hopper, Blackwell), INSTANTANEOUS
+    below (GA100/A100 is 8.0, Volta 7.0, Turing 7.5); None when unknown."""
+    cc = _capability(compute_capability)
+    if cc is None:
+        return None
+    return AVERAGE_1S if cc >= (8, 6) else INSTANTANEOUS
+
+
+def energy_counter_update_ms(compute_capability: str | None) -> list[int] | None:
+    """[20, 100]: how often NVML's total energy counter is updated, on Volta (7.0) and newer;
+    None before Volta (no counter) or when the compute capability is unknown."""
+    cc = _capability(compute_capability)
+    if cc is None or cc < (7, 0):
+        return None
+    return list(ENERGY_COUNTER_UPDATE_MS)
+
+
+def reading_facts(compute_capability: str | None) -> dict[str, Any]:
+    """A GPU's `power_reading` and `energy_counter_update_ms` (see the module's docstring)."""
+    return {
+        "power_reading": power_reading(compute_capability),
+        "energy_counter_update_ms": energy_counter_update_ms(compute_capability),
+    }
 
 
 class _Query:
@@ -60,6 +114,8 @@ def _gpu(q: _Query, h: Any, index: int) -> dict[str, Any]:
     return {
         "index": index,
         "name": q("nvmlDeviceGetName", h, convert=_text),
+        "uuid": q("nvmlDeviceGetUUID", h, convert=_text),
+        "pci_bus_id": q("nvmlDeviceGetPciInfo", h, convert=lambda v: _text(v.busId)),
         "vbios": q("nvmlDeviceGetVbiosVersion", h, convert=_text),
         "compute_capability": cc,
         "memory_total_bytes": total,
@@ -79,6 +135,7 @@ def _gpu(q: _Query, h: Any, index: int) -> dict[str, Any]:
         "pcie_gen": q("nvmlDeviceGetCurrPcieLinkGeneration", h, convert=int),
         "pcie_width": q("nvmlDeviceGetCurrPcieLinkWidth", h, convert=int),
         "nvlinks_active": _nvlinks(q, h),
+        **reading_facts(cc),
     }
 
 
@@ -101,41 +158,143 @@ def _topology(q: _Query, handles: list[Any]) -> list[dict[str, Any]]:
     return pairs
 
 
-def gpu_facts(nvml: Any = None) -> dict[str, Any]:
-    """{"gpus": [...], "gpu_reason": why there are none or None, "cuda": the driver's CUDA
-    version, "gpu_topology": [per pair of GPUs]}. `nvml` replaces the pynvml module (tests)."""
-    out: dict[str, Any] = {"gpus": [], "gpu_reason": None, "cuda": None, "gpu_topology": []}
+def _with_nvml(nvml: Any, use: Callable[[_Query, list[Any]], T]) -> T | str:
+    """`use(query, handles)` with NVML initialized and shut down after; or why it cannot run:
+    no pynvml, no NVML, no GPU. `nvml` replaces the pynvml module (tests)."""
     if nvml is None:
         try:
             nvml = importlib.import_module("pynvml")
         except ImportError:
-            out["gpu_reason"] = "nvidia-ml-py is not installed (no module pynvml)"
-            return out
+            return "nvidia-ml-py is not installed (no module pynvml)"
     try:
         nvml.nvmlInit()
     except Exception as exc:
-        out["gpu_reason"] = f"NVML unavailable: {_text(exc)}"
-        return out
+        return f"NVML unavailable: {_text(exc)}"
     try:
-        q = _Query(nvml)
         try:
             count = int(nvml.nvmlDeviceGetCount())
             handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         except Exception as exc:
-            out["gpu_reason"] = f"NVML could not list the GPUs: {_text(exc)}"
-            return out
+            return f"NVML could not list the GPUs: {_text(exc)}"
         if not handles:
-            out["gpu_reason"] = "NVML found no GPU"
-            return out
-        driver = q("nvmlSystemGetDriverVersion", convert=_text)
-        cuda = q("nvmlSystemGetCudaDriverVersion", convert=lambda v: _cuda_version(int(v)))
-        out["cuda"] = cuda
-        for i, h in enumerate(handles):
-            out["gpus"].append({**_gpu(q, h, i), "driver": driver, "cuda_driver": cuda})
-        out["gpu_topology"] = _topology(q, handles)
-        return out
+            return "NVML found no GPU"
+        return use(_Query(nvml), handles)
     finally:
         try:
             nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _driver(q: _Query) -> tuple[str | None, str | None]:
+    """The driver's version and the newest CUDA it supports (nvmlSystemGetCudaDriverVersion)."""
+    driver = q("nvmlSystemGetDriverVersion", convert=_text)
+    return driver, q("nvmlSystemGetCudaDriverVersion", convert=lambda v: _cuda_version(int(v)))
+
+
+def gpu_facts(nvml: Any = None) -> dict[str, Any]:
+    """{"gpus": [...], "gpu_reason": why there are none or None, "cuda": the newest CUDA the
+    driver supports, "gpu_topology": [per pair of GPUs]}. `nvml` replaces the pynvml module
+    (tests)."""
+
+    def read(q: _Query, handles: list[Any]) -> dict[str, Any]:
+        driver, cuda = _driver(q)
+        return {
+            "gpus": [
+                {**_gpu(q, h, i), "driver": driver, "cuda_driver": cuda}
+                for i, h in enumerate(handles)
+            ],
+            "gpu_reason": None,
+            "cuda": cuda,
+            "gpu_topology": _topology(q, handles),
+        }
+
+    got = _with_nvml(nvml, read)
+    if isinstance(got, str):
+        return {"gpus": [], "gpu_reason": got, "cuda": None, "gpu_topology": []}
+    return got
+
+
+def list_gpus(nvml: Any = None) -> GpuListing:
+    """The host's GPUs as NVML lists them, each with its UUID, PCI bus id, name and the memory
+    in use now, and the driver; `reason` says why there are none. Never raises."""
+
+    def read(q: _Query, handles: list[Any]) -> GpuListing:
+        driver, cuda = _driver(q)
+        gpus = tuple(
+            NvmlGpu(
+                i,
+                q("nvmlDeviceGetUUID", h, convert=_text),
+                q("nvmlDeviceGetPciInfo", h, convert=lambda v: _text(v.busId)),
+                q("nvmlDeviceGetName", h, convert=_text) or "unknown GPU",
+                q("nvmlDeviceGetMemoryInfo", h, convert=lambda m: int(m.used)),
+            )
+            for i, h in enumerate(handles)
+        )
+        return GpuListing(gpus, None, driver, cuda)
+
+    got = _with_nvml(nvml, read)
+    return GpuListing(reason=got) if isinstance(got, str) else got
+
+
+# --- the driver against an image's CUDA ------------------------------------------------------
+
+COMPAT_ENV = "VLLM_ENABLE_CUDA_COMPATIBILITY"  # vLLM: load the image's CUDA forward compatibility
+NOT_NEEDED = "not_needed"  # the driver supports the image's CUDA
+MINOR_VERSION = "minor_version"  # same major release, newer minor: minor version compatibility
+NEEDED = "needed"  # a newer major release than the driver supports: forward compatibility
+UNKNOWN = "unknown"
+
+
+def _major_minor(version: str | None) -> tuple[int, int] | None:
+    parts = str(version or "").strip().split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return None
+
+
+def cuda_compatibility(
+    driver: str | None,
+    driver_cuda: str | None,
+    image_cuda: str | None,
+    image_cuda_from: str | None,
+    enabled: bool,
+) -> dict[str, Any]:
+    """The driver (`driver`, and `driver_cuda`, the newest CUDA it supports) against the CUDA an
+    image was built with (`image_cuda`, read from `image_cuda_from`), and whether the server
+    needs CUDA forward compatibility (`forward_compatibility`: NOT_NEEDED, MINOR_VERSION, NEEDED
+    or UNKNOWN); `enabled`: the launch sets VLLM_ENABLE_CUDA_COMPATIBILITY to 1 or true."""
+    have, want = _major_minor(driver_cuda), _major_minor(image_cuda)
+    out: dict[str, Any] = {
+        "driver": driver,
+        "driver_cuda": driver_cuda,
+        "image_cuda": image_cuda,
+        "image_cuda_from": image_cuda_from,
+        COMPAT_ENV.lower(): enabled,
+    }
+    if have is None or want is None:
+        missing = "the driver's CUDA version" if have is None else "the image's CUDA version"
+        return {**out, "forward_compatibility": UNKNOWN, "note": f"{missing} is not known"}
+    if want <= have:
+        note = f"driver {driver} supports CUDA {driver_cuda}, the image's CUDA {image_cuda} runs"
+        return {**out, "forward_compatibility": NOT_NEEDED, "note": note}
+    if want[0] == have[0]:
+        note = (
+            f"the image's CUDA {image_cuda} is newer than driver {driver} supports "
+            f"({driver_cuda}) within CUDA {want[0]}: it runs under minor version compatibility, "
+            "except code that needs the newer driver (PTX built by the newer toolkit); where "
+            f'that fails, set runtime.env {COMPAT_ENV}: "1"'
+        )
+        return {**out, "forward_compatibility": MINOR_VERSION, "note": note}
+    set_or_not = (
+        f"runtime.env sets {COMPAT_ENV}"
+        if enabled
+        else f'set runtime.env {COMPAT_ENV}: "1", or use an image built for CUDA {have[0]}'
+    )
+    note = (
+        f"the image's CUDA {image_cuda} is a newer major release than driver {driver} supports "
+        f"({driver_cuda}): the server needs CUDA forward compatibility (data-center GPUs only; "
+        f"the image's cuda-compat libraries, VLLM_CUDA_COMPATIBILITY_PATH): {set_or_not}"
+    )
+    return {**out, "forward_compatibility": NEEDED, "note": note}

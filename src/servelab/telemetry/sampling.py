@@ -23,8 +23,8 @@ from servelab.experiment import TelemetrySection
 from servelab.jsonio import DamagedFile, dumps, json_object_line
 from servelab.paths import TELEMETRY_FILE
 from servelab.telemetry.gpus import GpuSelection
+from servelab.telemetry.nvml import GpuSource
 from servelab.telemetry.sources import (
-    GpuSource,
     HostSource,
     RaplSource,
     Sample,

@@ -1,8 +1,13 @@
 """Container runtimes (docker, podman, apptainer): image references and command lines.
 
-Everything here is pure: it builds the exact argv that the runtime stage, the server and the
-profiling pass run, so the tests check those argv without an engine. The IO (pulling,
-inspecting, probing) is in servelab.runtime; launching and stopping in servelab.server.
+Everything here is pure but `container_run_for`, which lists the host's GPUs through NVML: it
+builds the exact argv that the runtime stage, the server and the profiling pass run, so the
+tests check those argv without an engine. The IO (pulling, inspecting, probing) is in
+servelab.runtime; launching and stopping in servelab.server.
+
+A GPU server's container gets exactly the GPUs it is meant to have, named by UUID where NVML
+lists the host's GPUs (servelab.container.gpus.choose_gpus), and records which and why
+(`ContainerRun.gpu_choice`), with the driver against the image's CUDA version.
 
 Images are pinned by digest. docker and podman run `name@sha256:<digest>` (the tag in the
 config is documentation; the digest decides). The model folder is mounted read-only at
@@ -13,13 +18,16 @@ a path means the same inside and outside.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
+from servelab.container.gpus import GpuChoice, choose_gpus, image_cuda
 from servelab.errors import ServelabError
+from servelab.hostfacts.gpu import COMPAT_ENV, cuda_compatibility, list_gpus
 
 if TYPE_CHECKING:
     from servelab.experiment import RuntimeSection
@@ -170,6 +178,7 @@ class ContainerRun:
     network: str = "publish"
     shm_size: str | None = None
     extra_args: tuple[str, ...] = ()
+    gpu_choice: GpuChoice | None = None  # how the launch chose `gpus`, and why
 
     def gpu_args(self) -> list[str]:
         if self.gpus is None:
@@ -274,20 +283,6 @@ def nsys_mount(install_dir: str, executable: str) -> tuple[Mount, str]:
     return Mount(install_dir, CONTAINER_NSYS_ROOT, True), f"{CONTAINER_NSYS_ROOT}/{rel}"
 
 
-def gpu_selection(
-    device: str, configured: Sequence[str | int] | None, cuda_visible: str | None
-) -> str | tuple[str, ...] | None:
-    """GPUs for the container: the configured list, else CUDA_VISIBLE_DEVICES (as a cluster
-    scheduler sets it), else all; None on a CPU runtime."""
-    if device != "gpu":
-        return None
-    if configured:
-        return tuple(str(g) for g in configured)
-    if cuda_visible is not None and cuda_visible.strip():
-        return tuple(g.strip() for g in cuda_visible.split(",") if g.strip())
-    return "all"
-
-
 @dataclass(frozen=True)
 class ContainerSettings:
     """runtime.* of a container config, parsed once."""
@@ -346,6 +341,20 @@ if spec is not None and spec.submodule_search_locations:
     # `vllm serve` (this entry point) reads the version of the distribution named "vllm"
     out["vllm_cli"] = (os.path.isfile(os.path.join(root, "entrypoints", "cli", "main.py"))
                        and out.get("vllm_distribution") == "vllm")
+# The CUDA the image was built with: CUDA_VERSION, which NVIDIA's CUDA base images set (e.g.
+# 12.9.1), and the CUDA its PyTorch was built for, read from torch/version.py (no import).
+out["image_cuda"] = os.environ.get("CUDA_VERSION") or None
+out["torch_cuda"] = None
+torch_spec = importlib.util.find_spec("torch")
+if torch_spec is not None and torch_spec.submodule_search_locations:
+    version_py = os.path.join(list(torch_spec.submodule_search_locations)[0], "version.py")
+    try:
+        for line in open(version_py, encoding="utf-8"):
+            if line.startswith("cuda") and "=" in line:
+                value = line.split("=", 1)[1].strip().strip("'\"")
+                out["torch_cuda"] = None if value in ("None", "") else value
+    except OSError:
+        pass
 nsys = shutil.which(sys.argv[1]) if len(sys.argv) > 1 else None
 if nsys:
     out["nsys"] = nsys
@@ -373,14 +382,15 @@ def container_run_for(
     purpose: str,
     mounts: Sequence[Mount] = (),
     gpus: bool = True,
-    cuda_visible: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> ContainerRun | None:
     """The container a server (or a helper such as `nsys export`) runs in; None for a venv.
 
     The job's model folder is mounted read-only at /model; then `mounts` (the folders the
     server writes into, at their own path, and e.g. the host's Nsight Systems, for the
     profiling pass) and runtime.mounts. Its name is the same for the same job of the same
-    results folder."""
+    results folder. A GPU server (`gpus`, runtime.device gpu) gets the GPUs `choose_gpus`
+    picks from the host's (NVML) and `environ` (the job's environment, default os.environ)."""
     if not job.runtime.in_container:
         return None
     runtime = job.runtime
@@ -393,14 +403,25 @@ def container_run_for(
         *mounts,
         *settings.mounts,
     )
+    choice = None
+    if gpus and rt.device == "gpu":
+        listing = list_gpus()
+        choice = choose_gpus(
+            rt.gpu_devices, rt.gpus, os.environ if environ is None else environ, listing
+        )
+        enabled = str(rt.env.get(COMPAT_ENV, "")).strip().lower() in ("1", "true")
+        version, source = image_cuda(runtime.doc, settings.image.tag)
+        cuda = cuda_compatibility(listing.driver, listing.driver_cuda, version, source, enabled)
+        choice = replace(choice, cuda=cuda)
     return ContainerRun(
         engine=settings.engine,
         executable=str(runtime.get("engine_executable") or settings.engine),
         image=str(runtime.get("image_ref") or settings.image.pinned),
         name=container_name(exp.name, server_config, purpose, key),
-        gpus=gpu_selection(rt.device, rt.gpu_devices, cuda_visible) if gpus else None,
+        gpus=choice.gpus if choice is not None else None,
         mounts=all_mounts,
         network=settings.network,
         shm_size=settings.shm_size,
         extra_args=settings.extra_args,
+        gpu_choice=choice,
     )
