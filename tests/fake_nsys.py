@@ -15,8 +15,11 @@ exits with it. The fake server records the capture range as cudaProfilerStart/St
 - repeat[:N]: only when the application exits.
 
 Without --capture-range the whole run is captured and the report generated at the exit.
-Generating takes $FAKE_NSYS_GENERATE_S seconds (default 0.3): the report is written under a
-temporary name, renamed, and then nsys prints "Generated:" and, on the next line, its path.
+Generating takes $FAKE_NSYS_GENERATE_S seconds (default 0.3): the report is written in place,
+in GENERATE_PIECES pieces spread over that time (a report file that exists may not be complete
+yet), and then nsys prints "Generated:" and, on the next line, its path. nsys is reported to
+buffer its output when it is not a terminal, and so does the fake: into a log file or a pipe
+those lines come only when it exits (unless FAKE_NSYS_UNBUFFERED=1, or a terminal).
 
 `export` writes an nsys-schema SQLite export in which a 2-layer model runs one forward every
 2 ms of the capture, its attention grid's y the number of requests in flight at that moment
@@ -41,6 +44,7 @@ from nsys_fixture import NsysFixture  # noqa: E402
 PERIOD_NS = 2_000_000
 VERSION = "NVIDIA Nsight Systems version 2025.5.1.121-255136380782v0"
 RANGE_ENDS = ("none", "stop", "stop-shutdown", "repeat", "repeat-shutdown")
+GENERATE_PIECES = 4
 
 
 def _option(options: list[str], name: str) -> str | None:
@@ -59,18 +63,44 @@ def _read_range(output: str) -> dict[str, Any] | None:
 
 
 def _generate(output: str, rng: dict[str, Any], end_ns: int) -> None:
-    """Write the report (temporary name, then renamed) and say so, as nsys does."""
-    time.sleep(float(os.environ.get("FAKE_NSYS_GENERATE_S", "0.3")))
+    """Write the report in place, piece by piece, and say so, as nsys does (buffered when
+    the output is not a terminal)."""
+    pause = float(os.environ.get("FAKE_NSYS_GENERATE_S", "0.3")) / GENERATE_PIECES
     report = {
         "start_ns": rng["start_ns"],
         "end_ns": rng.get("end_ns") or end_ns,
         "requests": rng.get("requests") or [],
     }
+    text = json.dumps(report).encode("utf-8")
     final = Path(output + ".nsys-rep")
-    part = final.with_name(final.name + ".partial")
-    part.write_text(json.dumps(report), encoding="utf-8")
-    part.rename(final)
-    print(f"Generating '{output}.qdstrm'\nGenerated:\n    {final}", flush=True)
+    step = -(-len(text) // GENERATE_PIECES)
+    with open(final, "wb") as fh:
+        for i in range(GENERATE_PIECES):
+            time.sleep(pause)
+            fh.write(text[i * step : (i + 1) * step])
+            fh.flush()
+    _say(f"Generating '{output}.qdstrm'\nGenerated:\n    {final}")
+
+
+# What nsys has printed into its output buffer and not yet written out: a C++ program's
+# stdout buffer, which PYTHONUNBUFFERED (the server's launch sets it) does not change.
+_HELD: list[str] = []
+
+
+def _say(text: str) -> None:
+    """Print as nsys does: at once on a terminal (or with FAKE_NSYS_UNBUFFERED=1), else held
+    until the fake exits."""
+    if os.environ.get("FAKE_NSYS_UNBUFFERED") == "1" or sys.stdout.isatty():
+        print(text, flush=True)
+    else:
+        _HELD.append(text)
+
+
+def _flush() -> None:
+    for text in _HELD:
+        print(text)
+    _HELD.clear()
+    sys.stdout.flush()
 
 
 def profile(args: list[str]) -> int:
@@ -114,6 +144,7 @@ def profile(args: list[str]) -> int:
             rng = {"start_ns": started_ns}
         if rng is not None:
             _generate(output, rng, time.time_ns())
+    _flush()
     return code
 
 

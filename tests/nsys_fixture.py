@@ -5,9 +5,11 @@ NOT NULL, the unquoted `end` column). Tables are created lazily, as nsys does: a
 rows is left out. `ts="epoch"` writes timestamps as `nsys export --ts-normalize` does (UTC epoch
 nanoseconds); the default counts from the session start.
 
-As a real export: TARGET_INFO_GPU lists every GPU of the host, used or not, and
+As a real export: TARGET_INFO_GPU lists every GPU nsys sees, used or not (the host's; inside a
+container only the container's, numbered from 0: `container_gpu`), each with its UUID, and
 TARGET_INFO_CUDA_DEVICE maps each process's CUDA device id (the kernel table's deviceId) to
-one of them (by default CUDA device i is GPU i); every kernel has a demangled name (a
+one of them, with the same UUID (by default CUDA device i is GPU i); every kernel has a
+demangled name (a
 template instantiation; `Kernel.demangled`, or one made from its short name), a short name and
 a mangled name; every launch has its CUDA API call in CUPTI_ACTIVITY_KIND_RUNTIME on the
 launching thread, with the kernel's correlationId (one cudaGraphLaunch per graph replay);
@@ -214,6 +216,12 @@ class NsysFixture:
     strings: dict[str, int] = field(default_factory=dict)
     # TARGET_INFO_CUDA_DEVICE rows (gpuId, cudaId, pid); None: CUDA device i is GPU i
     cuda_devices: Sequence[tuple[int, int, int]] | None = None
+    # TARGET_INFO_GPU.id -> its UUID (None: no UUID); absent ids: gpu_uuid(id)
+    uuids: dict[int, str | None] = field(default_factory=dict)
+    sm_count: int = 132
+
+    def uuid(self, gid: int) -> str | None:
+        return self.uuids[gid] if gid in self.uuids else gpu_uuid(gid)
 
     def string(self, value: str) -> int:
         if value not in self.strings:
@@ -274,17 +282,17 @@ class NsysFixture:
         if self.gpus and make("TARGET_INFO_GPU"):
             for gid, name in self.gpus:
                 con.execute(
-                    "INSERT INTO TARGET_INFO_GPU (vmId, id, name, busLocation, smCount, "
-                    "computeMajor, computeMinor) VALUES (0, ?, ?, ?, 132, 9, 0)",
-                    (gid, name, f"0000:{gid + 1:02x}:00.0"),
+                    "INSERT INTO TARGET_INFO_GPU (vmId, id, name, busLocation, smCount, uuid, "
+                    "computeMajor, computeMinor) VALUES (0, ?, ?, ?, ?, ?, 9, 0)",
+                    (gid, name, f"0000:{gid + 1:02x}:00.0", self.sm_count, self.uuid(gid)),
                 )
         cuda = self.cuda_devices
         if cuda is None:
             cuda = [(gid, gid, PID) for gid, _ in self.gpus]
         if cuda and make("TARGET_INFO_CUDA_DEVICE"):
             con.executemany(
-                "INSERT INTO TARGET_INFO_CUDA_DEVICE VALUES (?, ?, ?, ?, 132)",
-                [(g, c, p, f"GPU-{g:08x}-fixture") for g, c, p in cuda],
+                "INSERT INTO TARGET_INFO_CUDA_DEVICE VALUES (?, ?, ?, ?, ?)",
+                [(g, c, p, self.uuid(g), self.sm_count) for g, c, p in cuda],
             )
         corr = [
             k.correlation if k.correlation is not None else i + 1
@@ -367,6 +375,18 @@ class NsysFixture:
         con.commit()
         con.close()
         return path
+
+
+def gpu_uuid(index: int) -> str:
+    """The UUID of the host's GPU `index`, as NVML writes it (`GPU-` and 32 hex digits; the
+    format of tests/telemetry_fakes.fake_uuid, so the telemetry fakes' GPU i is this one)."""
+    return f"GPU-5e1ab{index:03x}-7d2c-4f1e-9a3b-{0xC0FFEE000000 + index:012x}"
+
+
+def container_gpu(host_index: int, name: str = "NVIDIA H100 80GB HBM3") -> NsysFixture:
+    """An export of a server in a container given the host's GPU `host_index` alone: nsys sees
+    that one GPU and lists it with id 0 (its CUDA device 0), under the host GPU's UUID."""
+    return NsysFixture(gpus=((0, name),), uuids={0: gpu_uuid(host_index)})
 
 
 LAUNCH_API = "cudaLaunchKernel_v7000"
@@ -539,3 +559,113 @@ def scenario_windows(ts_epoch: bool = True) -> list[dict[str, object]]:
             "concurrency": 2,
         },
     ]
+
+
+# --- one study, two attention kernels ------------------------------------------------------
+#
+# The same forwards run by FlashAttention-2 (an A100) and by FlashAttention-3 (an H100), on a
+# 4-layer model with 8 heads, at concurrency 4, 8 and 16; every forward is one vLLM step and
+# its NVTX range says how many requests it holds (the step's population). Per window: 3 fill
+# forwards that admit requests (mixed: a prefill with decodes), a steady run at the
+# concurrency where every 4th forward is mixed, 2 drain forwards (decode). c0016's window
+# begins inside a decode forward: its last STUDY_CUT layers fall in the window and the analysis
+# must align them away.
+#
+# FA2 (flash_api.cpp, vllm-flash-attn's varlen split-KV kernel): grid (9, B, 8) on forwards
+# that hold a prefill (Is_causal true), (1, B, 8) on decode-only ones (Is_causal false): gridY
+# is the batch B. FA3 (hopper/tile_scheduler.hpp: VarlenDynamicPersistentTileScheduler::
+# get_grid_shape returns {num_sm}): every launch has grid (132, 1, 1), the H100's SM count,
+# whatever the batch; the two code paths are two instantiations of cutlass::device_kernel<
+# flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<...>>> (Is_causal true / false). The
+# population is then only in the step ranges. Launch times are the same in both: a mixed
+# launch 5 us + 0.5 us x B^2 (it grows faster than the tokens: C8 -> C16 localises to it), a
+# decode launch 8 us + 0.1 us per sequence.
+
+STUDY_LAYERS = 4
+STUDY_HEADS = 8
+STUDY_CUT = 3
+STUDY_PROMPT = 96  # tokens of the prefill in a mixed forward
+H100_SMS = 132
+STUDY_LEVELS = {"c0004": 4, "c0008": 8, "c0016": 16}
+STUDY_STEADY = 24
+STUDY_GAP_NS = 120_000  # between forwards (the engine's CPU work)
+
+
+def fa3_fwd(causal: bool) -> str:
+    """FlashAttention-3's forward kernel as cutlass wraps it (varlen, persistent scheduler)."""
+    flags = ", ".join("true" if f else "false" for f in (causal, False, False, True))
+    return (
+        "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<"
+        "flash::CollectiveMainloopFwdSm90<2, cute::tuple<cute::C<1>, cute::C<1>, cute::C<1>>, "
+        "cute::tuple<cute::C<128>, cute::C<176>, cute::C<128>>, 128, cutlass::bfloat16_t, "
+        f"float, cutlass::arch::Sm90, {flags}, true, false, true, false>, "
+        "flash::CollectiveEpilogueFwd<cute::tuple<cute::C<128>>, cute::tuple<cute::C<1>>, 128, "
+        "cutlass::bfloat16_t, cutlass::arch::Sm90, 256, true, true, false, false>, "
+        "flash::VarlenDynamicPersistentTileScheduler<128, 176, 256, 128, false, true, true, "
+        "true, true>>>>(T1::Params)"
+    )
+
+
+def study_launch_ns(mixed: bool, batch: int) -> int:
+    return 5_000 + 500 * batch * batch if mixed else 8_000 + 100 * batch
+
+
+def _study_forward(
+    fx: NsysFixture, t: int, batch: int, mixed: bool, kernel: str, layers: range
+) -> int:
+    """One forward from t (only `layers` of it), inside its step range; returns its end."""
+    tokens = STUDY_PROMPT + batch - 1 if mixed else batch
+    attn = study_launch_ns(mixed, batch)
+    layer_ns = 10_000 + 10 * tokens + attn + 2_000 + 8_000
+    s = t
+    for _ in layers:
+        fx.kernel(s, 10_000 + 10 * tokens, "nvjet_gemm", grid=(32, 4, 1))
+        s += 10_000 + 10 * tokens
+        if kernel == "fa2":
+            fx.kernel(s, attn, "flash_fwd_splitkv_kernel",
+                      grid=(9 if mixed else 1, batch, STUDY_HEADS), demangled=fa2_splitkv(mixed))  # fmt: skip
+        else:
+            fx.kernel(s, attn, "device_kernel", grid=(H100_SMS, 1, 1), demangled=fa3_fwd(mixed))
+        s += attn
+        fx.kernel(s, 2_000, "triton_poi_fused_mul_silu_0", grid=(64, 1, 1))
+        fx.kernel(s + 2_000, 8_000, "nvjet_gemm", grid=(16, 4, 1))
+        s += 10_000
+    ctx, gen = (1, batch - 1) if mixed else (0, batch)
+    name = f"execute_context_{ctx}({STUDY_PROMPT if mixed else 0})_generation_{gen}({gen})"
+    start = t - 20_000 - (STUDY_LAYERS - len(layers)) * layer_ns
+    fx.ranges.append(step_range(start, s, name))
+    return s
+
+
+def attention_study(kernel: str) -> tuple[NsysFixture, list[dict[str, object]]]:
+    """The study as `kernel` ("fa2": A100, FlashAttention-2; "fa3": H100, FlashAttention-3)
+    runs it: the export and its windows (epoch clock)."""
+    gpu = "NVIDIA A100-SXM4-80GB" if kernel == "fa2" else "NVIDIA H100 80GB HBM3"
+    fx = NsysFixture(gpus=((0, gpu),), sm_count=108 if kernel == "fa2" else H100_SMS)
+    windows: list[dict[str, object]] = []
+    t = 1_000_000
+    for label, level in STUDY_LEVELS.items():
+        plan = [(max(1, level * k // 4), True) for k in (1, 2, 3)]
+        plan += [(level, j % 4 == 3) for j in range(STUDY_STEADY)]
+        plan += [(max(1, level // 2), False), (max(1, level // 4), False)]
+        start = t
+        if label == "c0016":  # a decode forward cut by the window's start
+            cut = range(STUDY_LAYERS - STUDY_CUT, STUDY_LAYERS)
+            t = _study_forward(fx, t, level, False, kernel, cut) + STUDY_GAP_NS
+        tokens = 0
+        for batch, mixed in plan:
+            t = _study_forward(fx, t, batch, mixed, kernel, range(STUDY_LAYERS)) + STUDY_GAP_NS
+            tokens += batch
+        windows.append(
+            {
+                "label": label,
+                "start_ns": SESSION_START + start,
+                "end_ns": SESSION_START + t,
+                "clock": "epoch",
+                "output_tokens": tokens,
+                "concurrency": level,
+                "requests": 2 * level,
+            }
+        )
+        t += 50_000_000
+    return fx, windows

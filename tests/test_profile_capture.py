@@ -20,7 +20,14 @@ import pytest
 import yaml
 from aiohttp import web
 from experiment_fixtures import MakeJob, capture_job, measure_job
-from nsys_fixture import LAYERS, model_config, scenario, scenario_windows, windows_file
+from nsys_fixture import (
+    LAYERS,
+    gpu_uuid,
+    model_config,
+    scenario,
+    scenario_windows,
+    windows_file,
+)
 from workflow_env import snakemake_env
 
 from servelab.config import load, validate
@@ -121,19 +128,11 @@ def test_gpu_config_runs_the_server_under_nsys(tmp_path: Path) -> None:
     assert cmd[cmd.index("--max-num-seqs") + 1] == "8" and cmd[cmd.index("--port") + 1] == "8123"
     assert launch.env["HF_HUB_OFFLINE"] == "1" and "VLLM_TORCH_CUDA_PROFILE" not in launch.env
     assert launch.env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"  # vLLM's guide, with nsys
-    # an older vLLM, without --profiler-config: the environment variable instead
-    old = launch_of(
-        cfg,
-        tmp_path,
-        "max-num-seqs-8",
-        "nsys",
-        interface="env",
-        nsys="nsys",
-        port=8123,
-    )
-    assert "--profiler-config" not in old.command()
-    assert old.env["VLLM_TORCH_CUDA_PROFILE"] == "1"
-    assert old.env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    # a vLLM without --profiler-config: no environment variable starts its CUDA profiler any
+    # more (VLLM_TORCH_CUDA_PROFILE is gone), so nsys cannot drive a capture range there
+    with pytest.raises(ServelabError, match=r"^profile.tool nsys: the runtime's vLLM has no "
+                       r"--profiler-config .*or profile.tool torch$"):  # fmt: skip
+        launch_of(cfg, tmp_path, "max-num-seqs-8", "nsys", interface="env", nsys="nsys", port=8123)
 
 
 def test_cpu_capture_is_bounded(tmp_path: Path) -> None:
@@ -262,12 +261,21 @@ def test_analyze_capture_reads_the_capture_layout(tmp_path: Path, make_job: Make
             }
         )
     )
+    # the sweep's telemetry of the configuration sampled host GPU 3 (NVML index 3)
+    point = tmp_path / "raw" / "max-num-seqs-8" / "rep01" / "c0008" / "point.json"
+    point.parent.mkdir(parents=True)
+    sampled = {"device": 3, "uuid": gpu_uuid(3), "name": "NVIDIA H100 80GB HBM3"}
+    point.write_text(json.dumps({"telemetry": {"gpu": {"devices": [sampled]}}}))
     job = make_job(cfg, model_dir=tmp_path)
     prof = analyze_capture(job.exp.profile, job.paths, "max-num-seqs-8", job.model_dir)
     assert prof["server_config"] == "max-num-seqs-8" and prof["tool"] == "nsys"
     assert prof["settings"]["layers_source"] == "model config.json"
     assert prof["windows"]["c0002"]["steady"]["population_mean"] == 2.0
     jsonschema.validate(prof, SCHEMA)
+    # the trace's GPU 3 (the one that ran the kernels) is the telemetry's GPU 3, by UUID
+    gpus = {g["id"]: g for g in prof["trace"]["gpus"]}
+    assert (gpus["3"]["telemetry_device"], gpus["3"]["matched_by"]) == (3, "uuid")
+    assert gpus["0"]["telemetry_device"] is None and len(gpus) == 8
     assert "| c0001 | c0002 | 2 | 1.4 |" in (out / "profile.md").read_text()
 
 
@@ -452,7 +460,9 @@ def capture_with_fakes(tmp_path: Path, cfg: dict[str, Any], model: Path, fakepy:
     )
 
 
-def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
+def test_gpu_path_end_to_end_with_fake_nsys_and_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The nsys capture flow (server under `nsys profile`, one capture range driven by
     /start_profile and /stop_profile, the report nsys says it generated, `nsys export`,
     analysis) against tests/fake_nsys.py and tests/fake_vllm_server.py: no GPU, no vLLM, and
@@ -460,6 +470,7 @@ def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
     fake_install(tmp_path, "2024.6.1")
     nsys = fake_install(tmp_path, "2025.5.1")
     cfg, model, fakepy = fake_gpu_setup(tmp_path)
+    monkeypatch.setenv("FAKE_NSYS_UNBUFFERED", "1")  # its "Generated:" line reaches the log
     rec = capture_with_fakes(tmp_path, cfg, model, fakepy)
     out = tmp_path / "profile" / "fake"
     assert rec["status"] == "profiled" and rec["tool"] == "nsys"
@@ -469,6 +480,7 @@ def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
     assert rec["nsys"]["host"]["found_by"] == "install folder"
     # written at the end of the capture range, while the server ran: not at its exit
     assert rec["nsys_report"]["generated"] == "range end"
+    assert rec["nsys_report"]["found_by"] == "log line"
     assert rec["nsys_report"]["path"] == "nsys/profile.nsys-rep"
     assert rec["command"][rec["command"].index("--profiler-config") + 1] == '{"profiler": "cuda"}'
     assert rec["env"]["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
@@ -487,6 +499,54 @@ def test_gpu_path_end_to_end_with_fake_nsys_and_server(tmp_path: Path) -> None:
     assert 0 < c1["active_fraction"]["0"] < 0.2
     assert c2["families"]["attention"]["calls"] >= 2 * c2["forwards"]["count"]
     assert prof["ratios"][0]["population_ratio"] == 2.0
+    assert not c1["no_kernel_activity"] and not c2["no_kernel_activity"]
+
+
+def test_nsys_points_are_apart_and_windows_json_says_what_the_client_emitted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The nsys points of one capture range run POINT_GAP_S apart (a kernel at a window's
+    edge lands in no window, not in the neighbour's), windows.json records the gap, and its
+    `client_nvtx_emitted` cannot be read as if the trace held the client's ranges."""
+    monkeypatch.setenv("FAKE_NSYS_UNBUFFERED", "1")
+    fake_install(tmp_path, "2025.5.1")
+    cfg, model, fakepy = fake_gpu_setup(tmp_path)
+    rec = capture_with_fakes(tmp_path, cfg, model, fakepy)
+    assert rec["status"] == "profiled", rec.get("reason")
+    doc = json.loads((tmp_path / "profile" / "fake" / "windows.json").read_text())
+    gap = capture.POINT_GAP_S
+    assert gap >= 1.0 and doc["point_gap_s"] == gap
+    assert "nvtx" not in doc and doc["client_nvtx_emitted"] is capture.nvtx_available()
+    w1, w2 = doc["windows"]
+    assert w2["start_ns"] - w1["end_ns"] >= gap * 1e9
+    windows_schema = json.loads((REPO / "src/servelab/schemas/windows.schema.json").read_text())
+    jsonschema.validate(doc, windows_schema)
+    described = windows_schema["properties"]["client_nvtx_emitted"]["description"]
+    assert "Not whether a trace holds them" in described
+
+
+def test_a_buffered_generated_line_does_not_hold_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nsys's output goes to the server log through a pipe and is buffered: its
+    "Generated:" line comes only when it exits. The report is taken once its file has settled
+    (written in pieces over 2 s by the fake), at the range end, while the server runs: not
+    after profile.report_timeout_s (60 s here) and a stop."""
+    from servelab.profile import nsys_report
+
+    monkeypatch.setattr(nsys_report, "REPORT_SETTLE_S", 1.0)
+    monkeypatch.setenv("FAKE_NSYS_GENERATE_S", "2")
+    fake_install(tmp_path, "2025.5.1")
+    cfg, model, fakepy = fake_gpu_setup(tmp_path, report_timeout_s=60)
+    t0 = time.monotonic()
+    rec = capture_with_fakes(tmp_path, cfg, model, fakepy)
+    assert rec["status"] == "profiled", rec.get("reason")
+    report = rec["nsys_report"]
+    assert (report["generated"], report["found_by"]) == ("range end", "settled file")
+    assert 2.0 <= report["wait_s"] < 20 and time.monotonic() - t0 < 50
+    log = (tmp_path / "profile" / "fake" / "server.log").read_text()
+    assert "Generated:" in log  # flushed at nsys's exit, after the report was taken
+    assert rec["traces"] == ["nsys/profile.nsys-rep", "nsys/profile.sqlite"]
 
 
 def test_a_report_written_only_at_exit_is_waited_for_at_the_stop(

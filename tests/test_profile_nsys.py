@@ -20,6 +20,7 @@ from nsys_fixture import (
     LAYERS,
     SESSION_START,
     NsysFixture,
+    gpu_uuid,
     model_config,
     scenario,
     scenario_windows,
@@ -526,7 +527,9 @@ def test_gpu_ids_through_target_info_cuda_device(
     prof = run_cli(tmp_path, trace, windows, "--model-config", str(cfg))
     assert prof["trace"]["device_map"] == {
         "source": "TARGET_INFO_CUDA_DEVICE",
-        "cuda_devices": [{"pid": 4242, "cuda_id": 0, "gpu_id": 3}],
+        "cuda_devices": [
+            {"pid": 4242, "cuda_id": 0, "gpu_id": 3, "uuid": gpu_uuid(3), "by": "uuid"}
+        ],
     }
     assert len(prof["trace"]["devices"]) == 8
     for w in prof["windows"].values():
@@ -534,6 +537,14 @@ def test_gpu_ids_through_target_info_cuda_device(
     rows = list(csv.DictReader((tmp_path / "out" / "active_fraction.csv").open()))
     assert {r["device"] for r in rows} == {"3"}
     assert not any("TARGET_INFO_CUDA_DEVICE" in n for n in prof["notes"])
+
+    # the table's gpuId disagrees with its UUID: the UUID names the GPU
+    con = sqlite3.connect(trace)
+    con.execute("UPDATE TARGET_INFO_CUDA_DEVICE SET gpuId = 5")
+    con.commit()
+    con.close()
+    prof = run_cli(tmp_path / "by-uuid", trace, windows, "--layers", "3")
+    assert list(prof["windows"]["c0001"]["active_fraction"]) == ["3"]
 
     # an older export without the table: deviceId is taken as the GPU id, and a note says so
     old = scenario().write(tmp_path / "old.sqlite", omit={"TARGET_INFO_CUDA_DEVICE"})
@@ -675,13 +686,15 @@ def test_vllm_steps_that_disagree_with_the_forwards(tmp_path: Path) -> None:
 def test_what_the_trace_holds_of_the_client_nvtx(tmp_path: Path) -> None:
     """The client's NVTX ranges are emitted on the host, outside the server's nsys session:
     the analysis records what the trace holds, and says why windows then come from wall-clock
-    anchors (windows.json's `nvtx` only says the client emitted them)."""
+    anchors (windows.json's `client_nvtx_emitted` only says the client emitted them)."""
     fx = scenario()
     fx.ranges = [r for r in fx.ranges if r.domain != "servelab"]
     trace = fx.write(tmp_path / "t.sqlite")
     rows = scenario_windows()
     windows = tmp_path / "w.json"
-    windows.write_text(json.dumps({"format_version": 1, "nvtx": True, "windows": rows}))
+    windows.write_text(
+        json.dumps({"format_version": 1, "client_nvtx_emitted": True, "windows": rows})
+    )
     prof = analyze_trace([trace], load_windows(windows), TraceOptions(layers=3)).profile
     assert prof["trace"]["nvtx"]["client_ranges"] == {}
     assert {w["source"] for w in prof["windows"].values()} == {"wallclock"}
@@ -795,3 +808,113 @@ def test_a_path_below_the_minimum_is_marked(tmp_path: Path) -> None:
     assert (p["forwards"], p["below_minimum"]) == (MIN_STEADY_FORWARDS - 1, True)
     assert "| w | 1x*x8 | 4 |" in (out / "profile.md").read_text()
     assert f"{MIN_STEADY_FORWARDS - 1} (below minimum)" in (out / "profile.md").read_text()
+
+
+# --- GPUs matched to the telemetry's by UUID -----------------------------------------------
+
+
+def container_trace(tmp_path: Path, uuid: str | None) -> Path:
+    """A server in a container given the host's GPU 3 alone: nsys lists it with id 0, under
+    `uuid` (the host GPU's, or None: an export without it)."""
+    from nsys_fixture import container_gpu
+
+    fx = container_gpu(3)
+    fx.uuids[0] = uuid
+    for i in range(4):
+        for layer in range(2):
+            fx.kernel(1_000_000 + i * 100_000 + layer * 20_000, 5_000, "flash_fwd_kernel",
+                      grid=(1, 1 + i % 2, 8))  # fmt: skip
+    return fx.write(tmp_path / "t.sqlite", omit={"NVTX_EVENTS"})
+
+
+def test_a_container_gpu_is_matched_to_the_telemetry_by_uuid(tmp_path: Path) -> None:
+    """Inside a container given one GPU, nsys lists that GPU with id 0 whichever GPU of the
+    host it is: the trace's GPU is matched to the telemetry's by UUID (GPU 3 of the host,
+    NVML index 3), never taken for the host's GPU 0."""
+    from servelab.profile.gpumatch import TelemetryGpu
+
+    trace = container_trace(tmp_path, gpu_uuid(3))
+    con = sqlite3.connect(trace)
+    assert con.execute("SELECT id, uuid FROM TARGET_INFO_GPU").fetchall() == [(0, gpu_uuid(3))]
+    w = parse_windows(
+        {"windows": [{"label": "w", "start_ns": 0, "end_ns": 2_000_000, "clock": "trace"}]},
+        "test",
+    )
+    # the telemetry sampled host GPUs 0 and 3 (NVML indices), named by their UUIDs (upper
+    # case, without the GPU- prefix for GPU 3: compared as the same UUID)
+    sampled = (
+        TelemetryGpu(0, gpu_uuid(0), "NVIDIA H100 80GB HBM3"),
+        TelemetryGpu(3, gpu_uuid(3)[4:].upper(), "NVIDIA H100 80GB HBM3"),
+    )
+    res = analyze_trace([trace], w, TraceOptions(layers=2, telemetry_gpus=sampled))
+    prof = res.profile
+    jsonschema.validate(prof, SCHEMA)
+    assert prof["trace"]["gpus"] == [
+        {
+            "id": "0",
+            "name": "NVIDIA H100 80GB HBM3",
+            "uuid": gpu_uuid(3),
+            "telemetry_device": 3,
+            "matched_by": "uuid",
+        }
+    ]
+    assert not any("trace GPU" in n for n in prof["notes"])
+    from servelab.profile.report import write_profile
+
+    write_profile(tmp_path / "out", prof, res)
+    assert (
+        f"GPUs that ran kernels (the trace's ids): 0 = {gpu_uuid(3)}, the telemetry's GPU 3 "
+        "(by uuid)." in (tmp_path / "out" / "profile.md").read_text()
+    )
+
+    # the telemetry sampled other GPUs (another node): not matched, and said
+    other = (TelemetryGpu(1, gpu_uuid(1)),)
+    prof = analyze_trace([trace], w, TraceOptions(layers=2, telemetry_gpus=other)).profile
+    assert prof["trace"]["gpus"][0]["telemetry_device"] is None
+    assert any(f"trace GPU 0 ({gpu_uuid(3)}) is none of the GPUs" in n for n in prof["notes"])
+
+
+def test_a_gpu_without_uuid_falls_back_to_its_id_and_says_so(tmp_path: Path) -> None:
+    from servelab.profile.gpumatch import TelemetryGpu
+
+    trace = container_trace(tmp_path, None)
+    w = parse_windows(
+        {"windows": [{"label": "w", "start_ns": 0, "end_ns": 2_000_000, "clock": "trace"}]},
+        "test",
+    )
+    sampled = (TelemetryGpu(0, gpu_uuid(0)), TelemetryGpu(3, gpu_uuid(3)))
+    prof = analyze_trace([trace], w, TraceOptions(layers=2, telemetry_gpus=sampled)).profile
+    (gpu,) = prof["trace"]["gpus"]
+    assert (gpu["uuid"], gpu["telemetry_device"], gpu["matched_by"]) == (None, 0, "id")
+    assert any("trace GPU 0 has no UUID in the export" in n and "by its id" in n
+               for n in prof["notes"])  # fmt: skip
+
+
+# --- windows that hold no kernel activity -------------------------------------------------
+
+
+def test_a_window_without_kernel_activity_is_flagged(tmp_path: Path) -> None:
+    """A window in the idle gap between c0001 and c0002 (as a point whose window was mapped
+    wrongly would be): flagged, with a note; the windows that ran kernels are not."""
+    from nsys_fixture import C1_START, FORWARD_PERIOD
+
+    trace = scenario().write(tmp_path / "t.sqlite")
+    rows = scenario_windows()
+    gap_start = SESSION_START + C1_START + 4 * FORWARD_PERIOD
+    rows.insert(1, {"label": "c0009", "start_ns": gap_start, "end_ns": gap_start + 500_000,
+                    "clock": "epoch", "output_tokens": 9})  # fmt: skip
+    windows = windows_file(tmp_path / "w.json", rows)
+    res = analyze_trace([trace], load_windows(windows), TraceOptions(layers=3))
+    prof = res.profile
+    jsonschema.validate(prof, SCHEMA)
+    flags = {label: w["no_kernel_activity"] for label, w in prof["windows"].items()}
+    assert flags == {"c0001": False, "c0009": True, "c0002": False}
+    assert any(n.startswith("window c0009 holds no kernel activity") for n in prof["notes"])
+    assert not any("window c0001 holds" in n or "window c0002 holds" in n for n in prof["notes"])
+    from servelab.profile.report import write_profile
+
+    write_profile(tmp_path / "out", prof, res)
+    assert (
+        "| c0009 | wallclock | - | no kernel activity |"
+        in (tmp_path / "out" / "profile.md").read_text()
+    )

@@ -394,3 +394,85 @@ def test_a_path_below_the_minimum_is_carried_into_ratios_and_verdict() -> None:
     )
     (ok,) = path_ratios(steady(30, 40.0, 150.0), steady(30, 80.0, 300.0))
     assert "weak evidence" not in _text("c0008", "c0016", 4.0, top, ok, [])
+
+
+# --- FlashAttention-3: the population from vLLM's steps -------------------------------------
+
+
+def study_profile(tmp_path: Path, kernel: str) -> dict:
+    """tests/nsys_fixture.attention_study as `kernel` runs it, analysed."""
+    from nsys_fixture import STUDY_LAYERS, attention_study, windows_file
+
+    fx, windows = attention_study(kernel)
+    trace = fx.write(tmp_path / f"{kernel}.sqlite")
+    wins = load_windows(windows_file(tmp_path / f"{kernel}.json", windows))
+    return analyze_trace([trace], wins, TraceOptions(layers=STUDY_LAYERS)).profile
+
+
+def causal_paths(prof: dict) -> dict[str, bool]:
+    """Each attention path of the profile -> whether its instantiation is the causal one (the
+    forwards that hold a prefill): the same code path under FA2's and FA3's names."""
+    from nsys_fixture import fa3_fwd
+
+    causal_names = {fa2_splitkv(causal=True), fa3_fwd(causal=True)}
+    causal = {
+        i["label"]: i["name"] in causal_names for i in prof["settings"]["attention_instantiations"]
+    }
+    out = {}
+    for w in prof["windows"].values():
+        for p in w["attention_paths"]:
+            (label,) = p["instantiations"]
+            out[p["path"]] = causal[label]
+    return out
+
+
+def by_path(value: object) -> object:
+    """`value` with every list of per-path rows sorted by path."""
+    if isinstance(value, dict):
+        return {k: by_path(v) for k, v in value.items()}
+    if isinstance(value, list):
+        rows = [by_path(v) for v in value]
+        if rows and all(isinstance(r, dict) and "path" in r for r in rows):
+            rows.sort(key=lambda r: str(r["path"]))  # type: ignore[index]
+        return rows
+    return value
+
+
+def test_fa3_populations_come_from_vllm_steps_and_localise_as_fa2(tmp_path: Path) -> None:
+    """FlashAttention-3's persistent scheduler launches every forward with a grid of the SM
+    count (132 x 1 x 1 on an H100): no grid dimension follows the batch. Each forward's
+    population is then its vLLM step's request count (NVTX), and the same forwards localise
+    as FlashAttention-2's, whose gridY carries the batch."""
+    from nsys_fixture import STUDY_CUT
+
+    fa2, fa3 = study_profile(tmp_path, "fa2"), study_profile(tmp_path, "fa3")
+    assert fa2["settings"]["population_dim"] == "y"
+    assert fa3["settings"]["population_dim"] == "step"
+    assert any("each forward's population is the request count of the vLLM step" in n
+               for n in fa3["notes"])  # fmt: skip
+    # the two code paths: FA2's grid paths, FA3's one grid split by instantiation
+    c2, c3 = causal_paths(fa2), causal_paths(fa3)
+    assert set(c2) == {"9x*x8", "1x*x8"} and set(c3) == {"132x1x1#1", "132x1x1#2"}
+    name = {p3: next(p2 for p2, c in c2.items() if c == causal) for p3, causal in c3.items()}
+    assert name == {"132x1x1#1": "9x*x8", "132x1x1#2": "1x*x8"}
+
+    def renamed(value: object) -> object:
+        """FA3's path names as FA2's, per-path lists in path order."""
+        text = json.dumps(value)
+        for p3, p2 in name.items():
+            text = text.replace(p3, p2)
+        return by_path(json.loads(text))
+
+    for label, w3 in fa3["windows"].items():
+        w2 = fa2["windows"][label]
+        # c0016 begins 3 layers before a forward's end: the steps align it, as FA2's grid does
+        assert w3["forwards"] == w2["forwards"]
+        assert w3["forwards"]["offset"] == (STUDY_CUT if label == "c0016" else 0)
+        assert renamed(w3["steady"]) == by_path(w2["steady"])
+        assert w3["steps"]["agree"] and w2["steps"]["agree"]
+    assert renamed(fa3["ratios"]) == by_path(fa2["ratios"])
+    assert renamed(fa3["localisation"]) == by_path(fa2["localisation"])
+    v = {(x["from"], x["to"]): x for x in fa3["localisation"]}
+    late = v[("c0008", "c0016")]
+    assert late["stated"] and late["component"] == "attention path 132x1x1#1"
+    assert "population changes x2.00" in late["text"]

@@ -2,12 +2,15 @@
 concurrency, and windows that bridge each point into the trace clock.
 
 GPU (nsys): the server runs under `nsys profile` with one capture range driven by vLLM's
-/start_profile and /stop_profile (`--profiler-config {"profiler": "cuda"}`; older vLLM:
-VLLM_TORCH_CUDA_PROFILE=1) that spans the diagnostic points. The range ends at
-cudaProfilerStop (`--capture-range-end=stop`), so nsys writes the report while the server runs
-on and says so in the server log ("Generated:" and the report's path); the job waits for that
-line (profile.report_timeout_s), else stops the server with that much more time for nsys to
-write the report at its exit. Then `nsys export --type sqlite`. CPU: vLLM's torch profiler,
+/start_profile and /stop_profile (`--profiler-config {"profiler": "cuda"}`: a vLLM without
+--profiler-config is not profiled with nsys) that spans the diagnostic points, POINT_GAP_S
+apart: a point's window is the client's wall-clock interval mapped once through the session
+start, and kernels at its edges would otherwise land in the neighbouring window. The range
+ends at cudaProfilerStop (`--capture-range-end=stop`), so nsys writes the report while the
+server runs on; the job takes it once nsys says so in the server log or once the report file
+has settled (servelab.profile.nsys_report: nsys's output may be buffered until it exits), for
+profile.report_timeout_s, else stops the server with that much more time for nsys to write
+it at its exit. Then `nsys export --type sqlite`. CPU: vLLM's torch profiler,
 bounded (no stacks, shapes, memory or flops; a cap on engine steps; the frontend not
 profiled), one trace JSON per point: with the unbounded defaults a trace reached 100 MB and the
 engine stalled for minutes.
@@ -15,8 +18,11 @@ engine stalled for minutes.
 Every point records its wall-clock window (the client's clock, bridged to the trace by the
 session start) and, when the `nvtx` package is importable, the client also emits one NVTX
 start/end range per request: message = the point's label (a registered string), payload = the
-request index. A tool that is not there gives an explicit "not profiled: reason" record, and
-so does a capture that fails when profile.required is false (what was measured is kept).
+request index. The client runs outside the server's Nsight Systems session, so the trace holds
+those ranges only when the client ran under the same session; windows.json says only whether
+the client emitted them (`client_nvtx_emitted`). A tool that is not there gives an explicit
+"not profiled: reason" record, and so does a capture that fails when profile.required is false
+(what was measured is kept).
 
 The command lines are in servelab.profile.commands, which configurations get which tool in
 servelab.profile.plan; the server is launched and served as the sweep's is
@@ -30,7 +36,6 @@ import importlib
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -47,11 +52,8 @@ from servelab.hostfacts import node_facts
 from servelab.job import ConfigJob, MeasureJob, Say
 from servelab.jsonio import write_jsonl_gz
 from servelab.paths import SERVER_LOG
-from servelab.profile.commands import (
-    nsys_export_command,
-    profiler_additions,
-    profiler_interface,
-)
+from servelab.profile.commands import profiler_additions, profiler_interface
+from servelab.profile.nsys_report import ReportWait, export_nsys
 from servelab.profile.plan import NsysUse, for_runtime, profile_plan
 from servelab.profile.windows import Window, windows_json
 from servelab.promptset import Item, PromptSource
@@ -63,6 +65,9 @@ from servelab.session import LaunchAdditions, Session, build_launch, serve, serv
 
 Which = Callable[[str], str | None]
 NVTX_DOMAIN = "servelab"
+# between two nsys points (one capture range spans them all): the GPU idles, so a kernel at a
+# window's edge lands in no window rather than in the neighbouring one
+POINT_GAP_S = 1.0
 
 
 # --- the diagnostic workload ------------------------------------------------------------
@@ -141,22 +146,6 @@ def _wait_for_file(folder: Path, pattern: str, timeout_s: float) -> Path | None:
             last = (found[-1], size)
         time.sleep(0.5)
     return None
-
-
-# nsys prints "Generated:" and, on the next line, the report's path once it has written it
-_GENERATED_RE = re.compile(r"Generated:\s+(\S+\.nsys-rep)")
-
-
-def generated_report(log_path: Path, offset: int = 0) -> Path | None:
-    """The last report nsys says it generated in the server log (from byte `offset` on)."""
-    try:
-        with open(log_path, "rb") as fh:
-            fh.seek(offset)
-            text = fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    found = _GENERATED_RE.findall(text)
-    return Path(found[-1]) if found else None
 
 
 # --- the job ------------------------------------------------------------------------------
@@ -359,7 +348,7 @@ class CaptureJob(ConfigJob):
             if tool == "nsys":
                 report = report or self.report_after_exit(session)
                 self.progress["nsys_report"] = report
-                traces = _export_nsys(self.out / report["path"], self.out, nsys, self.note, helper)
+                traces = export_nsys(self.out / report["path"], self.out, nsys, self.note, helper)
         finally:
             if helper is not None:
                 _give_back(helper, self.out, self.note)
@@ -411,9 +400,11 @@ class CaptureJob(ConfigJob):
         """windows.json, and the fields of capture.json every capture has (the launch's as
         `launched` kept them)."""
         shutil.rmtree(self.raw_dir, ignore_errors=True)
-        WindowsRecord(
-            windows_json(windows, server_config=self.sc, tool=self.tool, nvtx=nvtx_available())
-        ).write(self.paths.windows(self.sc))
+        top: dict[str, Any] = {"server_config": self.sc, "tool": self.tool}
+        top["client_nvtx_emitted"] = nvtx_available()
+        if self.tool == "nsys":
+            top["point_gap_s"] = POINT_GAP_S
+        WindowsRecord(windows_json(windows, **top)).write(self.paths.windows(self.sc))
         self.note(f"{len(rows)} points captured in {time.monotonic() - t0:.1f} s")
         return {
             "status": "profiled",
@@ -425,57 +416,36 @@ class CaptureJob(ConfigJob):
             "points": rows,
         }
 
-    def _report(self, path: Path, generated: str, t0: float) -> dict[str, Any]:
-        """capture.json's nsys_report: the report, when nsys wrote it (range end: while the
-        server ran; exit: when it stopped) and how long the job waited for it."""
-        where = self.trace_dir / path.name if not path.is_absolute() else path
-        if not where.is_file():  # the path nsys printed is the same outside (mounted there)
-            where = self.trace_dir / path.name
-        return {
-            "path": where.resolve().relative_to(self.out.resolve()).as_posix(),
-            "generated": generated,
-            "wait_s": round(time.monotonic() - t0, 3),
-        }
+    @property
+    def reports(self) -> ReportWait:
+        """The nsys report of this capture (servelab.profile.nsys_report)."""
+        return ReportWait(self.trace_dir, self.out, self.note)
 
     def wait_for_report(self, session: Session) -> dict[str, Any] | None:
-        """After the capture range ends: wait until nsys says it wrote the report ("Generated:"
-        in the server log) or exits, for profile.report_timeout_s. None when it has not: the
-        server is then stopped with that much more time, for nsys to write it at its exit."""
+        """After the capture range ends: wait until nsys has written the report (its
+        "Generated:" line in the server log, or the report file settled) or exits, for
+        profile.report_timeout_s. A settled file, or none by then: the server is stopped with
+        that much more time, so that nsys finishes (or writes) the report at its exit before
+        it is exported; None when there was none."""
         server, timeout = session.server, self.exp.profile.report_timeout_s
         t0 = time.monotonic()
-        while True:
-            found = generated_report(server.log_path, session.log_offset)
-            if found is not None and (self.trace_dir / found.name).is_file():
-                self.note(f"nsys wrote {found.name} in {time.monotonic() - t0:.1f} s")
-                return self._report(found, "range end", t0)
-            if not server.alive():
-                return None  # nsys has exited: whatever it wrote is complete
-            if time.monotonic() - t0 > timeout:
-                break
-            time.sleep(0.5)
+        found = self.reports.until_written(server, session.log_offset, timeout)
+        if (found is not None and found["found_by"] == "log line") or not server.alive():
+            return found
         server.shutdown_timeout_s = self.exp.server.shutdown_timeout_s + timeout
-        self.note(
-            f"nsys has not written its report {timeout:g} s after the capture range ended "
-            f"(profile.report_timeout_s); stopping the server, with up to "
-            f"{server.shutdown_timeout_s:g} s for nsys to write it"
-        )
-        self.progress["report_wait_s"] = round(time.monotonic() - t0, 3)
-        return None
+        if found is None:
+            self.note(
+                f"nsys has not written its report {timeout:g} s after the capture range ended "
+                f"(profile.report_timeout_s); stopping the server, with up to "
+                f"{server.shutdown_timeout_s:g} s for nsys to write it"
+            )
+            self.progress["report_wait_s"] = round(time.monotonic() - t0, 3)
+        return found
 
     def report_after_exit(self, session: Session) -> dict[str, Any]:
-        """The report once nsys has exited: the one it says it generated, else the newest in
-        the trace folder; raises (one line) when there is none."""
-        t0 = time.monotonic()
-        found = generated_report(session.server.log_path, session.log_offset)
-        if found is not None and (self.trace_dir / found.name).is_file():
-            return self._report(found, "exit", t0)
-        reports = sorted(self.trace_dir.glob("*.nsys-rep"), key=lambda q: q.stat().st_mtime)
-        if reports:
-            return self._report(reports[-1], "exit", t0)
-        raise ServelabError(
-            f"nsys wrote no report in {self.trace_dir} (no 'Generated:' line in "
-            f"{session.server.log_path} within profile.report_timeout_s "
-            f"{self.exp.profile.report_timeout_s:g} s, nor at the server's stop)"
+        """The report once nsys has exited (servelab.profile.nsys_report.ReportWait)."""
+        return self.reports.after_exit(
+            session.server.log_path, session.log_offset, self.exp.profile.report_timeout_s
         )
 
 
@@ -507,7 +477,9 @@ class CapturePoints:
         windows: list[Window] = []
         rows: list[dict[str, Any]] = job.progress.setdefault("points", [])
         traces: list[str] = []
-        for c in p.concurrency:
+        for k, c in enumerate(p.concurrency):
+            if k and job.tool == "nsys":
+                time.sleep(POINT_GAP_S)  # the GPU idles between two windows of one trace
             window, row, trace = self.point(c, prompts[: c * p.waves])
             windows.append(window)
             rows.append(row)
@@ -602,20 +574,3 @@ def _give_back(helper: ContainerRun, out: Path, say: Say) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         say(f"could not hand {path} back to this user ({(proc.stderr or '').strip()[-200:]})")
-
-
-def _export_nsys(
-    report: Path, out: Path, nsys: str, say: Say, helper: ContainerRun | None = None
-) -> list[str]:
-    """`nsys export --type=sqlite` of the report (in a container: the same nsys, in the same
-    image, without GPUs); the report and its export, relative to the profile folder."""
-    sqlite = report.with_suffix(".sqlite")
-    cmd = nsys_export_command(report.resolve(), sqlite.resolve(), nsys)
-    if helper is not None:  # the image's nsys, or the host's mounted in (the host may have none)
-        cmd = helper.run_command(cmd, "", 0)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        detail = " ".join((proc.stderr or proc.stdout).split())[-500:]
-        raise ServelabError(f"{' '.join(cmd)} failed with code {proc.returncode}: {detail}")
-    say(f"exported {report.name} to {sqlite.name}")
-    return [report.relative_to(out).as_posix(), sqlite.relative_to(out).as_posix()]

@@ -1,6 +1,10 @@
 """The command lines of the profiling pass: `nsys profile` in front of the server and `nsys
-export` after it, vLLM's profiler settings (--profiler-config, or the VLLM_TORCH_* variables of
-older releases) and which of the two interfaces the runtime's vLLM has.
+export` after it, vLLM's profiler settings (--profiler-config, or for the torch profiler the
+VLLM_TORCH_PROFILER_* variables of older releases) and which of the two interfaces the
+runtime's vLLM has. The CUDA profiler that nsys's capture range needs is started only through
+--profiler-config '{"profiler": "cuda"}': the environment variable older releases read for it
+(VLLM_TORCH_CUDA_PROFILE) is gone from current vLLM (0.27.1 has no such variable), so a vLLM
+without --profiler-config is not profiled with nsys.
 
 `profiler_additions` hands them to the one server launch (servelab.session.build_launch) as
 what the capture adds: server arguments, environment, the wrapper, the folder it writes into,
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.container import Mount
+from servelab.errors import ServelabError
 from servelab.experiment import ProfileSection
 from servelab.runtime import ask_runtime
 from servelab.session import LaunchAdditions
@@ -90,7 +95,11 @@ def vllm_profiler_args(
         )
         return ["--profiler-config", json.dumps(cfg, sort_keys=True)], {}
     if tool == "nsys":
-        return [], {"VLLM_TORCH_CUDA_PROFILE": "1"}
+        raise ServelabError(
+            "profile.tool nsys: the runtime's vLLM has no --profiler-config (profile."
+            "vllm_interface env), so /start_profile cannot start its CUDA profiler; use a vLLM "
+            "with --profiler-config (vllm/config/profiler.py), or profile.tool torch"
+        )
     env = {
         "VLLM_TORCH_PROFILER_DIR": str(trace_dir),
         "VLLM_TORCH_PROFILER_WITH_STACK": "0",

@@ -16,9 +16,11 @@ Schema facts relied on (Nsight Systems User Guide, "SQLite Schema Reference" and
 SQLite examples", 2024.6 to 2026.4): CUPTI_ACTIVITY_KIND_KERNEL(start, "end", deviceId,
 streamId, correlationId, globalPid, demangledName, shortName, mangledName -> StringIds.id,
 gridX/Y/Z, graphNodeId, ...), where deviceId is the CUDA device id as the process saw it
-(after CUDA_VISIBLE_DEVICES); TARGET_INFO_CUDA_DEVICE(gpuId, cudaId, pid, ...) maps a
-process's CUDA device to TARGET_INFO_GPU.id, and TARGET_INFO_GPU(id, name, ...) lists every
-GPU of the host, used or not; CUPTI_ACTIVITY_KIND_RUNTIME(start, "end", globalTid,
+(after CUDA_VISIBLE_DEVICES); TARGET_INFO_CUDA_DEVICE(gpuId, cudaId, pid, uuid, ...) maps a
+process's CUDA device to TARGET_INFO_GPU.id (through the UUID where both tables have one), and
+TARGET_INFO_GPU(id, name, uuid, ...) lists every GPU nsys sees, used or not (inside a container
+only the container's, numbered from 0: the UUID, not the id, names the host's GPU;
+servelab.profile.gpumatch); CUPTI_ACTIVITY_KIND_RUNTIME(start, "end", globalTid,
 correlationId, nameId, ...) holds the CUDA API call that launched each kernel (same
 correlationId within a process: the documented recipe "Correlate CUDA kernel launches with
 CUDA API kernel launches"; with --cuda-graph-trace=node every kernel of a graph replay carries
@@ -31,34 +33,27 @@ that kind (TARGET_INFO_CUDA_DEVICE is absent from older exports: deviceId is the
 GPU id, and the profile says so). Timestamps count from the session start, or are epoch
 nanoseconds when exported with --ts-normalize (told apart by magnitude).
 
-vLLM's steps: with the CUDA profiler on (--profiler-config '{"profiler": "cuda"}'), vLLM's GPU
-worker wraps every engine step in an NVTX push/pop range (vllm/profiler/wrapper.py:
-CudaProfilerWrapper.annotate_context_manager is torch.cuda.nvtx.range; the name comes from
-vllm/v1/worker/gpu_worker.py: annotate_profile) named
-`execute_context_{N}({T})_generation_{M}({T2})`: N context requests (a prefill, or a chunk of
-one) with T tokens, M generation (decode) requests with T2 tokens
-(vllm/v1/utils.py: compute_iteration_details); with detailed annotation
-`execute_{tokens}_context_{N}(sq{T}sk...)_generation_{M}(sq{T2}sk...)`; older releases name it
-`execute_new_{N}_cached_{M}` (new requests, and requests already running: a cached request may
-still be in a chunked prefill). The ranges are on the worker's thread, in host time; a step is
-projected onto the GPU through the launches made inside it (correlationId).
+vLLM's step ranges are read here and named in servelab.profile.steps; the main attention kernel's
+launches are read by servelab.profile.nsys_main.
 """
 
 from __future__ import annotations
 
-import re
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.profile.forwards import ForwardGrouper
+from servelab.profile.gpumatch import normal_uuid
 from servelab.profile.kernels import KernelStat
+from servelab.profile.nsys_main import NOWHERE, MainPass, MainQuery, main_pass, window_case
+from servelab.profile.steps import StepRange, parse_step_range
 from servelab.profile.windows import ResolvedWindow, Window, to_trace_clock
+
+__all__ = ["KERNEL", "RUNTIME", "MainQuery", "NsysTrace", "StepRange", "is_sqlite"]
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 NVTX = "NVTX_EVENTS"
@@ -80,58 +75,6 @@ NVTX_DOMAIN = "servelab"
 EPOCH_FLOOR_NS = 10**17  # a session-relative timestamp this large would be a 3-year session
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SERIAL = 0x1000000  # serialized process/thread ids: PID = globalTid / SERIAL % SERIAL
-# vLLM's per-step NVTX range names (see the module docstring), each with its format's name:
-# groups are (context requests, context tokens, generation requests, generation tokens)
-STEP_FORMATS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
-        "context/generation",
-        re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)$"),
-    ),
-    (
-        "context/generation (detailed)",
-        re.compile(r"^execute_\d+_context_(\d+)\(sq(\d+)[^)]*\)_generation_(\d+)\(sq(\d+)[^)]*\)$"),
-    ),
-    ("new/cached", re.compile(r"^execute_new_(\d+)_cached_(\d+)$")),
-)
-
-
-@dataclass(frozen=True)
-class StepRange:
-    """One engine step as vLLM's NVTX range names it, in host time on the worker's thread."""
-
-    start: int
-    end: int
-    tid: int  # globalTid
-    context: int  # requests in prefill (or "new", in the new/cached format)
-    generation: int  # requests in decode (or "cached")
-    context_tokens: int | None
-    generation_tokens: int | None
-    form: str
-
-    @property
-    def requests(self) -> int:
-        return self.context + self.generation
-
-    @property
-    def kind(self) -> str:
-        if self.context and self.generation:
-            return "mixed"
-        if self.context:
-            return "prefill"
-        return "decode" if self.generation else "empty"
-
-
-def parse_step_range(name: str) -> tuple[str, int, int, int | None, int | None] | None:
-    """(format, context requests, generation requests, context tokens, generation tokens) of
-    a vLLM step range name, or None."""
-    for form, pat in STEP_FORMATS:
-        m = pat.match(name)
-        if m is None:
-            continue
-        if form == "new/cached":
-            return form, int(m.group(1)), int(m.group(2)), None, None
-        return form, int(m.group(1)), int(m.group(3)), int(m.group(2)), int(m.group(4))
-    return None
 
 
 def is_sqlite(path: Path) -> bool:
@@ -203,27 +146,55 @@ class NsysTrace:
             for i, n in self.con.execute("SELECT DISTINCT id, name FROM TARGET_INFO_GPU")
         }
 
+    def gpu_uuids(self) -> dict[str, str | None]:
+        """Every GPU of the trace (TARGET_INFO_GPU.id) -> its UUID, None where the export has
+        none (an older export without the column, or an empty value)."""
+        if not self.has("TARGET_INFO_GPU"):
+            return {}
+        if "uuid" not in self.columns("TARGET_INFO_GPU"):
+            return {i: None for i in self.devices()}
+        return {
+            str(i): str(u) if u else None
+            for i, u in self.con.execute("SELECT DISTINCT id, uuid FROM TARGET_INFO_GPU")
+        }
+
+    def _cuda_devices(self) -> list[tuple[int | None, int, int, str | None, str]]:
+        """TARGET_INFO_CUDA_DEVICE's rows (pid, cudaId, GPU, UUID, how the GPU was found):
+        the GPU is the TARGET_INFO_GPU.id whose UUID is the row's (by "uuid"), else its
+        gpuId (by "gpuId")."""
+        cols = self.columns(CUDA_DEVICE)
+        pid = "pid" if "pid" in cols else "NULL"
+        uuid = "uuid" if "uuid" in cols else "NULL"
+        ids = {normal_uuid(u): int(i) for i, u in self.gpu_uuids().items() if u and i.isdigit()}
+        rows = set()
+        for p, c, g, u in self.con.execute(
+            f"SELECT {pid}, cudaId, gpuId, {uuid} FROM {CUDA_DEVICE}"
+        ):
+            if c is None or g is None:
+                continue
+            found = ids.get(normal_uuid(u))
+            gpu, by = (found, "uuid") if found is not None else (int(g), "gpuId")
+            rows.add((None if p is None else int(p), int(c), gpu, str(u) if u else None, by))
+        return sorted(rows, key=lambda r: (r[0] is None, r[0] or 0, r[1], r[2]))
+
     def _device_map(self) -> tuple[str, dict[str, Any]]:
         """SQL for a kernel row's GPU (TARGET_INFO_GPU.id), and the record of how it was found:
         deviceId through TARGET_INFO_CUDA_DEVICE (per process when processes see their CUDA
-        devices differently, e.g. one CUDA_VISIBLE_DEVICES per worker), else deviceId itself.
-        A device missing from the table keeps its deviceId."""
+        devices differently, e.g. one CUDA_VISIBLE_DEVICES per worker; the GPU by UUID where
+        both tables have one), else deviceId itself. A device missing from the table keeps
+        its deviceId."""
         cols = self.columns(CUDA_DEVICE) if self.has(CUDA_DEVICE) else set()
         if not {"gpuId", "cudaId"} <= cols:
             return "deviceId", {"source": "deviceId", "cuda_devices": []}
-        pid = "pid" if "pid" in cols else "NULL"
-        rows = sorted(
-            {
-                (None if p is None else int(p), int(c), int(g))
-                for p, c, g in self.con.execute(f"SELECT {pid}, cudaId, gpuId FROM {CUDA_DEVICE}")
-                if c is not None and g is not None
-            },
-            key=lambda r: (r[0] is None, r[0] or 0, r[1], r[2]),
-        )
+        full = self._cuda_devices()
         info = {
             "source": CUDA_DEVICE,
-            "cuda_devices": [{"pid": p, "cuda_id": c, "gpu_id": g} for p, c, g in rows],
+            "cuda_devices": [
+                {"pid": p, "cuda_id": c, "gpu_id": g, "uuid": u, "by": by}
+                for p, c, g, u, by in full
+            ],
         }
+        rows = [(p, c, g) for p, c, g, _, _ in full]
         per_cuda: dict[int, set[int]] = {}
         for _, c, g in rows:
             per_cuda.setdefault(c, set()).add(g)
@@ -436,7 +407,7 @@ class NsysTrace:
             "CREATE TEMP TABLE busy (key INTEGER PRIMARY KEY, s0 INTEGER, s INTEGER, e INTEGER, "
             "busy INTEGER, disorder INTEGER)"
         )
-        key = _window_case(windows, f"{self.gpu_expr} * {n} + {{i}}", overlap=True)
+        key = window_case(windows, f"{self.gpu_expr} * {n} + {{i}}", overlap=True)
         order = f"ORDER BY {self.gpu_expr}, start" if ordered else ""
         con.execute(
             f"""
@@ -455,7 +426,7 @@ class NsysTrace:
             """
         )
         rows = con.execute(
-            f"SELECT key, busy, s0, e, disorder FROM temp.busy WHERE key != {_NOWHERE}"
+            f"SELECT key, busy, s0, e, disorder FROM temp.busy WHERE key != {NOWHERE}"
         ).fetchall()
         out = []
         for key, busy, s0, e, disorder in rows:
@@ -479,7 +450,7 @@ class NsysTrace:
                 "CREATE TEMP TABLE k (key INTEGER PRIMARY KEY, sn INTEGER, calls INTEGER, "
                 "dur INTEGER)"
             )
-            key = _window_case(windows, f"demangledName * {n} + {{i}}", overlap=False)
+            key = window_case(windows, f"demangledName * {n} + {{i}}", overlap=False)
             con.execute(
                 f"""
                 INSERT INTO temp.k (key, sn, calls, dur)
@@ -490,7 +461,7 @@ class NsysTrace:
                 """
             )
             rows = con.execute(
-                f"SELECT key, sn, calls, dur FROM temp.k WHERE key != {_NOWHERE}"
+                f"SELECT key, sn, calls, dur FROM temp.k WHERE key != {NOWHERE}"
             ).fetchall()
         keyed = [(*divmod(int(k), n), int(sn), int(c), int(d)) for k, sn, c, d in rows]
         names = self.strings([r[0] for r in keyed] + [r[2] for r in keyed])
@@ -499,229 +470,5 @@ class NsysTrace:
         return out
 
     def main_pass(self, windows: Sequence[ResolvedWindow], query: MainQuery) -> MainPass:
-        """One read of the main attention kernel's launches (one row in a few): its calls and
-        time per window and grid, each grid dimension's values, and, when the layer count is
-        known, its forwards per window and GPU for each grid dimension in `query.dims` that
-        may carry the population (the caller picks one once every value is seen). With
-        several names (instantiations) and their labels, a launch's key carries its label
-        after the grid; with `query.origins`, each forward records its first launch's
-        (globalPid, correlationId). Rows are read as stored while each GPU's launches come
-        in start order, else again, sorted."""
-        res = MainPass([[] for _ in windows])
-        if not windows or not query.full_names or not self.has(KERNEL):
-            return res
-        names = sorted(query.full_names)
-        ids = {
-            int(i): str(v)
-            for i, v in self.con.execute(
-                f"SELECT id, value FROM StringIds WHERE value IN ({','.join('?' * len(names))})",
-                names,
-            )
-        }
-        if not ids:
-            return res
-        labels = query.labels
-        lab = {i: labels[v] for i, v in ids.items() if v in labels} if labels else {}
-        if len(ids) < 2 or len(lab) != len(ids):
-            lab = {}
-        for ordered in (False, True):
-            got = self._main_pass(windows, ids, lab, query, ordered)
-            if got is not None:
-                return got
-        raise AssertionError("sorted launches came out of order")  # pragma: no cover
-
-    def _main_launches(
-        self,
-        windows: Sequence[ResolvedWindow],
-        ids: Mapping[int, str],
-        origins: bool,
-        ordered: bool,
-    ) -> sqlite3.Cursor:
-        """The main kernel's launches in the windows: window, name id, GPU, start, end, grid
-        (and with `origins`, globalPid and correlationId); with `ordered`, sorted by GPU and
-        start."""
-        which = _window_case(windows, "{i}", overlap=False, outside="NULL")
-        # one name (the usual case): its id is not read per row
-        name = str(next(iter(ids))) if len(ids) == 1 else "n"
-        outer, inner = (", p, c", ", globalPid AS p, correlationId AS c") if origins else ("", "")
-        return self.con.execute(
-            f"""SELECT w, {name}, d, s, e, gx, gy, gz{outer}
-                FROM (SELECT {which} AS w, demangledName AS n, {self.gpu_expr} AS d,
-                             start AS s, "end" AS e, gridX AS gx, gridY AS gy,
-                             gridZ AS gz{inner}
-                      FROM {KERNEL}
-                      WHERE demangledName IN ({",".join("?" * len(ids))})
-                        AND start >= {min(w.lo for w in windows)}
-                        AND start < {max(w.hi for w in windows)})
-                WHERE w IS NOT NULL
-                {"ORDER BY d, s" if ordered else ""}""",
-            list(ids),
-        )
-
-    def _main_pass(
-        self,
-        windows: Sequence[ResolvedWindow],
-        ids: Mapping[int, str],
-        lab: Mapping[int, str],
-        query: MainQuery,
-        ordered: bool,
-    ) -> MainPass | None:
-        """The main pass over the launches as read (`ordered`: sorted); None when a GPU's
-        launches in a window come out of start order (then read again, sorted)."""
-        cur = self._main_launches(windows, ids, query.origins, ordered)
-        grid: dict[tuple[int, ...], list[int]] = {}
-        last: dict[tuple[int, int], int] = {}
-        layers = query.layers
-        groupers: dict[int, dict[tuple[int, str], ForwardGrouper]] = (
-            {d: {} for d in query.dims} if layers is not None else {}
-        )
-        nkey = 4 if lab else 3  # key columns: the grid, and the instantiation's label
-        while rows := cur.fetchmany(8192):
-            for (w, d), (starts, ends, rcols) in _chunk_runs(rows, grid, lab, query).items():
-                prev = last.get((w, d))
-                if (prev is not None and starts[0] < prev) or list(starts) != sorted(starts):
-                    cur.close()
-                    return None
-                last[(w, d)] = starts[-1]
-                for dim, per in groupers.items():
-                    assert layers is not None
-                    g = per.get((w, str(d)))
-                    if g is None:
-                        g = per[(w, str(d))] = ForwardGrouper(layers)
-                    g.feed_columns(
-                        starts,
-                        ends,
-                        rcols[dim],
-                        rcols[dim],
-                        rcols[:nkey],
-                        rcols[nkey] if query.origins else None,
-                    )
-        res = MainPass([[] for _ in windows], groupers)
-        for (w, n, gx, gy, gz), (calls, dur) in grid.items():
-            full = ids[n]
-            res.stats[w].append(
-                KernelStat(query.display.get(full, full), full, calls, dur, grid=(gx, gy, gz))
-            )
-            for dim, v in enumerate((gx, gy, gz)):
-                res.distinct[dim].add(v)
-        return res
-
-
-@dataclass(frozen=True)
-class MainQuery:
-    """What the main pass reads of the main attention kernel: its full names and the names
-    shown (nsys shortName), the layer count (None: no forwards), the grid dimensions that may
-    carry the population, its instantiations' labels (full name -> "#1", ...), and whether
-    each forward records its first launch's origin."""
-
-    full_names: set[str]
-    display: Mapping[str, str]
-    layers: int | None
-    dims: Sequence[int]
-    labels: Mapping[str, str] | None = None
-    origins: bool = False
-
-
-Run = tuple[Sequence[int], Sequence[int], list[Any]]
-
-
-def _chunk_runs(
-    rows: list[Any],
-    grid: dict[tuple[int, ...], list[int]],
-    lab: Mapping[int, str],
-    query: MainQuery,
-) -> dict[tuple[int, int], Run]:
-    """One chunk of the main pass's rows: adds its calls and time per (window, name, grid)
-    to `grid`, and returns its launches per (window, device) as starts, ends and the key
-    columns (the grid, the instantiation's label with `lab`, the origin with
-    `query.origins`). Column by column: the work per row stays in C."""
-    w_, n_, d_, s_, e_, gx_, gy_, gz_, *more = zip(*rows, strict=True)
-    grids = [gx_, gy_, gz_]
-    _add_grid(grid, (w_, n_, *grids), s_, e_)
-    cols: list[Sequence[Any]] = list(grids)
-    if lab:
-        cols.append([lab[n_[0]]] * len(n_) if _constant(n_) else [lab[i] for i in n_])
-    if query.origins:
-        cols.append(list(zip(more[0], more[1], strict=True)))
-    if _constant(w_) and _constant(d_):  # one window, one device: the usual chunk
-        return {(w_[0], d_[0]): (s_, e_, cols)}
-    at: dict[tuple[int, int], list[int]] = {}
-    for j, k in enumerate(zip(w_, d_, strict=True)):
-        at.setdefault(k, []).append(j)
-    return {
-        k: (
-            [s_[j] for j in js],
-            [e_[j] for j in js],
-            [[g[j] for j in js] for g in cols],
-        )
-        for k, js in at.items()
-    }
-
-
-def _constant(col: tuple[int, ...]) -> bool:
-    return col.count(col[0]) == len(col)
-
-
-def _add_grid(
-    acc: dict[tuple[int, ...], list[int]],
-    key_cols: Sequence[tuple[int, ...]],
-    starts: Sequence[int],
-    ends: Sequence[int],
-) -> None:
-    """Calls and time per key (window, name, grid) of one chunk of launches, given as
-    columns."""
-    if all(_constant(c) for c in key_cols):
-        a = acc.setdefault(tuple(c[0] for c in key_cols), [0, 0])
-        a[0] += len(starts)
-        a[1] += sum(ends) - sum(starts)
-        return
-    for k, s, e in zip(zip(*key_cols, strict=True), starts, ends, strict=True):
-        b = acc.get(k)
-        if b is None:
-            acc[k] = [1, e - s]
-        else:
-            b[0] += 1
-            b[1] += e - s
-
-
-@dataclass
-class MainPass:
-    """What the read of the main attention kernel's launches found."""
-
-    stats: list[list[KernelStat]]  # per window: the main kernel(s), split by grid
-    # per grid dimension that may carry the population: forwards per (window, device)
-    groupers: dict[int, dict[tuple[int, str], ForwardGrouper]] = field(default_factory=dict)
-    distinct: list[set[int]] = field(default_factory=lambda: [set(), set(), set()])
-
-
-# The key of rows outside every window: they are counted under it, and it is dropped (a WHERE
-# clause that tests the window costs SQLite a second evaluation of the CASE that finds it).
-# Keys are id x windows + window, ids are non-negative.
-_NOWHERE = -(2**62)
-
-
-def _window_case(
-    windows: Sequence[ResolvedWindow], then: str, overlap: bool, outside: str = str(_NOWHERE)
-) -> str:
-    """SQL for `then` (a template with {i}, the window's index) of the window a kernel row
-    falls in, else `outside`: the window its start is in, or with `overlap`, the first window
-    it overlaps. A binary search on start over the windows sorted by start (they are disjoint,
-    see check_disjoint), so about log2(windows) comparisons per row. The bounds are integers
-    from the windows, never user text."""
-    order = sorted(range(len(windows)), key=lambda i: windows[i].lo)
-
-    def node(a: int, b: int) -> str:
-        if b - a == 1:
-            i = order[a]
-            w = windows[i]
-            cond = f'"end" > {int(w.lo)}' if overlap else f"start >= {int(w.lo)}"
-            return (
-                f"CASE WHEN {cond} AND start < {int(w.hi)} THEN {then.format(i=i)} "
-                f"ELSE {outside} END"
-            )
-        m = (a + b) // 2
-        # overlap: the first window that ends after the start; else: the one it starts in
-        split = windows[order[m - 1]].hi if overlap else windows[order[m]].lo
-        return f"CASE WHEN start < {int(split)} THEN {node(a, m)} ELSE {node(m, b)} END"
-
-    return node(0, len(windows))
+        """The main attention kernel's launches in one read (servelab.profile.nsys_main)."""
+        return main_pass(self, windows, query)

@@ -342,8 +342,8 @@ def _num(v: Any, spec: str = ".3g") -> str:
 
 
 def _trace_section(profile: dict[str, Any]) -> list[str]:
-    """The trace, the layer count and the main attention kernel; its instantiations when the
-    family merges several."""
+    """The trace, the layer count and the main attention kernel; the GPUs that ran kernels
+    and the telemetry's GPUs they are; the instantiations when the family merges several."""
     trace = profile.get("trace") or {}
     settings = profile.get("settings") or {}
     lines = [
@@ -354,6 +354,23 @@ def _trace_section(profile: dict[str, Any]) -> list[str]:
         f"{settings.get('population_dim') or '-'}.",
         "",
     ]
+    active = {d for w in (profile.get("windows") or {}).values() for d in w["active_fraction"]}
+    gpus = [g for g in trace.get("gpus") or [] if g["id"] in active]
+    if gpus:
+        lines += [
+            "GPUs that ran kernels (the trace's ids): "
+            + "; ".join(
+                f"{g['id']} = {g['uuid'] or 'no UUID'}, "
+                + (
+                    f"the telemetry's GPU {g['telemetry_device']} (by {g['matched_by']})"
+                    if g["telemetry_device"] is not None
+                    else "no telemetry GPU"
+                )
+                for g in gpus
+            )
+            + ".",
+            "",
+        ]
     inst = settings.get("attention_instantiations") or []
     if len(inst) > 1:
         lines += [
@@ -376,7 +393,9 @@ def _windows_section(profile: dict[str, Any]) -> list[str]:
                 label,
                 w["source"],
                 _num(w.get("coverage"), ".2f"),
-                ", ".join(f"{d}: {v:.2f}" for d, v in w["active_fraction"].items()) or "-",
+                "no kernel activity"
+                if w.get("no_kernel_activity")
+                else ", ".join(f"{d}: {v:.2f}" for d, v in w["active_fraction"].items()) or "-",
                 _num(w["output_tokens"], ""),
                 *(_num(w["families"].get(f, {}).get("us_per_token")) for f in families),
             ]

@@ -13,6 +13,7 @@ from servelab.jsonio import write_json
 from servelab.paths import PROFILE_FILE, ExperimentPaths
 from servelab.profile.codepaths import parse_path_dims
 from servelab.profile.forwards import layers_from_config
+from servelab.profile.gpumatch import TelemetryGpu, telemetry_gpus
 from servelab.profile.kernels import default_families, families_from_pairs
 from servelab.profile.rendering import REPORT, profile_markdown, profile_tables
 from servelab.profile.trace_analysis import (
@@ -67,6 +68,13 @@ def _write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _sampled_gpus(paths: ExperimentPaths, sc: str) -> tuple[TelemetryGpu, ...] | None:
+    """The GPUs the telemetry of the configuration's measured points sampled (its launch is
+    given the same GPUs as the profiling launch), or None when none were sampled."""
+    points = [p for p in paths.point_files() if p.relative_to(paths.raw).parts[0] == sc]
+    return telemetry_gpus(points) or None
+
+
 def analyze_capture(
     profile: ProfileSection, paths: ExperimentPaths, sc: str, model_dir: Path
 ) -> dict[str, Any]:
@@ -92,6 +100,7 @@ def analyze_capture(
         band=profile.band,
         path_dims=parse_path_dims(profile.path_dims, "profile.path_dims"),
         path_dims_source="profile.path_dims" if profile.path_dims is not None else None,
+        telemetry_gpus=_sampled_gpus(paths, sc) if capture["tool"] == "nsys" else None,
     )
     traces = [out / t for t in capture["traces"] if not t.endswith(".nsys-rep")]
     result = analyze_trace(traces, load_windows(paths.windows(sc)), opts)

@@ -1,13 +1,14 @@
-"""`servelab profile analyze`: a trace and its windows in, profile.json and tables out."""
+"""`servelab profile analyze`: a trace and its windows in, profile.json and tables out.
+
+The passes over the trace are servelab.profile.passes (TraceOptions, how a trace is analyzed,
+is defined there and used from here); vLLM's steps are matched to the forwards by
+servelab.profile.stepmatch.
+"""
 
 from __future__ import annotations
 
-import bisect
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,61 +21,32 @@ from servelab.profile.codepaths import (
     scaling_dims,
     steady_paths,
 )
-from servelab.profile.forwards import (
-    DIMS,
-    Forward,
-    ForwardGrouper,
-    Launch,
-    choose_dim,
-    ratios,
-    steady_summary,
+from servelab.profile.forwards import DIMS, Forward, ratios, steady_summary
+from servelab.profile.gpumatch import match_gpus
+from servelab.profile.kernels import classify, families_table, kernels_table
+from servelab.profile.nsys import NsysTrace, is_sqlite
+from servelab.profile.passes import (
+    Passes,
+    TraceOptions,
+    instantiations,
+    nsys_passes,
+    torch_passes,
 )
-from servelab.profile.kernels import (
-    Family,
-    KernelStat,
-    classify,
-    default_families,
-    families_table,
-    kernel_family,
-    kernels_table,
-    main_attention,
-)
-from servelab.profile.nsys import KERNEL, RUNTIME, MainQuery, NsysTrace, StepRange, is_sqlite
+from servelab.profile.stepmatch import nsys_steps, steps_entry
+from servelab.profile.steps import StepRange
 from servelab.profile.torchtrace import TorchTrace
 from servelab.profile.windows import ResolvedWindow, Window, check_disjoint
+
+__all__ = ["PROFILE_FORMAT_VERSION", "ProfileResult", "TraceOptions", "analyze_trace", "open_trace"]
 
 # profile.json's format: 2 names attention paths by the grid dimensions that do not scale with
 # the population (1 named them by the full grid) and adds the per-path steady state, the
 # per-path ratios and the localisation verdict. Fields added within format 2 (optional to
 # readers): settings.attention_family / attention_instantiations, attention_paths[].
 # instantiations, steady.paths[].first / last / below_minimum, idle_gpus, steps,
-# trace.device_map and trace.nvtx.
+# trace.device_map (and its cuda_devices[].uuid / by), trace.nvtx, trace.gpus,
+# no_kernel_activity, and population_dim "step" on an nsys trace.
 PROFILE_FORMAT_VERSION = 2
-
-
-def _default_band() -> float:
-    """profile.band at its schema default."""
-    from servelab.config import default_section
-    from servelab.experiment import ProfileSection
-
-    return default_section(ProfileSection, "profile").band
-
-
-@dataclass
-class TraceOptions:
-    """How a trace is analyzed: the layer count, kernel families, the main attention kernel,
-    the population dimension and the steady-state band."""
-
-    layers: int | None = None
-    layers_source: str | None = None
-    families: list[Family] = field(default_factory=default_families)
-    attention_kernel: str | None = None
-    population_dim: str | None = None  # x | y | z; None: found from the launches
-    band: float = field(default_factory=_default_band)
-    # grid dimensions that name an attention path (indices); None: those that do not scale
-    # with the forward's population, found from the forwards
-    path_dims: tuple[int, ...] | None = None
-    path_dims_source: str | None = None
 
 
 @dataclass
@@ -132,10 +104,10 @@ def _analyze(
     notes: list[str] = []
     nsys = isinstance(trace, NsysTrace)
     if isinstance(trace, NsysTrace):
-        passes = _nsys_passes(trace, resolved, opts, notes)
+        passes = nsys_passes(trace, resolved, opts, notes)
     else:
-        passes = _torch_passes(trace, resolved, opts, notes)
-    dim_name = _population_name(trace, passes, notes)
+        passes = torch_passes(trace, resolved, opts, notes)
+    dim_name = _population_name(passes, notes)
     if opts.layers is None:
         notes.append("layer count unknown (pass --layers or --model-config): no forwards")
     for g in passes.groupers.values():
@@ -146,8 +118,10 @@ def _analyze(
     info["files"] = [p.name for p in paths]
     step_of: dict[object, StepRange] = {}
     if isinstance(trace, NsysTrace):
-        step_of = _nsys_steps(trace, resolved, passes, info, notes)
-    per = _window_results(resolved, ctx, step_of)
+        step_of = nsys_steps(trace, resolved, passes.steps, passes.groupers, info, notes)
+    per = _window_results(resolved, ctx, step_of, notes)
+    if isinstance(trace, NsysTrace):
+        info["gpus"] = _trace_gpus(trace, passes, opts, notes)
     order = [w.label for w in windows]
     ratio_rows, verdicts = _between_windows(windows, per.entries, ctx, dim_name is not None)
     profile = {
@@ -164,18 +138,46 @@ def _analyze(
     return ProfileResult(profile, per.kernels, per.forwards, split, per.forward_steps)
 
 
-def _population_name(trace: NsysTrace | TorchTrace, passes: Passes, notes: list[str]) -> str | None:
-    """The name of what carries the population: the grid dimension found or given, a CPU
-    trace's engine steps, or None (with a note when an attention kernel was found)."""
-    name = "step" if isinstance(trace, TorchTrace) and trace.kind == "cpu" else None
+def _trace_gpus(
+    trace: NsysTrace, passes: Passes, opts: TraceOptions, notes: list[str]
+) -> list[dict[str, Any]]:
+    """trace.gpus: the trace's GPUs with their UUIDs, matched to the telemetry's GPUs
+    (servelab.profile.gpumatch)."""
+    active = {d for per in passes.busy for d, b in per.items() if b > 0}
+    uuids = trace.gpu_uuids()
+    gpus = {g: (name, uuids.get(g)) for g, name in trace.devices().items()}
+    if opts.telemetry_gpus is None and active:
+        notes.append(
+            "the telemetry's GPUs were not given: GPUs are named by the trace's ids "
+            "(TARGET_INFO_GPU.id; inside a container nsys numbers the GPUs it sees from 0), "
+            "trace.gpus has their UUIDs"
+        )
+    return match_gpus(gpus, active, opts.telemetry_gpus, notes)
+
+
+def _population_name(passes: Passes, notes: list[str]) -> str | None:
+    """The name of what carries the population: the grid dimension found or given, the
+    engine step (a CPU trace's, or on nsys vLLM's step ranges where no grid dimension varies),
+    or None (with a note when an attention kernel was found)."""
     if passes.dim is not None:
         return DIMS[passes.dim]
-    if passes.main and name is None:
+    if passes.population == "steps":
         notes.append(
-            "no grid dimension of the main attention kernel varies: populations are "
-            "unknown (profile two concurrencies, or pass --population-dim)"
+            "no grid dimension of the main attention kernel varies (a persistent scheduler, "
+            "such as FlashAttention-3's on SM90, launches a grid of the SM count whatever the "
+            "batch): each forward's population is the request count of the vLLM step (NVTX "
+            "range) that launched it"
         )
-    return name
+        return "step"
+    if passes.population == "step":
+        return "step"
+    if passes.main:
+        notes.append(
+            "no grid dimension of the main attention kernel varies and no vLLM step range "
+            "(NVTX) could be traced to its launches: populations are unknown (profile two "
+            "concurrencies, or pass --population-dim)"
+        )
+    return None
 
 
 def _settings(ctx: WindowContext, dim_name: str | None, split_source: str | None) -> dict[str, Any]:
@@ -187,7 +189,7 @@ def _settings(ctx: WindowContext, dim_name: str | None, split_source: str | None
         "families": [[f.name, f.pattern.pattern] for f in opts.families],
         "attention_kernel": sorted({display.get(n, n) for n in passes.main}),
         "attention_family": passes.family,
-        "attention_instantiations": _instantiations(passes),
+        "attention_instantiations": instantiations(passes),
         "population_dim": dim_name,
         "band": opts.band,
         "path_dims": None if split_source is None else ctx.split.dim_names(),
@@ -207,15 +209,27 @@ class WindowResults:
 
 
 def _window_results(
-    resolved: Sequence[ResolvedWindow], ctx: WindowContext, step_of: Mapping[object, StepRange]
+    resolved: Sequence[ResolvedWindow],
+    ctx: WindowContext,
+    step_of: Mapping[object, StepRange],
+    notes: list[str],
 ) -> WindowResults:
     """Every window's entry, kernels, forwards and forwards' steps (`step_of`: a forward's
-    origin -> its vLLM step; nsys only)."""
+    origin -> its vLLM step; nsys only). A window in which nothing ran is flagged
+    (`no_kernel_activity`) and a note says so."""
     out = WindowResults({}, {}, {}, {})
     for i, rw in enumerate(resolved):
         entry, fw = _window_entry(i, rw, ctx)
+        entry["no_kernel_activity"] = not any(b > 0 for b in ctx.passes.busy[i].values())
+        if entry["no_kernel_activity"]:
+            notes.append(
+                f"window {rw.label} holds no kernel activity (nothing ran in its "
+                f"{rw.length_ns / 1e6:g} ms, window from {rw.source}): a point that ran missed "
+                "the trace (a window mapped wrongly into the trace's clock, or outside the "
+                "capture range); its figures are empty"
+            )
         if ctx.physical:
-            entry["steps"] = _steps_entry(rw, entry, fw, ctx.passes.steps, step_of, ctx.split)
+            entry["steps"] = steps_entry(rw, entry, fw, ctx.passes.steps, step_of, ctx.split)
         out.entries[rw.label] = entry
         out.kernels[rw.label] = kernels_table(ctx.passes.stats[i], ctx.opts.families)
         out.forwards[rw.label] = fw
@@ -249,171 +263,6 @@ def _between_windows(
     return ratio_rows, verdicts
 
 
-@dataclass(frozen=True)
-class Passes:
-    """What a reader's passes over a trace give: per window, busy time per device and the
-    per-kernel totals; the main attention kernel's names (its family's instantiations, each
-    with a label), the grid dimension that carries the population, the forwards per
-    (window, device), and vLLM's step ranges (nsys)."""
-
-    busy: list[dict[str, int]]
-    stats: list[list[KernelStat]]
-    main: set[str]
-    dim: int | None
-    groupers: dict[tuple[int, str], ForwardGrouper]
-    labels: dict[str, str] = field(default_factory=dict)  # instantiation -> "#1", "#2", ...
-    family: str | None = None
-    steps: list[StepRange] = field(default_factory=list)
-
-    @cached_property
-    def display(self) -> dict[str, str]:
-        """Full kernel name -> the name shown (nsys shortName, torch op name)."""
-        return {s.full: s.name for per in self.stats for s in per}
-
-
-def _main_kernel(
-    stats: Sequence[Sequence[KernelStat]],
-    opts: TraceOptions,
-    leaves: set[str] | None,
-    family_of: Mapping[str, str] | None = None,
-) -> set[str]:
-    totals: dict[str, int] = {}
-    for per in stats:
-        for s in per:
-            totals[s.full] = totals.get(s.full, 0) + s.total_ns
-    return main_attention(totals, opts.families, opts.attention_kernel, leaves, family_of)
-
-
-def _families_of(stats: Sequence[Sequence[KernelStat]]) -> dict[str, str]:
-    """Full name -> kernel family (kernels.kernel_family), from the name shown (nsys
-    shortName) where there is one."""
-    return {s.full: kernel_family(s.full, s.name) for per in stats for s in per}
-
-
-def _labels(stats: Sequence[Sequence[KernelStat]], main: set[str]) -> dict[str, str]:
-    """The main attention kernel's instantiations labelled #1, #2, ... by total time over all
-    windows (then by name)."""
-    totals: dict[str, int] = {}
-    for per in stats:
-        for s in per:
-            if s.full in main:
-                totals[s.full] = totals.get(s.full, 0) + s.total_ns
-    order = sorted(totals, key=lambda n: (-totals[n], n))
-    return {n: f"#{i + 1}" for i, n in enumerate(order)}
-
-
-def _family_name(main: set[str], family_of: Mapping[str, str]) -> str | None:
-    return ", ".join(sorted({family_of.get(n, n) for n in main})) or None
-
-
-def _instantiations(passes: Passes) -> list[dict[str, Any]]:
-    acc: dict[str, list[int]] = {}
-    for per in passes.stats:
-        for s in per:
-            if s.full in passes.labels:
-                a = acc.setdefault(s.full, [0, 0])
-                a[0] += s.calls
-                a[1] += s.total_ns
-    rows: list[dict[str, Any]] = [
-        {
-            "label": passes.labels[n],
-            "kernel": passes.display.get(n, n),
-            "name": n,
-            "calls": calls,
-            "total_us": total / 1000.0,
-        }
-        for n, (calls, total) in acc.items()
-    ]
-    rows.sort(key=lambda r: int(str(r["label"])[1:]))
-    return rows
-
-
-def _nsys_passes(
-    trace: NsysTrace, resolved: Sequence[ResolvedWindow], opts: TraceOptions, notes: list[str]
-) -> Passes:
-    """Busy time in a second thread (SQLite runs it outside the GIL) while this one reads the
-    per-kernel totals and then the main attention kernel's launches: on two cores the
-    analysis takes about as long as the longer of the two."""
-    dims = [0, 1, 2] if opts.population_dim is None else [_dim_index(opts.population_dim)]
-    steps = trace.step_ranges()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        busy_job = pool.submit(trace.busy, resolved)
-        stats = trace.stats(resolved)
-        family_of = _families_of(stats)
-        main = _main_kernel(stats, opts, None, family_of)
-        if not main:
-            notes.append("no attention kernel found: attention paths and forwards are empty")
-        display = {s.full: s.name for per in stats for s in per}
-        labels = _labels(stats, main)
-        query = MainQuery(
-            main,
-            display,
-            opts.layers if main else None,
-            dims,
-            labels,
-            origins=bool(steps)
-            and trace.has(RUNTIME)
-            and {"globalPid", "correlationId"} <= trace.columns(KERNEL),
-        )
-        mp = trace.main_pass(resolved, query)
-        busy = busy_job.result()
-    # the main kernel's totals split by grid, in place of its totals per name
-    stats = [
-        [s for s in per if s.full not in main] + split
-        for per, split in zip(stats, mp.stats, strict=True)
-    ]
-    dim = dims[0] if opts.population_dim is not None else choose_dim(mp.distinct, [0, 0, 0])
-    groupers: dict[tuple[int, str], ForwardGrouper] = {}
-    if mp.groupers:
-        groupers = mp.groupers[0 if dim is None else dim]
-        if dim is None:  # no dimension varies: dimension 0's forwards, populations unknown
-            for g in groupers.values():
-                g.finish()
-                g.forwards = [replace(f, population=None) for f in g.forwards]
-    if trace.device_map["source"] == "deviceId" and trace.has("TARGET_INFO_GPU"):
-        notes.append(
-            "no TARGET_INFO_CUDA_DEVICE table (an older export): kernels' deviceId (the "
-            "process's CUDA device) is taken as the GPU id of TARGET_INFO_GPU"
-        )
-    return Passes(busy, stats, main, dim, groupers, labels, _family_name(main, family_of), steps)
-
-
-def _torch_passes(
-    trace: TorchTrace, resolved: Sequence[ResolvedWindow], opts: TraceOptions, notes: list[str]
-) -> Passes:
-    busy, stats = trace.busy_and_stats(resolved)
-    # a GPU trace's kernels come in instantiations (one kernel family); a CPU op is its name
-    family_of = _families_of(stats) if trace.kind != "cpu" else None
-    leaves = trace.leaf_names()
-    if trace.kind != "cpu":
-        # a GPU trace also holds the CPU ops that launched the kernels (aten's
-        # _scaled_dot_product_flash_attention is in the attention family): kernels only
-        kernels = {s.full for per in stats for s in per if s.grid is not None}
-        leaves = kernels or None
-    main = _main_kernel(stats, opts, leaves, family_of)
-    if not main:
-        notes.append("no attention kernel found: attention paths and forwards are empty")
-    cpu_steps = trace.kind == "cpu"
-    dim = None if cpu_steps else _population_dim(stats, main, opts.population_dim)
-    groupers: dict[tuple[int, str], ForwardGrouper] = {}
-    if opts.layers is not None and main:
-        for i, dev, t0, t1, grid, step in trace.launches(resolved, main):
-            key: object
-            if cpu_steps:
-                pop = step.population if step else None
-                tag: object = step.start if step else ("outside", t0)
-                key = step.path if step else "outside a step"
-            else:
-                pop = grid[dim] if grid is not None and dim is not None else None
-                tag = pop
-                key = grid if grid is not None else "all"
-            _grouper(groupers, i, dev, opts.layers).feed(Launch(t0, t1, pop, tag, key))
-    if family_of is None:
-        return Passes(busy, stats, main, dim, groupers, {}, None)
-    labels = _labels(stats, main)
-    return Passes(busy, stats, main, dim, groupers, labels, _family_name(main, family_of))
-
-
 def _int_or_none(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -444,35 +293,6 @@ def _path_split(
     if not isinstance(trace, NsysTrace) or not dims:  # --path-dims none: one path, all
         split = frozenset()
     return PathSplit(dims, dict(passes.labels), split), source
-
-
-def _dim_index(name: str) -> int:
-    if name not in DIMS:
-        raise ServelabError(f"--population-dim {name!r}: use one of x, y, z")
-    return DIMS.index(name)
-
-
-def _grouper(
-    groupers: dict[tuple[int, str], ForwardGrouper], i: int, dev: str, layers: int
-) -> ForwardGrouper:
-    g = groupers.get((i, dev))
-    if g is None:
-        g = groupers[(i, dev)] = ForwardGrouper(layers)
-    return g
-
-
-def _population_dim(
-    stats: Sequence[Sequence[KernelStat]], main: set[str], override: str | None
-) -> int | None:
-    if override is not None:
-        return _dim_index(override)
-    distinct: list[set[int]] = [set(), set(), set()]
-    for per in stats:
-        for s in per:
-            if s.full in main and s.grid is not None:
-                for d in range(3):
-                    distinct[d].add(s.grid[d])
-    return choose_dim(distinct, [0, 0, 0])
 
 
 @dataclass(frozen=True)
@@ -548,137 +368,6 @@ def _window_entry(
         "steady": steady,
     }
     return entry, fw
-
-
-def _nsys_steps(
-    trace: NsysTrace,
-    resolved: Sequence[ResolvedWindow],
-    passes: Passes,
-    info: dict[str, Any],
-    notes: list[str],
-) -> dict[object, StepRange]:
-    """What NVTX the trace holds (trace.nvtx), and each forward's vLLM step: the step range,
-    on the launching thread, that encloses the host call which launched the forward's first
-    attention kernel (its origin)."""
-    steps = passes.steps
-    projected = (
-        bool(steps)
-        and trace.has(RUNTIME)
-        and {"globalPid", "correlationId"} <= trace.columns(KERNEL)
-    )
-    info["nvtx"] = {
-        "client_ranges": {k: v[2] for k, v in sorted(trace.client_ranges.items())},
-        "step_ranges": len(steps),
-        "step_formats": sorted({s.form for s in steps}),
-        "steps_projected": projected,
-    }
-    if not trace.client_ranges and any(w.source != "trace" for w in resolved):
-        notes.append(
-            "the trace holds no NVTX range of the client (domain servelab): the client runs "
-            "on the host, outside the server's Nsight Systems session, so windows come from "
-            "its wall-clock anchors"
-        )
-    if steps and not projected:
-        notes.append(
-            "vLLM's step ranges cannot be projected onto the GPU: the export has no "
-            "CUPTI_ACTIVITY_KIND_RUNTIME table (launches' host calls)"
-        )
-    if not projected:
-        return {}
-    origins = [
-        f.origin
-        for g in passes.groupers.values()
-        for f in g.forwards
-        if isinstance(f.origin, tuple)
-    ]
-    hosts = trace.launch_hosts(origins)
-    per_thread: dict[int, list[StepRange]] = {}
-    for st in steps:  # sorted by thread, start
-        per_thread.setdefault(st.tid, []).append(st)
-    starts = {t: [st.start for st in sts] for t, sts in per_thread.items()}
-    out: dict[object, StepRange] = {}
-    for origin, (tid, at) in hosts.items():
-        sts = per_thread.get(tid)
-        if not sts:
-            continue
-        j = bisect.bisect_right(starts[tid], at) - 1
-        if j >= 0 and sts[j].start <= at < sts[j].end:
-            out[origin] = sts[j]
-    return out
-
-
-def _steps_entry(
-    rw: ResolvedWindow,
-    entry: Mapping[str, Any],
-    fw: Sequence[tuple[str, Forward]],
-    steps: Sequence[StepRange],
-    step_of: Mapping[object, StepRange],
-    split: PathSplit,
-) -> dict[str, Any] | None:
-    """vLLM's steps against the kernel-derived forwards of the window's reported device
-    (`forwards.device`): how many forwards a step range launched (one each, when the layer
-    count and the forwards are right), steps that launched none, and the step's batch
-    composition beside the population read from the attention grid."""
-    if not steps:
-        return None
-    device = (entry.get("forwards") or {}).get("device")
-    mine = [f for d, f in fw if d == device]
-    in_window = [st for st in steps if st.start < rw.hi and st.end > rw.lo and st.requests > 0]
-    out: dict[str, Any] = {
-        "format": ", ".join(sorted({st.form for st in steps})),
-        "ranges": len(in_window),
-        "forwards": len(mine),
-        "projected": bool(step_of) or not mine,
-        "matched": None,
-        "steps": None,
-        "shared": None,
-        "missed": None,
-        "agree": None,
-        "kinds": {},
-        "population": {},
-        "paths": {},
-    }
-    if not step_of:
-        return out
-    matched = [(f, step_of[f.origin]) for f in mine if f.origin in step_of]
-    per_step = Counter((st.tid, st.start) for _, st in matched)
-    used = set(per_step)
-    missed = 0
-    for tid in {st.tid for _, st in matched}:
-        first = min(k[1] for k in used if k[0] == tid)
-        last = max(k[1] for k in used if k[0] == tid)
-        missed += sum(
-            1
-            for st in steps
-            if st.tid == tid
-            and first <= st.start <= last
-            and st.requests > 0
-            and (st.tid, st.start) not in used
-        )
-    shared = sum(1 for _, st in matched if per_step[(st.tid, st.start)] > 1)
-    kinds: Counter[str] = Counter(st.kind for _, st in matched)
-    population: Counter[str] = Counter()
-    paths: dict[str, Counter[str]] = {}
-    for f, st in matched:
-        if f.population is not None:
-            rel = f.population - st.requests
-            population["equal" if rel == 0 else "above" if rel > 0 else "below"] += 1
-        name = split.of_key(f.key)
-        if name is not None:
-            paths.setdefault(name, Counter())[st.kind] += 1
-    out.update(
-        {
-            "matched": len(matched),
-            "steps": len(used),
-            "shared": shared,
-            "missed": missed,
-            "agree": len(matched) == len(mine) and shared == 0 and missed == 0,
-            "kinds": dict(sorted(kinds.items())),
-            "population": {k: population[k] for k in ("equal", "above", "below")},
-            "paths": {p: dict(sorted(c.items())) for p, c in sorted(paths.items())},
-        }
-    )
-    return out
 
 
 def _device_key(d: str) -> tuple[int, int | str]:

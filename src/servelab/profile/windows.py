@@ -93,11 +93,12 @@ def load_windows(path: Path) -> list[Window]:
 
 
 def windows_json(windows: Sequence[Window], **top: Any) -> dict[str, Any]:
-    """windows.json: the windows and the capture's top-level facts (`top`). Its `nvtx` says
-    whether the client emitted NVTX ranges (the nvtx package imported), not whether a trace
-    holds them: the client runs on the host, outside the server's Nsight Systems session, so
-    a trace holds them only when the client ran under the same session. The analysis records
-    what the trace holds (profile.json `trace.nvtx`)."""
+    """windows.json: the windows and the capture's top-level facts (`top`). Its
+    `client_nvtx_emitted` says whether the client emitted NVTX ranges (the nvtx package
+    imported), not whether a trace holds them: the client runs on the host, outside the
+    server's Nsight Systems session, so a trace holds them only when the client ran under the
+    same session (older captures name it `nvtx`). The analysis records what the trace holds
+    (profile.json `trace.nvtx`). `point_gap_s` (nsys): the idle time between two points."""
     rows = []
     for w in windows:
         rows.append(
