@@ -235,8 +235,9 @@ def test_runtime_stage_pulls_checks_the_digest_and_probes(engine: Engine, tmp_pa
     ]
     probe, gpu_probe = engine.calls()[-2:]
     assert "--gpus" not in probe and probe[probe.index("--entrypoint") + 1] == "python3"
-    # the GPU pre-flight's probe gets the server's GPUs; without NVML nothing is compared
-    assert gpu_probe[gpu_probe.index("--gpus") + 1] == "all"
+    # the GPU pre-flight's probe gets the GPUs the launch will give the server (runtime.gpus 1;
+    # without NVML to list them, NVML index 0); without NVML nothing is compared
+    assert gpu_probe[gpu_probe.index("--gpus") + 1] == '"device=0"'
     assert rec["gpu_check"]["status"] == "unchecked"
     assert rec["gpu_check"]["reason"] == "NVML unavailable: NVML Shared Library Not Found"
     assert any("pulling" in s for s in said)
@@ -508,6 +509,30 @@ def test_nsys_absent_from_the_image_is_an_explicit_record(tmp_path: Path) -> Non
         f"nsys is not in {PINNED} and nsys (nsys) not found on this host (PATH, no folders) "
         "(see containers/README.md)"
     )
+
+
+def test_a_host_nsys_that_did_not_run_in_the_image_is_not_tried_again(tmp_path: Path) -> None:
+    """The runtime stage ran the host's Nsight Systems in the image and it failed there
+    (runtime.json host_nsys_in_image runs false): the profiling job does not start a server
+    under it; the profile is "not profiled" with the stage's reason."""
+    cfg = config(tmp_path, nsys=A100_NSYS)
+    _, globs = host_install(tmp_path / "host")
+    why = "the host's nsys does not run in the image (nsys --version: GLIBC_2.34 not found)"
+    runtime = {
+        "kind": "container",
+        "nsys": None,
+        "image_ref": PINNED,
+        "python": "python3",
+        "host_nsys_in_image": {"runs": False, "reason": why},
+    }
+    rec = run_profile(
+        measure_job(cfg, tmp_path, model_dir=tmp_path, runtime=runtime),
+        "fake",
+        which=no_host_nsys,
+        nsys_globs=globs,
+    )
+    assert rec["status"] == "not profiled" and rec["tool"] is None
+    assert rec["reason"] == f"{A100_NSYS} is not in {PINNED} and {why} (see containers/README.md)"
 
 
 def test_a_mount_missing_on_the_host_is_refused(engine: Engine, tmp_path: Path) -> None:

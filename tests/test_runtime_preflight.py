@@ -321,3 +321,41 @@ def test_a_hosts_nsys_that_cannot_run_in_the_image_is_a_reason_or_stops_a_requir
     assert "\n" not in msg
     assert not [c for c in engine.calls() if "serve" in c]
     assert re.search(r"servelab-nsys-check-\d+", " ".join(engine.calls()[-1]))
+
+
+class UsedNVML(HostNVML):
+    """HostNVML whose GPUs also have a UUID, a PCI bus id and memory in use (MiB, in order)."""
+
+    def __init__(self, used_mib: tuple[int, ...], *gpus: tuple[str, tuple[int, int]]) -> None:
+        super().__init__(*gpus)
+        self.used = used_mib
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return f"GPU-{h:08d}-aaaa-bbbb-cccc-dddddddddddd"
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> Any:
+        return type("Pci", (), {"busId": f"00000000:{h + 1:02X}:00.0"})()
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+        return type("Mem", (), {"used": self.used[h] << 20, "total": 32 << 30})()
+
+
+def test_the_preflight_checks_the_gpus_the_container_launch_will_get() -> None:
+    """In a container the pre-flight looks at the GPUs the launch will give the server: with
+    none named, the runtime.gpus GPUs with the least memory in use, by UUID. A busy V100 beside
+    an idle A100 is not what an AWQ server on one GPU gets, so it is not what is compared."""
+    from types import SimpleNamespace
+
+    from servelab.hostfacts.gpu import gpu_facts
+    from servelab.runtime.gpu import _selected, server_gpus
+
+    nvml = UsedNVML((20000, 10), V100, ("NVIDIA A100-SXM4-40GB", (8, 0)))
+    rt = SimpleNamespace(kind="docker", gpus=1, gpu_devices=None)
+    chosen = server_gpus(rt, {}, nvml)  # type: ignore[arg-type]
+    assert chosen == ("GPU-00000001-aaaa-bbbb-cccc-dddddddddddd",)
+    picked = _selected(list(gpu_facts(nvml)["gpus"]), chosen)
+    assert [g["name"] for g in picked] == ["NVIDIA A100-SXM4-40GB"]
+    # a venv server sees what CUDA_VISIBLE_DEVICES shows it
+    venv = SimpleNamespace(kind="venv", gpus=1, gpu_devices=None)
+    assert server_gpus(venv, {"CUDA_VISIBLE_DEVICES": "1"}, nvml) == ("1",)  # type: ignore[arg-type]
+    assert server_gpus(venv, {}, nvml) == "all"  # type: ignore[arg-type]

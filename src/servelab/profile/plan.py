@@ -172,6 +172,8 @@ def for_runtime(
         return Decision("nsys", note=decision.note, nsys=use)
     elif found.install_dir is None:
         why = f"{found.path} is not in an install folder that can be mounted"
+    elif isinstance(ran := runtime.get("host_nsys_in_image"), Mapping) and ran.get("runs") is False:
+        why = str(ran.get("reason"))
     else:
         mount, inside = nsys_mount(found.install_dir, str(Path(found.path).resolve()))
         use = NsysUse(inside, "host", found.version, mount, found.to_json())

@@ -4,8 +4,8 @@ A server that cannot (an image whose PyTorch has no kernels for the GPU, a quant
 kernels need a newer GPU) fails only after a start of up to server.startup_timeout_s, once per
 server configuration. The runtime stage finds out first:
 
-- each GPU the server will get, and its compute capability, from NVML on this host
-  (servelab.hostfacts.gpu_facts);
+- each GPU the server will get (in a container, the launch's choice by UUID: server_gpus),
+  and its compute capability, from NVML on this host (servelab.hostfacts.gpu_facts);
 - the runtime's PyTorch build, asked in the runtime itself with the server's GPUs and
   runtime.env (in a container: a `python3 -c` run in the image): its version, the CUDA version
   it was built with (torch.version.cuda) and the architectures it holds kernels for (what
@@ -27,10 +27,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from servelab.container import ContainerRun
+from servelab.container import ENGINES, ContainerRun
+from servelab.container.gpus import choose_gpus
 from servelab.errors import ServelabError
 from servelab.experiment import RuntimeSection, ServerSection
-from servelab.hostfacts.gpu import gpu_facts
+from servelab.hostfacts.gpu import gpu_facts, list_gpus
 from servelab.runtime.tools import Runner, call, last_line
 
 # vLLM's QuantizationConfig.get_min_capability() (compute capability x 10) per method, as
@@ -250,9 +251,16 @@ def refusal(
     )
 
 
-def server_gpus(rt: RuntimeSection, environ: Mapping[str, str]) -> str | tuple[str, ...]:
-    """The GPUs the pre-flight looks at and gives its probe: runtime.gpu_devices, else the
-    job's CUDA_VISIBLE_DEVICES (as a cluster scheduler sets it), else "all"."""
+def server_gpus(
+    rt: RuntimeSection, environ: Mapping[str, str], nvml: Any = None
+) -> str | tuple[str, ...]:
+    """The GPUs the pre-flight looks at and gives its probe. In a container, the ones the
+    launch will give it (servelab.container.gpus.choose_gpus: runtime.gpu_devices, else the
+    job's CUDA_VISIBLE_DEVICES, else the runtime.gpus GPUs with the least memory in use), by
+    UUID; in a venv, the job's CUDA_VISIBLE_DEVICES (as a cluster scheduler sets it), else
+    "all"."""
+    if rt.kind in ENGINES:
+        return choose_gpus(rt.gpu_devices, rt.gpus, environ, list_gpus(nvml)).gpus
     if rt.gpu_devices:
         return tuple(str(g) for g in rt.gpu_devices)
     visible = [g.strip() for g in (environ.get("CUDA_VISIBLE_DEVICES") or "").split(",")]
@@ -260,12 +268,18 @@ def server_gpus(rt: RuntimeSection, environ: Mapping[str, str]) -> str | tuple[s
 
 
 def _selected(gpus: list[dict[str, Any]], selection: Any) -> list[dict[str, Any]]:
-    """The GPUs of NVML's list that selection names by index; every GPU when it names them
-    otherwise (all, UUIDs, PCI bus ids, which the facts read here do not hold)."""
-    if isinstance(selection, tuple) and all(str(s).isdigit() for s in selection):
-        wanted = {int(s) for s in selection}
-        return [g for g in gpus if g["index"] in wanted]
-    return gpus
+    """The GPUs of NVML's list that selection names, by index, UUID or PCI bus id; every GPU
+    for "all" or for ids none of them carries (a MIG id)."""
+    if not isinstance(selection, tuple):
+        return gpus
+    wanted = {str(s).lower() for s in selection}
+
+    def named(g: Mapping[str, Any]) -> bool:
+        keys = (str(g.get("index")), g.get("uuid"), g.get("pci_bus_id"))
+        return any(k is not None and str(k).lower() in wanted for k in keys)
+
+    hits = [g for g in gpus if named(g)]
+    return hits or gpus
 
 
 @dataclass(frozen=True)
@@ -337,7 +351,7 @@ def preflight(
     gpu_check; raises (one line) when a GPU cannot run the runtime. vllm: the runtime's vLLM
     version, for the messages."""
     uses = quantizations(server)
-    selection = server_gpus(rt, os.environ)
+    selection = server_gpus(rt, os.environ, nvml)
     probe = ask(selection, [u.method for u in uses])
     arch = " ".join(probe.get("arch_list") or []) or "no architecture it names"
     say(
