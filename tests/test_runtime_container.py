@@ -317,6 +317,10 @@ def test_sweep_runs_the_server_in_the_container_and_stops_it(
     assert f"{model.resolve()}:/model:ro" in cmd and PINNED in cmd
     assert "tok-123-secret" not in json.dumps(launch)
     assert launch["runtime_image_digest"] == DIGEST
+    # which GPU the container got, and why, is in launch.json too (telemetry off or on)
+    gpus = launch["gpus"]
+    assert gpus["ids"] == [cmd[cmd.index("--gpus") + 1].strip('"').removeprefix("device=")]
+    assert gpus["rule"] and gpus["origin"]
     calls = engine.calls()
     runs = [i for i, c in enumerate(calls) if c[0] == "run" and name in c]
     assert len(runs) == 1

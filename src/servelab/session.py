@@ -410,6 +410,9 @@ class Session:
             "runtime_image_digest": runtime.get("image_digest"),
             "container": launch.container.name if launch.container else None,
         }
+        choice = launch.container.gpu_choice if launch.container else None
+        if choice is not None:  # the container's GPUs: which, why (servelab.container.gpus)
+            record["gpus"] = choice.to_json()
         if isinstance(server, EndpointServer):
             del record["start"]  # no start of servelab's to time
             record["endpoint"] = server.facts
