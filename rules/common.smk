@@ -3,6 +3,8 @@ import os
 import re
 import sys
 
+from servelab.config import merge as _merge
+from servelab.config import read_file as _read_file
 from servelab.config import validate as _validate
 from servelab.datasets import check_local_pin as _check_local_pin
 from servelab import paths as _paths
@@ -14,12 +16,18 @@ from servelab.profile.plan import profile_plan as _profile_plan
 _sources = [str(p) for p in (workflow.overwrite_configfiles or ["config/config.yaml"])]
 # An experiment file (--configfile) replaces the default experiment instead of extending it:
 # keys it leaves out take the schema's defaults, never config/config.yaml's values (Snakemake
-# would merge them in, e.g. the CPU quickstart's server.args into a GPU experiment).
-_raw = (
-    dict(workflow.config_settings.overwrite_config)
-    if workflow.overwrite_configfiles
-    else dict(config)
-)
+# would merge them in, e.g. the CPU quickstart's server.args into a GPU experiment), unless it
+# says `extends: ../config.yaml` (docs/config.md, "Overlays"): servelab reads each file as
+# servelab.config.read_file does, with --config's values over them.
+try:
+    _raw = dict(config)
+    if workflow.overwrite_configfiles:
+        _raw = {}
+        for _file in workflow.overwrite_configfiles:
+            _raw = _merge(_raw, _read_file(_file) or {})
+        _raw = _merge(_raw, dict(workflow.config_settings.config))
+except ServelabError as _exc:
+    sys.exit(f"config error: {_exc}")
 # Options of the `release` target (--config release_tag=TAG [release_allow_unpinned=true]) are
 # not part of the experiment.
 RELEASE_TAG = _raw.pop("release_tag", None)

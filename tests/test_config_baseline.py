@@ -44,8 +44,8 @@ def _pin(node: Any, path: str = "") -> Any:
 
 
 def read_example(path: Path) -> Any:
-    """The example as servelab reads it, pinned."""
-    return _pin(config.load_yaml(path))
+    """The example as servelab reads it (an overlay over the file it extends), pinned."""
+    return _pin(config.read_file(path))
 
 
 def resolved_json(path: Path) -> str:

@@ -58,11 +58,11 @@ def test_experiment_configs_are_valid(repo: Path) -> None:
     names them; with them filled in, valid too."""
     import pytest
 
-    from servelab.config import load, placeholders, validate
+    from servelab.config import load, placeholders, read_file, validate
     from servelab.errors import ServelabError
 
     for path in sorted((repo / "config" / "experiments").glob("*.yaml")):
-        raw = yaml.safe_load(path.read_text())
+        raw = read_file(path)  # an overlay with the file it extends
         todo = placeholders(raw)
         if not todo:
             assert load(path).name == path.stem

@@ -23,7 +23,7 @@ from analysis_fixtures import (
 from servelab.analysis.confirmation import proposal_verdict
 from servelab.analysis.pipeline import analyze
 from servelab.cli import main
-from servelab.config import validate
+from servelab.config import read_file, validate
 from servelab.confirm import (
     Plan,
     Workflow,
@@ -133,7 +133,7 @@ def test_a_proposal_with_no_level_to_judge_is_not_tryable(tmp_path: Path) -> Non
 
 
 def _quickstart(tmp_path: Path, **changes: Any) -> dict[str, Any]:
-    raw = yaml.safe_load((REPO / "config" / "experiments" / "serialized-cpu.yaml").read_text())
+    raw = read_file(REPO / "config" / "experiments" / "serialized-cpu.yaml")
     raw["results_dir"] = str(tmp_path / "results")
     raw.update(changes)
     return validate(raw, "test").to_dict()

@@ -18,11 +18,10 @@ import math
 from pathlib import Path
 
 import pytest
-import yaml
 from e2e_helpers import REPO, SharedServer, endpoint_config, run_snakemake, write_config
 
 from servelab.arrivals import schedule_sha256
-from servelab.config import default_section
+from servelab.config import default_section, read_file
 from servelab.experiment import ValiditySection
 from servelab.search import read_search
 
@@ -40,11 +39,11 @@ def test_a_rate_sweep_then_an_slo_search_run_end_to_end(
     server = shared_servers["cache-off"]
     cfg = endpoint_config(tmp_path / "results", server)
     cfg["server"]["configs"] = [{"name": "shared"}]
-    sweep = dict(yaml.safe_load(RATES.read_text())["sweep"])
+    sweep = dict(read_file(RATES)["sweep"])
     sweep.update(rate=[2, 8], repeats=2)
     sweep["arrival"] = {**sweep["arrival"], "duration_s": 3}  # 6 and 24 requests
     cfg["sweep"] = sweep
-    search = dict(yaml.safe_load(SEARCH.read_text())["search"])
+    search = dict(read_file(SEARCH)["search"])
     search.update(start_rate=2, growth=4, tolerance=0.5, max_measurements=4)
     search["arrival"] = {**search["arrival"], "duration_s": 2}
     cfg["search"] = search

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servelab.config import load_yaml, resolve
+from servelab.config import load_yaml, read_file, resolve
 from servelab.errors import ServelabError
 from servelab.paths import ExperimentPaths
 from servelab.records import LaunchRecord
@@ -117,7 +117,7 @@ def load_campaign(path: Path, base: Path | None = None) -> Campaign:
         full = source if source.is_absolute() else root / source
         if not full.is_file():
             raise ServelabError(f"{path}: experiments[{i}]: {entry}: file not found")
-        raw = load_yaml(full)
+        raw = read_file(full)
         resolved = resolve(raw, source=str(source))
         exp_dir = Path(resolved["results_dir"]) / resolved["experiment"]
         if exp_dir in seen:

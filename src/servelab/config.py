@@ -25,6 +25,8 @@ SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
 # A value the config's author must fill in: "<set: HINT>", e.g. "<set: its 40-hex commit>".
 PLACEHOLDER = re.compile(r"^<set:\s*(?P<hint>.+?)\s*>$", re.I)
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# The key of an experiment file that names the file it overlays (read_file)
+EXTENDS = "extends"
 HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 
@@ -490,10 +492,55 @@ def _check_search(cfg: dict[str, Any], source: str) -> None:
 
 
 def load(path: Path, overrides: dict[str, Any] | None = None) -> Experiment:
-    raw = load_yaml(path)
+    raw = read_file(path)
     if overrides:
         raw = merge(raw or {}, overrides)
     return validate(raw, str(path))
+
+
+def read_file(path: Path) -> Any:
+    """An experiment file as servelab reads it: where it names another in `extends:` (a path
+    relative to its own folder), that file's keys with this one's laid over them by overlay()
+    (docs/config.md, "Overlays"); any other file as written."""
+    return _read_overlay(Path(path), ())
+
+
+def _read_overlay(path: Path, chain: tuple[Path, ...]) -> Any:
+    raw = load_yaml(path)
+    if not isinstance(raw, dict) or EXTENDS not in raw:
+        return raw
+    name = raw.pop(EXTENDS)
+    hint = "the experiment file this one overlays, relative to its folder, e.g. ../config.yaml"
+    if not isinstance(name, str) or not name.strip():
+        raise ServelabError(f"{path}: {EXTENDS}: {name!r} is not a file name; give {hint}")
+    base = path.parent / name
+    if base.resolve() in (*chain, path.resolve()):
+        raise ServelabError(f"{path}: {EXTENDS}: {name} leads back to {path}; break the loop")
+    if not base.is_file():
+        raise ServelabError(f"{path}: {EXTENDS}: {base}: file not found; give {hint}")
+    if "experiment" not in raw:
+        raise ServelabError(
+            f"{path}: experiment: an overlay names its own experiment (else it writes to the "
+            f"results folder of {name}); add experiment: NAME"
+        )
+    under = _read_overlay(base, (*chain, path.resolve()))
+    if not isinstance(under, dict):
+        raise ServelabError(f"{base}: not a mapping of config keys (extended by {path})")
+    return overlay(under, raw)
+
+
+def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` laid over `base`: mappings key by key, a list or a value replaced whole, and a
+    key set to null removed (it takes the schema's default, null wherever null is allowed)."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict):
+            out[k] = overlay(out[k] if isinstance(out.get(k), dict) else {}, v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
