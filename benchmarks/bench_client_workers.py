@@ -46,7 +46,7 @@ def _pct(xs: list[float], q: float) -> float:
 def servelab_child(argv: list[str]) -> None:
     """closed BASE C N TOKENS WORKERS | open BASE RATE N TOKENS WORKERS: one point, as JSON."""
     from servelab.arrivals import ArrivalProcess
-    from servelab.client import OpenLoop, Workload, run_open_point, run_point
+    from servelab.client import OpenLoop, Workload, run_point
 
     kind, base = argv[0], argv[1]
     n, tokens, workers = int(argv[3]), int(argv[4]), int(argv[5])
@@ -58,7 +58,7 @@ def servelab_child(argv: list[str]) -> None:
         pr = run_point(w, ["x"] * n, c, f"sl-w{workers}", workers=workers)
     else:
         plan = OpenLoop.of(ArrivalProcess("constant", float(argv[2])), n)
-        pr = run_open_point(w, ["x"] * n, plan, f"sl-w{workers}", workers=workers)
+        pr = run_point(w, ["x"] * n, plan, f"sl-w{workers}", workers=workers)
     recs = [r.to_json() for r in pr.records]
     out = {"client_cpu_s": pr.client_cpu_s, "workers": pr.workers, "requests": recs,
            "started_epoch_ns": pr.started_epoch_ns}  # fmt: skip

@@ -22,7 +22,6 @@ from servelab.client import (
     Prompt,
     RequestRecord,
     Workload,
-    run_open_point,
     run_point,
 )
 from servelab.client.chat import Talk, chat_target, turn_id
@@ -342,7 +341,7 @@ def test_open_loop_later_turns_are_due_after_the_reply_and_think_time(
     base, _ = chat
     think = 0.04
     plan = OpenLoop((0, 20_000_000))
-    run = run_open_point(wl(base, think), [conv(60), conv(61)], plan, "o")
+    run = run_point(wl(base, think), [conv(60), conv(61)], plan, "o")
     rows = by_conversation(run.records)
     assert all(r.ok for r in run.records) and len(run.records) == 6
     for i, turns in rows.items():
@@ -365,7 +364,7 @@ def test_open_loop_later_turns_are_due_after_the_reply_and_think_time(
 def test_open_loop_cap_counts_conversations(chat: tuple[str, ChatServer]) -> None:
     """With a cap of 1 the second conversation, due at once, waits for the first's end."""
     base, _ = chat
-    run = run_open_point(wl(base, 0.01), [conv(70, turns=2), conv(71, turns=2)],
+    run = run_point(wl(base, 0.01), [conv(70, turns=2), conv(71, turns=2)],
                          OpenLoop((0, 0), max_in_flight=1), "cap")  # fmt: skip
     a, b = by_conversation(run.records)[0], by_conversation(run.records)[1]
     assert all(r.ok for r in run.records)
@@ -384,7 +383,7 @@ def test_two_workers_carry_conversations(chat: tuple[str, ChatServer], kind: str
         run = run_point(wl(base, 0.005), items, 3, label, workers=2)
     else:
         plan = OpenLoop(tuple(5_000_000 * i for i in range(len(items))))
-        run = run_open_point(wl(base, 0.005), items, plan, label, workers=2)
+        run = run_point(wl(base, 0.005), items, plan, label, workers=2)
     assert len(run.workers) == 2
     turns = [r for r in run.records if r.turn is not None]
     assert len(turns) == 10 and all(r.ok for r in run.records)

@@ -17,7 +17,7 @@ from queue_server import serve_queue
 
 import servelab.client.workers as workers_mod
 from servelab.arrivals import ArrivalProcess
-from servelab.client import OpenLoop, PointRun, RequestRecord, Workload, run_open_point, run_point
+from servelab.client import OpenLoop, PointRun, RequestRecord, Workload, run_point
 from servelab.client.workers import Share, SharedCount, worker_count
 from servelab.server import free_port
 
@@ -131,7 +131,7 @@ def test_workers_one_stays_in_this_process(queue: str, monkeypatch: pytest.Monke
     monkeypatch.setattr(workers_mod, "_Worker", no_process)
     closed = run_point(wl(queue), ["p"] * 3, 2, "a", workers=1)
     plan = OpenLoop.of(ArrivalProcess("constant", 200), 3)
-    opened = run_open_point(wl(queue), ["p"] * 3, plan, "b", workers=1)
+    opened = run_point(wl(queue), ["p"] * 3, plan, "b", workers=1)
     assert [r.request_id for r in closed.records + opened.records] == ids("a", 3) + ids("b", 3)
     with pytest.raises(AssertionError, match="a worker process was started"):
         run_point(wl(queue), ["p"] * 3, 2, "a", workers=2)
@@ -142,7 +142,7 @@ def test_open_loop_two_workers_keep_one_schedule(queue: str) -> None:
     point's zero plus its own send time, to the nanosecond, whichever worker sent it."""
     n = 30
     plan = OpenLoop.of(ArrivalProcess("constant", 100), n)
-    run = run_open_point(wl(queue), ["p"] * n, plan, "o", workers=2)
+    run = run_point(wl(queue), ["p"] * n, plan, "o", workers=2)
     assert [r.request_id for r in run.records] == ids("o", n)
     assert all(r.ok for r in run.records), [r.error for r in run.records if not r.ok]
     assert [r.sent_epoch_ns - run.started_epoch_ns for r in run.records] == list(plan.offsets_ns)
@@ -160,7 +160,7 @@ def test_open_loop_cap_is_split_over_the_workers(queue: str) -> None:
     never more than 2 at once, and the held-back requests slip."""
     n = 16
     plan = OpenLoop.of(ArrivalProcess("constant", 500), n, max_in_flight=2)
-    run = run_open_point(wl(queue), ["p"] * n, plan, "k", workers=4)
+    run = run_point(wl(queue), ["p"] * n, plan, "k", workers=4)
     assert len(run.workers) == 2  # no more workers than the cap
     assert [r.request_id for r in run.records] == ids("k", n) and all(r.ok for r in run.records)
     assert in_flight_max(run.records) <= 2
@@ -178,7 +178,7 @@ def test_open_loop_deal_is_round_robin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workers_mod, "_run", capture)
     plan = OpenLoop(tuple(range(0, 70, 10)), max_in_flight=5)
     prompts = [f"p{i}" for i in range(7)]
-    run_open_point(wl("http://127.0.0.1:9"), prompts, plan, "d", workers=3)
+    run_point(wl("http://127.0.0.1:9"), prompts, plan, "d", workers=3)
     assert [(s.indices, s.prompts, s.offsets_ns, s.slots, s.counter) for s in got] == [
         ((0, 3, 6), ("p0", "p3", "p6"), (0, 30, 60), 2, ""),
         ((1, 4), ("p1", "p4"), (10, 40), 2, ""),
@@ -238,7 +238,7 @@ def test_invalid_worker_counts(workers: object, marks: object, match: str) -> No
 STOP_SCRIPT = """
 import sys
 from servelab.arrivals import ArrivalProcess
-from servelab.client import OpenLoop, PointRun, Workload, run_open_point, run_point
+from servelab.client import OpenLoop, PointRun, Workload, run_point
 from servelab.server import raise_on_signals
 raise_on_signals()
 w = Workload(base_url=sys.argv[1], model="m", max_tokens=1, request_timeout_s=30)
@@ -250,7 +250,7 @@ try:
         run_point(w, ["p"] * n, 2, "x", out, workers=2)
     else:
         plan = OpenLoop.of(ArrivalProcess("constant", 100), n)
-        run_open_point(w, ["p"] * n, plan, "x", out, workers=2)
+        run_point(w, ["p"] * n, plan, "x", out, workers=2)
 except KeyboardInterrupt as exc:
     recs = out.records
     print("interrupted", exc, len(recs), len({r.request_id for r in recs}),

@@ -64,6 +64,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "hashing",
         "paths",
         "schedule",
+        "level",
         "redact",
         "arrivals",
         "errors",

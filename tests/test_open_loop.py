@@ -20,7 +20,6 @@ from servelab.client import (
     RequestRecord,
     Workload,
     run_open_loop,
-    run_open_point,
     run_point,
 )
 from servelab.client.record import RecordFieldError
@@ -54,7 +53,7 @@ def ends_ns(run: PointRun) -> list[int]:
 
 def test_times_count_from_the_scheduled_send(queue: str) -> None:
     plan = constant(50, 6)
-    run = run_open_point(wl(queue), ["p"] * 6, plan, "o")
+    run = run_point(wl(queue), ["p"] * 6, plan, "o")
     assert [r.request_id for r in run.records] == [f"o-{i:05d}" for i in range(6)]
     assert all(r.ok and r.error is None for r in run.records)
     # the clock bridge: each record's sent_epoch_ns is the point's start plus its send time
@@ -69,7 +68,7 @@ def test_times_count_from_the_scheduled_send(queue: str) -> None:
 def test_without_a_cap_requests_go_out_on_time_and_overlap(queue: str) -> None:
     """Arrivals every 5 ms at a server that takes 20 ms: the client does not wait for one
     request to end before it sends the next."""
-    run = run_open_point(wl(queue), ["p"] * 10, constant(200, 10), "o")
+    run = run_point(wl(queue), ["p"] * 10, constant(200, 10), "o")
     assert all(r.ok for r in run.records)
     slips = sorted(r.send_slip_us for r in run.records)  # type: ignore[type-var]
     assert slips[len(slips) // 2] < 5000, slips
@@ -83,7 +82,7 @@ def test_a_cap_holds_requests_back_and_their_slip_grows(queue: str) -> None:
     for the one before, so its send slips further behind the schedule, and the latency counted
     from the schedule grows with it, where the latency from the actual send would not."""
     n = 10
-    run = run_open_point(wl(queue), ["p"] * n, constant(200, n, cap=1), "c")
+    run = run_point(wl(queue), ["p"] * n, constant(200, n, cap=1), "c")
     assert all(r.ok for r in run.records)
     sends, ends = sends_ns(run), ends_ns(run)
     for i in range(1, n):  # (both rounded down to the µs)
@@ -121,7 +120,7 @@ def test_a_client_that_falls_behind_shows_it_as_latency(queue: str) -> None:
     together at about 100 ms. Counted from the schedule, their latency holds the stall; counted
     from the actual send (what a client that timestamps its sends reports) it would not."""
     stall = Stall(0.1)
-    run = run_open_point(wl(queue), ["p"] * 5, constant(25, 5), "s", marks=stall)
+    run = run_point(wl(queue), ["p"] * 5, constant(25, 5), "s", marks=stall)
     assert all(r.ok for r in run.records)
     assert sorted(stall.started) == list(range(5)) and stall.ended == 5
     slips = [r.send_slip_us for r in run.records]
@@ -187,7 +186,7 @@ def test_md1_mean_wait_from_scheduled_sends(queue: str) -> None:
       (about 0.6 ms on an idle host).
     About 15 s at 25 requests/s."""
     plan = OpenLoop.of(ArrivalProcess("poisson", RHO / SERVICE_S, seed=SEED), N)
-    run = run_open_point(wl(queue), ["p"] * N, plan, "q")
+    run = run_point(wl(queue), ["p"] * N, plan, "q")
     assert all(r.ok for r in run.records), [r.error for r in run.records if not r.ok][:3]
     measured_ms = np.array([r.done_offset_us - SERVICE_US for r in run.records]) / 1e3  # type: ignore[operator]
     sched_ns = np.asarray(plan.offsets_ns)
@@ -276,7 +275,7 @@ def test_a_refused_connection_is_a_failed_request_with_its_slip() -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    run = run_open_point(wl(f"http://127.0.0.1:{port}"), ["p"] * 3, constant(100, 3), "x")
+    run = run_point(wl(f"http://127.0.0.1:{port}"), ["p"] * 3, constant(100, 3), "x")
     assert [r.ok for r in run.records] == [False] * 3
     for r in run.records:
         assert r.error is not None and r.error.startswith(f"Connect to 127.0.0.1:{port} failed")
@@ -299,4 +298,4 @@ def test_invalid_plans(offsets: tuple[int, ...], cap: object, match: str) -> Non
 
 def test_one_send_time_per_prompt() -> None:
     with pytest.raises(ValueError, match="^2 send times for 3 prompts: give one per prompt$"):
-        run_open_point(wl("http://127.0.0.1:9"), ["p"] * 3, OpenLoop((0, 1)), "x")
+        run_point(wl("http://127.0.0.1:9"), ["p"] * 3, OpenLoop((0, 1)), "x")

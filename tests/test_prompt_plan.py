@@ -14,7 +14,7 @@ LEVELS = [1, 2, 4, 8, 16]
 
 def _waves(waves: int) -> Callable[[Slot], int]:
     """A closed-loop point's requests: concurrency x waves."""
-    return lambda s: (s.concurrency or 0) * waves
+    return lambda s: (s.level.concurrency or 0) * waves
 
 
 def test_unique_prompts_give_every_point_its_own_range_after_the_warmup() -> None:
@@ -24,18 +24,18 @@ def test_unique_prompts_give_every_point_its_own_range_after_the_warmup() -> Non
     # the default experiment: 16 warm-up prompts + 3 repeats x (1+2+4+8+16) x 4
     assert pp.total == 16 + 3 * 31 * 4 == 388
     assert pp.warmup_offset == 0
-    assert set(pp.offsets) == {(s.repeat, s.concurrency) for s in slots}
+    assert set(pp.offsets) == {(s.repeat, s.level.value) for s in slots}
     # in the order of the plan, contiguous, starting after the warm-up, ending at the total
     at = warmup
     for s in slots:
-        assert pp.offsets[(s.repeat, s.concurrency)] == at
-        at += s.concurrency * waves
+        assert pp.offsets[(s.repeat, s.level.value)] == at
+        at += s.level.value * waves
     assert at == pp.total
     # disjoint: no prompt is sent twice, the warm-up's included
     used = list(range(pp.warmup_offset, pp.warmup_offset + warmup))
     for s in slots:
-        start = pp.offsets[(s.repeat, s.concurrency)]
-        used += range(start, start + s.concurrency * waves)
+        start = pp.offsets[(s.repeat, s.level.value)]
+        used += range(start, start + s.level.value * waves)
     assert sorted(used) == list(range(pp.total))
 
 
@@ -49,7 +49,7 @@ def test_offsets_depend_on_the_full_plan_not_on_what_is_left_to_do() -> None:
     assert prompt_plan(list(slots), _waves(2), 8, unique=True) == fresh  # a pure function
     todo = slots[3:]
     partial = prompt_plan(todo, _waves(2), 8, unique=True)
-    keys = [(s.repeat, s.concurrency) for s in todo]
+    keys = [(s.repeat, s.level.value) for s in todo]
     assert [partial.offsets[k] for k in keys] != [fresh.offsets[k] for k in keys]
     # another order gives other ranges, each still its own
     other = prompt_plan(plan(LEVELS, 2, "fixed"), _waves(2), 8, unique=True)
@@ -76,7 +76,7 @@ def test_rate_points_take_their_own_counts_of_prompts() -> None:
     (repeat, rate), and the rate slots name their level in run.json without a concurrency."""
     slots = plan([0.5, 2.0], 2, "latin", axis="rate")
     counts = {0.5: 5, 2.0: 20}
-    pp = prompt_plan(slots, lambda s: counts[s.level], 4, unique=True)
+    pp = prompt_plan(slots, lambda s: counts[s.level.value], 4, unique=True)
     assert set(pp.offsets) == {(1, 0.5), (1, 2.0), (2, 0.5), (2, 2.0)}
     assert pp.total == 4 + 2 * (5 + 20)
     assert [s.to_json() for s in slots[:2]] == [

@@ -43,7 +43,7 @@ def test_fixed_and_random() -> None:
 
 def test_plan_records_position_and_run_index() -> None:
     slots = plan([1, 2, 4], 3, "latin")
-    assert [(s.repeat, s.concurrency, s.position) for s in slots[:4]] == [
+    assert [(s.repeat, s.level.value, s.position) for s in slots[:4]] == [
         (1, 1, 0),
         (1, 2, 1),
         (1, 4, 2),

@@ -12,7 +12,7 @@ import pytest
 from queue_server import serve_queue
 
 from servelab.arrivals import ArrivalProcess
-from servelab.client import OpenLoop, Workload, run_open_point
+from servelab.client import OpenLoop, Workload, run_point
 from servelab.search import (
     RateOutcome,
     RepeatOutcome,
@@ -65,7 +65,7 @@ def test_the_search_finds_the_capacity_of_a_known_server(queue: str) -> None:
 
     def measure(rate: float) -> RateOutcome:
         plan = OpenLoop.of(ArrivalProcess("constant", rate), N)
-        run = run_open_point(w, ["p"] * N, plan, f"r{rate:g}")
+        run = run_point(w, ["p"] * N, plan, f"r{rate:g}")
         attainment = slo_attainment(run.records, bounds)
         failed = sum(not r.ok for r in run.records)
         reasons = (f"{failed} failed requests",) if failed else ()

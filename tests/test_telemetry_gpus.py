@@ -19,6 +19,7 @@ from servelab.client import PointRun
 from servelab.client.record import RequestRecord
 from servelab.container import ContainerRun
 from servelab.experiment import TelemetrySection
+from servelab.level import Level
 from servelab.paths import ExperimentPaths
 from servelab.schedule import Slot
 from servelab.telemetry import PointTelemetry, read_samples, telemetry_columns
@@ -357,7 +358,7 @@ def test_a_sweep_point_samples_the_servers_gpu_only(
         say=lambda s: None,
         gpus=server_gpus("gpu", _container("docker", ("3",)), {}, {}),
     )
-    job.measure(Slot(repeat=1, concurrency=2, position=0, run_index=0), 0, "1/1")
+    job.measure(Slot(repeat=1, level=Level.at_concurrency(2), position=0, run_index=0), 0, "1/1")
     point = json.loads(
         (tmp_path / "exp" / "raw" / "fake" / "rep01" / "c0002" / "point.json").read_text()
     )

@@ -388,7 +388,7 @@ def test_vllm_bench_bursts_from_itls(tmp_path: Path) -> None:
     bench["itls"] = [[0.00001] * len(x) for x in bench["itls"]]  # every chunk in one read
     bench_file.write_text(json.dumps(bench))
     ds = load_dataset(root)
-    flags = {(p.repeat, p.concurrency): by_check(p.checks) for p in ds.points}
+    flags = {(p.repeat, p.level.value): by_check(p.checks) for p in ds.points}
     assert flags[(2, 1)]["streaming"].status == FAILED
     assert flags[(2, 1)]["streaming"].reason == "2 of 2 requests delivered in one read (limit 5%)"
     assert flags[(1, 1)]["streaming"].status == PASSED

@@ -31,7 +31,7 @@ N, OUT = 40, 8  # requests per point, output tokens per request
 
 def flags(root: Path, rate: float | None = None) -> dict[str, Any]:
     """The checks of the first point (at `rate` when given), by name."""
-    points = [p for p in load_dataset(root).points if rate is None or p.rate == rate]
+    points = [p for p in load_dataset(root).points if rate is None or p.level.rate == rate]
     return {f.check: f for f in points[0].checks}
 
 
@@ -49,9 +49,9 @@ def test_a_rate_tree_reads_as_open_loop_points(tmp_path: Path) -> None:
     root = vllm_bench_rate_tree(tmp_path / "qwen", SPEC)
     assert detect_layout(root) == "vllm-bench"
     ds = load_dataset(root)
-    assert sorted({p.rate for p in ds.points}) == [1.0, 2.0, 4.0]
-    assert all(p.axis == "rate" and p.concurrency is None for p in ds.points)
-    p = next(p for p in ds.points if p.rate == 1.0 and p.repeat == 1)
+    assert sorted({p.level.rate for p in ds.points}) == [1.0, 2.0, 4.0]
+    assert all(p.level.axis == "rate" and p.level.concurrency is None for p in ds.points)
+    p = next(p for p in ds.points if p.level.rate == 1.0 and p.repeat == 1)
     assert p.label == "rep01 rate=1 qwen"
     assert p.extra["arrival"] == {
         "process": "poisson",
@@ -78,10 +78,10 @@ def test_a_rate_tree_reads_as_open_loop_points(tmp_path: Path) -> None:
 def test_the_rate_is_the_benchmark_json_s_own_else_the_folder_s(tmp_path: Path) -> None:
     bench = vllm_bench_rate_point(2.5, 50.0, 200.0)
     ds = load_dataset(write(tmp_path / "a", "rate_2", bench))
-    assert [p.rate for p in ds.points] == [2.5]
+    assert [p.level.rate for p in ds.points] == [2.5]
     del bench["request_rate"]
     ds = load_dataset(write(tmp_path / "b", "rate_0.5", bench))
-    assert [p.rate for p in ds.points] == [0.5] and isinstance(ds.points[0].rate, float)
+    assert [p.level.rate for p in ds.points] == [0.5] and isinstance(ds.points[0].level.rate, float)
 
 
 @pytest.mark.parametrize(
@@ -268,5 +268,6 @@ def test_a_concurrency_tree_keeps_the_closed_loop_checks(tmp_path: Path) -> None
         json.dumps({**json.loads(bj.read_text()), "request_rate": "inf", "burstiness": 1.0})
     )
     p = load_dataset(root).points[0]
-    assert (p.concurrency, p.rate, p.axis, p.extra) == (4, None, "concurrency", {})
+    assert (p.level.concurrency, p.level.rate, p.level.axis) == (4, None, "concurrency")
+    assert p.extra == {}
     assert [f.check for f in p.checks] == [c.name for c in CHECKS]

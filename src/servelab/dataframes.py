@@ -103,13 +103,10 @@ def _servelab_requests(root: Path) -> Iterator[dict[str, Any]]:
     them, for the requests it counts (ok, with chunks)."""
     for point in load_points(root):
         meta = point.meta
-        rate = meta.get("rate")  # an open-loop point's level
         where = {
             "server_config": meta["server_config"],
             "repeat": int(meta["repeat"]),
-            **(
-                {"concurrency": int(meta["concurrency"])} if rate is None else {"rate": float(rate)}
-            ),
+            **point.level.to_json(),  # its concurrency, or an open-loop point's rate
         }
         for i, raw in enumerate(point.request_rows()):
             rec = RequestRecord.from_json(raw)
@@ -127,7 +124,7 @@ def _bench_requests(root: Path, name: str) -> Iterator[dict[str, Any]]:
     The point's level under `concurrency`, or `rate` for a run at a request rate."""
     for f in vllm_bench_files(root):
         bench = read_json(f.path)
-        level = f.level(bench)
+        level = f.level(bench).to_json()
         n = len(bench["ttfts"])
         errors = bench.get("errors") or [""] * n
         inputs = bench.get("input_lens") or [None] * n
@@ -150,7 +147,7 @@ def _bench_requests(root: Path, name: str) -> Iterator[dict[str, Any]]:
             yield {
                 "server_config": name,
                 "repeat": f.repeat,
-                f.axis: level,
+                **level,
                 "request": i,
                 "ok": ok,
                 "error": errors[i] or None,

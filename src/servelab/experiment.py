@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servelab.errors import ServelabError
+from servelab.level import CONCURRENCY, RATE, LevelValue
 
 
 @dataclass(frozen=True)
@@ -269,16 +270,15 @@ class SweepSection:
 
     @property
     def axis(self) -> str:
-        """What the sweep varies: "concurrency" or "rate"."""
-        return "rate" if self.rate is not None else "concurrency"
+        """What the sweep varies: "concurrency" or "rate" (servelab.level)."""
+        return RATE if self.rate is not None else CONCURRENCY
 
     @property
-    def levels(self) -> tuple[int | float, ...]:
+    def levels(self) -> tuple[LevelValue, ...]:
         """The swept values, as given: concurrency levels or request rates."""
-        if self.rate is not None:
-            return self.rate
-        assert self.concurrency is not None  # config.validate requires one of the two
-        return self.concurrency
+        values = self.rate if self.axis == RATE else self.concurrency
+        assert values is not None  # config.validate requires one of the two
+        return values
 
     @property
     def rounds(self) -> RoundsSection | None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from servelab.level import Level
+
 if TYPE_CHECKING:
     from servelab.schedule import Slot
 
@@ -124,7 +126,7 @@ RATE_GLOB = "r[0-9][0-9][0-9][0-9]*.[0-9][0-9][0-9]"
 
 def rate_dir(rate: float) -> str:
     """The folder name of a rate's points: r0002.500 for 2.5 requests per second."""
-    return f"r{rate:08.3f}"
+    return Level.at_rate(rate).dirname
 
 
 @dataclass(frozen=True)
@@ -140,20 +142,23 @@ class ExperimentPaths:
     def raw_config(self, sc: str) -> Path:
         return self.raw / sc
 
+    def level_point(self, sc: str, repeat: int, level: Level) -> Path:
+        """The folder of one measured point (its point.json and requests): c<concurrency>
+        (c0008) for a closed-loop point, r<rate to the thousandth> (r0002.500) for an open-loop
+        one (Level.dirname)."""
+        return self.raw / sc / f"rep{repeat:02d}" / level.dirname
+
     def point(self, sc: str, repeat: int, concurrency: int) -> Path:
         """The folder of one closed-loop point (its point.json and requests)."""
-        return self.raw / sc / f"rep{repeat:02d}" / f"c{concurrency:04d}"
+        return self.level_point(sc, repeat, Level.at_concurrency(concurrency))
 
     def rate_point(self, sc: str, repeat: int, rate: float) -> Path:
         """The folder of one open-loop point: r<rate to the thousandth>, e.g. r0002.500."""
-        return self.raw / sc / f"rep{repeat:02d}" / rate_dir(rate)
+        return self.level_point(sc, repeat, Level.at_rate(rate))
 
     def slot(self, sc: str, slot: Slot) -> Path:
         """The folder of a planned point, closed or open loop."""
-        if slot.rate is not None:
-            return self.rate_point(sc, slot.repeat, slot.rate)
-        assert slot.concurrency is not None
-        return self.point(sc, slot.repeat, slot.concurrency)
+        return self.level_point(sc, slot.repeat, slot.level)
 
     def arrivals(self, sc: str, rate: float) -> Path:
         """The send schedule of one rate's points (every repeat sends the same one)."""

@@ -22,6 +22,7 @@ from typing import Any
 from servelab.client.record import RecordFieldError, RequestRecord
 from servelab.endpoint import said_args
 from servelab.jsonio import DamagedFile, read_jsonl_gz
+from servelab.level import Level
 from servelab.paths import REQUESTS_FILE, ExperimentPaths
 from servelab.records import (
     DamagedRawData,
@@ -54,6 +55,12 @@ class RawPoint:
     @property
     def server_config(self) -> str:
         return str(self.meta["server_config"])
+
+    @property
+    def level(self) -> Level:
+        """The concurrency or request rate it was measured at (point.json `concurrency`, or
+        `rate` for an open-loop point)."""
+        return Level.from_record(self.meta)
 
     @property
     def requests_path(self) -> Path:

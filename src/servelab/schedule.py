@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servelab.errors import ServelabError
+from servelab.level import CONCURRENCY, Level, LevelValue
 
 ORDERS = ("latin", "williams", "fixed", "random")
 
@@ -72,53 +73,37 @@ class Slot:
     rate for an open-loop sweep), where in the order."""
 
     repeat: int  # 1-based
-    concurrency: int | None  # the closed loop's level; None at a rate
+    level: Level
     position: int  # index within its repeat's order
     run_index: int  # index in the whole run
-    rate: float | None = None  # the open loop's level (requests per second); None for a concurrency
 
     @property
-    def level(self) -> int | float:
-        """The swept value: the rate of an open-loop point, else its concurrency."""
-        if self.rate is not None:
-            return self.rate
-        assert self.concurrency is not None
-        return self.concurrency
-
-    @property
-    def key(self) -> tuple[int, int | float]:
-        """(repeat, level): the point's identity within one configuration."""
-        return (self.repeat, self.level)
+    def key(self) -> tuple[int, LevelValue]:
+        """(repeat, level value): the point's identity within one configuration."""
+        return (self.repeat, self.level.value)
 
     def name(self) -> str:
         """How progress lines name the level: c=8, rate=2.5."""
-        return f"rate={self.rate:g}" if self.rate is not None else f"c={self.concurrency}"
+        return str(self.level)
 
-    def to_json(self) -> dict[str, int | float]:
+    def to_json(self) -> dict[str, LevelValue]:
         """The slot as run.json's plan lists it (the key of the level it has)."""
-        level: dict[str, int | float] = (
-            {"rate": self.rate} if self.rate is not None else {"concurrency": self.concurrency or 0}
-        )
         return {
             "repeat": self.repeat,
-            **level,
+            **self.level.to_json(),
             "position": self.position,
             "run_index": self.run_index,
         }
 
 
 def plan(
-    levels: Sequence[int | float], repeats: int, kind: str, seed: int = 0, axis: str = "concurrency"
+    levels: Sequence[LevelValue], repeats: int, kind: str, seed: int = 0, axis: str = CONCURRENCY
 ) -> list[Slot]:
     """Every (repeat, level) of a balanced design: levels are concurrencies, or request rates
     with axis "rate"."""
-    values = list(levels)
+    values = [Level.on(axis, v) for v in levels]
     slots: list[Slot] = []
     for r, row in enumerate(orders(kind, len(values), repeats, seed), 1):
         for pos, idx in enumerate(row):
-            v = values[idx]
-            if axis == "rate":
-                slots.append(Slot(r, None, pos, len(slots), rate=float(v)))
-            else:
-                slots.append(Slot(r, int(v), pos, len(slots)))
+            slots.append(Slot(r, values[idx], pos, len(slots)))
     return slots

@@ -209,7 +209,8 @@ class SearchSpec:
     @property
     def floor(self) -> float | None:
         """The lowest rate the search may measure: min_rate, else the resolution."""
-        return self.min_rate if self.min_rate is not None else self.resolution
+        low = self.min_rate
+        return low if low is not None else self.resolution
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -244,10 +245,11 @@ def _check_spec(s: SearchSpec) -> None:
     m = s.max_measurements
     if not isinstance(m, int) or isinstance(m, bool) or m < 2:
         raise bad("max_measurements", "give a whole number from 2 up")
-    if s.min_rate is not None and s.start_rate < s.min_rate:
-        raise bad("start_rate", f"below min_rate {s.min_rate!r}: start within the limits")
-    if s.max_rate is not None and s.start_rate > s.max_rate:
-        raise bad("start_rate", f"above max_rate {s.max_rate!r}: start within the limits")
+    low, high = s.min_rate, s.max_rate
+    if low is not None and s.start_rate < low:
+        raise bad("start_rate", f"below min_rate {low!r}: start within the limits")
+    if high is not None and s.start_rate > high:
+        raise bad("start_rate", f"above max_rate {high!r}: start within the limits")
     if not isinstance(s.bounds, SloBounds):
         raise bad("bounds", "give an SloBounds")
 
@@ -288,9 +290,10 @@ class Answer:
     @property
     def bracket(self) -> tuple[float, float] | None:
         """(met_rate, failed_rate), None when either is missing."""
-        if self.met_rate is None or self.failed_rate is None:
+        met, failed = self.met_rate, self.failed_rate
+        if met is None or failed is None:
             return None
-        return (self.met_rate, self.failed_rate)
+        return (met, failed)
 
     @property
     def relative_width(self) -> float | None:
@@ -303,10 +306,11 @@ class Answer:
         b = self.bracket
         if b is not None:
             return f"between {b[0]:g} and {b[1]:g} req/s"
-        if self.met_rate is not None:
-            return f"at least {self.met_rate:g} req/s ({self.reason})"
-        if self.failed_rate is not None:
-            return f"below {self.failed_rate:g} req/s ({self.reason})"
+        met, failed = self.met_rate, self.failed_rate
+        if met is not None:
+            return f"at least {met:g} req/s ({self.reason})"
+        if failed is not None:
+            return f"below {failed:g} req/s ({self.reason})"
         return f"unknown ({self.reason})"
 
     def to_json(self) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any
 from servelab.analysis.validity import check_point, failed
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob
+from servelab.level import Level
 from servelab.paths import DATASET_FILE, PROMPTS_FILE
 from servelab.promptset import Item, PromptSet, write_prompts
 from servelab.rawdata import RawPoint
@@ -146,7 +147,7 @@ class RateMeasurer:
         job = self.points(rate, self.prompts_for(n))
         outcomes = []
         for rep in range(1, exp.sweep.most_repeats + 1):
-            slot = Slot(rep, None, 0, self.measured - 1, rate=rate)
+            slot = Slot(rep, Level.at_rate(rate), 0, self.measured - 1)
             if not is_complete(job.folder(slot)):
                 job.measure(slot, 0, f"search {self.measured}")
             outcomes.append(self.outcome(job, slot))

@@ -15,6 +15,7 @@ from servelab.analysis.rounds import STOPPED
 from servelab.analysis.validity import PointFlags, check_point, summary_line
 from servelab.config import default_section
 from servelab.experiment import ValiditySection
+from servelab.level import Level, LevelValue
 from servelab.paths import ExperimentPaths
 from servelab.rawdata import RawPoint, load_points
 from servelab.records import CaptureRecord, LaunchRecord, Record, RunRecord, launch_files
@@ -30,17 +31,11 @@ def _mean(xs: list[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
 
 
-def _level(meta: dict[str, Any]) -> int | float:
-    """A point's level: its rate (open loop), else its concurrency."""
-    rate = meta.get("rate")
-    return float(rate) if rate is not None else int(meta["concurrency"])
-
-
 def summary_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per configuration and level (`concurrency`: a concurrency or a request rate)."""
-    groups: dict[tuple[str, int | float], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, LevelValue], list[dict[str, Any]]] = defaultdict(list)
     for p in points:
-        groups[(p["server_config"], _level(p))].append(p)
+        groups[(p["server_config"], Level.from_record(p).value)].append(p)
     rows = []
     for (sc, conc), ps in sorted(groups.items()):
         tput = [p["output_throughput"] for p in ps if p.get("output_throughput") is not None]
@@ -77,7 +72,7 @@ def point_validity(points: list[RawPoint], t: ValiditySection) -> list[PointFlag
     for p in points:
         recs = p.records() if p.requests_path.exists() else []
         flags = check_point(recs, p.meta, t, p.server_args, p.warmup)
-        out.append((p.server_config, int(p.meta["repeat"]), _level(p.meta), flags))
+        out.append((p.server_config, int(p.meta["repeat"]), p.level.value, flags))
     return out
 
 
@@ -89,7 +84,7 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
     points = [p.meta for p in raw]
     rows = summary_rows(points)
     lines = [f"servelab summary: {exp_dir}", ""]
-    rates = any(p.get("rate") is not None for p in points)
+    rates = any(Level.from_record(p).is_rate for p in points)
     header = (
         f"{'server config':<20} {'rate' if rates else 'conc':>5} {'n':>3} "
         f"{'output tok/s':>13} {'(min-max)':>17} "

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.arrivals import ArrivalProcess
-from servelab.client import OpenLoop, PointRun, Workload, run_open_point, run_point
+from servelab.client import OpenLoop, PointRun, Workload, run_point
 from servelab.errors import ServelabError
 from servelab.experiment import (
     ArrivalSection,
@@ -41,6 +41,7 @@ from servelab.experiment import (
 )
 from servelab.job import ConfigJob, MeasureJob, Say
 from servelab.jsonio import write_jsonl_gz
+from servelab.level import LevelValue
 from servelab.metrics import point_metrics
 from servelab.paths import REQUESTS_FILE, ExperimentPaths
 from servelab.profile.capture import PlannedCapture, plan_capture
@@ -217,7 +218,7 @@ class SweepJob(ConfigJob):
         """The send schedule of every rate of the plan (none for a closed loop), written to
         raw/<sc>/arrivals/ the first time and checked against the one written before."""
         out: dict[float, ArrivalsRecord] = {}
-        for rate in sorted({s.rate for s in slots if s.rate is not None}):
+        for rate in sorted({float(s.level.value) for s in slots if s.level.is_rate}):
             assert self.exp.sweep.arrival is not None
             drawn = schedule_of(self.exp.sweep.arrival, rate, self.exp.workload.seed)
             path = self.paths.arrivals(self.sc, rate)
@@ -336,21 +337,20 @@ def next_launch_index(srv_dir: Path) -> int:
     return 1 if launch is None else launch.launch + 1
 
 
-def _orders_by_repeat(slots: list[Slot]) -> dict[int, list[int | float]]:
-    out: dict[int, list[int | float]] = {}
+def _orders_by_repeat(slots: list[Slot]) -> dict[int, list[LevelValue]]:
+    out: dict[int, list[LevelValue]] = {}
     for s in slots:
-        out.setdefault(s.repeat, []).append(s.level)
+        out.setdefault(s.repeat, []).append(s.level.value)
     return out
 
 
 def requests_of(exp: Experiment, slot: Slot) -> int:
     """The requests a point sends: concurrency x workload.waves, or a rate's
     ceil(rate x sweep.arrival.duration_s)."""
-    if slot.rate is not None:
+    if slot.level.is_rate:
         assert exp.sweep.arrival is not None
-        return exp.sweep.arrival.requests(slot.rate)
-    assert slot.concurrency is not None
-    return slot.concurrency * exp.workload.waves
+        return exp.sweep.arrival.requests(slot.level.value)
+    return int(slot.level.value) * exp.workload.waves
 
 
 def schedule_of(arrival: ArrivalSection, rate: float, seed: int) -> ArrivalsRecord:
@@ -374,7 +374,7 @@ class PointJob:
     telemetry: TelemetrySection
     prompts: Sequence[Item]
     launch_index: int
-    orders: Mapping[int, list[int | float]]  # repeat -> its levels in run order
+    orders: Mapping[int, list[LevelValue]]  # repeat -> its levels in run order
     say: Say
     gpus: GpuSelection | None = None  # the server's GPUs (None: every GPU NVML lists)
     # rate -> its send schedule (an open loop's; none for a closed loop)
@@ -387,8 +387,8 @@ class PointJob:
     def folder(self, slot: Slot) -> Path:
         """Where a point is measured: the sweep's raw layout, or the search's."""
         if self.search:
-            assert slot.rate is not None
-            return self.paths.search_point(self.sc, slot.repeat, slot.rate)
+            assert slot.level.is_rate
+            return self.paths.search_point(self.sc, slot.repeat, slot.level.value)
         return self.paths.slot(self.sc, slot)
 
     def warmup(self, offset: int) -> None:
@@ -420,10 +420,9 @@ class PointJob:
         """The fields of a measured point's point.json that say what it is (before its
         status, telemetry and metrics)."""
         wl = self.workload
-        if slot.rate is not None:
-            level = {"rate": slot.rate, "arrival": self.arrivals[slot.rate].summary()}
-        else:
-            level = {"concurrency": slot.concurrency}
+        level: dict[str, Any] = slot.level.to_json()
+        if slot.level.is_rate:
+            level["arrival"] = self.arrivals[slot.level.value].summary()
         return {
             "server_config": self.sc,
             "kind": "measured",
@@ -470,25 +469,24 @@ class PointJob:
 
     def requests(self, slot: Slot) -> int:
         """The items a point sends: its rate's schedule, or concurrency x waves."""
-        if slot.rate is not None:
-            return len(self.arrivals[slot.rate].offsets_ns)
-        assert slot.concurrency is not None
-        return slot.concurrency * self.workload.waves
+        if slot.level.is_rate:
+            return len(self.arrivals[slot.level.value].offsets_ns)
+        return int(slot.level.value) * self.workload.waves
+
+    def load(self, slot: Slot) -> int | OpenLoop:
+        """How run_point sends a point: a closed loop of its concurrency, or its rate's
+        schedule (an open loop)."""
+        if slot.level.is_rate:
+            schedule = self.arrivals[slot.level.value]
+            return OpenLoop(schedule.offsets_ns, schedule.doc["max_in_flight"])
+        return int(slot.level.value)
 
     def send(self, slot: Slot, prompt_offset: int, label: str, run: PointRun) -> None:
-        """Send one point's requests: a closed loop of its concurrency, or its rate's schedule
-        (an open loop), from workload.client_workers processes; `run` fills as they end."""
+        """Send one point's requests (`load`) from workload.client_workers processes; `run`
+        fills as they end."""
+        prompts = self.prompts[prompt_offset : prompt_offset + self.requests(slot)]
         workers = self.workload.client_workers
-        if slot.rate is not None:
-            schedule = self.arrivals[slot.rate]
-            prompts = self.prompts[prompt_offset : prompt_offset + len(schedule.offsets_ns)]
-            loop = OpenLoop(schedule.offsets_ns, schedule.doc["max_in_flight"])
-            run_open_point(self.client, prompts, loop, label, run, workers=workers)
-            return
-        assert slot.concurrency is not None
-        n = slot.concurrency * self.workload.waves
-        prompts = self.prompts[prompt_offset : prompt_offset + n]
-        run_point(self.client, prompts, slot.concurrency, label, run, workers=workers)
+        run_point(self.client, prompts, self.load(slot), label, run, workers=workers)
 
     def measure(self, slot: Slot, prompt_offset: int, progress: str) -> None:
         """Measure one point into <point>.partial/ and rename it when it is complete; a point

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servelab.analysis.dataset import Point
-from servelab.analysis.groups import SUMMARY_METRICS, Groups, Level, hit_order, invalid_text
+from servelab.analysis.groups import SUMMARY_METRICS, Groups, hit_order, invalid_text
 from servelab.analysis.knee import DOMINANCE
 from servelab.analysis.stats import describe, one_sided_bounds, paired
 from servelab.analysis.stopping import (
@@ -31,6 +31,7 @@ from servelab.claims_syntax import parse_claim
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import compare_hosts, difference_names
+from servelab.level import LevelValue
 
 NOT_COMPARABLE = "not comparable"
 # every verdict a claim can get (claims.schema.json, docs/analysis.md)
@@ -47,9 +48,9 @@ CLAIM_READS = {
 
 
 def _claim_left_out(
-    g: Groups, keys: list[tuple[str, Level]], metrics: list[str]
+    g: Groups, keys: list[tuple[str, LevelValue]], metrics: list[str]
 ) -> list[tuple[Point, Flag]]:
-    found: dict[tuple[str, Level, int, str], tuple[Point, Flag]] = {}
+    found: dict[tuple[str, LevelValue, int, str], tuple[Point, Flag]] = {}
     for sc, c in keys:
         for m in metrics:
             for p, f in g.left_out(sc, c, m):
@@ -67,7 +68,7 @@ def _invalid_claim(claim: str, hits: list[tuple[Point, Flag]]) -> dict[str, Any]
                 {
                     "server_config": p.server_config,
                     "repeat": p.repeat,
-                    p.axis: p.level,
+                    **p.level.to_json(),
                     "check": f.check,
                     "reason": f.reason,
                 }
@@ -101,7 +102,9 @@ def cross_node(
     return hosts, f"{NOT_COMPARABLE}: measured on different hosts: {names}, which differ in: {why}"
 
 
-def _selector(text: str, claim: str, g: Groups, need_c: bool = True) -> tuple[str, Level | None]:
+def _selector(
+    text: str, claim: str, g: Groups, need_c: bool = True
+) -> tuple[str, LevelValue | None]:
     parts = dict(p.split("=", 1) for p in (x.strip() for x in text.split(",")) if "=" in p)
     level_key = "rate" if g.open_loop else "c"
     keys = set(parts) - {level_key, "config"}

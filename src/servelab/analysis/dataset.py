@@ -39,6 +39,7 @@ from servelab.config import default_section
 from servelab.errors import ServelabError
 from servelab.experiment import ValiditySection
 from servelab.jsonio import read_json
+from servelab.level import RATE, Level
 from servelab.metrics import assemble, point_metrics, request_latencies
 from servelab.paths import SERVER_LOG, ExperimentPaths
 from servelab.rawdata import DamagedRawData, Skipped, load_points
@@ -57,7 +58,7 @@ NOT_BY_BENCH = "not recorded by vllm bench"
 class Point:
     server_config: str
     repeat: int
-    concurrency: int | None  # None for an open-loop point (it has a rate)
+    level: Level  # its concurrency, or an open-loop point's request rate (sweep.rate)
     metrics: dict[str, Any]
     position: int | None = None
     ttfts_ms: list[float] = field(default_factory=list)
@@ -67,19 +68,6 @@ class Point:
     # validity checks (analysis/validity/): a failed one leaves the metrics it affects out of
     # every statistic; `metrics` keeps the raw values
     checks: tuple[Flag, ...] = ()
-    rate: float | None = None  # an open-loop point's request rate (sweep.rate)
-
-    @property
-    def level(self) -> int | float:
-        """The swept value: the rate of an open-loop point, else its concurrency."""
-        if self.rate is not None:
-            return self.rate
-        assert self.concurrency is not None
-        return self.concurrency
-
-    @property
-    def axis(self) -> str:
-        return "rate" if self.rate is not None else "concurrency"
 
     @property
     def valid(self) -> bool:
@@ -91,7 +79,7 @@ class Point:
 
     @property
     def label(self) -> str:
-        return point_name(self.server_config, self.repeat, self.level, self.axis)
+        return point_name(self.server_config, self.repeat, self.level.value, self.level.axis)
 
 
 @dataclass
@@ -179,13 +167,11 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
         metrics["client_cpu_s"] = meta.get("client_cpu_s")
         if "telemetry" in meta:
             metrics.update(telemetry_columns(meta["telemetry"]))
-        rate = meta.get("rate")
         points.append(
             Point(
                 server_config=meta["server_config"],
                 repeat=int(meta["repeat"]),
-                concurrency=int(meta["concurrency"]) if rate is None else None,
-                rate=float(rate) if rate is not None else None,
+                level=raw.level,
                 metrics=metrics,
                 position=meta.get("position"),
                 ttfts_ms=ttfts,
@@ -354,9 +340,11 @@ class BenchFile:
             raise ServelabError(f"{self.path}: request rate {given!r} is not above 0")
         return rate
 
-    def level(self, bench: Mapping[str, Any]) -> int | float:
+    def level(self, bench: Mapping[str, Any]) -> Level:
         """The point's concurrency or request rate (as `axis` says)."""
-        return self.rate(bench) if self.axis == "rate" else self.concurrency(bench)
+        if self.axis == RATE:
+            return Level.at_rate(self.rate(bench))
+        return Level.at_concurrency(self.concurrency(bench))
 
 
 def vllm_bench_files(root: Path) -> list[BenchFile]:
@@ -463,19 +451,17 @@ def _bench_cap_reached(bench: Mapping[str, Any], cap: int | None) -> Flag:
     return Flag("cap_reached", PASSED, 0.0, None, f"no request waited for one of the {cap} slots")
 
 
-def bench_checks(
-    bench: Mapping[str, Any], rate: float | None, t: ValiditySection
-) -> tuple[Flag, ...]:
+def bench_checks(bench: Mapping[str, Any], level: Level, t: ValiditySection) -> tuple[Flag, ...]:
     """Every check on one benchmark.json. A rate point's open-loop checks read what vllm bench
     records: the send times and waits for a slot (`start_times`, `queue_times`, in newer
     versions), never the scheduled send times, so `send_slip` is not checked."""
-    if rate is None:
+    if not level.is_rate:
         return evaluate(facts_from_bench(bench), t)
     arrival = bench_arrival(bench)
-    flags = evaluate(facts_from_bench(bench, rate, arrival), t)
+    flags = evaluate(facts_from_bench(bench, level, arrival), t)
     slip_limit = float(t.max_send_slip_ms)
     own = {
-        "arrival_rate": _bench_arrival_rate(bench, rate, t),
+        "arrival_rate": _bench_arrival_rate(bench, float(level.value), t),
         "send_slip": Flag(
             "send_slip",
             NOT_CHECKED,
@@ -493,18 +479,17 @@ def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
     for f in vllm_bench_files(root):
         bench = read_json(f.path)
         metrics, ttfts, per = vllm_bench_metrics(bench, str(f.path))
-        rate = f.rate(bench) if f.axis == "rate" else None
+        level = f.level(bench)
         points.append(
             Point(
                 server_config=name,
                 repeat=f.repeat,
-                concurrency=f.concurrency(bench) if rate is None else None,
-                rate=rate,
+                level=level,
                 metrics=metrics,
                 ttfts_ms=ttfts,
                 per_request=per,
-                extra={"arrival": bench_arrival(bench)} if rate is not None else {},
-                checks=bench_checks(bench, rate, t),
+                extra={"arrival": bench_arrival(bench)} if level.is_rate else {},
+                checks=bench_checks(bench, level, t),
             )
         )
     if not points:

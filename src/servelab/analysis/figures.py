@@ -16,8 +16,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.container import ErrorbarContainer  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from servelab.analysis.groups import Groups, Level  # noqa: E402
+from servelab.analysis.groups import Groups  # noqa: E402
 from servelab.analysis.stats import describe  # noqa: E402
+from servelab.level import LevelValue  # noqa: E402
 from servelab.paths import FIGURES  # noqa: E402
 from servelab.render import (  # noqa: E402
     MEAN_CI_CAPTION,
@@ -132,7 +133,7 @@ def _legend(ax: Any) -> None:
         ax.legend()
 
 
-def _levels_axis(ax: Any, levels: list[Level]) -> None:
+def _levels_axis(ax: Any, levels: list[LevelValue]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels)
     ax.set_xticklabels([f"{c:g}" if isinstance(c, float) else str(c) for c in levels])
@@ -146,7 +147,7 @@ def _axis_label(g: Groups) -> str:
 
 def throughput_vs_concurrency(g: Groups) -> Figure:
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    levels: set[Level] = set()
+    levels: set[LevelValue] = set()
     for sc in g.configs:
         lv = g.levels(sc)
         levels |= set(lv)

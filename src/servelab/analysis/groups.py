@@ -16,6 +16,7 @@ from servelab.analysis.stats import describe, paired
 from servelab.analysis.validity import BY_NAME, Flag, PointFlags, failed, level_name
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
+from servelab.level import LevelValue
 from servelab.telemetry.summary import telemetry_columns
 
 POINT_METRICS = (
@@ -97,13 +98,10 @@ def with_axis(columns: tuple[str, ...] | list[str], axis: str) -> list[str]:
 INVALID_SHOWN = 3  # points named in an "invalid: ..." text before "and N more"
 
 
-Level = int | float  # a concurrency, or a request rate (requests per second)
-
-
 def axis_of(ds: Dataset) -> str:
     """What the dataset's sweep varies: "rate" when its points are open-loop, else
     "concurrency" (an error when it holds both: one analysis reads one axis)."""
-    kinds = {p.axis for p in ds.points}
+    kinds = {p.level.axis for p in ds.points}
     if len(kinds) > 1:
         raise ServelabError(
             f"{ds.root}: holds points at concurrency levels and at request rates; analyse a "
@@ -122,9 +120,9 @@ class Groups:
     """
 
     def __init__(self, ds: Dataset) -> None:
-        self.by: dict[tuple[str, Level], dict[int, Point]] = defaultdict(dict)
+        self.by: dict[tuple[str, LevelValue], dict[int, Point]] = defaultdict(dict)
         for p in ds.points:
-            self.by[(p.server_config, p.level)][p.repeat] = p
+            self.by[(p.server_config, p.level.value)][p.repeat] = p
         self.configs = ds.configs()
         self.thresholds = ds.validity
         self.axis = axis_of(ds)
@@ -133,26 +131,26 @@ class Groups:
     def open_loop(self) -> bool:
         return self.axis == "rate"
 
-    def level_name(self, level: Level) -> str:
+    def level_name(self, level: LevelValue) -> str:
         """c=8, or rate=2.5."""
         return level_name(level, self.axis)
 
-    def levels(self, sc: str) -> list[Level]:
+    def levels(self, sc: str) -> list[LevelValue]:
         return sorted(c for (s, c) in self.by if s == sc)
 
-    def values(self, sc: str, c: Level, metric: str) -> dict[int, float]:
+    def values(self, sc: str, c: LevelValue, metric: str) -> dict[int, float]:
         return {
             r: p.metrics[metric]
             for r, p in self.by.get((sc, c), {}).items()
             if p.metrics.get(metric) is not None and not p.left_out(metric)
         }
 
-    def valid_points(self, sc: str, c: Level, metric: str) -> list[Point]:
+    def valid_points(self, sc: str, c: LevelValue, metric: str) -> list[Point]:
         """The repeats of a point whose `metric` counts, by repeat."""
         reps = self.by.get((sc, c), {})
         return [reps[r] for r in sorted(reps) if not reps[r].left_out(metric)]
 
-    def left_out(self, sc: str, c: Level, metric: str) -> list[tuple[Point, Flag]]:
+    def left_out(self, sc: str, c: LevelValue, metric: str) -> list[tuple[Point, Flag]]:
         reps = self.by.get((sc, c), {})
         return [(reps[r], f) for r in sorted(reps) for f in reps[r].left_out(metric)]
 
@@ -163,11 +161,11 @@ class Groups:
             for r, p in sorted(reps.items())
         ]
 
-    def mean(self, sc: str, c: Level, metric: str) -> float | None:
+    def mean(self, sc: str, c: LevelValue, metric: str) -> float | None:
         return describe(list(self.values(sc, c, metric).values())).mean
 
     def pair(
-        self, sc_a: str, a: Level, sc_b: str, b: Level, metric: str
+        self, sc_a: str, a: LevelValue, sc_b: str, b: LevelValue, metric: str
     ) -> tuple[list[float], list[float]]:
         va, vb = self.values(sc_a, a, metric), self.values(sc_b, b, metric)
         reps = sorted(set(va) & set(vb))
@@ -176,11 +174,11 @@ class Groups:
 
 def points_table(ds: Dataset) -> list[dict[str, Any]]:
     rows = []
-    for p in sorted(ds.points, key=lambda p: (p.server_config, p.level, p.repeat)):
+    for p in sorted(ds.points, key=lambda p: (p.server_config, p.level.value, p.repeat)):
         row: dict[str, Any] = {
             "server_config": p.server_config,
             "repeat": p.repeat,
-            p.axis: p.level,
+            **p.level.to_json(),
             "position": p.position,
             "valid": p.valid,
             "invalid_reasons": "; ".join(f"{f.check}: {f.reason}" for f in failed(p.checks)),
@@ -216,7 +214,7 @@ def summary_table(g: Groups) -> list[dict[str, Any]]:
     return rows
 
 
-def pair_specs(g: Groups, analysis: AnalysisSection) -> list[tuple[str, Level, Level]]:
+def pair_specs(g: Groups, analysis: AnalysisSection) -> list[tuple[str, LevelValue, LevelValue]]:
     specs = []
     for sc in g.configs:
         lv = g.levels(sc)
@@ -255,9 +253,9 @@ def paired_table(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
     return rows
 
 
-def hit_order(h: tuple[Point, Flag]) -> tuple[str, Level, int, int]:
+def hit_order(h: tuple[Point, Flag]) -> tuple[str, LevelValue, int, int]:
     p, f = h
-    return (p.server_config, p.level, p.repeat, list(BY_NAME).index(f.check))
+    return (p.server_config, p.level.value, p.repeat, list(BY_NAME).index(f.check))
 
 
 def invalid_text(hits: list[tuple[Point, Flag]]) -> str:

@@ -85,7 +85,7 @@ def utilization_figure(ds: Dataset, out_dir: Path) -> list[Path]:
     rows = utilization_vs_throughput(
         {
             "server_config": p.server_config,
-            "concurrency": p.level,
+            "concurrency": p.level.value,
             "repeat": p.repeat,
             "output_throughput": p.metrics.get("output_throughput"),
             "telemetry": p.extra.get("telemetry"),

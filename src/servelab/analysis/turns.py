@@ -29,6 +29,7 @@ import numpy as np
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.groups import axis_of
 from servelab.client import RequestRecord
+from servelab.level import LevelValue
 from servelab.metrics import request_end_ns, request_latencies
 from servelab.rawdata import load_points
 from servelab.render import md_table, num
@@ -61,8 +62,6 @@ CONVERSATION_COLUMNS = (
     "mean_duration_s",
 )
 
-Level = int | float
-
 
 @dataclass(frozen=True)
 class TurnPoint:
@@ -70,7 +69,7 @@ class TurnPoint:
     validity check leaves its TTFT out of the statistics; it is then only counted."""
 
     server_config: str
-    level: Level
+    level: LevelValue
     repeat: int
     records: Sequence[RequestRecord]
     left_out: bool = False
@@ -83,14 +82,13 @@ def read_turn_points(root: Path, ds: Dataset) -> list[TurnPoint]:
     (skip_damaged) is left out here too."""
     if ds.layout != "servelab":
         return []
-    kept = {(p.server_config, p.repeat, p.level): p for p in ds.points}
+    kept = {(p.server_config, p.repeat, p.level.value): p for p in ds.points}
     out = []
     for raw in load_points(root, skipped=[]):
         meta = raw.meta
         if "chat" not in meta:
             continue
-        rate = meta.get("rate")
-        level: Level = float(rate) if rate is not None else int(meta["concurrency"])
+        level = raw.level.value
         point = kept.get((raw.server_config, int(meta["repeat"]), level))
         if point is None:
             continue
@@ -122,7 +120,7 @@ def turn_tables(
     """`turns`: one row per server config, level and turn (TURN_COLUMNS); `conversations`: one
     row per server config and level (CONVERSATION_COLUMNS); the level's column is named
     `axis`. Rows sorted by config, level and turn. {} when no request carries a turn."""
-    levels: dict[tuple[str, Level], _Level] = {}
+    levels: dict[tuple[str, LevelValue], _Level] = {}
     for p in points:
         chat = [r for r in p.records if r.turn is not None]
         if not chat:

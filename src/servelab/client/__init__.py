@@ -21,7 +21,7 @@ response and its SSE events, completions and chat chunks), `connection` (one kee
 connection), `chat` (what each turn of a conversation sends, and its records), `closed_loop`
 (the concurrency driver: Workload, PointRun, run_closed_loop), `open_loop` (the
 arrival-schedule driver: OpenLoop, run_open_loop), `workers` (running a point, in this process
-or spread over worker processes: run_point, run_open_point) and `signals` (stop signals cancel
+or spread over worker processes: run_point, for either loop) and `signals` (stop signals cancel
 a point).
 """
 
@@ -32,7 +32,7 @@ from servelab.client.parser import ChatResponseParser, MalformedResponse, Respon
 from servelab.client.prompt import Conversation, Item, Prompt, PromptLike
 from servelab.client.record import RequestRecord
 from servelab.client.signals import STOP_SIGNALS
-from servelab.client.workers import PointOptions, run_open_point, run_point
+from servelab.client.workers import PointOptions, run_point
 
 __all__ = [
     "STOP_SIGNALS",
@@ -51,6 +51,5 @@ __all__ = [
     "Workload",
     "run_closed_loop",
     "run_open_loop",
-    "run_open_point",
     "run_point",
 ]

@@ -1,6 +1,6 @@
-"""Running a point: `run_point` (the closed loop) and `run_open_point` (the open loop), in this
-process, or spread over N worker processes (`workers=N`) for when one core cannot keep up with
-the server.
+"""Running a point: `run_point`, the closed loop (given a concurrency) or the open loop (given
+an `OpenLoop` schedule), in this process, or spread over N worker processes (`workers=N`) for
+when one core cannot keep up with the server.
 
 Each worker is a fresh Python process (`python -c`, calling `serve`: nothing of the caller's
 `__main__` is run again in it) with its own event loop, connections and read buffer,
@@ -100,7 +100,7 @@ class Share:
 
 
 class PointOptions(TypedDict, total=False):
-    """The keyword options of run_point and run_open_point.
+    """The keyword options of run_point.
 
     marks: marks around each request (made in this process: workers 1 only);
     workers: how many processes send the point's requests (1, the default: this one)."""
@@ -112,40 +112,26 @@ class PointOptions(TypedDict, total=False):
 def run_point(
     w: Workload,
     prompts: Sequence[Item],
-    concurrency: int,
+    load: int | OpenLoop,
     label: str,
     out: PointRun | None = None,
     **opts: Unpack[PointOptions],
 ) -> PointRun:
-    """The closed loop (closed_loop.run_closed_loop) on this process's own event loop, or over
-    `workers` processes; stop signals interrupt it (KeyboardInterrupt), and `out` keeps what
-    finished."""
+    """One point: `load` a concurrency, the closed loop (closed_loop.run_closed_loop), or an
+    `OpenLoop` schedule, the open loop (open_loop.run_open_loop); on this process's own event
+    loop, or over `workers` processes. Stop signals interrupt it (KeyboardInterrupt), and `out`
+    keeps what finished."""
     out = out if out is not None else PointRun()
     marks = opts.get("marks")
     n = worker_count(opts.get("workers", 1), marks)
-    if n > 1:
-        return spread_closed_loop(w, prompts, concurrency, label, out, n)
-    run_stoppable(run_closed_loop(w, prompts, concurrency, label, out, marks))
-    return out
-
-
-def run_open_point(
-    w: Workload,
-    prompts: Sequence[Item],
-    plan: OpenLoop,
-    label: str,
-    out: PointRun | None = None,
-    **opts: Unpack[PointOptions],
-) -> PointRun:
-    """The open loop (open_loop.run_open_loop) on this process's own event loop, or over
-    `workers` processes; stop signals interrupt it (KeyboardInterrupt), and `out` keeps what
-    finished."""
-    out = out if out is not None else PointRun()
-    marks = opts.get("marks")
-    n = worker_count(opts.get("workers", 1), marks)
-    if n > 1:
-        return spread_open_loop(w, prompts, plan, label, out, n)
-    run_stoppable(run_open_loop(w, prompts, plan, label, out, marks))
+    if isinstance(load, OpenLoop):
+        if n > 1:
+            return spread_open_loop(w, prompts, load, label, out, n)
+        run_stoppable(run_open_loop(w, prompts, load, label, out, marks))
+    else:
+        if n > 1:
+            return spread_closed_loop(w, prompts, load, label, out, n)
+        run_stoppable(run_closed_loop(w, prompts, load, label, out, marks))
     return out
 
 

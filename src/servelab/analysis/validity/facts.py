@@ -5,10 +5,11 @@ or a `vllm bench serve --save-detailed` benchmark.json."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from servelab.client import RequestRecord
+from servelab.level import Level
 
 # streaming: a request is burst-delivered when its content came in at most this many reads
 # while it has at least BURST_MIN_TOKENS output tokens (fewer tokens fit in two reads anyway)
@@ -85,6 +86,11 @@ class PointFacts:
     # the next turn (s); None when the point sent single requests
     chat_turns: int | None = None
     think_time_s: float | None = None
+
+    @property
+    def open_loop(self) -> bool:
+        """An open-loop point: it has a request rate (the open-loop checks read it alone)."""
+        return self.rate is not None
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -199,14 +205,15 @@ def _open_loop_times(r: RequestRecord) -> dict[str, int | None]:
 
 def facts_from_bench(
     bench: Mapping[str, Any],
-    rate: float | None = None,
+    level: Level | None = None,
     arrival: Mapping[str, Any] | None = None,
 ) -> PointFacts:
     """A `vllm bench serve --save-detailed` benchmark.json: per-request ITLs stand in for reads
     (gaps under BENCH_SAME_READ_S join one read) and chunks; no telemetry. A run at a request
-    rate (`rate`, with its `arrival` summary) is an open-loop point, its --max-concurrency a cap
-    on requests in flight, not its concurrency; vllm bench records no scheduled send times, so
-    its requests have none (RequestFacts.scheduled_ns)."""
+    rate (`level` a rate, with its `arrival` summary) is an open-loop point, its
+    --max-concurrency a cap on requests in flight, not its concurrency; vllm bench records no
+    scheduled send times, so its requests have none (RequestFacts.scheduled_ns). A run at a
+    concurrency (or no `level`) asked for its --max-concurrency."""
     n = len(bench["ttfts"])
     errors = bench.get("errors") or [""] * n
     itls = bench.get("itls") or [None] * n
@@ -228,12 +235,7 @@ def facts_from_bench(
             )
         )
     duration = float(bench["duration"]) if any(r.completed for r in reqs) else None
-    return PointFacts(
-        tuple(reqs),
-        duration,
-        None,
-        no_telemetry="not recorded by vllm bench",
-        concurrency=_int_or_none(bench.get("max_concurrency")) if rate is None else None,
-        rate=rate,
-        arrival=arrival if rate is not None else None,
-    )
+    facts = PointFacts(tuple(reqs), duration, None, no_telemetry="not recorded by vllm bench")
+    if level is not None and level.is_rate:
+        return replace(facts, rate=level.rate, arrival=arrival)
+    return replace(facts, concurrency=_int_or_none(bench.get("max_concurrency")))

@@ -69,7 +69,7 @@ def held_by_cap(f: PointFacts) -> list[bool]:
 
 def check_arrival_rate(f: PointFacts, t: ValiditySection) -> Flag:
     limit = float(t.max_arrival_rate_error_pct)
-    if f.rate is None:
+    if not f.open_loop:
         return Flag("arrival_rate", NOT_CHECKED, None, limit, NOT_OPEN)
     reqs = _sent(f.requests)
     scheduled = (f.arrival or {}).get("scheduled_rate")
@@ -90,7 +90,7 @@ def check_arrival_rate(f: PointFacts, t: ValiditySection) -> Flag:
 
 def check_send_slip(f: PointFacts, t: ValiditySection) -> Flag:
     limit = float(t.max_send_slip_ms)
-    if f.rate is None:
+    if not f.open_loop:
         return Flag("send_slip", NOT_CHECKED, None, limit, NOT_OPEN)
     reqs = _sent(f.requests)
     held = held_by_cap(f)
@@ -108,7 +108,7 @@ def check_send_slip(f: PointFacts, t: ValiditySection) -> Flag:
 
 
 def check_cap_reached(f: PointFacts, t: ValiditySection) -> Flag:
-    if f.rate is None:
+    if not f.open_loop:
         return Flag("cap_reached", NOT_CHECKED, None, None, NOT_OPEN)
     cap = (f.arrival or {}).get("max_in_flight")
     if not cap:

@@ -17,21 +17,20 @@ from servelab.analysis.validity.flags import (
     thresholds_json,
 )
 from servelab.experiment import ValiditySection
+from servelab.level import CONCURRENCY, Level, LevelValue
 
 FORMAT_VERSION = 1
 
 # server_config, repeat, level (a concurrency, or a rate in an open-loop sweep), flags
-PointFlags = tuple[str, int, int | float, Sequence[Flag]]
+PointFlags = tuple[str, int, LevelValue, Sequence[Flag]]
 
 
-def level_name(level: int | float, axis: str = "concurrency") -> str:
+def level_name(level: LevelValue, axis: str = CONCURRENCY) -> str:
     """A level as reports name it: c=8, or rate=2.5 (requests per second)."""
-    return f"rate={level:g}" if axis == "rate" else f"c={level}"
+    return str(Level(axis, level))
 
 
-def point_name(
-    server_config: str, repeat: int, level: int | float, axis: str = "concurrency"
-) -> str:
+def point_name(server_config: str, repeat: int, level: LevelValue, axis: str = CONCURRENCY) -> str:
     """A point as the report and invalid-verdicts name it: 'rep02 c=1 max-num-seqs-1', or
     'rep02 rate=2.5 max-num-seqs-8' in an open-loop sweep."""
     return f"rep{repeat:02d} {level_name(level, axis)} {server_config}"
