@@ -15,6 +15,8 @@ from servelab.model import build_tiny
 from servelab.paths import ExperimentPaths
 
 SECRET = "hf_supersecret_0123456789"
+# the fixture's model: smaller than the default experiment's (56 MB a build)
+SMALL_TINY = {"layers": 2, "hidden_size": 128, "heads": 2, "kv_heads": 2, "intermediate_size": 256}
 
 
 def experiment(
@@ -62,7 +64,7 @@ def experiment(
     )
     (exp / "server" / "a100" / "server.log").write_text("INFO started\n")
     tiny = cfgmod.default_section(TinySpec, "model", "tiny")
-    build_tiny(replace(tiny, seed=tiny_seed), exp / "model")
+    build_tiny(replace(tiny, seed=tiny_seed, **SMALL_TINY), exp / "model")
     write_json(
         exp / "runtime" / "runtime.json",
         {
@@ -75,7 +77,7 @@ def experiment(
     )
     raw = {
         "experiment": "fixture",
-        "model": {"source": "tiny"},
+        "model": {"source": "tiny", "tiny": SMALL_TINY},
         "runtime": {"kind": "venv", "env": {"HF_TOKEN": SECRET, "VLLM_CPU_KVCACHE_SPACE": "1"}},
         "server": {"configs": [{"name": "a100"}]},
         "workload": {},

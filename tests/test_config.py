@@ -34,7 +34,7 @@ def test_default_config_is_valid_and_defaults_fill_in(repo: Path) -> None:
 def test_defaults_reach_array_items() -> None:
     cfg = config.validate(minimal()).to_dict()
     assert cfg["server"]["configs"][0]["args"] == {}
-    assert cfg["model"]["tiny"]["hidden_size"] == 128
+    assert cfg["model"]["tiny"]["hidden_size"] == 512  # the default experiment's
 
 
 def test_unique_prompts_default_true_and_must_be_boolean() -> None:

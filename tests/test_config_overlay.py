@@ -102,7 +102,7 @@ def test_load_and_a_campaign_read_an_overlay(tmp_path: Path) -> None:
 def test_every_nullable_key_defaults_to_null() -> None:
     """So a key an overlay sets to null, removed and given the schema's default, is null
     wherever null is allowed (docs/config.md, "Overlays")."""
-    schema = yaml.safe_load(config.SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema = config.load_schema()  # $refs inlined
     wrong = []
 
     def walk(node: Any, path: str) -> None:

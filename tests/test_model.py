@@ -19,7 +19,15 @@ from servelab.model import (
     tree_digest,
 )
 
-TINY = default_section(TinySpec, "model", "tiny")
+# a small shape: the default's (4 layers, hidden size 512) is 56 MB a build
+TINY = replace(
+    default_section(TinySpec, "model", "tiny"),
+    layers=2,
+    hidden_size=128,
+    heads=2,
+    kv_heads=2,
+    intermediate_size=256,
+)
 
 
 def test_tiny_model_is_byte_identical_for_the_same_seed(tmp_path: Path) -> None:
@@ -49,7 +57,7 @@ def test_tiny_model_shape_and_revision(tmp_path: Path) -> None:
     from safetensors.numpy import load_file
 
     w = load_file(str(folder / "model.safetensors"))
-    assert w["model.embed_tokens.weight"].shape == (rec["vocab_size"], 128)
+    assert w["model.embed_tokens.weight"].shape == (rec["vocab_size"], 512)  # the default
     assert "model.layers.2.mlp.down_proj.weight" in w
 
 

@@ -61,10 +61,29 @@ def _apply_defaults(schema: dict[str, Any], data: Any) -> Any:
     return data
 
 
+def load_schema(schema_path: Path = SCHEMA_PATH) -> dict[str, Any]:
+    """The config schema with each `$ref` to one of its `$defs` replaced by the definition (the
+    referring node's own keys, its description or default, kept over the definition's): the
+    form whose `properties` hold every key's default."""
+    raw: dict[str, Any] = load_yaml(schema_path)
+    return dict(_inline_refs(raw, raw.get("$defs", {})))
+
+
+def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_inline_refs(v, defs) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _inline_refs(v, defs) for k, v in node.items() if k not in ("$ref", "$defs")}
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return {**_inline_refs(defs[ref.removeprefix("#/$defs/")], defs), **out}
+    return out
+
+
 @functools.cache
 def _schema(schema_path: Path = SCHEMA_PATH) -> dict[str, Any]:
-    schema: dict[str, Any] = load_yaml(schema_path)
-    return schema
+    return load_schema(schema_path)
 
 
 def schema_defaults(*path: str) -> dict[str, Any]:
@@ -100,7 +119,7 @@ def resolve(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH
     on the first error."""
     import jsonschema
 
-    schema = load_yaml(schema_path)
+    schema = load_schema(schema_path)
     _check_placeholders(config, source)
     _check_sweep_axis(config, source)
     _check_workload_as_written(config, source)

@@ -18,8 +18,9 @@ from servelab.errors import ServelabError
 RUNTIME_KEYS = ("kind", "url", "served_model", "device", "cache_dir")
 # server keys that configure a launch
 LAUNCH_KEYS = ("host", "port", "startup_timeout_s", "shutdown_timeout_s", "engine_nice")
-# what fill_defaults gives an endpoint's runtime in place of the schema's defaults
+# what fill_defaults gives an endpoint's runtime and server in place of the schema's defaults
 RUNTIME_FILLED = {"env": {}, "compile_cache": False}
+SERVER_FILLED = {"engine_nice": 0}  # servelab changes no priority of a server it did not start
 _ABSENT = object()
 
 
@@ -150,7 +151,10 @@ def check_written(
         return
     rt = Written("runtime", rt.data, {**rt.defaults, **RUNTIME_FILLED})
     _check_runtime_written(rt, source)
-    _check_server_written(_section(config, "server", defaults), source)
+    server = _section(config, "server", defaults)
+    _check_server_written(
+        Written("server", server.data, {**server.defaults, **SERVER_FILLED}), source
+    )
     _check_model_written(model, rt.data.get("served_model"), source)
     if _section(config, "profile", defaults).data.get("enabled") is True:
         raise ServelabError(
@@ -171,6 +175,8 @@ def fill_defaults(config: dict[str, Any]) -> None:
     server = config.setdefault("server", {})
     if isinstance(server, dict):
         server.setdefault("configs", [{"name": DEFAULT_CONFIG}])
+        for key, value in SERVER_FILLED.items():
+            server.setdefault(key, value)
     profile = config.setdefault("profile", {})
     if isinstance(profile, dict):
         profile.setdefault("enabled", False)
