@@ -175,8 +175,8 @@ def fill_defaults(config: dict[str, Any]) -> None:
     server = config.setdefault("server", {})
     if isinstance(server, dict):
         server.setdefault("configs", [{"name": DEFAULT_CONFIG}])
-        for key, value in SERVER_FILLED.items():
-            server.setdefault(key, value)
+        for name, filled in SERVER_FILLED.items():
+            server.setdefault(name, filled)
     profile = config.setdefault("profile", {})
     if isinstance(profile, dict):
         profile.setdefault("enabled", False)
