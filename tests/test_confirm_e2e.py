@@ -20,9 +20,16 @@ from servelab.model import RECORD, model_dir
 
 pytestmark = pytest.mark.e2e
 
-# points of a few seconds on a shared 2-core host: the checks of a point's length and of what
-# else ran are not this test's subject
-VALIDITY = {"min_point_duration_s": 0, "max_other_cpu_cores": 64, "max_burst_share": 1}
+# points of a few seconds on a shared 2-core host: the checks of a point's length, of what else
+# ran and of a client the host starved (requests in flight, waits before a send; seen with the
+# suite beside two busy loops) are not this test's subject
+VALIDITY = {
+    "min_point_duration_s": 0,
+    "max_other_cpu_cores": 64,
+    "max_burst_share": 1,
+    "min_achieved_concurrency": 0,
+    "max_client_wait_pct": 100,
+}
 
 
 def test_serialized_cpu_then_confirm(vllm_runtime: dict, tmp_path: Path) -> None:
