@@ -85,7 +85,12 @@ def run_on_cluster(
         *extra,
     ]
     return subprocess.run(
-        cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout + 60, env=run_env(cluster=True)
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout + 60,
+        env=run_env(cluster=True),
     )
 
 
