@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from servelab.config import load_schema
@@ -92,3 +93,25 @@ def test_every_cli_command_is_documented(repo: Path) -> None:
     doc = (repo / "docs" / "cli.md").read_text()
     assert [n for n in names if f"## {n}\n" not in doc] == []
     assert len(names) >= 10
+
+
+def test_the_measuring_job_group_is_documented_rule_by_rule(repo: Path) -> None:
+    """docs/architecture.md names every rule of the job group measure-<experiment> (the rules
+    whose `group:` is MEASURE_GROUP), and no other rule as part of it."""
+    grouped = set()
+    for smk in sorted((repo / "rules").glob("*.smk")):
+        rule = None
+        lines = smk.read_text().splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"^rule (\w+):", line)
+            if m:
+                rule = m.group(1)
+            if line.strip() == "group:" and rule and "MEASURE_GROUP" in lines[i + 1]:
+                grouped.add(rule)
+    assert {"runtime", "sweep", "slo_search", "profile"} <= grouped
+    text = " ".join((repo / "docs" / "architecture.md").read_text().split())
+    end = text.find(" form the job group `measure-<experiment>`")
+    start = text.rfind("(rules named `exp_<experiment>_<rule>`).", 0, end)
+    assert 0 <= start < end, "docs/architecture.md: the sentence naming the measuring job group"
+    named = set(re.findall(r"`(\w+)`", text[start:end].split(").", 1)[1]))
+    assert named == grouped, f"documented {sorted(named)}, in the rules {sorted(grouped)}"
