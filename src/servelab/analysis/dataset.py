@@ -32,7 +32,7 @@ from servelab.analysis.validity import (
     point_name,
     removing,
 )
-from servelab.analysis.validity.flags import short
+from servelab.analysis.validity.flags import number_text
 from servelab.analysis.validity.openloop import achieved_rate
 from servelab.client import RequestRecord
 from servelab.config import default_section
@@ -419,7 +419,7 @@ def _bench_arrival_rate(bench: Mapping[str, Any], rate: float, t: ValiditySectio
         f"(the schedule's own rate is {NOT_BY_BENCH}; vLLM scales its schedule to the target)"
     )
     if off > limit:
-        return Flag("arrival_rate", FAILED, off, limit, f"{said} (limit {short(limit)}%)")
+        return Flag("arrival_rate", FAILED, off, limit, f"{said} (limit {number_text(limit)}%)")
     return Flag("arrival_rate", PASSED, off, limit, said)
 
 

@@ -58,10 +58,10 @@ def _release_row(r: dict[str, Any], failures: dict[str, list[str]]) -> dict[str,
         "tag": str(r["tag"]),
         "date": str(r["date"])[:10] if r.get("date") else "-",
         "commit": str(commit)[:12] if commit else "-",
-        "analysis_version": values.short(r.get("analysis_version")),
-        "servelab_version": values.short(r.get("servelab_version")),
-        "vllm_version": values.short(r.get("vllm_version")),
-        "host_class": values.short(r.get("host_class")),
+        "analysis_version": values.value_text(r.get("analysis_version")),
+        "servelab_version": values.value_text(r.get("servelab_version")),
+        "vllm_version": values.value_text(r.get("vllm_version")),
+        "host_class": values.value_text(r.get("host_class")),
         "points": (
             f"{r['points_valid']}/{r['points_total']}" if r.get("points_total") is not None else "-"
         ),
@@ -136,7 +136,7 @@ def _change(p: dict[str, Any]) -> dict[str, str]:
     change = p.get("change_pct")
     pv = p.get("p_value")
     detail = ("-" if change is None else f"{change:+.2f}%") + (
-        f", p {values.short(pv)}" if pv is not None else ""
+        f", p {values.value_text(pv)}" if pv is not None else ""
     )
     return {"verdict": verdict, "css": values.css(verdict), "detail": detail}
 

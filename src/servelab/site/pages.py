@@ -21,7 +21,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters["short"] = values.short
+    env.filters["value_text"] = values.value_text
     return env
 
 

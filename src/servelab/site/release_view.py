@@ -133,7 +133,7 @@ def provenance_rows(prov: dict[str, Any], release: dict[str, Any]) -> list[tuple
         rows.append(
             (
                 f"Server {sc}",
-                ", ".join(f"{k}={values.short(v)}" for k, v in sorted(args.items())) or "-",
+                ", ".join(f"{k}={values.value_text(v)}" for k, v in sorted(args.items())) or "-",
             )
         )
     reasons = "; ".join(release.get("unpinned_reasons") or [])
@@ -153,9 +153,9 @@ def _claim_line(ev: Any) -> str | None:
         return None
     p = ev.get("p_value")
     return (
-        f"mean difference {values.short(ev.get('mean_rel_diff_pct'))}% over "
+        f"mean difference {values.value_text(ev.get('mean_rel_diff_pct'))}% over "
         f"{ev.get('n')} paired repeats, {ev.get('agree')} agree"
-        + (f", p = {values.short(p)}" if p is not None else "")
+        + (f", p = {values.value_text(p)}" if p is not None else "")
         + (f" ({ev['test_verdict']})" if ev.get("test_verdict") else "")
     )
 
@@ -248,7 +248,9 @@ def validity(folder: Path) -> dict[str, Any]:
             out["checks"].append(
                 {
                     "name": k["name"],
-                    "threshold": f"{limit} = {values.short(k.get('threshold'))}" if limit else "-",
+                    "threshold": f"{limit} = {values.value_text(k.get('threshold'))}"
+                    if limit
+                    else "-",
                     "removes": AFFECTS_WORDS.get(k.get("affects"), str(k.get("affects"))),
                     "counts": [n.get(s, 0) for s in ("passed", "failed", "noted", "not checked")],
                 }

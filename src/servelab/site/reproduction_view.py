@@ -167,15 +167,18 @@ def _settings(s: dict[str, Any]) -> list[tuple[str, str]]:
     tolerance = s.get("tolerance_pct")
     return [
         ("Orderings judged", ", ".join(s["metrics"]) + " (paired t-test on log ratios)"),
-        ("alpha, threshold", f"{values.short(s['alpha'])}, {values.short(s['threshold_pct'])}%"),
+        (
+            "alpha, threshold",
+            f"{values.value_text(s['alpha'])}, {values.value_text(s['threshold_pct'])}%",
+        ),
         (
             "Smallest effect judged",
-            f"{values.short(s['min_effect_pct'])}%" if s["min_effect_pct"] else "any",
+            f"{values.value_text(s['min_effect_pct'])}%" if s["min_effect_pct"] else "any",
         ),
         ("Fresh run must call it real", "yes" if s["require_significance"] else "no: sign only"),
         (
             "Absolute values",
-            f"{', '.join(s['tolerance_metrics'])} within {values.short(tolerance)}%"
+            f"{', '.join(s['tolerance_metrics'])} within {values.value_text(tolerance)}%"
             if tolerance is not None
             else "reported, not judged",
         ),

@@ -43,7 +43,7 @@ def number(x: Any) -> str:
     return num(x)
 
 
-def short(x: Any) -> str:
+def value_text(x: Any) -> str:
     """A value of a JSON record: 4 significant digits for a float, as is otherwise."""
     if x is None:
         return "none"

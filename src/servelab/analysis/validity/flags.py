@@ -77,7 +77,8 @@ class Check:
         return None if self.threshold_key is None else float(getattr(t, self.threshold_key))
 
 
-def short(x: float) -> str:
+def number_text(x: float) -> str:
+    """A number in a flag's words, as short as it reads exactly (0.25, 5, 1e+06)."""
     return f"{x:g}"
 
 

@@ -12,7 +12,7 @@ from servelab.analysis.validity.flags import (
     Flag,
     block,
     block_mean,
-    short,
+    number_text,
 )
 from servelab.endpoint import REMOTE
 from servelab.experiment import ValiditySection
@@ -36,7 +36,9 @@ def check_streaming(f: PointFacts, t: ValiditySection) -> Flag:
     share = len(burst) / len(known)
     said = f"{len(burst)} of {len(known)} requests delivered {how}"
     if share > limit:
-        return Flag("streaming", FAILED, share, limit, f"{said} (limit {short(100 * limit)}%)")
+        return Flag(
+            "streaming", FAILED, share, limit, f"{said} (limit {number_text(100 * limit)}%)"
+        )
     return Flag("streaming", PASSED, share, limit, said)
 
 
@@ -71,7 +73,7 @@ def check_contention(f: PointFacts, t: ValiditySection) -> Flag:
         # samples, so it is capped at `other` rather than read as more than all of it
         said += f" ({min(other, steal / 100.0 * int(cores)):.2f} of them hypervisor steal)"
     if other > limit:
-        return Flag("contention", FAILED, other, limit, f"{said} (limit {short(limit)})")
+        return Flag("contention", FAILED, other, limit, f"{said} (limit {number_text(limit)})")
     return Flag("contention", PASSED, other, limit, said)
 
 
@@ -106,7 +108,9 @@ def check_restarted_requests(f: PointFacts, t: ValiditySection) -> Flag:
             why = f"no server metrics: {srv['absent']}"
         return Flag("restarted_requests", NOT_CHECKED, None, None, why)
     if float(n) > 0:
-        said = f"the server preempted requests {short(float(n))} times (kept: server behaviour)"
+        said = (
+            f"the server preempted requests {number_text(float(n))} times (kept: server behaviour)"
+        )
         return Flag("restarted_requests", NOTED, float(n), None, said)
     return Flag("restarted_requests", PASSED, 0.0, None, "no preemption")
 
@@ -118,6 +122,6 @@ def check_min_duration(f: PointFacts, t: ValiditySection) -> Flag:
     said = f"the point lasted {f.duration_s:.2f} s"
     if f.duration_s < limit:
         return Flag(
-            "min_duration", FAILED, f.duration_s, limit, f"{said} (minimum {short(limit)} s)"
+            "min_duration", FAILED, f.duration_s, limit, f"{said} (minimum {number_text(limit)} s)"
         )
     return Flag("min_duration", PASSED, f.duration_s, limit, said)

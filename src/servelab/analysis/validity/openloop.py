@@ -26,7 +26,7 @@ from servelab.analysis.validity.flags import (
     NOTED,
     PASSED,
     Flag,
-    short,
+    number_text,
 )
 from servelab.experiment import ValiditySection
 
@@ -84,7 +84,7 @@ def check_arrival_rate(f: PointFacts, t: ValiditySection) -> Flag:
         f"req/s (target {f.rate:g}): {off:.2g}% off"
     )
     if off > limit:
-        return Flag("arrival_rate", FAILED, off, limit, f"{said} (limit {short(limit)}%)")
+        return Flag("arrival_rate", FAILED, off, limit, f"{said} (limit {number_text(limit)}%)")
     return Flag("arrival_rate", PASSED, off, limit, said)
 
 
@@ -103,7 +103,7 @@ def check_send_slip(f: PointFacts, t: ValiditySection) -> Flag:
     if len(slips) < len(reqs):
         said += f", not counting {len(reqs) - len(slips)} the cap held back"
     if p90 > limit:
-        return Flag("send_slip", FAILED, p90, limit, f"{said} (limit {short(limit)} ms)")
+        return Flag("send_slip", FAILED, p90, limit, f"{said} (limit {number_text(limit)} ms)")
     return Flag("send_slip", PASSED, p90, limit, said)
 
 

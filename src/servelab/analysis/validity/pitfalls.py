@@ -18,8 +18,8 @@ from servelab.analysis.validity.flags import (
     Flag,
     block,
     block_mean,
+    number_text,
     share_text,
-    short,
 )
 from servelab.experiment import ValiditySection
 
@@ -131,9 +131,8 @@ def check_prefix_cache(f: PointFacts, t: ValiditySection) -> Flag:
     if not queries:
         return Flag("prefix_cache", PASSED, 0.0, limit, "no prompt tokens looked up")
     rate = float(hits) / float(queries)
-    said = (
-        f"{short(float(hits))} of {short(float(queries))} prompt tokens came from the prefix cache"
-    )
+    got, asked = number_text(float(hits)), number_text(float(queries))
+    said = f"{got} of {asked} prompt tokens came from the prefix cache"
     # a workload that shares prefixes (point.json `shared_prefix`) asks for hits: with caching
     # enabled they are a note beside the share it intends (`reuse_ratio`); with caching off the
     # server should have served none, so hits above the limit fail as for any point
@@ -176,7 +175,7 @@ def _drift(name: str, limit: float, wanted: int, got: list[int], what: str) -> F
             FAILED,
             100 * worst,
             limit,
-            f"{len(off)} of {len(got)} requests: {said} (limit {short(limit)}%)",
+            f"{len(off)} of {len(got)} requests: {said} (limit {number_text(limit)}%)",
         )
     return Flag(name, PASSED, 100 * worst, limit, said)
 
@@ -221,7 +220,7 @@ def _drift_each(
     if off:
         said = (
             f"{off} of {len(pairs)} requests: {what} off their requested length by more than "
-            f"{short(limit)}% ({worst_said}){rest}"
+            f"{number_text(limit)}% ({worst_said}){rest}"
         )
         return Flag(name, FAILED, worst, limit, said)
     n = f"{len(pairs)} requests" if len(pairs) > 1 else "1 request"
@@ -229,7 +228,7 @@ def _drift_each(
         said = f"{n}: {what} of {span} tokens, each as long as requested{rest}"
     else:
         said = (
-            f"{n}: {what} of {span} tokens, each within {short(limit)}% of its requested "
+            f"{n}: {what} of {span} tokens, each within {number_text(limit)}% of its requested "
             f"length ({worst_said}){rest}"
         )
     return Flag(name, PASSED, worst, limit, said)
@@ -287,8 +286,8 @@ def check_achieved_concurrency(f: PointFacts, t: ValiditySection) -> Flag:
         return Flag("achieved_concurrency", NOT_CHECKED, None, limit, why)
     if f.think_time_s:
         why = (
-            f"chat: a conversation waits {short(f.think_time_s)} s between a reply and its next "
-            "turn, its slot idle by design"
+            f"chat: a conversation waits {number_text(f.think_time_s)} s between a reply and its "
+            "next turn, its slot idle by design"
         )
         return Flag("achieved_concurrency", NOT_CHECKED, None, limit, why)
     if f.achieved_concurrency is None:
@@ -316,7 +315,9 @@ def check_client_cpu(f: PointFacts, t: ValiditySection) -> Flag:
             f"{busiest:.2f} of a CPU core"
         )
         if busiest > limit:
-            return Flag("client_cpu", FAILED, busiest, limit, f"{said} (limit {short(limit)})")
+            return Flag(
+                "client_cpu", FAILED, busiest, limit, f"{said} (limit {number_text(limit)})"
+            )
         return Flag("client_cpu", PASSED, busiest, limit, said)
     cpu = block(f.telemetry or {}, "cpu")
     pct = block_mean(cpu, "client_cpu_pct")
@@ -328,7 +329,7 @@ def check_client_cpu(f: PointFacts, t: ValiditySection) -> Flag:
         return Flag("client_cpu", NOT_CHECKED, None, limit, "client CPU not recorded")
     said = f"the client used {cores:.2f} CPU cores ({source})"
     if cores > limit:
-        return Flag("client_cpu", FAILED, cores, limit, f"{said} (limit {short(limit)})")
+        return Flag("client_cpu", FAILED, cores, limit, f"{said} (limit {number_text(limit)})")
     return Flag("client_cpu", PASSED, cores, limit, said)
 
 
@@ -349,7 +350,7 @@ def check_client_wait(f: PointFacts, t: ValiditySection) -> Flag:
         f"({e2el_ms:.4g} ms)"
     )
     if pct > limit:
-        return Flag("client_wait", FAILED, pct, limit, f"{said} (limit {short(limit)}%)")
+        return Flag("client_wait", FAILED, pct, limit, f"{said} (limit {number_text(limit)}%)")
     return Flag("client_wait", PASSED, pct, limit, said)
 
 
@@ -382,7 +383,7 @@ def check_leftover_requests(f: PointFacts, t: ValiditySection) -> Flag:
     server_n, client_n = float(srv["requests_finished"]), len(f.requests)
     extra = server_n - client_n
     said = (
-        f"the server finished {short(server_n)} requests during the point, "
+        f"the server finished {number_text(server_n)} requests during the point, "
         f"the client sent {client_n}"
     )
     if extra > 0:
@@ -391,12 +392,12 @@ def check_leftover_requests(f: PointFacts, t: ValiditySection) -> Flag:
             FAILED,
             extra,
             0.0,
-            f"{said}: {short(extra)} from before the point (warm-up or an earlier point)",
+            f"{said}: {number_text(extra)} from before the point (warm-up or an earlier point)",
         )
     if extra < 0:
         # every request the client saw end was finished by the engine before the sample that
         # closes the window: fewer means the counters do not describe this point
-        why = f"{said}: the server's counter misses {short(-extra)}"
+        why = f"{said}: the server's counter misses {number_text(-extra)}"
         return Flag("leftover_requests", FAILED, extra, 0.0, why)
     return Flag("leftover_requests", PASSED, 0.0, 0.0, said)
 
@@ -416,8 +417,8 @@ def check_server_counts(f: PointFacts, t: ValiditySection) -> Flag:
     for what, server_n, client_n in pairs:
         diff = abs(server_n - client_n) / max(client_n, 1) * 100
         worst = max(worst, diff)
-        parts.append(f"{what} tokens: server {short(server_n)}, client {client_n}")
+        parts.append(f"{what} tokens: server {number_text(server_n)}, client {client_n}")
     said = "; ".join(parts)
     if worst > limit:
-        return Flag("server_counts", FAILED, worst, limit, f"{said} (limit {short(limit)}%)")
+        return Flag("server_counts", FAILED, worst, limit, f"{said} (limit {number_text(limit)}%)")
     return Flag("server_counts", PASSED, worst, limit, said)
