@@ -17,7 +17,7 @@ import servelab
 from servelab.analysis.pipeline import analyze
 from servelab.config import load as load_config
 from servelab.render import csv_text
-from servelab.telemetry.summary import COLUMNS as TELEMETRY_COLUMNS
+from servelab.telemetry.columns import COLUMNS as TELEMETRY_COLUMNS
 
 SPEC = {  # server_config -> concurrency -> [(tokens/s, TTFT ms) per repeat]
     "a": {1: [(100.0, 20.0), (110.0, 22.0)], 4: [(300.0, 40.0), (320.0, 44.0)]},

@@ -32,7 +32,7 @@ from servelab.experiment import Experiment
 from servelab.jsonio import read_json
 from servelab.metrics import request_latencies
 from servelab.rawdata import load_points
-from servelab.telemetry.summary import table_columns as telemetry_table_columns
+from servelab.telemetry.columns import table_columns as telemetry_table_columns
 
 __all__ = ["points", "requests"]
 

@@ -45,7 +45,7 @@ from servelab.paths import SERVER_LOG, ExperimentPaths
 from servelab.rawdata import DamagedRawData, Skipped, load_points
 from servelab.records import CapacityRecord, LaunchRecord, RunRecord, RuntimeRecord
 from servelab.serverlog import parse_capacity
-from servelab.telemetry.summary import telemetry_columns
+from servelab.telemetry.columns import telemetry_columns
 
 VLLM_REP = re.compile(r"^rep_(\d+)$")
 VLLM_CONC = re.compile(r"^concurrency_(\d+)$")

@@ -17,7 +17,7 @@ from servelab.analysis.validity import BY_NAME, Flag, PointFlags, failed, level_
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.level import LevelValue
-from servelab.telemetry.summary import telemetry_columns
+from servelab.telemetry.columns import telemetry_columns
 
 POINT_METRICS = (
     [

@@ -46,7 +46,7 @@ from servelab.paths import (
 from servelab.rawdata import relative
 from servelab.render import write_csv
 from servelab.search import SearchResult, read_search
-from servelab.telemetry.summary import table_columns as telemetry_table_columns
+from servelab.telemetry.columns import table_columns as telemetry_table_columns
 
 __all__ = [
     "ANALYSIS_VERSION",

@@ -6,6 +6,14 @@ The raw samples are `raw/<config>/rep<RR>/c<CCCC>/telemetry.jsonl`; the summary 
 `telemetry` block of the point's point.json (docs/raw-data.md).
 """
 
+from servelab.telemetry.columns import (
+    COLUMNS,
+    ENERGY_COLUMNS,
+    table_columns,
+    telemetry_columns,
+    utilization_pct,
+    utilization_vs_throughput,
+)
 from servelab.telemetry.figure import plot_utilization_vs_throughput
 from servelab.telemetry.gpus import GpuSelection, server_gpus
 from servelab.telemetry.sampling import (
@@ -15,15 +23,7 @@ from servelab.telemetry.sampling import (
     write_samples,
 )
 from servelab.telemetry.sources import parse_metrics
-from servelab.telemetry.summary import (
-    COLUMNS,
-    ENERGY_COLUMNS,
-    summarize,
-    table_columns,
-    telemetry_columns,
-    utilization_pct,
-    utilization_vs_throughput,
-)
+from servelab.telemetry.summary import summarize
 
 __all__ = [
     "COLUMNS",

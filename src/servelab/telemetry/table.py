@@ -9,7 +9,7 @@ from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.render import csv_text, num
-from servelab.telemetry.summary import (
+from servelab.telemetry.columns import (
     COLUMNS,
     table_columns,
     telemetry_columns,
