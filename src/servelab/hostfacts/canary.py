@@ -1,0 +1,180 @@
+"""A host-speed canary: a fixed, deterministic piece of work, timed.
+
+Timed before and after a sweep, it tells a slower host from slower code: when the
+canary moved beyond its own noise between two runs, the host changed.
+
+- ``measure_cpu``: single-thread compute (a fixed integer loop, seconds, median and
+  spread over k repeats) and memory bandwidth (copies of a fixed buffer, GB/s).
+- ``drift(before, after)``: the relative change of each part and a verdict,
+  "steady" or "moved", with the threshold used.
+- ``measure_gpu``: a fixed matmul and a device copy through PyTorch with CUDA; where
+  either is missing, an absent result with the reason.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+Timer = Callable[[], float]
+
+COMPUTE_ITERATIONS = 1_000_000
+BUFFER_MIB = 64
+REPEATS = 5
+DRIFT_FLOOR = 0.05
+NOISE_FACTOR = 3.0
+
+
+@dataclass(frozen=True)
+class Timing:
+    """k repeats of one part: median, min and max, in ``unit``."""
+
+    unit: str
+    median: float
+    low: float
+    high: float
+    repeats: int
+
+    @property
+    def relative_spread(self) -> float:
+        """(max - min) / median: the part's own noise."""
+        return (self.high - self.low) / self.median if self.median else 0.0
+
+
+@dataclass(frozen=True)
+class CpuCanary:
+    """The CPU canary: compute seconds (lower is faster) and copy GB/s (higher is faster)."""
+
+    compute: Timing
+    bandwidth: Timing
+    checksum: int
+    iterations: int
+    buffer_mib: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GpuCanary:
+    """The GPU canary, or its absence with the reason."""
+
+    present: bool
+    reason: str
+    matmul: Timing | None = None
+    copy: Timing | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compute_work(iterations: int = COMPUTE_ITERATIONS) -> int:
+    """The fixed single-thread work: an integer linear-congruential loop; its checksum."""
+    x = 1
+    acc = 0
+    for _ in range(iterations):
+        x = (x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
+        acc ^= x >> 17
+    return acc
+
+
+def _summary(values: list[float], unit: str) -> Timing:
+    return Timing(unit, statistics.median(values), min(values), max(values), len(values))
+
+
+def _time_compute(iterations: int, repeats: int, timer: Timer) -> tuple[Timing, int]:
+    seconds: list[float] = []
+    checksum = 0
+    for _ in range(repeats):
+        start = timer()
+        checksum = compute_work(iterations)
+        seconds.append(timer() - start)
+    return _summary(seconds, "s"), checksum
+
+
+def _time_bandwidth(buffer_mib: int, repeats: int, timer: Timer) -> Timing:
+    size = buffer_mib * 1024 * 1024
+    source = memoryview(bytearray(size))
+    target = memoryview(bytearray(size))
+    rates: list[float] = []
+    for _ in range(repeats):
+        start = timer()
+        target[:] = source
+        elapsed = max(timer() - start, 1e-9)
+        rates.append(size / elapsed / 1e9)
+    return _summary(rates, "GB/s")
+
+
+def measure_cpu(
+    iterations: int = COMPUTE_ITERATIONS,
+    buffer_mib: int = BUFFER_MIB,
+    repeats: int = REPEATS,
+    timer: Timer = time.perf_counter,
+) -> CpuCanary:
+    """Time the fixed compute work and the buffer copies, ``repeats`` times each."""
+    compute, checksum = _time_compute(iterations, repeats, timer)
+    bandwidth = _time_bandwidth(buffer_mib, repeats, timer)
+    return CpuCanary(compute, bandwidth, checksum, iterations, buffer_mib)
+
+
+@dataclass(frozen=True)
+class PartDrift:
+    """One part's relative change (positive: the host got slower) and its verdict."""
+
+    change: float
+    threshold: float
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Whether the canary moved between two measurements beyond its own noise."""
+
+    compute: PartDrift
+    bandwidth: PartDrift
+    verdict: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _part(before: Timing, after: Timing, slower_when_higher: bool, floor: float) -> PartDrift:
+    ratio = after.median / before.median if before.median else 1.0
+    change = ratio - 1.0 if slower_when_higher else 1.0 / ratio - 1.0
+    threshold = max(NOISE_FACTOR * (before.relative_spread + after.relative_spread) / 2, floor)
+    return PartDrift(change, threshold, "moved" if abs(change) > threshold else "steady")
+
+
+def drift(before: CpuCanary, after: CpuCanary, floor: float = DRIFT_FLOOR) -> Drift:
+    """The threshold: the larger of 3x the mean relative spread of the two and ``floor``."""
+    compute = _part(before.compute, after.compute, True, floor)
+    bandwidth = _part(before.bandwidth, after.bandwidth, False, floor)
+    moved = "moved" in (compute.verdict, bandwidth.verdict)
+    return Drift(compute, bandwidth, "moved" if moved else "steady")
+
+
+def measure_gpu(repeats: int = REPEATS, size: int = 4096) -> GpuCanary:
+    """A fixed fp16 matmul (TFLOP/s) and a device-to-device copy (GB/s) via PyTorch with CUDA."""
+    try:
+        import torch  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as error:
+        return GpuCanary(False, f"PyTorch is not importable: {error}")
+    if not torch.cuda.is_available():
+        return GpuCanary(False, "PyTorch sees no CUDA device")
+    a = torch.ones((size, size), dtype=torch.float16, device="cuda")
+    flops: list[float] = []
+    rates: list[float] = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        torch.matmul(a, a)
+        torch.cuda.synchronize()
+        flops.append(2 * size**3 / (time.perf_counter() - start) / 1e12)
+        start = time.perf_counter()
+        a.clone()
+        torch.cuda.synchronize()
+        rates.append(2 * a.numel() * a.element_size() / (time.perf_counter() - start) / 1e9)
+    return GpuCanary(True, "", _summary(flops, "TFLOP/s"), _summary(rates, "GB/s"))
