@@ -1,4 +1,6 @@
-# Every table, verdict and figure is a pure function of the raw data (docs/analysis.md).
+# Every table, verdict and figure is a pure function of the raw data (docs/analysis.md). Every
+# file it writes under analysis/ is an output here (rules/common.smk: analysis_outputs,
+# analysis_figures).
 
 
 rule analysis:
@@ -12,15 +14,11 @@ rule analysis:
             f"{EXP}/analysis/report.md", caption="../docs/report-caption.rst", category="Report"
         ),
         figures=[
-            report(
-                f"{EXP}/analysis/figures/{name}.svg",
-                caption="../docs/report-caption.rst",
-                category="Figures",
-            )
-            for name in FIGURES
-        ]
-        if config["analysis"]["figures"]
-        else [],
+            report(path, caption="../docs/report-caption.rst", category="Figures")
+            for path in analysis_figures("svg")
+        ],
+        # the same figures as PNG, written beside each SVG
+        figures_png=analysis_figures("png"),
     params:
         config=EXPERIMENT_CONFIG,
         exp=experiment_dir,

@@ -40,9 +40,10 @@ config.clear()
 config.update(_resolved)
 
 EXP = f"{config['results_dir']}/{config['experiment']}"
-# The measuring jobs (runtime probe, sweeps, profiling pass): under a cluster executor one job
-# group, submitted as one job, so that every configuration is measured on the same node
-# (docs/cluster.md); every other rule is a localrule, run where snakemake was started.
+# The measuring jobs (runtime probe, sweeps, SLO capacity searches, profiling pass): under a
+# cluster executor one job group, submitted as one job, so that every configuration is measured
+# on the same node (docs/cluster.md); every other rule is a localrule, run where snakemake was
+# started.
 MEASURE_GROUP = f"measure-{config['experiment']}"
 
 # A reference to reproduce is verified before anything is measured.
@@ -170,12 +171,17 @@ def search_outputs(wildcards=None):
     return expand(out, sc=SEARCHED)
 
 
-# analysis outputs (rules/analysis.smk), named once in servelab.paths
-FIGURES = _paths.figure_names(config["telemetry"]["enabled"])
+# analysis outputs (rules/analysis.smk), named once in servelab.paths: every file the analysis
+# writes is an output of its rule (tests/test_analysis_outputs.py checks it). The figures: the
+# analysis figures, utilization against tokens/s (telemetry), each searched configuration's
+# search path; each as SVG and as PNG (servelab.render.FIGURE_FORMATS).
+FIGURES = _paths.figure_names(config["telemetry"]["enabled"], SEARCHED)
 
 
 def analysis_outputs():
-    out = [f"{EXP}/analysis/{name}" for name in _paths.ANALYSIS_TABLES]
+    """The analysis' tables and verdicts: ANALYSIS_TABLES and validity.json always, the others
+    where they apply."""
+    out = [f"{EXP}/analysis/{name}" for name in (*_paths.ANALYSIS_TABLES, _paths.VALIDITY_TABLE)]
     if any(v is not None for v in config["analysis"]["slo"].values()):
         out.append(f"{EXP}/analysis/{_paths.SLO_TABLE}")
     if SEQUENTIAL:
@@ -185,3 +191,10 @@ def analysis_outputs():
     if config["analysis"].get("confirms"):
         out.append(f"{EXP}/analysis/{_paths.CONFIRMATION_TABLE}")
     return out
+
+
+def analysis_figures(fmt):
+    """The analysis figures in format `fmt` (svg, png), where analysis.figures draws them."""
+    if not config["analysis"]["figures"]:
+        return []
+    return [f"{EXP}/analysis/figures/{name}.{fmt}" for name in FIGURES]

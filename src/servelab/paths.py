@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -90,9 +91,21 @@ RAW_LAYOUT_FILES = (
 )
 
 
-def figure_names(telemetry: bool) -> list[str]:
-    """The analysis figures of an experiment, without suffix."""
-    return [*FIGURES, TELEMETRY_FIGURE] if telemetry else list(FIGURES)
+# an SLO capacity search's path, one figure per searched server configuration: search-<sc>
+SEARCH_FIGURE_PREFIX = "search-"
+
+
+def search_figure_name(sc: str) -> str:
+    """The figure of server configuration `sc`'s SLO capacity search, without suffix."""
+    return f"{SEARCH_FIGURE_PREFIX}{sc}"
+
+
+def figure_names(telemetry: bool, searched: Sequence[str] = ()) -> list[str]:
+    """The analysis figures of an experiment, without suffix, in the order the analysis draws
+    them: FIGURES, utilization against tokens/s with telemetry, each searched configuration's
+    search path."""
+    names = [*FIGURES, TELEMETRY_FIGURE] if telemetry else list(FIGURES)
+    return names + [search_figure_name(sc) for sc in searched]
 
 
 def default_cache_dir() -> Path:

@@ -42,6 +42,7 @@ from servelab.paths import (
     TURNS_TABLE,
     VALIDITY_TABLE,
     ExperimentPaths,
+    search_figure_name,
 )
 from servelab.rawdata import relative
 from servelab.render import write_csv
@@ -248,5 +249,7 @@ def _figures(
         from servelab.analysis.search_figure import render_search
 
         for sc, result in searches.items():
-            names += [p.name for p in render_search(result, out / "figures", f"search-{sc}")]
+            names += [
+                p.name for p in render_search(result, out / "figures", search_figure_name(sc))
+            ]
     return names
