@@ -115,3 +115,39 @@ def test_the_measuring_job_group_is_documented_rule_by_rule(repo: Path) -> None:
     assert 0 <= start < end, "docs/architecture.md: the sentence naming the measuring job group"
     named = set(re.findall(r"`(\w+)`", text[start:end].split(").", 1)[1]))
     assert named == grouped, f"documented {sorted(named)}, in the rules {sorted(grouped)}"
+
+
+def rule_scripts(repo: Path) -> dict[str, str | None]:
+    """Every rule of rules/*.smk and the script it runs (scripts/X.py; None for a shell rule)."""
+    rules: dict[str, str | None] = {}
+    rule = None
+    for smk in sorted((repo / "rules").glob("*.smk")):
+        for line in smk.read_text().splitlines():
+            m = re.match(r"^rule (\w+):", line)
+            if m:
+                rule = m.group(1)
+                rules[rule] = None
+            m = re.match(r'^\s+"\.\./(scripts/\w+\.py)"', line)
+            if m and rule:
+                rules[rule] = m.group(1)
+    return rules
+
+
+def test_every_rule_is_in_the_architecture_table_with_its_script(repo: Path) -> None:
+    """docs/architecture.md's table of rules has a row for every rule of rules/*.smk (the
+    Snakefile's `all` aside), naming the script it runs, and names no rule that is not there."""
+    rules = rule_scripts(repo)
+    assert {"analysis", "slo_search", "sweep_profile", "site"} <= set(rules)
+    assert rules["slo_search"] == "scripts/search.py" and rules["site"] is None
+    text = (repo / "docs" / "architecture.md").read_text()
+    table = text.split("| rule | script | library | writes |\n", 1)[1].split("\n\n", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[1:]]
+    documented: dict[str, set[str]] = {}
+    for row in rows:
+        name = re.match(r"`(\w+)`", row[0])
+        assert name, f"docs/architecture.md: a row without its rule: {row[0]}"
+        documented.setdefault(name.group(1), set()).add(row[1])
+    assert sorted(set(documented) - set(rules)) == [], "documented rules that do not exist"
+    assert sorted(set(rules) - set(documented)) == [], "rules without a row"
+    wrong = {r: s for r, s in rules.items() if s is not None and s not in documented[r]}
+    assert wrong == {}, f"rules whose row names another script: {wrong}"
