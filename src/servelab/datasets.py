@@ -570,7 +570,7 @@ def same_dataset(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     sa = (a.get("file") or {}).get("sha256")
     sb = (b.get("file") or {}).get("sha256")
     if sa != sb:
-        return f"dataset sha256 {_short(sa)} vs {_short(sb)}"
+        return f"dataset sha256 {_digest_prefix(sa)} vs {_digest_prefix(sb)}"
     for key in ("format", "seed", "output_tokens"):
         if a.get(key) != b.get(key):
             return f"{key} differs: {_value(a.get(key))} vs {_value(b.get(key))}"
@@ -581,7 +581,8 @@ def same_dataset(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _short(digest: Any) -> str:
+def _digest_prefix(digest: Any) -> str:
+    """A sha256 as its first 12 hex digits, "none" for none."""
     return "none" if digest is None else str(digest)[:12]
 
 

@@ -161,7 +161,8 @@ def _host_section(host: dict[str, Any] | None) -> list[str]:
     ]
     if differences:
         rows = [
-            (d["fact"], _short(d["reference"]), _short(d["fresh"]), rel) for d, rel in differences
+            (d["fact"], _cell_value(d["reference"]), _cell_value(d["fresh"]), rel)
+            for d, rel in differences
         ]
         lines += ["", *md_table(("fact", "reference", "fresh", "performance-relevant"), rows)]
     unknown = host["unknown"]
@@ -183,7 +184,7 @@ def _provenance(prov: dict[str, Any]) -> list[str]:
         lines.append("- Nothing that must match differs, and the fresh run is on another host.")
     effect = {"blocks": "not comparable", "note": "noted"}
     rows = [
-        (f["field"], _short(f["reference"]), _short(f["fresh"]), effect[f["effect"]])
+        (f["field"], _cell_value(f["reference"]), _cell_value(f["fresh"]), effect[f["effect"]])
         for f in prov["fields"]
         if not f["same"]
     ]
@@ -196,7 +197,7 @@ def _provenance(prov: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _short(v: Any) -> str:
+def _cell_value(v: Any) -> str:
     """A value for a table cell: JSON unless a string; a long one as its start and a hash."""
     text = json.dumps(v, sort_keys=True) if not isinstance(v, str) else v
     if len(text) > 60:
