@@ -12,14 +12,13 @@ from __future__ import annotations
 import copy
 import runpy
 import shutil
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
-from workflow_env import snakemake_env
+from workflow_env import snakemake_here
 
 from servelab.config import validate
 from servelab.evidence.files import safe_extract
@@ -96,16 +95,9 @@ def declared_outputs(cfg: dict[str, Any], tmp: Path) -> set[str]:
     per output file, its rule in the third column)."""
     cfg_file = tmp / "config.yaml"
     cfg_file.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    proc = subprocess.run(
-        ["snakemake", "analysis", "--summary", "--cores", "1", "--nolock"]
-        + ["--configfile", str(cfg_file)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=snakemake_env(),
-        timeout=300,
+    proc = snakemake_here(
+        ["analysis", "--summary", "--cores", "1", "--nolock", "--configfile", str(cfg_file)]
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("output_file\t"))
     rows = [line.split("\t") for line in lines[header + 1 :]]

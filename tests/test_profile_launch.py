@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -18,7 +17,7 @@ import jsonschema
 import pytest
 import yaml
 from experiment_fixtures import measure_job, quiet
-from workflow_env import snakemake_env
+from workflow_env import snakemake_here
 
 from servelab.config import validate
 from servelab.errors import ServelabError
@@ -79,16 +78,7 @@ def dry_run(tmp_path: Path, profile: dict[str, Any]) -> str:
     raw["profile"] = profile
     cfg = tmp_path / "exp.yaml"
     cfg.write_text(yaml.safe_dump(raw))
-    proc = subprocess.run(
-        ["snakemake", "-n", "--cores", "1", "--configfile", str(cfg), "--nolock"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=snakemake_env(),
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return proc.stdout
+    return snakemake_here(["-n", "--cores", "1", "--configfile", str(cfg), "--nolock"]).stdout
 
 
 def test_the_workflow_plans_one_measuring_job_per_configuration(tmp_path: Path) -> None:

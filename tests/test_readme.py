@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import csv
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
-from workflow_env import snakemake_env
+from workflow_env import snakemake_here
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -110,14 +109,6 @@ def test_evidence_index_tables_are_each_releases() -> None:
 def test_readme_knee_command_plans_every_configuration(config: str) -> None:
     cmd = f"snakemake --cores all --configfile {config}"
     assert cmd in _text(README)
-    proc = subprocess.run(
-        ["snakemake", "-n", "--nolock", "--cores", "all", "--configfile", config],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=snakemake_env(),
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = snakemake_here(["-n", "--nolock", "--cores", "all", "--configfile", config])
     for n in (1, 2, 4, 8):
         assert f"results/max-num-seqs-sweep/raw/max-num-seqs-{n}/run.json" in proc.stdout, n

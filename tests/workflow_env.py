@@ -13,7 +13,9 @@ nothing else: the local runs and dry runs of these tests are the same.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 # an empty SLURM configuration: scontrol fails at once
 NO_SLURM = {"SLURM_CONF": "/dev/null"}
@@ -22,3 +24,18 @@ NO_SLURM = {"SLURM_CONF": "/dev/null"}
 def snakemake_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """`env` (this process's environment when None) for a `snakemake` run here: NO_SLURM."""
     return {**(os.environ if env is None else env), **NO_SLURM}
+
+
+def snakemake_here(args: Sequence[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`snakemake ARGS` in the repository, with snakemake_env(); asserts it exits 0 (the ends of
+    its output as the message)."""
+    proc = subprocess.run(
+        ["snakemake", *args],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        env=snakemake_env(),
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
