@@ -172,7 +172,7 @@ def search_outputs(wildcards=None):
 
 
 # analysis outputs (rules/analysis.smk), named once in servelab.paths: every file the analysis
-# writes is an output of its rule (tests/test_analysis_outputs.py checks it). The figures: the
+# writes is one of the rule's outputs, as tests/test_analysis_outputs.py checks. Figures are the
 # analysis figures, utilization against tokens/s (telemetry), each searched configuration's
 # search path; each as SVG and as PNG (servelab.render.FIGURE_FORMATS).
 FIGURES = _paths.figure_names(config["telemetry"]["enabled"], SEARCHED)

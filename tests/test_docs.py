@@ -151,3 +151,22 @@ def test_every_rule_is_in_the_architecture_table_with_its_script(repo: Path) -> 
     assert sorted(set(rules) - set(documented)) == [], "rules without a row"
     wrong = {r: s for r, s in rules.items() if s is not None and s not in documented[r]}
     assert wrong == {}, f"rules whose row names another script: {wrong}"
+
+
+def test_no_snakefile_trips_the_linters_mixed_rules_and_functions_check(repo: Path) -> None:
+    """`snakemake --lint` (run by .ci/run, which fails on any lint but the conda one) flags a
+    snakefile that both defines a function and matches its `rule .+?:` pattern, which a comment
+    such as "its rule (see ...): ..." also matches. The patterns are read from snakemake itself."""
+    import inspect
+
+    from snakemake.linting.snakefiles import SnakefileLinter
+
+    params = inspect.signature(SnakefileLinter.lint_mixed_func_and_rules).parameters
+    rule_re, func_re = params["rule_regex"].default, params["func_regex"].default
+    paths = [repo / "Snakefile", *sorted((repo / "rules").glob("*.smk"))]
+    mixed = [
+        f"{p.relative_to(repo)}: {rule_re.search(p.read_text()).group(0)!r}"
+        for p in paths
+        if func_re.search(p.read_text()) and rule_re.search(p.read_text())
+    ]
+    assert mixed == [], f"snakefiles with functions whose text matches 'rule ...:': {mixed}"
