@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import REPO, reduced_config, run_env, without_compile, write_config
+from e2e_helpers import (
+    REPO,
+    engine_in_one_process,
+    reduced_config,
+    run_env,
+    without_compile,
+    write_config,
+)
 
 from servelab.config import read_file
 from servelab.model import RECORD, model_dir
@@ -47,7 +54,7 @@ def test_serialized_cpu_then_confirm(vllm_runtime: dict, tmp_path: Path) -> None
     # left the paired test short of significance on a CI host, though all three pairs agreed
     cfg["workload"].update(output_tokens=32, waves=4, warmup={"requests": 4, "concurrency": 4})
     cfg["analysis"]["validity"] = VALIDITY
-    without_compile(cfg)
+    engine_in_one_process(without_compile(cfg))
     path = write_config(tmp_path, cfg)
     proc = subprocess.run(
         ["snakemake", "--cores", "2", "confirm", "--configfile", str(path), "--nolock"],

@@ -14,6 +14,7 @@ from e2e_helpers import (
     ReducedRun,
     assert_evidence,
     assert_no_orphans,
+    engine_in_one_process,
     read_requests,
     reduced_config,
     run_env,
@@ -224,7 +225,9 @@ def test_server_killed_mid_point_keeps_data_and_rerun_completes(
     # lands within 20 ms of its start), which the rerun measures again
     cfg["workload"].update({"output_tokens": 64, "waves": 4})
     cfg["sweep"] = {"concurrency": [1, 2], "repeats": 1, "order": "fixed"}
-    without_compile(cfg)
+    # what is kept of a point cut short is this test's subject, not the server's processes
+    # (the interrupt test below keeps vLLM's three): both launches in one process
+    engine_in_one_process(without_compile(cfg))
     cfg_path = write_config(tmp_path, cfg)
     raw = tmp_path / "results" / "e2e" / "raw" / "mns1"
     launch_json = tmp_path / "results" / "e2e" / "server" / "mns1" / "launch.json"
