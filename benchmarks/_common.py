@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from servelab.config import default_section
+from servelab.env.model import build_tiny
+from servelab.env.runtime import ensure_venv
 from servelab.experiment import TinySpec
-from servelab.model import build_tiny
-from servelab.runtime import ensure_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "vllm_client_worker.py"

@@ -45,8 +45,8 @@ def _pct(xs: list[float], q: float) -> float:
 
 def servelab_child(argv: list[str]) -> None:
     """closed BASE C N TOKENS WORKERS | open BASE RATE N TOKENS WORKERS: one point, as JSON."""
-    from servelab.arrivals import ArrivalProcess
     from servelab.client import OpenLoop, Workload, run_point
+    from servelab.design.arrivals import ArrivalProcess
 
     kind, base = argv[0], argv[1]
     n, tokens, workers = int(argv[3]), int(argv[4]), int(argv[5])
@@ -156,7 +156,7 @@ def part_a(a: argparse.Namespace) -> list[dict[str, Any]]:
     from _common import start_fixture
     from bench_ceiling import analyse, fetch_sends
 
-    from servelab.server import free_port
+    from servelab.launch.server import free_port
 
     levels = []
     for step in a.steps_us:
@@ -214,7 +214,7 @@ def open_metrics(reqs: list[dict[str, Any]], slips_us: list[float], cpu_s: float
 def open_servelab(a: argparse.Namespace, rate: float, workers: int, cpus: str) -> dict[str, Any]:
     from _common import start_fixture
 
-    from servelab.server import free_port
+    from servelab.launch.server import free_port
 
     n = max(20, min(a.max_requests, int(rate * a.open_seconds)))
     port = free_port()
@@ -236,7 +236,7 @@ def open_servelab(a: argparse.Namespace, rate: float, workers: int, cpus: str) -
 def open_vllm(a: argparse.Namespace, rate: float, vllm: Any, model: Path) -> dict[str, Any]:
     from _common import start_fixture
 
-    from servelab.server import free_port
+    from servelab.launch.server import free_port
 
     n = max(20, min(a.max_requests, int(rate * a.open_seconds)))
     port = free_port()

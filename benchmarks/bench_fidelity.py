@@ -19,9 +19,9 @@ from typing import Any
 from _common import VllmClient, spread, tiny_model, venv_python, vllm_argv, workdir
 
 from servelab.client import Workload, run_point
+from servelab.launch.server import Server, ServerLaunch, free_port
 from servelab.metrics import point_metrics
-from servelab.server import Server, ServerLaunch, free_port
-from servelab.workload import build_prompts, vocab_ids
+from servelab.workload.synthetic import build_prompts, vocab_ids
 
 SERVED = "servelab-tiny"
 SERVER_ARGS = [

@@ -28,7 +28,7 @@ from typing import Any
 import scipy.stats as sps
 
 from servelab.analysis.stats import paired
-from servelab.rawdata import load_points
+from servelab.store.rawdata import load_points
 
 METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
 SUFFIX = "-profiler"

@@ -6,8 +6,8 @@ import sys
 from servelab.config import merge as _merge
 from servelab.config import read_file as _read_file
 from servelab.config import validate as _validate
-from servelab.datasets import check_local_pin as _check_local_pin
-from servelab import paths as _paths
+from servelab.workload.datasets import check_local_pin as _check_local_pin
+from servelab.store import paths as _paths
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment as _Experiment
 from servelab.profile.plan import on_sweep_launch as _on_sweep_launch
@@ -171,7 +171,7 @@ def search_outputs(wildcards=None):
     return expand(out, sc=SEARCHED)
 
 
-# analysis outputs (rules/analysis.smk), named once in servelab.paths: every file the analysis
+# analysis outputs (rules/analysis.smk), named once in servelab.store.paths: every file the analysis
 # writes is one of the rule's outputs, as tests/test_analysis_outputs.py checks. Figures are the
 # analysis figures, utilization against tokens/s (telemetry), each searched configuration's
 # search path; each as SVG and as PNG (servelab.render.FIGURE_FORMATS).

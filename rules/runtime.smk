@@ -2,7 +2,7 @@
 # apptainer: the pinned image is checked and probed; nothing in the repository is an input.
 # On a GPU runtime it also checks, before any server starts, that the GPUs can run the
 # runtime's PyTorch and each quantization, and that the host's Nsight Systems runs in the image.
-from servelab.runtime import gpu as _runtime_gpu
+from servelab.env.runtime import gpu as _runtime_gpu
 
 
 rule runtime:
@@ -14,7 +14,7 @@ rule runtime:
         exp=experiment_dir,
         runtime=config["runtime"],
         profile=config["profile"],
-        # the quantizations the GPU pre-flight checks (servelab.runtime.gpu): a change reruns it
+        # the quantizations the GPU pre-flight checks (servelab.env.runtime.gpu): a change reruns it
         quantization=[
             f"{u.where}: {u.method}" for u in _runtime_gpu.quantizations(_EXPERIMENT.server)
         ],

@@ -1,4 +1,4 @@
-# SLO capacity by search (search.enabled; src/servelab/slo_search.py): per searched server
+# SLO capacity by search (search.enabled; src/servelab/measure/slo_search.py): per searched server
 # configuration, after its sweep, a launch of its own measures open-loop points at the rates the
 # search chooses, bracketing then bisecting, and writes raw/<sc>/search/search.json last. Its
 # params are the whole experiment config: the SLO bounds (analysis.slo) and the validity

@@ -1,8 +1,8 @@
 # A fixed number of repeats: one job per server configuration. The job's output is run.json,
 # written last; the measured points live beside it and survive a failed job (see
-# src/servelab/sweep.py).
+# src/servelab/measure/sweep.py).
 # A sequential plan (SEQUENTIAL, sweep.repeats: {min, max}): one job measures every server
-# configuration round by round until its questions are decided (src/servelab/sequential.py): the
+# configuration round by round until its questions are decided (src/servelab/measure/sequential.py): the
 # claims and, with a reference, the orderings a reproduction against it will judge. They decide
 # how much is measured, so its params are the whole config: a changed analysis section or
 # reference reruns it, completed points are kept, and only what the new questions still need

@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from servelab.model import corpus_text
+from servelab.env.model import corpus_text
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "datasets" / "sharegpt-sample.json"
 

@@ -1,5 +1,5 @@
-from servelab.model import build_model
-from servelab.runtime import cache_dir_of
+from servelab.env.model import build_model
+from servelab.env.runtime import cache_dir_of
 from servelab.smk import experiment, job
 
 with job(snakemake, "model") as say:

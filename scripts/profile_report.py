@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from servelab.model import model_dir
+from servelab.env.model import model_dir
 from servelab.profile.report import analyze_capture
 from servelab.smk import experiment, job
 

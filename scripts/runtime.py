@@ -1,8 +1,8 @@
 from pathlib import Path
 
-from servelab.records import RuntimeRecord
-from servelab.runtime import ensure_runtime
+from servelab.env.runtime import ensure_runtime
 from servelab.smk import experiment, job
+from servelab.store.records import RuntimeRecord
 
 with job(snakemake, "runtime") as say:
     exp, paths = experiment(snakemake)

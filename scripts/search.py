@@ -1,5 +1,5 @@
 # The SLO capacity search of one server configuration (rules/search.smk).
-from servelab.slo_search import run_search
+from servelab.measure.slo_search import run_search
 from servelab.smk import job, measure_job
 
 sc = snakemake.wildcards.sc

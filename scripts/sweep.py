@@ -1,9 +1,9 @@
 from pathlib import Path
 
+from servelab.measure.sequential import run_rounds
+from servelab.measure.sweep import run_sweep
 from servelab.reproduce import reference_orderings
-from servelab.sequential import run_rounds
 from servelab.smk import job, measure_job
-from servelab.sweep import run_sweep
 
 # one server configuration (a fixed number of repeats), or all of them round by round (a
 # sequential plan: rules/sweep.smk)

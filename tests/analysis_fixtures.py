@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from servelab.jsonio import write_json, write_jsonl_gz
+from servelab.store.jsonio import write_json, write_jsonl_gz
 
 T0 = 1_800_000_000_000_000_000  # an epoch in ns
 

@@ -9,10 +9,10 @@ from analysis_fixtures import KNEE_SPEC, servelab_tree
 
 from servelab import config as cfgmod
 from servelab.analysis.pipeline import analyze
+from servelab.env.model import build_tiny
 from servelab.experiment import Experiment, TinySpec
-from servelab.jsonio import write_json
-from servelab.model import build_tiny
-from servelab.paths import ExperimentPaths
+from servelab.store.jsonio import write_json
+from servelab.store.paths import ExperimentPaths
 
 SECRET = "hf_supersecret_0123456789"
 # the fixture's model: smaller than the default experiment's (56 MB a build)

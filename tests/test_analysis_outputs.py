@@ -20,10 +20,10 @@ import pytest
 import yaml
 from workflow_env import snakemake_here
 
+from servelab.analysis.search import RateOutcome, RepeatOutcome, SearchSpec, SloBounds, search_rate
+from servelab.analysis.search import write_search as write_search_record
 from servelab.config import validate
 from servelab.evidence.files import safe_extract
-from servelab.search import RateOutcome, RepeatOutcome, SearchSpec, SloBounds, search_rate
-from servelab.search import write_search as write_search_record
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "evidence" / "quickstart-cpu" / "v8"

@@ -169,9 +169,9 @@ def test_an_archive_without_a_manifest_is_refused(tmp_path: Path) -> None:
 def test_a_release_is_held_to_the_sizes_beside_its_tarball(tmp_path: Path) -> None:
     """A release's tarball (pinned in release.json) is also checked, before extraction,
     against the sizes its release folder's manifest.json declares."""
-    from servelab.hashing import sha256_file
-    from servelab.jsonio import write_json
     from servelab.reproduce.sides import open_side
+    from servelab.store.hashing import sha256_file
+    from servelab.store.jsonio import write_json
 
     folder = tmp_path / "v9"
     folder.mkdir()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from servelab.arrivals import KINDS, ArrivalProcess
+from servelab.design.arrivals import KINDS, ArrivalProcess
 from servelab.errors import ServelabError
 
 RATE = 4.0

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from servelab.cli import main
-from servelab.rawdata import load_points
+from servelab.store.rawdata import load_points
 from servelab.summary import render_summary, summary_rows
 
 
@@ -85,7 +85,7 @@ def test_cli_lock_round_trip(tmp_path: Path) -> None:
     assert (
         main(["lock", "--report", str(tmp_path / "r.json"), "--out", str(out), "--title", "t"]) == 0
     )
-    from servelab.runtime import parse_lock
+    from servelab.env.runtime import parse_lock
 
     assert parse_lock(out.read_text()) == {"a": "1"}
 
@@ -125,7 +125,7 @@ def test_summary_says_where_the_time_went(tmp_path: Path) -> None:
 def test_summary_shows_each_start_and_the_wall_time_against_the_windows(tmp_path: Path) -> None:
     """Per launch, its start's phases (launch.json / capture.json `start`); then the wall time
     (the stages, first-run setup left out) against the sum of the measured windows."""
-    from servelab.serverlog import start_phases
+    from servelab.launch.serverlog import start_phases
 
     for rep, dur in [(1, 10.0), (2, 14.0)]:
         make_point(tmp_path, "a", rep, 1, 100.0, 10.0)

@@ -570,7 +570,7 @@ def test_runs_on_uvloop_and_on_asyncio_alike(
 STOP_SCRIPT = """
 import sys
 from servelab.client import PointRun, Workload, run_point
-from servelab.server import raise_on_signals
+from servelab.launch.server import raise_on_signals
 raise_on_signals()
 w = Workload(base_url=sys.argv[1], model="m", max_tokens=4, request_timeout_s=30)
 out = PointRun()

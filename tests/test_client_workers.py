@@ -16,10 +16,10 @@ import pytest
 from queue_server import serve_queue
 
 import servelab.client.workers as workers_mod
-from servelab.arrivals import ArrivalProcess
 from servelab.client import OpenLoop, PointRun, RequestRecord, Workload, run_point
 from servelab.client.workers import Share, SharedCount, worker_count
-from servelab.server import free_port
+from servelab.design.arrivals import ArrivalProcess
+from servelab.launch.server import free_port
 
 HERE = Path(__file__).resolve().parent
 SERVICE_S = 0.005
@@ -237,9 +237,9 @@ def test_invalid_worker_counts(workers: object, marks: object, match: str) -> No
 
 STOP_SCRIPT = """
 import sys
-from servelab.arrivals import ArrivalProcess
+from servelab.design.arrivals import ArrivalProcess
 from servelab.client import OpenLoop, PointRun, Workload, run_point
-from servelab.server import raise_on_signals
+from servelab.launch.server import raise_on_signals
 raise_on_signals()
 w = Workload(base_url=sys.argv[1], model="m", max_tokens=1, request_timeout_s=30)
 out = PointRun()

@@ -1,11 +1,11 @@
-"""servelab.compilecache: one compile-cache folder per runtime, its environment, its mount and
+"""servelab.env.compilecache: one compile-cache folder per runtime, its environment, its mount and
 its state before a start."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from servelab.compilecache import CONTAINER_ROOT, compile_cache_for, runtime_key
+from servelab.env.compilecache import CONTAINER_ROOT, compile_cache_for, runtime_key
 
 VENV = {"kind": "venv", "lock_sha256": "83e22e209e2ceb6945c85627f28fcf98d0763031"}
 DOCKER = {

@@ -19,8 +19,8 @@ from servelab.evidence.bundle import _finish, build_bundle
 from servelab.evidence.files import write_deterministic_tar
 from servelab.evidence.schemas import validate_file
 from servelab.evidence.verify import verification, verify
-from servelab.hashing import sha256_file
-from servelab.jsonio import read_json, write_json
+from servelab.store.hashing import sha256_file
+from servelab.store.jsonio import read_json, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 PROPOSED = "a100.max-num-seqs-16"  # the fixture's configuration ("a100") with the change

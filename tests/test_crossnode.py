@@ -21,9 +21,9 @@ from servelab.analysis.pipeline import analysis_section, analyze, load_dataset
 from servelab.evidence.files import safe_extract
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import node_facts
-from servelab.jsonio import load_schema
-from servelab.rawdata import DamagedRawData
 from servelab.reproduce.checks import NOT_COMPARABLE, analyse, claim_rows
+from servelab.store.jsonio import load_schema
+from servelab.store.rawdata import DamagedRawData
 
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "evidence" / "quickstart-cpu" / "v8"
@@ -234,8 +234,8 @@ def test_the_sweep_records_its_node(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     from experiment_fixtures import measure_job
     from test_runtime_container import Engine, config, model_dir, runtime_stage
 
-    from servelab.jsonio import read_json
-    from servelab.sweep import run_sweep
+    from servelab.measure.sweep import run_sweep
+    from servelab.store.jsonio import read_json
 
     Engine(tmp_path, monkeypatch)
     monkeypatch.setenv("SLURM_JOB_ID", "777")

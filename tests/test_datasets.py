@@ -1,4 +1,4 @@
-"""Dataset workloads (servelab.datasets): pinning the file (a path by its sha256, a hub file by
+"""Dataset workloads (servelab.workload.datasets): pinning the file (a path by its sha256, a hub file by
 its commit, through huggingface_hub against a local stand-in for the hub), reading ShareGPT and
 JSON-lines pairs, and the seeded, filtered sample. Token counts here are whitespace words."""
 
@@ -26,7 +26,10 @@ from fake_hf_dataset_hub import (
 
 from servelab import config
 from servelab.client.prompt import Prompt
-from servelab.datasets import (
+from servelab.errors import ServelabError
+from servelab.experiment import DatasetFilter, DatasetSection, HubDataset
+from servelab.store.jsonio import dumps
+from servelab.workload.datasets import (
     REASONS,
     DatasetFile,
     HfDatasetHub,
@@ -38,9 +41,6 @@ from servelab.datasets import (
     same_dataset,
     sample_dataset,
 )
-from servelab.errors import ServelabError
-from servelab.experiment import DatasetFilter, DatasetSection, HubDataset
-from servelab.jsonio import dumps
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "datasets" / "sharegpt-sample.json"

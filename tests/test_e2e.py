@@ -382,7 +382,7 @@ def test_bad_model_path_fails_with_log_tail_and_no_orphan(
     vllm_runtime: dict, tmp_path: Path
 ) -> None:
     from servelab.errors import ServelabError
-    from servelab.server import Server, ServerLaunch, free_port
+    from servelab.launch.server import Server, ServerLaunch, free_port
 
     launch = ServerLaunch(
         python=vllm_runtime["python"],

@@ -13,16 +13,16 @@ import pytest
 import yaml
 from endpoint_fakes import FakeEndpoint, model_entry, running
 
-from servelab import endpoint
 from servelab.config import validate
+from servelab.env import endpoint
+from servelab.env.model import build_model
+from servelab.env.runtime import ensure_runtime
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
-from servelab.jsonio import read_json
-from servelab.model import build_model
-from servelab.records import CapacityRecord, LaunchRecord, PointRecord
-from servelab.runtime import ensure_runtime
-from servelab.server import EndpointServer
-from servelab.session import build_launch, serve
+from servelab.launch.server import EndpointServer
+from servelab.launch.session import build_launch, serve
+from servelab.store.jsonio import read_json
+from servelab.store.records import CapacityRecord, LaunchRecord, PointRecord
 
 URL = "http://127.0.0.1:8000"
 
@@ -276,7 +276,7 @@ def test_capacity_comes_from_what_the_server_exposes_and_its_arguments_are_unkno
 
 
 def test_the_model_stage_builds_nothing_and_records_the_served_model(tmp_path: Path) -> None:
-    from servelab.workload import vocab_ids
+    from servelab.workload.synthetic import vocab_ids
 
     with running(FakeEndpoint()) as url:
         exp = validate(endpoint_config(url))
@@ -349,7 +349,7 @@ def test_serve_fails_in_one_line_when_the_server_serves_another_model(make_job: 
 def test_a_sweep_measures_the_running_server(make_job: Any, tmp_path: Path) -> None:
     """The sweep over an endpoint: every point measured, its records say what the server
     said, the server's CPU sampled from the process that listens on its port."""
-    from servelab.sweep import run_sweep
+    from servelab.measure.sweep import run_sweep
 
     fake = FakeEndpoint()
     with running(fake) as url:
@@ -388,7 +388,7 @@ def test_a_sweep_measures_the_running_server(make_job: Any, tmp_path: Path) -> N
 
 
 def test_an_endpoint_launch_takes_no_additions(make_job: Any) -> None:
-    from servelab.session import LaunchAdditions
+    from servelab.launch.session import LaunchAdditions
 
     job = make_job(validate(endpoint_config()).to_dict())
     with pytest.raises(ServelabError, match="^profile.enabled: the profiling pass cannot"):
@@ -396,7 +396,7 @@ def test_an_endpoint_launch_takes_no_additions(make_job: Any) -> None:
 
 
 def test_the_runtime_record_s_schema_takes_an_endpoint() -> None:
-    from servelab.records import RuntimeRecord
+    from servelab.store.records import RuntimeRecord
 
     with running(FakeEndpoint()) as url:
         record = endpoint.probe(url, "served")
@@ -420,7 +420,7 @@ def _measured(tmp_path: Path, url: str, make_job: Any, **sections: Any) -> Any:
 
 
 def test_sequential_rounds_measure_the_running_server(make_job: Any, tmp_path: Path) -> None:
-    from servelab.sequential import run_rounds
+    from servelab.measure.sequential import run_rounds
 
     with running(FakeEndpoint()) as url:
         job = _measured(
@@ -437,7 +437,7 @@ def test_sequential_rounds_measure_the_running_server(make_job: Any, tmp_path: P
 
 
 def test_the_slo_search_measures_the_running_server(make_job: Any, tmp_path: Path) -> None:
-    from servelab.slo_search import run_search
+    from servelab.measure.slo_search import run_search
 
     search = {
         "enabled": True,
@@ -465,7 +465,7 @@ def test_the_settings_a_server_says_of_itself_stand_for_its_arguments() -> None:
     """What the validity checks read from a configuration's arguments comes, for a server
     servelab did not launch, from its /metrics info labels: prefix caching as it says it, and
     nothing it does not say."""
-    from servelab.endpoint import said_args
+    from servelab.store.rawdata import said_args
 
     def block(value: str | None) -> dict:
         labels = {"block_size": "128"} | ({} if value is None else {"enable_prefix_caching": value})

@@ -12,11 +12,11 @@ from typing import Any
 
 from telemetry_fakes import FakeNVML, device, fake_powercap
 
-from servelab import endpoint
 from servelab.analysis.validity.facts import PointFacts
 from servelab.analysis.validity.flags import NOT_CHECKED, PASSED
 from servelab.analysis.validity.measurement import check_contention
 from servelab.config import default_section
+from servelab.env import endpoint
 from servelab.experiment import TelemetrySection, ValiditySection
 from servelab.telemetry import PointTelemetry, server_gpus
 

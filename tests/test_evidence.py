@@ -21,8 +21,8 @@ from servelab.evidence.files import safe_extract, write_deterministic_tar
 from servelab.evidence.release import release
 from servelab.evidence.verify import verify
 from servelab.experiment import Experiment
-from servelab.jsonio import write_json
-from servelab.paths import ExperimentPaths
+from servelab.store.jsonio import write_json
+from servelab.store.paths import ExperimentPaths
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from test_evidence import REPO, experiment
 
+from servelab.env.model import tree_digest
 from servelab.evidence.bundle import build_bundle
 from servelab.evidence.release import unpinned_reasons
 from servelab.evidence.verify import verify
-from servelab.jsonio import write_json
-from servelab.model import tree_digest
+from servelab.store.jsonio import write_json
 
 DIGEST = "sha256:6666717cd1cadf9adfff8abec9c3f2eca6e27e742de06fe7d7f129fa3d647732"
 COMMIT = "aa8e72537993ba99e69dfaafa59ed015b17504d1"

@@ -14,7 +14,7 @@ import yaml
 from workflow_env import snakemake_env
 
 from servelab.config import load, validate
-from servelab.container import parse_image
+from servelab.env.container import parse_image
 from servelab.errors import ServelabError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """servelab's telemetry against a real NVIDIA GPU: the sampler the sweep runs (PointTelemetry,
 GpuSource over pynvml, the GPU chosen from CUDA_VISIBLE_DEVICES as for a server's launch) while
 a PyTorch matrix-multiply loop keeps the GPU busy, and while it idles; the GPUs a container's
-launch is given, named by UUID (servelab.container.gpus), and the host facts' UUIDs and PCI bus
+launch is given, named by UUID (servelab.env.container.gpus), and the host facts' UUIDs and PCI bus
 ids.
 
 Needs an NVIDIA GPU that NVML sees, nvidia-ml-py and PyTorch with CUDA; no vLLM, container
@@ -261,8 +261,8 @@ def test_a_cuda_index_in_pci_bus_id_order_is_the_nvml_index(gpu: Gpu) -> None:
 def test_a_container_launch_names_its_gpu_by_uuid(gpu: Gpu) -> None:
     """runtime.gpus 1, no GPU named: docker is given one of this host's GPUs by its UUID (the one
     with the least memory in use), and the telemetry samples exactly that GPU, unambiguously."""
-    from servelab.container import ContainerRun
-    from servelab.container.gpus import LEAST_MEMORY, choose_gpus
+    from servelab.env.container import ContainerRun
+    from servelab.env.container.gpus import LEAST_MEMORY, choose_gpus
     from servelab.hostfacts.gpu import list_gpus
     from servelab.telemetry.nvml import GpuSource
 
@@ -289,7 +289,7 @@ def test_a_cuda_index_becomes_the_uuid_of_the_gpu_cuda_gives_it(gpu: Gpu) -> Non
     """CUDA_VISIBLE_DEVICES=0 with CUDA_DEVICE_ORDER=PCI_BUS_ID: the container is given the UUID
     of NVML index 0, the GPU PyTorch gets as cuda:0 in that environment; a UUID and a PCI bus id
     name the same GPU."""
-    from servelab.container.gpus import choose_gpus
+    from servelab.env.container.gpus import choose_gpus
     from servelab.hostfacts.gpu import list_gpus
 
     listing = list_gpus()

@@ -422,7 +422,7 @@ def test_runtime_stage_probes_the_isa_every_time(
     fake_torch: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The venv is reused across experiments; its ISA record follows each one's runtime.env."""
-    from servelab.runtime import READY_MARKER, ensure_runtime, lock_hash, venv_dir_for
+    from servelab.env.runtime import READY_MARKER, ensure_runtime, lock_hash, venv_dir_for
 
     for k in hf.ISA_ENV:
         monkeypatch.delenv(k, raising=False)
@@ -588,7 +588,7 @@ def test_report_shows_the_measuring_hosts_isa_and_the_runtimes(tmp_path: Path) -
     from host_fixtures import AMD, host, isa
 
     from servelab.analysis.pipeline import analyze
-    from servelab.jsonio import write_json
+    from servelab.store.jsonio import write_json
 
     exp = servelab_tree(tmp_path / "exp", {"a": {1: [(100.0, 10.0)] * 3, 4: [(300.0, 20.0)] * 3}})
     write_json(exp / "server" / "a" / "launch.json", {"cpu_facts": host(AMD)["cpu_facts"]})

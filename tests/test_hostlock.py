@@ -17,9 +17,9 @@ import pytest
 
 from servelab.errors import ServelabError
 from servelab.experiment import ServerSection
-from servelab.paths import measuring_lock_path
-from servelab.server import ServerLaunch, free_port
-from servelab.session import MeasuringLock, serve
+from servelab.launch.server import ServerLaunch, free_port
+from servelab.launch.session import MeasuringLock, serve
+from servelab.store.paths import measuring_lock_path
 
 TESTS = Path(__file__).resolve().parent
 
@@ -27,7 +27,7 @@ HOLDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from servelab.session import MeasuringLock
+    from servelab.launch.session import MeasuringLock
     lock = MeasuringLock(60, lambda s: None, Path(sys.argv[1]))
     lock.acquire()
     print("held", flush=True)
@@ -41,7 +41,7 @@ WAITER = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from servelab.session import MeasuringLock
+    from servelab.launch.session import MeasuringLock
     notes = []
     lock = MeasuringLock(float(sys.argv[2]), notes.append, Path(sys.argv[1]), poll_s=0.1)
     try:

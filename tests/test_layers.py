@@ -25,48 +25,30 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "confirm",
         "site",
         "reproduce",
-        "sequential",
         "evidence",
         "summary",
-        "slo_search",
-        "analysis",
-        "sweep",
-        "search",
+        "measure",
         "profile",
+        "analysis",
     ),
     "services": (
-        "promptset",
-        "session",
         "workload",
-        "datasets",
-        "server",
-        "serverlog",
-        "compilecache",
+        "launch",
         "telemetry",
-        "runtime",
-        "model",
-        "metrics",
-        "rawdata",
         "config",
-        "endpoint_config",
-        "endpoint",
+        "env",
+        "metrics",
         "client",
-        "container",
-        "job",
-        "records",
         "hostfacts",
     ),
     "base": (
+        "job",
+        "store",
         "experiment",
         "claims_syntax",
         "render",
-        "jsonio",
-        "hashing",
-        "paths",
-        "schedule",
-        "level",
         "redact",
-        "arrivals",
+        "design",
         "errors",
     ),
 }
@@ -237,14 +219,14 @@ def test_imports_go_down_the_layers() -> None:
 
 
 def test_the_analysis_reads_server_logs_without_process_control() -> None:
-    """The analysis and the reproduction read a server's log with servelab.serverlog; they never
-    import servelab.server, which starts and stops servers."""
+    """The analysis and the reproduction read a server's log with servelab.launch.serverlog; they never
+    import servelab.launch.server, which starts and stops servers."""
     found = [
-        f"{mod} (line {line}) imports servelab.server"
+        f"{mod} (line {line}) imports servelab.launch.server"
         for mod, targets in sorted(EDGES.items())
         if unit(mod) in ("analysis", "reproduce", "evidence", "summary")
         for target, line in targets.items()
-        if target == "servelab.server"
+        if target == "servelab.launch.server"
     ]
     assert found == []
 
@@ -311,8 +293,8 @@ def test_the_checker_reports_cycles_and_layers() -> None:
         "servelab.analysis.load": {"servelab.client": 4},
         "servelab.client": {"servelab.analysis.core": 5, "servelab.summary": 6},
         "servelab.errors": {},
-        "servelab.summary": {"servelab.errors": 7, "servelab.sweep": 8},
-        "servelab.sweep": {"servelab.summary": 9},
+        "servelab.summary": {"servelab.errors": 7, "servelab.measure.sweep": 8},
+        "servelab.measure.sweep": {"servelab.summary": 9},
     }
     assert cycles(edges) == [
         [
@@ -321,13 +303,13 @@ def test_the_checker_reports_cycles_and_layers() -> None:
             "servelab.client",
             "servelab.analysis.core",
         ],
-        ["servelab.summary", "servelab.sweep", "servelab.summary"],
+        ["servelab.measure.sweep", "servelab.summary", "servelab.measure.sweep"],
     ]
     assert violations(edges) == [
         "servelab.client (line 5) imports servelab.analysis.core: upward: services imports stages",
         "servelab.client (line 6) imports servelab.summary: upward: services imports stages",
-        "servelab.sweep (line 9) imports servelab.summary: same layer (stages): summary is "
-        "listed before sweep",
+        "servelab.measure.sweep (line 9) imports servelab.summary: same layer (stages): summary is "
+        "listed before measure",
     ]
 
 

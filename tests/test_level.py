@@ -1,4 +1,4 @@
-"""A point's level (servelab.level.Level): read from a point record, written back, named as a
+"""A point's level (servelab.design.level.Level): read from a point record, written back, named as a
 folder of the raw layout, printed, ordered."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from servelab.level import CONCURRENCY, RATE, Level
-from servelab.paths import ExperimentPaths, rate_dir
-from servelab.schedule import plan
+from servelab.design.level import CONCURRENCY, RATE, Level
+from servelab.design.schedule import plan
+from servelab.store.paths import ExperimentPaths, rate_dir
 
 
 def test_a_point_record_gives_its_rate_else_its_concurrency() -> None:

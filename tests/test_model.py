@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 
 from servelab.config import default_section
-from servelab.errors import ServelabError
-from servelab.experiment import ModelSection, TinySpec
-from servelab.model import (
+from servelab.env.model import (
     RECORD,
     build_model,
     build_tiny,
@@ -18,6 +16,8 @@ from servelab.model import (
     model_dir,
     tree_digest,
 )
+from servelab.errors import ServelabError
+from servelab.experiment import ModelSection, TinySpec
 
 # a small shape: the default's (4 layers, hidden size 512) is 56 MB a build
 TINY = replace(

@@ -11,9 +11,7 @@ import pytest
 from fake_hf_hub import COMMIT, FIXTURE, REPO, FakeHub, recorded_tree
 
 from servelab import config
-from servelab.errors import ServelabError
-from servelab.experiment import ModelSection
-from servelab.model import (
+from servelab.env.model import (
     HfHub,
     HubFile,
     build_model,
@@ -21,6 +19,8 @@ from servelab.model import (
     select_files,
     tree_digest,
 )
+from servelab.errors import ServelabError
+from servelab.experiment import ModelSection
 
 
 def hf_cfg(**over: object) -> ModelSection:

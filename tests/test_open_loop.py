@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from queue_server import serve_queue
 
-from servelab.arrivals import ArrivalProcess
 from servelab.client import (
     OpenLoop,
     PointRun,
@@ -22,7 +21,8 @@ from servelab.client import (
     run_open_loop,
     run_point,
 )
-from servelab.client.record import RecordFieldError
+from servelab.design.arrivals import ArrivalProcess
+from servelab.store.request import RecordFieldError
 
 SERVICE_S = 0.02
 SERVICE_US = round(SERVICE_S * 1e6)

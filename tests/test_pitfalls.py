@@ -29,8 +29,8 @@ from servelab.analysis.validity import (
 from servelab.client import RequestRecord
 from servelab.config import default_section
 from servelab.experiment import AnalysisSection, ValiditySection
-from servelab.jsonio import read_jsonl_gz, write_json, write_jsonl_gz
 from servelab.metrics import point_metrics, request_latencies
+from servelab.store.jsonio import read_jsonl_gz, write_json, write_jsonl_gz
 
 T = default_section(ValiditySection, "analysis", "validity")
 T0 = 1_800_000_000_000_000_000

@@ -23,10 +23,10 @@ from servelab.config import validate
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob
-from servelab.jsonio import read_json
+from servelab.measure.sweep import run_sweep
 from servelab.profile.plan import on_sweep_launch
+from servelab.store.jsonio import read_json
 from servelab.summary import on_sweep_captures, wall_line
-from servelab.sweep import run_sweep
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

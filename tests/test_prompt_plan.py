@@ -1,4 +1,4 @@
-"""Which prompts the warm-up and every point send (servelab.workload.prompt_plan)."""
+"""Which prompts the warm-up and every point send (servelab.workload.synthetic.prompt_plan)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from servelab.schedule import Slot, plan
-from servelab.workload import prompt_plan
+from servelab.design.schedule import Slot, plan
+from servelab.workload.synthetic import prompt_plan
 
 LEVELS = [1, 2, 4, 8, 16]
 

@@ -35,8 +35,8 @@ from servelab.confirm import (
 from servelab.errors import ServelabError
 from servelab.evidence.schemas import load_schema
 from servelab.experiment import Experiment
-from servelab.jsonio import read_json, write_json
-from servelab.serverlog import parse_capacity
+from servelab.launch.serverlog import parse_capacity
+from servelab.store.jsonio import read_json, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 CLAIM_4 = (

@@ -21,14 +21,14 @@ from servelab.analysis.validity.openloop import (
     check_send_slip,
     held_by_cap,
 )
-from servelab.arrivals import ArrivalProcess, schedule_sha256
 from servelab.config import default_section, validate
+from servelab.design.arrivals import ArrivalProcess, schedule_sha256
+from servelab.design.schedule import plan
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection, ValiditySection
-from servelab.jsonio import write_json, write_jsonl_gz
-from servelab.paths import ExperimentPaths, rate_dir
-from servelab.records import ArrivalsRecord, DamagedRawData, PointRecord
-from servelab.schedule import plan
+from servelab.store.jsonio import write_json, write_jsonl_gz
+from servelab.store.paths import ExperimentPaths, rate_dir
+from servelab.store.records import ArrivalsRecord, DamagedRawData, PointRecord
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = 1_800_000_000_000_000_000
@@ -353,8 +353,7 @@ def test_a_reproduction_judges_a_claim_on_the_search(tmp_path: Path) -> None:
     """A side's SLO capacity search (raw/<sc>/search/search.json) reaches the claims a
     reproduction re-evaluates, as it reaches the analysis' own."""
     from servelab.analysis.dataset import load_dataset
-    from servelab.reproduce.checks import _claim, analyse
-    from servelab.search import (
+    from servelab.analysis.search import (
         RateOutcome,
         RepeatOutcome,
         SearchSpec,
@@ -362,6 +361,7 @@ def test_a_reproduction_judges_a_claim_on_the_search(tmp_path: Path) -> None:
         search_rate,
         write_search,
     )
+    from servelab.reproduce.checks import _claim, analyse
 
     exp = tmp_path / "exp"
     open_point(exp, "a", 1, 1.0, 100)

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from e2e_helpers import REPO, SharedServer, endpoint_config, run_snakemake, write_config
 
-from servelab.arrivals import schedule_sha256
+from servelab.analysis.search import read_search
 from servelab.config import default_section, read_file
+from servelab.design.arrivals import schedule_sha256
 from servelab.experiment import ValiditySection
-from servelab.search import read_search
 
 pytestmark = pytest.mark.e2e
 

@@ -1,6 +1,6 @@
-"""The records of the raw layout (servelab.records): each writes the bytes it reads, reads damage
+"""The records of the raw layout (servelab.store.records): each writes the bytes it reads, reads damage
 as one line, and is the only way the code reads and writes its file; no file name of the raw
-layout is spelled outside servelab.paths."""
+layout is spelled outside servelab.store.paths."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from servelab import paths as layout
 from servelab.errors import ServelabError
-from servelab.jsonio import dumps
-from servelab.records import (
+from servelab.store import paths as layout
+from servelab.store.jsonio import dumps
+from servelab.store.records import (
     CapacityRecord,
     CaptureRecord,
     DamagedRawData,
@@ -106,7 +106,7 @@ def test_each_record_writes_its_own_format_version(
     tmp_path: Path, record: type[Record], version: int | None
 ) -> None:
     """A record's writer puts its own format version first (none for a file that carries
-    none); the bytes are those of servelab.jsonio's writer, keys sorted, floats rounded."""
+    none); the bytes are those of servelab.store.jsonio's writer, keys sorted, floats rounded."""
     assert record.FORMAT_VERSION == version
     built = record.new({"server_config": "a", "x": 0.1 + 0.2})
     assert built.doc.get("format_version") == version
@@ -205,7 +205,7 @@ METHODS = {
     "runtime_record",
 }
 READERS = {"read_json", "read_checked", "load", "loads", "read_text", "read_bytes", "open"}
-OWNERS = {"servelab/paths.py", "servelab/records.py"}
+OWNERS = {"servelab/store/paths.py", "servelab/store/records.py"}
 
 
 def python_files(root: Path) -> Iterator[tuple[str, Path]]:
@@ -263,7 +263,7 @@ def spelled_outside_paths(root: Path) -> list[str]:
     found = [
         f"{name}:{line}: {file}"
         for name, path in python_files(root)
-        if name != "servelab/paths.py"
+        if name != "servelab/store/paths.py"
         for line, file in spelled_names(path.read_text(encoding="utf-8"))
     ]
     smk = [root / "Snakefile", *sorted((root / "rules").glob("*.smk"))]
@@ -338,24 +338,24 @@ def reads_outside_records(root: Path) -> list[str]:
 
 
 def test_no_raw_layout_file_name_is_spelled_outside_paths() -> None:
-    """servelab.paths names every file of the raw layout; the code, the scripts and the rules
+    """servelab.store.paths names every file of the raw layout; the code, the scripts and the rules
     take the names from there (docstrings and comments may mention them)."""
     found = spelled_outside_paths(REPO)
     assert found == [], "raw-layout file names spelled outside paths.py:\n" + "\n".join(found)
 
 
 def test_every_reader_goes_through_the_records() -> None:
-    """Only servelab.records reads a record's file: elsewhere no read_json, read_checked,
+    """Only servelab.store.records reads a record's file: elsewhere no read_json, read_checked,
     json.load(s), read_text, read_bytes or open on a path that names one."""
     found = reads_outside_records(REPO)
-    assert found == [], "reads that bypass servelab.records:\n" + "\n".join(found)
+    assert found == [], "reads that bypass servelab.store.records:\n" + "\n".join(found)
 
 
 # --- the checkers themselves -------------------------------------------------------------------
 
 BYPASSING = '''
 import json
-from servelab.jsonio import read_json
+from servelab.store.jsonio import read_json
 
 def hosts(exp_dir):
     """launch.json of every configuration"""
@@ -374,7 +374,7 @@ def status(path):
 '''
 
 THROUGH_RECORDS = '''
-from servelab.records import LaunchRecord
+from servelab.store.records import LaunchRecord
 
 def hosts(paths):
     """launch.json of every configuration"""

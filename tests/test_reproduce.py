@@ -24,9 +24,6 @@ from servelab.evidence.bundle import build_bundle
 from servelab.evidence.files import safe_extract, write_deterministic_tar
 from servelab.evidence.release import release
 from servelab.experiment import Experiment, ReproductionSection
-from servelab.hashing import sha256_file
-from servelab.jsonio import read_json, write_json
-from servelab.paths import ExperimentPaths
 from servelab.reproduce import (
     NOT_COMPARABLE,
     NOT_REPRODUCED,
@@ -36,6 +33,9 @@ from servelab.reproduce import (
     report_markdown,
     verdict_lines,
 )
+from servelab.store.hashing import sha256_file
+from servelab.store.jsonio import read_json, write_json
+from servelab.store.paths import ExperimentPaths
 
 REPO = Path(__file__).resolve().parents[1]
 CLAIMS = ["throughput[c=128] > throughput[c=256]", "dominated(c=256)"]

@@ -1,6 +1,6 @@
 """Sequential sweeps without a server: the plan in the config, the looks the analysis
 recomputes from raw data (claims.json, rounds.json, the report), the round-by-round loop of
-servelab.sequential with its measuring stubbed out by points written from known values, and a
+servelab.measure.sequential with its measuring stubbed out by points written from known values, and a
 reproduction judging each side with the rule it was measured under."""
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ import yaml
 from analysis_fixtures import servelab_point
 from experiment_fixtures import measure_job
 
-from servelab import sequential as rounds_mod
 from servelab.analysis.pipeline import analyze, load_dataset
 from servelab.analysis.stopping import StoppingRule
 from servelab.config import validate
+from servelab.design.schedule import plan
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, RoundsSection
-from servelab.jsonio import load_schema, write_json
+from servelab.measure import sequential as rounds_mod
+from servelab.measure.sweep import SweepJob
 from servelab.reproduce import reference_orderings
 from servelab.reproduce.checks import REPRODUCED, analyse, claim_rows
-from servelab.schedule import plan
-from servelab.sweep import SweepJob
+from servelab.store.jsonio import load_schema, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 CLEAR = "throughput[config=a,c=4] > 1.5 * throughput[config=b,c=4]"  # 100 vs 1.5 * 50
@@ -297,6 +297,8 @@ def test_the_sweep_does_not_read_the_reference() -> None:
     from test_layers import graph
 
     found = [
-        t for t in graph()["servelab.sequential"] if t.split(".")[:2] == ["servelab", "reproduce"]
+        t
+        for t in graph()["servelab.measure.sequential"]
+        if t.split(".")[:2] == ["servelab", "reproduce"]
     ]
     assert found == []

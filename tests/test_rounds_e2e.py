@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from e2e_helpers import SharedServer, assert_evidence, endpoint_config, run_snakemake, write_config
 
-from servelab.jsonio import load_schema
+from servelab.store.jsonio import load_schema
 
 pytestmark = pytest.mark.e2e
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from servelab.env.runtime import lock_from_pip_report, lock_hash, parse_lock, venv_dir_for
 from servelab.errors import ServelabError
-from servelab.runtime import lock_from_pip_report, lock_hash, parse_lock, venv_dir_for
 
 
 def report() -> dict:
@@ -81,7 +81,7 @@ def test_concurrent_callers_create_the_venv_once(
     import threading
     import zipfile
 
-    from servelab.runtime import ensure_venv
+    from servelab.env.runtime import ensure_venv
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()

@@ -21,14 +21,14 @@ from experiment_fixtures import measure_job
 from nsys_fixture import model_config
 
 from servelab.config import validate
-from servelab.container import CONTAINER_NSYS_ROOT
+from servelab.env.container import CONTAINER_NSYS_ROOT
+from servelab.env.runtime import HostTools, ensure_container, ensure_runtime
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
-from servelab.jsonio import read_json
+from servelab.measure.sweep import run_sweep
 from servelab.profile.capture import run_profile
 from servelab.profile.report import analyze_capture
-from servelab.runtime import HostTools, ensure_container, ensure_runtime
-from servelab.sweep import run_sweep
+from servelab.store.jsonio import read_json
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -377,8 +377,8 @@ def test_sweep_gives_each_point_its_own_prompts_also_when_resumed(
 
 def test_stop_reaches_a_running_container(engine: Engine, tmp_path: Path) -> None:
     """The `docker run` client is not the server: stopping must stop the container by name."""
-    from servelab.container import container_run_for
-    from servelab.server import ServerLaunch, free_port, make_server
+    from servelab.env.container import container_run_for
+    from servelab.launch.server import ServerLaunch, free_port, make_server
 
     cfg = config(tmp_path)
     runtime = runtime_stage(cfg, str)
@@ -592,7 +592,7 @@ def test_apptainer_pulls_by_digest_once_and_pins_a_sif(
 def test_the_hosts_nsys_is_looked_for_in_order_newest_first(tmp_path: Path) -> None:
     """profile.nsys, then nsys on PATH, then the install folders, newest version first; the
     version is what `nsys --version` says; the install folder is what a container mounts."""
-    from servelab.runtime import find_host_nsys, nsys_candidates, nsys_install_dir
+    from servelab.env.runtime import find_host_nsys, nsys_candidates, nsys_install_dir
 
     old, _ = host_install(tmp_path, "2024.6.1")
     new, globs = host_install(tmp_path, "2025.5.1")

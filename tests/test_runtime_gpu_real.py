@@ -24,10 +24,10 @@ import pytest
 from test_runtime_container import REPO
 
 from servelab.config import load
+from servelab.env.runtime.gpu import GpuCheck, arch_runs, check_gpus, preflight, venv_gpu_probe
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, RuntimeSection
 from servelab.hostfacts.gpu import gpu_facts
-from servelab.runtime.gpu import GpuCheck, arch_runs, check_gpus, preflight, venv_gpu_probe
 
 pytestmark = pytest.mark.gpu
 

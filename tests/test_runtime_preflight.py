@@ -1,7 +1,7 @@
 """The runtime stage's checks before any server starts, without docker, a GPU or vLLM: the GPU
-pre-flight (servelab.runtime.gpu: NVML's compute capability per GPU against the image's
+pre-flight (servelab.env.runtime.gpu: NVML's compute capability per GPU against the image's
 PyTorch build and each quantization's minimum) and the host's Nsight Systems run inside the
-image (servelab.runtime.nsys.nsys_in_image). The engine is tests/fake_docker.py (the Engine
+image (servelab.env.runtime.nsys.nsys_in_image). The engine is tests/fake_docker.py (the Engine
 of tests/test_runtime_container.py); NVML is a fake module; the image's PyTorch and vLLM are
 small packages in the fake image's site folder."""
 
@@ -28,10 +28,10 @@ from test_runtime_container import (
 )
 
 from servelab.config import validate
-from servelab.container import CONTAINER_NSYS_ROOT
+from servelab.env.container import CONTAINER_NSYS_ROOT
+from servelab.env.runtime.gpu import QUANT_MIN_CAPABILITY, arch_runs, quantizations
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
-from servelab.runtime.gpu import QUANT_MIN_CAPABILITY, arch_runs, quantizations
 
 V100_CONFIG = REPO / "config" / "experiments" / "v100-awq-max-num-seqs.yaml"
 CU129 = "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 compute_120"  # no Volta (PyTorch 2.11 on)
@@ -346,8 +346,8 @@ def test_the_preflight_checks_the_gpus_the_container_launch_will_get() -> None:
     an idle A100 is not what an AWQ server on one GPU gets, so it is not what is compared."""
     from types import SimpleNamespace
 
+    from servelab.env.runtime.gpu import _selected, server_gpus
     from servelab.hostfacts.gpu import gpu_facts
-    from servelab.runtime.gpu import _selected, server_gpus
 
     nvml = UsedNVML((20000, 10), V100, ("NVIDIA A100-SXM4-40GB", (8, 0)))
     rt = SimpleNamespace(kind="docker", gpus=1, gpu_devices=None)

@@ -4,8 +4,8 @@ from collections import Counter
 
 import pytest
 
+from servelab.design.schedule import orders, plan
 from servelab.errors import ServelabError
-from servelab.schedule import orders, plan
 
 
 def test_latin_square_full_puts_each_point_once_in_each_position() -> None:

@@ -1,4 +1,4 @@
-"""SLO capacity by search (servelab.search): bracketing and bisection on synthetic outcomes with a
+"""SLO capacity by search (servelab.analysis.search): bracketing and bisection on synthetic outcomes with a
 known threshold, the rule for a rate that meets the SLO, attainment from request records,
 search.json's writer and checked reader, the figure's bytes; and the known answer: against a
 server of known capacity (tests/queue_server.py), a real open loop finds that capacity within
@@ -14,11 +14,7 @@ from typing import Any
 
 import pytest
 
-from servelab.analysis.search_figure import render_search
-from servelab.client import RequestRecord
-from servelab.errors import ServelabError
-from servelab.jsonio import dumps
-from servelab.search import (
+from servelab.analysis.search import (
     Answer,
     RateOutcome,
     RepeatOutcome,
@@ -31,6 +27,10 @@ from servelab.search import (
     slo_attainment,
     write_search,
 )
+from servelab.analysis.search_figure import render_search
+from servelab.client import RequestRecord
+from servelab.errors import ServelabError
+from servelab.store.jsonio import dumps
 
 E2EL = SloBounds(e2el_ms=100)
 

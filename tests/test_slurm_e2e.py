@@ -108,9 +108,9 @@ def slurm_log(out: str, job: str = r"\d+") -> str:
 
 
 def test_experiment_runs_through_the_slurm_profile(slurm_cluster: str, tmp_path: Path) -> None:
-    from servelab import paths
     from servelab.evidence.verify import verify
-    from servelab.rawdata import load_points
+    from servelab.store import paths
+    from servelab.store.rawdata import load_points
 
     cfg = without_compile(reduced_config(tmp_path / "results"))
     cfg["server"]["configs"] = [

@@ -1,5 +1,5 @@
 """The end-of-run summary of a sequential sweep: where the time of its one `sweep` stage went,
-round by round, from the raw data the round-by-round loop (servelab.sequential.run_rounds)
+round by round, from the raw data the round-by-round loop (servelab.measure.sequential.run_rounds)
 writes; measuring is stubbed out by launches and points written from known values on a fake
 clock, so every second in the summary is known."""
 
@@ -14,12 +14,12 @@ from analysis_fixtures import servelab_point
 from experiment_fixtures import measure_job
 from test_rounds import CLEAR, MEANS, NULL, SHAPE, experiment
 
-from servelab import sequential as rounds_mod
-from servelab.jsonio import write_json
-from servelab.records import LaunchRecord
-from servelab.schedule import plan
+from servelab.design.schedule import plan
+from servelab.measure import sequential as rounds_mod
+from servelab.measure.sweep import SweepJob, next_launch_index
+from servelab.store.jsonio import write_json
+from servelab.store.records import LaunchRecord
 from servelab.summary import render_summary
-from servelab.sweep import SweepJob, next_launch_index
 
 # each launch's start (ready_s) by configuration and launch index; b's first launch waited
 # 12 s for the host's measuring-server lock
@@ -37,7 +37,7 @@ LOOKS_S = 7.0  # the stage's time outside its steps of rounds: the looks, the jo
 
 
 class Clock:
-    """servelab.sequential's `time`: a monotonic clock the stub's launches alone advance."""
+    """servelab.measure.sequential's `time`: a monotonic clock the stub's launches alone advance."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -89,7 +89,7 @@ def stub_measuring(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> None:
 
 
 def measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, claims: list[str]) -> Path:
-    """A sequential run of `claims` (servelab.sequential.run_rounds, measuring stubbed), its
+    """A sequential run of `claims` (servelab.measure.sequential.run_rounds, measuring stubbed), its
     stages' benchmark files, and a profiling pass of a on a launch of its own."""
     stub_measuring(monkeypatch, Clock())
     job = measure_job(experiment(tmp_path, claims), tmp_path / "seq", model_dir=tmp_path)

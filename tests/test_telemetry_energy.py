@@ -272,7 +272,7 @@ def test_a_damaged_energy_value_is_named_on_read(tmp_path: Path) -> None:
 
     from analysis_fixtures import servelab_point
 
-    from servelab.rawdata import DamagedRawData, load_points
+    from servelab.store.rawdata import DamagedRawData, load_points
 
     exp = tmp_path / "exp"
     block = {"format_version": 1, "energy": {"source": "nvml", "joules_per_output_token": "lots"}}

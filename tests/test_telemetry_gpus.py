@@ -16,12 +16,12 @@ import pytest
 from telemetry_fakes import FakeNVML, device, fake_uuid, idle
 
 from servelab.client import PointRun
-from servelab.client.record import RequestRecord
-from servelab.container import ContainerRun
+from servelab.design.level import Level
+from servelab.design.schedule import Slot
+from servelab.env.container import ContainerRun
 from servelab.experiment import TelemetrySection
-from servelab.level import Level
-from servelab.paths import ExperimentPaths
-from servelab.schedule import Slot
+from servelab.store.paths import ExperimentPaths
+from servelab.store.request import RequestRecord
 from servelab.telemetry import PointTelemetry, read_samples, telemetry_columns
 from servelab.telemetry.gpus import (
     ALL,
@@ -307,7 +307,7 @@ def test_a_sweep_point_samples_the_servers_gpu_only(
 ) -> None:
     """PointJob.measure with the real PointTelemetry, NVML replaced by a 4-GPU fake and the
     server's selection as the sweep computes it from a docker launch's device list."""
-    import servelab.sweep as sweep
+    import servelab.measure.sweep as sweep
 
     nvml = four_gpus(busy=3)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
@@ -385,7 +385,7 @@ def _container_launch(
     from experiment_fixtures import measure_job
     from test_container import PINNED, gpu_cfg, runtime_record
 
-    from servelab.container import container_run_for
+    from servelab.env.container import container_run_for
 
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     job = measure_job(gpu_cfg(gpus=gpus), Path("/r/knee"), runtime=runtime_record())

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from servelab.cli import main
-from servelab.paths import TELEMETRY_FIGURE
+from servelab.store.paths import TELEMETRY_FIGURE
 from servelab.telemetry import (
     COLUMNS,
     ENERGY_COLUMNS,

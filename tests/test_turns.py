@@ -22,7 +22,7 @@ from servelab.analysis.turns import (
     turns_section,
 )
 from servelab.client import RequestRecord
-from servelab.jsonio import dumps, write_json, write_jsonl_gz
+from servelab.store.jsonio import dumps, write_json, write_jsonl_gz
 
 OUT = 5  # output tokens of every turn
 

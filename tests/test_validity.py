@@ -31,7 +31,7 @@ from servelab.config import default_section, load_yaml, schema_defaults, validat
 from servelab.errors import ServelabError
 from servelab.evidence.schemas import load_schema, schema_for
 from servelab.experiment import ValiditySection
-from servelab.jsonio import read_json, read_jsonl_gz
+from servelab.store.jsonio import read_json, read_jsonl_gz
 from servelab.summary import render_summary
 
 DEFAULTS = default_section(ValiditySection, "analysis", "validity")

@@ -21,9 +21,9 @@ from servelab.evidence.verify import (
     verification,
     verify,
 )
-from servelab.hashing import sha256_file
-from servelab.jsonio import read_json, write_json
 from servelab.reproduce.sides import open_side
+from servelab.store.hashing import sha256_file
+from servelab.store.jsonio import read_json, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = sorted(p.parent for p in (REPO / "evidence").glob("*/*/release.json"))

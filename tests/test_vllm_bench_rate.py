@@ -18,7 +18,7 @@ from servelab.analysis.pipeline import analysis_section, analyze
 from servelab.analysis.validity import CHECKS, OPEN_LOOP_CHECKS
 from servelab.cli import main
 from servelab.errors import ServelabError
-from servelab.jsonio import read_json
+from servelab.store.jsonio import read_json
 
 # (TTFT ms, E2EL ms) per repeat: latency grows with the offered rate
 SPEC = {

@@ -10,7 +10,7 @@ from servelab.client.prompt import Conversation, Prompt
 from servelab.config import default_section
 from servelab.errors import ServelabError
 from servelab.experiment import ChatSection, Lengths, SharedPrefixSection, WorkloadSection
-from servelab.workload import (
+from servelab.workload.synthetic import (
     build_prompts,
     build_workload,
     draw_lengths,

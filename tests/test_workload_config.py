@@ -116,7 +116,7 @@ def test_prompt_rows_and_a_rerun_on_another_dataset(tmp_path: Path) -> None:
     import json
 
     from servelab.client.prompt import Conversation, Prompt
-    from servelab.promptset import PromptSet, write_prompts
+    from servelab.workload.promptset import PromptSet, write_prompts
 
     items = [
         "plain",
@@ -155,7 +155,7 @@ def test_a_dataset_path_is_checked_against_its_pin_before_anything_starts(tmp_pa
     import hashlib
 
     from servelab.cli import main
-    from servelab.datasets import check_local_pin
+    from servelab.workload.datasets import check_local_pin
 
     f = tmp_path / "d.jsonl"
     f.write_text('{"prompt": "hi there", "output_tokens": 4}\n', encoding="utf-8")

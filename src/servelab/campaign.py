@@ -24,9 +24,9 @@ from typing import Any
 
 from servelab.config import load_yaml, read_file, resolve
 from servelab.errors import ServelabError
-from servelab.paths import ExperimentPaths
-from servelab.records import LaunchRecord
 from servelab.render import md_table, write_csv
+from servelab.store.paths import ExperimentPaths
+from servelab.store.records import LaunchRecord
 
 __all__ = [
     "CAMPAIGN_COLUMNS",

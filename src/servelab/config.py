@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from servelab import endpoint, endpoint_config
+from servelab.env import endpoint, endpoint_config
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, RuntimeSection, section_from_dict
 
@@ -141,7 +141,7 @@ def resolve(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH
 
 def _endpoint_defaults(schema: dict[str, Any]) -> dict[str, Any]:
     """The schema's defaults of the sections an endpoint config is checked against as written
-    (servelab.endpoint_config.check_written)."""
+    (servelab.env.endpoint_config.check_written)."""
     return {
         key: _apply_defaults(schema["properties"][key], {})
         for key in ("runtime", "server", "model")
@@ -235,7 +235,7 @@ def _check_model(model: dict[str, Any], source: str) -> None:
 
 
 def _check_runtime(cfg: dict[str, Any], source: str) -> None:
-    from servelab.container import ContainerSettings
+    from servelab.env.container import ContainerSettings
 
     rt = cfg["runtime"]
     container_keys = ("image", "image_sha256", "gpu_devices", "shm_size")
@@ -375,7 +375,7 @@ def _check_workload(cfg: dict[str, Any], source: str) -> None:
             )
         wu.pop("input_tokens", None)
         wu.pop("output_tokens", None)
-        return  # a dataset's pairs are filtered to fit (servelab.datasets)
+        return  # a dataset's pairs are filtered to fit (servelab.workload.datasets)
     for key in ("input_tokens", "output_tokens"):
         v = wu[key]
         if isinstance(v, dict) and "min" in v and "values" in v:
@@ -420,7 +420,7 @@ def _check_workload_as_written(config: Any, source: str) -> None:
             )
     ds = wu.get("dataset")
     if isinstance(ds, dict) and "path" in ds and "sha256" not in ds:
-        from servelab.hashing import sha256_file
+        from servelab.store.hashing import sha256_file
 
         found = Path(str(ds["path"]))
         pin = f"sha256: {sha256_file(found)}" if found.is_file() else "its sha256"

@@ -23,7 +23,7 @@ from typing import Any
 from servelab.analysis.proposals import change_words, proposal_line
 from servelab.config import validate
 from servelab.errors import ServelabError
-from servelab.hashing import sha256_file
+from servelab.store.hashing import sha256_file
 
 CONFIRM_SUFFIX = "-confirm"  # the confirmation of experiment X is experiment X-confirm
 DEFAULT_MAX_PROPOSALS = 2  # confirm.max_proposals when the config has no confirm section
@@ -256,8 +256,8 @@ def seed_reused(diagnosing: Path, confirmation: Path) -> list[str]:
     Folders the confirmation already has are left as they are. Returns the folders seeded."""
     import shutil
 
-    from servelab.jsonio import read_json, write_json
-    from servelab.model import model_dir
+    from servelab.env.model import model_dir
+    from servelab.store.jsonio import read_json, write_json
 
     seeded = []
     for name in ("model", "runtime"):
@@ -349,7 +349,7 @@ def run_confirm(
     verdicts of its analysis/confirmation.json. A run that fails keeps what it measured and
     raises after writing the record. Under a cluster executor (`workflow.executor`) it
     writes the experiment file and raises before measuring anything (check_executor)."""
-    from servelab.jsonio import read_json, write_json
+    from servelab.store.jsonio import read_json, write_json
 
     plan = plan_confirmation(config, read_json(diagnoses), bundle)
     folder = record.parent

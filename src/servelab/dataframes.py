@@ -29,9 +29,9 @@ from servelab.analysis.groups import POINTS_COLUMNS, axis_of, points_table, with
 from servelab.client import RequestRecord
 from servelab.config import load as load_config
 from servelab.experiment import Experiment
-from servelab.jsonio import read_json
 from servelab.metrics import request_latencies
-from servelab.rawdata import load_points
+from servelab.store.jsonio import read_json
+from servelab.store.rawdata import load_points
 from servelab.telemetry.columns import table_columns as telemetry_table_columns
 
 __all__ = ["points", "requests"]

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from servelab.design.level import CONCURRENCY, RATE, LevelValue
 from servelab.errors import ServelabError
-from servelab.level import CONCURRENCY, RATE, LevelValue
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class ModelSection:
 
 @dataclass(frozen=True)
 class RuntimeSection:
-    # a running server's (kind endpoint; servelab.endpoint): absent for every other kind
+    # a running server's (kind endpoint; servelab.env.endpoint): absent for every other kind
     ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("url", "served_model")
 
     kind: str
@@ -242,7 +242,7 @@ class RoundsSection:
 
 @dataclass(frozen=True)
 class ArrivalSection:
-    """sweep.arrival: how an open-loop point's requests arrive (servelab.arrivals)."""
+    """sweep.arrival: how an open-loop point's requests arrive (servelab.design.arrivals)."""
 
     process: str  # poisson | gamma | constant
     burstiness: float
@@ -270,7 +270,7 @@ class SweepSection:
 
     @property
     def axis(self) -> str:
-        """What the sweep varies: "concurrency" or "rate" (servelab.level)."""
+        """What the sweep varies: "concurrency" or "rate" (servelab.design.level)."""
         return RATE if self.rate is not None else CONCURRENCY
 
     @property
@@ -420,7 +420,7 @@ class ReproductionSection:
 
 @dataclass(frozen=True)
 class SearchSection:
-    """search: SLO capacity by search (servelab.slo_search)."""
+    """search: SLO capacity by search (servelab.measure.slo_search)."""
 
     enabled: bool
     server_configs: tuple[str, ...] | None

@@ -1,11 +1,11 @@
 """A measuring job's context: what every stage that starts a server (the sweep, the sequential
-rounds, the profile capture) and what it launches (servelab.session, servelab.container) is
-given together.
+rounds, the profile capture) and what it launches (servelab.launch.session,
+servelab.env.container) is given together.
 
 `MeasureJob` holds the experiment, its results folders, the model's folder, the runtime record
-(runtime.json, servelab.records.RuntimeRecord) and where progress lines go. A job on one server
-configuration names it beside the context: `build_launch(job, sc, ...)`, or a `ConfigJob` (the
-sweep's SweepJob, the profile capture's CaptureJob) that holds both.
+(runtime.json, servelab.store.records.RuntimeRecord) and where progress lines go. A job on one
+server configuration names it beside the context: `build_launch(job, sc, ...)`, or a `ConfigJob`
+(the sweep's SweepJob, the profile capture's CaptureJob) that holds both.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.experiment import Experiment
-from servelab.paths import ExperimentPaths
-from servelab.records import RuntimeRecord
+from servelab.store.paths import ExperimentPaths
+from servelab.store.records import RuntimeRecord
 
 Say = Callable[[str], None]
 
@@ -28,7 +28,7 @@ class MeasureJob:
 
     exp: Experiment
     paths: ExperimentPaths
-    model_dir: Path  # the model's local folder (servelab.model.model_dir)
+    model_dir: Path  # the model's local folder (servelab.env.model.model_dir)
     runtime: RuntimeRecord  # runtime.json: kind, python, image_ref, vllm_cli, ...
     say: Say = print
 

@@ -14,12 +14,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from servelab.env.model import model_dir
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob
-from servelab.model import model_dir
-from servelab.paths import ExperimentPaths
-from servelab.records import RuntimeRecord
+from servelab.store.paths import ExperimentPaths
+from servelab.store.records import RuntimeRecord
 
 WATCH_INTERVAL_S = 1.0
 

@@ -14,13 +14,13 @@ from typing import Any
 from servelab.analysis.rounds import STOPPED
 from servelab.analysis.validity import PointFlags, check_point, summary_line
 from servelab.config import default_section
+from servelab.design.level import Level, LevelValue
 from servelab.experiment import ValiditySection
-from servelab.level import Level, LevelValue
-from servelab.paths import ExperimentPaths
-from servelab.rawdata import RawPoint, load_points
-from servelab.records import CaptureRecord, LaunchRecord, Record, RunRecord, launch_files
+from servelab.launch.serverlog import start_line
 from servelab.render import num
-from servelab.serverlog import start_line
+from servelab.store.paths import ExperimentPaths
+from servelab.store.rawdata import RawPoint, load_points
+from servelab.store.records import CaptureRecord, LaunchRecord, Record, RunRecord, launch_files
 
 # First-run setup, left out of the wall time: a first run creates the runtime (a venv from its
 # lock, or an image pull) and fetches the model, both cached for every later run.
@@ -295,8 +295,8 @@ def time_breakdown(
 
 
 # A sequential sweep (sweep.repeats: {min, max}): one Snakemake stage, `sweep`, measures every
-# configuration round by round (servelab.sequential); its run.json `sequential` record has the
-# rounds, the seconds of each step of rounds, every look and every launch.
+# configuration round by round (servelab.measure.sequential); its run.json `sequential` record
+# has the rounds, the seconds of each step of rounds, every look and every launch.
 
 
 @dataclass(frozen=True)

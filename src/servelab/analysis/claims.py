@@ -28,10 +28,10 @@ from servelab.claims_syntax import CAPACITY as _CAPACITY
 from servelab.claims_syntax import CMP as _CMP
 from servelab.claims_syntax import FUNC as _FUNC
 from servelab.claims_syntax import parse_claim
+from servelab.design.level import LevelValue
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import compare_hosts, difference_names
-from servelab.level import LevelValue
 
 NOT_COMPARABLE = "not comparable"
 # every verdict a claim can get (claims.schema.json, docs/analysis.md)

@@ -36,15 +36,15 @@ from servelab.analysis.validity.flags import number_text
 from servelab.analysis.validity.openloop import achieved_rate
 from servelab.client import RequestRecord
 from servelab.config import default_section
+from servelab.design.level import RATE, Level
 from servelab.errors import ServelabError
 from servelab.experiment import ValiditySection
-from servelab.jsonio import read_json
-from servelab.level import RATE, Level
+from servelab.launch.serverlog import parse_capacity
 from servelab.metrics import assemble, point_metrics, request_latencies
-from servelab.paths import SERVER_LOG, ExperimentPaths
-from servelab.rawdata import DamagedRawData, Skipped, load_points
-from servelab.records import CapacityRecord, LaunchRecord, RunRecord, RuntimeRecord
-from servelab.serverlog import parse_capacity
+from servelab.store.jsonio import read_json
+from servelab.store.paths import SERVER_LOG, ExperimentPaths
+from servelab.store.rawdata import DamagedRawData, Skipped, load_points
+from servelab.store.records import CapacityRecord, LaunchRecord, RunRecord, RuntimeRecord
 from servelab.telemetry.columns import telemetry_columns
 
 VLLM_REP = re.compile(r"^rep_(\d+)$")

@@ -19,7 +19,7 @@ from servelab.analysis.knee import DOMINANCE
 from servelab.analysis.proposals import launched, max_num_seqs, not_launched, with_proposal
 from servelab.analysis.stats import evidence_level, paired
 from servelab.experiment import AnalysisSection
-from servelab.serverlog import parse_capture_sizes
+from servelab.launch.serverlog import parse_capture_sizes
 
 LINEAR_TOLERANCE = 1.25  # serialized: seconds per request may vary this much across levels
 

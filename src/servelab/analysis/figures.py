@@ -18,8 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from servelab.analysis.groups import Groups  # noqa: E402
 from servelab.analysis.stats import describe  # noqa: E402
-from servelab.level import LevelValue  # noqa: E402
-from servelab.paths import FIGURES  # noqa: E402
+from servelab.design.level import LevelValue  # noqa: E402
 from servelab.render import (  # noqa: E402
     MEAN_CI_CAPTION,
     MEAN_CI_STYLE,
@@ -27,6 +26,7 @@ from servelab.render import (  # noqa: E402
     figure_style,
     save_figure,
 )
+from servelab.store.paths import FIGURES  # noqa: E402
 
 # A point's valid repeats: repeat -> value (Groups.values).
 Repeats = Mapping[Any, float]

@@ -14,9 +14,9 @@ from typing import Any
 from servelab.analysis.dataset import Dataset, Point
 from servelab.analysis.stats import describe, paired
 from servelab.analysis.validity import BY_NAME, Flag, PointFlags, failed, level_name
+from servelab.design.level import LevelValue
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
-from servelab.level import LevelValue
 from servelab.telemetry.columns import telemetry_columns
 
 POINT_METRICS = (

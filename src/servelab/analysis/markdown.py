@@ -23,13 +23,13 @@ from servelab.analysis.validity import (
     checks_for,
     counts,
 )
-from servelab.endpoint import report_line
+from servelab.env.endpoint import report_line
 from servelab.errors import ServelabError
 from servelab.hostfacts import ISA_FLAGS
-from servelab.paths import TELEMETRY_FIGURE, ExperimentPaths
-from servelab.records import launch_files
+from servelab.launch.serverlog import PHASE_NAMES
 from servelab.render import md_table, num
-from servelab.serverlog import PHASE_NAMES
+from servelab.store.paths import TELEMETRY_FIGURE, ExperimentPaths
+from servelab.store.records import launch_files
 
 
 def _ms(x: float | None) -> str:

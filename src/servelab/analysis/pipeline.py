@@ -25,15 +25,17 @@ from servelab.analysis.groups import (
 from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
 from servelab.analysis.markdown import server_starts
 from servelab.analysis.rounds import sequential_claims
+from servelab.analysis.search import SearchResult, read_search
 from servelab.analysis.slo import slo_capacity
 from servelab.analysis.stopping import StoppingRule
 from servelab.analysis.turns import turns_of
 from servelab.analysis.validity import validity_json
 from servelab.config import default_section, merge
-from servelab.endpoint import report_facts
+from servelab.env.endpoint import report_facts
 from servelab.experiment import AnalysisSection, section_from_dict
-from servelab.jsonio import write_json
-from servelab.paths import (
+from servelab.render import write_csv
+from servelab.store.jsonio import write_json
+from servelab.store.paths import (
     ANALYSIS_REPORT,
     ANALYSIS_TABLES,
     CONFIRMATION_TABLE,
@@ -44,9 +46,7 @@ from servelab.paths import (
     ExperimentPaths,
     search_figure_name,
 )
-from servelab.rawdata import relative
-from servelab.render import write_csv
-from servelab.search import SearchResult, read_search
+from servelab.store.rawdata import relative
 from servelab.telemetry.columns import table_columns as telemetry_table_columns
 
 __all__ = [

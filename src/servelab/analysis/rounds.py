@@ -12,9 +12,9 @@ A sweep with a `reference:` asks the orderings a reproduction against it will ju
 (run.json `orderings`, each as the comparison claim that says it): the looks include them
 (`kind: ordering`), claims.json does not.
 
-The sweep (servelab.sequential) runs the looks to decide whether to measure another round; the
-analysis runs them again from the raw data, so rounds.json and claims.json are a pure function
-of it, as every other table.
+The sweep (servelab.measure.sequential) runs the looks to decide whether to measure another
+round; the analysis runs them again from the raw data, so rounds.json and claims.json are a pure
+function of it, as every other table.
 """
 
 from __future__ import annotations

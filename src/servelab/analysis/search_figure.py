@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
+from servelab.analysis.search import SearchResult  # noqa: E402
 from servelab.render import figure_style, save_figure  # noqa: E402
-from servelab.search import SearchResult  # noqa: E402
 
 SEARCH_FIGURE = "search_path"
 _MET = {"marker": "o", "color": "C2", "label": "meets the SLO"}

@@ -29,10 +29,10 @@ import numpy as np
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.groups import axis_of
 from servelab.client import RequestRecord
-from servelab.level import LevelValue
+from servelab.design.level import LevelValue
 from servelab.metrics import request_end_ns, request_latencies
-from servelab.rawdata import load_points
 from servelab.render import md_table, num
+from servelab.store.rawdata import load_points
 
 # the columns of turns.json's two tables (the level's column named for the sweep's axis)
 TURN_COLUMNS = (

@@ -18,8 +18,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from servelab.config import load
-    from servelab.model import build_model, build_tiny
-    from servelab.runtime import cache_dir_of
+    from servelab.env.model import build_model, build_tiny
+    from servelab.env.runtime import cache_dir_of
 
     exp = load(Path(args.config))
     out = Path(args.out)

@@ -19,7 +19,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from servelab.config import REPO_ROOT, load
     from servelab.evidence.bundle import build_bundle
-    from servelab.paths import ExperimentPaths
+    from servelab.store.paths import ExperimentPaths
 
     exp = load(Path(args.config))
     paths = ExperimentPaths(Path(args.experiment_dir))

@@ -16,7 +16,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from servelab.config import load
-    from servelab.datasets import check_local_pin
+    from servelab.workload.datasets import check_local_pin
 
     cfg = load(Path(args.config))
     check_local_pin(cfg.workload.dataset)  # a dataset file other than the pinned one: refused

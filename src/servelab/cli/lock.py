@@ -9,7 +9,7 @@ from typing import Any
 
 def add_parser(sub: Any) -> None:
     """Register the verb on the top-level subparsers."""
-    from servelab.runtime import LOCK_EXCLUDE
+    from servelab.env.runtime import LOCK_EXCLUDE
 
     lk = sub.add_parser("lock", help="write a hashed runtime lock from a pip --report file")
     lk.add_argument("--report", required=True, help="output of pip install --dry-run --report")
@@ -20,8 +20,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from servelab.jsonio import read_json
-    from servelab.runtime import lock_from_pip_report
+    from servelab.env.runtime import lock_from_pip_report
+    from servelab.store.jsonio import read_json
 
     report = read_json(Path(args.report))
     header = (

@@ -30,9 +30,9 @@ from servelab.client.closed_loop import _payload as _payload
 from servelab.client.open_loop import OpenLoop, run_open_loop
 from servelab.client.parser import ChatResponseParser, MalformedResponse, ResponseParser
 from servelab.client.prompt import Conversation, Item, Prompt, PromptLike
-from servelab.client.record import RequestRecord
 from servelab.client.signals import STOP_SIGNALS
 from servelab.client.workers import PointOptions, run_point
+from servelab.store.request import RequestRecord
 
 __all__ = [
     "STOP_SIGNALS",

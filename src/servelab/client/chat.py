@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from servelab.client.connection import Target
 from servelab.client.prompt import Conversation, Prompt
-from servelab.client.record import RequestRecord
+from servelab.store.request import RequestRecord
 
 COMPLETIONS_PATH = "/v1/completions"
 CHAT_PATH = "/v1/chat/completions"

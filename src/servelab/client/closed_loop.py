@@ -26,7 +26,7 @@ from servelab.client import chat
 from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
 from servelab.client.parser import ChatResponseParser, ResponseParser
 from servelab.client.prompt import Conversation, Item, Prompt, PromptLike
-from servelab.client.record import RequestRecord
+from servelab.store.request import RequestRecord
 
 
 @dataclass(frozen=True)

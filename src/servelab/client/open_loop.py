@@ -1,5 +1,5 @@
 """The open loop: each item of a point sent at its scheduled time (an arrival schedule,
-`servelab.arrivals`), whether or not the requests before it have ended; optionally at most
+`servelab.design.arrivals`), whether or not the requests before it have ended; optionally at most
 `max_in_flight` items in flight.
 
 An item is a prompt or a conversation (client.prompt.Conversation, client.chat): the schedule
@@ -39,7 +39,7 @@ from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
 from servelab.client.prompt import Conversation, Item, PromptLike
 
 if TYPE_CHECKING:  # (numpy is loaded only by whoever draws a schedule)
-    from servelab.arrivals import ArrivalProcess
+    from servelab.design.arrivals import ArrivalProcess
 
 
 @dataclass(frozen=True)

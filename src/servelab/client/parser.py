@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import httptools
 
-from servelab.client.record import RequestRecord
+from servelab.store.request import RequestRecord
 
 # Strict JSON (as json.loads): the decoder's scanner (C), called directly, without json.loads's
 # per-call encoding detection and wrappers; the caller checks that the value fills the string.

@@ -20,7 +20,8 @@ async def _stoppable(main: Coroutine[Any, Any, T]) -> T:
     A Python signal handler that raises would raise inside whatever callback the loop is
     running, e.g. a read of a response, where it reads as a failed request and the point
     would complete as if nothing happened. The loop's own handlers cancel the point instead,
-    and the handlers in place before (servelab.server.raise_on_signals) are put back after."""
+    and the handlers in place before (servelab.launch.server.raise_on_signals) are put back
+    after."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     got: list[int] = []

@@ -11,18 +11,18 @@ from typing import Any
 
 import yaml
 
-from servelab.endpoint import KIND as ENDPOINT
-from servelab.endpoint import NOT_LAUNCHED
+from servelab.env.endpoint import KIND as ENDPOINT
+from servelab.env.endpoint import NOT_LAUNCHED
+from servelab.env.model import RECORD as MODEL_RECORD
 from servelab.errors import ServelabError
 from servelab.evidence.files import sha256sums_text, walk_files
 from servelab.evidence.provenance import host_facts, pipeline_facts, redacted_config
 from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
 from servelab.experiment import ConfirmsSection, Experiment
-from servelab.hashing import sha256_file
-from servelab.jsonio import read_json, write_json
-from servelab.model import RECORD as MODEL_RECORD
-from servelab.paths import ANALYSIS_REPORT, POINT_FILE, SERVER_LOG, ExperimentPaths
-from servelab.records import (
+from servelab.store.hashing import sha256_file
+from servelab.store.jsonio import read_json, write_json
+from servelab.store.paths import ANALYSIS_REPORT, POINT_FILE, SERVER_LOG, ExperimentPaths
+from servelab.store.records import (
     CapacityRecord,
     LaunchRecord,
     PointRecord,
@@ -50,7 +50,7 @@ RUNTIME_KEYS = (
     "vllm_version",
     "nsys_version",
     "isa",
-    # runtime.kind endpoint: the server as it described itself (servelab.endpoint.probe)
+    # runtime.kind endpoint: the server as it described itself (servelab.env.endpoint.probe)
     "launched",
     "url",
     "served_model",

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from servelab.errors import ServelabError
-from servelab.hashing import sha256_file
+from servelab.store.hashing import sha256_file
 
 
 def walk_files(root: Path) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any
 from servelab.errors import ServelabError
 from servelab.evidence.files import write_deterministic_tar
 from servelab.evidence.verify import RELEASE_COPIES, RELEASE_COPY_FOLDERS, verify
-from servelab.jsonio import read_json, write_json
+from servelab.store.jsonio import read_json, write_json
 
 TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 HEX40 = re.compile(r"^[0-9a-f]{40}$")

@@ -7,8 +7,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from servelab.errors import ServelabError
-from servelab.jsonio import json_path, load_schema
-from servelab.paths import (
+from servelab.store.jsonio import json_path, load_schema
+from servelab.store.paths import (
     ARRIVALS_DIR,
     CAPACITY_FILE,
     CAPTURE_FILE,

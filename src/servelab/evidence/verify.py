@@ -19,8 +19,8 @@ from servelab.errors import ServelabError
 from servelab.evidence.bundle import bundle_path
 from servelab.evidence.files import release_sizes, safe_extract, walk_files
 from servelab.evidence.schemas import check_all_json
-from servelab.hashing import sha256_file
-from servelab.jsonio import read_json
+from servelab.store.hashing import sha256_file
+from servelab.store.jsonio import read_json
 
 RELEASE_FILE = "release.json"
 # What a release folder holds beside release.json, its tarball and the tarball's .sha256: copies

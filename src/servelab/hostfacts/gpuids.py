@@ -13,7 +13,7 @@ CUDA_DEVICE_ORDER=PCI_BUS_ID, or on a host with one GPU; otherwise the GPU at th
 taken and the resolution says the mapping is ambiguous.
 
 Pure: `resolve` maps a selection to NVML devices from the devices NVML lists (`NvmlGpu`) and a
-lookup for UUIDs and PCI bus ids; the container's launch (servelab.container) and the telemetry
+lookup for UUIDs and PCI bus ids; the container's launch (servelab.env.container) and the telemetry
 (servelab.telemetry.gpus) both use it. `GpuListing` is what servelab.hostfacts.gpu.list_gpus
 read of the host's GPUs.
 """
@@ -47,7 +47,7 @@ class GpuSelection:
     indices are then NVML indices); `origin`: where the selection came from, in words;
     `ambiguous`: why an id may not name the GPU meant, known before NVML is asked (a container's
     launch that turned a CUDA index into a UUID); `launch`: how a container's launch chose its
-    GPUs (servelab.container.GpuChoice.to_json), or None."""
+    GPUs (servelab.env.container.GpuChoice.to_json), or None."""
 
     how: str
     ids: tuple[str, ...] = ()

@@ -26,7 +26,7 @@ the client emitted them (`client_nvtx_emitted`). A tool that is not there gives 
 
 The command lines are in servelab.profile.commands, which configurations get which tool in
 servelab.profile.plan; the server is launched and served as the sweep's is
-(servelab.session).
+(servelab.launch.session).
 """
 
 from __future__ import annotations
@@ -46,22 +46,22 @@ from pathlib import Path
 from typing import Any
 
 from servelab.client import PointRun, Workload, run_point
-from servelab.container import ContainerRun, Mount
+from servelab.env.container import ContainerRun, Mount
+from servelab.env.runtime import NSYS_GLOBS, find_host_nsys
 from servelab.errors import ServelabError
 from servelab.hostfacts import node_facts
 from servelab.job import ConfigJob, MeasureJob, Say
-from servelab.jsonio import write_jsonl_gz
-from servelab.paths import SERVER_LOG
+from servelab.launch.server import Server, ServerLaunch, choose_port, raise_on_signals
+from servelab.launch.session import LaunchAdditions, Session, build_launch, serve, server_container
 from servelab.profile.commands import profiler_additions, profiler_interface
 from servelab.profile.nsys_report import ReportWait, export_nsys
 from servelab.profile.plan import NsysUse, for_runtime, profile_plan
 from servelab.profile.windows import Window, windows_json
-from servelab.promptset import Item, PromptSource
-from servelab.records import CaptureRecord, WindowsRecord
 from servelab.redact import redact_argv, redact_env
-from servelab.runtime import NSYS_GLOBS, find_host_nsys
-from servelab.server import Server, ServerLaunch, choose_port, raise_on_signals
-from servelab.session import LaunchAdditions, Session, build_launch, serve, server_container
+from servelab.store.jsonio import write_jsonl_gz
+from servelab.store.paths import SERVER_LOG
+from servelab.store.records import CaptureRecord, WindowsRecord
+from servelab.workload.promptset import Item, PromptSource
 
 Which = Callable[[str], str | None]
 NVTX_DOMAIN = "servelab"
@@ -162,7 +162,7 @@ def run_profile(
     every nsys capture); writes capture.json last (the job's output).
 
     which and nsys_globs: how Nsight Systems is looked for on this host
-    (servelab.runtime.find_host_nsys). A capture that fails is a "not profiled" record with
+    (servelab.env.runtime.find_host_nsys). A capture that fails is a "not profiled" record with
     the reason and what was measured, unless profile.required is true."""
     planned = plan_capture(job, sc, which=which, nsys_globs=nsys_globs)
     if planned.job is not None:

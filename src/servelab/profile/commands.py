@@ -6,7 +6,7 @@ runtime's vLLM has. The CUDA profiler that nsys's capture range needs is started
 (VLLM_TORCH_CUDA_PROFILE) is gone from current vLLM (0.27.1 has no such variable), so a vLLM
 without --profiler-config is not profiled with nsys.
 
-`profiler_additions` hands them to the one server launch (servelab.session.build_launch) as
+`profiler_additions` hands them to the one server launch (servelab.launch.session.build_launch) as
 what the capture adds: server arguments, environment, the wrapper, the folder it writes into,
 and in a container the host's Nsight Systems mounted read-only.
 Everything here is pure but `vllm_interface`, which asks the runtime's Python.
@@ -29,11 +29,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from servelab.container import Mount
+from servelab.env.container import Mount
+from servelab.env.runtime import ask_runtime
 from servelab.errors import ServelabError
 from servelab.experiment import ProfileSection
-from servelab.runtime import ask_runtime
-from servelab.session import LaunchAdditions
+from servelab.launch.session import LaunchAdditions
 
 NSYS_PROFILE_ARGS = (
     "profile",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from servelab.errors import ServelabError
-from servelab.jsonio import read_json
+from servelab.store.jsonio import read_json
 
 DIMS = ("x", "y", "z")  # grid dimensions
 PREFIX_FORWARDS = 64  # forwards buffered per (window, device) to find the alignment

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.jsonio import read_json
+from servelab.store.jsonio import read_json
 
 
 @dataclass(frozen=True)

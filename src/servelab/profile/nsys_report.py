@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servelab.container import ContainerRun
+from servelab.env.container import ContainerRun
 from servelab.errors import ServelabError
 from servelab.job import Say
+from servelab.launch.server import Server
 from servelab.profile.commands import nsys_export_command
-from servelab.server import Server
 
 # how long a report file's size and modification time must stay unchanged to be taken
 REPORT_SETTLE_S = 5.0

@@ -3,7 +3,7 @@
 `profile_plan` decides before anything starts (the workflow reads it to plan the jobs) and
 raises when profile.required is true and profiling cannot happen; `for_runtime` revises a
 decision at capture time with the Nsight Systems there is: the image's (runtime.json "nsys"),
-else the host's (servelab.runtime.find_host_nsys), which a container gets mounted.
+else the host's (servelab.env.runtime.find_host_nsys), which a container gets mounted.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servelab.container import ENGINES, Mount, nsys_mount
+from servelab.env.container import ENGINES, Mount, nsys_mount
+from servelab.env.runtime import NSYS_GLOBS, HostNsys, nsys_candidates
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, ProfileSection
-from servelab.runtime import NSYS_GLOBS, HostNsys, nsys_candidates
 
 TOOLS = ("auto", "torch", "nsys", "none")
 
@@ -155,7 +155,7 @@ def for_runtime(
 ) -> Decision:
     """The plan's decision, with the Nsight Systems it runs: in a container the image's
     (runtime.json "nsys") when it has one, else the host's install folder mounted in; on a
-    venv the host's. host() looks for the host's (servelab.runtime.find_host_nsys). None
+    venv the host's. host() looks for the host's (servelab.env.runtime.find_host_nsys). None
     there: profile.tool auto falls back to the torch profiler, nsys is "not profiled"."""
     if decision.tool != "nsys":
         return decision

@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from servelab.experiment import ProfileSection
-from servelab.jsonio import write_json
-from servelab.paths import PROFILE_FILE, ExperimentPaths
 from servelab.profile.codepaths import parse_path_dims
 from servelab.profile.forwards import layers_from_config
 from servelab.profile.gpumatch import TelemetryGpu, telemetry_gpus
@@ -23,7 +21,9 @@ from servelab.profile.trace_analysis import (
     analyze_trace,
 )
 from servelab.profile.windows import load_windows
-from servelab.records import CaptureRecord
+from servelab.store.jsonio import write_json
+from servelab.store.paths import PROFILE_FILE, ExperimentPaths
+from servelab.store.records import CaptureRecord
 
 
 def not_profiled(

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.records import WindowsRecord
+from servelab.store.records import WindowsRecord
 
-# The format of windows.json (servelab.records.WindowsRecord).
+# The format of windows.json (servelab.store.records.WindowsRecord).
 FORMAT_VERSION = WindowsRecord.FORMAT_VERSION
 CLOCKS = ("trace", "epoch")
 

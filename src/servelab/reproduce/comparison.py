@@ -14,8 +14,6 @@ from servelab.errors import ServelabError
 from servelab.evidence.schemas import validate_file
 from servelab.experiment import Experiment, ReproductionSection
 from servelab.hostfacts import compare_hosts, host_qualifier
-from servelab.jsonio import write_json
-from servelab.paths import ExperimentPaths
 from servelab.reproduce.checks import (
     NOT_COMPARABLE,
     NOT_REPRODUCED,
@@ -32,6 +30,8 @@ from servelab.reproduce.checks import (
 from servelab.reproduce.markdown import report_markdown
 from servelab.reproduce.provenance_diff import provenance_diff
 from servelab.reproduce.sides import Side, open_side
+from servelab.store.jsonio import write_json
+from servelab.store.paths import ExperimentPaths
 
 FORMAT_VERSION = 1
 

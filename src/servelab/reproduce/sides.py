@@ -21,7 +21,7 @@ from servelab.errors import ServelabError
 from servelab.evidence.files import safe_extract
 from servelab.evidence.verify import check_release_folder, is_release_folder, verify
 from servelab.experiment import AnalysisSection
-from servelab.jsonio import read_json
+from servelab.store.jsonio import read_json
 
 
 @dataclass

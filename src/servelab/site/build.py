@@ -15,8 +15,6 @@ from typing import Any
 from servelab.errors import ServelabError
 from servelab.evidence.files import walk_files
 from servelab.evidence.schemas import validate_file
-from servelab.jsonio import read_json
-from servelab.paths import PROFILE_FILE
 from servelab.site import history_view, layout, pages, release_view
 from servelab.site.check import CheckedRelease, check_release
 from servelab.site.reproduction_view import reproduction_view
@@ -27,6 +25,8 @@ from servelab.site.scan import (
     ReproductionDir,
     scan_evidence,
 )
+from servelab.store.jsonio import read_json
+from servelab.store.paths import PROFILE_FILE
 
 Say = Callable[[str], None]
 MARKER_TEXT = "A site built by `servelab site`; `servelab site` may replace this folder.\n"

@@ -26,7 +26,6 @@ from servelab.analysis.stats import describe, two_sample
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import compare_hosts, difference_names, host_qualifier
-from servelab.jsonio import dumps, read_json
 from servelab.render import num
 from servelab.reproduce.checks import POINT_METRICS, Analysed, analyse
 from servelab.reproduce.comparison import other_dataset
@@ -34,6 +33,7 @@ from servelab.reproduce.provenance_diff import provenance_diff
 from servelab.reproduce.sides import Side, bundle_side, open_side, refusal
 from servelab.site.check import CheckedRelease
 from servelab.site.values import host_class
+from servelab.store.jsonio import dumps, read_json
 
 # the point metrics the history shows, and which way is better for each
 METRICS: tuple[str, ...] = tuple(POINT_METRICS)
@@ -298,7 +298,7 @@ def release_history(
     release (mean, 95% CI, the valid repeats, how many repeats a validity check left out);
     per consecutive pair, whether a verdict means anything and each point's verdict. A release
     that cannot be analysed again stays in `releases` with its `error` and is out of the
-    series. Returned as its JSON reads back (sorted keys, floats as servelab.jsonio writes
+    series. Returned as its JSON reads back (sorted keys, floats as servelab.store.jsonio writes
     them): same releases, same bytes.
 
     `checked` holds, by folder, the releases its caller has already checked

@@ -15,10 +15,10 @@ from servelab.analysis.proposals import proposal_line
 from servelab.analysis.validity import AFFECTS_WORDS
 from servelab.errors import ServelabError
 from servelab.hostfacts import ISA_FLAGS
-from servelab.jsonio import read_json
-from servelab.paths import PROFILE_FILE
 from servelab.site import layout, values
 from servelab.site.scan import ReleaseDir
+from servelab.store.jsonio import read_json
+from servelab.store.paths import PROFILE_FILE
 
 # what a damaged or unexpected file raises while a section reads it
 READ_ERRORS = (ServelabError, OSError, ValueError, KeyError, TypeError, AttributeError, csv.Error)

@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from servelab.paths import FIGURES, TELEMETRY_FIGURE
 from servelab.render import num
+from servelab.store.paths import FIGURES, TELEMETRY_FIGURE
 
 # What each analysis figure shows (its text alternative); the numbers are in the page's tables.
 FIGURE_TEXT = {

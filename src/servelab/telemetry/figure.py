@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from servelab.paths import TELEMETRY_FIGURE
 from servelab.render import figure_style, save_figure
+from servelab.store.paths import TELEMETRY_FIGURE
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 # servelab's figure style (render.FIGURE_RC) with the settings this figure has always been

@@ -2,7 +2,7 @@
 
 The server sees the GPUs of its launch: a docker or podman container's device list (`--gpus
 "device=..."`, CDI names `nvidia.com/gpu=...`), which servelab names by GPU UUID where NVML
-lists the host's GPUs (servelab.container.gpus.choose_gpus); or CUDA_VISIBLE_DEVICES (a venv, or
+lists the host's GPUs (servelab.env.container.gpus.choose_gpus); or CUDA_VISIBLE_DEVICES (a venv, or
 apptainer, whose `--nv` shows every GPU and which servelab hands the device list as
 CUDA_VISIBLE_DEVICES). Telemetry samples those GPUs and no other.
 
@@ -51,7 +51,7 @@ __all__ = [
 
 
 class ChoiceLike(Protocol):
-    """What `server_gpus` reads of a servelab.container.GpuChoice."""
+    """What `server_gpus` reads of a servelab.env.container.GpuChoice."""
 
     @property
     def origin(self) -> str: ...
@@ -63,7 +63,7 @@ class ChoiceLike(Protocol):
 
 
 class ContainerLike(Protocol):
-    """What `server_gpus` reads of a servelab.container.ContainerRun."""
+    """What `server_gpus` reads of a servelab.env.container.ContainerRun."""
 
     @property
     def engine(self) -> str: ...

@@ -17,11 +17,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from servelab.endpoint import REMOTE
+from servelab.env.endpoint import REMOTE
 from servelab.errors import ServelabError
 from servelab.experiment import TelemetrySection
-from servelab.jsonio import DamagedFile, dumps, json_object_line
-from servelab.paths import TELEMETRY_FILE
+from servelab.store.jsonio import DamagedFile, dumps, json_object_line
+from servelab.store.paths import TELEMETRY_FILE
 from servelab.telemetry.gpus import GpuSelection
 from servelab.telemetry.nvml import GpuSource
 from servelab.telemetry.sources import (
@@ -104,7 +104,7 @@ class PointTelemetry:
     `finish` writes telemetry.jsonl (whatever was sampled, also for a point cut short) and
     returns the point's summary. `server_pid` is the root of the server's process tree, or,
     where the server's processes cannot be sampled, why (a string): a server on another host
-    (servelab.endpoint.REMOTE) then has no server CPU, and this host's GPUs and CPU packages
+    (servelab.env.endpoint.REMOTE) then has no server CPU, and this host's GPUs and CPU packages
     (RAPL) are not sampled as its own: each is recorded absent with that reason. `settings`
     is the experiment's `telemetry:` section
     (`config.default_section(TelemetrySection, "telemetry")` without one); `gpus` the server's
@@ -136,7 +136,7 @@ class PointTelemetry:
 
     @property
     def remote(self) -> str | None:
-        """Why the server's hardware is not this host's (servelab.endpoint.REMOTE), if so."""
+        """Why the server's hardware is not this host's (servelab.env.endpoint.REMOTE), if so."""
         reason = self.server_pid
         return REMOTE if reason == REMOTE else None
 

@@ -71,7 +71,7 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def summarize_experiment(exp_dir: Path, out_dir: Path | None = None) -> tuple[str, list[Path]]:
     """The table as text, and the files written: points.csv and the figure (SVG and PNG)."""
-    from servelab.rawdata import load_points
+    from servelab.store.rawdata import load_points
     from servelab.telemetry.figure import plot_utilization_vs_throughput
 
     if not (exp_dir / "raw").is_dir():

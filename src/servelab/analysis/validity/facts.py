@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from servelab.client import RequestRecord
-from servelab.level import Level
+from servelab.design.level import Level
 
 # streaming: a request is burst-delivered when its content came in at most this many reads
 # while it has at least BURST_MIN_TOKENS output tokens (fewer tokens fit in two reads anyway)
@@ -80,7 +80,8 @@ class PointFacts:
     # None when the point was sent from one process
     worker_busy: tuple[float, ...] | None = None
     # point.json `shared_prefix`: what the workload means the prefix cache to serve (its
-    # `reuse_ratio`, servelab.workload.intended_reuse); None when the requests share no prefix
+    # `reuse_ratio`, servelab.workload.synthetic.intended_reuse); None when the requests
+    # share no prefix
     shared_prefix: Mapping[str, Any] | None = None
     # point.json `chat`: user turns per conversation and the think time between a reply and
     # the next turn (s); None when the point sent single requests

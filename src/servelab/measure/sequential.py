@@ -1,0 +1,155 @@
+"""A sequential sweep (`sweep.repeats: {min, max, budget_s}`): every server configuration
+measured round by round until the stopping rule has decided every claim (docs/analysis.md,
+"Sequential rounds").
+
+A round is one balanced repeat of every point of every server configuration; the Latin or
+Williams order continues across rounds (servelab.design.schedule), so the design is balanced at
+every stopping point, and a round is never cut short by the rule. The first `min` rounds of a
+configuration are measured on one server launch, as a fixed design's repeats; each further
+round is measured on a fresh launch per configuration (its points record it as `launch`).
+After each round from `min` on, the looks (servelab.analysis.rounds) say which questions are
+decided (the claims, and with a `reference:` the orderings a reproduction against it will
+judge); measuring stops when none is open, at `max`, or when the last round's time says the
+next would overrun `budget_s`.
+
+Every run.json of the sweep is written at the end with the same `sequential` record: the
+rule and its parameters, the rounds, why it stopped, every look, and every server launch it
+started with the round of the look that followed it (launch.json keeps only the latest one;
+the end-of-run summary says where each round's time went). A rerun keeps the
+completed points and looks again before measuring anything (a new claim can ask for more
+rounds; the old ones are not measured again).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from servelab.analysis.dataset import load_dataset
+from servelab.analysis.rounds import STOPPED, asked_with, looks, open_claims, round_record
+from servelab.analysis.stopping import StoppingRule
+from servelab.design.schedule import Slot
+from servelab.errors import ServelabError
+from servelab.experiment import Experiment
+from servelab.job import MeasureJob
+from servelab.launch.server import raise_on_signals
+from servelab.measure.sweep import SweepJob, next_launch_index
+from servelab.store.records import LaunchRecord
+
+# a point named in a comparison claim
+CELL = re.compile(r"config=([^,\]]+),(?:c|rate)=(\d+(?:\.\d+)?)")
+
+
+def stopping_rule(exp: Experiment) -> StoppingRule:
+    """The experiment's stopping rule: its plan, and the analysis's alpha."""
+    plan = exp.sweep.rounds
+    if plan is None:
+        raise ServelabError("sweep.repeats is a number: a fixed design has no stopping rule")
+    return StoppingRule(plan.min, plan.max, exp.analysis.alpha, plan.budget_s)
+
+
+def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ()) -> dict[str, Any]:
+    """Measure every server configuration of the job's experiment round by round until the
+    rule stops; write every run.json last; the sequential record. `reference_orderings`: with
+    a `reference:`, the orderings a reproduction against it will judge
+    (reproduce.reference_orderings, read by the caller); none without one."""
+    raise_on_signals()
+    exp, paths, say = measure_job.exp, measure_job.paths, measure_job.say
+    rule = stopping_rule(exp)
+    t_job = time.monotonic()
+    jobs = [SweepJob(measure_job, sc) for sc in exp.server.names]
+    say(
+        f"sequential sweep: rounds {rule.min_rounds} to {rule.max_rounds}, alpha "
+        f"{rule.alpha:g} spent over {rule.looks} looks ({rule.look_alpha(rule.min_rounds):.4g} "
+        f"each)" + (f", budget {rule.budget_s:g} s" if rule.budget_s else "")
+    )
+    orderings = questions_of_reference(exp, reference_orderings)
+    if orderings:
+        said = "; ".join(orderings)
+        say(f"and the {len(orderings)} orderings the reproduction will judge: {said}")
+    asked = asked_with(exp.analysis, orderings)
+    k = rule.min_rounds
+    round_s: list[float] = []
+    launches: list[dict[str, Any]] = []
+    while True:
+        t0 = time.monotonic()
+        slots: dict[str, list[Slot]] = {}
+        for job in jobs:
+            first = next_launch_index(job.server_dir)
+            slots[job.sc] = job.measure_missing(k)
+            launches += launched(job, first, k)
+        round_s.append(round(time.monotonic() - t0, 3))
+        ds = load_dataset(paths.root, validity=exp.analysis.validity)
+        all_looks = looks(ds, asked, rule, k)
+        row = all_looks[-1]
+        still = open_claims(row)
+        say(
+            f"look after round {k}: {len(row) - len(still)} of {len(row)} questions decided"
+            + (f"; open: {'; '.join(still)}" if still else "")
+        )
+        if not still:
+            stopped = "decided"
+        elif k >= rule.max_rounds:
+            stopped = "maximum"
+        elif _overruns(rule, t_job, round_s):
+            stopped = "budget"
+        else:
+            k += 1
+            continue
+        break
+    say(f"stopped after round {k}: {STOPPED[stopped]}")
+    record = {
+        "rule": rule.to_json(),
+        "rounds": k,
+        "stopped": stopped,
+        "round_s": round_s,
+        "launches": launches,
+        "orderings": orderings,
+        "looks": [round_record(j, r, orderings) for j, r in enumerate(all_looks, rule.min_rounds)],
+    }
+    wall = time.monotonic() - t_job
+    for job in jobs:
+        job.write_run(slots[job.sc], wall, sequential=record)
+    return record
+
+
+def launched(job: SweepJob, first: int, k: int) -> list[dict[str, Any]]:
+    """The server launch the job started in the step of rounds that ends at round k, if it
+    started one (launch.json's index from `first` on): its round, configuration, index, start
+    (`ready_s`) and wait for the measuring-server lock. launch.json keeps the latest launch
+    alone; the sequential record keeps every one, for the end-of-run summary."""
+    record = LaunchRecord.read_if_present(job.paths.launch(job.sc))
+    if record is None or record.launch < first:
+        return []  # every point of the step was already complete: no launch
+    return [
+        {
+            "round": k,
+            "server_config": job.sc,
+            "launch": record.launch,
+            "ready_s": record.ready_s,
+            "lock_waited_s": round(record.lock_waited_s, 3),
+        }
+    ]
+
+
+def questions_of_reference(exp: Experiment, orderings: Sequence[str]) -> list[str]:
+    """Of the orderings a reproduction against the reference will judge (comparison claims),
+    those of points this experiment measures and that its claims do not already ask."""
+    measured = {(sc, c) for sc in exp.server.names for c in exp.sweep.levels}
+    out: list[str] = []
+    for q in orderings:
+        cells = {(sc, float(c)) for sc, c in CELL.findall(q)}
+        if cells <= measured and q not in exp.analysis.claims and q not in out:
+            out.append(q)
+    return out
+
+
+def _overruns(rule: StoppingRule, t_job: float, round_s: list[float]) -> bool:
+    """Whether one more round would end past the rule's budget (never without one), at the
+    last step's time per round (the first step measured `min` rounds at once)."""
+    if rule.budget_s is None:
+        return False
+    per_round = round_s[-1] / (rule.min_rounds if len(round_s) == 1 else 1)
+    return time.monotonic() - t_job + per_round > rule.budget_s

@@ -1,0 +1,551 @@
+"""One sweep job: one server configuration, every (repeat, level) point, in a balanced order.
+A level is a concurrency (closed loop) or a request rate (open loop, sweep.rate).
+
+Layout written (docs/raw-data.md):
+  server/<sc>/server.log  launch.json  capacity.json
+  raw/<sc>/prompts.jsonl.gz  warmup/{requests.jsonl.gz,point.json}
+  raw/<sc>/dataset.json              a dataset workload's file and what was sampled from it
+  raw/<sc>/rep<RR>/c<CCCC>/{requests.jsonl.gz,point.json}      a concurrency's point
+  raw/<sc>/rep<RR>/r<RRRR.RRR>/{requests.jsonl.gz,point.json}  a rate's point
+  raw/<sc>/arrivals/r<RRRR.RRR>.json  a rate's send schedule, the same for every repeat
+  raw/<sc>/run.json                  written last: the job's output, status "complete"
+
+Nothing measured is lost on failure: a point is measured into `<point>.partial/` and renamed
+when it completes; a point cut short is kept as `<point>.incomplete[.N]/` with status
+"incomplete" and never read as data. A rerun keeps the completed points, skips them, and
+measures the rest on a fresh server launch (recorded in each point as `launch`).
+
+`SweepJob` is the job; its `measure` serves one launch (servelab.launch.session, as the profile
+capture does) and hands the points to a `PointJob`, which holds what they share.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from servelab.client import OpenLoop, PointRun, Workload, run_point
+from servelab.design.arrivals import ArrivalProcess
+from servelab.design.level import LevelValue
+from servelab.design.schedule import Slot, plan
+from servelab.errors import ServelabError
+from servelab.experiment import (
+    ArrivalSection,
+    Experiment,
+    SweepSection,
+    TelemetrySection,
+    WorkloadSection,
+)
+from servelab.job import ConfigJob, MeasureJob, Say
+from servelab.launch.server import ServerLaunch, choose_port, raise_on_signals
+from servelab.launch.session import LaunchAdditions, Session, build_launch, serve
+from servelab.metrics import point_metrics
+from servelab.profile.capture import PlannedCapture, plan_capture
+from servelab.profile.plan import on_sweep_launch
+from servelab.store.jsonio import write_jsonl_gz
+from servelab.store.paths import REQUESTS_FILE, ExperimentPaths
+from servelab.store.records import (
+    ArrivalsRecord,
+    CapacityRecord,
+    LaunchRecord,
+    PointRecord,
+    RunRecord,
+)
+from servelab.telemetry import GpuSelection, PointTelemetry, server_gpus
+from servelab.workload.promptset import Item, PromptSource, slice_reuse, write_prompts
+from servelab.workload.synthetic import PromptPlan, prompt_plan
+
+
+def is_complete(pdir: Path) -> bool:
+    return PointRecord.status_in(pdir) == "complete"
+
+
+def _keep_incomplete(partial: Path) -> Path:
+    base = partial.with_name(partial.name.removesuffix(".partial") + ".incomplete")
+    dest, n = base, 1
+    while dest.exists():
+        n += 1
+        dest = base.with_name(f"{base.name}.{n}")
+    partial.rename(dest)
+    return dest
+
+
+def _write_point(pdir: Path, run: PointRun, info: dict[str, Any]) -> dict[str, Any]:
+    # more than one client process (workload.client_workers): what each sent and how busy it
+    # was; a point sent from the sweep's own process records none
+    workers = {"client_workers": run.workers} if len(run.workers) > 1 else {}
+    point = PointRecord.new(
+        {
+            **info,
+            "started_epoch_ns": run.started_epoch_ns,
+            "finished_epoch_ns": run.finished_epoch_ns,
+            "client_cpu_s": round(run.client_cpu_s, 6),
+            **workers,
+            **point_metrics(run.records),
+        }
+    )
+    write_jsonl_gz(pdir / REQUESTS_FILE, (r.to_json() for r in run.records))
+    point.write(pdir / PointRecord.FILE)
+    return point.doc
+
+
+def _output_tokens(run: PointRun) -> int:
+    """The point's `total_output_tokens`, for its energy per output token."""
+    return int(point_metrics(run.records)["total_output_tokens"])
+
+
+def _summary_line(point: dict[str, Any]) -> str:
+    tput = point.get("output_throughput")
+    ttft = point.get("mean_ttft_ms")
+    return (
+        f"{tput:8.1f} tok/s, mean TTFT {ttft:8.1f} ms"
+        if tput is not None and ttft is not None
+        else "no successful request"
+    ) + f", {point['failed']} failed"
+
+
+@dataclass(frozen=True)
+class SweepJob(ConfigJob):
+    """One sweep job: a server configuration of a measuring job (the experiment, its model
+    and runtime, where its data goes)."""
+
+    # profile.launch sweep (servelab.profile.plan.on_sweep_launch): the profiling pass of this
+    # configuration, captured on this job's launch after its last point
+    capture: PlannedCapture | None = None
+
+    @property
+    def raw(self) -> Path:
+        return self.paths.raw_config(self.sc)
+
+    @property
+    def server_dir(self) -> Path:
+        return self.paths.server(self.sc)
+
+    @property
+    def records_dir(self) -> Path:
+        """Where a launch's capacity.json and launch.json go: server/<sc>/."""
+        return self.server_dir
+
+    def note(self, msg: str) -> None:
+        self.say(f"[{self.sc}] {msg}")
+
+    @cached_property
+    def prompt_source(self) -> PromptSource:
+        """Where this job's prompts come from (a dataset pinned once, before any launch)."""
+        return PromptSource.of(self.exp, self.model_dir, self.note)
+
+    def measure(self, slots: list[Slot], todo: list[Slot], launch_index: int) -> None:
+        """One server launch: its capacity and launch records, the prompts, the warm-up, then
+        every point still to measure."""
+        exp, sc, wl = self.exp, self.sc, self.exp.workload
+        port = choose_port(exp.server.host, exp.server.port, self.note)
+        interface, additions = self.profiler_setup()
+        launch = build_launch(self.job, sc, port=port, additions=additions)
+        t0 = time.monotonic()
+        self.note(
+            f"starting vLLM on {launch.base_url} (launch {launch_index}): {' '.join(launch.args)}"
+            if launch.endpoint is None
+            else f"measuring the running server at {launch.base_url} (launch {launch_index})"
+        )
+        with serve(launch, self.paths.server_log(sc), exp.server, self.note) as session:
+            self.started(session, launch, port, launch_index)
+            points, pplan = self.point_job(session, launch, slots, launch_index)
+            if wl.warmup.requests and todo:
+                points.warmup(pplan.warmup_offset)
+            for k, slot in enumerate(todo, 1):
+                points.measure(slot, pplan.offsets[slot.key], f"{k}/{len(todo)}")
+            if self.capture is not None and interface is not None:
+                self.capture_here(session, launch, interface, warm=bool(todo))
+        took = f"{time.monotonic() - t0:.1f} s"
+        if self.capture is not None and interface is not None:
+            self.note(f"server stopped; measured {len(todo)} points and profiled in {took}")
+        else:
+            done = "server stopped" if launch.endpoint is None else "server left running"
+            self.note(f"{done}; measured {len(todo)} points in {took}")
+
+    def started(self, session: Session, launch: ServerLaunch, port: int, launch_index: int) -> None:
+        """A server launch is up: its capacity.json and launch.json (the latest launch), in
+        server/<sc>/ (`records_dir`); Session.capacity and Session.launch_record say what they
+        hold (for a server servelab did not launch too)."""
+        where, args = self.records_dir, self.exp.server.args_of(self.sc)
+        capacity = {**session.capacity(args), "server_config": self.sc}
+        CapacityRecord.new(capacity).write(where / CapacityRecord.FILE)
+        record = session.launch_record(launch_index, self.sc, args, self.runtime)
+        LaunchRecord.new(record).write(where / LaunchRecord.FILE)
+
+    def point_job(
+        self, session: Session, launch: ServerLaunch, slots: list[Slot], launch_index: int
+    ) -> tuple[PointJob, PromptPlan]:
+        """The prompts of this launch (prompts.jsonl.gz) and what its warm-up and points share;
+        where each takes its prompts from."""
+        exp, sc, wl = self.exp, self.sc, self.exp.workload
+        pplan = prompt_plan(
+            slots, lambda s: requests_of(exp, s), wl.warmup.requests, wl.unique_prompts
+        )
+        t_p = time.monotonic()
+        pset = self.prompt_source.build(session, pplan.total)
+        write_prompts(self.paths.prompts(sc), self.paths.dataset(sc), pset)
+        self.note(
+            f"{pset.describe(wl)} ready "
+            f"({'unique per point' if wl.unique_prompts else 'shared by the points'}, "
+            f"{time.monotonic() - t_p:.1f} s)"
+        )
+        points = PointJob(
+            sc=sc,
+            session=session,
+            client=session.client(wl),
+            paths=self.paths,
+            workload=wl,
+            sweep=exp.sweep,
+            telemetry=exp.telemetry,
+            prompts=pset.items,
+            dataset=pset.dataset,
+            launch_index=launch_index,
+            orders=_orders_by_repeat(slots),
+            arrivals=self.arrivals(slots),
+            say=self.say,
+            # the GPUs this launch gave the server: the only ones its telemetry samples
+            gpus=server_gpus(exp.runtime.device, launch.container, launch.env, os.environ),
+        )
+        return points, pplan
+
+    def arrivals(self, slots: list[Slot]) -> dict[float, ArrivalsRecord]:
+        """The send schedule of every rate of the plan (none for a closed loop), written to
+        raw/<sc>/arrivals/ the first time and checked against the one written before."""
+        out: dict[float, ArrivalsRecord] = {}
+        for rate in sorted({float(s.level.value) for s in slots if s.level.is_rate}):
+            assert self.exp.sweep.arrival is not None
+            drawn = schedule_of(self.exp.sweep.arrival, rate, self.exp.workload.seed)
+            path = self.paths.arrivals(self.sc, rate)
+            kept = ArrivalsRecord.read_if_present(path)
+            if kept is not None and kept.doc != drawn.doc:
+                raise ServelabError(
+                    f"{path}: the points of rate {rate:g} were measured on another send "
+                    "schedule than sweep.arrival and workload.seed now draw; measure into a "
+                    "fresh results_dir, or restore the config they were measured with"
+                )
+            if kept is None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                drawn.write(path)
+            out[rate] = drawn
+        return out
+
+    def profiler_setup(self) -> tuple[str | None, LaunchAdditions | None]:
+        """With the profiling pass on this launch: how vLLM's profiler is driven and what it
+        adds to the launch (the profiler configured, idle until the last point is measured);
+        (None, None) without one, or when the profiler cannot be set up (the capture is then
+        "not profiled" with the reason, unless profile.required)."""
+        if not self.capture_pending:
+            return None, None
+        capture = self.capture
+        assert capture is not None and capture.job is not None
+        try:
+            interface = capture.job.prepare()
+            return interface, capture.job.additions(interface)
+        except ServelabError as exc:
+            capture.fail(exc)
+            return None, None
+
+    def capture_here(
+        self, session: Session, launch: ServerLaunch, interface: str, *, warm: bool
+    ) -> None:
+        """The profiling pass on this launch, after its last point: capture.json."""
+        capture = self.capture
+        assert capture is not None and capture.job is not None
+        job = capture.job
+        capture.t0 = time.monotonic()  # the profiling pass's own time, not the sweep's
+        capture.finish(lambda: job.capture_on_sweep(session, launch, interface, warm=warm))
+
+    @property
+    def capture_pending(self) -> bool:
+        """The profiling pass is to run on this job's launch and has not run yet."""
+        c = self.capture
+        return c is not None and c.job is not None and "status" not in c.record
+
+    def measure_missing(self, repeats: int) -> list[Slot]:
+        """The plan of `repeats` balanced repeats, measuring (on one server launch) every point
+        of it not complete yet; the plan."""
+        sweep, raw = self.exp.sweep, self.raw
+        raw.mkdir(parents=True, exist_ok=True)
+        slots = plan(sweep.levels, repeats, sweep.order, sweep.order_seed, sweep.axis)
+        self.prompt_source  # noqa: B018 - a dataset is pinned (or refused) before any launch
+        todo = [s for s in slots if not is_complete(self.paths.slot(self.sc, s))]
+        for stale in raw.glob("rep*/*.partial"):
+            _keep_incomplete(stale)
+        if not todo and not self.capture_pending:
+            self.note(f"all {len(slots)} points already complete")
+            return slots
+        if not todo:
+            self.note(f"all {len(slots)} points already complete; a launch for the profiling pass")
+        if len(todo) < len(slots):
+            self.note(f"resuming: {len(slots) - len(todo)} of {len(slots)} points already complete")
+        self.measure(slots, todo, next_launch_index(self.server_dir))
+        return slots
+
+    def write_run(self, slots: list[Slot], wall_s: float, **extra: Any) -> dict[str, Any]:
+        """run.json, the job's output, written last: the plan measured and how; `extra`: what a
+        sequential sweep adds (its rounds)."""
+        raw = self.raw
+        record = RunRecord.new(
+            {
+                "server_config": self.sc,
+                "status": "complete",
+                "points": len(slots),
+                "launches": next_launch_index(self.server_dir) - 1,
+                "order": self.exp.sweep.order,
+                "plan": [s.to_json() for s in slots],
+                "incomplete_kept": sorted(
+                    p.relative_to(raw).as_posix() for p in raw.glob("rep*/*.incomplete*")
+                ),
+                "job_wall_s": round(wall_s, 3),
+                **extra,
+            }
+        )
+        record.write(self.paths.run(self.sc))
+        return record.doc
+
+
+def run_sweep(job: MeasureJob, server_config: str) -> dict[str, Any]:
+    """Measure every missing point of one server configuration; writes run.json last. A
+    sequential plan (`sweep.repeats: {min, max}`) is run by servelab.measure.sequential instead."""
+    raise_on_signals()
+    t_job = time.monotonic()
+    exp, paths = job.exp, job.paths
+    capture = plan_capture(job, server_config) if server_config in on_sweep_launch(exp) else None
+    if capture is not None:
+        # written by this job, after its points: never a capture of an earlier job
+        paths.capture(server_config).unlink(missing_ok=True)
+    sweep = SweepJob(job, server_config, capture)
+    if exp.sweep.rounds is not None:
+        raise ServelabError(
+            f"sweep.repeats is a sequential plan; measure {server_config} with "
+            "servelab.measure.sequential.run_rounds, which measures every configuration round by "
+            "round"
+        )
+    slots = sweep.measure_missing(exp.sweep.most_repeats)
+    if capture is not None and not capture.written:
+        capture.finish(None)  # the profiler could not be set up: "not profiled", and why
+    return sweep.write_run(slots, time.monotonic() - t_job)
+
+
+def next_launch_index(srv_dir: Path) -> int:
+    launch = LaunchRecord.read_if_present(srv_dir / LaunchRecord.FILE)
+    return 1 if launch is None else launch.launch + 1
+
+
+def _orders_by_repeat(slots: list[Slot]) -> dict[int, list[LevelValue]]:
+    out: dict[int, list[LevelValue]] = {}
+    for s in slots:
+        out.setdefault(s.repeat, []).append(s.level.value)
+    return out
+
+
+def requests_of(exp: Experiment, slot: Slot) -> int:
+    """The requests a point sends: concurrency x workload.waves, or a rate's
+    ceil(rate x sweep.arrival.duration_s)."""
+    if slot.level.is_rate:
+        assert exp.sweep.arrival is not None
+        return exp.sweep.arrival.requests(slot.level.value)
+    return int(slot.level.value) * exp.workload.waves
+
+
+def schedule_of(arrival: ArrivalSection, rate: float, seed: int) -> ArrivalsRecord:
+    """The send schedule of a rate's points: an arrival section's process at `rate` (sweep's,
+    or the SLO search's), drawn from `seed`, workload.seed: the same for every repeat,
+    configuration and reproduction."""
+    process = ArrivalProcess(arrival.process, rate, arrival.burstiness, seed)
+    return ArrivalsRecord.of(process, arrival.requests(rate), arrival.max_in_flight)
+
+
+@dataclass(frozen=True)
+class PointJob:
+    """What the warm-up and every point of one server launch share."""
+
+    sc: str
+    session: Session
+    client: Workload
+    paths: ExperimentPaths  # points go to raw/<sc>/rep<RR>/c<CCCC>, the warm-up to raw/<sc>/warmup
+    workload: WorkloadSection
+    sweep: SweepSection
+    telemetry: TelemetrySection
+    prompts: Sequence[Item]
+    launch_index: int
+    orders: Mapping[int, list[LevelValue]]  # repeat -> its levels in run order
+    say: Say
+    gpus: GpuSelection | None = None  # the server's GPUs (None: every GPU NVML lists)
+    # rate -> its send schedule (an open loop's; none for a closed loop)
+    arrivals: Mapping[float, ArrivalsRecord] = field(default_factory=dict)
+    # a dataset workload's record (raw/<sc>/dataset.json); None for synthetic prompts
+    dataset: Mapping[str, Any] | None = None
+    # the SLO capacity search's points (raw/<sc>/search/), not the sweep's
+    search: bool = False
+
+    def folder(self, slot: Slot) -> Path:
+        """Where a point is measured: the sweep's raw layout, or the search's."""
+        if self.search:
+            assert slot.level.is_rate
+            return self.paths.search_point(self.sc, slot.repeat, slot.level.value)
+        return self.paths.slot(self.sc, slot)
+
+    def warmup(self, offset: int) -> None:
+        wl = self.workload
+        n = wl.warmup.requests
+        run = run_point(
+            self.client,
+            self.prompts[offset : offset + n],
+            wl.warmup.concurrency,
+            f"{self.sc}-warmup",
+        )
+        point = _write_point(
+            self.paths.search_warmup(self.sc) if self.search else self.paths.warmup(self.sc),
+            run,
+            {
+                "server_config": self.sc,
+                "kind": "warmup",
+                "launch": self.launch_index,
+                "concurrency": wl.warmup.concurrency,
+                "prompt_offset": offset,
+                "ignore_eos": bool(wl.ignore_eos),
+                "unique_prompts": bool(wl.unique_prompts),
+                "status": "complete",
+            },
+        )
+        self.say(f"[{self.sc}] warm-up: {point['num_prompts']} requests, {_summary_line(point)}")
+
+    def point_info(self, slot: Slot, prompt_offset: int) -> dict[str, Any]:
+        """The fields of a measured point's point.json that say what it is (before its
+        status, telemetry and metrics)."""
+        wl = self.workload
+        level: dict[str, Any] = slot.level.to_json()
+        if slot.level.is_rate:
+            level["arrival"] = self.arrivals[slot.level.value].summary()
+        return {
+            "server_config": self.sc,
+            "kind": "measured",
+            "repeat": slot.repeat,
+            **level,
+            "position": slot.position,
+            "run_index": slot.run_index,
+            "order": self.orders[slot.repeat],
+            "order_kind": self.sweep.order,
+            "launch": self.launch_index,
+            **self.lengths_info(),
+            "prompt_offset": prompt_offset,
+            "ignore_eos": bool(wl.ignore_eos),
+            "unique_prompts": bool(wl.unique_prompts),
+            **self.workload_info(prompt_offset, self.requests(slot)),
+        }
+
+    def lengths_info(self) -> dict[str, Any]:
+        """point.json `input_tokens` / `output_tokens`: the asked length, or its distribution
+        ({min, max} or {values}); absent for a dataset, whose requests carry their own."""
+        out: dict[str, Any] = {}
+        for key in ("input_tokens", "output_tokens"):
+            v = getattr(self.workload, key)
+            if v is not None:
+                out[key] = v if isinstance(v, int) else v.to_json()
+        return out
+
+    def workload_info(self, offset: int, n: int) -> dict[str, Any]:
+        """point.json's workload blocks beyond the default's: `dataset` (the file's sha256 and
+        the sample's), `shared_prefix` (what the point's prompts mean the prefix cache to
+        serve) and `chat` (turns, think time); none for the default workload."""
+        wl, out = self.workload, {}
+        if self.dataset is not None:
+            out["dataset"] = {
+                "sha256": self.dataset["file"]["sha256"],
+                "prompts_sha256": self.dataset.get("prompts_sha256"),
+            }
+        reuse = slice_reuse(self.prompts[offset : offset + n], wl)
+        if reuse is not None:
+            out["shared_prefix"] = reuse
+        if wl.chat is not None:
+            out["chat"] = {"turns": wl.chat.turns, "think_time_s": wl.chat.think_time_s}
+        return out
+
+    def requests(self, slot: Slot) -> int:
+        """The items a point sends: its rate's schedule, or concurrency x waves."""
+        if slot.level.is_rate:
+            return len(self.arrivals[slot.level.value].offsets_ns)
+        return int(slot.level.value) * self.workload.waves
+
+    def load(self, slot: Slot) -> int | OpenLoop:
+        """How run_point sends a point: a closed loop of its concurrency, or its rate's
+        schedule (an open loop)."""
+        if slot.level.is_rate:
+            schedule = self.arrivals[slot.level.value]
+            return OpenLoop(schedule.offsets_ns, schedule.doc["max_in_flight"])
+        return int(slot.level.value)
+
+    def send(self, slot: Slot, prompt_offset: int, label: str, run: PointRun) -> None:
+        """Send one point's requests (`load`) from workload.client_workers processes; `run`
+        fills as they end."""
+        prompts = self.prompts[prompt_offset : prompt_offset + self.requests(slot)]
+        workers = self.workload.client_workers
+        run_point(self.client, prompts, self.load(slot), label, run, workers=workers)
+
+    def measure(self, slot: Slot, prompt_offset: int, progress: str) -> None:
+        """Measure one point into <point>.partial/ and rename it when it is complete; a point
+        cut short is kept as incomplete, and a server that died ends the job."""
+        sc, server = self.sc, self.session.server
+        final = self.folder(slot)
+        partial = final.with_name(final.name + ".partial")
+        partial.mkdir(parents=True, exist_ok=True)
+        info = self.point_info(slot, prompt_offset)
+        run = PointRun()
+        label = f"{sc}-r{slot.repeat:02d}-{final.name}"
+        # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
+        # a point cut short; their summary over the point's window goes into point.json.
+        tel = PointTelemetry(
+            self.telemetry, server.telemetry_process(), self.client.base_url, gpus=self.gpus
+        )
+        try:
+            with tel:
+                self.send(slot, prompt_offset, label, run)
+        except BaseException as exc:
+            info["telemetry"] = tel.finish(
+                partial, run.started_epoch_ns, run.finished_epoch_ns, _output_tokens(run)
+            )
+            _write_point(
+                partial,
+                run,
+                {
+                    **info,
+                    "status": "incomplete",
+                    "error": f"interrupted: {type(exc).__name__} {exc}".strip(),
+                },
+            )
+            kept = _keep_incomplete(partial)
+            self.say(
+                f"[{sc}] point rep{slot.repeat:02d} {slot.name()} interrupted; "
+                f"{len(run.records)} finished requests kept in {kept} (marked incomplete)"
+            )
+            raise
+        info["telemetry"] = tel.finish(
+            partial, run.started_epoch_ns, run.finished_epoch_ns, _output_tokens(run)
+        )
+        if not server.alive_after(run.records):
+            gone = server.gone_text()
+            _write_point(
+                partial,
+                run,
+                {**info, "status": "incomplete", "error": f"server {gone} during the point"},
+            )
+            kept = _keep_incomplete(partial)
+            raise ServelabError(
+                f"[{sc}] the server {gone} during point rep{slot.repeat:02d} "
+                f"{slot.name()}; the point is kept as {kept} (incomplete), completed "
+                f"points stay in {self.paths.raw_config(sc)}; rerun to measure the rest. Last "
+                f"lines of {server.log_path}:\n{server.log_tail()}"
+            )
+        point = _write_point(partial, run, {**info, "status": "complete"})
+        os.replace(partial, final)  # final cannot exist: only missing points are measured
+        self.say(
+            f"[{sc}] {progress} rep{slot.repeat:02d} {slot.name():<6} "
+            f"{_summary_line(point)} ({point['duration']:.1f} s)"
+        )
