@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 
 from servelab.hostfacts import canary
@@ -62,3 +63,55 @@ def test_gpu_part_is_measured_or_absent_with_reason() -> None:
         assert result.copy is not None and result.copy.median > 0
     else:
         assert result.reason and result.matmul is None and result.copy is None
+
+
+def timed(compute_s: float, copy_gbps: float) -> canary.CpuCanary:
+    """A canary as measured: five repeats within 1% of the medians."""
+
+    def t(unit: str, m: float) -> canary.Timing:
+        return canary.Timing(unit, m, m * 0.995, m * 1.005, 5)
+
+    return canary.CpuCanary(t("s", compute_s), t("GB/s", copy_gbps), 7, 300_000, 64)
+
+
+def test_the_run_record_round_trips_through_json() -> None:
+    record = canary.RunCanary(
+        timed(0.085, 5.0), timed(0.086, 4.9), canary.drift(timed(0.085, 5.0), timed(0.086, 4.9))
+    )
+    doc = json.loads(json.dumps(record.to_json()))
+    assert canary.RunCanary.from_json(doc) == record
+    assert set(doc) == {"before", "after", "drift"} and doc["drift"]["verdict"] == "steady"
+
+
+def test_a_job_times_it_before_its_first_launch_and_after_its_last() -> None:
+    """Three launches (a sequential sweep's rounds): before is the first's, after the last's;
+    a job that launched nothing records none."""
+    taken = iter([timed(0.085, 5.0), timed(0.09, 5.0), timed(0.1, 5.0), timed(0.12, 4.0)])
+    times = canary.CanaryTimes(measure=lambda: next(taken))
+    assert times.record() is None
+    assert times.before_launch() is not None
+    times.after_launch()
+    assert times.before_launch() is None  # not timed again before a later launch
+    times.after_launch()
+    times.after_launch()
+    record = times.record()
+    assert record is not None
+    assert record.before.compute.median == 0.085 and record.after.compute.median == 0.12
+    assert record.drift.verdict == "moved" and record.drift.compute.change > 0.4
+
+
+def test_validity_notes_a_sweep_whose_host_slowed_and_passes_a_steady_one() -> None:
+    from servelab.analysis.validity import host_speed_json
+
+    steady = canary.RunCanary(
+        timed(0.085, 5.0), timed(0.086, 5.0), canary.drift(timed(0.085, 5.0), timed(0.086, 5.0))
+    )
+    slowed = canary.RunCanary(
+        timed(0.085, 5.0), timed(0.17, 2.5), canary.drift(timed(0.085, 5.0), timed(0.17, 2.5))
+    )
+    out = host_speed_json({"b": slowed.to_json(), "a": steady.to_json()})
+    assert list(out) == ["a", "b"]
+    assert out["a"]["status"] == "passed" and out["a"]["reason"].startswith("host speed steady")
+    assert out["b"]["status"] == "noted"
+    assert out["b"]["reason"].startswith("the host changed speed during the sweep: moved")
+    assert out["b"]["after"] == {"compute_s": 0.17, "copy_gbps": 2.5}

@@ -85,6 +85,11 @@ def test_reduced_experiment_produces_the_raw_data_contract(
 
     run = json.loads((raw / "run.json").read_text())
     assert run["status"] == "complete" and run["points"] == 4 and run["launches"] == 1
+    # the host-speed canary, before the launch and after it: the same fixed work
+    canary = run["canary"]
+    assert canary["before"]["checksum"] == canary["after"]["checksum"]
+    assert canary["before"]["compute"]["median"] > 0 and canary["after"]["bandwidth"]["median"] > 0
+    assert canary["drift"]["verdict"] in ("steady", "moved")
 
     orders = {}
     offsets: list[tuple[int, int]] = []
@@ -162,6 +167,14 @@ def test_reduced_experiment_leaves_analysis_bundle_and_report(
     exp, proc = reduced_experiment.exp, reduced_experiment.proc
     summary = (exp / "summary.txt").read_text()
     assert "mns4" in summary and "output tok/s" in summary
+    # the canary in the summary, validity.json and provenance.json
+    assert "host speed (the canary before each sweep's first launch" in summary
+    verdict = json.loads((exp / "raw" / "mns4" / "run.json").read_text())["canary"]["drift"]
+    validity = json.loads((exp / "analysis" / "validity.json").read_text())
+    status = {"steady": "passed", "moved": "noted"}[verdict["verdict"]]
+    assert validity["host_speed"]["mns4"]["status"] == status
+    prov = json.loads((exp / "bundle" / "provenance.json").read_text())
+    assert prov["host_speed"]["mns4"]["drift"] == verdict["verdict"]
     assert "rep02 c=4" in proc.stdout  # a progress line per point
     assert "== sweep mns4: done in" in proc.stdout
     assert "== analysis: done in" in proc.stdout and "== bundle: done in" in proc.stdout

@@ -16,6 +16,7 @@ from servelab.analysis.validity import PointFlags, check_point, summary_line
 from servelab.config import default_section
 from servelab.design.level import Level, LevelValue
 from servelab.experiment import ValiditySection
+from servelab.hostfacts.canary import RunCanary
 from servelab.launch.serverlog import start_line
 from servelab.render import num
 from servelab.store.paths import ExperimentPaths
@@ -113,6 +114,7 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
             f"{max(tputs) / min(tputs):.2f}x"
         )
     lines += ["", summary_line(point_validity(raw, t))]
+    lines += canary_lines(exp_dir)
     times = stage_times(exp_dir)
     if times:
         lines.append("")
@@ -123,6 +125,30 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
         if wall:
             lines += ["", wall]
     return "\n".join(lines) + "\n"
+
+
+def canary_lines(exp_dir: Path) -> list[str]:
+    """The host-speed canary of each configuration's sweep, before its first launch and after
+    its last: `mns4: compute 85.2 -> 86.0 ms, copy 5.01 -> 4.98 GB/s: steady (...)`; none for
+    runs written before it was recorded."""
+    lines = []
+    for rj in ExperimentPaths(exp_dir).run_files():
+        doc = RunRecord.read(rj).canary
+        if doc is None:
+            continue
+        c = RunCanary.from_json(doc)
+        b, a = c.before, c.after
+        lines.append(
+            f"  {rj.parent.name}: compute {b.compute.median * 1e3:.1f} -> "
+            f"{a.compute.median * 1e3:.1f} ms, copy {b.bandwidth.median:.2f} -> "
+            f"{a.bandwidth.median:.2f} GB/s: {c.drift.line()}"
+        )
+    if not lines:
+        return []
+    return [
+        "",
+        "host speed (the canary before each sweep's first launch and after its last):",
+    ] + lines
 
 
 def _launch(path: Path, record: type[Record]) -> dict[str, Any]:

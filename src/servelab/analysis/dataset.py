@@ -103,6 +103,9 @@ class Dataset:
     # a sequential sweep's record (run.json `sequential`: the stopping rule, the rounds, why it
     # stopped); None for a fixed number of repeats
     sequential: dict[str, Any] | None = None
+    # the host-speed canary of each server config's sweep job (run.json `canary`); no entry
+    # where the raw data has none (written before it was recorded)
+    canaries: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def configs(self) -> list[str]:
         return sorted({p.server_config for p in self.points})
@@ -226,7 +229,22 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
         skipped,
         nodes,
         _sequential(root, skipped if skip_damaged else None),
+        _canaries(root),
     )
+
+
+def _canaries(root: Path) -> dict[str, dict[str, Any]]:
+    """Each configuration's run.json `canary`, by configuration; a damaged run.json is the
+    sequential record's to report (_sequential) and is passed over here."""
+    out: dict[str, dict[str, Any]] = {}
+    for rj in ExperimentPaths(root).run_files():
+        try:
+            canary = RunRecord.read(rj).canary
+        except DamagedRawData:
+            continue
+        if canary is not None:
+            out[rj.parent.name] = canary
+    return out
 
 
 def _sequential(root: Path, skipped: list[Skipped] | None) -> dict[str, Any] | None:

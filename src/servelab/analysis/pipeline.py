@@ -29,7 +29,7 @@ from servelab.analysis.search import SearchResult, read_search
 from servelab.analysis.slo import slo_capacity
 from servelab.analysis.stopping import StoppingRule
 from servelab.analysis.turns import turns_of
-from servelab.analysis.validity import validity_json
+from servelab.analysis.validity import host_speed_json, validity_json
 from servelab.config import default_section, merge
 from servelab.env.endpoint import report_facts
 from servelab.experiment import AnalysisSection, section_from_dict
@@ -125,6 +125,8 @@ def analyze(
         # a server servelab did not launch: what it said of itself (endpoint.report_facts)
         "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa, **report_facts(ds.capacity)},
     }
+    if ds.canaries:  # only where the sweep recorded the host-speed canary
+        results["validity"]["host_speed"] = host_speed_json(ds.canaries)
     searches = searches_of(ds)
     results.update(_notes(ds, root, searches))
     results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)

@@ -16,7 +16,7 @@ from servelab.env.endpoint import NOT_LAUNCHED
 from servelab.env.model import RECORD as MODEL_RECORD
 from servelab.errors import ServelabError
 from servelab.evidence.files import sha256sums_text, walk_files
-from servelab.evidence.provenance import host_facts, pipeline_facts, redacted_config
+from servelab.evidence.provenance import host_facts, host_speed, pipeline_facts, redacted_config
 from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
 from servelab.experiment import ConfirmsSection, Experiment
 from servelab.store.hashing import sha256_file
@@ -260,6 +260,7 @@ def _provenance(
         **_endpoint(runtime),
         **_dataset(paths),
         **_stopping_rule(paths),
+        **host_speed(paths),
         **_confirms(exp.analysis.confirms),
         "config": config,
         "started_epoch_ns": started,

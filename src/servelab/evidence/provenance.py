@@ -10,9 +10,12 @@ from typing import Any
 from servelab import __version__
 from servelab.analysis.pipeline import ANALYSIS_VERSION
 from servelab.hostfacts import host_facts
+from servelab.hostfacts.canary import RunCanary
 from servelab.redact import redact_env
+from servelab.store.paths import ExperimentPaths
+from servelab.store.records import RunRecord
 
-__all__ = ["host_facts", "pipeline_facts", "redacted_config"]
+__all__ = ["host_facts", "host_speed", "pipeline_facts", "redacted_config"]
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
@@ -52,3 +55,20 @@ def redacted_config(cfg: dict[str, Any]) -> dict[str, Any]:
         runtime["env"] = redact_env(runtime["env"])
     out["runtime"] = runtime
     return out
+
+
+def host_speed(paths: ExperimentPaths) -> dict[str, Any]:
+    """`host_speed`: per server configuration, the host-speed canary before its sweep job's
+    first launch and after its last (run.json `canary`: the medians and the drift's verdict);
+    nothing for runs written before it was recorded."""
+    out: dict[str, Any] = {}
+    for run in paths.run_files():
+        doc = RunRecord.read(run).canary
+        if doc is not None:
+            c = RunCanary.from_json(doc)
+            out[run.parent.name] = {
+                "before": c.before.medians(),
+                "after": c.after.medians(),
+                "drift": c.drift.verdict,
+            }
+    return {"host_speed": out} if out else {}

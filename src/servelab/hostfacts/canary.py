@@ -9,19 +9,23 @@ canary moved beyond its own noise between two runs, the host changed.
   "steady" or "moved", with the threshold used.
 - ``measure_gpu``: a fixed matmul and a device copy through PyTorch with CUDA; where
   either is missing, an absent result with the reason.
+- ``RunCanary``: what a sweep job records in run.json `canary` (docs/raw-data.md): the CPU
+  canary before its first server launch and after its last, and their drift; ``CanaryTimes``
+  takes them as the job goes.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 Timer = Callable[[], float]
 
-COMPUTE_ITERATIONS = 1_000_000
+# ~85 ms a repeat on a 2-vCPU AMD EPYC (Zen 4): the five repeats and the copies take ~0.7 s
+COMPUTE_ITERATIONS = 300_000
 BUFFER_MIB = 64
 REPEATS = 5
 DRIFT_FLOOR = 0.05
@@ -43,6 +47,16 @@ class Timing:
         """(max - min) / median: the part's own noise."""
         return (self.high - self.low) / self.median if self.median else 0.0
 
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Timing:
+        return cls(
+            str(doc["unit"]),
+            float(doc["median"]),
+            float(doc["low"]),
+            float(doc["high"]),
+            int(doc["repeats"]),
+        )
+
 
 @dataclass(frozen=True)
 class CpuCanary:
@@ -56,6 +70,25 @@ class CpuCanary:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> CpuCanary:
+        return cls(
+            Timing.from_json(doc["compute"]),
+            Timing.from_json(doc["bandwidth"]),
+            int(doc["checksum"]),
+            int(doc["iterations"]),
+            int(doc["buffer_mib"]),
+        )
+
+    def medians(self) -> dict[str, float]:
+        """{compute_s, copy_gbps}: the medians, as validity.json and provenance.json keep them."""
+        return {"compute_s": self.compute.median, "copy_gbps": self.bandwidth.median}
+
+    def line(self) -> str:
+        """compute 85.2 ms, copy 5.01 GB/s: the medians, as progress lines and the summary
+        print them."""
+        return f"compute {self.compute.median * 1e3:.1f} ms, copy {self.bandwidth.median:.2f} GB/s"
 
 
 @dataclass(frozen=True)
@@ -140,6 +173,21 @@ class Drift:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Drift:
+        def part(d: Mapping[str, Any]) -> PartDrift:
+            return PartDrift(float(d["change"]), float(d["threshold"]), str(d["verdict"]))
+
+        return cls(part(doc["compute"]), part(doc["bandwidth"]), str(doc["verdict"]))
+
+    def line(self) -> str:
+        """steady (compute +1.2%, copy -3.0%; beyond 5.0% and 7.5% it would have moved)"""
+        c, b = self.compute, self.bandwidth
+        return (
+            f"{self.verdict} (compute {c.change:+.1%}, copy {b.change:+.1%}; "
+            f"beyond {c.threshold:.1%} and {b.threshold:.1%} it moved)"
+        )
+
 
 def _part(before: Timing, after: Timing, slower_when_higher: bool, floor: float) -> PartDrift:
     ratio = after.median / before.median if before.median else 1.0
@@ -178,3 +226,55 @@ def measure_gpu(repeats: int = REPEATS, size: int = 4096) -> GpuCanary:
         torch.cuda.synchronize()
         rates.append(2 * a.numel() * a.element_size() / (time.perf_counter() - start) / 1e9)
     return GpuCanary(True, "", _summary(flops, "TFLOP/s"), _summary(rates, "GB/s"))
+
+
+@dataclass(frozen=True)
+class RunCanary:
+    """run.json `canary`: the CPU canary timed before a sweep job's first server launch and
+    after its last, and whether the host's speed moved between them beyond its own noise."""
+
+    before: CpuCanary
+    after: CpuCanary
+    drift: Drift
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "before": self.before.to_json(),
+            "after": self.after.to_json(),
+            "drift": self.drift.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RunCanary:
+        return cls(
+            CpuCanary.from_json(doc["before"]),
+            CpuCanary.from_json(doc["after"]),
+            Drift.from_json(doc["drift"]),
+        )
+
+
+@dataclass
+class CanaryTimes:
+    """The canary as a sweep job takes it: before its first launch, after each launch (the
+    last one counts); `measure` is measure_cpu, or a stand-in in a test."""
+
+    measure: Callable[[], CpuCanary] = measure_cpu
+    first: CpuCanary | None = None
+    last: CpuCanary | None = None
+
+    def before_launch(self) -> CpuCanary | None:
+        """Time it before the job's first launch; None (not timed again) before a later one."""
+        if self.first is not None:
+            return None
+        self.first = self.measure()
+        return self.first
+
+    def after_launch(self) -> CpuCanary:
+        self.last = self.measure()
+        return self.last
+
+    def record(self) -> RunCanary | None:
+        """The job's canary; None when it launched nothing (every point already complete)."""
+        if self.first is None or self.last is None:
+            return None
+        return RunCanary(self.first, self.last, drift(self.first, self.last))

@@ -41,6 +41,7 @@ from servelab.experiment import (
     TelemetrySection,
     WorkloadSection,
 )
+from servelab.hostfacts.canary import CanaryTimes
 from servelab.job import ConfigJob, MeasureJob, Say
 from servelab.launch.server import ServerLaunch, choose_port, raise_on_signals
 from servelab.launch.session import LaunchAdditions, Session, build_launch, serve
@@ -117,6 +118,8 @@ class SweepJob(ConfigJob):
     # profile.launch sweep (servelab.profile.plan.on_sweep_launch): the profiling pass of this
     # configuration, captured on this job's launch after its last point
     capture: PlannedCapture | None = None
+    # the host-speed canary, before the job's first launch and after its last (run.json)
+    canary: CanaryTimes = field(default_factory=CanaryTimes)
 
     @property
     def raw(self) -> Path:
@@ -146,6 +149,8 @@ class SweepJob(ConfigJob):
         port = choose_port(exp.server.host, exp.server.port, self.note)
         interface, additions = self.profiler_setup()
         launch = build_launch(self.job, sc, port=port, additions=additions)
+        if (before := self.canary.before_launch()) is not None:
+            self.note(f"host canary before: {before.line()}")
         t0 = time.monotonic()
         self.note(
             f"starting vLLM on {launch.base_url} (launch {launch_index}): {' '.join(launch.args)}"
@@ -162,6 +167,8 @@ class SweepJob(ConfigJob):
             if self.capture is not None and interface is not None:
                 self.capture_here(session, launch, interface, warm=bool(todo))
         took = f"{time.monotonic() - t0:.1f} s"
+        after = self.canary.after_launch()
+        self.note(f"host canary after: {after.line()}")
         if self.capture is not None and interface is not None:
             self.note(f"server stopped; measured {len(todo)} points and profiled in {took}")
         else:
@@ -305,8 +312,13 @@ class SweepJob(ConfigJob):
                 "job_wall_s": round(wall_s, 3),
                 **extra,
             }
+            | ({} if (canary := self.canary.record()) is None else {"canary": canary.to_json()})
         )
         record.write(self.paths.run(self.sc))
+        if canary is not None:
+            moved = canary.drift.verdict == "moved"
+            said = "the host changed speed during this sweep" if moved else "host speed"
+            self.note(f"{said}: {canary.drift.line()}")
         return record.doc
 
 

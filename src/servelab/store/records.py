@@ -370,6 +370,13 @@ class RunRecord(Record):
         number of repeats."""
         return self._dict("sequential")
 
+    @property
+    def canary(self) -> dict[str, Any] | None:
+        """The host-speed canary before the job's first launch and after its last, and their
+        drift (servelab.hostfacts.canary.RunCanary.from_json reads it); None in runs written
+        before it was recorded."""
+        return self._dict("canary")
+
 
 @dataclass(frozen=True)
 class LaunchRecord(Record):

@@ -56,6 +56,7 @@ from servelab.analysis.validity.results import (
     PointFlags,
     axis_of,
     counts,
+    host_speed_json,
     level_name,
     point_name,
     summary_line,
@@ -98,5 +99,6 @@ __all__ = [
     "summary_line",
     "thresholds_json",
     "tokens_per_chunk_allowed",
+    "host_speed_json",
     "validity_json",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servelab.analysis.validity.catalog import checks_for, failed
@@ -11,6 +11,7 @@ from servelab.analysis.validity.flags import (
     NONE,
     NOT_CHECKED,
     NOTED,
+    PASSED,
     SECTION,
     STATUSES,
     Flag,
@@ -18,6 +19,7 @@ from servelab.analysis.validity.flags import (
 )
 from servelab.design.level import CONCURRENCY, Level, LevelValue
 from servelab.experiment import ValiditySection
+from servelab.hostfacts.canary import RunCanary
 
 FORMAT_VERSION = 1
 
@@ -105,3 +107,33 @@ def summary_line(points: Sequence[PointFlags], anchor: str = "analysis/report.md
     for name, k in noted.items():
         line += f"; {name} noted on {k} point{'s' if k != 1 else ''} (not excluded)"
     return line
+
+
+def host_speed_json(canaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """validity.json `host_speed` (present only where a sweep recorded the canary): for each
+    server configuration, the canary before its sweep job's first launch and after its last,
+    the drift, and `noted` where it moved beyond its own noise: the host changed speed under
+    the sweep (docs/analysis.md, "Host speed"). Noted, not failed: the points stay in, and a
+    balanced, interleaved design spreads a slow drift over every level alike."""
+    out: dict[str, Any] = {}
+    for sc, doc in sorted(canaries.items()):
+        canary = RunCanary.from_json(doc)
+        moved = canary.drift.verdict == "moved"
+        out[sc] = {
+            "status": NOTED if moved else PASSED,
+            "reason": (
+                f"the host changed speed during the sweep: {canary.drift.line()}"
+                if moved
+                else f"host speed steady: {canary.drift.line()}"
+            ),
+            "before": {
+                "compute_s": canary.before.compute.median,
+                "copy_gbps": canary.before.bandwidth.median,
+            },
+            "after": {
+                "compute_s": canary.after.compute.median,
+                "copy_gbps": canary.after.bandwidth.median,
+            },
+            "drift": canary.drift.to_json(),
+        }
+    return out
