@@ -115,3 +115,18 @@ def test_validity_notes_a_sweep_whose_host_slowed_and_passes_a_steady_one() -> N
     assert out["b"]["status"] == "noted"
     assert out["b"]["reason"].startswith("the host changed speed during the sweep: moved")
     assert out["b"]["after"] == {"compute_s": 0.17, "copy_gbps": 2.5}
+
+
+def test_a_timing_that_spread_too_wide_is_unsteady_unless_the_change_is_larger_still() -> None:
+    """A host whose speed varied within one timing (repeats 30% apart) cannot be called
+    steady; a change beyond even that noise is still called moved."""
+    wobbly = canary.CpuCanary(
+        canary.Timing("s", 0.085, 0.07, 0.10, 5), timed(0.085, 5.0).bandwidth, 7, 300_000, 64
+    )
+    unsteady = canary.drift(timed(0.085, 5.0), wobbly)
+    assert unsteady.compute.verdict == "unsteady" and unsteady.verdict == "unsteady"
+    assert "compute varied by more than 25% within a timing" in unsteady.line()
+    halved = canary.CpuCanary(
+        canary.Timing("s", 0.2, 0.17, 0.23, 5), timed(0.085, 5.0).bandwidth, 7, 300_000, 64
+    )
+    assert canary.drift(timed(0.085, 5.0), halved).verdict == "moved"

@@ -30,6 +30,9 @@ BUFFER_MIB = 64
 REPEATS = 5
 DRIFT_FLOOR = 0.05
 NOISE_FACTOR = 3.0
+# a part whose own repeats spread wider than this ((max - min) / median) says the host's speed
+# varied while the canary ran: its drift cannot be judged ("unsteady"), and that is itself noted
+UNSTEADY_SPREAD = 0.25
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ def _summary(values: list[float], unit: str) -> Timing:
 
 def _time_compute(iterations: int, repeats: int, timer: Timer) -> tuple[Timing, int]:
     seconds: list[float] = []
-    checksum = 0
+    checksum = compute_work(iterations // 10)  # untimed: the loop's code and data warm
     for _ in range(repeats):
         start = timer()
         checksum = compute_work(iterations)
@@ -132,6 +135,7 @@ def _time_bandwidth(buffer_mib: int, repeats: int, timer: Timer) -> Timing:
     size = buffer_mib * 1024 * 1024
     source = memoryview(bytearray(size))
     target = memoryview(bytearray(size))
+    target[:] = source  # untimed: the first copy faults the target's pages in
     rates: list[float] = []
     for _ in range(repeats):
         start = timer()
@@ -155,7 +159,9 @@ def measure_cpu(
 
 @dataclass(frozen=True)
 class PartDrift:
-    """One part's relative change (positive: the host got slower) and its verdict."""
+    """One part's relative change (positive: the host got slower) and its verdict: moved
+    (beyond `threshold`), else unsteady (its own repeats spread beyond UNSTEADY_SPREAD before
+    or after: too noisy to call steady), else steady."""
 
     change: float
     threshold: float
@@ -181,27 +187,38 @@ class Drift:
         return cls(part(doc["compute"]), part(doc["bandwidth"]), str(doc["verdict"]))
 
     def line(self) -> str:
-        """steady (compute +1.2%, copy -3.0%; beyond 5.0% and 7.5% it would have moved)"""
+        """steady (compute +1.2%, copy -3.0%; beyond 5.0% and 7.5% it would have moved), or
+        unsteady (...) when a part's repeats spread too wide to judge."""
         c, b = self.compute, self.bandwidth
-        return (
-            f"{self.verdict} (compute {c.change:+.1%}, copy {b.change:+.1%}; "
-            f"beyond {c.threshold:.1%} and {b.threshold:.1%} it moved)"
-        )
+        said = f"{self.verdict} (compute {c.change:+.1%}, copy {b.change:+.1%}; "
+        if self.verdict == "unsteady":
+            which = " and ".join(
+                n for n, p in (("compute", c), ("copy", b)) if p.verdict == "unsteady"
+            )
+            return said + f"{which} varied by more than {UNSTEADY_SPREAD:.0%} within a timing)"
+        return said + f"beyond {c.threshold:.1%} and {b.threshold:.1%} it moved)"
 
 
 def _part(before: Timing, after: Timing, slower_when_higher: bool, floor: float) -> PartDrift:
     ratio = after.median / before.median if before.median else 1.0
     change = ratio - 1.0 if slower_when_higher else 1.0 / ratio - 1.0
     threshold = max(NOISE_FACTOR * (before.relative_spread + after.relative_spread) / 2, floor)
-    return PartDrift(change, threshold, "moved" if abs(change) > threshold else "steady")
+    if abs(change) > threshold:
+        return PartDrift(change, threshold, "moved")
+    unsteady = max(before.relative_spread, after.relative_spread) > UNSTEADY_SPREAD
+    return PartDrift(change, threshold, "unsteady" if unsteady else "steady")
 
 
 def drift(before: CpuCanary, after: CpuCanary, floor: float = DRIFT_FLOOR) -> Drift:
-    """The threshold: the larger of 3x the mean relative spread of the two and ``floor``."""
+    """A part moved when its change exceeds the larger of 3x the mean relative spread of the
+    two timings and ``floor``; short of that, it is unsteady when either timing's own spread
+    exceeds UNSTEADY_SPREAD (too noisy to call it steady). The canary moved when a part moved,
+    else is unsteady when a part is."""
     compute = _part(before.compute, after.compute, True, floor)
     bandwidth = _part(before.bandwidth, after.bandwidth, False, floor)
-    moved = "moved" in (compute.verdict, bandwidth.verdict)
-    return Drift(compute, bandwidth, "moved" if moved else "steady")
+    verdicts = (compute.verdict, bandwidth.verdict)
+    verdict = next((v for v in ("moved", "unsteady") if v in verdicts), "steady")
+    return Drift(compute, bandwidth, verdict)
 
 
 def measure_gpu(repeats: int = REPEATS, size: int = 4096) -> GpuCanary:

@@ -29,6 +29,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from servelab.analysis.validity import HOST_SPEED_WORDS
 from servelab.client import OpenLoop, PointRun, Workload, run_point
 from servelab.design.arrivals import ArrivalProcess
 from servelab.design.level import LevelValue
@@ -316,9 +317,7 @@ class SweepJob(ConfigJob):
         )
         record.write(self.paths.run(self.sc))
         if canary is not None:
-            moved = canary.drift.verdict == "moved"
-            said = "the host changed speed during this sweep" if moved else "host speed"
-            self.note(f"{said}: {canary.drift.line()}")
+            self.note(f"{HOST_SPEED_WORDS[canary.drift.verdict]}: {canary.drift.line()}")
         return record.doc
 
 

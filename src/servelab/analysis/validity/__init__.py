@@ -53,6 +53,7 @@ from servelab.analysis.validity.flags import (
 )
 from servelab.analysis.validity.pitfalls import tokens_per_chunk_allowed
 from servelab.analysis.validity.results import (
+    HOST_SPEED_WORDS,
     PointFlags,
     axis_of,
     counts,
@@ -99,6 +100,7 @@ __all__ = [
     "summary_line",
     "thresholds_json",
     "tokens_per_chunk_allowed",
+    "HOST_SPEED_WORDS",
     "host_speed_json",
     "validity_json",
 ]
