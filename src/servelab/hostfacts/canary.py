@@ -24,10 +24,13 @@ from typing import Any
 
 Timer = Callable[[], float]
 
-# ~85 ms a repeat on a 2-vCPU AMD EPYC (Zen 4): the five repeats and the copies take ~0.7 s
-COMPUTE_ITERATIONS = 300_000
+# Each repeat spans more than one 100 ms CFS period (a CPU quota's unit: a throttled host then
+# slows every repeat, not some), and a timing takes ~0.7 s on a 2-vCPU AMD EPYC (Zen 4):
+# 600,000 iterations (~170 ms) and 4 copies of 64 MiB (~50-100 ms) a repeat, 3 repeats each.
+COMPUTE_ITERATIONS = 600_000
 BUFFER_MIB = 64
-REPEATS = 5
+COPIES = 4
+REPEATS = 3
 DRIFT_FLOOR = 0.05
 NOISE_FACTOR = 3.0
 # a part whose own repeats spread wider than this ((max - min) / median) says the host's speed
@@ -139,9 +142,10 @@ def _time_bandwidth(buffer_mib: int, repeats: int, timer: Timer) -> Timing:
     rates: list[float] = []
     for _ in range(repeats):
         start = timer()
-        target[:] = source
+        for _ in range(COPIES):
+            target[:] = source
         elapsed = max(timer() - start, 1e-9)
-        rates.append(size / elapsed / 1e9)
+        rates.append(COPIES * size / elapsed / 1e9)
     return _summary(rates, "GB/s")
 
 
