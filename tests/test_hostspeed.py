@@ -111,7 +111,12 @@ def test_host_speed_pools_every_canary_and_is_none_without() -> None:
         1.01
     )
     assert host_speed({"raw/a/run.json": {"format_version": 1}}) is None
-    assert why_no_ratio(None, speed) == "host speed not recorded by the earlier run"
+    assert why_no_ratio(None, speed) == (
+        "host speed not recorded: the earlier run did not measure the canary"
+    )
+    assert why_no_ratio(None, None, ("v4", "v5")) == (
+        "host speed not recorded: neither v4 nor v5 measured the canary"
+    )
 
 
 def test_a_damaged_canary_is_one_line_naming_the_file_and_key() -> None:

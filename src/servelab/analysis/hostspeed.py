@@ -157,14 +157,24 @@ def read_host_speed(root: Path) -> HostSpeed | None:
     return host_speed(docs)
 
 
-def why_no_ratio(before: HostSpeed | None, after: HostSpeed | None) -> str | None:
-    """Why two runs' host speeds cannot be compared, in words; None when they can."""
-    missing = [w for w, h in (("the earlier run", before), ("the later run", after)) if h is None]
+def why_no_ratio(
+    before: HostSpeed | None,
+    after: HostSpeed | None,
+    names: tuple[str, str] = ("the earlier run", "the later run"),
+) -> str | None:
+    """Why two runs' host speeds (the runs called `names`) cannot be compared, in words; None
+    when they can."""
+    missing = [w for w, h in zip(names, (before, after), strict=True) if h is None]
+    if len(missing) == 2:
+        return f"{HOST_NOT_RECORDED}: neither {names[0]} nor {names[1]} measured the canary"
     if missing:
-        return f"{HOST_NOT_RECORDED} by {' and '.join(missing)}"
+        return f"{HOST_NOT_RECORDED}: {missing[0]} did not measure the canary"
     assert before is not None and after is not None
     if before.work != after.work:
-        return f"{HOST_NOT_RECORDED} comparably: the two runs' canaries time different work"
+        return (
+            f"{HOST_NOT_RECORDED} comparably: the canaries of {names[0]} and {names[1]} "
+            "time different work"
+        )
     return None
 
 
