@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from release_fixtures import CommittedSite
 
+from servelab.analysis.hostspeed import HostSpeed, Span
 from servelab.analysis.stats import describe
 from servelab.errors import ServelabError
 from servelab.site.history import (
@@ -367,3 +368,51 @@ def test_a_checked_release_that_does_not_verify_is_never_analysed(
     (pair,) = out["pairs"]
     assert pair["comparable"] is False and pair["why_not"].startswith("v7 cannot be analysed")
     assert {p["verdict"] for p in pair["points"]} == {"not comparable"}
+
+
+def timed(compute_s: float, gbs: float) -> HostSpeed:
+    """A release's host speed: compute seconds and copy GB/s, each within 1%."""
+    return HostSpeed(
+        Span(compute_s, 0.99 * compute_s, 1.01 * compute_s),
+        Span(gbs, 0.99 * gbs, 1.01 * gbs),
+        4,
+        (42, 1_000_000, 64),
+    )
+
+
+@pytest.mark.parametrize(
+    ("v8_speed", "expected"),
+    [
+        # v8's host as fast as v7's: its 33-54% more throughput is beyond the host, better
+        ((1.0, 10.0), {"changed beyond what the host explains"}),
+        # v8's host 40% faster: the throughput moved as much as the host's speed did
+        (
+            (1.0 / 1.4, 14.0),
+            {"changed as much as the host's speed did (not attributed to the code)"},
+        ),
+    ],
+)
+def test_v7_to_v8_is_attributed_against_the_recorded_host_speed(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    v8_speed: tuple[float, float],
+    expected: set[str],
+) -> None:
+    """With the canary recorded (here given to the history in place of the releases' run.json
+    files), the same changes are the code's or the host's by the host-speed ratio."""
+    from servelab.site import history as module
+
+    speeds = {"v7": timed(1.0, 10.0), "v8": timed(*v8_speed)}
+    monkeypatch.setattr(module, "read_host_speed", lambda root: speeds[root.name[-2:]])
+    out = release_history(EXPERIMENT, [EVIDENCE / "v7", EVIDENCE / "v8"], tmp_path)
+    (pair,) = out["pairs"]
+    assert pair["host_speed"]["recorded"] is True
+    tput = [p for p in pair["points"] if p["metric"] == "output_throughput"]
+    changed = [p for p in tput if p["verdict"] != "unchanged"]
+    assert len(changed) >= 8
+    assert {p["verdict"] for p in changed} == expected
+    if "changed beyond what the host explains" in expected:
+        assert {p["direction"] for p in changed} == {"better"}
+        assert all(p["vs_host_pct"] > 30 for p in changed)
+    else:
+        assert all(p["direction"] is None and abs(p["vs_host_pct"]) < 12 for p in changed)
