@@ -237,8 +237,13 @@ def _attributed(
         if ("host_attribution" not in c and not moved) or c.get("host_attribution") == BEYOND_HOST
     ]
     times = f"x{float(speed['ratio']):.3g} of the reference's"
-    if not code:
+    if not code and moved:
         return f": not attributed to the code (the host's speed, {times}, explains every failure)"
+    if not code:
+        return (
+            ": not attributed to the code (no failed check is a real change beyond the host's "
+            f"speed, {times})"
+        )
     if all(c.get("direction") == "better" for c in code):
         return f": faster beyond what the host's speed ({times}) explains, not a regression"
     return ": a regression" + (f" beyond what the host's speed ({times}) explains" if moved else "")
