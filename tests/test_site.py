@@ -347,6 +347,16 @@ def test_reproduction_page_compares_claim_by_claim(
     for c in record["claims"]:
         assert c["claim"] in page
     assert f"Host class: {record['host']['class']}" in page
+    # v5 and v6 record no host-speed canary; the point tests are under Benjamini-Hochberg
+    assert (
+        "Host speed: not recorded (neither the reference nor the fresh run measured the canary)."
+        in page
+    )
+    assert (
+        f"under Benjamini-Hochberg: false discovery rate 5% over the {record['fdr']['tests']} "
+        "tests of this comparison" in page
+    )
+    assert "Against the host" in page and "no real change at the 5% false discovery rate" in page
     # the reference is one of the site's releases: its page is linked
     links = [link for _, link in parse(page_path).links]
     assert "../../../../experiments/quickstart-cpu/v6/index.html" in links
