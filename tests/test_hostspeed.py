@@ -187,3 +187,58 @@ def test_without_a_canary_a_change_is_not_attributed() -> None:
     a = attribute("output_throughput", twice, True, None, 5.0)
     assert a.answer == HOST_NOT_RECORDED and a.direction is None and a.vs_host is None
     assert attribute("output_throughput", twice, False, None, 5.0).answer == UNCHANGED
+
+
+# --- what a failed reproduction on an equivalent host says of the code ---------------------
+
+EQUIVALENT = {"class": "equivalent"}
+STEADY = {"recorded": True, "why_not": None, "ratio": 1.0, "moved": False}
+SLOWER = {"recorded": True, "why_not": None, "ratio": 0.8, "moved": True}
+
+
+def failed_point(answer: str, direction: str | None = None) -> dict[str, Any]:
+    return {"verdict": "NOT REPRODUCED", "host_attribution": answer, "direction": direction}
+
+
+ORDERING = {"verdict": "NOT REPRODUCED", "judged": True}
+
+
+@pytest.mark.parametrize(
+    ("speed", "failed", "ends"),
+    [
+        (STEADY, [ORDERING], ": a regression"),
+        (SLOWER, [ORDERING], "(the host's speed, x0.8 of the reference's, explains every failure)"),
+        (
+            SLOWER,
+            [ORDERING, failed_point(BEYOND_HOST, "worse")],
+            ": a regression beyond what the host's speed (x0.8 of the reference's) explains",
+        ),
+        (
+            SLOWER,
+            [failed_point(BEYOND_HOST, "better")],
+            ": faster beyond what the host's speed (x0.8 of the reference's) explains, not a "
+            "regression",
+        ),
+        (
+            STEADY,
+            [failed_point(UNCHANGED)],
+            "(no failed check is a real change beyond the host's speed, x1 of the reference's)",
+        ),
+        (
+            {"recorded": False, "why_not": "host speed not recorded: the fresh run did not"},
+            [failed_point(HOST_NOT_RECORDED)],
+            ": not attributed to the code (host speed not recorded: the fresh run did not)",
+        ),
+    ],
+)
+def test_a_failure_is_a_regression_only_where_the_host_explains_none_of_it(
+    speed: dict[str, Any], failed: list[dict[str, Any]], ends: str
+) -> None:
+    from servelab.reproduce.comparison import _attributed
+
+    text = _attributed("NOT REPRODUCED", EQUIVALENT, speed, failed)
+    assert text.endswith(ends), text
+    assert ("regression" in text) == ("a regression" in ends)
+    # never on a differing host, nor for another verdict
+    assert _attributed("NOT REPRODUCED", {"class": "differs"}, speed, failed) == ""
+    assert _attributed("REPRODUCED", EQUIVALENT, speed, []) == ""
