@@ -693,3 +693,32 @@ def test_unique_prompts_is_noted_not_blocking(tmp_path: Path) -> None:
         hosts,
     )
     assert d2["blocking"] == ["config.workload"]
+
+
+def test_servelab_compare_prints_what_it_cannot_attribute(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`servelab compare` on the committed v7 and v8 with a 5% tolerance: NOT REPRODUCED
+    (exit 1), not blamed on the code, the host speed not recorded, each failed point with its
+    attribution."""
+    evidence = REPO / "evidence" / "quickstart-cpu"
+    rc = main(["compare", str(evidence / "v7"), str(evidence / "v8"), "--tolerance-pct", "5"])
+    lines = capsys.readouterr().out.splitlines()
+    assert rc == 1
+    assert lines[0].startswith(
+        "reproduction: NOT REPRODUCED on the same host or an identical one (no host fact "
+        "differs): not attributed to the code (host speed not recorded"
+    )
+    assert not any("regression" in line for line in lines)
+    assert (
+        "  host speed: not recorded (neither the reference nor the fresh run measured the "
+        "canary)" in lines
+    )
+    points = [line for line in lines if line.startswith("  point ")]
+    said = [p.split("; ")[-1] for p in points]
+    assert len(points) == 10
+    assert set(said) == {
+        "changed, host speed not recorded)",
+        "no real change at the 5% false discovery rate)",
+    }
+    assert said.count("changed, host speed not recorded)") >= 5
