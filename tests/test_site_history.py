@@ -416,3 +416,27 @@ def test_v7_to_v8_is_attributed_against_the_recorded_host_speed(
         assert all(p["vs_host_pct"] > 30 for p in changed)
     else:
         assert all(p["direction"] is None and abs(p["vs_host_pct"]) < 12 for p in changed)
+
+
+def test_a_damaged_canary_leaves_the_host_speed_not_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release whose run.json canary cannot be read is still analysed; its pairs say why
+    the host speed is unknown and attribute nothing to the code."""
+    from servelab.site import history as module
+
+    def read(root: Path) -> HostSpeed:
+        if root.name.endswith("v8"):
+            raise ServelabError(f"{root}/raw/a/run.json: canary.after is missing; measure again")
+        return timed(1.0, 10.0)
+
+    monkeypatch.setattr(module, "read_host_speed", read)
+    out = release_history(EXPERIMENT, [EVIDENCE / "v7", EVIDENCE / "v8"], tmp_path)
+    (pair,) = out["pairs"]
+    assert out["releases"][1]["points_total"] == 30 and "error" not in out["releases"][1]
+    assert pair["host_speed"]["recorded"] is False
+    assert pair["host_speed"]["why_not"] == (
+        "v8: v8/raw/a/run.json: canary.after is missing; measure again"
+    )
+    verdicts = {p["verdict"] for p in pair["points"]}
+    assert verdicts == {"host speed not recorded", "unchanged"}
