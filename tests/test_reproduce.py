@@ -404,16 +404,54 @@ def test_workflow_verifies_the_reference_before_anything_runs(
 
 
 def host_bundle(
-    tmp: Path, spec: Any, host_facts: dict[str, Any], runtime_isa: dict[str, Any] | None
+    tmp: Path,
+    spec: Any,
+    host_facts: dict[str, Any],
+    runtime_isa: dict[str, Any] | None,
+    canary: tuple[float, float] | None = None,
 ) -> Path:
     """A bundle recorded on the given host; runtime_isa None: a runtime record without `isa`
-    (bundles made before the runtime stage probed it)."""
+    (bundles made before the runtime stage probed it); `canary` (compute seconds, copy GB/s):
+    every run.json records that host-speed canary before and after its sweep."""
     paths, exp = analysed_experiment(tmp, spec, CLAIMS)
     if runtime_isa is not None:
         rt = read_json(paths.runtime / "runtime.json")
         write_json(paths.runtime / "runtime.json", {**rt, "isa": runtime_isa})
+    if canary is not None:
+        for sc in sorted(p.name for p in paths.raw.iterdir() if p.is_dir()):
+            run = paths.run(sc)
+            doc = read_json(run) if run.is_file() else run_record(sc)
+            write_json(run, {**doc, "canary": canary_record(*canary)})
     build_bundle(exp, paths, tmp / "bundle", REPO, host=host_facts)
     return tmp / "bundle"
+
+
+def run_record(sc: str) -> dict[str, Any]:
+    return {
+        "format_version": 1,
+        "server_config": sc,
+        "status": "complete",
+        "points": 0,
+        "launches": 1,
+        "plan": [],
+    }
+
+
+def canary_record(compute_s: float, gbs: float) -> dict[str, Any]:
+    """run.json's `canary`: a host whose fixed work takes `compute_s` s and copies at `gbs`
+    GB/s, each within 1%, before and after the sweep."""
+
+    def part(unit: str, m: float) -> dict[str, Any]:
+        return {"unit": unit, "median": m, "low": 0.99 * m, "high": 1.01 * m, "repeats": 5}
+
+    c = {
+        "compute": part("s", compute_s),
+        "bandwidth": part("GB/s", gbs),
+        "checksum": 42,
+        "iterations": 1_000_000,
+        "buffer_mib": 64,
+    }
+    return {"before": c, "after": c, "drift": {"verdict": "steady"}}
 
 
 @pytest.fixture(scope="module")
@@ -472,12 +510,92 @@ def test_failure_on_an_equivalent_host_is_a_regression(spr_reference: Path, tmp_
         "host.kernel",
         "host.python",
     ]
+    # neither side measured the host-speed canary: the failure is not blamed on the code
+    assert r["verdict_text"] == (
+        "NOT REPRODUCED on an equivalent host (no performance-relevant difference): not "
+        "attributed to the code (host speed not recorded: neither the reference nor the fresh "
+        "run measured the canary)"
+    )
+    assert "regression" not in r["verdict_text"]
+    assert r["host_speed"]["recorded"] is False
+    lines = verdict_lines(r)
+    assert lines[0].startswith(f"reproduction: {r['verdict_text']} (")
+    assert (
+        "  host speed: not recorded (neither the reference nor the fresh run measured the canary)"
+        in lines
+    )
+    assert "Host class: **equivalent**" in report_markdown(r)
+    assert not any("host fact is the same" in f for f in r["provenance"]["not_clean_room"])
+
+
+EQUIVALENT = {"memory_bytes": 128 * 2**30, "kernel": "6.8.0-47-generic", "python": "3.11.9"}
+
+
+@pytest.fixture(scope="module")
+def timed_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """spr_reference with the host-speed canary recorded: 1 s of compute, 10 GB/s."""
+    tmp = tmp_path_factory.mktemp("timed")
+    return host_bundle(tmp / "ref", KNEE_SPEC, host(), isa("AVX512"), (1.0, 10.0))
+
+
+def test_failure_on_an_equivalent_host_of_the_same_speed_is_a_regression(
+    timed_reference: Path, tmp_path: Path
+) -> None:
+    """The canary says the host's speed did not move: a reversed ordering is the code's."""
+    new = host_bundle(tmp_path / "new", BROKEN, host() | EQUIVALENT, isa("AVX512"), (1.0, 10.0))
+    r = compare(timed_reference, new)
+    assert r["verdict"] == NOT_REPRODUCED
+    assert r["host_speed"]["recorded"] is True and r["host_speed"]["moved"] is False
+    assert r["host_speed"]["ratio"] == pytest.approx(1.0)
     assert r["verdict_text"] == (
         "NOT REPRODUCED on an equivalent host (no performance-relevant difference): a regression"
     )
-    assert verdict_lines(r)[0].startswith(f"reproduction: {r['verdict_text']} (")
-    assert "Host class: **equivalent**" in report_markdown(r)
-    assert not any("host fact is the same" in f for f in r["provenance"]["not_clean_room"])
+
+
+def test_failure_on_a_slower_identical_host_is_not_a_regression(
+    timed_reference: Path, tmp_path: Path
+) -> None:
+    """The same host, 25% slower by its canary: the reversed ordering may be the host's (a
+    knee moves with the host's speed), so it is not called a regression."""
+    new = host_bundle(tmp_path / "new", BROKEN, host(), isa("AVX512"), (1.25, 8.0))
+    out = tmp_path / "out"
+    r = compare(timed_reference, new, out=out)
+    assert r["verdict"] == NOT_REPRODUCED and r["host"]["class"] == "identical"
+    assert r["host_speed"]["moved"] is True
+    assert r["host_speed"]["ratio"] == pytest.approx(0.8)
+    assert "regression" not in r["verdict_text"]
+    assert r["verdict_text"].endswith(
+        ": not attributed to the code (the host's speed, x0.8 of the reference's, explains "
+        "every failure)"
+    )
+    assert "  host speed: the fresh host ran the canary at x0.8 the reference's speed" in "\n".join(
+        verdict_lines(r)
+    )
+    report = (out / "report.md").read_text()
+    assert "## Host speed" in report and "band 0.784 to 0.816): it moved" in report
+    assert read_json(out / "reproduction.json")["fdr"]["method"] == "Benjamini-Hochberg"
+
+
+def test_committed_v7_to_v8_outside_tolerance_is_not_a_regression() -> None:
+    """v8 ran 33-54% faster than v7 on the same host class (a faster shared VM); with a
+    5% tolerance it does not reproduce, but neither release records the host's speed: not
+    attributed to the code, and the points say so."""
+    evidence = REPO / "evidence" / "quickstart-cpu"
+    r = compare(evidence / "v7", evidence / "v8", settings(tolerance_pct=5.0))
+    assert r["verdict"] == NOT_REPRODUCED
+    assert r["verdict_text"] == (
+        "NOT REPRODUCED on the same host or an identical one (no host fact differs): not "
+        "attributed to the code (host speed not recorded: neither the reference nor the fresh "
+        "run measured the canary)"
+    )
+    failed = [p for p in r["points"] if p["verdict"] == NOT_REPRODUCED]
+    assert len(failed) == 10
+    assert {p["host_attribution"] for p in failed} <= {"host speed not recorded", "unchanged"}
+    assert r["fdr"] == {"method": "Benjamini-Hochberg", "q": 0.05, "tests": 50}
+    assert (
+        "point max-num-seqs-1 c=1 output_throughput: outside tolerance (+44.45%; changed, "
+        "host speed not recorded)" in [line.strip() for line in verdict_lines(r)]
+    )
 
 
 def test_reproduced_on_a_differing_host_lists_the_differences(
@@ -575,3 +693,32 @@ def test_unique_prompts_is_noted_not_blocking(tmp_path: Path) -> None:
         hosts,
     )
     assert d2["blocking"] == ["config.workload"]
+
+
+def test_servelab_compare_prints_what_it_cannot_attribute(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`servelab compare` on the committed v7 and v8 with a 5% tolerance: NOT REPRODUCED
+    (exit 1), not blamed on the code, the host speed not recorded, each failed point with its
+    attribution."""
+    evidence = REPO / "evidence" / "quickstart-cpu"
+    rc = main(["compare", str(evidence / "v7"), str(evidence / "v8"), "--tolerance-pct", "5"])
+    lines = capsys.readouterr().out.splitlines()
+    assert rc == 1
+    assert lines[0].startswith(
+        "reproduction: NOT REPRODUCED on the same host or an identical one (no host fact "
+        "differs): not attributed to the code (host speed not recorded"
+    )
+    assert not any("regression" in line for line in lines)
+    assert (
+        "  host speed: not recorded (neither the reference nor the fresh run measured the "
+        "canary)" in lines
+    )
+    points = [line for line in lines if line.startswith("  point ")]
+    said = [p.split("; ")[-1] for p in points]
+    assert len(points) == 10
+    assert set(said) == {
+        "changed, host speed not recorded)",
+        "no real change at the 5% false discovery rate)",
+    }
+    assert said.count("changed, host speed not recorded)") >= 5

@@ -347,6 +347,16 @@ def test_reproduction_page_compares_claim_by_claim(
     for c in record["claims"]:
         assert c["claim"] in page
     assert f"Host class: {record['host']['class']}" in page
+    # v5 and v6 record no host-speed canary; the point tests are under Benjamini-Hochberg
+    assert (
+        "Host speed: not recorded (neither the reference nor the fresh run measured the canary)."
+        in page
+    )
+    assert (
+        f"under Benjamini-Hochberg: false discovery rate 5% over the {record['fdr']['tests']} "
+        "tests of this comparison" in page
+    )
+    assert "Against the host" in page and "no real change at the 5% false discovery rate" in page
     # the reference is one of the site's releases: its page is linked
     links = [link for _, link in parse(page_path).links]
     assert "../../../../experiments/quickstart-cpu/v6/index.html" in links
@@ -462,7 +472,9 @@ def history_record() -> dict[str, Any]:
     def point(tag: str, mean: float | None, invalid: int = 0, ci: Any = 4.5) -> dict[str, Any]:
         return {"tag": tag, "mean": mean, "ci95": ci, "n": 3, "repeats": [], "invalid": invalid}
 
-    def change(metric: str, level: int, verdict: str, pct: float | None) -> dict[str, Any]:
+    def change(
+        metric: str, level: int, verdict: str, pct: float | None, direction: str | None = None
+    ) -> dict[str, Any]:
         return {
             "metric": metric,
             "server_config": "b",
@@ -471,7 +483,10 @@ def history_record() -> dict[str, Any]:
             "after_mean": 120.0,
             "change_pct": pct,
             "p_value": 0.01 if pct else None,
+            "p_adjusted": 0.03 if pct else None,
             "verdict": verdict,
+            "direction": direction,
+            "vs_host_pct": 8.0 if direction else None,
         }
 
     release = {
@@ -525,10 +540,39 @@ def history_record() -> dict[str, Any]:
                 "comparable": True,
                 "why_not": None,
                 "host": None,
+                "host_speed": {
+                    "recorded": True,
+                    "why_not": None,
+                    "ratio": 1.1,
+                    "low": 1.08,
+                    "high": 1.12,
+                    "compute": 1.1,
+                    "bandwidth": 1.1,
+                    "moved": True,
+                },
+                "fdr": {"method": "Benjamini-Hochberg", "q": 0.05, "tests": 3},
                 "points": [
-                    change("output_throughput", 8, "improved", 20.0),
+                    change(
+                        "output_throughput",
+                        8,
+                        "changed beyond what the host explains",
+                        20.0,
+                        "better",
+                    ),
                     change("mean_ttft_ms", 8, "unchanged", -2.0),
-                    change("output_throughput", 2, "regressed", -11.5),
+                    change(
+                        "output_throughput",
+                        2,
+                        "changed as much as the host's speed did (not attributed to the code)",
+                        11.5,
+                    ),
+                    change(
+                        "output_throughput",
+                        4,
+                        "changed beyond what the host explains",
+                        -11.5,
+                        "worse",
+                    ),
                 ],
             },
             {
@@ -579,15 +623,24 @@ def test_history_page_shows_series_and_a_verdict_word_per_point_and_metric() -> 
     assert "b 8 100.00 ± 4.50 (n 3) 120.00 ± 4.50 (n 3) invalid" in words
     assert "b 8 50.00 [45.00, 55.00] (n 3, 1 invalid) 49.00 ± 4.50 (n 3) -" in words
     assert 'alt="Output throughput of b at 8 across v1, v2, v10"' in html
-    # v1 to v2: the verdicts as words (colour is a class beside the word), change and p-value
+    # v1 to v2: the verdicts as words (colour is a class beside the word), change, p-value,
+    # BH-adjusted p and, beyond the host, the change against the host's
     assert (
-        '<span class="verdict v-improved">improved</span><br><span class="ci">+20.00%, p 0.01</span>'
-        in html
+        '<span class="verdict v-beyond-better">better, beyond the host</span><br><span '
+        'class="ci">+20.00%, p 0.01, BH p 0.03, +8.0% against the host</span>' in html
+    )
+    assert "b 2 as the host's speed +11.50%, p 0.01, BH p 0.03 -" in words
+    assert '<span class="verdict v-beyond-worse">worse, beyond the host</span>' in html
+    assert (
+        "2 changed beyond what the host explains, 1 changed as much as the host's speed did "
+        "(not attributed to the code), 1 unchanged. Benjamini-Hochberg applied: false discovery "
+        "rate 5% over the 3 tests of this pair." in words
     )
     assert (
-        "b 2 regressed -11.50%, p 0.01 -" in words
-        and "1 improved, 1 regressed, 1 unchanged." in words
+        "Host speed: v2's host ran the canary at 1.10 times the speed of v1's (compute 1.10, "
+        "copy bandwidth 1.10; band 1.08 to 1.12): the host's speed moved." in words
     )
+    assert "improved" not in words and "regressed" not in words
     assert (
         "v2 to v10 not comparable another vLLM version No point of this pair is judged: 1 not"
         " comparable. Host: on a host that differs in: ISA class avx2 -> avx512_bf16+amx" in words
@@ -668,3 +721,31 @@ def test_each_release_is_verified_once_per_build(
     assert "does not verify tables/claims.json: differs from the copy inside v5.tar.gz" in history
     assert "v5 to v6 not comparable v5 cannot be analysed again" in history
     assert str(out.parent) not in history and str(tampered) not in history  # no absolute path
+
+
+def test_committed_history_attributes_no_change_to_the_code(
+    committed: tuple[Path, SiteResult, list[str]],
+) -> None:
+    """The committed releases record no host-speed canary: v4 to v5 (11 points under alpha
+    0.05 alone, a slower shared VM) and v7 to v8 (a faster one) say what they cannot
+    attribute, under Benjamini-Hochberg, and never call a point improved or regressed."""
+    out, _, _ = committed
+    words = text(out / "experiments" / "quickstart-cpu" / "history.html")
+    not_recorded = (
+        "Host speed: not recorded (neither {0} nor {1} measured the canary): a change between "
+        "these releases may be the host's speed as well as the code's, and is not attributed "
+        "to the code."
+    )
+    assert (
+        not_recorded.format("v4", "v5") + " 3 changed with the host speed not recorded (not "
+        "attributed to the code), 47 unchanged. Benjamini-Hochberg applied: false discovery "
+        "rate 5% over the 50 tests of this pair." in words
+    )
+    assert (
+        not_recorded.format("v7", "v8") + " 36 changed with the host speed not recorded (not "
+        "attributed to the code), 14 unchanged. Benjamini-Hochberg applied: false discovery "
+        "rate 5% over the 50 tests of this pair." in words
+    )
+    assert "changed, host speed not recorded" in words
+    for word in ("improved", "regressed", "better, beyond the host", "worse, beyond the host"):
+        assert words.count(word) == (1 if "beyond" in word else 0), word  # the legend's only

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 from release_fixtures import CommittedSite
 
+from servelab.analysis.hostspeed import HostSpeed, Span
 from servelab.analysis.stats import describe
 from servelab.errors import ServelabError
 from servelab.site.history import (
-    HIGHER_IS_BETTER,
+    FDR_Q,
     VERDICTS,
     history_figure,
     history_figure_alt,
@@ -151,24 +152,65 @@ def test_v6_to_v7_is_not_comparable_and_names_the_cpu(history: dict[str, Any]) -
     assert "CPU" in pair["host"]["relevant_differences"]
 
 
-def test_verdicts_follow_the_metric_direction_and_the_threshold(history: dict[str, Any]) -> None:
-    judged = 0
+def test_verdicts_follow_the_fdr_control_and_the_threshold(history: dict[str, Any]) -> None:
+    """A point changed when its Benjamini-Hochberg adjusted p is at most 5% and the change
+    reaches the practical threshold; no committed release records the host's speed, so a
+    change is never a verdict on the code."""
+    judged = changed = 0
     for pair in history["pairs"]:
         if not pair["comparable"]:
             continue
+        assert pair["fdr"] == {
+            "method": "Benjamini-Hochberg",
+            "q": FDR_Q,
+            "tests": sum(1 for p in pair["points"] if p["p_value"] is not None),
+        }
         for p in pair["points"]:
             v, change = p["verdict"], p["change_pct"]
             if v == "invalid":
+                assert p["p_value"] is None and p["p_adjusted"] is None
                 continue
             judged += 1
-            assert p["p_value"] is not None and change is not None
-            real = p["p_value"] < pair["alpha"] and abs(change) >= pair["threshold_pct"]
-            if not real:
-                assert v == "unchanged", p
-                continue
-            better = change > 0 if p["metric"] in HIGHER_IS_BETTER else change < 0
-            assert v == ("improved" if better else "regressed"), p
-    assert judged > 0
+            assert p["p_adjusted"] >= p["p_value"] and change is not None
+            real = p["p_adjusted"] <= FDR_Q and abs(change) >= pair["threshold_pct"]
+            assert v == ("host speed not recorded" if real else "unchanged"), p
+            changed += real
+    assert judged > 0 and changed > 0
+
+
+def test_bh_calls_fewer_changes_than_the_tests_alone(history: dict[str, Any]) -> None:
+    """v4 to v5: 11 points under alpha 0.05 with no multiplicity control, 3 under BH."""
+    pair = next(p for p in history["pairs"] if (p["before"], p["after"]) == ("v4", "v5"))
+    alone = [
+        p
+        for p in pair["points"]
+        if p["p_value"] < pair["alpha"] and abs(p["change_pct"]) >= pair["threshold_pct"]
+    ]
+    under_bh = [p for p in pair["points"] if p["verdict"] != "unchanged"]
+    assert len(alone) == 11 and len(under_bh) == 3
+    assert {id(p) for p in under_bh} <= {id(p) for p in alone}
+
+
+def test_the_committed_pairs_name_no_code_verdict(history: dict[str, Any]) -> None:
+    """v1 to v8 record no canary: every comparable pair says so, and no point is improved,
+    regressed or attributed to the code (v4 to v5 and v7 to v8 changed with the host speed
+    not recorded)."""
+    counts = {}
+    for pair in history["pairs"]:
+        verdicts = [p["verdict"] for p in pair["points"]]
+        assert not {"improved", "regressed", "changed beyond what the host explains"} & set(
+            verdicts
+        )
+        if pair["comparable"]:
+            assert pair["host_speed"] == {
+                "recorded": False,
+                "why_not": f"host speed not recorded: neither {pair['before']} nor "
+                f"{pair['after']} measured the canary",
+            }
+            counts[(pair["before"], pair["after"])] = verdicts.count("host speed not recorded")
+        else:
+            assert pair["host_speed"] is None and pair["fdr"] is None
+    assert counts == {("v3", "v4"): 0, ("v4", "v5"): 3, ("v5", "v6"): 0, ("v7", "v8"): 36}
 
 
 def test_the_history_is_the_same_bytes_twice(
@@ -244,7 +286,7 @@ def test_v7_to_v8_on_one_host_class_is_judged(history: dict[str, Any]) -> None:
     assert pair["comparable"] is True and pair["why_not"] is None
     assert pair["host"]["class"] != "differs"
     verdicts = {p["verdict"] for p in pair["points"]}
-    assert verdicts <= {"improved", "regressed", "unchanged", "invalid"} and verdicts
+    assert verdicts == {"host speed not recorded", "unchanged"}
     assert all(p["p_value"] is not None for p in pair["points"] if p["verdict"] != "invalid")
 
 
@@ -326,3 +368,75 @@ def test_a_checked_release_that_does_not_verify_is_never_analysed(
     (pair,) = out["pairs"]
     assert pair["comparable"] is False and pair["why_not"].startswith("v7 cannot be analysed")
     assert {p["verdict"] for p in pair["points"]} == {"not comparable"}
+
+
+def timed(compute_s: float, gbs: float) -> HostSpeed:
+    """A release's host speed: compute seconds and copy GB/s, each within 1%."""
+    return HostSpeed(
+        Span(compute_s, 0.99 * compute_s, 1.01 * compute_s),
+        Span(gbs, 0.99 * gbs, 1.01 * gbs),
+        4,
+        (42, 1_000_000, 64),
+    )
+
+
+@pytest.mark.parametrize(
+    ("v8_speed", "expected"),
+    [
+        # v8's host as fast as v7's: its 33-54% more throughput is beyond the host, better
+        ((1.0, 10.0), {"changed beyond what the host explains"}),
+        # v8's host 40% faster: the throughput moved as much as the host's speed did
+        (
+            (1.0 / 1.4, 14.0),
+            {"changed as much as the host's speed did (not attributed to the code)"},
+        ),
+    ],
+)
+def test_v7_to_v8_is_attributed_against_the_recorded_host_speed(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    v8_speed: tuple[float, float],
+    expected: set[str],
+) -> None:
+    """With the canary recorded (here given to the history in place of the releases' run.json
+    files), the same changes are the code's or the host's by the host-speed ratio."""
+    from servelab.site import history as module
+
+    speeds = {"v7": timed(1.0, 10.0), "v8": timed(*v8_speed)}
+    monkeypatch.setattr(module, "read_host_speed", lambda root: speeds[root.name[-2:]])
+    out = release_history(EXPERIMENT, [EVIDENCE / "v7", EVIDENCE / "v8"], tmp_path)
+    (pair,) = out["pairs"]
+    assert pair["host_speed"]["recorded"] is True
+    tput = [p for p in pair["points"] if p["metric"] == "output_throughput"]
+    changed = [p for p in tput if p["verdict"] != "unchanged"]
+    assert len(changed) >= 8
+    assert {p["verdict"] for p in changed} == expected
+    if "changed beyond what the host explains" in expected:
+        assert {p["direction"] for p in changed} == {"better"}
+        assert all(p["vs_host_pct"] > 30 for p in changed)
+    else:
+        assert all(p["direction"] is None and abs(p["vs_host_pct"]) < 12 for p in changed)
+
+
+def test_a_damaged_canary_leaves_the_host_speed_not_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release whose run.json canary cannot be read is still analysed; its pairs say why
+    the host speed is unknown and attribute nothing to the code."""
+    from servelab.site import history as module
+
+    def read(root: Path) -> HostSpeed:
+        if root.name.endswith("v8"):
+            raise ServelabError(f"{root}/raw/a/run.json: canary.after is missing; measure again")
+        return timed(1.0, 10.0)
+
+    monkeypatch.setattr(module, "read_host_speed", read)
+    out = release_history(EXPERIMENT, [EVIDENCE / "v7", EVIDENCE / "v8"], tmp_path)
+    (pair,) = out["pairs"]
+    assert out["releases"][1]["points_total"] == 30 and "error" not in out["releases"][1]
+    assert pair["host_speed"]["recorded"] is False
+    assert pair["host_speed"]["why_not"] == (
+        "v8: v8/raw/a/run.json: canary.after is missing; measure again"
+    )
+    verdicts = {p["verdict"] for p in pair["points"]}
+    assert verdicts == {"host speed not recorded", "unchanged"}

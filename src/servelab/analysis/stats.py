@@ -7,7 +7,11 @@ is 0.25). The sign agreement ("3/3") is reported beside it. Never "significant" 
 could not run.
 
 Two independent runs (two releases of an experiment) have no pairing: `two_sample` tests
-their repeats with Welch's t-test on the logs, under the same practical threshold.
+their repeats with Welch's t-test on the logs, under the same practical threshold, and
+`ratio_ci` gives the ratio of their geometric means with its confidence interval.
+
+Many tests at once (every point and metric of two releases) are controlled with
+`benjamini_hochberg`: the Benjamini-Hochberg step-up procedure at a false discovery rate q.
 """
 
 from __future__ import annotations
@@ -163,6 +167,54 @@ def two_sample(
     else:
         verdict = "not significant"
     return TwoSample(len(xs), len(ys), change, agree, p, verdict)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """after / before as a ratio of geometric means, with its (1 - alpha) confidence
+    interval [low, high] (Welch's t on the logs); low and high are None when the interval
+    cannot be computed (fewer than two values a side)."""
+
+    value: float
+    low: float | None
+    high: float | None
+
+
+def ratio_ci(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> Ratio | None:
+    """The ratio of a's geometric mean to b's and its (1 - alpha) Welch interval on the logs;
+    None when a side is empty or holds a value that is zero or negative."""
+    xs = [float(v) for v in a if v is not None]
+    ys = [float(v) for v in b if v is not None]
+    if not xs or not ys or min(xs + ys) <= 0:
+        return None
+    la, lb = np.log(np.asarray(xs)), np.log(np.asarray(ys))
+    diff = float(la.mean() - lb.mean())
+    if la.size < 2 or lb.size < 2:
+        return Ratio(math.exp(diff), None, None)
+    va, vb = float(la.var(ddof=1)) / la.size, float(lb.var(ddof=1)) / lb.size
+    if va + vb == 0.0:
+        return Ratio(math.exp(diff), math.exp(diff), math.exp(diff))
+    df = (va + vb) ** 2 / (va**2 / (la.size - 1) + vb**2 / (lb.size - 1))
+    half = float(sps.t.ppf(1.0 - alpha / 2, df)) * math.sqrt(va + vb)
+    return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half))
+
+
+def benjamini_hochberg(p_values: Sequence[float | None], q: float = 0.05) -> list[float | None]:
+    """Benjamini-Hochberg adjusted p-values of `p_values` (None stays None and is not
+    counted among the tests): a test is a discovery at false discovery rate q when its
+    adjusted p is at most q. With m tests and the p-values sorted, p_(i) is adjusted to
+    min over j >= i of m * p_(j) / j, capped at 1 (scipy.stats.false_discovery_control,
+    method "bh", gives the same)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"q = {q}: a false discovery rate must lie between 0 and 1")
+    tested = [(p, i) for i, p in enumerate(p_values) if p is not None]
+    m = len(tested)
+    out: list[float | None] = [None] * len(p_values)
+    running = 1.0
+    for rank, (p, i) in reversed(list(enumerate(sorted(tested), 1))):
+        running = min(running, m * p / rank)
+        out[i] = min(running, 1.0)
+    return out
 
 
 def evidence_level(repeats: int | None, test: Paired | None = None) -> dict[str, Any]:

@@ -13,8 +13,12 @@ the comparison never trusts a table it could recompute. What decides the verdict
   configuration makes the comparison NOT COMPARABLE whatever the numbers say;
 - the host never decides the verdict, but every host-fact difference is classified as
   performance-relevant or not (`hostfacts.compare_hosts`) and the verdict text says which host
-  it was reached on: one that differs (naming how), an equivalent one (a failure there is a
-  regression), or one not known to be equivalent.
+  it was reached on: one that differs (naming how), an equivalent one, or one not known to be
+  equivalent;
+- the host's speed (each side's canary, analysis.hostspeed): every point's change is tested
+  under Benjamini-Hochberg and set against the host-speed ratio, and a failure on an
+  equivalent host is called a regression only where the host's speed is recorded on both
+  sides and explains none of it ("not attributed to the code" otherwise, with why).
 
 Modules: `sides` opens and verifies the two sides; `provenance_diff` compares what they
 record; `checks` analyses both and checks orderings, claims and points; `comparison` reaches

@@ -13,10 +13,11 @@ from servelab.analysis.claims import Findings, evaluate_claims
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.groups import PAIRED_METRICS, Groups, paired_table
+from servelab.analysis.hostspeed import HostRatio, attribute
 from servelab.analysis.knee import dominance, knee
 from servelab.analysis.pipeline import searches_of
 from servelab.analysis.rounds import sequential_claims
-from servelab.analysis.stats import describe
+from servelab.analysis.stats import benjamini_hochberg, describe, ratio_ci, two_sample
 from servelab.analysis.stopping import StoppingRule
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection, ReproductionSection
@@ -25,6 +26,7 @@ REPRODUCED = "REPRODUCED"
 NOT_REPRODUCED = "NOT REPRODUCED"
 NOT_COMPARABLE = "NOT COMPARABLE"
 POINT_METRICS = PAIRED_METRICS
+FDR_Q = 0.05  # the false discovery rate over the point tests of one comparison
 
 
 @dataclass
@@ -120,6 +122,37 @@ def point_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dic
                     }
                 )
     return rows
+
+
+def attribute_points(
+    rows: list[dict[str, Any]],
+    ref: Analysed,
+    new: Analysed,
+    opts: AnalysisSection,
+    host: HostRatio | None,
+) -> int:
+    """Each point row (`point_rows`) tested (Welch's t on the logs of the two sides' repeats),
+    the tests under Benjamini-Hochberg at FDR_Q, and a change (adjusted p at most FDR_Q, the
+    change at least the practical threshold) attributed against the host-speed ratio `host`
+    (analysis.hostspeed.attribute): sets `p_value`, `p_adjusted`, `host_attribution`,
+    `direction` and `vs_host_pct` on each row; returns how many tests ran."""
+    axis = ref.g.axis
+    sides = []
+    for r in rows:
+        rv = list(ref.g.values(r["server_config"], r[axis], r["metric"]).values())
+        nv = list(new.g.values(r["server_config"], r[axis], r["metric"]).values())
+        p = two_sample(nv, rv, opts.threshold_pct, opts.alpha).p_value
+        sides.append((ratio_ci(nv, rv), p))
+    adjusted = benjamini_hochberg([p for _, p in sides], FDR_Q)
+    for r, (ratio, p), q in zip(rows, sides, adjusted, strict=True):
+        change = r["change_pct"]
+        changed = q is not None and q <= FDR_Q and change is not None
+        changed = changed and abs(change) >= opts.threshold_pct
+        got = attribute(r["metric"], ratio, changed, host, opts.threshold_pct)
+        answer = got.answer if q is not None else None  # untested: nothing to attribute
+        r.update(p_value=p, p_adjusted=q, host_attribution=answer, direction=got.direction)
+        r["vs_host_pct"] = None if got.vs_host is None else 100.0 * (got.vs_host - 1.0)
+    return sum(1 for q in adjusted if q is not None)
 
 
 def _by_pair(paired: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:

@@ -8,6 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.dataset import load_dataset
+from servelab.analysis.hostspeed import (
+    BEYOND_HOST,
+    HOST_NOT_RECORDED,
+    HostRatio,
+    HostSpeed,
+    host_ratio,
+    read_host_speed,
+    why_no_ratio,
+)
 from servelab.claims_syntax import parse_claim
 from servelab.config import default_section
 from servelab.errors import ServelabError
@@ -15,12 +24,14 @@ from servelab.evidence.schemas import validate_file
 from servelab.experiment import Experiment, ReproductionSection
 from servelab.hostfacts import compare_hosts, host_qualifier
 from servelab.reproduce.checks import (
+    FDR_Q,
     NOT_COMPARABLE,
     NOT_REPRODUCED,
     POINT_METRICS,
     REPRODUCED,
     align_configs,
     analyse,
+    attribute_points,
     chain_rows,
     claim_rows,
     ordering_claims,
@@ -110,7 +121,10 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any
     ra, na = analyse(rds, opts), analyse(nds, opts)
     host = compare_hosts(ref.provenance, new.provenance)
     prov = provenance_diff(ref, new, host)
+    speed = host_speed_record(ref, new)
+    ratio = _ratio(speed)
     points = point_rows(ra, na, s)
+    tests = attribute_points(points, ra, na, opts, ratio)
     pairs = pair_rows(ra, na, s)
     claims_checked = claim_rows(ra, na, opts, claims)
     judged = (
@@ -127,12 +141,19 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any
     for row in claims_checked:
         if row["verdict"] != NOT_COMPARABLE:
             row["host"] = _qualified(row["verdict"], host)
+    failed = [
+        c
+        for c in (*pairs, *claims_checked, *points)
+        if c.get("judged", True) and c["verdict"] == NOT_REPRODUCED
+    ]
     return {
         "format_version": FORMAT_VERSION,
         "verdict": overall,
-        "verdict_text": _qualified(overall, host),
+        "verdict_text": _qualified(overall, host) + _attributed(overall, host, speed, failed),
         "why": why,
         "host": host,
+        "host_speed": speed,
+        "fdr": {"method": "Benjamini-Hochberg", "q": FDR_Q, "tests": tests},
         "reference": ref.describe(),
         "fresh": new.describe(),
         "settings": {
@@ -164,14 +185,68 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any
 
 
 def _qualified(verdict: str, host: dict[str, Any]) -> str:
-    """The verdict with the host it was reached on: a failure on an equivalent host is a
-    regression, one on a differing host names the differences (NOT COMPARABLE stays bare)."""
+    """The verdict with the host it was reached on; one on a differing host names the
+    differences (NOT COMPARABLE stays bare)."""
     if verdict == NOT_COMPARABLE:
         return verdict
-    text = f"{verdict} {host['qualifier']}"
-    if verdict == NOT_REPRODUCED and host["class"] in ("equivalent", "identical"):
-        text += ": a regression"
-    return text
+    return f"{verdict} {host['qualifier']}"
+
+
+def host_speed_record(ref: Side, new: Side) -> dict[str, Any]:
+    """The host-speed ratio of the fresh run to the reference (their canaries in raw/<sc>/
+    run.json; above 1: the fresh host is faster) with its band, or why there is none."""
+    speeds: list[HostSpeed | None] = []
+    errors = []
+    for side in (ref, new):
+        try:
+            speeds.append(read_host_speed(side.root))
+        except ServelabError as exc:  # a damaged canary: that side's host speed is unknown
+            speeds.append(None)
+            errors.append(str(exc).replace(str(side.root), side.given))
+    before, after = speeds
+    why = "; ".join(errors) or why_no_ratio(before, after, ("the reference", "the fresh run"))
+    ratio = None if errors else host_ratio(before, after)
+    return {"recorded": ratio is not None, "why_not": why} | (
+        ratio.to_json() if ratio is not None else {}
+    )
+
+
+def _ratio(speed: Mapping[str, Any]) -> HostRatio | None:
+    if not speed.get("recorded"):
+        return None
+    keys = ("ratio", "low", "high", "compute", "bandwidth")
+    return HostRatio(*(float(speed[k]) for k in keys))
+
+
+def _attributed(
+    verdict: str, host: dict[str, Any], speed: Mapping[str, Any], failed: list[dict[str, Any]]
+) -> str:
+    """What a failure on an equivalent or identical host says of the code. A regression only
+    where the host's speed is recorded on both sides and explains no failed check: an
+    ordering or claim while the host's speed did not move, a point whose change is beyond
+    what the host explains and worse; otherwise not attributed to the code, with why."""
+    if verdict != NOT_REPRODUCED or host["class"] not in ("equivalent", "identical"):
+        return ""
+    if not speed.get("recorded"):
+        why = str(speed.get("why_not") or HOST_NOT_RECORDED)
+        return f": not attributed to the code ({why})"
+    moved = bool(speed.get("moved"))
+    code = [
+        c
+        for c in failed
+        if ("host_attribution" not in c and not moved) or c.get("host_attribution") == BEYOND_HOST
+    ]
+    times = f"x{float(speed['ratio']):.3g} of the reference's"
+    if not code and moved:
+        return f": not attributed to the code (the host's speed, {times}, explains every failure)"
+    if not code:
+        return (
+            ": not attributed to the code (no failed check is a real change beyond the host's "
+            f"speed, {times})"
+        )
+    if all(c.get("direction") == "better" for c in code):
+        return f": faster beyond what the host's speed ({times}) explains, not a regression"
+    return ": a regression" + (f" beyond what the host's speed ({times}) explains" if moved else "")
 
 
 def compare(

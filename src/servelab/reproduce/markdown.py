@@ -9,7 +9,13 @@ import json
 from typing import Any
 
 from servelab.render import md_escape, md_table, num
-from servelab.reproduce.verdict import claim_verdict_text, signed_pct, verdict_text
+from servelab.reproduce.verdict import (
+    attribution_text,
+    claim_verdict_text,
+    host_speed_text,
+    signed_pct,
+    verdict_text,
+)
 
 SHORT = {
     "output_throughput": "tok/s",
@@ -33,8 +39,9 @@ def report_markdown(r: dict[str, Any]) -> str:
     lines = _head(r)
     lines += _claims(r["claims"])
     lines += _orderings(r)
-    lines += _points(r["points"])
+    lines += _points(r["points"], r.get("fdr"))
     lines += _host_section(r.get("host"))
+    lines += _host_speed_section(r)
     lines += _provenance(r["provenance"])
     return "\n".join(lines) + "\n"
 
@@ -126,8 +133,18 @@ def _orderings(r: dict[str, Any]) -> list[str]:
     return lines + md_table(header, pairs)
 
 
-def _points(points: list[dict[str, Any]]) -> list[str]:
+def _points(points: list[dict[str, Any]], fdr: dict[str, Any] | None = None) -> list[str]:
     lines = ["", "## Points", "", "Means over repeats; change = fresh / reference - 1.", ""]
+    attributed = fdr is not None
+    if attributed:
+        assert fdr is not None
+        lines[-2:] = [
+            "Means over repeats; change = fresh / reference - 1. Each change is tested (Welch's "
+            "t on the logs of the repeats), the tests under Benjamini-Hochberg: false discovery "
+            f"rate {100 * float(fdr['q']):g}% over the {fdr['tests']} tests of this comparison; "
+            "a real change is set against the host's speed (docs/reproduce.md).",
+            "",
+        ]
     rows = [
         (
             p["server_config"],
@@ -136,13 +153,22 @@ def _points(points: list[dict[str, Any]]) -> list[str]:
             f"{num(p['reference_mean'])} ({num(p['reference_cv_pct'], '.1f')}%)",
             f"{num(p['fresh_mean'])} ({num(p['fresh_cv_pct'], '.1f')}%)",
             signed_pct(p["change_pct"]),
+            *([attribution_text(p) or "-"] if attributed else []),
             p["status"],
         )
         for p in points
         if p["metric"] in REPORTED_POINT_METRICS
     ]
-    header = ("config", "c", "metric", "reference (CV)", "fresh (CV)", "change", "status")
+    header: tuple[str, ...] = ("config", "c", "metric", "reference (CV)", "fresh (CV)", "change")
+    header += ("against the host", "status") if attributed else ("status",)
     return lines + md_table(header, rows)
+
+
+def _host_speed_section(r: dict[str, Any]) -> list[str]:
+    speed = host_speed_text(r)
+    if speed is None:
+        return []
+    return ["", "## Host speed", "", f"Host speed: {speed}."]
 
 
 def _host_section(host: dict[str, Any] | None) -> list[str]:

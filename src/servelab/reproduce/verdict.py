@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from servelab.reproduce.checks import REPRODUCED
+from servelab.analysis.hostspeed import AS_HOST, BEYOND_HOST, HOST_NOT_RECORDED, UNCHANGED
+from servelab.reproduce.checks import NOT_REPRODUCED, REPRODUCED
 
 
 def verdict_text(r: dict[str, Any]) -> str:
@@ -23,9 +24,42 @@ def signed_pct(x: Any) -> str:
     return "-" if x is None else f"{x:+.2f}%"
 
 
+def attribution_text(p: dict[str, Any]) -> str:
+    """A point row's change against the host's speed, in a few words ("" when untested)."""
+    answer = p.get("host_attribution")
+    if answer == BEYOND_HOST:
+        vs = p.get("vs_host_pct")
+        against = f", {vs:+.1f}% against the host" if vs is not None else ""
+        return f"{p.get('direction')}, beyond what the host explains{against}"
+    return {
+        AS_HOST: "as the host's speed, not attributed to the code",
+        HOST_NOT_RECORDED: "changed, host speed not recorded",
+        UNCHANGED: "no real change at the 5% false discovery rate",
+    }.get(str(answer), "")
+
+
+def host_speed_text(r: dict[str, Any]) -> str | None:
+    """The fresh host's speed against the reference's, one line (None in results made before
+    the host speed was compared)."""
+    hs = r.get("host_speed")
+    if not isinstance(hs, dict):
+        return None
+    if not hs.get("recorded"):
+        why = str(hs.get("why_not") or HOST_NOT_RECORDED).removeprefix(HOST_NOT_RECORDED)
+        return "not recorded" + (f" ({why.lstrip(': ')})" if why.strip(": ") else "")
+    moved = "moved" if hs.get("moved") else "did not move beyond its noise"
+    return (
+        f"the fresh host ran the canary at x{hs['ratio']:.3g} the reference's speed (compute "
+        f"x{hs['compute']:.3g}, copy bandwidth x{hs['bandwidth']:.3g}; band {hs['low']:.3g} to "
+        f"{hs['high']:.3g}): it {moved}"
+    )
+
+
 def verdict_lines(r: dict[str, Any]) -> list[str]:
     """What `servelab compare` and the workflow print: the verdict, then one line per check
-    that did not reproduce and per claim."""
+    that did not reproduce (a point's with its change against the host's speed) and per
+    claim, the host's speed (when recorded, or when the verdict is NOT REPRODUCED) and what
+    keeps the fresh run from being a clean room."""
     c = r["counts"]
     lines = [
         f"reproduction: {verdict_text(r)} ({r['why']}; {c['reproduced']} reproduced, "
@@ -49,8 +83,13 @@ def verdict_lines(r: dict[str, Any]) -> list[str]:
                 f"  point {p['server_config']} "
                 + (f"rate={p['rate']:g}" if "rate" in p else f"c={p['concurrency']}")
                 + f" {p['metric']}: "
-                f"{p['status']} ({signed_pct(p['change_pct'])})"
+                f"{p['status']} ({signed_pct(p['change_pct'])}"
+                + (f"; {attribution_text(p)}" if attribution_text(p) else "")
+                + ")"
             )
+    speed = host_speed_text(r)
+    if speed is not None and (r["verdict"] == NOT_REPRODUCED or r["host_speed"].get("recorded")):
+        lines.append(f"  host speed: {speed}")
     for f in r["provenance"]["not_clean_room"]:
         lines.append(f"  provenance: {f}")
     return lines

@@ -6,8 +6,13 @@ a change verdict per point between consecutive releases; and its figures.
 metric as an SVG and `history_figure_alt` its text alternative.
 
 Releases are independent runs: a point's repeats of one release do not pair with another's,
-so a change is tested with `stats.two_sample` (Welch's t on the logs) under the analysis
-section's practical threshold. No verdict is given across hosts that differ in a
+so a change is tested with `stats.two_sample` (Welch's t on the logs); the tests of one pair
+(every point and metric) are controlled together with Benjamini-Hochberg at a false discovery
+rate of 5% (`FDR_Q`), and a discovery must reach the analysis section's practical threshold.
+A change is then attributed against the host's speed (analysis.hostspeed: each release's
+canary in its run.json): beyond what the host explains, as much as the host's speed changed
+(not attributed to the code), or, where a release records no canary, "host speed not
+recorded": never a verdict on the code. No verdict is given across hosts that differ in a
 performance-relevant fact, across setups that differ (model, runtime, workload, measured
 configuration: reproduce.provenance_diff's blocking fields) or datasets, nor next to a release
 this servelab cannot analyse again.
@@ -22,7 +27,18 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.dataset import load_dataset
-from servelab.analysis.stats import describe, two_sample
+from servelab.analysis.hostspeed import (
+    AS_HOST,
+    BEYOND_HOST,
+    HOST_NOT_RECORDED,
+    UNCHANGED,
+    HostSpeed,
+    attribute,
+    host_ratio,
+    read_host_speed,
+    why_no_ratio,
+)
+from servelab.analysis.stats import Ratio, benjamini_hochberg, describe, ratio_ci, two_sample
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import compare_hosts, difference_names, host_qualifier
@@ -38,9 +54,9 @@ from servelab.store.jsonio import dumps, read_json
 # the point metrics the history shows, and which way is better for each
 METRICS: tuple[str, ...] = tuple(POINT_METRICS)
 HIGHER_IS_BETTER = frozenset({"output_throughput", "request_throughput", "total_token_throughput"})
-IMPROVED, REGRESSED, UNCHANGED = "improved", "regressed", "unchanged"
 INVALID, NOT_COMPARABLE = "invalid", "not comparable"
-VERDICTS = (IMPROVED, REGRESSED, UNCHANGED, INVALID, NOT_COMPARABLE)
+VERDICTS = (BEYOND_HOST, AS_HOST, HOST_NOT_RECORDED, UNCHANGED, INVALID, NOT_COMPARABLE)
+FDR_Q = 0.05  # the false discovery rate over the tests of one pair (Benjamini-Hochberg)
 
 
 @dataclass
@@ -55,6 +71,9 @@ class _Release:
     opts: AnalysisSection | None = None
     analysed: Analysed | None = None
     error: str | None = None
+    # its host speed (the canaries of its run.json files), or why there is none
+    host: HostSpeed | None = None
+    host_error: str | None = None
 
 
 def _beside(path: Path) -> tuple[str, dict[str, Any] | None, dict[str, Any]]:
@@ -104,6 +123,10 @@ def _open(experiment: str, path: Path, workdir: Path, checked: CheckedRelease | 
         opts = side.analysis
         rel.analysed = analyse(load_dataset(side.root, validity=opts.validity), opts)
         rel.opts = opts
+        try:
+            rel.host = read_host_speed(side.root)
+        except ServelabError as exc:  # a damaged canary: this release's host speed is unknown
+            rel.host_error = str(exc).replace(str(side.root), rel.tag)
     except Exception as exc:  # an old or damaged release stays in the history, with why
         what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         # the page names the release as evidence/<experiment>/<tag>, never by an absolute path
@@ -233,34 +256,63 @@ def _why_not(before: _Release, after: _Release, host: dict[str, Any]) -> list[st
     return why
 
 
-def _verdict(
-    metric: str, before: list[float], after: list[float], opts: AnalysisSection
-) -> tuple[str, float | None]:
-    """A point's verdict from `before` to `after` (improved means better for the metric), with
-    the test's p (None when it could not run)."""
+def _test(before: list[float], after: list[float], opts: AnalysisSection) -> float | None:
+    """The p of Welch's test of a point's change from `before` to `after` (None when it
+    cannot run: fewer than two repeats a side, or a value that is not positive)."""
     if len(before) < 2 or len(after) < 2:
-        return INVALID, None
-    t = two_sample(after, before, opts.threshold_pct, opts.alpha)
-    if t.p_value is None:
-        return INVALID, None
-    if t.verdict not in ("a > b", "a < b"):
-        return UNCHANGED, t.p_value
-    up = t.verdict == "a > b"
-    return (IMPROVED if up == (metric in HIGHER_IS_BETTER) else REGRESSED), t.p_value
+        return None
+    return two_sample(after, before, opts.threshold_pct, opts.alpha).p_value
 
 
-def _pair_point(key: Key, before: _Release, after: _Release, comparable: bool) -> dict[str, Any]:
+def _pair_point(key: Key, before: _Release, after: _Release) -> dict[str, Any]:
+    """A point's means on both sides, its change and its test (the verdict comes with the
+    pair's false discovery control, `_judge`)."""
     b, a = _repeats(before, key), _repeats(after, key)
     bm = describe(b[0]).mean if b else None
     am = describe(a[0]).mean if a else None
     row = _keyed(key) | {"before_mean": bm, "after_mean": am}
-    if not comparable:
-        return row | {"change_pct": None, "p_value": None, "verdict": NOT_COMPARABLE}
     opts = before.opts
     assert opts is not None
-    verdict, p = _verdict(key[0], b[0] if b else [], a[0] if a else [], opts)
-    change = 100.0 * (am / bm - 1.0) if am is not None and bm else None
-    return row | {"change_pct": change, "p_value": p, "verdict": verdict}
+    bv, av = (b[0] if b else []), (a[0] if a else [])
+    ratio = ratio_ci(av, bv, 0.05)  # its 95% interval
+    return row | {
+        "change_pct": 100.0 * (am / bm - 1.0) if am is not None and bm else None,
+        "p_value": _test(bv, av, opts),
+        "ratio": None if ratio is None else [ratio.value, ratio.low, ratio.high],
+    }
+
+
+def _judge(points: list[dict[str, Any]], before: _Release, after: _Release) -> None:
+    """Each point's verdict: Benjamini-Hochberg over the pair's tests at FDR_Q, a discovery
+    reaching the practical threshold is a change, and a change is attributed against the
+    host's speed (analysis.hostspeed.attribute)."""
+    opts = before.opts
+    assert opts is not None
+    host = host_ratio(before.host, after.host)
+    adjusted = benjamini_hochberg([p["p_value"] for p in points], FDR_Q)
+    for p, q in zip(points, adjusted, strict=True):
+        p["p_adjusted"] = q
+        if q is None:
+            p.update(verdict=INVALID, direction=None, vs_host_pct=None)
+            continue
+        change = p["change_pct"]
+        changed = q <= FDR_Q and change is not None and abs(change) >= opts.threshold_pct
+        r = p["ratio"]
+        got = attribute(p["metric"], Ratio(*r) if r else None, changed, host, opts.threshold_pct)
+        vs = None if got.vs_host is None else 100.0 * (got.vs_host - 1.0)
+        p.update(verdict=got.answer, direction=got.direction, vs_host_pct=vs)
+
+
+def _host_speed(before: _Release, after: _Release) -> dict[str, Any]:
+    """The pair's host-speed record: the ratio and its band, or why there is none."""
+    why = why_no_ratio(before.host, after.host, (before.tag, after.tag))
+    errors = [f"{r.tag}: {r.host_error}" for r in (before, after) if r.host_error]
+    if errors:
+        why = "; ".join(errors)
+    ratio = host_ratio(before.host, after.host) if not errors else None
+    return {"recorded": ratio is not None, "why_not": why} | (
+        ratio.to_json() if ratio is not None else {}
+    )
 
 
 def _pair(before: _Release, after: _Release) -> dict[str, Any]:
@@ -268,6 +320,15 @@ def _pair(before: _Release, after: _Release) -> dict[str, Any]:
     why = _why_not(before, after, host)
     keys = [k for k in _keys([before, after]) if _repeats(before, k) or _repeats(after, k)]
     relevant, other = host["relevant_differences"], host["other_differences"]
+    if why:
+        points = [
+            _keyed(k) | {"change_pct": None, "p_value": None, "verdict": NOT_COMPARABLE}
+            for k in keys
+        ]
+    else:
+        points = [_pair_point(k, before, after) for k in keys]
+        _judge(points, before, after)
+    tested = sum(1 for p in points if p.get("p_adjusted") is not None)
     return {
         "before": before.tag,
         "after": after.tag,
@@ -279,10 +340,12 @@ def _pair(before: _Release, after: _Release) -> dict[str, Any]:
             "other_differences": difference_names(other) if other else None,
             "qualifier": host_qualifier(host),
         },
+        "host_speed": _host_speed(before, after) if not why else None,
+        "fdr": {"method": "Benjamini-Hochberg", "q": FDR_Q, "tests": tested} if not why else None,
         # which way is better: the verdict's thresholds are the earlier release's
         "threshold_pct": before.opts.threshold_pct if before.opts else None,
         "alpha": before.opts.alpha if before.opts else None,
-        "points": [_pair_point(k, before, after, not why) for k in keys],
+        "points": points,
     }
 
 

@@ -14,7 +14,26 @@ from typing import Any, Protocol
 
 from servelab.site import values
 
-VERDICTS = ("improved", "regressed", "unchanged", "invalid", "not comparable")
+# the verdicts of a point between two releases (servelab.analysis.hostspeed's answers, then
+# the history's own), each with the short words of a table cell and the words of a count
+BEYOND_HOST = "changed beyond what the host explains"
+AS_HOST = "changed as much as the host's speed did (not attributed to the code)"
+HOST_NOT_RECORDED = "host speed not recorded"
+VERDICTS = (BEYOND_HOST, AS_HOST, HOST_NOT_RECORDED, "unchanged", "invalid", "not comparable")
+CELL_WORDS = {
+    BEYOND_HOST: "beyond the host",
+    AS_HOST: "as the host's speed",
+    HOST_NOT_RECORDED: "changed, host speed not recorded",
+}
+COUNT_WORDS = {
+    HOST_NOT_RECORDED: "changed with the host speed not recorded (not attributed to the code)",
+}
+CSS = {
+    AS_HOST: "v-as-host",
+    HOST_NOT_RECORDED: "v-host-not-recorded",
+    "better": "v-beyond-better",
+    "worse": "v-beyond-worse",
+}
 HISTORY_MODULE = "servelab.site.history"
 
 
@@ -132,13 +151,56 @@ def _words(x: Any) -> str | None:
 
 
 def _change(p: dict[str, Any]) -> dict[str, str]:
+    """A point's cell: its verdict in a few words (a change beyond the host says which way),
+    the change of the mean, the test's p and its Benjamini-Hochberg adjusted p, and a change
+    beyond the host measured against the host's speed."""
     verdict = str(p.get("verdict"))
+    direction = p.get("direction")
+    word = CELL_WORDS.get(verdict, verdict)
+    if verdict == BEYOND_HOST and direction:
+        word = f"{direction}, {word}"
     change = p.get("change_pct")
-    pv = p.get("p_value")
-    detail = ("-" if change is None else f"{change:+.2f}%") + (
-        f", p {values.value_text(pv)}" if pv is not None else ""
+    detail = "-" if change is None else f"{change:+.2f}%"
+    if p.get("p_value") is not None:
+        detail += f", p {values.value_text(p['p_value'])}"
+    if p.get("p_adjusted") is not None:
+        detail += f", BH p {values.value_text(p['p_adjusted'])}"
+    if p.get("vs_host_pct") is not None and verdict == BEYOND_HOST:
+        detail += f", {p['vs_host_pct']:+.1f}% against the host"
+    css = CSS.get(str(direction) if verdict == BEYOND_HOST else verdict) or values.css(verdict)
+    return {"verdict": verdict, "word": word, "css": css, "detail": detail}
+
+
+def _host_speed_words(pair: dict[str, Any]) -> str | None:
+    """The pair's host speed in one sentence: the later release's host against the earlier
+    one's, or why it is not known."""
+    hs = pair.get("host_speed")
+    if not isinstance(hs, dict):
+        return None
+    if not hs.get("recorded"):
+        why = str(hs.get("why_not") or HOST_NOT_RECORDED).removeprefix(HOST_NOT_RECORDED)
+        return (
+            f"not recorded{' (' + why.lstrip(': ') + ')' if why.strip(': ') else ''}: a change "
+            "between these releases may be the host's speed as well as the code's, and is not "
+            "attributed to the code."
+        )
+    ratio, low, high = (values.number(hs.get(k)) for k in ("ratio", "low", "high"))
+    moved = "moved" if hs.get("moved") else "did not move beyond its noise"
+    return (
+        f"{pair['after']}'s host ran the canary at {ratio} times the speed of {pair['before']}'s"
+        f" (compute {values.number(hs.get('compute'))}, copy bandwidth "
+        f"{values.number(hs.get('bandwidth'))}; band {low} to {high}): the host's speed {moved}."
     )
-    return {"verdict": verdict, "css": values.css(verdict), "detail": detail}
+
+
+def _fdr_words(pair: dict[str, Any]) -> str | None:
+    fdr = pair.get("fdr")
+    if not isinstance(fdr, dict):
+        return None
+    return (
+        f"{fdr.get('method', 'Benjamini-Hochberg')} applied: false discovery rate "
+        f"{100 * float(fdr.get('q', 0.05)):g}% over the {fdr.get('tests')} tests of this pair."
+    )
 
 
 def _pair(pair: dict[str, Any], metrics: list[str]) -> dict[str, Any]:
@@ -156,6 +218,8 @@ def _pair(pair: dict[str, Any], metrics: list[str]) -> dict[str, Any]:
         "comparable": bool(pair.get("comparable")),
         "why_not": _words(pair.get("why_not")),
         "host": host_words(pair.get("host")),
+        "host_speed": _host_speed_words(pair),
+        "fdr": _fdr_words(pair),
         "metrics": cols,
         "rows": [
             {
@@ -166,7 +230,10 @@ def _pair(pair: dict[str, Any], metrics: list[str]) -> dict[str, Any]:
             for sc, lv in keys
         ],
         "counts": [
-            (v, sum(1 for c in cells.values() for x in c.values() if x["verdict"] == v))
+            (
+                COUNT_WORDS.get(v, v),
+                sum(1 for c in cells.values() for x in c.values() if x["verdict"] == v),
+            )
             for v in VERDICTS
         ],
     }
@@ -190,5 +257,5 @@ def history_view(
             for m in metrics
         ],
         "pairs": [_pair(p, metrics) for p in history["pairs"]],
-        "verdicts": [(v, values.css(v)) for v in VERDICTS],
+        "verdicts": [(CELL_WORDS.get(v, v), v, CSS.get(v) or values.css(v)) for v in VERDICTS],
     }

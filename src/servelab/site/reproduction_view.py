@@ -9,7 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 from servelab.reproduce.markdown import HOST_CLASS_TEXT, REPORTED_POINT_METRICS, SHORT
-from servelab.reproduce.verdict import claim_verdict_text, signed_pct, verdict_text
+from servelab.reproduce.verdict import (
+    attribution_text,
+    claim_verdict_text,
+    host_speed_text,
+    signed_pct,
+    verdict_text,
+)
 from servelab.site import values
 
 # a value longer than this is shown folded, its start as the summary
@@ -106,6 +112,8 @@ def _points(r: dict[str, Any]) -> list[dict[str, Any]]:
                 "reference": f"{values.number(p['reference_mean'])} ({ref_cv}%)",
                 "fresh": f"{values.number(p['fresh_mean'])} ({new_cv}%)",
                 "change": signed_pct(p["change_pct"]),
+                # against the host's speed (reproductions made before it: None, no column)
+                "host": attribution_text(p) or "-" if "host_attribution" in p else None,
                 "status": str(p["status"]),
                 "css": values.css(str(p["verdict"])) if p.get("verdict") else "",
             }
@@ -203,5 +211,18 @@ def reproduction_view(r: dict[str, Any], find: FindRelease) -> dict[str, Any]:
         "chains": _chains(r),
         "points": _points(r),
         "host": _host(r.get("host")),
+        "host_speed": host_speed_text(r),
+        "fdr": _fdr(r.get("fdr")),
         "provenance": _provenance(r["provenance"]),
     }
+
+
+def _fdr(fdr: dict[str, Any] | None) -> str | None:
+    """The point tests' false discovery control in words (None before it was applied)."""
+    if not fdr:
+        return None
+    return (
+        f"Each change is tested (Welch's t on the logs of the repeats) under {fdr['method']}: "
+        f"false discovery rate {100 * float(fdr['q']):g}% over the {fdr['tests']} tests of "
+        "this comparison; a real change is set against the host's speed."
+    )
