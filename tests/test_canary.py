@@ -19,7 +19,7 @@ def test_fields_and_units() -> None:
     assert result.compute.low <= result.compute.median <= result.compute.high
     assert result.bandwidth.median > 0
     data = result.to_json()
-    assert set(data) == {"compute", "bandwidth", "checksum", "iterations", "buffer_mib"}
+    assert set(data) == {"compute", "bandwidth", "checksum", "iterations", "buffer_mib", "workers"}
 
 
 def test_work_is_deterministic() -> None:
@@ -130,3 +130,16 @@ def test_a_timing_that_spread_too_wide_is_unsteady_unless_the_change_is_larger_s
         canary.Timing("s", 0.2, 0.17, 0.23, 5), timed(0.085, 5.0).bandwidth, 7, 300_000, 64
     )
     assert canary.drift(timed(0.085, 5.0), halved).verdict == "moved"
+
+
+def test_the_compute_part_runs_on_every_available_cpu_with_the_same_loop() -> None:
+    """Its workers run compute_work's loop (the same checksum as in this process), one per CPU
+    this process may use; the record says how many."""
+    two = canary.measure_cpu(iterations=5000, buffer_mib=1, repeats=2, workers=2)
+    one = canary.measure_cpu(iterations=5000, buffer_mib=1, repeats=2, workers=1)
+    assert two.checksum == one.checksum == canary.compute_work(5000)
+    assert (two.workers, one.workers) == (2, 1)
+    assert canary.measure_cpu(iterations=100, buffer_mib=1, repeats=1).workers == (
+        canary.workers_available()
+    )
+    assert canary.CpuCanary.from_json(two.to_json()) == two

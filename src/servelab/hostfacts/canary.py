@@ -16,7 +16,10 @@ canary moved beyond its own noise between two runs, the host changed.
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -31,6 +34,10 @@ COMPUTE_ITERATIONS = 600_000
 BUFFER_MIB = 64
 COPIES = 4
 REPEATS = 3
+# The compute part runs on every CPU this process may use, up to MAX_WORKERS, at once: a server
+# uses them all, so a host that gives fewer cycles (a CPU quota, another tenant on one core)
+# slows it as it slows the server; one loop alone would run on whichever core is free.
+MAX_WORKERS = 16
 DRIFT_FLOOR = 0.05
 NOISE_FACTOR = 3.0
 # a part whose own repeats spread wider than this ((max - min) / median) says the host's speed
@@ -73,6 +80,7 @@ class CpuCanary:
     checksum: int
     iterations: int
     buffer_mib: int
+    workers: int = 1  # loops run at once in the compute part
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,6 +93,7 @@ class CpuCanary:
             int(doc["checksum"]),
             int(doc["iterations"]),
             int(doc["buffer_mib"]),
+            int(doc.get("workers", 1)),
         )
 
     def medians(self) -> dict[str, float]:
@@ -124,7 +133,41 @@ def _summary(values: list[float], unit: str) -> Timing:
     return Timing(unit, statistics.median(values), min(values), max(values), len(values))
 
 
-def _time_compute(iterations: int, repeats: int, timer: Timer) -> tuple[Timing, int]:
+def workers_available() -> int:
+    """The CPUs this process may run on (its affinity), at most MAX_WORKERS."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_WORKERS))
+
+
+# A worker of the parallel compute part: compute_work's loop, timed by the parent. It warms up,
+# says "ready", then runs the loop once per line on stdin and prints its checksum.
+WORKER = """
+import sys
+def work(n):
+    x = 1
+    acc = 0
+    for _ in range(n):
+        x = (x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
+        acc ^= x >> 17
+    return acc
+n = int(sys.argv[1])
+work(n // 10)
+print("ready", flush=True)
+for _ in sys.stdin:
+    print(work(n), flush=True)
+"""
+
+
+def _time_compute(
+    iterations: int, repeats: int, timer: Timer, workers: int = 1
+) -> tuple[Timing, int]:
+    """Seconds for `workers` loops at once (the wall until the last is done), `repeats` times;
+    one worker runs in this process."""
+    if workers > 1:
+        return _time_parallel(iterations, repeats, timer, workers)
     seconds: list[float] = []
     checksum = compute_work(iterations // 10)  # untimed: the loop's code and data warm
     for _ in range(repeats):
@@ -132,6 +175,40 @@ def _time_compute(iterations: int, repeats: int, timer: Timer) -> tuple[Timing, 
         checksum = compute_work(iterations)
         seconds.append(timer() - start)
     return _summary(seconds, "s"), checksum
+
+
+def _time_parallel(iterations: int, repeats: int, timer: Timer, workers: int) -> tuple[Timing, int]:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(iterations)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(workers)
+    ]
+    try:
+        for proc in procs:  # started and warm before anything is timed
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        seconds: list[float] = []
+        sums: set[int] = set()
+        for _ in range(repeats):
+            start = timer()
+            for proc in procs:
+                assert proc.stdin is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            for proc in procs:
+                assert proc.stdout is not None
+                sums.add(int(proc.stdout.readline()))
+            seconds.append(timer() - start)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    if len(sums) != 1:
+        raise RuntimeError(f"canary workers disagree on the checksum: {sorted(sums)}")
+    return _summary(seconds, "s"), sums.pop()
 
 
 def _time_bandwidth(buffer_mib: int, repeats: int, timer: Timer) -> Timing:
@@ -154,11 +231,14 @@ def measure_cpu(
     buffer_mib: int = BUFFER_MIB,
     repeats: int = REPEATS,
     timer: Timer = time.perf_counter,
+    workers: int | None = None,
 ) -> CpuCanary:
-    """Time the fixed compute work and the buffer copies, ``repeats`` times each."""
-    compute, checksum = _time_compute(iterations, repeats, timer)
+    """Time the fixed compute work on `workers` CPUs at once (None: workers_available()) and
+    the buffer copies, ``repeats`` times each."""
+    workers = workers_available() if workers is None else workers
+    compute, checksum = _time_compute(iterations, repeats, timer, workers)
     bandwidth = _time_bandwidth(buffer_mib, repeats, timer)
-    return CpuCanary(compute, bandwidth, checksum, iterations, buffer_mib)
+    return CpuCanary(compute, bandwidth, checksum, iterations, buffer_mib, workers)
 
 
 @dataclass(frozen=True)
