@@ -89,7 +89,8 @@ def test_reduced_experiment_produces_the_raw_data_contract(
     canary = run["canary"]
     assert canary["before"]["checksum"] == canary["after"]["checksum"]
     assert canary["before"]["compute"]["median"] > 0 and canary["after"]["bandwidth"]["median"] > 0
-    assert canary["drift"]["verdict"] in ("steady", "moved")
+    assert canary["drift"]["verdict"] in ("steady", "moved", "unsteady")
+    assert canary["before"]["workers"] >= 1
 
     orders = {}
     offsets: list[tuple[int, int]] = []
@@ -171,7 +172,7 @@ def test_reduced_experiment_leaves_analysis_bundle_and_report(
     assert "host speed (the canary before each sweep's first launch" in summary
     verdict = json.loads((exp / "raw" / "mns4" / "run.json").read_text())["canary"]["drift"]
     validity = json.loads((exp / "analysis" / "validity.json").read_text())
-    status = {"steady": "passed", "moved": "noted"}[verdict["verdict"]]
+    status = {"steady": "passed", "moved": "noted", "unsteady": "noted"}[verdict["verdict"]]
     assert validity["host_speed"]["mns4"]["status"] == status
     prov = json.loads((exp / "bundle" / "provenance.json").read_text())
     assert prov["host_speed"]["mns4"]["drift"] == verdict["verdict"]
