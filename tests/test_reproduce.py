@@ -451,7 +451,10 @@ def canary_record(compute_s: float, gbs: float) -> dict[str, Any]:
         "iterations": 1_000_000,
         "buffer_mib": 64,
     }
-    return {"before": c, "after": c, "drift": {"verdict": "steady"}}
+    from servelab.hostfacts.canary import CpuCanary, drift
+
+    timed = CpuCanary.from_json(c)
+    return {"before": c, "after": c, "drift": drift(timed, timed).to_json()}
 
 
 @pytest.fixture(scope="module")

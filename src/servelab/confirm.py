@@ -18,8 +18,9 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
+from servelab.analysis.diagnosis_records import Change, Diagnosis, Proposal
 from servelab.analysis.proposals import change_words, proposal_line
 from servelab.config import validate
 from servelab.errors import ServelabError
@@ -31,6 +32,41 @@ CONFIRM_RECORD = "confirm.json"  # what the confirm rule writes in the confirmat
 CONFIRM_CONFIG = "config.yaml"  # the derived experiment, beside it
 
 
+class Tried(TypedDict):
+    """A proposal a confirmation measures (analysis.confirms.proposals)."""
+
+    id: str
+    diagnoses: list[str]
+    server_config: str
+    config: str
+    change: Change
+    concurrency: list[int]
+    claims: list[str]
+    expected: str
+    why: str
+
+
+class NotTried(TypedDict):
+    """A proposal a confirmation does not measure, and why (analysis.confirms.not_tried)."""
+
+    diagnoses: list[str]
+    server_config: str
+    proposal: str
+    reason: str
+
+
+class ConfirmRecord(TypedDict):
+    """What confirm.json records (besides the run's status): the diagnosing experiment, its
+    bundle, the proposals tried and not, and the confirmation's experiment file and name."""
+
+    experiment: str
+    bundle: str
+    tried: list[Tried]
+    not_tried: list[NotTried]
+    config: NotRequired[str]
+    confirmation: NotRequired[str]
+
+
 @dataclass(frozen=True)
 class Plan:
     """A confirmation: the derived experiment's resolved config (None when no proposal can
@@ -38,8 +74,8 @@ class Plan:
     not, each with the reason."""
 
     config: dict[str, Any] | None
-    tried: list[dict[str, Any]]
-    not_tried: list[dict[str, Any]]
+    tried: list[Tried]
+    not_tried: list[NotTried]
 
     def lines(self) -> list[str]:
         """The plan in words, as the confirm rule prints it."""
@@ -58,24 +94,24 @@ class Plan:
         return out
 
 
-def _grouped(diagnoses: Sequence[Mapping[str, Any]]) -> list[tuple[list[str], dict[str, Any]]]:
+def _grouped(diagnoses: Sequence[Diagnosis]) -> list[tuple[list[str], Proposal]]:
     """The distinct proposals in the order diagnoses.json lists them, each with the kinds of
     the diagnoses that made it (serialized and kv_headroom_unused propose the same change)."""
-    found: dict[str, tuple[list[str], dict[str, Any]]] = {}
+    found: dict[str, tuple[list[str], Proposal]] = {}
     for d in diagnoses:
         p = d.get("proposal")
         if p is None:
             continue
         key = json.dumps([p["server_config"], p.get("change"), p.get("operate_at")], sort_keys=True)
         if key not in found:
-            found[key] = ([], dict(p))
+            found[key] = ([], p.copy())
         kinds = found[key][0]
         if d["kind"] not in kinds:
             kinds.append(d["kind"])
     return list(found.values())
 
 
-def _words(p: Mapping[str, Any]) -> str:
+def _words(p: Proposal) -> str:
     if "change" in p:
         return change_words(p["change"])
     axis, at = next(iter(p["operate_at"].items()))
@@ -99,7 +135,7 @@ def _merged_args(base: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str
 
 
 def _why_not(
-    p: Mapping[str, Any], config: Mapping[str, Any], configs: Mapping[str, Mapping[str, Any]]
+    p: Proposal, config: Mapping[str, Any], configs: Mapping[str, Mapping[str, Any]]
 ) -> str | None:
     """Why a proposal cannot be measured by a confirmation of this experiment, or None."""
     if not p.get("tryable"):
@@ -122,7 +158,7 @@ def _why_not(
 
 def plan_confirmation(
     config: Mapping[str, Any],
-    diagnoses: Sequence[Mapping[str, Any]],
+    diagnoses: Sequence[Diagnosis],
     bundle: Path,
     max_proposals: int | None = None,
 ) -> Plan:
@@ -138,8 +174,8 @@ def plan_confirmation(
         "max_proposals", DEFAULT_MAX_PROPOSALS
     )
     configs = {c["name"]: dict(c.get("args") or {}) for c in config["server"]["configs"]}
-    tried: list[dict[str, Any]] = []
-    not_tried: list[dict[str, Any]] = []
+    tried: list[Tried] = []
+    not_tried: list[NotTried] = []
     for kinds, p in _grouped(diagnoses):
         reason = _why_not(p, config, configs)
         if reason is None and len(tried) >= limit:
@@ -178,8 +214,8 @@ def plan_confirmation(
 
 def _derive(
     config: Mapping[str, Any],
-    tried: list[dict[str, Any]],
-    not_tried: list[dict[str, Any]],
+    tried: list[Tried],
+    not_tried: list[NotTried],
     bundle: Path,
     manifest_sha256: str,
     configs: Mapping[str, Mapping[str, Any]],
@@ -219,11 +255,11 @@ def _derive(
     return validate(cfg, source=source).to_dict()
 
 
-def plan_lines(diagnoses: Sequence[Mapping[str, Any]]) -> list[str]:
+def plan_lines(diagnoses: Sequence[Diagnosis]) -> list[str]:
     """Each diagnosis's proposal in one line (a dry run: nothing derived, nothing measured)."""
     out = []
     for d in diagnoses:
-        line = proposal_line(dict(d))
+        line = proposal_line(d)
         if line is not None:
             out.append(f"{d['kind']} ({d['server_config']}): {line}")
     return out
@@ -342,7 +378,7 @@ def run_confirm(
     record: Path,
     workflow: Workflow,
     say: Callable[[str], None] = print,
-) -> dict[str, Any]:
+) -> ConfirmRecord:
     """The confirm rule: plan the confirmation, write its experiment file beside `record`,
     seed its model and runtime from the diagnosing experiment's, run it with `workflow`
     (workflow_command) and write `record` (confirm.json): the plan, the run's status and the
@@ -353,7 +389,7 @@ def run_confirm(
 
     plan = plan_confirmation(config, read_json(diagnoses), bundle)
     folder = record.parent
-    out: dict[str, Any] = {
+    out: ConfirmRecord = {
         "experiment": config["experiment"],
         "bundle": str(bundle),
         "tried": plan.tried,

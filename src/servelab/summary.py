@@ -9,7 +9,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab.analysis.rounds import STOPPED
 from servelab.analysis.validity import PointFlags, check_point, summary_line
@@ -32,12 +32,26 @@ def _mean(xs: list[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
 
 
-def summary_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+class SummaryRow(TypedDict):
+    """One configuration and level of the summary: its repeats' mean throughput (and range),
+    mean TTFT and failed requests."""
+
+    server_config: str
+    concurrency: LevelValue
+    repeats: int
+    output_throughput: float | None
+    output_throughput_min: float | None
+    output_throughput_max: float | None
+    mean_ttft_ms: float | None
+    failed: int
+
+
+def summary_rows(points: list[dict[str, Any]]) -> list[SummaryRow]:
     """Per configuration and level (`concurrency`: a concurrency or a request rate)."""
     groups: dict[tuple[str, LevelValue], list[dict[str, Any]]] = defaultdict(list)
     for p in points:
         groups[(p["server_config"], Level.from_record(p).value)].append(p)
-    rows = []
+    rows: list[SummaryRow] = []
     for (sc, conc), ps in sorted(groups.items()):
         tput = [p["output_throughput"] for p in ps if p.get("output_throughput") is not None]
         ttft = [p["mean_ttft_ms"] for p in ps if p.get("mean_ttft_ms") is not None]

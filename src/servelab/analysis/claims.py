@@ -8,15 +8,17 @@ the nodes differ in a performance-relevant host fact it is `not comparable`."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from servelab.analysis.dataset import Point
+from servelab.analysis.diagnosis_records import Diagnosis, level_of
 from servelab.analysis.groups import SUMMARY_METRICS, Groups, hit_order, invalid_text
-from servelab.analysis.knee import DOMINANCE
+from servelab.analysis.knee import DOMINANCE, Knee, knee_level
 from servelab.analysis.stats import describe, one_sided_bounds, paired
 from servelab.analysis.stopping import (
+    LookEvidence,
     StoppingRule,
     claim_verdict,
     look_evidence,
@@ -39,6 +41,95 @@ VERDICTS = ("holds", "fails", "inconclusive", "invalid", NOT_COMPARABLE)
 
 ALIASES = {"throughput": "output_throughput", "tput": "output_throughput"}
 # what each kind of claim reads, besides the metric a comparison names
+
+
+class Side(TypedDict):
+    """One side of a comparison or a bound: the configuration, its level (`concurrency`, or
+    `rate` for an open loop), the mean; a comparison's b side carries the claim's factor."""
+
+    config: str
+    concurrency: NotRequired[LevelValue | None]
+    rate: NotRequired[LevelValue | None]
+    mean: float | None
+    factor: NotRequired[float]
+
+
+class ComparisonEvidence(TypedDict):
+    """A comparison's paired test (at a sequential look, the stopping rule's: `sequential`)."""
+
+    a: Side
+    b: Side
+    n: int
+    mean_rel_diff_pct: float | None
+    agree: str
+    p_value: float | None
+    test_verdict: str
+    sequential: NotRequired[LookEvidence]
+
+
+class BoundEvidence(TypedDict):
+    """A bound's one-sided confidence bounds of the mean at one point."""
+
+    a: Side
+    bound: float
+    n: int
+    confidence_bounds: list[float | None]
+    alpha: float
+
+
+class InvalidPoint(TypedDict, total=False):
+    """A point a claim reads that a validity check left out (its level: `concurrency` or
+    `rate`, as the point record holds it)."""
+
+    server_config: str
+    repeat: int
+    concurrency: LevelValue
+    rate: LevelValue
+    check: str
+    reason: str
+
+
+class InvalidEvidence(TypedDict):
+    invalid: list[InvalidPoint]
+
+
+Hosts = TypedDict("Hosts", {"a": str, "b": str, "class": str, "differences": list[str]})
+"""The hosts of a comparison of configurations measured on different nodes."""
+
+# a claim's evidence, by kind: a comparison, a bound, the points that made it invalid, the
+# configuration's knee, the SLO capacity search's answer (as search.json holds it), the
+# diagnoses or dominated points that make a shape claim hold
+ClaimEvidence = (
+    ComparisonEvidence | BoundEvidence | InvalidEvidence | Knee | dict[str, Any] | Sequence[object]
+)
+
+
+class ClaimVerdict(TypedDict):
+    """A claim of claims.json: its verdict (one of VERDICTS), the reason of one not decided
+    (invalid, not comparable, open after the last round), the evidence and, for a
+    comparison across nodes, the hosts."""
+
+    claim: str
+    verdict: str
+    reason: NotRequired[str]
+    evidence: ClaimEvidence
+    hosts: NotRequired[Hosts]
+
+
+def sequential_of(entry: ClaimVerdict) -> LookEvidence | None:
+    """A comparison's test at the look that judged it (`evidence.sequential`); None for a
+    claim judged otherwise."""
+    ev = entry.get("evidence")
+    return cast(ComparisonEvidence, ev).get("sequential") if isinstance(ev, dict) else None
+
+
+def _side(axis: str, config: str, level: LevelValue | None, mean: float | None) -> Side:
+    """A side at `level` on `axis` ("concurrency" or "rate")."""
+    if axis == "rate":
+        return {"config": config, "rate": level, "mean": mean}
+    return {"config": config, "concurrency": level, "mean": mean}
+
+
 CLAIM_READS = {
     "dominated": [m for m, _ in DOMINANCE],
     "past_knee": ["output_throughput", "p99_ttft_ms"],
@@ -58,29 +149,29 @@ def _claim_left_out(
     return sorted(found.values(), key=hit_order)
 
 
-def _invalid_claim(claim: str, hits: list[tuple[Point, Flag]]) -> dict[str, Any]:
+def _invalid_point(p: Point, f: Flag) -> InvalidPoint:
+    out: InvalidPoint = {"server_config": p.server_config, "repeat": p.repeat}
+    if p.level.axis == "rate":
+        out["rate"] = p.level.value
+    else:
+        out["concurrency"] = p.level.value
+    out["check"] = f.check
+    out["reason"] = f.reason
+    return out
+
+
+def _invalid_claim(claim: str, hits: list[tuple[Point, Flag]]) -> ClaimVerdict:
     return {
         "claim": claim,
         "verdict": "invalid",
         "reason": invalid_text(hits),
-        "evidence": {
-            "invalid": [
-                {
-                    "server_config": p.server_config,
-                    "repeat": p.repeat,
-                    **p.level.to_json(),
-                    "check": f.check,
-                    "reason": f.reason,
-                }
-                for p, f in sorted(hits, key=hit_order)
-            ]
-        },
+        "evidence": {"invalid": [_invalid_point(p, f) for p, f in sorted(hits, key=hit_order)]},
     }
 
 
 def cross_node(
     nodes: Mapping[str, Mapping[str, Any]], sa: str, sb: str
-) -> tuple[dict[str, Any], str | None] | None:
+) -> tuple[Hosts, str | None] | None:
     """The hosts of a comparison of server configs `sa` and `sb` when they were measured on
     different nodes (a different hostname, or the same one with a performance-relevant host
     fact changed), and the reason it is not comparable when their host facts differ
@@ -94,7 +185,12 @@ def cross_node(
     if ha == hb and cmp["class"] != "differs":
         return None
     rows = cmp["relevant_differences"] + cmp["other_differences"]
-    hosts = {"a": ha, "b": hb, "class": cmp["class"], "differences": [r["short"] for r in rows]}
+    hosts: Hosts = {
+        "a": ha,
+        "b": hb,
+        "class": cmp["class"],
+        "differences": [r["short"] for r in rows],
+    }
     if cmp["class"] != "differs":
         return hosts, None
     names = f"{ha}, {hb}" if ha != hb else f"two named {ha}"
@@ -158,9 +254,9 @@ class Findings:
     judged against: the knees (knee.json), the dominated points (dominance.csv) and the
     diagnoses (diagnoses.json)."""
 
-    knees: list[dict[str, Any]]
+    knees: list[Knee]
     dominated: list[dict[str, Any]]
-    diagnoses: list[dict[str, Any]]
+    diagnoses: list[Diagnosis]
     # each configuration's SLO capacity search (search.json), where one ran
     searches: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
@@ -171,12 +267,12 @@ def evaluate_claims(
     found: Findings,
     nodes: Mapping[str, Mapping[str, Any]] | None = None,
     look: tuple[StoppingRule, int] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[ClaimVerdict]:
     """Every claim of `analysis.claims` with its verdict and evidence; `nodes`: the node each
     server config was measured on (Dataset.nodes), which a comparison across configs names.
     `look`: a sequential sweep's stopping rule and the round whose look this is: comparisons
     are then tested by the rule (analysis.stopping), and one it leaves open is inconclusive."""
-    out: list[dict[str, Any]] = []
+    out: list[ClaimVerdict] = []
     for claim in analysis.claims:
         try:
             parse_claim(claim)
@@ -203,7 +299,7 @@ def _comparison(
     analysis: AnalysisSection,
     nodes: Mapping[str, Mapping[str, Any]],
     look: tuple[StoppingRule, int] | None,
-) -> dict[str, Any]:
+) -> ClaimVerdict:
     """A comparison claim (`parts`: claims_syntax.CMP's groups): the paired test of one metric
     at two points, or at a sequential look the stopping rule's, and the hosts of two configs
     measured on different nodes."""
@@ -230,27 +326,34 @@ def _comparison(
         seq = sequential_test(va, kb, rule.look_alpha(k_round), threshold)
         p_value, test_verdict = seq.p_value, seq.verdict
         sequential = look_evidence(k_round, seq)
-    entry: dict[str, Any] = {"claim": claim, "verdict": claim_verdict(op, test_verdict)}
-    crossed = cross_node(nodes, sa, sb)
-    if crossed is not None and crossed[1] is not None:
-        entry.update(verdict=NOT_COMPARABLE, reason=crossed[1])
-    return {
-        **entry,
-        "evidence": {
-            "a": {"config": sa, g.axis: ca, "mean": describe(va).mean},
-            "b": {"config": sb, g.axis: cb, "mean": describe(vb).mean, "factor": k},
-            "n": test.n,
-            "mean_rel_diff_pct": test.mean_rel_diff_pct,
-            "agree": test.agree,
-            "p_value": p_value,
-            "test_verdict": test_verdict,
-            **({"sequential": sequential} if sequential is not None else {}),
-        },
-        **({"hosts": crossed[0]} if crossed is not None else {}),
+    evidence: ComparisonEvidence = {
+        "a": _side(g.axis, sa, ca, describe(va).mean),
+        "b": {**_side(g.axis, sb, cb, describe(vb).mean), "factor": k},
+        "n": test.n,
+        "mean_rel_diff_pct": test.mean_rel_diff_pct,
+        "agree": test.agree,
+        "p_value": p_value,
+        "test_verdict": test_verdict,
     }
+    if sequential is not None:
+        evidence["sequential"] = sequential
+    crossed = cross_node(nodes, sa, sb)
+    out: ClaimVerdict
+    if crossed is not None and crossed[1] is not None:
+        out = {
+            "claim": claim,
+            "verdict": NOT_COMPARABLE,
+            "reason": crossed[1],
+            "evidence": evidence,
+        }
+    else:
+        out = {"claim": claim, "verdict": claim_verdict(op, test_verdict), "evidence": evidence}
+    if crossed is not None:
+        out["hosts"] = crossed[0]
+    return out
 
 
-def _capacity(claim: str, parts: tuple[str, ...], g: Groups, found: Findings) -> dict[str, Any]:
+def _capacity(claim: str, parts: tuple[str, ...], g: Groups, found: Findings) -> ClaimVerdict:
     """The SLO capacity search's answer against a rate: `> R` holds when a rate above R met
     the SLO and fails when one at or below R failed; `< R` the other way round; inconclusive
     when R lies inside the search's bracket."""
@@ -273,7 +376,7 @@ def _capacity(claim: str, parts: tuple[str, ...], g: Groups, found: Findings) ->
 
 def _bound(
     claim: str, parts: tuple[str, ...], g: Groups, analysis: AnalysisSection
-) -> dict[str, Any]:
+) -> ClaimVerdict:
     """A metric at one point against a number (`parts`: claims_syntax.BOUND's groups): holds
     when the one-sided (1 - alpha) confidence bound of its mean over the repeats lies on the
     claimed side of the number, fails when the other bound lies beyond it, and is
@@ -304,7 +407,7 @@ def _bound(
         "claim": claim,
         "verdict": verdict,
         "evidence": {
-            "a": {"config": sc, g.axis: level, "mean": describe(values).mean},
+            "a": _side(g.axis, sc, level, describe(values).mean),
             "bound": bound,
             "n": len(values),
             "confidence_bounds": [lo, hi],
@@ -313,7 +416,7 @@ def _bound(
     }
 
 
-def _shape_claim(claim: str, g: Groups, found: Findings) -> dict[str, Any]:
+def _shape_claim(claim: str, g: Groups, found: Findings) -> ClaimVerdict:
     """A dominated, past_knee, serialized or knee claim: it holds where the analysis found
     that shape (`found`); invalid where a point it reads was left out."""
     f = _FUNC.match(claim)
@@ -324,13 +427,16 @@ def _shape_claim(claim: str, g: Groups, found: Findings) -> dict[str, Any]:
     lost = _claim_left_out(g, [(sc, lv) for lv in g.levels(sc)], CLAIM_READS[func])
     if lost:
         return _invalid_claim(claim, lost)
+    hits: Sequence[object]
     if func == "dominated":
         hits = [d for d in found.dominated if d["server_config"] == sc and d[g.axis] == c]
     elif func == "past_knee":
         hits = [
             d
             for d in found.diagnoses
-            if d["kind"] == "past_knee" and d["server_config"] == sc and c in d[g.axis]
+            if d["kind"] == "past_knee"
+            and d["server_config"] == sc
+            and c in cast(list[LevelValue], level_of(d, g.axis))
         ]
     elif func == "serialized":
         hits = [
@@ -338,6 +444,7 @@ def _shape_claim(claim: str, g: Groups, found: Findings) -> dict[str, Any]:
         ]
     else:
         kn = next(x for x in found.knees if x["server_config"] == sc)
-        ok = kn[g.axis] is not None and (expect is None or kn[g.axis] == float(expect))
+        at = knee_level(kn, g.axis)
+        ok = at is not None and (expect is None or at == float(expect))
         return {"claim": claim, "verdict": "holds" if ok else "fails", "evidence": kn}
     return {"claim": claim, "verdict": "holds" if hits else "fails", "evidence": hits}

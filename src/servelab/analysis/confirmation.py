@@ -9,8 +9,9 @@ where telemetry measured it (GPUs)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
+from servelab.analysis.diagnosis_records import Change
 from servelab.analysis.groups import Groups
 from servelab.analysis.proposals import change_words
 from servelab.analysis.stats import describe
@@ -19,6 +20,53 @@ from servelab.render import md_table, num
 
 # what a proposal's effect reports, before and after (energy only where it was measured)
 EFFECT_METRICS = ("output_throughput", "mean_ttft_ms", "p99_ttft_ms", "joules_per_output_token")
+
+
+class Ratio(TypedDict):
+    """after / before output throughput over the paired repeats (`_ratio`)."""
+
+    n: int
+    throughput_ratio: float | None
+    ratio_ci95: list[float] | None
+
+
+class Effect(Ratio):
+    """What a change bought at one judged concurrency: EFFECT_METRICS before and after (those
+    measured on both sides), and the throughput ratio."""
+
+    concurrency: int
+    before: dict[str, float]
+    after: dict[str, float]
+
+
+class JudgedClaim(TypedDict):
+    claim: str
+    verdict: str
+
+
+class ProposalVerdict(TypedDict):
+    """One proposal's verdict, its claims and its effects (confirmation.json `proposals`)."""
+
+    id: str
+    diagnoses: list[str]
+    server_config: str
+    config: str
+    change: Change
+    expected: str
+    verdict: str
+    claims: list[JudgedClaim]
+    effects: list[Effect]
+
+
+class ConfirmationRecord(TypedDict):
+    """confirmation.json: the diagnosing experiment, each proposal's verdict, and the
+    proposals that were not tried (as analysis.confirms lists them)."""
+
+    experiment: str
+    bundle: str
+    manifest_sha256: str
+    proposals: list[ProposalVerdict]
+    not_tried: list[dict[str, Any]]
 
 
 def proposal_verdict(verdicts: list[str]) -> str:
@@ -30,7 +78,7 @@ def proposal_verdict(verdicts: list[str]) -> str:
     return "inconclusive"
 
 
-def _ratio(g: Groups, before: str, after: str, c: int) -> dict[str, Any]:
+def _ratio(g: Groups, before: str, after: str, c: int) -> Ratio:
     """after / before output throughput over the paired repeats: the geometric mean of the
     per-repeat ratios and its 95% confidence interval (t on the log ratios)."""
     va, vb = g.pair(after, c, before, c, "output_throughput")
@@ -44,7 +92,7 @@ def _ratio(g: Groups, before: str, after: str, c: int) -> dict[str, Any]:
     return {"n": d.n, "throughput_ratio": math.exp(d.mean), "ratio_ci95": ci}
 
 
-def _effect(g: Groups, p: ConfirmsProposal, c: int) -> dict[str, Any]:
+def _effect(g: Groups, p: ConfirmsProposal, c: int) -> Effect:
     sides: dict[str, dict[str, float]] = {"before": {}, "after": {}}
     for m in EFFECT_METRICS:
         b, a = g.mean(p.server_config, c, m), g.mean(p.config, c, m)
@@ -52,18 +100,25 @@ def _effect(g: Groups, p: ConfirmsProposal, c: int) -> dict[str, Any]:
             continue
         sides["before"][m] = b
         sides["after"][m] = a
-    return {"concurrency": c, **sides, **_ratio(g, p.server_config, p.config, c)}
+    return {
+        "concurrency": c,
+        "before": sides["before"],
+        "after": sides["after"],
+        **_ratio(g, p.server_config, p.config, c),
+    }
 
 
 def confirmation(
     g: Groups, claims: list[dict[str, Any]], confirms: ConfirmsSection
-) -> dict[str, Any]:
+) -> ConfirmationRecord:
     """confirmation.json: the diagnosing experiment and each proposal's verdict, claims and
     effects, then the proposals that were not tried."""
     verdict_of = {c["claim"]: c["verdict"] for c in claims}
-    proposals = []
+    proposals: list[ProposalVerdict] = []
     for p in confirms.proposals:
-        judged = [{"claim": c, "verdict": verdict_of.get(c, "inconclusive")} for c in p.claims]
+        judged: list[JudgedClaim] = [
+            {"claim": c, "verdict": verdict_of.get(c, "inconclusive")} for c in p.claims
+        ]
         proposals.append(
             {
                 "id": p.id,
@@ -86,7 +141,7 @@ def confirmation(
     }
 
 
-def verdict_line(p: dict[str, Any]) -> str:
+def verdict_line(p: ProposalVerdict) -> str:
     """One proposal's verdict in one line: what changed, the verdict, the throughput ratio
     at each judged concurrency."""
     change = change_words(p["change"])
@@ -103,13 +158,13 @@ def verdict_line(p: dict[str, Any]) -> str:
     return f"{p['id']} {p['verdict']}: {change} on {p['server_config']}{what}"
 
 
-def _pair(e: dict[str, Any], m: str, fmt: str) -> str:
+def _pair(e: Effect, m: str, fmt: str) -> str:
     if m not in e["before"]:
         return "-"
     return f"{num(e['before'][m], fmt)} → {num(e['after'][m], fmt)}"
 
 
-def confirmation_section(conf: dict[str, Any]) -> list[str]:
+def confirmation_section(conf: ConfirmationRecord) -> list[str]:
     """The report's "Confirmation" section."""
     lines = [
         "",

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab.analysis.stopping import StoppingRule
 from servelab.analysis.validity import (
@@ -387,7 +387,16 @@ def vllm_bench_files(root: Path) -> list[BenchFile]:
     return files
 
 
-def bench_arrival(bench: Mapping[str, Any]) -> dict[str, Any]:
+class Arrival(TypedDict):
+    """A rate point's arrival process (`extra["arrival"]` of a vllm-bench point)."""
+
+    process: str
+    burstiness: float
+    max_in_flight: int | None
+    requests: int
+
+
+def bench_arrival(bench: Mapping[str, Any]) -> Arrival:
     """A rate point's arrival process as far as benchmark.json records it: `process` (gamma
     gaps of shape `burstiness`, vLLM's default 1: poisson; an infinite one: constant),
     `burstiness` (1 for poisson and constant, as servelab records them), `max_in_flight`

@@ -11,17 +11,34 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from servelab.analysis.dataset import Dataset
+from servelab.analysis.diagnosis_records import (
+    CaptureFit,
+    Diagnosis,
+    Dip,
+    FlatSpan,
+    UtilizationHit,
+    level_of,
+)
 from servelab.analysis.groups import Groups
-from servelab.analysis.knee import DOMINANCE
+from servelab.analysis.knee import DOMINANCE, Knee, knee_level
 from servelab.analysis.proposals import launched, max_num_seqs, not_launched, with_proposal
-from servelab.analysis.stats import evidence_level, paired
+from servelab.analysis.stats import EvidenceLevel, evidence_level, paired
 from servelab.experiment import AnalysisSection
 from servelab.launch.serverlog import parse_capture_sizes
 
 LINEAR_TOLERANCE = 1.25  # serialized: seconds per request may vary this much across levels
+
+
+def _at_level(d: Diagnosis, axis: str, level: int | float | list[int] | list[float]) -> Diagnosis:
+    """The diagnosis with its level on `axis` ("concurrency" or "rate")."""
+    if axis == "rate":
+        d["rate"] = level
+    else:
+        d["concurrency"] = level
+    return d
 
 
 def _repeats(g: Groups, sc: str, levels: list[int], metrics: list[str]) -> int:
@@ -29,13 +46,14 @@ def _repeats(g: Groups, sc: str, levels: list[int], metrics: list[str]) -> int:
     return min((len(g.values(sc, c, m)) for c in levels for m in metrics), default=0)
 
 
-def diagnosis_line(d: dict[str, Any]) -> str:
+def diagnosis_line(d: Diagnosis) -> str:
     """One diagnosis as `servelab analyze` prints it: kind, config, concurrency, evidence
     level, and for a dip what the CUDA graph capture sizes say."""
     axis, key = ("rate", "rate=") if "rate" in d else ("concurrency", "c=")
-    where = f" {key}{d[axis]}" if axis in d else ""
+    at = level_of(d, axis)
+    where = f" {key}{at}" if at is not None else ""
     if d["kind"] == "dominated":
-        where += f" by {key}{d['evidence']['dominated_by']}"
+        where += f" by {key}{cast(dict[str, Any], d['evidence'])['dominated_by']}"
     text = f"{d['kind']}: {d['server_config']}{where} ({d['evidence_level']['label']})"
     if d.get("capture_explanation"):
         text += f"; {d['capture_explanation']}"
@@ -49,13 +67,13 @@ class _Config:
 
     g: Groups
     sc: str
-    cap: dict[str, Any]
+    cap: dict[str, Any]  # capacity.json
     levels: list[int]
     means: dict[int, float]
     analysis: AnalysisSection
 
 
-def _serialized(v: _Config) -> list[dict[str, Any]]:
+def _serialized(v: _Config) -> list[Diagnosis]:
     """Throughput flat and wall time linear in the requests over a 4x span of concurrency:
     the server handles one request at a time."""
     flat = _flat_span(v.g, v.sc, v.levels, v.means, v.analysis)
@@ -86,7 +104,7 @@ def _serialized(v: _Config) -> list[dict[str, Any]]:
     ]
 
 
-def _kv_headroom_unused(v: _Config) -> list[dict[str, Any]]:
+def _kv_headroom_unused(v: _Config) -> list[Diagnosis]:
     """--max-num-seqs below the sequences the startup log says the KV cache fits."""
     mns = max_num_seqs(v.cap)
     maxconc = v.cap.get("max_concurrency")
@@ -113,7 +131,7 @@ def _kv_headroom_unused(v: _Config) -> list[dict[str, Any]]:
     ]
 
 
-def _non_monotonic(v: _Config) -> list[dict[str, Any]]:
+def _non_monotonic(v: _Config) -> list[Diagnosis]:
     """A throughput dip (_dip) with what the CUDA graph capture sizes say of it."""
     found = _dip(v.g, v.sc, v.levels, v.analysis)
     if found is None:
@@ -125,7 +143,13 @@ def _non_monotonic(v: _Config) -> list[dict[str, Any]]:
             "kind": "non_monotonic",
             "server_config": v.sc,
             "concurrency": dip["concurrency"],
-            **fit,
+            "capture_sizes": fit["capture_sizes"],
+            "capture_sizes_source": fit["capture_sizes_source"],
+            "cudagraph_mode": fit["cudagraph_mode"],
+            "batch_size": fit["batch_size"],
+            "batch_size_source": fit["batch_size_source"],
+            "outside_capture_sizes": fit["outside_capture_sizes"],
+            "capture_explanation": fit["capture_explanation"],
             "evidence": dip,
             "evidence_level": level,
             "suggestion": (
@@ -137,10 +161,10 @@ def _non_monotonic(v: _Config) -> list[dict[str, Any]]:
     ]
 
 
-def _utilization_misleading(v: _Config) -> list[dict[str, Any]]:
+def _utilization_misleading(v: _Config) -> list[Diagnosis]:
     """Utilization >= 95% at points delivering under half the best throughput (needs telemetry)."""
     best = max(v.means.values(), default=0.0)
-    hits = []
+    hits: list[UtilizationHit] = []
     for c in v.levels:
         utils = [float(u) for u in v.g.values(v.sc, c, "utilization_pct").values()]
         if utils and min(utils) >= 95.0 and best > 0 and v.means[c] < 0.5 * best:
@@ -175,7 +199,7 @@ def _utilization_misleading(v: _Config) -> list[dict[str, Any]]:
 
 
 # the checks of one server config, in the order diagnoses.json lists what they find
-CONFIG_CHECKS: tuple[Callable[[_Config], list[dict[str, Any]]], ...] = (
+CONFIG_CHECKS: tuple[Callable[[_Config], list[Diagnosis]], ...] = (
     _serialized,
     _kv_headroom_unused,
     _non_monotonic,
@@ -183,67 +207,68 @@ CONFIG_CHECKS: tuple[Callable[[_Config], list[dict[str, Any]]], ...] = (
 )
 
 
-def _past_knee(g: Groups, knees: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _past_knee(g: Groups, knees: list[Knee]) -> list[Diagnosis]:
     """The levels above each config's knee: they add latency, not throughput."""
-    out: list[dict[str, Any]] = []
+    out: list[Diagnosis] = []
     axis = g.axis
     word = "a request rate" if g.open_loop else "concurrency"
     for k in knees:
-        if k[axis] is None:
+        at = knee_level(k, axis)
+        if at is None:
             continue
-        past = [c for c in g.levels(k["server_config"]) if c > k[axis]]
+        past = [c for c in g.levels(k["server_config"]) if c > at]
         if past:
-            out.append(
-                {
-                    "kind": "past_knee",
-                    "server_config": k["server_config"],
-                    axis: past,
-                    "evidence": {"knee": k[axis], "reason": k["reason"]},
-                    "evidence_level": k["evidence_level"],
-                    "suggestion": f"{word} above {k[axis]} adds latency, not throughput",
-                }
-            )
+            d: Diagnosis = {
+                "kind": "past_knee",
+                "server_config": k["server_config"],
+                "evidence": {"knee": at, "reason": k["reason"]},
+                "evidence_level": k["evidence_level"],
+                "suggestion": f"{word} above {at} adds latency, not throughput",
+            }
+            out.append(_at_level(d, axis, past))
     return out
 
 
-def _dominated(g: Groups, dominated: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _dominated(g: Groups, dominated: list[dict[str, Any]]) -> list[Diagnosis]:
     """Each dominated point (knee.dominance), with the repeats its comparison rests on."""
-    axis = g.axis
     word = "request rate" if g.open_loop else "concurrency"
-    return [
-        {
-            "kind": "dominated",
-            "server_config": d["server_config"],
-            axis: d[axis],
-            "evidence": d,
-            "evidence_level": evidence_level(
-                _repeats(
-                    g,
-                    d["server_config"],
-                    [d[axis], d["dominated_by"]],
-                    [m for m, _ in DOMINANCE],
-                )
-            ),
-            "suggestion": (
-                f"{word} {d['dominated_by']} is at least as good on "
-                "throughput, TTFT and TPOT: do not operate here"
-            ),
-        }
-        for d in dominated
-    ]
+    return [_dominated_one(g, d, word) for d in dominated]
+
+
+def _dominated_one(g: Groups, d: dict[str, Any], word: str) -> Diagnosis:
+    """One dominated point (a row of knee.dominance) as a diagnosis."""
+    axis = g.axis
+    out: Diagnosis = {
+        "kind": "dominated",
+        "server_config": d["server_config"],
+        "evidence": d,
+        "evidence_level": evidence_level(
+            _repeats(
+                g,
+                d["server_config"],
+                [d[axis], d["dominated_by"]],
+                [m for m, _ in DOMINANCE],
+            )
+        ),
+        "suggestion": (
+            f"{word} {d['dominated_by']} is at least as good on "
+            "throughput, TTFT and TPOT: do not operate here"
+        ),
+    }
+    return _at_level(out, axis, d[axis])
 
 
 def diagnoses(
     g: Groups,
     ds: Dataset,
-    knees: list[dict[str, Any]],
+    knees: list[Knee],
     dominated: list[dict[str, Any]],
     analysis: AnalysisSection,
-) -> list[dict[str, Any]]:
+) -> list[Diagnosis]:
     """Every diagnosis: per server config what each of CONFIG_CHECKS finds, then the levels
     past each knee, then the dominated points; each with its `proposal` or `no_remedy`
     (analysis.proposals)."""
-    out: list[dict[str, Any]] = []
+    out: list[Diagnosis] = []
     # what they read (flat throughput over a span of concurrency, requests in flight against
     # the KV cache's room) is a closed loop's: an open loop's levels are rates
     for sc in [] if g.open_loop else g.configs:
@@ -259,11 +284,11 @@ def diagnoses(
 
 def _flat_span(
     g: Groups, sc: str, lv: list[int], means: dict[int, float], analysis: AnalysisSection
-) -> dict[str, Any] | None:
+) -> FlatSpan | None:
     """The widest run of consecutive levels spanning at least 4x in concurrency over which
     throughput varies less than flat_pct and seconds per request (duration / prompts) stay
     within LINEAR_TOLERANCE, i.e. wall time grows linearly with the number of requests."""
-    best: dict[str, Any] | None = None
+    best: FlatSpan | None = None
     for i in range(len(lv)):
         for j in range(len(lv) - 1, i, -1):
             span = lv[i : j + 1]
@@ -296,7 +321,7 @@ def _flat_span(
 
 def _dip(
     g: Groups, sc: str, lv: list[int], analysis: AnalysisSection
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
+) -> tuple[Dip, EvidenceLevel] | None:
     """The first level whose throughput is below a lower level's and a higher level's by
     `threshold_pct`: with repeats, when the paired test calls the drop from the best lower
     level real; on one repeat, as seen (untested). Returns the evidence and its level."""
@@ -355,7 +380,7 @@ def _batch(g: Groups, sc: str, c: int, mns: int | None) -> tuple[int, str]:
     return c, "concurrency"
 
 
-def _capture_fit(g: Groups, sc: str, cap: dict[str, Any], c: int, ref: int) -> dict[str, Any]:
+def _capture_fit(g: Groups, sc: str, cap: dict[str, Any], c: int, ref: int) -> CaptureFit:
     """Whether the dip's batch size is outside the CUDA graphs the server captured, in words
     (`capture_explanation`) and as `outside_capture_sizes` (None when the log does not say)."""
     sizes, source = _capture_sizes(cap)

@@ -5,10 +5,12 @@ operating points another level beats on throughput, TTFT and TPOT at once."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
 
 from servelab.analysis.groups import Groups
-from servelab.analysis.stats import evidence_level, paired
+from servelab.analysis.stats import EvidenceLevel, evidence_level, paired
+from servelab.design.level import LevelValue
 from servelab.experiment import AnalysisSection
 
 # throughput: higher is better; latencies: lower is better
@@ -27,85 +29,148 @@ DOMINANCE_COLUMNS = (
 )
 
 
-def knee(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
-    out = []
+class KneeEvidence(TypedDict, total=False):
+    """What a knee rests on: a peak (the next level falls in every repeat) or a plateau (no
+    later level gains plateau_pct while p99 TTFT grows); the next level is `next_concurrency`,
+    or `next_rate` for an open loop."""
+
+    peak_throughput: float | None
+    next_concurrency: LevelValue
+    next_rate: LevelValue
+    next_throughput: float | None
+    change_pct: float
+    repeats_falling: str
+    throughput: float | None
+    best_later_gain_pct: float
+    p99_ttft_ms: float | None
+    next_p99_ttft_ms: float | None
+
+
+class Knee(TypedDict):
+    """A configuration's knee (knee.json): its level (`concurrency`, or `rate` for an open
+    loop; None where there is none), why, the evidence and its level."""
+
+    server_config: str
+    concurrency: NotRequired[LevelValue | None]
+    rate: NotRequired[LevelValue | None]
+    reason: str
+    evidence: KneeEvidence
+    evidence_level: EvidenceLevel
+
+
+def knee_level(k: Knee, axis: str) -> LevelValue | None:
+    """A knee's level on `axis` ("concurrency" or "rate"); None where there is no knee."""
+    return k["rate"] if axis == "rate" else k["concurrency"]
+
+
+def _at(k: Knee, axis: str, level: LevelValue | None) -> None:
+    if axis == "rate":
+        k["rate"] = level
+    else:
+        k["concurrency"] = level
+
+
+def _next(ev: KneeEvidence, axis: str, level: LevelValue) -> KneeEvidence:
+    if axis == "rate":
+        ev["next_rate"] = level
+    else:
+        ev["next_concurrency"] = level
+    return ev
+
+
+@dataclass(frozen=True)
+class _Curve:
+    """One configuration's throughput curve: its levels with throughput, their means and
+    their p99 TTFT means."""
+
+    sc: str
+    usable: list[LevelValue]
+    means: dict[LevelValue, float | None]
+    p99: dict[LevelValue, float | None]
+
+
+def knee(g: Groups, analysis: AnalysisSection) -> list[Knee]:
+    out: list[Knee] = []
     for sc in g.configs:
         lv = g.levels(sc)
         means = {c: g.mean(sc, c, "output_throughput") for c in lv}
         p99 = {c: g.mean(sc, c, "p99_ttft_ms") for c in lv}
         axis = g.axis
         word = "request rate" if g.open_loop else "concurrency"
-        entry: dict[str, Any] = {
+        usable = [c for c in lv if means[c] is not None]
+        entry: Knee = {
             "server_config": sc,
-            axis: None,
             "reason": "",
             "evidence": {},
+            "evidence_level": evidence_level(
+                min((len(g.values(sc, c, "output_throughput")) for c in usable), default=0)
+            ),
         }
-        usable = [c for c in lv if means[c] is not None]
-        entry["evidence_level"] = evidence_level(
-            min((len(g.values(sc, c, "output_throughput")) for c in usable), default=0)
-        )
+        _at(entry, axis, None)
         if len(usable) < 2:
             entry["reason"] = f"fewer than two {word} levels with throughput"
             out.append(entry)
             continue
-        best = max(usable, key=lambda c: (means[c], -c))
-        after = [c for c in usable if c > best]
-        if after:
-            nxt = after[0]
-            va, vb = g.pair(sc, best, sc, nxt, "output_throughput")
-            if va and all(x > y for x, y in zip(va, vb, strict=True)):
-                entry.update(
-                    {axis: best},
-                    reason=(
-                        f"throughput peaks at {best} and falls at {nxt} in every repeat "
-                        f"({len(va)}/{len(va)})"
-                        if len(va) > 1
-                        else f"throughput peaks at {best} and falls at {nxt} (1 repeat)"
-                    ),
-                    evidence_level=evidence_level(
-                        len(va), paired(va, vb, analysis.threshold_pct, analysis.alpha)
-                    ),
-                )
-                entry["evidence"] = {
-                    "peak_throughput": means[best],
-                    f"next_{axis}": nxt,
-                    "next_throughput": means[nxt],
-                    "change_pct": 100.0 * (means[nxt] / means[best] - 1),  # type: ignore[operator]
-                    "repeats_falling": f"{len(va)}/{len(va)}",
-                }
-                out.append(entry)
-                continue
-        # plateau: the first level that no later level beats by the plateau margin,
-        # provided latency grows past it
-        for i, lo in enumerate(usable[:-1]):
-            hi = usable[i + 1]
-            later_best = max(means[c] for c in usable[i + 1 :])  # type: ignore[type-var]
-            gain = 100.0 * (later_best / means[lo] - 1) if means[lo] else math.inf  # type: ignore[operator]
-            grows = p99[hi] is not None and p99[lo] is not None and p99[hi] > p99[lo]  # type: ignore[operator]
-            if gain < analysis.plateau_pct and grows:
-                entry.update(
-                    {axis: lo},
-                    reason=(
-                        f"throughput stops rising after {lo} (no higher {word} gains "
-                        f"{analysis.plateau_pct:g}% or more; best later {gain:+.1f}%) "
-                        "while p99 TTFT grows"
-                    ),
-                )
-                entry["evidence"] = {
-                    "throughput": means[lo],
-                    "best_later_gain_pct": gain,
-                    f"next_{axis}": hi,
-                    "p99_ttft_ms": p99[lo],
-                    "next_p99_ttft_ms": p99[hi],
-                }
-                break
-        else:
-            entry["reason"] = (
-                f"no knee: throughput still rises up to the highest {word} measured ({usable[-1]})"
-            )
+        curve = _Curve(sc, usable, means, p99)
+        if not _peak(g, curve, entry, analysis):
+            _plateau(g, curve, entry, analysis)
         out.append(entry)
     return out
+
+
+def _peak(g: Groups, curve: _Curve, entry: Knee, analysis: AnalysisSection) -> bool:
+    """The knee at the best level when the next level falls in every repeat."""
+    sc, usable, means, axis = curve.sc, curve.usable, curve.means, g.axis
+    best = max(usable, key=lambda c: (means[c], -c))
+    after = [c for c in usable if c > best]
+    if not after:
+        return False
+    nxt = after[0]
+    va, vb = g.pair(sc, best, sc, nxt, "output_throughput")
+    if not (va and all(x > y for x, y in zip(va, vb, strict=True))):
+        return False
+    _at(entry, axis, best)
+    entry["reason"] = (
+        f"throughput peaks at {best} and falls at {nxt} in every repeat ({len(va)}/{len(va)})"
+        if len(va) > 1
+        else f"throughput peaks at {best} and falls at {nxt} (1 repeat)"
+    )
+    entry["evidence_level"] = evidence_level(
+        len(va), paired(va, vb, analysis.threshold_pct, analysis.alpha)
+    )
+    ev: KneeEvidence = {"peak_throughput": means[best]}
+    entry["evidence"] = _next(ev, axis, nxt)
+    ev["next_throughput"] = means[nxt]
+    ev["change_pct"] = 100.0 * (means[nxt] / means[best] - 1)  # type: ignore[operator]
+    ev["repeats_falling"] = f"{len(va)}/{len(va)}"
+    return True
+
+
+def _plateau(g: Groups, curve: _Curve, entry: Knee, analysis: AnalysisSection) -> None:
+    """The knee at the first level that no later level beats by the plateau margin, provided
+    latency grows past it; else none."""
+    usable, means, p99, axis = curve.usable, curve.means, curve.p99, g.axis
+    word = "request rate" if g.open_loop else "concurrency"
+    for i, lo in enumerate(usable[:-1]):
+        hi = usable[i + 1]
+        later_best = max(means[c] for c in usable[i + 1 :])  # type: ignore[type-var]
+        gain = 100.0 * (later_best / means[lo] - 1) if means[lo] else math.inf  # type: ignore[operator]
+        grows = p99[hi] is not None and p99[lo] is not None and p99[hi] > p99[lo]  # type: ignore[operator]
+        if gain < analysis.plateau_pct and grows:
+            _at(entry, axis, lo)
+            entry["reason"] = (
+                f"throughput stops rising after {lo} (no higher {word} gains "
+                f"{analysis.plateau_pct:g}% or more; best later {gain:+.1f}%) "
+                "while p99 TTFT grows"
+            )
+            ev: KneeEvidence = {"throughput": means[lo], "best_later_gain_pct": gain}
+            entry["evidence"] = _next(ev, axis, hi)
+            ev["p99_ttft_ms"] = p99[lo]
+            ev["next_p99_ttft_ms"] = p99[hi]
+            return
+    entry["reason"] = (
+        f"no knee: throughput still rises up to the highest {word} measured ({usable[-1]})"
+    )
 
 
 def dominance(g: Groups) -> list[dict[str, Any]]:

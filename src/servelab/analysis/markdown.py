@@ -7,9 +7,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from servelab.analysis.claims import ClaimVerdict
 from servelab.analysis.confirmation import confirmation_section
+from servelab.analysis.diagnosis_records import Diagnosis, level_of
 from servelab.analysis.groups import Groups
+from servelab.analysis.knee import Knee, knee_level
 from servelab.analysis.proposals import proposal_line
+from servelab.analysis.rounds import rounds_section
 from servelab.analysis.stats import describe
 from servelab.analysis.turns import turns_section
 from servelab.analysis.validity import (
@@ -238,7 +242,7 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
     if results.get("confirmation") is not None:
         lines += confirmation_section(results["confirmation"])
     if results.get("rounds") is not None:
-        lines += ["", *_rounds_section(results["rounds"])]
+        lines += ["", *rounds_section(results["rounds"])]
     lines += _figures_section(figures)
     return "\n".join(lines) + "\n"
 
@@ -294,11 +298,12 @@ def _paired_section(g: Groups, paired: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _knee_section(knees: list[dict[str, Any]], axis: str) -> list[str]:
+def _knee_section(knees: list[Knee], axis: str) -> list[str]:
     """Each config's knee (knee.json) with its reason and evidence level."""
     lines = ["## Knee", ""]
     for k in knees:
-        where = f"{AXIS_WORDS[axis]} {k[axis]}" if k[axis] is not None else "none"
+        at = knee_level(k, axis)
+        where = f"{AXIS_WORDS[axis]} {at}" if at is not None else "none"
         lines.append(
             f"- **{k['server_config']}**: {where}. {k['reason']} "
             f"(*{k['evidence_level']['label']}*)."
@@ -395,7 +400,7 @@ def _search_section(searches: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _diagnoses_section(diags: list[dict[str, Any]], axis: str) -> list[str]:
+def _diagnoses_section(diags: list[Diagnosis], axis: str) -> list[str]:
     """The diagnoses (diagnoses.json) in plain words, each with its evidence level."""
     lines = [
         "",
@@ -409,7 +414,8 @@ def _diagnoses_section(diags: list[dict[str, Any]], axis: str) -> list[str]:
         "",
     ]
     for d in diags:
-        where = f" ({AXIS_WORDS[axis]} {d[axis]})" if axis in d else ""
+        at = level_of(d, axis)
+        where = f" ({AXIS_WORDS[axis]} {at})" if at is not None else ""
         lines.append(
             f"- **{d['kind']}**, {d['server_config']}{where}, "
             f"*{d['evidence_level']['label']}*: {d['suggestion']}."
@@ -420,7 +426,7 @@ def _diagnoses_section(diags: list[dict[str, Any]], axis: str) -> list[str]:
     return lines if diags else [*lines, "- none"]
 
 
-def _claims_section(claims: list[dict[str, Any]]) -> list[str]:
+def _claims_section(claims: list[ClaimVerdict]) -> list[str]:
     """The claims (claims.json) with their verdicts; no section without a claim."""
     if not claims:
         return []
@@ -438,51 +444,7 @@ def _figures_section(figures: list[str]) -> list[str]:
     return lines
 
 
-def _test_text(t: dict[str, Any] | None) -> str:
-    if not t or t.get("t") is None:
-        return "not testable yet"
-    return f"t = {t['t']:.3g}, df {t['df']}, p = {t['p_value']:.3g} against {t['look_alpha']:.3g}"
-
-
-def _rounds_section(rec: dict[str, Any]) -> list[str]:
-    """A sequential sweep's looks: per round, the claims it decided (with the test) and the
-    ones left open."""
-    rule = rec["rule"]
-    lines = [
-        "## Rounds",
-        "",
-        f"Sequential sweep ({rule['method']}): rounds {rule['min_rounds']} to "
-        f"{rule['max_rounds']}, alpha {rule['alpha']:g} spent over "
-        f"{rule['max_rounds'] - rule['min_rounds'] + 1} looks ({rule['look_alpha']:.3g} each)"
-        + (f", budget {rule['budget_s']:g} s" if rule.get("budget_s") else "")
-        + f". Measured {rec['rounds']} rounds; stopped: {rec['stopped']}.",
-        "",
-    ]
-    rows = []
-    for look in rec["looks"]:
-        new = [
-            f"`{c['claim']}`: {c['verdict']} ({_test_text(c['test'])})"
-            for c in look["claims"]
-            if c["state"] == "decided" and c["decided_round"] == look["round"] and c["test"]
-        ]
-        still = [
-            f"`{c['claim']}` ({_test_text(c['test'])})"
-            for c in look["claims"]
-            if c["state"] == "open"
-        ]
-        rows.append(
-            [
-                str(look["round"]),
-                f"{look['decided']}/{look['decided'] + look['open']}",
-                "<br>".join(new) or "-",
-                "<br>".join(still) or "-",
-            ]
-        )
-    lines += md_table(["After round", "Decided", "Decided at this look", "Open"], rows)
-    return lines
-
-
-def _claim_text(c: dict[str, Any]) -> str:
+def _claim_text(c: ClaimVerdict) -> str:
     """The verdict, or the reason of one not decided (invalid, not comparable); a comparison
     across hosts that stands says so beside it."""
     text = str(c.get("reason") or c["verdict"])

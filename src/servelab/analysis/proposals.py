@@ -19,8 +19,16 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, cast
 
+from servelab.analysis.diagnosis_records import (
+    Change,
+    Diagnosis,
+    FlatSpan,
+    NoRemedy,
+    PastKneeEvidence,
+    Proposal,
+)
 from servelab.analysis.groups import Groups
 
 PROPOSED_MIN_RATIO = 1.5  # the throughput factor a max-num-seqs proposal claims
@@ -51,12 +59,12 @@ def max_num_seqs(cap: dict[str, Any]) -> int | None:
     return None
 
 
-def change_words(change: dict[str, Any]) -> str:
+def change_words(change: Change) -> str:
     """A change as the vLLM arguments it sets, e.g. `--max-num-seqs 8`."""
     return " ".join(f"--{k} {v}" for k, v in change.items())
 
 
-def proposed_name(server_config: str, change: dict[str, Any]) -> str:
+def proposed_name(server_config: str, change: Change) -> str:
     """The proposed configuration's name in a confirmation experiment: the diagnosed one's
     with the change, e.g. max-num-seqs-1.max-num-seqs-8 (a directory name: [A-Za-z0-9._-])."""
     key, value = next(iter(change.items()))
@@ -76,7 +84,7 @@ def _levels_words(levels: list[int]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def _max_num_seqs(d: dict[str, Any], cap: dict[str, Any], g: Groups) -> dict[str, Any]:
+def _max_num_seqs(d: Diagnosis, cap: dict[str, Any], g: Groups) -> Proposal | NoRemedy:
     """serialized / kv_headroom_unused: raise --max-num-seqs to what the KV cache fits."""
     sc = d["server_config"]
     old = max_num_seqs(cap)
@@ -97,7 +105,7 @@ def _max_num_seqs(d: dict[str, Any], cap: dict[str, Any], g: Groups) -> dict[str
             f"{old} already allows: the limit is elsewhere"
         }
     if d["kind"] == "serialized":
-        lo, hi = d["evidence"]["concurrency_span"]
+        lo, hi = cast(FlatSpan, d["evidence"])["concurrency_span"]
         diagnosed = [int(c) for c in g.levels(sc) if lo <= c <= hi]
         why = (
             f"throughput is flat from concurrency {lo} to {hi} while --max-num-seqs is {old}; "
@@ -109,26 +117,25 @@ def _max_num_seqs(d: dict[str, Any], cap: dict[str, Any], g: Groups) -> dict[str
             f"the startup log says the KV cache fits {fits:g} sequences of "
             f"{cap.get('max_concurrency_tokens_per_request')} tokens, but --max-num-seqs is {old}"
         )
-    change = {"max-num-seqs": new}
+    change: Change = {"max-num-seqs": new}
     name = proposed_name(sc, change)
     judged = [c for c in diagnosed if min(c, new) / old >= 2 * PROPOSED_MIN_RATIO]
-    out: dict[str, Any] = {
+    out: Proposal = {
         "server_config": sc,
         "change": change,
         "config": name,
         "concurrency": judged,
         "claims": [_claim("throughput", name, sc, c, PROPOSED_MIN_RATIO) for c in judged],
         "why": why,
-    }
-    if judged:
-        out["expected"] = (
+        "expected": (
             f"output throughput at least {PROPOSED_MIN_RATIO:g}x {sc}'s at concurrency "
             f"{_levels_words(judged)}"
-        )
-        out["tryable"] = True
-    else:
-        out["expected"] = f"output throughput at least {PROPOSED_MIN_RATIO:g}x {sc}'s"
-        out["tryable"] = False
+            if judged
+            else f"output throughput at least {PROPOSED_MIN_RATIO:g}x {sc}'s"
+        ),
+        "tryable": bool(judged),
+    }
+    if not judged:
         out["not_tried"] = (
             f"no measured concurrency reaches {math.ceil(2 * PROPOSED_MIN_RATIO * old)}, "
             "where the change could triple throughput: measure higher concurrencies first"
@@ -136,7 +143,7 @@ def _max_num_seqs(d: dict[str, Any], cap: dict[str, Any], g: Groups) -> dict[str
     return out
 
 
-def _capture_sizes(d: dict[str, Any], cap: dict[str, Any], g: Groups) -> dict[str, Any]:
+def _capture_sizes(d: Diagnosis, cap: dict[str, Any], g: Groups) -> Proposal | NoRemedy:
     """non_monotonic: capture CUDA graphs for the measured batches the captured sizes miss."""
     if not launched(cap):
         return {"no_remedy": not_launched("the list of CUDA graph capture sizes")}
@@ -146,15 +153,15 @@ def _capture_sizes(d: dict[str, Any], cap: dict[str, Any], g: Groups) -> dict[st
             "capture_explanation): no setting to change; avoid this operating point"
         }
     sc = d["server_config"]
-    sizes = [int(x) for x in d["capture_sizes"]]
+    sizes = [int(x) for x in cast(list[int], d["capture_sizes"])]
     mns = max_num_seqs(cap)
     batches = {min(int(c), mns) if mns is not None else int(c) for c in g.levels(sc)}
     batches.add(int(d["batch_size"]))
     new = sorted(set(sizes) | {b for b in batches if b > max(sizes)})
     sizes_json = json.dumps({"cudagraph_capture_sizes": new}, separators=(",", ":"))
-    change = {"compilation-config": sizes_json}
+    change: Change = {"compilation-config": sizes_json}
     name = proposed_name(sc, change)
-    c = d["concurrency"]
+    c = cast(int, d["concurrency"])
     return {
         "server_config": sc,
         "change": change,
@@ -167,9 +174,13 @@ def _capture_sizes(d: dict[str, Any], cap: dict[str, Any], g: Groups) -> dict[st
     }
 
 
-def _operating_point(d: dict[str, Any], axis: str) -> dict[str, Any]:
+def _operating_point(d: Diagnosis, axis: str) -> Proposal:
     """past_knee / dominated: operate at the knee or at the dominating level."""
-    at = d["evidence"]["knee"] if d["kind"] == "past_knee" else d["evidence"]["dominated_by"]
+    at = (
+        cast(PastKneeEvidence, d["evidence"])["knee"]
+        if d["kind"] == "past_knee"
+        else cast(dict[str, Any], d["evidence"])["dominated_by"]
+    )
     word = "request rate" if axis == "rate" else "concurrency"
     return {
         "server_config": d["server_config"],
@@ -182,7 +193,7 @@ def _operating_point(d: dict[str, Any], axis: str) -> dict[str, Any]:
     }
 
 
-def with_proposal(d: dict[str, Any], cap: dict[str, Any], g: Groups) -> dict[str, Any]:
+def with_proposal(d: Diagnosis, cap: dict[str, Any], g: Groups) -> Diagnosis:
     """The diagnosis with its `proposal`, or with `no_remedy` (why there is none)."""
     kind = d["kind"]
     if kind in ("serialized", "kv_headroom_unused"):
@@ -192,13 +203,13 @@ def with_proposal(d: dict[str, Any], cap: dict[str, Any], g: Groups) -> dict[str
     elif kind in ("past_knee", "dominated"):
         found = _operating_point(d, g.axis)
     else:
-        found = {"no_remedy": NO_REMEDY_UTILIZATION}
+        found = NoRemedy(no_remedy=NO_REMEDY_UTILIZATION)
     if "no_remedy" in found:
         return {**d, "no_remedy": found["no_remedy"]}
     return {**d, "proposal": found}
 
 
-def proposal_line(d: dict[str, Any]) -> str | None:
+def proposal_line(d: Diagnosis) -> str | None:
     """A diagnosis's proposal in one line, as `servelab analyze` prints it and the report
     reads it: the change, what it should buy, and whether a confirmation runs it."""
     p = d.get("proposal")

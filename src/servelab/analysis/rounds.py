@@ -21,15 +21,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict, cast
 
-from servelab.analysis.claims import Findings, evaluate_claims
+from servelab.analysis.claims import ClaimVerdict, Findings, evaluate_claims, sequential_of
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
+from servelab.analysis.diagnosis_records import Diagnosis
 from servelab.analysis.groups import Groups
-from servelab.analysis.knee import dominance, knee
-from servelab.analysis.stopping import StoppingRule, is_open, run_looks
+from servelab.analysis.knee import Knee, dominance, knee
+from servelab.analysis.stopping import (
+    RuleJson,
+    SequentialTestJson,
+    StoppingRule,
+    is_open,
+    run_looks,
+)
 from servelab.experiment import AnalysisSection
+from servelab.render import md_table
 
 # why measuring stopped (run.json and rounds.json `stopped`)
 STOPPED = {
@@ -37,6 +45,38 @@ STOPPED = {
     "maximum": "the plan's maximum of rounds",
     "budget": "the time budget",
 }
+
+
+class Question(TypedDict):
+    """A question at one look (a claim, or an ordering a reproduction will judge): its state,
+    verdict, the round that decided it, and the test's evidence at that round."""
+
+    claim: str
+    kind: str
+    state: str
+    verdict: str
+    decided_round: int | None
+    test: SequentialTestJson | None
+
+
+class LookRecord(TypedDict):
+    """One look as run.json and rounds.json record it (`round_record`)."""
+
+    round: int
+    decided: int
+    open: int
+    claims: list[Question]
+
+
+class RoundsRecord(TypedDict):
+    """rounds.json: the rule, the rounds measured, why measuring stopped, the orderings asked
+    beside the claims, and every look."""
+
+    rule: RuleJson
+    rounds: int
+    stopped: str
+    orderings: list[str]
+    looks: list[LookRecord]
 
 
 def rounds_measured(ds: Dataset) -> int:
@@ -49,7 +89,7 @@ def rounds_measured(ds: Dataset) -> int:
 
 def looks(
     ds: Dataset, analysis: AnalysisSection, rule: StoppingRule, rounds: int | None = None
-) -> list[list[dict[str, Any]]]:
+) -> list[list[ClaimVerdict]]:
     """Every look from `rule.min_rounds` to the rounds measured (or `rounds`), each the claims'
     entries as claims.json has them (analysis.stopping.run_looks: a comparison decided earlier
     keeps its entry)."""
@@ -59,7 +99,7 @@ def looks(
 
 def claims_at(
     ds: Dataset, analysis: AnalysisSection, rule: StoppingRule, k: int
-) -> list[dict[str, Any]]:
+) -> list[ClaimVerdict]:
     """The claims' entries on rounds 1..k, comparisons tested at the look after round k."""
     dk = dataclasses.replace(ds, points=[p for p in ds.points if p.repeat <= k])
     g = Groups(dk)
@@ -75,21 +115,18 @@ def asked_with(analysis: AnalysisSection, orderings: Sequence[str]) -> AnalysisS
     return dataclasses.replace(analysis, claims=(*analysis.claims, *extra))
 
 
-def open_claims(row: list[dict[str, Any]]) -> list[str]:
+def open_claims(row: list[ClaimVerdict]) -> list[str]:
     """The questions a look leaves open."""
     return [e["claim"] for e in row if is_open(e)]
 
 
-def round_record(
-    k: int, row: list[dict[str, Any]], orderings: Sequence[str] = ()
-) -> dict[str, Any]:
+def round_record(k: int, row: list[ClaimVerdict], orderings: Sequence[str] = ()) -> LookRecord:
     """One look as run.json and rounds.json record it: per question (`kind`: a claim, or an
     ordering a reproduction will judge) its state, verdict, the round that decided it, and the
     test's evidence at that round."""
-    claims = []
+    claims: list[Question] = []
     for e in row:
-        ev = e.get("evidence")
-        seq = ev.get("sequential") if isinstance(ev, dict) else None
+        seq = sequential_of(e)
         state = "open" if is_open(e) else "decided"
         claims.append(
             {
@@ -98,7 +135,11 @@ def round_record(
                 "state": state,
                 "verdict": e["verdict"],
                 "decided_round": None if state == "open" else (seq["round"] if seq else k),
-                "test": {k2: v for k2, v in seq.items() if k2 != "round"} if seq else None,
+                "test": (
+                    cast(SequentialTestJson, {k2: v for k2, v in seq.items() if k2 != "round"})
+                    if seq
+                    else None
+                ),
             }
         )
     return {
@@ -111,7 +152,7 @@ def round_record(
 
 def sequential_claims(
     ds: Dataset, analysis: AnalysisSection, rule: StoppingRule, stopped: str | None = None
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[ClaimVerdict], RoundsRecord]:
     """claims.json (the last look, open comparisons inconclusive with the rounds spent) and
     rounds.json (the rule, every look, why measuring stopped: `stopped` as the sweep recorded
     it, else read off the looks)."""
@@ -130,14 +171,14 @@ def sequential_claims(
         }
     final, still = rows[-1], open_claims(rows[-1])
     why = "decided" if not still else (stopped or ("maximum" if n >= rule.max_rounds else "budget"))
-    claims = [
+    claims: list[ClaimVerdict] = [
         {**e, "reason": f"inconclusive: open after {n} rounds ({STOPPED.get(why, why)})"}
         if e["claim"] in still
         else e
         for e in final
         if e["claim"] not in orderings  # claims.json: the claims alone
     ]
-    record = {
+    record: RoundsRecord = {
         "rule": rule.to_json(),
         "rounds": n,
         "stopped": why,
@@ -149,7 +190,51 @@ def sequential_claims(
 
 def _shapes(
     ds: Dataset, analysis: AnalysisSection
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[Knee], list[dict[str, Any]], list[Diagnosis]]:
     g = Groups(ds)
     kn, dom = knee(g, analysis), dominance(g)
     return kn, dom, diagnoses(g, ds, kn, dom, analysis)
+
+
+def _test_text(t: SequentialTestJson | None) -> str:
+    if not t or t.get("t") is None:
+        return "not testable yet"
+    return f"t = {t['t']:.3g}, df {t['df']}, p = {t['p_value']:.3g} against {t['look_alpha']:.3g}"
+
+
+def rounds_section(rec: RoundsRecord) -> list[str]:
+    """The report's "Rounds" section: a sequential sweep's looks, per round the claims it
+    decided (with the test) and the ones left open."""
+    rule = rec["rule"]
+    lines = [
+        "## Rounds",
+        "",
+        f"Sequential sweep ({rule['method']}): rounds {rule['min_rounds']} to "
+        f"{rule['max_rounds']}, alpha {rule['alpha']:g} spent over "
+        f"{rule['max_rounds'] - rule['min_rounds'] + 1} looks ({rule['look_alpha']:.3g} each)"
+        + (f", budget {rule['budget_s']:g} s" if rule.get("budget_s") else "")
+        + f". Measured {rec['rounds']} rounds; stopped: {rec['stopped']}.",
+        "",
+    ]
+    rows = []
+    for look in rec["looks"]:
+        new = [
+            f"`{c['claim']}`: {c['verdict']} ({_test_text(c['test'])})"
+            for c in look["claims"]
+            if c["state"] == "decided" and c["decided_round"] == look["round"] and c["test"]
+        ]
+        still = [
+            f"`{c['claim']}` ({_test_text(c['test'])})"
+            for c in look["claims"]
+            if c["state"] == "open"
+        ]
+        rows.append(
+            [
+                str(look["round"]),
+                f"{look['decided']}/{look['decided'] + look['open']}",
+                "<br>".join(new) or "-",
+                "<br>".join(still) or "-",
+            ]
+        )
+    lines += md_table(["After round", "Decided", "Decided at this look", "Open"], rows)
+    return lines

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 from scipy import stats as sps
@@ -217,7 +217,16 @@ def benjamini_hochberg(p_values: Sequence[float | None], q: float = 0.05) -> lis
     return out
 
 
-def evidence_level(repeats: int | None, test: Paired | None = None) -> dict[str, Any]:
+class EvidenceLevel(TypedDict):
+    """What a diagnosis or a knee rests on (`evidence_level`)."""
+
+    repeats: int | None
+    tested: bool
+    p_value: float | None
+    label: str
+
+
+def evidence_level(repeats: int | None, test: Paired | None = None) -> EvidenceLevel:
     """What a diagnosis or a knee rests on: `repeats` (the fewest repeats of the points it
     reads; None for a fact from the startup log), `tested` (a paired t-test ran and called the
     difference real), `p_value` (the test's, when one ran) and `label`, the words the report

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 import numpy as np
 from scipy import stats as sps
@@ -34,6 +34,36 @@ from servelab.errors import ServelabError
 
 METHOD = "group-sequential paired t-test on log ratios, Bonferroni alpha spending"
 OPEN = "open"
+
+
+class RuleJson(TypedDict):
+    """A stopping rule as run.json and rounds.json record it (`StoppingRule.to_json`)."""
+
+    method: str
+    min_rounds: int
+    max_rounds: int
+    budget_s: float | None
+    alpha: float
+    look_alpha: float
+
+
+class SequentialTestJson(TypedDict):
+    """A look's test as a comparison's `evidence.sequential` records it (with its round)."""
+
+    n: int
+    mean_log_ratio: float | None
+    se: float | None
+    df: int | None
+    t: float | None
+    p_value: float | None
+    look_alpha: float
+    test_verdict: str
+
+
+class LookEvidence(SequentialTestJson):
+    """A comparison's `evidence.sequential`: the test at the look after round `round`."""
+
+    round: int
 
 
 @dataclass(frozen=True)
@@ -54,7 +84,7 @@ class StoppingRule:
         from `min` to `max`."""
         return self.alpha / self.looks if self.min_rounds <= k <= self.max_rounds else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RuleJson:
         return {
             "method": METHOD,
             "min_rounds": self.min_rounds,
@@ -92,7 +122,7 @@ class SequentialTest:
     look_alpha: float
     verdict: str  # "a > b" | "a < b" | OPEN
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SequentialTestJson:
         def r(x: float | None) -> float | None:
             return None if x is None else round(x, 6)
 
@@ -137,6 +167,8 @@ def sequential_test(
 # a claim's entry as claims.json has it: `claim`, `verdict`, `evidence` (a comparison tested
 # at a look carries the test in `evidence.sequential`, with the round of the look)
 Entry = dict[str, Any]
+# the entries run_looks keeps: claims.json's (analysis.claims.ClaimVerdict), or any of that shape
+AnEntry = TypeVar("AnEntry", bound=Mapping[str, Any])
 
 
 def claim_verdict(op: str, test_verdict: str) -> str:
@@ -147,7 +179,7 @@ def claim_verdict(op: str, test_verdict: str) -> str:
     return "holds" if test_verdict == ("a > b" if op == ">" else "a < b") else "fails"
 
 
-def look_evidence(k: int, test: SequentialTest) -> dict[str, Any]:
+def look_evidence(k: int, test: SequentialTest) -> LookEvidence:
     """A comparison's `evidence.sequential` at the look after round k."""
     return {"round": k, **test.to_json()}
 
@@ -165,13 +197,13 @@ def is_decided(entry: Mapping[str, Any]) -> bool:
 
 
 def run_looks(
-    rule: StoppingRule, rounds: int, look: Callable[[int], Sequence[Entry]]
-) -> list[list[Entry]]:
+    rule: StoppingRule, rounds: int, look: Callable[[int], Sequence[AnEntry]]
+) -> list[list[AnEntry]]:
     """Every look from `rule.min_rounds` to `rounds` (at most `rule.max_rounds`): `look(k)`,
     the questions' entries on rounds 1..k, except that a comparison decided at an earlier look
     keeps the entry (verdict and evidence) of the look that decided it."""
-    kept: dict[str, Entry] = {}
-    out: list[list[Entry]] = []
+    kept: dict[str, AnEntry] = {}
+    out: list[list[AnEntry]] = []
     for k in range(rule.min_rounds, min(rounds, rule.max_rounds) + 1):
         row = []
         for entry in look(k):

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -150,7 +150,30 @@ def _mean(xs: Sequence[float]) -> float | None:
     return float(np.mean(np.asarray(xs, dtype=np.float64))) if xs else None
 
 
-def _turn_stats(records: Sequence[RequestRecord]) -> dict[str, Any]:
+class TurnStats(TypedDict):
+    """One turn's requests (turns.json `turns`, beside the config, level and turn)."""
+
+    requests: int
+    completed: int
+    mean_ttft_ms: float | None
+    p50_ttft_ms: float | None
+    p90_ttft_ms: float | None
+    mean_tpot_ms: float | None
+    mean_prompt_tokens: float | None
+    mean_cached_tokens: float | None
+
+
+class ConversationStats(TypedDict):
+    """One level's conversations (turns.json `conversations`, beside the config and level)."""
+
+    conversations: int
+    completed: int
+    turns_completed: int
+    mean_turns_completed: float | None
+    mean_duration_s: float | None
+
+
+def _turn_stats(records: Sequence[RequestRecord]) -> TurnStats:
     """One turn's requests: how many, how many succeeded, and over those the TTFT mean, p50
     and p90, the mean TPOT, prompt tokens and cached prompt tokens (ms, tokens)."""
     good = [r for r in records if r.ok and r.chunk_offsets_us]
@@ -172,7 +195,7 @@ def _turn_stats(records: Sequence[RequestRecord]) -> dict[str, Any]:
     }
 
 
-def _conversation_stats(conversations: Sequence[Sequence[RequestRecord]]) -> dict[str, Any]:
+def _conversation_stats(conversations: Sequence[Sequence[RequestRecord]]) -> ConversationStats:
     """The conversations of one level: how many; completed, every turn of them ok; the turns
     completed (ok), in all and per conversation; and the mean duration (s) of the completed
     ones, from the first turn's send to the last turn's end."""

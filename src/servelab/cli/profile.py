@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from servelab.errors import ServelabError
 
 if TYPE_CHECKING:
+    from servelab.profile.records import ProfileRecord
     from servelab.profile.trace_analysis import TraceOptions
 
 
@@ -108,7 +109,7 @@ def _trace_options(args: argparse.Namespace) -> TraceOptions:
     return opts
 
 
-def _print_profile(profile: dict[str, Any]) -> None:
+def _print_profile(profile: ProfileRecord) -> None:
     """Per window its active fraction and steady state, then the verdicts and notes."""
     for label, w in profile["windows"].items():
         s = w["steady"]
@@ -120,7 +121,7 @@ def _print_profile(profile: dict[str, Any]) -> None:
             else "no steady state"
         )
         print(f"{label}: active {af}; {steady}")
-        for p in (s or {}).get("paths") or []:
+        for p in (s.get("paths") if s else None) or []:
             print(
                 f"  path {p['path']}: steady {p['forwards']} forwards, population "
                 f"{p['population_mean']:.4g}, {p['kernel_us_mean']:.4g} µs/launch"

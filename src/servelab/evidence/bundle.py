@@ -15,6 +15,19 @@ from servelab.env.endpoint import KIND as ENDPOINT
 from servelab.env.endpoint import NOT_LAUNCHED
 from servelab.env.model import RECORD as MODEL_RECORD
 from servelab.errors import ServelabError
+from servelab.evidence.documents import (
+    ConfirmsPart,
+    DatasetPart,
+    Dependency,
+    EndpointPart,
+    Manifest,
+    ManifestEntry,
+    ModelFacts,
+    Provenance,
+    ServerFacts,
+    StoppingRulePart,
+    model_facts,
+)
 from servelab.evidence.files import sha256sums_text, walk_files
 from servelab.evidence.provenance import host_facts, host_speed, pipeline_facts, redacted_config
 from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
@@ -149,7 +162,7 @@ def build_bundle(
     *,
     leave_out: Collection[str] = (),
     host: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> Manifest:
     """Assemble, describe and validate the bundle of the experiment in `paths` into `out`
     (replaced if present). `repo`: the checkout whose workflow files are copied. The resolved
     config is recorded without the top-level keys in `leave_out` (the workflow leaves out
@@ -201,11 +214,11 @@ def _copy_inputs(paths: ExperimentPaths, out: Path, repo: Path) -> None:
             shutil.copyfile(src, dest)
 
 
-def _servers(bundled: ExperimentPaths) -> tuple[dict[str, Any], str | None]:
+def _servers(bundled: ExperimentPaths) -> tuple[dict[str, ServerFacts], str | None]:
     """Per server configuration in the bundle, its launch command, environment and arguments
     and what its server resolved; and the vLLM version the servers report (the first by name
     when they differ, None when none does)."""
-    servers: dict[str, Any] = {}
+    servers: dict[str, ServerFacts] = {}
     versions = set()
     for sc_dir in sorted(bundled.servers.iterdir()):
         launch = LaunchRecord.read_if_present(bundled.launch(sc_dir.name))
@@ -231,7 +244,7 @@ def _provenance(
     repo: Path,
     config: dict[str, Any],
     host: dict[str, Any] | None,
-) -> dict[str, Any]:
+) -> Provenance:
     """provenance.json: the model, the runtime, the servers (as bundled in `out`), the host,
     the pipeline, the stopping rule, what a confirmation confirms, the config and when the
     measurement ran."""
@@ -242,14 +255,7 @@ def _provenance(
     return {
         "format_version": FORMAT_VERSION,
         "experiment": exp.name,
-        "model": {
-            "source": model["source"],
-            "repo": model.get("repo"),
-            "revision": model["revision"],
-            "files": model["files"],
-            # source endpoint: the served model as the server described it (nothing pinned)
-            **{k: model[k] for k in ("url", "served_model", "model") if k in model},
-        },
+        "model": model_facts(model),
         "runtime": {
             k: runtime.get(k) for k in RUNTIME_KEYS if k in runtime or k in RUNTIME_KEYS[:5]
         },
@@ -270,7 +276,7 @@ def _provenance(
     }
 
 
-def _endpoint(runtime: dict[str, Any]) -> dict[str, Any]:
+def _endpoint(runtime: dict[str, Any]) -> EndpointPart:
     """A run on a server servelab did not launch (runtime.kind endpoint): `endpoint`, its URL
     and served model, marked not launched by servelab, and what servelab therefore does not
     pin; nothing for any other run."""
@@ -286,12 +292,12 @@ def _endpoint(runtime: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _dataset(paths: ExperimentPaths) -> dict[str, Any]:
+def _dataset(paths: ExperimentPaths) -> DatasetPart:
     """A dataset workload's identity (the file: path or hub repository, revision, sha256) and,
     per server configuration, what was sampled from it (raw/<sc>/dataset.json less the file);
     nothing for synthetic prompts. Every configuration must have sampled the same file."""
     file: Any = None
-    samples: dict[str, Any] = {}
+    samples: dict[str, dict[str, Any]] = {}
     for sc_dir in sorted(p for p in paths.raw.iterdir() if p.is_dir()):
         path = paths.dataset(sc_dir.name)
         if not path.exists():
@@ -310,7 +316,7 @@ def _dataset(paths: ExperimentPaths) -> dict[str, Any]:
     return {"dataset": {"file": file, "samples": samples}}
 
 
-def _stopping_rule(paths: ExperimentPaths) -> dict[str, Any]:
+def _stopping_rule(paths: ExperimentPaths) -> StoppingRulePart:
     """A sequential sweep's stopping rule, its parameters, the rounds measured and why it
     stopped (run.json `sequential`); nothing for a fixed number of repeats."""
     for run in paths.run_files():
@@ -326,7 +332,7 @@ def _stopping_rule(paths: ExperimentPaths) -> dict[str, Any]:
     return {}
 
 
-def _confirms(confirms: ConfirmsSection | None) -> dict[str, Any]:
+def _confirms(confirms: ConfirmsSection | None) -> ConfirmsPart:
     """A confirmation experiment's `confirms` (analysis.confirms): the diagnosing experiment,
     its bundle and that bundle's manifest.json sha256 (which `servelab verify` checks), which
     diagnoses led to which change of which configuration, and the proposals not measured;
@@ -353,9 +359,9 @@ def _confirms(confirms: ConfirmsSection | None) -> dict[str, Any]:
     }
 
 
-def _finish(out: Path, experiment: str) -> dict[str, Any]:
+def _finish(out: Path, experiment: str) -> Manifest:
     files = [p for p in walk_files(out) if p not in UNLISTED]
-    entries = []
+    entries: list[ManifestEntry] = []
     for rel in files:
         name = schema_for(rel)
         entries.append(
@@ -367,7 +373,11 @@ def _finish(out: Path, experiment: str) -> dict[str, Any]:
                 "schema": schema_id(name) if name else FOREIGN.get(rel),
             }
         )
-    manifest = {"format_version": FORMAT_VERSION, "experiment": experiment, "files": entries}
+    manifest: Manifest = {
+        "format_version": FORMAT_VERSION,
+        "experiment": experiment,
+        "files": entries,
+    }
     write_json(out / "manifest.json", manifest)
     all_files = [p for p in walk_files(out) if p != "SHA256SUMS"]
     (out / "SHA256SUMS").write_text(sha256sums_text(out, all_files), encoding="utf-8")
@@ -381,9 +391,7 @@ def _finish(out: Path, experiment: str) -> dict[str, Any]:
     return manifest
 
 
-def _write_ro_crate(
-    out: Path, experiment: str, prov: dict[str, Any], runtime: dict[str, Any]
-) -> None:
+def _write_ro_crate(out: Path, experiment: str, prov: Provenance, runtime: dict[str, Any]) -> None:
     """A Workflow Run Crate: the workflow, one CreateAction per stage, inputs and outputs."""
     from rocrate.rocrate import ROCrate
 
@@ -406,7 +414,7 @@ def _write_ro_crate(
 
 
 def _crate_software(
-    crate: Any, out: Path, prov: dict[str, Any], runtime: dict[str, Any]
+    crate: Any, out: Path, prov: Provenance, runtime: dict[str, Any]
 ) -> tuple[Any, Any]:
     """The crate's workflow (the Snakefile, in Snakemake, its main entity) and the server
     software (vLLM in its runtime)."""
@@ -459,9 +467,7 @@ def _crate_files(crate: Any, out: Path, prefix: str) -> list[Any]:
     return out_files
 
 
-def _crate_actions(
-    crate: Any, out: Path, prov: dict[str, Any], workflow: Any, server_sw: Any
-) -> None:
+def _crate_actions(crate: Any, out: Path, prov: Provenance, workflow: Any, server_sw: Any) -> None:
     """One CreateAction per stage: model, runtime, a sweep per server configuration, the
     analysis; each with what it used and what it made."""
     model_files = _crate_files(crate, out, "model")
@@ -511,7 +517,7 @@ def _runtime_description(runtime: dict[str, Any]) -> str:
     return f"runtime: {runtime.get('kind')} from lock sha256 {runtime.get('lock_sha256')}"
 
 
-def _runtime_dependency(rt: dict[str, Any]) -> dict[str, Any]:
+def _runtime_dependency(rt: dict[str, Any]) -> Dependency:
     """The runtime as an in-toto resolved dependency: the lock, or the image by digest; a
     server servelab did not launch by its URL alone (no digest: nothing pinned)."""
     if rt.get("kind") == ENDPOINT:
@@ -528,7 +534,7 @@ def _runtime_dependency(rt: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _model_dependency(model: dict[str, Any]) -> dict[str, Any]:
+def _model_dependency(model: ModelFacts) -> Dependency:
     """The model as an in-toto resolved dependency: by its revision (a tiny model's sha256, a
     hub commit); a running server's model by name alone (not pinned)."""
     revision = model["revision"]
@@ -540,7 +546,7 @@ def _model_dependency(model: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _write_attestation(out: Path, prov: dict[str, Any]) -> None:
+def _write_attestation(out: Path, prov: Provenance) -> None:
     subjects = [
         {"name": rel, "digest": {"sha256": sha256_file(out / rel)}}
         for rel in walk_files(out)

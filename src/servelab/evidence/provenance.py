@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab import __version__
 from servelab.analysis.pipeline import ANALYSIS_VERSION
@@ -26,7 +26,19 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
-def pipeline_facts(repo: Path) -> dict[str, Any]:
+class PipelineFacts(TypedDict):
+    """provenance.json `pipeline`: the checkout, the versions and the environment locks."""
+
+    git_commit: str | None
+    git_dirty: bool | None
+    git_diff_sha256: str | None
+    servelab_version: str
+    analysis_version: int
+    snakemake_version: str | None
+    locks: dict[str, str]
+
+
+def pipeline_facts(repo: Path) -> PipelineFacts:
     import snakemake
 
     commit = (_run(["git", "rev-parse", "HEAD"], repo) or "").strip() or None
@@ -57,11 +69,26 @@ def redacted_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def host_speed(paths: ExperimentPaths) -> dict[str, Any]:
+class HostSpeedEntry(TypedDict):
+    """One configuration's canary in provenance.json `host_speed`: the medians before its sweep
+    job's first launch and after its last, and the drift's verdict."""
+
+    before: dict[str, float]
+    after: dict[str, float]
+    drift: str
+
+
+class HostSpeedPart(TypedDict, total=False):
+    """provenance.json's `host_speed`, for runs that recorded the canary."""
+
+    host_speed: dict[str, HostSpeedEntry]
+
+
+def host_speed(paths: ExperimentPaths) -> HostSpeedPart:
     """`host_speed`: per server configuration, the host-speed canary before its sweep job's
     first launch and after its last (run.json `canary`: the medians and the drift's verdict);
     nothing for runs written before it was recorded."""
-    out: dict[str, Any] = {}
+    out: dict[str, HostSpeedEntry] = {}
     for run in paths.run_files():
         doc = RunRecord.read(run).canary
         if doc is not None:

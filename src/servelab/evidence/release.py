@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 from servelab.errors import ServelabError
+from servelab.evidence.documents import Provenance
 from servelab.evidence.files import write_deterministic_tar
 from servelab.evidence.verify import RELEASE_COPIES, RELEASE_COPY_FOLDERS, verify
 from servelab.store.jsonio import read_json, write_json
@@ -17,7 +17,7 @@ HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def unpinned_reasons(prov: dict[str, Any]) -> list[str]:
+def unpinned_reasons(prov: Provenance) -> list[str]:
     reasons = []
     model = prov["model"]
     rev = str(model.get("revision", ""))

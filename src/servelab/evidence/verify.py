@@ -17,6 +17,7 @@ import yaml
 
 from servelab.errors import ServelabError
 from servelab.evidence.bundle import bundle_path
+from servelab.evidence.documents import ConfirmsFacts, Manifest, Provenance
 from servelab.evidence.files import release_sizes, safe_extract, walk_files
 from servelab.evidence.schemas import check_all_json
 from servelab.store.hashing import sha256_file
@@ -72,7 +73,7 @@ def check_manifest(root: Path, files: list[str]) -> list[str]:
     if not (root / "manifest.json").exists():
         return ["manifest.json: missing"]
     try:
-        manifest: dict[str, Any] = read_json(root / "manifest.json")
+        manifest: Manifest = read_json(root / "manifest.json")
         entries = {e["path"]: e for e in manifest["files"]}
     except (ServelabError, KeyError, TypeError) as exc:
         return [f"manifest.json: unreadable ({exc})"]
@@ -344,17 +345,18 @@ def _check(root: Path, do_rebuild: bool) -> list[str]:
     return failures
 
 
-def _confirms_of(root: Path) -> dict[str, Any] | None:
+def _confirms_of(root: Path) -> ConfirmsFacts | None:
     """provenance.json's `confirms`: None for any bundle but a confirmation's, and when
     provenance.json is unreadable (the checks name it then)."""
     try:
-        confirms = read_json(root / "provenance.json").get("confirms")
+        provenance: Provenance = read_json(root / "provenance.json")
+        confirms = provenance.get("confirms")
     except (ServelabError, AttributeError):
         return None
     return confirms if isinstance(confirms, dict) else None
 
 
-def _beside(path: Path, confirms: dict[str, Any]) -> Path | None:
+def _beside(path: Path, confirms: ConfirmsFacts) -> Path | None:
     """Where the diagnosing bundle of the confirmation bundle folder `path` lives: both
     experiments' folders are in one results folder, so <path>/../../<experiment>/bundle
     (None for a tarball or a release folder, which have nothing beside them)."""

@@ -56,6 +56,7 @@ from servelab.launch.session import LaunchAdditions, Session, build_launch, serv
 from servelab.profile.commands import profiler_additions, profiler_interface
 from servelab.profile.nsys_report import ReportWait, export_nsys
 from servelab.profile.plan import NsysUse, for_runtime, profile_plan
+from servelab.profile.records import NsysReport, PointRow, Progress
 from servelab.profile.windows import Window, windows_json
 from servelab.redact import redact_argv, redact_env
 from servelab.store.jsonio import write_jsonl_gz
@@ -265,7 +266,7 @@ class CaptureJob(ConfigJob):
 
     tool: str  # torch | nsys
     nsys: NsysUse | None = None  # the Nsight Systems that runs (tool nsys)
-    progress: dict[str, Any] = field(default_factory=dict)
+    progress: Progress = field(default_factory=lambda: Progress())
 
     @property
     def out(self) -> Path:
@@ -334,12 +335,14 @@ class CaptureJob(ConfigJob):
             f"starting vLLM with the {tool} profiler ({interface} interface) on {launch.base_url}"
         )
         try:
-            report: dict[str, Any] | None = None
+            report: NsysReport | None = None
             with serve(launch, log_path, self.exp.server, self.note, fresh_log=True) as session:
                 self.progress.update(
-                    ready_s=round(session.ready_s, 3),
-                    start=dict(session.start),
-                    lock=dict(session.lock),
+                    {
+                        "ready_s": round(session.ready_s, 3),
+                        "start": dict(session.start),
+                        "lock": dict(session.lock),
+                    }
                 )
                 points = CapturePoints(self, session, session.client(self.exp.workload), interface)
                 windows, rows, traces = points.run()
@@ -391,11 +394,15 @@ class CaptureJob(ConfigJob):
         """How the server was launched, kept in `progress` (capture.json has it, whether the
         capture succeeds or fails)."""
         self.progress.update(
-            interface=interface, command=redact_argv(launch.command()), env=redact_env(launch.env)
+            {
+                "interface": interface,
+                "command": redact_argv(launch.command()),
+                "env": redact_env(launch.env),
+            }
         )
 
     def finish(
-        self, windows: list[Window], rows: list[dict[str, Any]], traces: list[str], t0: float
+        self, windows: list[Window], rows: list[PointRow], traces: list[str], t0: float
     ) -> dict[str, Any]:
         """windows.json, and the fields of capture.json every capture has (the launch's as
         `launched` kept them)."""
@@ -421,7 +428,7 @@ class CaptureJob(ConfigJob):
         """The nsys report of this capture (servelab.profile.nsys_report)."""
         return ReportWait(self.trace_dir, self.out, self.note)
 
-    def wait_for_report(self, session: Session) -> dict[str, Any] | None:
+    def wait_for_report(self, session: Session) -> NsysReport | None:
         """After the capture range ends: wait until nsys has written the report (its
         "Generated:" line in the server log, or the report file settled) or exits, for
         profile.report_timeout_s. A settled file, or none by then: the server is stopped with
@@ -442,7 +449,7 @@ class CaptureJob(ConfigJob):
             self.progress["report_wait_s"] = round(time.monotonic() - t0, 3)
         return found
 
-    def report_after_exit(self, session: Session) -> dict[str, Any]:
+    def report_after_exit(self, session: Session) -> NsysReport:
         """The report once nsys has exited (servelab.profile.nsys_report.ReportWait)."""
         return self.reports.after_exit(
             session.server.log_path, session.log_offset, self.exp.profile.report_timeout_s
@@ -459,7 +466,7 @@ class CapturePoints:
     interface: str  # config | env: how vLLM's profiler is driven
     warm_up: bool = True  # profile.warmup_requests first (not after a sweep on this launch)
 
-    def run(self) -> tuple[list[Window], list[dict[str, Any]], list[str]]:
+    def run(self) -> tuple[list[Window], list[PointRow], list[str]]:
         """The warm-up, then every profiled concurrency: their windows, capture.json rows and
         (torch) traces."""
         job, p = self.job, self.job.exp.profile
@@ -475,7 +482,7 @@ class CapturePoints:
         if job.tool == "nsys":
             _profiler_request(server, "/start_profile", {}, 600)
         windows: list[Window] = []
-        rows: list[dict[str, Any]] = job.progress.setdefault("points", [])
+        rows: list[PointRow] = job.progress.setdefault("points", [])
         traces: list[str] = []
         for k, c in enumerate(p.concurrency):
             if k and job.tool == "nsys":
@@ -490,7 +497,7 @@ class CapturePoints:
             _profiler_request(server, "/stop_profile", None, 900)
         return windows, rows, traces
 
-    def point(self, c: int, prompts: Sequence[Item]) -> tuple[Window, dict[str, Any], str | None]:
+    def point(self, c: int, prompts: Sequence[Item]) -> tuple[Window, PointRow, str | None]:
         """One diagnostic point at concurrency c (torch: inside its own profiler range)."""
         job, server = self.job, self.session.server
         label = f"c{c:04d}"
@@ -528,7 +535,7 @@ class CapturePoints:
         write_jsonl_gz(
             job.out / "requests" / f"{label}.jsonl.gz", (r.to_json() for r in run.records)
         )
-        row = {
+        row: PointRow = {
             "label": label,
             "concurrency": c,
             "requests": len(run.records),

@@ -38,6 +38,16 @@ from typing import Any
 from servelab.errors import ServelabError
 from servelab.profile.forwards import DIMS, Forward, find_steady
 from servelab.profile.kernels import KernelStat, per_token
+from servelab.profile.records import (
+    AttentionPath,
+    Component,
+    PathRatio,
+    RatioRow,
+    Steady,
+    SteadyPath,
+    Verdict,
+    WindowEntry,
+)
 
 SCALING_CORRELATION = 0.9  # a dimension with several values that follows the population
 MIN_SCALING_VALUES = 3  # fewer distinct values than this: a path marker, never the batch
@@ -184,7 +194,7 @@ def paths_table(
     split: PathSplit,
     forwards: Sequence[Forward],
     layers: int,
-) -> list[dict[str, Any]]:
+) -> list[AttentionPath]:
     """Per path: calls, total, µs per output token, mean duration (all its launches in the
     window), the grids and instantiations folded into it, and the slope of the per-launch
     duration on the forward's population (µs per sequence, over the path's forwards)."""
@@ -203,7 +213,7 @@ def paths_table(
         key = split.of_key(f.key)
         if key is not None and f.population is not None:
             points.setdefault(key, []).append((f.population, f.kernel_ns / 1000.0 / layers))
-    rows: list[dict[str, Any]] = [
+    rows: list[AttentionPath] = [
         {
             "path": name,
             "grid": split.masked(grid),
@@ -228,7 +238,7 @@ def _label_order(label: str) -> tuple[int, str]:
 
 def steady_paths(
     forwards: Sequence[Forward], layers: int, split: PathSplit, band: float
-) -> list[dict[str, Any]]:
+) -> list[SteadyPath]:
     """Per path, its own steady state: among the path's forwards (in window order; forwards
     whose layers disagree on the path are left out), the run forwards.find_steady picks from
     their populations. `first`/`last` are window forward indices of the run's ends;
@@ -239,7 +249,7 @@ def steady_paths(
         name = split.of_key(f.key)
         if name is not None:
             by_path.setdefault(name, []).append(i)
-    rows: list[dict[str, Any]] = []
+    rows: list[SteadyPath] = []
     for name, idx in by_path.items():
         rng = find_steady([forwards[i].population for i in idx], band)
         if rng is None:
@@ -261,11 +271,11 @@ def steady_paths(
     return rows
 
 
-def path_ratios(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def path_ratios(a: Steady | None, b: Steady | None) -> list[PathRatio]:
     """Per path in both steady states: population and per-launch duration ratios (b / a)."""
-    pa = {p["path"]: p for p in (a or {}).get("paths") or []}
-    pb = {p["path"]: p for p in (b or {}).get("paths") or []}
-    out = []
+    pa = {p["path"]: p for p in (a.get("paths") if a else None) or []}
+    pb = {p["path"]: p for p in (b.get("paths") if b else None) or []}
+    out: list[PathRatio] = []
     for name in sorted(set(pa) & set(pb)):
         out.append(
             {
@@ -289,9 +299,7 @@ def _div(num: float | None, den: float | None) -> float | None:
 # --- the localisation verdict ----------------------------------------------------------------
 
 
-def components(
-    window: Mapping[str, Any], main_family: str | None
-) -> dict[str, tuple[str, float | None]]:
+def components(window: WindowEntry, main_family: str | None) -> dict[str, tuple[str, float | None]]:
     """A window's time per output token split into components: name -> (kind, µs/token).
     Each attention path, then each family (the main attention kernel's family without it)."""
     out: dict[str, tuple[str, float | None]] = {}
@@ -309,7 +317,7 @@ def components(
     return out
 
 
-def ambiguities(label: str, window: Mapping[str, Any], requests: int | None) -> list[str]:
+def ambiguities(label: str, window: WindowEntry, requests: int | None) -> list[str]:
     """Why a window cannot support a verdict (empty when it can)."""
     why = []
     if not window.get("output_tokens"):
@@ -330,11 +338,10 @@ def ambiguities(label: str, window: Mapping[str, Any], requests: int | None) -> 
         why.append(f"{label}: no forwards (layer count unknown or no attention launches)")
     else:
         n = fw["count"]
-        for key, what in (
-            ("violations", "disagree on the population"),
-            ("path_splits", "disagree on the attention path"),
+        for bad, what in (
+            (fw.get("violations") or 0, "disagree on the population"),
+            (fw.get("path_splits") or 0, "disagree on the attention path"),
         ):
-            bad = fw.get(key) or 0
             if bad > AMBIGUOUS_SHARE * n:
                 why.append(f"{label}: {bad} of {n} forwards have layers that {what}")
     if window.get("steady") is None:
@@ -344,21 +351,21 @@ def ambiguities(label: str, window: Mapping[str, Any], requests: int | None) -> 
 
 def localise(
     order: Sequence[str],
-    windows: Mapping[str, Mapping[str, Any]],
+    windows: Mapping[str, WindowEntry],
     requests: Mapping[str, int | None],
-    ratios: Sequence[Mapping[str, Any]],
+    ratios: Sequence[RatioRow],
     main_family: str | None,
     population_known: bool,
-) -> list[dict[str, Any]]:
+) -> list[Verdict]:
     """One verdict per pair of consecutive windows."""
-    out = []
+    out: list[Verdict] = []
     by_pair = {(r["from"], r["to"]): r for r in ratios}
     for a, b in zip(order, order[1:], strict=False):
         wa, wb = windows[a], windows[b]
         reasons = [] if population_known else ["the population dimension is unknown"]
         reasons += ambiguities(a, wa, requests.get(a)) + ambiguities(b, wb, requests.get(b))
         ca, cb = components(wa, main_family), components(wb, main_family)
-        rows: list[dict[str, Any]] = []
+        rows: list[Component] = []
         for name in list(ca) + [n for n in cb if n not in ca]:
             kind = (ca.get(name) or cb[name])[0]
             va = ca.get(name, (kind, 0.0))[1]
@@ -374,7 +381,7 @@ def localise(
                 }
             )
         known = [r["delta_us_per_token"] for r in rows]
-        total = sum(known) if rows and all(d is not None for d in known) else None
+        total = sum(d for d in known if d is not None) if rows and None not in known else None
         for r in rows:
             d = r["delta_us_per_token"]
             r["share"] = d / total + 0.0 if d is not None and total else None  # no -0.0
@@ -386,8 +393,9 @@ def localise(
         pr = None
         if top is not None and top["kind"] == "attention path":
             name = top["component"].removeprefix("attention path ")
+            ratio = by_pair.get((a, b))
             pr = next(
-                (p for p in by_pair.get((a, b), {}).get("paths") or [] if p["path"] == name),
+                (p for p in (ratio.get("paths") if ratio else None) or [] if p["path"] == name),
                 None,
             )
         out.append(
@@ -398,7 +406,7 @@ def localise(
                 "reasons": reasons,
                 "delta_us_per_token": total,
                 "component": top["component"] if top else None,
-                "path_ratio": dict(pr) if pr else None,
+                "path_ratio": pr.copy() if pr else None,
                 "components": rows,
                 "text": _text(a, b, total, top, pr, reasons),
             }
@@ -410,8 +418,8 @@ def _text(
     a: str,
     b: str,
     total: float | None,
-    top: Mapping[str, Any] | None,
-    pr: Mapping[str, Any] | None,
+    top: Component | None,
+    pr: PathRatio | None,
     reasons: Sequence[str],
 ) -> str:
     head = f"{a} -> {b}:"
@@ -435,8 +443,8 @@ def _text(
             f"{head} {total:+.3g} µs per output token; the largest increase, {d:+.3g} µs, "
             f"is in {top['component']}"
         )
-    if pr and pr.get("duration_ratio") and pr.get("population_ratio"):
-        dr, p = float(pr["duration_ratio"]), float(pr["population_ratio"])
+    if pr and (dr := pr.get("duration_ratio")) and (p := pr.get("population_ratio")):
+        dr, p = float(dr), float(p)
         text += (
             f", whose steady per-launch time changes x{dr:.2f} as its population changes "
             f"x{p:.2f}{_proportion(dr, p)}"

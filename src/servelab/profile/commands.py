@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab.env.container import Mount
 from servelab.env.runtime import ask_runtime
@@ -66,7 +66,21 @@ def nsys_export_command(report: Path, sqlite: Path, nsys: str = "nsys") -> list[
     ]
 
 
-def torch_profiler_config(trace_dir: Path, max_iterations: int) -> dict[str, Any]:
+class TorchProfilerConfig(TypedDict):
+    """vLLM's --profiler-config for a bounded CPU capture."""
+
+    profiler: str
+    torch_profiler_dir: str
+    torch_profiler_with_stack: bool
+    torch_profiler_record_shapes: bool
+    torch_profiler_with_memory: bool
+    torch_profiler_with_flops: bool
+    torch_profiler_use_gzip: bool
+    ignore_frontend: bool
+    max_iterations: int
+
+
+def torch_profiler_config(trace_dir: Path, max_iterations: int) -> TorchProfilerConfig:
     """vLLM's --profiler-config for a bounded CPU capture (names as in vllm/config/profiler.py)."""
     return {
         "profiler": "torch",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from servelab.errors import ServelabError
+from servelab.profile.records import RatioRow, Steady
 from servelab.store.jsonio import read_json
 
 DIMS = ("x", "y", "z")  # grid dimensions
@@ -247,7 +248,7 @@ def find_steady(pops: Sequence[int | None], band: float) -> tuple[int, int] | No
     return -best[2], best[3]
 
 
-def steady_summary(forwards: Sequence[Forward], layers: int, band: float) -> dict[str, Any] | None:
+def steady_summary(forwards: Sequence[Forward], layers: int, band: float) -> Steady | None:
     rng = find_steady([f.population for f in forwards], band)
     if rng is None:
         return None
@@ -265,11 +266,9 @@ def steady_summary(forwards: Sequence[Forward], layers: int, band: float) -> dic
     }
 
 
-def ratios(
-    order: Sequence[str], steady: Mapping[str, Mapping[str, Any] | None]
-) -> list[dict[str, Any]]:
+def ratios(order: Sequence[str], steady: Mapping[str, Steady | None]) -> list[RatioRow]:
     """Population and kernel-duration ratios from each window to the next."""
-    out = []
+    out: list[RatioRow] = []
     for a, b in zip(order, order[1:], strict=False):
         sa, sb = steady.get(a), steady.get(b)
         out.append(

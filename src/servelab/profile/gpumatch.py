@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from servelab.errors import ServelabError
+from servelab.profile.records import TraceGpu
 from servelab.store.jsonio import read_json
 
 
@@ -66,7 +66,7 @@ def match_gpus(
     active: Iterable[str],
     telemetry: Sequence[TelemetryGpu] | None,
     notes: list[str],
-) -> list[dict[str, Any]]:
+) -> list[TraceGpu]:
     """profile.json's trace.gpus: every GPU of the trace (id -> (name, UUID)) with the
     telemetry GPU it is (`telemetry_device`, the NVML index) and how it was matched (`uuid`,
     or `id` where the trace has no UUID for it). `active`: the GPUs that ran a kernel in a
@@ -74,7 +74,7 @@ def match_gpus(
     active = set(active)
     by_uuid = {normal_uuid(g.uuid): g for g in telemetry or () if normal_uuid(g.uuid)}
     by_index = {g.device: g for g in telemetry or ()}
-    rows = []
+    rows: list[TraceGpu] = []
     for gid in sorted(trace_gpus, key=lambda i: (0, int(i)) if i.isdigit() else (1, 0)):
         name, uuid = trace_gpus[gid]
         hit: TelemetryGpu | None = None

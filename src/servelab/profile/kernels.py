@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab.errors import ServelabError
+from servelab.profile.records import FamilyRow, GridPathRow, KernelRow
 
 # Ordered: the first family whose pattern matches a kernel name (searched, case-insensitive)
 # takes it; "other" takes the rest. Names are matched against the demangled name, which holds
@@ -112,7 +113,7 @@ def per_token(total_ns: float, tokens: int | None) -> float | None:
 
 def families_table(
     stats: Iterable[KernelStat], families: Sequence[Family], tokens: int | None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, FamilyRow]:
     acc: dict[str, list[int]] = {name: [0, 0] for name in family_names(families)}
     for s in stats:
         a = acc[classify(s.full, families)]
@@ -128,7 +129,7 @@ def families_table(
     }
 
 
-def kernels_table(stats: Iterable[KernelStat], families: Sequence[Family]) -> list[dict[str, Any]]:
+def kernels_table(stats: Iterable[KernelStat], families: Sequence[Family]) -> list[KernelRow]:
     """Per kernel: its family, calls and total. Kernels with a short name (nsys) are grouped
     by kernel family (kernel_family: every instantiation of one kernel, counted in
     `instantiations`); a kernel known by one name only (torch) is its own row."""
@@ -139,7 +140,7 @@ def kernels_table(stats: Iterable[KernelStat], families: Sequence[Family]) -> li
         m[0] += s.calls
         m[1] += s.total_ns
         m[2].add(s.full)
-    rows: list[dict[str, Any]] = [
+    rows: list[KernelRow] = [
         {
             "kernel": name,
             "family": family,
@@ -253,14 +254,14 @@ def main_attention(
     return {n for _, n in cands if family_of.get(n, n) == top}
 
 
-def paths_table(stats: Iterable[KernelStat], tokens: int | None) -> list[dict[str, Any]]:
+def paths_table(stats: Iterable[KernelStat], tokens: int | None) -> list[GridPathRow]:
     acc: dict[tuple[str, tuple[int, int, int] | None], list[int]] = {}
     for s in stats:
         key = (s.path or _grid_path(s.grid), s.grid)
         a = acc.setdefault(key, [0, 0])
         a[0] += s.calls
         a[1] += s.total_ns
-    rows: list[dict[str, Any]] = [
+    rows: list[GridPathRow] = [
         {
             "path": path,
             "grid": list(grid) if grid is not None else None,

@@ -44,12 +44,12 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.profile.gpumatch import normal_uuid
 from servelab.profile.kernels import KernelStat
 from servelab.profile.nsys_main import NOWHERE, MainPass, MainQuery, main_pass, window_case
+from servelab.profile.records import DeviceMap, TraceInfo
 from servelab.profile.steps import StepRange, parse_step_range
 from servelab.profile.windows import ResolvedWindow, Window, to_trace_clock
 
@@ -177,7 +177,7 @@ class NsysTrace:
             rows.add((None if p is None else int(p), int(c), gpu, str(u) if u else None, by))
         return sorted(rows, key=lambda r: (r[0] is None, r[0] or 0, r[1], r[2]))
 
-    def _device_map(self) -> tuple[str, dict[str, Any]]:
+    def _device_map(self) -> tuple[str, DeviceMap]:
         """SQL for a kernel row's GPU (TARGET_INFO_GPU.id), and the record of how it was found:
         deviceId through TARGET_INFO_CUDA_DEVICE (per process when processes see their CUDA
         devices differently, e.g. one CUDA_VISIBLE_DEVICES per worker; the GPU by UUID where
@@ -187,7 +187,7 @@ class NsysTrace:
         if not {"gpuId", "cudaId"} <= cols:
             return "deviceId", {"source": "deviceId", "cuda_devices": []}
         full = self._cuda_devices()
-        info = {
+        info: DeviceMap = {
             "source": CUDA_DEVICE,
             "cuda_devices": [
                 {"pid": p, "cuda_id": c, "gpu_id": g, "uuid": u, "by": by}
@@ -232,7 +232,7 @@ class NsysTrace:
                 self._strings[int(i)] = str(v)
         return {i: self._strings.get(i, f"<string {i}>") for i in ids}
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> TraceInfo:
         return {
             "kind": "nsys-sqlite",
             "clock": self.clock(),

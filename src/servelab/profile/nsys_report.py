@@ -19,13 +19,13 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from servelab.env.container import ContainerRun
 from servelab.errors import ServelabError
 from servelab.job import Say
 from servelab.launch.server import Server
 from servelab.profile.commands import nsys_export_command
+from servelab.profile.records import NsysReport
 
 # how long a report file's size and modification time must stay unchanged to be taken
 REPORT_SETTLE_S = 5.0
@@ -87,7 +87,7 @@ class ReportWait:
     out: Path
     say: Say
 
-    def record(self, path: Path, generated: str, found_by: str, t0: float) -> dict[str, Any]:
+    def record(self, path: Path, generated: str, found_by: str, t0: float) -> NsysReport:
         """capture.json's nsys_report: the report, when nsys wrote it (range end: while the
         server ran; exit: when it stopped), how it was found (its "Generated:" line in the
         log, or the settled file) and how long the job waited for it."""
@@ -101,9 +101,7 @@ class ReportWait:
             "wait_s": round(time.monotonic() - t0, 3),
         }
 
-    def until_written(
-        self, server: Server, log_offset: int, timeout_s: float
-    ) -> dict[str, Any] | None:
+    def until_written(self, server: Server, log_offset: int, timeout_s: float) -> NsysReport | None:
         """After the capture range ends: the report once nsys says it wrote it ("Generated:"
         in the server log) or once its file has settled, whichever comes first, while nsys
         runs; None when nsys exits first or `timeout_s` passes."""
@@ -128,7 +126,7 @@ class ReportWait:
                 return None
             time.sleep(POLL_S)
 
-    def after_exit(self, log_path: Path, log_offset: int, timeout_s: float) -> dict[str, Any]:
+    def after_exit(self, log_path: Path, log_offset: int, timeout_s: float) -> NsysReport:
         """The report once nsys has exited: the one it says it generated, else the newest in
         the trace folder; raises (one line) when there is none."""
         t0 = time.monotonic()

@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.profile.forwards import DIMS, ForwardGrouper, Launch, choose_dim
@@ -24,6 +23,7 @@ from servelab.profile.kernels import (
 )
 from servelab.profile.nsys import NsysTrace
 from servelab.profile.nsys_main import MainPass, MainQuery
+from servelab.profile.records import Instantiation
 from servelab.profile.stepmatch import projectable, step_groupers
 from servelab.profile.steps import StepRange
 from servelab.profile.torchtrace import TorchTrace
@@ -118,7 +118,7 @@ def _family_name(main: set[str], family_of: Mapping[str, str]) -> str | None:
     return ", ".join(sorted({family_of.get(n, n) for n in main})) or None
 
 
-def instantiations(passes: Passes) -> list[dict[str, Any]]:
+def instantiations(passes: Passes) -> list[Instantiation]:
     acc: dict[str, list[int]] = {}
     for per in passes.stats:
         for s in per:
@@ -126,7 +126,7 @@ def instantiations(passes: Passes) -> list[dict[str, Any]]:
                 a = acc.setdefault(s.full, [0, 0])
                 a[0] += s.calls
                 a[1] += s.total_ns
-    rows: list[dict[str, Any]] = [
+    rows: list[Instantiation] = [
         {
             "label": passes.labels[n],
             "kernel": passes.display.get(n, n),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab import render
+from servelab.profile.records import ProfileRecord, Settings, TraceInfo, WindowEntry, us_per_token
 from servelab.profile.trace_analysis import ProfileResult
 
 REPORT = "profile.md"
@@ -26,18 +27,17 @@ def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return render.csv_text(columns, rows, digits=DIGITS)
 
 
-def _windows(profile: dict[str, Any]) -> dict[str, Any]:
-    wins: dict[str, Any] = profile.get("windows") or {}
-    return wins
+def _windows(profile: ProfileRecord) -> dict[str, WindowEntry]:
+    return profile.get("windows") or {}
 
 
-def _active_fraction_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
+def _active_fraction_rows(result: ProfileResult | None, profile: ProfileRecord) -> Rows:
     return [
         [lb, d, v] for lb, w in _windows(profile).items() for d, v in w["active_fraction"].items()
     ]
 
 
-def _family_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
+def _family_rows(result: ProfileResult | None, profile: ProfileRecord) -> Rows:
     return [
         [lb, name, f["calls"], f["total_us"], f["us_per_token"]]
         for lb, w in _windows(profile).items()
@@ -45,7 +45,7 @@ def _family_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
     ]
 
 
-def _kernel_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
+def _kernel_rows(result: ProfileResult | None, profile: ProfileRecord) -> Rows:
     if result is None:
         return []
     return [
@@ -55,7 +55,7 @@ def _kernel_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
     ]
 
 
-def _attention_path_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
+def _attention_path_rows(result: ProfileResult | None, profile: ProfileRecord) -> Rows:
     return [
         [
             lb,
@@ -73,7 +73,7 @@ def _attention_path_rows(result: ProfileResult | None, profile: dict[str, Any]) 
     ]
 
 
-def _forward_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
+def _forward_rows(result: ProfileResult | None, profile: ProfileRecord) -> Rows:
     if result is None:
         return []
     return [
@@ -94,7 +94,7 @@ def _forward_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows
     ]
 
 
-def _steady_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
+def _steady_rows(result: ProfileResult | None, profile: ProfileRecord) -> Rows:
     return [
         [
             lb,
@@ -111,7 +111,7 @@ def _steady_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
     ]
 
 
-def _steady_path_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
+def _steady_path_rows(result: ProfileResult | None, profile: ProfileRecord) -> Rows:
     return [
         [
             lb,
@@ -129,14 +129,14 @@ def _steady_path_rows(result: ProfileResult | None, profile: dict[str, Any]) -> 
     ]
 
 
-def _ratio_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
+def _ratio_rows(result: ProfileResult | None, profile: ProfileRecord) -> Rows:
     return [
         [r["from"], r["to"], r["population_ratio"], r["duration_ratio"]]
         for r in profile.get("ratios") or []
     ]
 
 
-def _path_ratio_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
+def _path_ratio_rows(result: ProfileResult | None, profile: ProfileRecord) -> Rows:
     return [
         [
             r["from"],
@@ -151,7 +151,7 @@ def _path_ratio_rows(result: ProfileResult | None, profile: dict[str, Any]) -> R
     ]
 
 
-def _localisation_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
+def _localisation_rows(result: ProfileResult | None, profile: ProfileRecord) -> Rows:
     return [
         [
             v["from"],
@@ -168,7 +168,7 @@ def _localisation_rows(result: ProfileResult | None, profile: dict[str, Any]) ->
     ]
 
 
-def _steps_rows(result: ProfileResult | None, profile: dict[str, Any]) -> Rows:
+def _steps_rows(result: ProfileResult | None, profile: ProfileRecord) -> Rows:
     return [
         [
             lb,
@@ -194,7 +194,7 @@ class Table:
     window (sorted by window order, then by value)."""
 
     columns: tuple[str, ...]
-    rows: Callable[[ProfileResult | None, dict[str, Any]], Rows]
+    rows: Callable[[ProfileResult | None, ProfileRecord], Rows]
     per_window: bool = True
 
 
@@ -306,7 +306,7 @@ TABLE_BUILDERS: dict[str, Table] = {
 TABLES = tuple(TABLE_BUILDERS)
 
 
-def profile_tables(result: ProfileResult | None, profile: dict[str, Any]) -> dict[str, str]:
+def profile_tables(result: ProfileResult | None, profile: ProfileRecord) -> dict[str, str]:
     """File name -> CSV text. A profile that was not made still gets its tables, empty."""
     pos = {label: i for i, label in enumerate(_windows(profile))}
 
@@ -341,11 +341,11 @@ def _num(v: Any, spec: str = ".3g") -> str:
     return render.num(v, spec)
 
 
-def _trace_section(profile: dict[str, Any]) -> list[str]:
+def _trace_section(profile: ProfileRecord) -> list[str]:
     """The trace, the layer count and the main attention kernel; the GPUs that ran kernels
     and the telemetry's GPUs they are; the instantiations when the family merges several."""
-    trace = profile.get("trace") or {}
-    settings = profile.get("settings") or {}
+    trace = profile.get("trace") or TraceInfo()
+    settings = profile.get("settings") or Settings()
     lines = [
         f"Trace: {trace.get('kind')} ({', '.join(trace.get('files', []))}), clock "
         f"{trace.get('clock')}. Layers: {settings.get('layers')} "
@@ -382,7 +382,7 @@ def _trace_section(profile: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _windows_section(profile: dict[str, Any]) -> list[str]:
+def _windows_section(profile: ProfileRecord) -> list[str]:
     """Per window: its source, coverage, active fraction, tokens and µs/token per family."""
     families = _family_order(profile)
     lines = render.md_table(
@@ -397,7 +397,7 @@ def _windows_section(profile: dict[str, Any]) -> list[str]:
                 if w.get("no_kernel_activity")
                 else ", ".join(f"{d}: {v:.2f}" for d, v in w["active_fraction"].items()) or "-",
                 _num(w["output_tokens"], ""),
-                *(_num(w["families"].get(f, {}).get("us_per_token")) for f in families),
+                *(_num(us_per_token(w["families"].get(f))) for f in families),
             ]
             for label, w in profile["windows"].items()
         ),
@@ -405,7 +405,7 @@ def _windows_section(profile: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _forwards_section(profile: dict[str, Any]) -> list[str]:
+def _forwards_section(profile: ProfileRecord) -> list[str]:
     """Per window: the forwards found and their steady state."""
     return render.md_table(
         [
@@ -416,14 +416,11 @@ def _forwards_section(profile: dict[str, Any]) -> list[str]:
             "population",
             "attention µs per launch",
         ],
-        (
-            _forwards_row(label, w["forwards"], w["steady"])
-            for label, w in profile["windows"].items()
-        ),
+        (_forwards_row(label, w) for label, w in profile["windows"].items()),
     )
 
 
-def _paths_section(profile: dict[str, Any]) -> list[str]:
+def _paths_section(profile: ProfileRecord) -> list[str]:
     """The main attention kernel by code path, with each path's steady state."""
     path_rows = [
         [
@@ -433,7 +430,7 @@ def _paths_section(profile: dict[str, Any]) -> list[str]:
             _num(p["us_per_token"]),
             _num(p["mean_us"]),
             _num(p["slope_us_per_seq"]),
-            *_steady_path(w["steady"], p["path"]),
+            *_steady_path(w, p["path"]),
         ]
         for label, w in profile["windows"].items()
         for p in w["attention_paths"]
@@ -461,7 +458,7 @@ def _paths_section(profile: dict[str, Any]) -> list[str]:
     ]
 
 
-def _ratios_section(profile: dict[str, Any]) -> list[str]:
+def _ratios_section(profile: ProfileRecord) -> list[str]:
     """The steady state's ratios from window to window."""
     if not profile.get("ratios"):
         return []
@@ -477,7 +474,7 @@ def _ratios_section(profile: dict[str, Any]) -> list[str]:
     ]
 
 
-def _path_ratios_section(profile: dict[str, Any]) -> list[str]:
+def _path_ratios_section(profile: ProfileRecord) -> list[str]:
     """Each attention path's steady-state ratios from window to window."""
     path_ratios = [
         [r["from"], r["to"], p["path"], _num(p["population_ratio"]), _num(p["duration_ratio"])]
@@ -494,7 +491,7 @@ def _path_ratios_section(profile: dict[str, Any]) -> list[str]:
     ]
 
 
-def _steps_section(profile: dict[str, Any]) -> list[str]:
+def _steps_section(profile: ProfileRecord) -> list[str]:
     """vLLM's step ranges (NVTX) against the kernel-derived forwards, per window."""
     step_rows = [
         [
@@ -532,7 +529,7 @@ def _steps_section(profile: dict[str, Any]) -> list[str]:
     ]
 
 
-def _verdicts_section(profile: dict[str, Any]) -> list[str]:
+def _verdicts_section(profile: ProfileRecord) -> list[str]:
     """The localisation verdicts, then the notes."""
     lines: list[str] = []
     for v in profile.get("localisation") or []:
@@ -543,7 +540,7 @@ def _verdicts_section(profile: dict[str, Any]) -> list[str]:
 
 
 # The report's sections, in order; each gives its lines.
-MARKDOWN_SECTIONS: tuple[Callable[[dict[str, Any]], list[str]], ...] = (
+MARKDOWN_SECTIONS: tuple[Callable[[ProfileRecord], list[str]], ...] = (
     _trace_section,
     _windows_section,
     _forwards_section,
@@ -555,7 +552,7 @@ MARKDOWN_SECTIONS: tuple[Callable[[dict[str, Any]], list[str]], ...] = (
 )
 
 
-def profile_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
+def profile_markdown(profile: ProfileRecord, title: str = "Profile") -> str:
     """The report section of a profile (profile.md): a heading, then every section of
     MARKDOWN_SECTIONS, or the reason it was not profiled."""
     lines = [f"## {title}", ""]
@@ -568,7 +565,8 @@ def profile_markdown(profile: dict[str, Any], title: str = "Profile") -> str:
     return "\n".join(lines)
 
 
-def _forwards_row(label: str, f: dict[str, Any] | None, s: dict[str, Any] | None) -> list[Any]:
+def _forwards_row(label: str, w: WindowEntry) -> list[Any]:
+    f, s = w["forwards"], w["steady"]
     return [
         label,
         f["count"] if f else "-",
@@ -579,8 +577,9 @@ def _forwards_row(label: str, f: dict[str, Any] | None, s: dict[str, Any] | None
     ]
 
 
-def _steady_path(s: dict[str, Any] | None, path: str) -> list[str]:
-    p = next((p for p in (s or {}).get("paths") or [] if p["path"] == path), None)
+def _steady_path(w: WindowEntry, path: str) -> list[str]:
+    s = w["steady"]
+    p = next((p for p in (s.get("paths") if s else None) or [] if p["path"] == path), None)
     if p is None:
         return ["-", "-", "-"]
     few = " (below minimum)" if p.get("below_minimum") else ""
@@ -591,6 +590,6 @@ def _steady_path(s: dict[str, Any] | None, path: str) -> list[str]:
     ]
 
 
-def _family_order(profile: dict[str, Any]) -> list[str]:
-    fams = [f[0] for f in (profile.get("settings") or {}).get("families") or []]
+def _family_order(profile: ProfileRecord) -> list[str]:
+    fams = [f[0] for f in (profile.get("settings") or Settings()).get("families") or []]
     return fams + ["other"]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from servelab.experiment import ProfileSection
 from servelab.profile.codepaths import parse_path_dims
 from servelab.profile.forwards import layers_from_config
 from servelab.profile.gpumatch import TelemetryGpu, telemetry_gpus
 from servelab.profile.kernels import default_families, families_from_pairs
+from servelab.profile.records import ProfileRecord
 from servelab.profile.rendering import REPORT, profile_markdown, profile_tables
 from servelab.profile.trace_analysis import (
     PROFILE_FORMAT_VERSION,
@@ -28,7 +28,7 @@ from servelab.store.records import CaptureRecord
 
 def not_profiled(
     reason: str, server_config: str | None = None, tool: str | None = None
-) -> dict[str, Any]:
+) -> ProfileRecord:
     """The profile record of a configuration that was not profiled, and why."""
     return {
         "format_version": PROFILE_FORMAT_VERSION,
@@ -46,7 +46,7 @@ def not_profiled(
 
 
 def write_profile(
-    out: Path, profile: dict[str, Any], result: ProfileResult | None, title: str = "Profile"
+    out: Path, profile: ProfileRecord, result: ProfileResult | None, title: str = "Profile"
 ) -> list[Path]:
     """profile.json, the tables and profile.md into `out`; returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ def _sampled_gpus(paths: ExperimentPaths, sc: str) -> tuple[TelemetryGpu, ...] |
 
 def analyze_capture(
     profile: ProfileSection, paths: ExperimentPaths, sc: str, model_dir: Path
-) -> dict[str, Any]:
+) -> ProfileRecord:
     """profile.json, tables and profile.md for one captured configuration."""
     out = paths.profile(sc)
     capture = CaptureRecord.read(paths.capture(sc)).doc

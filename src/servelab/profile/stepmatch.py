@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from servelab.profile.codepaths import PathSplit
 from servelab.profile.forwards import Forward, ForwardGrouper, Launch
 from servelab.profile.nsys import KERNEL, RUNTIME, NsysTrace
 from servelab.profile.nsys_main import MainQuery, main_launches, main_origins, name_ids
+from servelab.profile.records import StepsEntry, TraceInfo, WindowEntry
 from servelab.profile.steps import StepIndex, StepRange
 from servelab.profile.windows import ResolvedWindow
 
@@ -32,7 +32,7 @@ def nsys_steps(
     resolved: Sequence[ResolvedWindow],
     steps: Sequence[StepRange],
     groupers: Mapping[tuple[int, str], ForwardGrouper],
-    info: dict[str, Any],
+    info: TraceInfo,
     notes: list[str],
 ) -> dict[object, StepRange]:
     """What NVTX the trace holds (trace.nvtx), and each forward's vLLM step: the step range,
@@ -72,22 +72,23 @@ def nsys_steps(
 
 def steps_entry(
     rw: ResolvedWindow,
-    entry: Mapping[str, Any],
+    entry: WindowEntry,
     fw: Sequence[tuple[str, Forward]],
     steps: Sequence[StepRange],
     step_of: Mapping[object, StepRange],
     split: PathSplit,
-) -> dict[str, Any] | None:
+) -> StepsEntry | None:
     """vLLM's steps against the kernel-derived forwards of the window's reported device
     (`forwards.device`): how many forwards a step range launched (one each, when the layer
     count and the forwards are right), steps that launched none, and the step's batch
     composition beside the population read from the attention grid."""
     if not steps:
         return None
-    device = (entry.get("forwards") or {}).get("device")
+    forwards = entry.get("forwards")
+    device = forwards.get("device") if forwards else None
     mine = [f for d, f in fw if d == device]
     in_window = [st for st in steps if st.start < rw.hi and st.end > rw.lo and st.requests > 0]
-    out: dict[str, Any] = {
+    out: StepsEntry = {
         "format": ", ".join(sorted({st.form for st in steps})),
         "ranges": len(in_window),
         "forwards": len(mine),

@@ -26,6 +26,7 @@ from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.profile.kernels import KernelStat
+from servelab.profile.records import TraceInfo
 from servelab.profile.windows import ResolvedWindow, Window, to_trace_clock
 
 _STEP_SIMPLE = re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
@@ -167,7 +168,7 @@ class TorchTrace:
     def clock(self) -> str:
         return "epoch" if self.base_ns else "trace"
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> TraceInfo:
         return {
             "kind": f"torch-json-{self.kind}",
             "clock": self.clock(),

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.profile.codepaths import (
@@ -32,6 +31,17 @@ from servelab.profile.passes import (
     nsys_passes,
     torch_passes,
 )
+from servelab.profile.records import (
+    ForwardsInfo,
+    KernelRow,
+    ProfileRecord,
+    RatioRow,
+    Settings,
+    Steady,
+    TraceGpu,
+    Verdict,
+    WindowEntry,
+)
 from servelab.profile.stepmatch import nsys_steps, steps_entry
 from servelab.profile.steps import StepRange
 from servelab.profile.torchtrace import TorchTrace
@@ -51,8 +61,8 @@ PROFILE_FORMAT_VERSION = 2
 
 @dataclass
 class ProfileResult:
-    profile: dict[str, Any]
-    kernels: dict[str, list[dict[str, Any]]]
+    profile: ProfileRecord
+    kernels: dict[str, list[KernelRow]]
     forwards: dict[str, list[tuple[str, Forward]]]
     split: PathSplit = field(default_factory=lambda: PathSplit(()))  # launch key -> path
     # per window: (device, forward index) -> the vLLM step (NVTX range) that launched it
@@ -124,7 +134,7 @@ def _analyze(
         info["gpus"] = _trace_gpus(trace, passes, opts, notes)
     order = [w.label for w in windows]
     ratio_rows, verdicts = _between_windows(windows, per.entries, ctx, dim_name is not None)
-    profile = {
+    profile: ProfileRecord = {
         "format_version": PROFILE_FORMAT_VERSION,
         "status": "profiled",
         "reason": None,
@@ -140,7 +150,7 @@ def _analyze(
 
 def _trace_gpus(
     trace: NsysTrace, passes: Passes, opts: TraceOptions, notes: list[str]
-) -> list[dict[str, Any]]:
+) -> list[TraceGpu]:
     """trace.gpus: the trace's GPUs with their UUIDs, matched to the telemetry's GPUs
     (servelab.profile.gpumatch)."""
     active = {d for per in passes.busy for d, b in per.items() if b > 0}
@@ -180,7 +190,7 @@ def _population_name(passes: Passes, notes: list[str]) -> str | None:
     return None
 
 
-def _settings(ctx: WindowContext, dim_name: str | None, split_source: str | None) -> dict[str, Any]:
+def _settings(ctx: WindowContext, dim_name: str | None, split_source: str | None) -> Settings:
     """profile.json's settings: how the trace was analyzed."""
     opts, passes, display = ctx.opts, ctx.passes, ctx.passes.display
     return {
@@ -202,8 +212,8 @@ class WindowResults:
     """Per window label: its entry of profile.json, its per-kernel table, its forwards
     (device, forward) and each forward's vLLM step ((device, forward index) -> step)."""
 
-    entries: dict[str, Any]
-    kernels: dict[str, list[dict[str, Any]]]
+    entries: dict[str, WindowEntry]
+    kernels: dict[str, list[KernelRow]]
     forwards: dict[str, list[tuple[str, Forward]]]
     forward_steps: dict[str, dict[tuple[str, int], StepRange]]
 
@@ -241,16 +251,14 @@ def _window_results(
 
 def _between_windows(
     windows: Sequence[Window],
-    entries: Mapping[str, Any],
+    entries: Mapping[str, WindowEntry],
     ctx: WindowContext,
     population_known: bool,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[RatioRow], list[Verdict]]:
     """The steady state's ratios from window to window (all paths, then per path), and the
     localisation verdicts."""
     order = [w.label for w in windows]
-    steady_by_label: dict[str, dict[str, Any] | None] = {
-        label: e["steady"] for label, e in entries.items()
-    }
+    steady_by_label: dict[str, Steady | None] = {label: e["steady"] for label, e in entries.items()}
     ratio_rows = ratios(order, steady_by_label)
     for r in ratio_rows:
         r["paths"] = path_ratios(steady_by_label.get(r["from"]), steady_by_label.get(r["to"]))
@@ -311,7 +319,7 @@ class WindowContext:
 
 def _window_entry(
     i: int, rw: ResolvedWindow, ctx: WindowContext
-) -> tuple[dict[str, Any], list[tuple[str, Forward]]]:
+) -> tuple[WindowEntry, list[tuple[str, Forward]]]:
     """Window i's entry of profile.json, and its forwards."""
     passes, devices, opts, split = ctx.passes, ctx.devices, ctx.opts, ctx.split
     busy, stats, main, display = passes.busy[i], passes.stats[i], passes.main, passes.display
@@ -330,7 +338,7 @@ def _window_entry(
     fw = [(d, f) for d, g in mine for f in g.forwards]
     first = next(((d, g) for d, g in mine if g.forwards), None)
     layers = opts.layers or 1
-    forwards_info = None
+    forwards_info: ForwardsInfo | None = None
     steady = None
     first_forwards: list[Forward] = []
     if first is not None:
@@ -350,7 +358,7 @@ def _window_entry(
             steady["paths"] = steady_paths(g0.forwards, layers, split, opts.band)
     main_stats = [s for s in stats if s.full in main]
     names = sorted({display.get(n, n) for n in main if any(s.full == n for s in stats)})
-    entry = {
+    entry: WindowEntry = {
         "start_ns": rw.lo,
         "end_ns": rw.hi,
         "source": rw.source,

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servelab.analysis.claims import NOT_COMPARABLE as CLAIM_NOT_COMPARABLE
-from servelab.analysis.claims import Findings, evaluate_claims
+from servelab.analysis.claims import ClaimVerdict, Findings, evaluate_claims
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
+from servelab.analysis.diagnosis_records import Diagnosis
 from servelab.analysis.groups import PAIRED_METRICS, Groups, paired_table
 from servelab.analysis.hostspeed import HostRatio, attribute
-from servelab.analysis.knee import dominance, knee
+from servelab.analysis.knee import Knee, dominance, knee
 from servelab.analysis.pipeline import searches_of
 from servelab.analysis.rounds import sequential_claims
 from servelab.analysis.stats import benjamini_hochberg, describe, ratio_ci, two_sample
@@ -34,9 +35,9 @@ class Analysed:
     ds: Dataset
     g: Groups
     paired: list[dict[str, Any]]
-    knee: list[dict[str, Any]]
+    knee: list[Knee]
     dominance: list[dict[str, Any]]
-    diagnoses: list[dict[str, Any]]
+    diagnoses: list[Diagnosis]
     # each configuration's SLO capacity search (search.json), for slo_capacity claims
     searches: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -52,7 +53,7 @@ def analyse(ds: Dataset, opts: AnalysisSection) -> Analysed:
     return Analysed(ds, g, paired_table(g, opts), kn, dom, diags, searches)
 
 
-def _claim(a: Analysed, opts: AnalysisSection, claim: str) -> dict[str, Any]:
+def _claim(a: Analysed, opts: AnalysisSection, claim: str) -> ClaimVerdict:
     """One claim on one side; on a side measured by a sequential sweep, judged with the
     stopping rule it was measured under (its run.json), look by look."""
     one = replace(opts, claims=(claim,))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 COLUMNS = (
     "utilization_pct",
@@ -79,6 +79,26 @@ ENERGY_COLUMNS = (
 )
 
 
+# a telemetry column's value: a number, a word (why a source is absent, the GPUs' UUIDs), a
+# flag, or null where unknown
+Cell = str | int | float | bool | None
+
+
+class UtilizationRow(TypedDict):
+    """One point of the utilization-vs-throughput table and figure."""
+
+    server_config: str | None
+    concurrency: int | float | None
+    repeat: int | None
+    output_throughput: float | None
+    utilization_source: str
+    utilization_pct: float | None
+    gpu_util_pct: Cell
+    server_cpu_pct: Cell
+    host_cpus: Cell
+    fraction_of_best_throughput: NotRequired[float | None]
+
+
 def table_columns(summaries: Iterable[Mapping[str, Any] | None]) -> tuple[str, ...]:
     """The telemetry columns of a table of points with these telemetry blocks: none without
     one, COLUMNS, and ENERGY_COLUMNS after them where a block has an `energy` summary."""
@@ -117,12 +137,12 @@ def _over_devices(
     return statistics.fmean(have) if how == "mean" else max(have)
 
 
-def _gpu_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
+def _gpu_columns(summary: Mapping[str, Any]) -> dict[str, Cell]:
     """The GPUs' columns: utilization, clock, memory, power and temperature over devices,
     their selection, and each device's index, UUID, utilization and power."""
     gpu = summary.get("gpu") or {}
     devices = gpu.get("devices") or []
-    out: dict[str, Any] = {"gpu_absent": gpu.get("absent")}
+    out: dict[str, Cell] = {"gpu_absent": gpu.get("absent")}
     out["gpu_devices"] = len(devices) if devices else None
     out["gpu_util_pct_mean"] = _over_devices(devices, "util_pct", "mean", "mean")
     out["gpu_util_pct_p95"] = _over_devices(devices, "util_pct", "p95", "max")
@@ -147,7 +167,7 @@ def _gpu_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _energy_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
+def _energy_columns(summary: Mapping[str, Any]) -> dict[str, Cell]:
     """The server's energy over the point, where the summary has an `energy` block."""
     energy = summary.get("energy")
     if not isinstance(energy, Mapping):
@@ -160,10 +180,10 @@ def _energy_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _cpu_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
+def _cpu_columns(summary: Mapping[str, Any]) -> dict[str, Cell]:
     """The CPU's columns: server, client and host CPU percent, memory, samples."""
     cpu = summary.get("cpu") or {}
-    out: dict[str, Any] = {}
+    out: dict[str, Cell] = {}
     for who in ("server", "client", "host"):
         for stat in ("mean", "p95", "max"):
             out[f"cpu_{who}_util_pct_{stat}"] = _get(cpu, f"{who}_cpu_pct", stat)
@@ -175,10 +195,10 @@ def _cpu_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _server_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
+def _server_columns(summary: Mapping[str, Any]) -> dict[str, Cell]:
     """The server's own /metrics: its queue, KV usage, tokens, latencies, scrapes."""
     srv = summary.get("server") or {}
-    out: dict[str, Any] = {"server_metrics_absent": srv.get("absent")}
+    out: dict[str, Cell] = {"server_metrics_absent": srv.get("absent")}
     for name, key in (
         ("running", "running"),
         ("waiting", "waiting"),
@@ -203,7 +223,7 @@ def _server_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # the builders of telemetry_columns, each the columns of one block of the summary
-COLUMN_BUILDERS: tuple[Callable[[Mapping[str, Any]], dict[str, Any]], ...] = (
+COLUMN_BUILDERS: tuple[Callable[[Mapping[str, Any]], dict[str, Cell]], ...] = (
     _gpu_columns,
     _energy_columns,
     _cpu_columns,
@@ -211,7 +231,7 @@ COLUMN_BUILDERS: tuple[Callable[[Mapping[str, Any]], dict[str, Any]], ...] = (
 )
 
 
-def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Any]:
+def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Cell]:
     """One point's telemetry as flat columns (always the keys of COLUMNS and ENERGY_COLUMNS;
     null when unknown), from each of COLUMN_BUILDERS.
 
@@ -222,7 +242,7 @@ def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Any]:
     device: the GPU's mean where GPUs were sampled, else the server's CPU as a share of all the
     host's cores.
     """
-    out: dict[str, Any] = dict.fromkeys((*COLUMNS, *ENERGY_COLUMNS))
+    out: dict[str, Cell] = dict.fromkeys((*COLUMNS, *ENERGY_COLUMNS))
     if not summary or summary.get("enabled") is False:
         out["gpu_absent"] = "telemetry disabled" if summary else "no telemetry recorded"
         out["server_metrics_absent"] = out["energy_absent"] = out["gpu_absent"]
@@ -246,7 +266,7 @@ def utilization_pct(summary: Mapping[str, Any] | None) -> float | None:
     return None if value is None else float(value)
 
 
-def utilization_vs_throughput(points: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def utilization_vs_throughput(points: Iterable[Mapping[str, Any]]) -> list[UtilizationRow]:
     """Per point: utilization next to output throughput and its share of the best point's.
 
     `utilization_pct` is `utilization_pct(point["telemetry"])`, 0-100 for either kind of device
@@ -254,7 +274,7 @@ def utilization_vs_throughput(points: Iterable[Mapping[str, Any]]) -> list[dict[
     looks busy while delivering a small fraction of the best throughput is what this table
     (and its figure) is for.
     """
-    rows: list[dict[str, Any]] = []
+    rows: list[UtilizationRow] = []
     for p in points:
         cols = telemetry_columns(p.get("telemetry"))
         gpu = cols["gpu_util_pct_mean"]

@@ -7,10 +7,11 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from servelab.render import figure_style, save_figure
 from servelab.store.paths import TELEMETRY_FIGURE
+from servelab.telemetry.columns import UtilizationRow
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 # servelab's figure style (render.FIGURE_RC) with the settings this figure has always been
@@ -19,8 +20,14 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 STYLE = {"svg.fonttype": "path", "font.size": 10.0, "axes.grid": False, "grid.alpha": 1.0}
 
 
+def _value(v: float | None) -> float:
+    """A plotted value of a row that has it (`have`: utilization and throughput known; a
+    measured point's concurrency)."""
+    return float(cast(float, v))
+
+
 def plot_utilization_vs_throughput(
-    rows: Sequence[dict[str, Any]], out_dir: Path, title: str = "utilization vs tokens/s"
+    rows: Sequence[UtilizationRow], out_dir: Path, title: str = "utilization vs tokens/s"
 ) -> list[Path]:
     """Write the figure into `out_dir` (.svg and .png): one dot per point, one colour per
     server config, each concurrency labelled at the mean of its repeats, the best throughput
@@ -47,20 +54,20 @@ def plot_utilization_vs_throughput(
         for i, sc in enumerate(configs):
             mine = [r for r in have if str(r["server_config"]) == sc]
             ax.scatter(
-                [float(r["utilization_pct"]) for r in mine],
-                [float(r["output_throughput"]) for r in mine],
+                [_value(r["utilization_pct"]) for r in mine],
+                [_value(r["output_throughput"]) for r in mine],
                 label=sc,
                 marker=MARKERS[i % len(MARKERS)],
                 color=colours(i % 10),
                 alpha=0.8,
                 s=36,
             )
-            by_conc: dict[int, list[dict[str, Any]]] = defaultdict(list)
+            by_conc: dict[int, list[UtilizationRow]] = defaultdict(list)
             for r in mine:
-                by_conc[int(r["concurrency"])].append(r)
+                by_conc[int(cast(float, r["concurrency"]))].append(r)
             for conc, rs in sorted(by_conc.items()):
-                x = statistics.fmean(float(r["utilization_pct"]) for r in rs)
-                y = statistics.fmean(float(r["output_throughput"]) for r in rs)
+                x = statistics.fmean(_value(r["utilization_pct"]) for r in rs)
+                y = statistics.fmean(_value(r["output_throughput"]) for r in rs)
                 ax.annotate(
                     f"c{conc}",
                     (x, y),
@@ -70,7 +77,7 @@ def plot_utilization_vs_throughput(
                     color=colours(i % 10),
                 )
         if have:
-            best = max(float(r["output_throughput"]) for r in have)
+            best = max(_value(r["output_throughput"]) for r in have)
             ax.axhline(best, color="0.5", linestyle="--", linewidth=1)
             ax.annotate(
                 f"best {best:,.0f} tok/s",
@@ -84,7 +91,7 @@ def plot_utilization_vs_throughput(
             ax.legend(title="server config", fontsize=8, title_fontsize=8, loc="center left")
         else:
             ax.text(0.5, 0.5, "no point with telemetry", ha="center", transform=ax.transAxes)
-        ax.set_xlim(0, max([100.0, *(float(r["utilization_pct"]) * 1.05 for r in have)]))
+        ax.set_xlim(0, max([100.0, *(_value(r["utilization_pct"]) * 1.05 for r in have)]))
         ax.set_ylim(bottom=0)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("output throughput, tok/s")

@@ -31,7 +31,7 @@ from servelab.telemetry.sources import (
     ServerMetricsSource,
     Source,
 )
-from servelab.telemetry.summary import summarize
+from servelab.telemetry.summary import TelemetryDisabled, TelemetrySummary, summarize
 
 FILE_NAME = TELEMETRY_FILE
 SOURCE_ORDER = {"gpu": 0, "cpu": 1, "server": 2, "rapl": 3}
@@ -213,7 +213,7 @@ class PointTelemetry:
         started_epoch_ns: int,
         finished_epoch_ns: int,
         output_tokens: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> TelemetrySummary | TelemetryDisabled:
         """Stop (if still running), write telemetry.jsonl into `point_dir`, return the summary;
         `output_tokens` (the point's `total_output_tokens`) gives its energy per output token."""
         if not self.enabled:

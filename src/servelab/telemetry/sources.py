@@ -19,7 +19,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import psutil
 
@@ -351,7 +351,16 @@ def _wanted_lines(text: str) -> str:
     return "\n".join(keep) + "\n"
 
 
-def parse_metrics(text: str) -> dict[str, Any]:
+class Histogram(TypedDict):
+    """A server histogram as one scrape reads it: its count, its sum and its cumulative
+    buckets ([finite upper bound, count])."""
+
+    count: float
+    sum: float
+    buckets: list[list[float]]
+
+
+def parse_metrics(text: str) -> dict[str, float | Histogram | None]:
     """The values servelab records from one /metrics scrape, parsed with prometheus_client.
 
     Gauges of several engines (data parallel) add up (running, waiting) or take the largest
@@ -367,7 +376,7 @@ def parse_metrics(text: str) -> dict[str, Any]:
     families: dict[str, list[Any]] = {}
     for fam in text_string_to_metric_families(_wanted_lines(text)):
         families.setdefault(fam.name, []).extend(fam.samples)
-    out: dict[str, Any] = {}
+    out: dict[str, float | Histogram | None] = {}
     for key, (kind, names) in METRICS.items():
         samples = next(
             (families[n] for n in names + tuple(n + "_total" for n in names) if families.get(n)),

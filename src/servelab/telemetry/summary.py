@@ -20,26 +20,51 @@ Pure functions of the samples of `telemetry.jsonl` and the point window
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 import numpy as np
 
 SUMMARY_FORMAT = 1
-GPU_FIELDS = ("util_pct", "mem_util_pct", "sm_clock_mhz", "mem_used_bytes", "power_w", "temp_c")
-CPU_CUMULATIVE = (
+GpuField = Literal[
+    "util_pct", "mem_util_pct", "sm_clock_mhz", "mem_used_bytes", "power_w", "temp_c"
+]
+GPU_FIELDS: tuple[GpuField, ...] = (
+    "util_pct",
+    "mem_util_pct",
+    "sm_clock_mhz",
+    "mem_used_bytes",
+    "power_w",
+    "temp_c",
+)
+CpuSeconds = Literal["server_cpu_s", "client_cpu_s", "telemetry_cpu_s"]
+CpuPercent = Literal["server_cpu_pct", "client_cpu_pct", "telemetry_cpu_pct"]
+CpuGauge = Literal[
+    "host_cpu_pct", "host_steal_pct", "server_rss_bytes", "client_rss_bytes", "host_mem_used_bytes"
+]
+CPU_CUMULATIVE: tuple[tuple[CpuSeconds, CpuPercent], ...] = (
     ("server_cpu_s", "server_cpu_pct"),
     ("client_cpu_s", "client_cpu_pct"),
     ("telemetry_cpu_s", "telemetry_cpu_pct"),
 )
-CPU_GAUGES = (
+CPU_GAUGES: tuple[CpuGauge, ...] = (
     "host_cpu_pct",
     "host_steal_pct",
     "server_rss_bytes",
     "client_rss_bytes",
     "host_mem_used_bytes",
 )
-SERVER_GAUGES = ("running", "waiting", "kv_cache_usage")
-SERVER_COUNTERS = (
+ServerGauge = Literal["running", "waiting", "kv_cache_usage"]
+ServerCounter = Literal[
+    "preemptions",
+    "generation_tokens",
+    "prompt_tokens",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "requests_finished",
+]
+ServerHistogram = Literal["ttft", "itl", "queue_time"]
+SERVER_GAUGES: tuple[ServerGauge, ...] = ("running", "waiting", "kv_cache_usage")
+SERVER_COUNTERS: tuple[tuple[str, ServerCounter], ...] = (
     ("preemptions_total", "preemptions"),
     ("generation_tokens_total", "generation_tokens"),
     ("prompt_tokens_total", "prompt_tokens"),
@@ -47,12 +72,150 @@ SERVER_COUNTERS = (
     ("prefix_cache_hits_total", "prefix_cache_hits"),
     ("requests_finished_total", "requests_finished"),
 )
-SERVER_HISTOGRAMS = (("ttft_s", "ttft"), ("itl_s", "itl"), ("queue_s", "queue_time"))
+SERVER_HISTOGRAMS: tuple[tuple[str, ServerHistogram], ...] = (
+    ("ttft_s", "ttft"),
+    ("itl_s", "itl"),
+    ("queue_s", "queue_time"),
+)
 
 Sample = Mapping[str, Any]
 
 
-def series_stats(values: Iterable[float | int | None]) -> dict[str, float | None]:
+class SeriesStats(TypedDict):
+    """A gauge-like series over the point window: mean, p95 and max (null without samples)."""
+
+    mean: float | None
+    p95: float | None
+    max: float | None
+
+
+class HistogramStats(TypedDict):
+    """A server histogram's change over the point: its count, mean and p95 in ms."""
+
+    count: float | None
+    mean_ms: float | None
+    p95_ms: float | None
+
+
+class Errors(TypedDict):
+    """A source's failed samples in the window: how many, and the last one's error."""
+
+    errors: int
+    last_error: str | None
+
+
+class GpuDevice(Errors):
+    """One GPU's summary (`gpu.devices[]`): its series (GPU_FIELDS, each set after the
+    rest); its selection and energy where the samples record the GPUs' selection."""
+
+    device: int
+    name: str | None
+    uuid: str | None
+    samples: int
+    lost_epoch_ns: int | None
+    util_pct: NotRequired[SeriesStats]
+    mem_util_pct: NotRequired[SeriesStats]
+    sm_clock_mhz: NotRequired[SeriesStats]
+    mem_used_bytes: NotRequired[SeriesStats]
+    power_w: NotRequired[SeriesStats]
+    temp_c: NotRequired[SeriesStats]
+    pci_bus_id: NotRequired[str | None]
+    chosen_by: NotRequired[str | None]
+    energy_j: NotRequired[float | None]
+    energy_counter: NotRequired[str | None]
+
+
+class GpuSummary(TypedDict, total=False):
+    """The `gpu` block: the devices, or why there are none; the selection the samples record."""
+
+    absent: str
+    selection: dict[str, Any]
+    devices: list[GpuDevice]
+
+
+class RaplSummary(TypedDict, total=False):
+    """The `rapl` block: the CPU packages' energy over the point, or why there is none."""
+
+    absent: str
+    zones: list[str]
+    samples: int
+    errors: int
+    last_error: str | None
+    energy_j: float | None
+
+
+class EnergySummary(TypedDict):
+    """The `energy` block: the server's energy over the point and per output token."""
+
+    source: str | None
+    joules: float | None
+    window_s: float
+    output_tokens: int | None
+    joules_per_output_token: float | None
+    absent: str | None
+
+
+class CpuSummary(TypedDict, total=False):
+    """The `cpu` block: the processes' and the host's CPU and memory, or why it is absent."""
+
+    absent: str
+    samples: int
+    server_cpu_pct: SeriesStats
+    server_cpu_s: float | None
+    client_cpu_pct: SeriesStats
+    client_cpu_s: float | None
+    telemetry_cpu_pct: SeriesStats
+    telemetry_cpu_s: float | None
+    host_cpu_pct: SeriesStats
+    host_steal_pct: SeriesStats
+    server_rss_bytes: SeriesStats
+    client_rss_bytes: SeriesStats
+    host_mem_used_bytes: SeriesStats
+    host_cpus: int | None
+    server_error: str | None
+
+
+class ServerSummary(TypedDict, total=False):
+    """The `server` block: the server's own /metrics over the point, or why it is absent."""
+
+    absent: str
+    samples: int
+    errors: int
+    last_error: str | None
+    running: SeriesStats
+    waiting: SeriesStats
+    kv_cache_usage: SeriesStats
+    waiting_fraction: float | None
+    preemptions: float | None
+    generation_tokens: float | None
+    prompt_tokens: float | None
+    prefix_cache_queries: float | None
+    prefix_cache_hits: float | None
+    requests_finished: float | None
+    generation_tokens_per_s: float | None
+    ttft: HistogramStats
+    itl: HistogramStats
+    queue_time: HistogramStats
+
+
+class TelemetryDisabled(TypedDict):
+    """point.json's `telemetry` block where telemetry was off."""
+
+    enabled: bool
+
+
+class TelemetrySummary(TypedDict):
+    """point.json's `telemetry` block (`summarize`)."""
+
+    format_version: int
+    gpu: GpuSummary
+    cpu: CpuSummary
+    server: ServerSummary
+    rapl: NotRequired[RaplSummary | None]
+    energy: NotRequired[EnergySummary]
+
+
+def series_stats(values: Iterable[float | int | None]) -> SeriesStats:
     arr = np.asarray([float(v) for v in values if v is not None], dtype=np.float64)
     if arr.size == 0:
         return {"mean": None, "p95": None, "max": None}
@@ -154,7 +317,7 @@ def histogram_quantile(q: float, buckets: Sequence[Sequence[float]], count: floa
     return lower if buckets else None
 
 
-def _histogram_delta(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, float | None]:
+def _histogram_delta(a: Mapping[str, Any], b: Mapping[str, Any]) -> HistogramStats:
     count = float(b["count"]) - float(a["count"])
     total = float(b["sum"]) - float(a["sum"])
     first = {float(le): float(n) for le, n in a["buckets"]}
@@ -176,7 +339,7 @@ def _absent(samples: Sequence[Sample], source: str) -> str | None:
     return None
 
 
-def _errors(samples: Sequence[Sample]) -> dict[str, Any]:
+def _errors(samples: Sequence[Sample]) -> Errors:
     errs = [s for s in samples if s.get("error")]
     return {"errors": len(errs), "last_error": str(errs[-1]["error"]) if errs else None}
 
@@ -189,9 +352,9 @@ def _selection(samples: Sequence[Sample]) -> dict[str, Any] | None:
     return None
 
 
-def _gpu(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any]:
+def _gpu(samples: Sequence[Sample], start: int, end: int) -> GpuSummary:
     selection = _selection(samples)
-    recorded = {"selection": selection} if selection else {}
+    recorded: GpuSummary = {"selection": selection} if selection else {}
     reason = _absent(samples, "gpu")
     if reason is not None:
         return {"absent": reason, **recorded}
@@ -203,7 +366,7 @@ def _gpu(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any]:
         for g in (selection or {}).get("gpus") or []
         if isinstance(g, Mapping) and isinstance(g.get("device"), int)
     }
-    devices: list[dict[str, Any]] = []
+    devices: list[GpuDevice] = []
     for index in sorted({int(s["device"]) for s in readings}):
         dev = [s for s in readings if s.get("device") == index]
         inside = in_window(dev, start, end)
@@ -212,13 +375,15 @@ def _gpu(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any]:
             None,
         )
         energy_mj = counter_change(dev, "energy_mj", start, end)
-        entry: dict[str, Any] = {
+        errs = _errors(inside)
+        entry: GpuDevice = {
             "device": index,
             "name": dev[0].get("name"),
             "uuid": dev[0].get("uuid"),
             "samples": len(inside),
             "lost_epoch_ns": lost_at,
-            **_errors(inside),
+            "errors": errs["errors"],
+            "last_error": errs["last_error"],
         }
         for f in GPU_FIELDS:
             entry[f] = series_stats(s.get(f) for s in inside)
@@ -229,13 +394,13 @@ def _gpu(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any]:
             entry["energy_j"] = None if energy_mj is None else energy_mj / 1000.0
             entry["energy_counter"] = info.get("energy_counter")
         devices.append(entry)
-    out: dict[str, Any] = {"devices": devices}
+    out: GpuSummary = {"devices": devices}
     if selection is not None:
         out["selection"] = selection
     return out
 
 
-def _rapl(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any] | None:
+def _rapl(samples: Sequence[Sample], start: int, end: int) -> RaplSummary | None:
     if not samples:
         return None
     reason = _absent(samples, "rapl")
@@ -245,21 +410,23 @@ def _rapl(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any] | N
     zones = sorted(
         {str(z) for s in good if isinstance(s.get("zones"), Mapping) for z in s["zones"]}
     )
+    errs = _errors(in_window(samples, start, end))
     return {
         "zones": zones,
         "samples": len(in_window(samples, start, end)),
-        **_errors(in_window(samples, start, end)),
+        "errors": errs["errors"],
+        "last_error": errs["last_error"],
         "energy_j": counter_change(good, "energy_j", start, end),
     }
 
 
 def _energy(
-    gpu: Mapping[str, Any], rapl: Mapping[str, Any] | None, output_tokens: int | None, span_s: float
-) -> dict[str, Any]:
+    gpu: GpuSummary, rapl: RaplSummary | None, output_tokens: int | None, span_s: float
+) -> EnergySummary:
     """The server's energy over the point: its GPUs' (NVML) where GPUs were sampled, else,
     for a server on the CPU, the CPU packages' (RAPL); per output token where the point's
     output tokens are known."""
-    out: dict[str, Any] = {
+    out: EnergySummary = {
         "source": None,
         "joules": None,
         "window_s": span_s,
@@ -273,7 +440,7 @@ def _energy(
         out["source"] = "nvml"
         missing = [d for d in devices if d.get("energy_j") is None]
         if not missing:
-            out["joules"] = sum(float(d["energy_j"]) for d in devices)
+            out["joules"] = sum(float(d.get("energy_j") or 0.0) for d in devices)
         else:
             d = missing[0]
             why = d.get("energy_counter") or "no reading before and after the point"
@@ -284,10 +451,10 @@ def _energy(
             out["absent"] = "the CPU packages' energy was not sampled"
         elif rapl.get("absent"):
             out["absent"] = str(rapl["absent"])
-        elif rapl.get("energy_j") is None:
+        elif (energy_j := rapl.get("energy_j")) is None:
             out["absent"] = "no RAPL reading before and after the point"
         else:
-            out["joules"] = float(rapl["energy_j"])
+            out["joules"] = float(energy_j)
     else:
         out["absent"] = f"the server's GPUs were not sampled: {gpu.get('absent')}"
     if out["joules"] is not None and output_tokens:
@@ -295,12 +462,12 @@ def _energy(
     return out
 
 
-def _cpu(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any]:
+def _cpu(samples: Sequence[Sample], start: int, end: int) -> CpuSummary:
     reason = _absent(samples, "cpu")
     if reason is not None:
         return {"absent": reason}
     inside = in_window(samples, start, end)
-    out: dict[str, Any] = {"samples": len(inside)}
+    out: CpuSummary = {"samples": len(inside)}
     for cum_key, pct_key in CPU_CUMULATIVE:
         used = _delta(samples, cum_key, start, end)
         span = _span_s(samples, cum_key, start, end)
@@ -317,25 +484,30 @@ def _cpu(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any]:
     return out
 
 
-def _server(samples: Sequence[Sample], start: int, end: int) -> dict[str, Any]:
+def _server(samples: Sequence[Sample], start: int, end: int) -> ServerSummary:
     reason = _absent(samples, "server")
     if reason is not None:
         return {"absent": reason}
     good = [s for s in samples if not s.get("error")]
     inside = in_window(good, start, end)
-    out: dict[str, Any] = {"samples": len(inside), **_errors(in_window(samples, start, end))}
-    for key in SERVER_GAUGES:
-        out[key] = series_stats(s.get(key) for s in inside)
+    errs = _errors(in_window(samples, start, end))
+    out: ServerSummary = {
+        "samples": len(inside),
+        "errors": errs["errors"],
+        "last_error": errs["last_error"],
+    }
+    for gauge in SERVER_GAUGES:
+        out[gauge] = series_stats(s.get(gauge) for s in inside)
     waiting = [float(s["waiting"]) for s in inside if s.get("waiting") is not None]
     out["waiting_fraction"] = sum(1 for w in waiting if w > 0) / len(waiting) if waiting else None
-    for raw_key, key in SERVER_COUNTERS:
-        out[key] = _delta(good, raw_key, start, end)
+    for raw_key, counter in SERVER_COUNTERS:
+        out[counter] = _delta(good, raw_key, start, end)
     span = _span_s(good, "generation_tokens_total", start, end)
     gen = out["generation_tokens"]
     out["generation_tokens_per_s"] = gen / span if gen is not None and span else None
-    for raw_key, key in SERVER_HISTOGRAMS:
+    for raw_key, histogram in SERVER_HISTOGRAMS:
         b = bracket(good, raw_key, start, end)
-        out[key] = (
+        out[histogram] = (
             _histogram_delta(b[0][raw_key], b[1][raw_key])
             if b is not None
             else {"count": None, "mean_ms": None, "p95_ms": None}
@@ -348,7 +520,7 @@ def summarize(
     started_epoch_ns: int,
     finished_epoch_ns: int,
     output_tokens: int | None = None,
-) -> dict[str, Any]:
+) -> TelemetrySummary:
     """The `telemetry` block of point.json: every source summarized over the point window.
     `output_tokens` (the point's `total_output_tokens`) gives the energy per output token.
 
@@ -359,7 +531,7 @@ def summarize(
         by_source.setdefault(str(s.get("source")), []).append(s)
     start, end = int(started_epoch_ns), int(finished_epoch_ns)
     gpu = _gpu(by_source["gpu"], start, end)
-    out: dict[str, Any] = {
+    out: TelemetrySummary = {
         "format_version": SUMMARY_FORMAT,
         "gpu": gpu,
         "cpu": _cpu(by_source["cpu"], start, end),

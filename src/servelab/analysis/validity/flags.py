@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from servelab.experiment import ValiditySection
 
@@ -36,7 +36,7 @@ SECTION = "analysis.validity"
 OPEN_LOOP_THRESHOLDS = ("max_arrival_rate_error_pct", "max_send_slip_ms")
 
 
-def thresholds_json(t: ValiditySection, axis: str = "concurrency") -> dict[str, Any]:
+def thresholds_json(t: ValiditySection, axis: str = "concurrency") -> dict[str, float]:
     """The thresholds as validity.json records them: numbers, counts as integers; those of
     the open-loop checks for a sweep over rates only."""
     return {
@@ -47,6 +47,16 @@ def thresholds_json(t: ValiditySection, axis: str = "concurrency") -> dict[str, 
     }
 
 
+class FlagJson(TypedDict):
+    """A check's outcome at a point as validity.json records it."""
+
+    check: str
+    status: str
+    value: float | None
+    threshold: float | None
+    reason: str
+
+
 @dataclass(frozen=True)
 class Flag:
     check: str
@@ -55,8 +65,14 @@ class Flag:
     threshold: float | None
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> FlagJson:
+        return {
+            "check": self.check,
+            "status": self.status,
+            "value": self.value,
+            "threshold": self.threshold,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)
