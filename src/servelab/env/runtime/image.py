@@ -23,7 +23,7 @@ from servelab.env.container import (
     digests_of,
     probe_command,
 )
-from servelab.env.runtime.gpu import container_gpu_probe, preflight
+from servelab.env.runtime.gpu import GpuProbe, container_gpu_probe, preflight
 from servelab.env.runtime.nsys import HostNsys, host_nsys_record, nsys_in_image, wants_nsys
 from servelab.env.runtime.tools import HostTools, Runner, call, last_line
 from servelab.env.runtime.venv import cache_dir_of
@@ -298,7 +298,7 @@ def ensure_container(
     )
     if rt.device == "gpu":
 
-        def ask(selection: Any, methods: list[str]) -> dict[str, Any]:
+        def ask(selection: Any, methods: list[str]) -> GpuProbe:
             return container_gpu_probe(replace(base, gpus=selection), rt, methods, tools.run)
 
         found = preflight(ask, rt, server, tools.nvml, record["vllm_version"], say)
