@@ -142,6 +142,15 @@ class Preflight(TypedDict):
     gpu_check: GpuCheckRecord
 
 
+class GpuFields(TypedDict, total=False):
+    """The GPU pre-flight's fields of runtime.json (a GPU runtime)."""
+
+    torch_build: TorchBuild
+    torch_cuda: str | None
+    image_cuda: str | None
+    gpu_check: GpuCheckRecord
+
+
 @dataclass(frozen=True)
 class QuantUse:
     """A quantization method the server is started with, and the config key that sets it."""
