@@ -20,7 +20,7 @@ import json
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from servelab.client import chat
 from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
@@ -41,6 +41,15 @@ class Workload:
     think_time_s: float = 0.0
 
 
+class WorkerStats(TypedDict):
+    """One process's entry of PointRun.workers (`worker_stats`)."""
+
+    requests: int
+    cpu_s: float
+    wall_s: float
+    busy: float
+
+
 @dataclass
 class PointRun:
     """What one run of a point measured; `records` fill in as requests finish."""
@@ -51,7 +60,7 @@ class PointRun:
     client_cpu_s: float = 0.0
     # one entry per process that sent requests (worker_stats; client.workers): its requests,
     # CPU and wall seconds from the point's start to its end, and busy share = CPU / wall
-    workers: list[dict[str, Any]] = field(default_factory=list)
+    workers: list[WorkerStats] = field(default_factory=list)
 
 
 class Clock:
@@ -299,7 +308,7 @@ async def run_closed_loop(
     return out
 
 
-def worker_stats(run: PointRun, requests: int) -> dict[str, Any]:
+def worker_stats(run: PointRun, requests: int) -> WorkerStats:
     """One process's entry of PointRun.workers, from its run's start, end and CPU seconds."""
     wall_s = max(0, run.finished_epoch_ns - run.started_epoch_ns) / 1e9
     busy = run.client_cpu_s / wall_s if wall_s > 0 else 0.0
