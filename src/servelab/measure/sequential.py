@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 from servelab.analysis.dataset import load_dataset
 from servelab.analysis.rounds import STOPPED, asked_with, looks, open_claims, round_record
@@ -42,6 +42,28 @@ from servelab.store.records import LaunchRecord
 CELL = re.compile(r"config=([^,\]]+),(?:c|rate)=(\d+(?:\.\d+)?)")
 
 
+class RoundLaunch(TypedDict):
+    """A server launch of a step of rounds (`launched`; the sequential record's `launches`)."""
+
+    round: int
+    server_config: str
+    launch: int
+    ready_s: float | None
+    lock_waited_s: float
+
+
+class SequentialRecord(TypedDict):
+    """run.json's `sequential` (`run_rounds`)."""
+
+    rule: dict[str, object]  # StoppingRule.to_json
+    rounds: int
+    stopped: str
+    round_s: list[float]
+    launches: list[RoundLaunch]
+    orderings: list[str]
+    looks: list[dict[str, object]]
+
+
 def stopping_rule(exp: Experiment) -> StoppingRule:
     """The experiment's stopping rule: its plan, and the analysis's alpha."""
     plan = exp.sweep.rounds
@@ -50,7 +72,9 @@ def stopping_rule(exp: Experiment) -> StoppingRule:
     return StoppingRule(plan.min, plan.max, exp.analysis.alpha, plan.budget_s)
 
 
-def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ()) -> dict[str, Any]:
+def run_rounds(
+    measure_job: MeasureJob, reference_orderings: Sequence[str] = ()
+) -> SequentialRecord:
     """Measure every server configuration of the job's experiment round by round until the
     rule stops; write every run.json last; the sequential record. `reference_orderings`: with
     a `reference:`, the orderings a reproduction against it will judge
@@ -72,7 +96,7 @@ def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ())
     asked = asked_with(exp.analysis, orderings)
     k = rule.min_rounds
     round_s: list[float] = []
-    launches: list[dict[str, Any]] = []
+    launches: list[RoundLaunch] = []
     while True:
         t0 = time.monotonic()
         slots: dict[str, list[Slot]] = {}
@@ -100,7 +124,7 @@ def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ())
             continue
         break
     say(f"stopped after round {k}: {STOPPED[stopped]}")
-    record = {
+    record: SequentialRecord = {
         "rule": rule.to_json(),
         "rounds": k,
         "stopped": stopped,
@@ -115,7 +139,7 @@ def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ())
     return record
 
 
-def launched(job: SweepJob, first: int, k: int) -> list[dict[str, Any]]:
+def launched(job: SweepJob, first: int, k: int) -> list[RoundLaunch]:
     """The server launch the job started in the step of rounds that ends at round k, if it
     started one (launch.json's index from `first` on): its round, configuration, index, start
     (`ready_s`) and wait for the measuring-server lock. launch.json keeps the latest launch
