@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict
 
@@ -89,7 +89,9 @@ def _chat_payload(w: Workload, messages: list[dict[str, str]], turn: Prompt) -> 
     return _body(w, {"messages": messages}, turn.max_tokens)
 
 
-def _body(w: Workload, what: dict[str, Any], own_max_tokens: int | None) -> bytes:
+def _body(
+    w: Workload, what: Mapping[str, str | list[dict[str, str]]], own_max_tokens: int | None
+) -> bytes:
     """A request's body: `what` (its prompt or messages) and the workload's settings, with the
     prompt's own max_tokens where it gives one."""
     max_tokens = own_max_tokens if own_max_tokens is not None else w.max_tokens

@@ -381,7 +381,14 @@ def capacity_facts(facts: Mapping[str, Any]) -> EndpointCapacity:
     }
 
 
-def report_facts(capacity: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+class EndpointsFacts(TypedDict, total=False):
+    """The analysis's `host.endpoints` (`report_facts`): capacity.json of each configuration
+    measured on a server servelab did not launch."""
+
+    endpoints: dict[str, dict[str, object]]
+
+
+def report_facts(capacity: Mapping[str, Mapping[str, Any]]) -> EndpointsFacts:
     """The analysis's `host.endpoints`: each configuration measured on a server servelab did
     not launch (capacity.json `launched` false) with what it said of itself; nothing when
     every server was launched (the results of such data stay as they were)."""

@@ -14,6 +14,7 @@ from servelab.errors import ServelabError
 from servelab.evidence.schemas import validate_file
 from servelab.experiment import Experiment, ReproductionSection
 from servelab.hostfacts import compare_hosts, host_qualifier
+from servelab.hostfacts.compare import HostComparison
 from servelab.reproduce.checks import (
     NOT_COMPARABLE,
     NOT_REPRODUCED,
@@ -163,7 +164,7 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any
     }
 
 
-def _qualified(verdict: str, host: dict[str, Any]) -> str:
+def _qualified(verdict: str, host: HostComparison) -> str:
     """The verdict with the host it was reached on: a failure on an equivalent host is a
     regression, one on a differing host names the differences (NOT COMPARABLE stays bare)."""
     if verdict == NOT_COMPARABLE:
