@@ -101,7 +101,7 @@ class ServerSection:
     def names(self) -> list[str]:
         return [c.name for c in self.configs]
 
-    def args_of(self, name: str) -> dict[str, Any]:
+    def args_of(self, name: str) -> dict[str, object]:
         """Resolved vLLM arguments of one server configuration (shared args, then its own)."""
         for c in self.configs:
             if c.name == name:

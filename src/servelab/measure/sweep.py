@@ -96,7 +96,7 @@ def _keep_incomplete(partial: Path) -> Path:
     return dest
 
 
-def _write_point(pdir: Path, run: PointRun, info: Mapping[str, object]) -> dict[str, Any]:
+def _write_point(pdir: Path, run: PointRun, info: Mapping[str, object]) -> Mapping[str, object]:
     # more than one client process (workload.client_workers): what each sent and how busy it
     # was; a point sent from the sweep's own process records none
     workers = {"client_workers": run.workers} if len(run.workers) > 1 else {}
@@ -120,7 +120,7 @@ def _output_tokens(run: PointRun) -> int:
     return int(point_metrics(run.records)["total_output_tokens"])
 
 
-def _summary_line(point: dict[str, Any]) -> str:
+def _summary_line(point: Mapping[str, object]) -> str:
     tput = point.get("output_throughput")
     ttft = point.get("mean_ttft_ms")
     return (
