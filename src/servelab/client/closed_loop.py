@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict
 
@@ -89,15 +89,38 @@ def _chat_payload(w: Workload, messages: list[dict[str, str]], turn: Prompt) -> 
     return _body(w, {"messages": messages}, turn.max_tokens)
 
 
-def _body(
-    w: Workload, what: Mapping[str, str | list[dict[str, str]]], own_max_tokens: int | None
-) -> bytes:
+class RequestInput(TypedDict, total=False):
+    """What a request sends the model: a completion's prompt, or a chat turn's messages."""
+
+    prompt: str
+    messages: list[dict[str, str]]
+
+
+class IgnoreEos(TypedDict, total=False):
+    ignore_eos: bool  # sent only when the workload sets it
+
+
+_IGNORE_EOS: IgnoreEos = {"ignore_eos": True}
+_EOS_AS_IS: IgnoreEos = {}
+
+
+class RequestBody(RequestInput, IgnoreEos):
+    """A completions or chat completions request's JSON body (`_body`), in the order sent."""
+
+    model: str
+    max_tokens: int
+    temperature: float
+    stream: bool
+    stream_options: dict[str, bool]
+
+
+def _body(w: Workload, what: RequestInput, own_max_tokens: int | None) -> bytes:
     """A request's body: `what` (its prompt or messages) and the workload's settings, with the
     prompt's own max_tokens where it gives one."""
     max_tokens = own_max_tokens if own_max_tokens is not None else w.max_tokens
     if max_tokens is None:
         raise ValueError("no max_tokens: give Workload.max_tokens or the prompt's own")
-    body: dict[str, Any] = {
+    body: RequestBody = {
         "model": w.model,
         **what,
         "max_tokens": max_tokens,
@@ -105,9 +128,8 @@ def _body(
         "stream": True,
         # usage in every chunk (cumulative completion_tokens): how many tokens each carried
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        **(_IGNORE_EOS if w.ignore_eos else _EOS_AS_IS),
     }
-    if w.ignore_eos:
-        body["ignore_eos"] = True
     return json.dumps(body).encode("utf-8")
 
 
