@@ -20,7 +20,7 @@ import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab.config import load_yaml, read_file, resolve
 from servelab.errors import ServelabError
@@ -143,10 +143,30 @@ def _hosts(exp_dir: Path) -> dict[str, str]:
     return out
 
 
-def campaign_rows(experiments: list[tuple[str, Path]]) -> list[dict[str, Any]]:
+class CampaignRow(TypedDict):
+    """One row of campaign.csv (`campaign_rows`; CAMPAIGN_COLUMNS)."""
+
+    experiment: str
+    server_config: str
+    concurrency: int
+    metric: str
+    n: int
+    mean: float | None
+    cv_pct: float | None
+    ci95_low: float | None
+    ci95_high: float | None
+    host: str
+
+
+def _float_or_none(text: str) -> float | None:
+    """A summary.csv cell: a number, or None when empty."""
+    return float(text) if text else None
+
+
+def campaign_rows(experiments: list[tuple[str, Path]]) -> list[CampaignRow]:
     """The campaign table: for each (experiment name, experiment folder), the rows of its
     analysis/summary.csv for CAMPAIGN_METRICS, with the experiment and the measuring host."""
-    rows: list[dict[str, Any]] = []
+    rows: list[CampaignRow] = []
     for name, exp_dir in experiments:
         table = exp_dir / "analysis" / "summary.csv"
         try:
@@ -165,8 +185,10 @@ def campaign_rows(experiments: list[tuple[str, Path]]) -> list[dict[str, Any]]:
                     "concurrency": int(r["concurrency"]),
                     "metric": r["metric"],
                     "n": int(r["n"]),
-                    **{k: float(r[k]) if r[k] else None for k in ("mean", "cv_pct")},
-                    **{k: float(r[k]) if r[k] else None for k in ("ci95_low", "ci95_high")},
+                    "mean": _float_or_none(r["mean"]),
+                    "cv_pct": _float_or_none(r["cv_pct"]),
+                    "ci95_low": _float_or_none(r["ci95_low"]),
+                    "ci95_high": _float_or_none(r["ci95_high"]),
                     "host": hosts.get(r["server_config"], ""),
                 }
             )
@@ -185,9 +207,9 @@ def _cell(v: Any) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def campaign_markdown(name: str, rows: list[dict[str, Any]]) -> str:
+def campaign_markdown(name: str, rows: list[CampaignRow]) -> str:
     """One line per experiment x config x concurrency: the metric means, and the host."""
-    wide: dict[tuple[str, str, int], dict[str, Any]] = {}
+    wide: dict[tuple[str, str, int], dict[str, float | str | None]] = {}
     for r in rows:
         line = wide.setdefault(
             (r["experiment"], r["server_config"], r["concurrency"]), {"host": r["host"]}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -569,7 +570,7 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def args_to_cli(args: dict[str, Any]) -> list[str]:
+def args_to_cli(args: Mapping[str, object]) -> list[str]:
     out: list[str] = []
     for key, value in sorted(args.items()):
         if value is True:

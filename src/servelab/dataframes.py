@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -53,7 +53,18 @@ REQUEST_COLUMNS = (
     "e2el_ms",
     "itl_ms",
 )
-NO_LATENCIES: dict[str, Any] = dict.fromkeys(("ttft_ms", "tpot_ms", "e2el_ms", "itl_ms"))
+
+
+class Latencies(TypedDict):
+    """A request's latencies (ms) as the analysis computes them; None where not counted."""
+
+    ttft_ms: float | None
+    tpot_ms: float | None
+    e2el_ms: float | None
+    itl_ms: list[float] | None
+
+
+NO_LATENCIES = Latencies(ttft_ms=None, tpot_ms=None, e2el_ms=None, itl_ms=None)
 # benchmark.json's per-request lists that the common columns hold
 BENCH_MAPPED = ("ttfts", "itls", "latencies", "errors", "input_lens", "output_lens")
 
@@ -94,7 +105,7 @@ def _frame(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> pd.Data
     return df
 
 
-def _latencies(ttft: float, e2el: float, tpot: float | None, itl: list[float]) -> dict[str, Any]:
+def _latencies(ttft: float, e2el: float, tpot: float | None, itl: list[float]) -> Latencies:
     return {"ttft_ms": ttft, "tpot_ms": tpot, "e2el_ms": e2el, "itl_ms": itl}
 
 

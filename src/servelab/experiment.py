@@ -19,7 +19,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab.design.level import CONCURRENCY, RATE, LevelValue
 from servelab.errors import ServelabError
@@ -101,7 +101,7 @@ class ServerSection:
     def names(self) -> list[str]:
         return [c.name for c in self.configs]
 
-    def args_of(self, name: str) -> dict[str, Any]:
+    def args_of(self, name: str) -> dict[str, object]:
         """Resolved vLLM arguments of one server configuration (shared args, then its own)."""
         for c in self.configs:
             if c.name == name:
@@ -113,6 +113,15 @@ class ServerSection:
 class WarmupSection:
     requests: int
     concurrency: int
+
+
+class LengthValuesJson(TypedDict):
+    values: list[int]
+
+
+class LengthRangeJson(TypedDict):
+    min: int | None
+    max: int | None
 
 
 @dataclass(frozen=True)
@@ -134,7 +143,7 @@ class Lengths:
         assert self.max is not None  # the schema requires min and max, or values
         return self.max
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LengthValuesJson | LengthRangeJson:
         if self.values is not None:
             return {"values": list(self.values)}
         return {"min": self.min, "max": self.max}
@@ -353,6 +362,15 @@ class ConfirmsProposal:
     why: str
 
 
+class NotTriedJson(TypedDict):
+    """A proposal not measured (`ConfirmsNotTried.to_json`)."""
+
+    diagnoses: list[str]
+    server_config: str
+    proposal: str
+    reason: str
+
+
 @dataclass(frozen=True)
 class ConfirmsNotTried:
     """A proposal of the diagnosing experiment that was not measured, and why."""
@@ -362,7 +380,7 @@ class ConfirmsNotTried:
     proposal: str
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> NotTriedJson:
         """As confirmation.json and provenance.json's `confirms` list it."""
         return {
             "diagnoses": list(self.diagnoses),

@@ -87,7 +87,7 @@ def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str = 
     return out
 
 
-FIGURE_RC: dict[str, Any] = {
+FIGURE_RC: dict[str, str | float | bool] = {
     "svg.hashsalt": "servelab",
     "svg.fonttype": "none",
     "font.family": "DejaVu Sans",
@@ -98,8 +98,8 @@ FIGURE_RC: dict[str, Any] = {
 }
 FIGURE_FORMATS = ("svg", "png")
 # A mean with its 95% CI (matplotlib errorbar keywords), and each repeat behind it (scatter).
-MEAN_CI_STYLE: dict[str, Any] = {"marker": "o", "capsize": 3, "zorder": 4}
-REPEAT_DOT_STYLE: dict[str, Any] = {"s": 12, "alpha": 0.5, "color": "0.4", "zorder": 3}
+MEAN_CI_STYLE: dict[str, str | float] = {"marker": "o", "capsize": 3, "zorder": 4}
+REPEAT_DOT_STYLE: dict[str, str | float] = {"s": 12, "alpha": 0.5, "color": "0.4", "zorder": 3}
 # what a figure of means says it shows, in its title or caption
 MEAN_CI_CAPTION = "mean, 95% CI; dots: each repeat"
 
@@ -109,7 +109,7 @@ def figure_style(**overrides: Any) -> Iterator[None]:
     """matplotlib settings for servelab's figures (FIGURE_RC, then `overrides`)."""
     import matplotlib
 
-    rc: dict[str, Any] = {**FIGURE_RC, **overrides}
+    rc: dict[str, object] = {**FIGURE_RC, **overrides}
     with matplotlib.rc_context(rc):  # type: ignore[arg-type]
         yield
 
@@ -142,6 +142,6 @@ def figure_bytes(fig: Any, fmt: str = "svg") -> bytes:
     return buf.getvalue()
 
 
-def _undated(fmt: str) -> dict[str, Any]:
+def _undated(fmt: str) -> dict[str, None]:
     """The metadata that keeps a figure's bytes free of dates and versions."""
     return {"Date": None, "Creator": None} if fmt == "svg" else {"Software": None}

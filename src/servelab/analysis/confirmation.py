@@ -15,7 +15,7 @@ from servelab.analysis.diagnosis_records import Change
 from servelab.analysis.groups import Groups
 from servelab.analysis.proposals import change_words
 from servelab.analysis.stats import describe
-from servelab.experiment import ConfirmsProposal, ConfirmsSection
+from servelab.experiment import ConfirmsProposal, ConfirmsSection, NotTriedJson
 from servelab.render import md_table, num
 
 # what a proposal's effect reports, before and after (energy only where it was measured)
@@ -66,7 +66,7 @@ class ConfirmationRecord(TypedDict):
     bundle: str
     manifest_sha256: str
     proposals: list[ProposalVerdict]
-    not_tried: list[dict[str, Any]]
+    not_tried: list[NotTriedJson]
 
 
 def proposal_verdict(verdicts: list[str]) -> str:

@@ -524,5 +524,5 @@ def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
     capacity: dict[str, dict[str, Any]] = {}
     log = root / SERVER_LOG
     if log.exists():
-        capacity[name] = parse_capacity(log.read_text(encoding="utf-8", errors="replace"))
+        capacity[name] = dict(parse_capacity(log.read_text(encoding="utf-8", errors="replace")))
     return Dataset("vllm-bench", root, points, capacity, t)

@@ -20,7 +20,7 @@ import json
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from servelab.client import chat
 from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
@@ -41,6 +41,15 @@ class Workload:
     think_time_s: float = 0.0
 
 
+class WorkerStats(TypedDict):
+    """One process's entry of PointRun.workers (`worker_stats`)."""
+
+    requests: int
+    cpu_s: float
+    wall_s: float
+    busy: float
+
+
 @dataclass
 class PointRun:
     """What one run of a point measured; `records` fill in as requests finish."""
@@ -51,7 +60,7 @@ class PointRun:
     client_cpu_s: float = 0.0
     # one entry per process that sent requests (worker_stats; client.workers): its requests,
     # CPU and wall seconds from the point's start to its end, and busy share = CPU / wall
-    workers: list[dict[str, Any]] = field(default_factory=list)
+    workers: list[WorkerStats] = field(default_factory=list)
 
 
 class Clock:
@@ -80,13 +89,38 @@ def _chat_payload(w: Workload, messages: list[dict[str, str]], turn: Prompt) -> 
     return _body(w, {"messages": messages}, turn.max_tokens)
 
 
-def _body(w: Workload, what: dict[str, Any], own_max_tokens: int | None) -> bytes:
+class RequestInput(TypedDict, total=False):
+    """What a request sends the model: a completion's prompt, or a chat turn's messages."""
+
+    prompt: str
+    messages: list[dict[str, str]]
+
+
+class IgnoreEos(TypedDict, total=False):
+    ignore_eos: bool  # sent only when the workload sets it
+
+
+_IGNORE_EOS: IgnoreEos = {"ignore_eos": True}
+_EOS_AS_IS: IgnoreEos = {}
+
+
+class RequestBody(RequestInput, IgnoreEos):
+    """A completions or chat completions request's JSON body (`_body`), in the order sent."""
+
+    model: str
+    max_tokens: int
+    temperature: float
+    stream: bool
+    stream_options: dict[str, bool]
+
+
+def _body(w: Workload, what: RequestInput, own_max_tokens: int | None) -> bytes:
     """A request's body: `what` (its prompt or messages) and the workload's settings, with the
     prompt's own max_tokens where it gives one."""
     max_tokens = own_max_tokens if own_max_tokens is not None else w.max_tokens
     if max_tokens is None:
         raise ValueError("no max_tokens: give Workload.max_tokens or the prompt's own")
-    body: dict[str, Any] = {
+    body: RequestBody = {
         "model": w.model,
         **what,
         "max_tokens": max_tokens,
@@ -94,9 +128,8 @@ def _body(w: Workload, what: dict[str, Any], own_max_tokens: int | None) -> byte
         "stream": True,
         # usage in every chunk (cumulative completion_tokens): how many tokens each carried
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        **(_IGNORE_EOS if w.ignore_eos else _EOS_AS_IS),
     }
-    if w.ignore_eos:
-        body["ignore_eos"] = True
     return json.dumps(body).encode("utf-8")
 
 
@@ -299,7 +332,7 @@ async def run_closed_loop(
     return out
 
 
-def worker_stats(run: PointRun, requests: int) -> dict[str, Any]:
+def worker_stats(run: PointRun, requests: int) -> WorkerStats:
     """One process's entry of PointRun.workers, from its run's start, end and CPU seconds."""
     wall_s = max(0, run.finished_epoch_ns - run.started_epoch_ns) / 1e9
     busy = run.client_cpu_s / wall_s if wall_s > 0 else 0.0

@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab.env.container import Mount
 from servelab.store.paths import default_cache_dir
@@ -48,6 +48,14 @@ def runtime_key(runtime: Mapping[str, Any]) -> str | None:
     return f"venv-{str(sha)[:16]}" if sha else None
 
 
+class CacheFiles(TypedDict):
+    """What one cache's folder holds (`CompileCache.state`)."""
+
+    env: str
+    files: int
+    bytes: int
+
+
 @dataclass(frozen=True)
 class CompileCache:
     """The compile-cache folder of one runtime."""
@@ -68,10 +76,10 @@ class CompileCache:
     def mount(self) -> Mount:
         return Mount(str(self.root.resolve()), CONTAINER_ROOT, read_only=False)
 
-    def state(self) -> dict[str, Any]:
-        """What the folder holds before a start: files and bytes per cache, and `warm` (any
-        file at all)."""
-        out: dict[str, Any] = {"key": self.key, "path": str(self.root)}
+    def state(self) -> dict[str, str | bool | CacheFiles]:
+        """What the folder holds before a start: `key`, `path`, files and bytes per cache
+        (CacheFiles, under its folder's name) and `warm` (any file at all)."""
+        out: dict[str, str | bool | CacheFiles] = {"key": self.key, "path": str(self.root)}
         total = 0
         for var, sub in SUBDIRS.items():
             files = size = 0

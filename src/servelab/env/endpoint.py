@@ -30,7 +30,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab.errors import ServelabError
 from servelab.experiment import RuntimeSection
@@ -129,7 +129,74 @@ def _json_or_none(base: str, path: str, timeout_s: float) -> Any:
         return None
 
 
-def list_models(base: str, timeout_s: float = PROBE_TIMEOUT_S) -> list[dict[str, Any]]:
+class MetricsInfo(TypedDict):
+    """What /metrics says of the server itself (`metrics_info`)."""
+
+    info: dict[str, dict[str, str]] | None
+    process_start_time_s: float | None
+
+
+class AttachFacts(TypedDict):
+    """What a server servelab did not launch says of itself (`attach_facts`)."""
+
+    url: str
+    served_model: str
+    launched: bool
+    local: bool
+    health: int | None
+    model: dict[str, object]
+    models: list[str]
+    version: dict[str, object] | None
+    vllm_version: str | None
+    server_info: dict[str, dict[str, str]] | None
+    process_start_time_s: float | None
+
+
+class ServerProcess(TypedDict):
+    """A local server's process: its pid and command line, redacted."""
+
+    pid: int
+    command: list[str]
+
+
+class EndpointFacts(AttachFacts):
+    """launch.json's `endpoint`: what the server said of itself and, for a local URL, its
+    process (else why not: `process_reason`)."""
+
+    process: ServerProcess | None
+    process_reason: str | None
+
+
+class EndpointRecord(AttachFacts):
+    """runtime.json of runtime.kind endpoint (`probe`)."""
+
+    kind: str
+    lock: None
+    lock_sha256: None
+    python_version: str | None
+    packages: dict[str, str]
+
+
+class EndpointCapacity(TypedDict):
+    """capacity.json of a server servelab did not launch (`capacity_facts`)."""
+
+    launched: bool
+    url: object
+    served_model: object
+    local: object
+    max_model_len: object
+    kv_cache_tokens: int | None
+    kv_cache_device: None
+    max_concurrency: float | None
+    max_concurrency_tokens_per_request: object
+    non_default_args: None
+    max_num_seqs: None
+    version: None
+    version_endpoint: object
+    cache_config: dict[str, str] | None
+
+
+def list_models(base: str, timeout_s: float = PROBE_TIMEOUT_S) -> list[dict[str, object]]:
     """The server's /v1/models entries; one line naming runtime.url when it does not answer
     with a model list."""
     try:
@@ -157,7 +224,9 @@ def list_models(base: str, timeout_s: float = PROBE_TIMEOUT_S) -> list[dict[str,
     return [m for m in data if isinstance(m, dict)]
 
 
-def served_entry(base: str, served_model: str, models: list[dict[str, Any]]) -> dict[str, Any]:
+def served_entry(
+    base: str, served_model: str, models: list[dict[str, object]]
+) -> dict[str, object]:
     """The /v1/models entry of `served_model` (its kept fields); one line naming
     runtime.served_model, with the names the server serves, when there is none."""
     for m in models:
@@ -175,7 +244,7 @@ _LABEL_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _START_RE = re.compile(r"^process_start_time_seconds\s+(\S+)\s*$")
 
 
-def metrics_info(text: str) -> dict[str, Any]:
+def metrics_info(text: str) -> MetricsInfo:
     """What a Prometheus /metrics text says of the server itself: every `*_info` metric's
     labels (vllm:cache_config_info, python_info, ...; the first series of each) and
     process_start_time_seconds."""
@@ -197,9 +266,7 @@ def metrics_info(text: str) -> dict[str, Any]:
     return {"info": dict(sorted(info.items())), "process_start_time_s": start}
 
 
-def attach_facts(
-    base: str, served_model: str, timeout_s: float = PROBE_TIMEOUT_S
-) -> dict[str, Any]:
+def attach_facts(base: str, served_model: str, timeout_s: float = PROBE_TIMEOUT_S) -> AttachFacts:
     """What the server at `base` says of itself: its /health status, the served model's
     /v1/models entry (one line naming runtime.url or runtime.served_model when it has none),
     every model it serves, /version, and /metrics' info (null when it has no /metrics)."""
@@ -216,7 +283,7 @@ def attach_facts(
     try:
         metrics = metrics_info(fetch(base, "/metrics", timeout_s).decode("utf-8", "replace"))
     except OSError:
-        metrics = {"info": None, "process_start_time_s": None}
+        metrics = MetricsInfo(info=None, process_start_time_s=None)
     return {
         "url": base,
         "served_model": served_model,
@@ -237,7 +304,7 @@ def _version_text(version: Any) -> str | None:
     return str(v) if v else None
 
 
-def probe(url: str, served_model: str, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+def probe(url: str, served_model: str, timeout_s: float = PROBE_TIMEOUT_S) -> EndpointRecord:
     """The runtime stage for an endpoint: runtime.json's record of the server at `url` serving
     `served_model` (one line naming runtime.url or runtime.served_model when it does not).
     Nothing is pinned: no lock, no image, no package servelab installed (`packages` is empty);
@@ -254,7 +321,7 @@ def probe(url: str, served_model: str, timeout_s: float = PROBE_TIMEOUT_S) -> di
     }
 
 
-def ensure_endpoint(runtime: RuntimeSection, say: Callable[[str], None] = print) -> dict[str, Any]:
+def ensure_endpoint(runtime: RuntimeSection, say: Callable[[str], None] = print) -> EndpointRecord:
     """The runtime stage for runtime.kind endpoint: probe the server (`probe`) and say what it
     is; the record is runtime.json's."""
     if runtime.url is None or runtime.served_model is None:  # config.validate requires both
@@ -284,7 +351,7 @@ def _label_float(labels: Mapping[str, str], key: str) -> float | None:
         return None
 
 
-def capacity_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
+def capacity_facts(facts: Mapping[str, Any]) -> EndpointCapacity:
     """capacity.json for a server servelab did not launch, from what it said of itself
     (`attach_facts`): the KV cache's tokens and the sequences of max_model_len tokens it fits
     from vllm:cache_config_info, the version from /version; no startup log, so the arguments
@@ -314,7 +381,14 @@ def capacity_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def report_facts(capacity: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+class EndpointsFacts(TypedDict, total=False):
+    """The analysis's `host.endpoints` (`report_facts`): capacity.json of each configuration
+    measured on a server servelab did not launch."""
+
+    endpoints: dict[str, dict[str, object]]
+
+
+def report_facts(capacity: Mapping[str, Mapping[str, Any]]) -> EndpointsFacts:
     """The analysis's `host.endpoints`: each configuration measured on a server servelab did
     not launch (capacity.json `launched` false) with what it said of itself; nothing when
     every server was launched (the results of such data stay as they were)."""

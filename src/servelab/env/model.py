@@ -125,7 +125,7 @@ def _weights(spec: TinySpec, vocab: int) -> dict[str, np.ndarray]:
     return w
 
 
-def _hf_config(spec: TinySpec, vocab: int, eos_id: int) -> dict[str, Any]:
+def _hf_config(spec: TinySpec, vocab: int, eos_id: int) -> dict[str, object]:
     return {
         "architectures": ["Qwen2ForCausalLM"],
         "model_type": "qwen2",

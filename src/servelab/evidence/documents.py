@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 from servelab.evidence.provenance import HostSpeedPart, PipelineFacts
+from servelab.experiment import NotTriedJson
+from servelab.hostfacts.host import HostFacts
 
 
 class ManifestEntry(TypedDict):
@@ -108,7 +110,7 @@ class ConfirmsFacts(TypedDict):
     bundle: str
     manifest_sha256: str
     changes: list[ConfirmedChange]
-    not_tried: list[dict[str, Any]]
+    not_tried: list[NotTriedJson]
 
 
 class EndpointPart(TypedDict, total=False):
@@ -146,7 +148,7 @@ class Provenance(EndpointPart, DatasetPart, StoppingRulePart, HostSpeedPart, Con
     runtime: dict[str, Any]
     vllm_version: str | None
     servers: dict[str, ServerFacts]
-    host: dict[str, Any]
+    host: HostFacts | dict[str, Any]
     pipeline: PipelineFacts
     config: dict[str, Any]
     started_epoch_ns: int | None

@@ -22,8 +22,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 Timer = Callable[[], float]
 
@@ -45,6 +45,50 @@ NOISE_FACTOR = 3.0
 UNSTEADY_SPREAD = 0.25
 
 
+class TimingJson(TypedDict):
+    unit: str
+    median: float
+    low: float
+    high: float
+    repeats: int
+
+
+class CpuCanaryJson(TypedDict):
+    compute: TimingJson
+    bandwidth: TimingJson
+    checksum: int
+    iterations: int
+    buffer_mib: int
+    workers: int
+
+
+class GpuCanaryJson(TypedDict):
+    present: bool
+    reason: str
+    matmul: TimingJson | None
+    copy: TimingJson | None
+
+
+class PartDriftJson(TypedDict):
+    change: float
+    threshold: float
+    verdict: str
+
+
+class DriftJson(TypedDict):
+    compute: PartDriftJson
+    bandwidth: PartDriftJson
+    verdict: str
+
+
+class RunCanaryJson(TypedDict):
+    """run.json's `canary`."""
+
+    before: CpuCanaryJson
+    after: CpuCanaryJson
+    drift: DriftJson
+
+
 @dataclass(frozen=True)
 class Timing:
     """k repeats of one part: median, min and max, in ``unit``."""
@@ -59,6 +103,15 @@ class Timing:
     def relative_spread(self) -> float:
         """(max - min) / median: the part's own noise."""
         return (self.high - self.low) / self.median if self.median else 0.0
+
+    def to_json(self) -> TimingJson:
+        return {
+            "unit": self.unit,
+            "median": self.median,
+            "low": self.low,
+            "high": self.high,
+            "repeats": self.repeats,
+        }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Timing:
@@ -82,8 +135,15 @@ class CpuCanary:
     buffer_mib: int
     workers: int = 1  # loops run at once in the compute part
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> CpuCanaryJson:
+        return {
+            "compute": self.compute.to_json(),
+            "bandwidth": self.bandwidth.to_json(),
+            "checksum": self.checksum,
+            "iterations": self.iterations,
+            "buffer_mib": self.buffer_mib,
+            "workers": self.workers,
+        }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> CpuCanary:
@@ -115,8 +175,13 @@ class GpuCanary:
     matmul: Timing | None = None
     copy: Timing | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> GpuCanaryJson:
+        return {
+            "present": self.present,
+            "reason": self.reason,
+            "matmul": None if self.matmul is None else self.matmul.to_json(),
+            "copy": None if self.copy is None else self.copy.to_json(),
+        }
 
 
 def compute_work(iterations: int = COMPUTE_ITERATIONS) -> int:
@@ -251,6 +316,9 @@ class PartDrift:
     threshold: float
     verdict: str
 
+    def to_json(self) -> PartDriftJson:
+        return {"change": self.change, "threshold": self.threshold, "verdict": self.verdict}
+
 
 @dataclass(frozen=True)
 class Drift:
@@ -260,8 +328,12 @@ class Drift:
     bandwidth: PartDrift
     verdict: str
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> DriftJson:
+        return {
+            "compute": self.compute.to_json(),
+            "bandwidth": self.bandwidth.to_json(),
+            "verdict": self.verdict,
+        }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Drift:
@@ -338,7 +410,7 @@ class RunCanary:
     after: CpuCanary
     drift: Drift
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RunCanaryJson:
         return {
             "before": self.before.to_json(),
             "after": self.after.to_json(),

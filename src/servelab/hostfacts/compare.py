@@ -4,8 +4,8 @@ uses for the result."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NotRequired, TypedDict
 
 from servelab.hostfacts.cpu import ISA_FLAGS
 
@@ -223,13 +223,39 @@ def _decisive(u: Mapping[str, Any]) -> bool:
     return len(u["missing_in"]) == 1 or isa
 
 
-def compare_hosts(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> dict[str, Any]:
+class FactRow(TypedDict):
+    """One fact of a host comparison: a difference (both values; `note` where within the
+    margin) or an unknown (`relevant`, the sides that do not record it, and what each says)."""
+
+    fact: str
+    short: str
+    relevant: NotRequired[bool]
+    missing_in: NotRequired[list[str]]
+    reference: NotRequired[Any]
+    fresh: NotRequired[Any]
+    note: NotRequired[str]
+
+
+# `class` is a keyword: the functional syntax
+HostComparison = TypedDict(
+    "HostComparison",
+    {
+        "class": str,
+        "relevant_differences": list[FactRow],
+        "other_differences": list[FactRow],
+        "unknown": list[FactRow],
+        "qualifier": NotRequired[str],  # reproduction.json's verdict text (host_qualifier)
+    },
+)
+
+
+def compare_hosts(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> HostComparison:
     """Classify every host-fact difference between two provenance records.
 
     class: differs (a performance-relevant fact differs), unknown (none known to differ, but a
     relevant fact is not recorded on one side, or neither records the CPU's ISA), identical
     (every fact the same), equivalent (only facts that do not affect performance differ)."""
-    out: dict[str, Any] = {
+    out: HostComparison = {
         "class": "unknown",
         "relevant_differences": [],
         "other_differences": [],
@@ -272,8 +298,8 @@ def compare_hosts(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
                     }
                 )
             continue
-        key = "relevant_differences" if relevant else "other_differences"
-        out[key].append({"fact": fact, "short": short, "reference": a, "fresh": b})
+        rows = out["relevant_differences"] if relevant else out["other_differences"]
+        rows.append({"fact": fact, "short": short, "reference": a, "fresh": b})
     if out["relevant_differences"]:
         out["class"] = "differs"
     elif any(_decisive(u) for u in out["unknown"]):
@@ -295,7 +321,7 @@ def _label(row: Mapping[str, Any]) -> str:
     return f"{row['short']} {a} -> {b}" if scalar and "reference" in row else str(row["short"])
 
 
-def _names(rows: list[dict[str, Any]], limit: int = 10) -> str:
+def _names(rows: Sequence[Mapping[str, Any]], limit: int = 10) -> str:
     shorts = [_label(r) for r in rows]
     flags = [f for f in ISA_FLAGS if f in shorts]
     if len(flags) == len(ISA_FLAGS):  # all of them: one name
@@ -306,7 +332,7 @@ def _names(rows: list[dict[str, Any]], limit: int = 10) -> str:
     return ", ".join(shorts[:limit]) + more
 
 
-def difference_names(rows: list[dict[str, Any]]) -> str:
+def difference_names(rows: Sequence[Mapping[str, Any]]) -> str:
     """Differences as a verdict names them: "avx512f, CPU model 85 -> 143" (every ISA flag at
     once as "ISA flags", ten at most)."""
     return _names(rows)

@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 # Instruction-set extensions that decide which kernels inference code can use (/proc/cpuinfo
 # names): AVX2/FMA for fp32 GEMMs, AVX-512 for wider vectors, *_bf16 / *_fp16 / AMX for native
@@ -33,6 +33,35 @@ ISA_FLAGS = (
     "amx_bf16",
     "amx_int8",
 )
+
+
+class CpuInfo(TypedDict):
+    """What /proc/cpuinfo says of the CPU (`parse_cpuinfo`)."""
+
+    vendor: str | None
+    family: int | None
+    model: int | None
+    stepping: int | None
+    model_name: str | None
+    flags: dict[str, bool]
+    isa_class: str
+    hypervisor: bool | None
+    mhz: float | None
+    logical_cpus: int | None
+    cores_per_socket: int | None
+    threads_per_core: int | None
+    sockets: int | None
+
+
+class CpuFacts(CpuInfo):
+    """This host's CPU facts (`cpu_facts`; provenance.json and launch.json `cpu_facts`)."""
+
+    max_mhz: float | None
+    numa_nodes: int | None
+    affinity: str | None
+    affinity_cpus: int | None
+    cgroup_cpu_quota: float | None
+    effective_cpus: float | None
 
 
 def isa_class(flags: Mapping[str, bool]) -> str:
@@ -82,7 +111,7 @@ def _processors(text: str) -> list[dict[str, str]]:
     return [b for b in blocks if "processor" in b] or blocks[:1]
 
 
-def parse_cpuinfo(text: str) -> dict[str, Any]:
+def parse_cpuinfo(text: str) -> CpuInfo:
     """The facts /proc/cpuinfo holds: identity, ISA flags, MHz and topology."""
     procs = _processors(text)
     first = procs[0] if procs else {}
@@ -204,21 +233,25 @@ def numa_nodes(root: Path = Path("/")) -> int | None:
 def cpu_facts(
     root: Path = Path("/"),
     affinity: Callable[[], set[int]] | None = None,
-) -> dict[str, Any]:
+) -> CpuFacts:
     """This host's CPU facts (`root` replaces / in tests)."""
-    facts = parse_cpuinfo(_read(root / "proc" / "cpuinfo") or "")
-    facts["max_mhz"] = parse_khz(
-        _read(root / "sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
-    )
-    facts["numa_nodes"] = numa_nodes(root)
+    info = parse_cpuinfo(_read(root / "proc" / "cpuinfo") or "")
+    max_mhz = parse_khz(_read(root / "sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"))
+    nodes = numa_nodes(root)
     cpus: set[int] | None
     try:
         cpus = set(affinity()) if affinity else set(os.sched_getaffinity(0))
     except (OSError, AttributeError):
         cpus = None
-    facts["affinity"] = cpu_list(sorted(cpus)) if cpus else None
-    facts["affinity_cpus"] = len(cpus) if cpus else None
-    facts["cgroup_cpu_quota"] = cgroup_cpu_quota(root)
-    limits = [x for x in (facts["affinity_cpus"], facts["cgroup_cpu_quota"]) if x is not None]
-    facts["effective_cpus"] = min(limits) if limits else None
-    return facts
+    affinity_cpus = len(cpus) if cpus else None
+    quota = cgroup_cpu_quota(root)
+    limits = [x for x in (affinity_cpus, quota) if x is not None]
+    return {
+        **info,
+        "max_mhz": max_mhz,
+        "numa_nodes": nodes,
+        "affinity": cpu_list(sorted(cpus)) if cpus else None,
+        "affinity_cpus": affinity_cpus,
+        "cgroup_cpu_quota": quota,
+        "effective_cpus": min(limits) if limits else None,
+    }

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from servelab.hostfacts.gpuids import GpuListing, NvmlGpu
 
@@ -68,7 +68,61 @@ def energy_counter_update_ms(compute_capability: str | None) -> list[int] | None
     return list(ENERGY_COUNTER_UPDATE_MS)
 
 
-def reading_facts(compute_capability: str | None) -> dict[str, Any]:
+class GpuReadings(TypedDict):
+    """What a GPU's power and energy readings are (`reading_facts`)."""
+
+    power_reading: str | None
+    energy_counter_update_ms: list[int] | None
+
+
+class GpuFacts(GpuReadings):
+    """One GPU as provenance.json and launch.json `gpus` record it (`gpu_facts`)."""
+
+    index: int
+    name: str | None
+    uuid: str | None
+    pci_bus_id: str | None
+    vbios: str | None
+    compute_capability: str | None
+    memory_total_bytes: int | None
+    memory: str | None
+    max_sm_clock_mhz: int | None
+    max_mem_clock_mhz: int | None
+    applied_sm_clock_mhz: int | None
+    applied_mem_clock_mhz: int | None
+    power_limit_w: float | None
+    persistence_mode: bool | None
+    mig_mode: bool | None
+    ecc_mode: bool | None
+    pcie_max_gen: int | None
+    pcie_max_width: int | None
+    pcie_gen: int | None
+    pcie_width: int | None
+    nvlinks_active: int | None
+    driver: str | None
+    cuda_driver: str | None
+
+
+class GpuPair(TypedDict):
+    """The topology between two GPUs (`gpu_topology`)."""
+
+    a: int
+    b: int
+    common_ancestor: str | None
+    nvlink: bool | None
+
+
+class HostGpus(TypedDict):
+    """The host's GPUs (`gpu_facts`): every GPU, why there are none, the newest CUDA the driver
+    supports and the topology per pair."""
+
+    gpus: list[GpuFacts]
+    gpu_reason: str | None
+    cuda: str | None
+    gpu_topology: list[GpuPair]
+
+
+def reading_facts(compute_capability: str | None) -> GpuReadings:
     """A GPU's `power_reading` and `energy_counter_update_ms` (see the module's docstring)."""
     return {
         "power_reading": power_reading(compute_capability),
@@ -107,7 +161,7 @@ def _nvlinks(q: _Query, h: Any) -> int | None:
     return active
 
 
-def _gpu(q: _Query, h: Any, index: int) -> dict[str, Any]:
+def _gpu(q: _Query, h: Any, index: int, driver: tuple[str | None, str | None]) -> GpuFacts:
     sm, mem = q.const("NVML_CLOCK_SM", 1), q.const("NVML_CLOCK_MEM", 2)
     total = q("nvmlDeviceGetMemoryInfo", h, convert=lambda m: int(m.total))
     cc = q("nvmlDeviceGetCudaComputeCapability", h, convert=lambda v: f"{v[0]}.{v[1]}")
@@ -136,13 +190,15 @@ def _gpu(q: _Query, h: Any, index: int) -> dict[str, Any]:
         "pcie_width": q("nvmlDeviceGetCurrPcieLinkWidth", h, convert=int),
         "nvlinks_active": _nvlinks(q, h),
         **reading_facts(cc),
+        "driver": driver[0],
+        "cuda_driver": driver[1],
     }
 
 
-def _topology(q: _Query, handles: list[Any]) -> list[dict[str, Any]]:
+def _topology(q: _Query, handles: list[Any]) -> list[GpuPair]:
     nvlink_cap = q.const("NVML_P2P_CAPS_INDEX_NVLINK", 2)
     ok = q.const("NVML_P2P_STATUS_OK", 0)
-    pairs = []
+    pairs: list[GpuPair] = []
     for a in range(len(handles)):
         for b in range(a + 1, len(handles)):
             level = q("nvmlDeviceGetTopologyCommonAncestor", handles[a], handles[b], convert=int)
@@ -192,20 +248,17 @@ def _driver(q: _Query) -> tuple[str | None, str | None]:
     return driver, q("nvmlSystemGetCudaDriverVersion", convert=lambda v: _cuda_version(int(v)))
 
 
-def gpu_facts(nvml: Any = None) -> dict[str, Any]:
+def gpu_facts(nvml: Any = None) -> HostGpus:
     """{"gpus": [...], "gpu_reason": why there are none or None, "cuda": the newest CUDA the
     driver supports, "gpu_topology": [per pair of GPUs]}. `nvml` replaces the pynvml module
     (tests)."""
 
-    def read(q: _Query, handles: list[Any]) -> dict[str, Any]:
-        driver, cuda = _driver(q)
+    def read(q: _Query, handles: list[Any]) -> HostGpus:
+        driver = _driver(q)
         return {
-            "gpus": [
-                {**_gpu(q, h, i), "driver": driver, "cuda_driver": cuda}
-                for i, h in enumerate(handles)
-            ],
+            "gpus": [_gpu(q, h, i, driver) for i, h in enumerate(handles)],
             "gpu_reason": None,
-            "cuda": cuda,
+            "cuda": driver[1],
             "gpu_topology": _topology(q, handles),
         }
 
@@ -246,6 +299,21 @@ NEEDED = "needed"  # a newer major release than the driver supports: forward com
 UNKNOWN = "unknown"
 
 
+class _CudaVersions(TypedDict):
+    driver: str | None
+    driver_cuda: str | None
+    image_cuda: str | None
+    image_cuda_from: str | None
+    vllm_enable_cuda_compatibility: bool  # COMPAT_ENV.lower()
+
+
+class CudaCompatibility(_CudaVersions):
+    """The driver against an image's CUDA (`cuda_compatibility`)."""
+
+    forward_compatibility: str
+    note: str
+
+
 def _major_minor(version: str | None) -> tuple[int, int] | None:
     parts = str(version or "").strip().split(".")
     try:
@@ -260,18 +328,18 @@ def cuda_compatibility(
     image_cuda: str | None,
     image_cuda_from: str | None,
     enabled: bool,
-) -> dict[str, Any]:
+) -> CudaCompatibility:
     """The driver (`driver`, and `driver_cuda`, the newest CUDA it supports) against the CUDA an
     image was built with (`image_cuda`, read from `image_cuda_from`), and whether the server
     needs CUDA forward compatibility (`forward_compatibility`: NOT_NEEDED, MINOR_VERSION, NEEDED
     or UNKNOWN); `enabled`: the launch sets VLLM_ENABLE_CUDA_COMPATIBILITY to 1 or true."""
     have, want = _major_minor(driver_cuda), _major_minor(image_cuda)
-    out: dict[str, Any] = {
+    out: _CudaVersions = {
         "driver": driver,
         "driver_cuda": driver_cuda,
         "image_cuda": image_cuda,
         "image_cuda_from": image_cuda_from,
-        COMPAT_ENV.lower(): enabled,
+        "vllm_enable_cuda_compatibility": enabled,  # COMPAT_ENV.lower()
     }
     if have is None or want is None:
         missing = "the driver's CUDA version" if have is None else "the image's CUDA version"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 ALL = "all"  # every GPU the host has (nothing narrows the server's view)
 NONE = "none"  # the server has no GPU (a CPU runtime, an empty CUDA_VISIBLE_DEVICES)
@@ -38,6 +38,17 @@ _LEGACY_MIG = re.compile(r"^MIG-(GPU-[^/]+)/\d+/\d+$", re.IGNORECASE)  # MIG-GPU
 _PCI_BUS_ID = re.compile(
     r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$"
 )
+
+
+class GpuSelectionJson(TypedDict):
+    """The GPUs a server was given, as the telemetry records them (`GpuSelection.to_json`)."""
+
+    how: str
+    requested: list[str]
+    namespace: str | None
+    cuda_device_order: str | None
+    origin: str
+    launch: dict[str, object] | None
 
 
 @dataclass(frozen=True)
@@ -57,7 +68,7 @@ class GpuSelection:
     ambiguous: str | None = None
     launch: Mapping[str, Any] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> GpuSelectionJson:
         order = None
         if self.how == LIST and self.namespace == CUDA_IDS:
             order = "PCI_BUS_ID" if self.pci_bus_id_order else "FASTEST_FIRST"

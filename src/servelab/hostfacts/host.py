@@ -6,13 +6,34 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-from servelab.hostfacts.cpu import cpu_facts
-from servelab.hostfacts.gpu import gpu_facts
+from servelab.hostfacts.cpu import CpuFacts, cpu_facts
+from servelab.hostfacts.gpu import HostGpus, gpu_facts
 
 
-def host_facts() -> dict[str, Any]:
+class HostFacts(HostGpus):
+    """The provenance host block (`host_facts`; launch.json `node.host`)."""
+
+    cpu: str
+    cores: int | None
+    memory_bytes: int
+    os: str
+    kernel: str
+    machine: str
+    python: str
+    cpu_facts: CpuFacts
+
+
+class NodeFacts(TypedDict):
+    """launch.json's `node` (`node_facts`)."""
+
+    hostname: str
+    slurm_job_id: str | None
+    host: HostFacts
+
+
+def host_facts() -> HostFacts:
     """The host: the summary keys every bundle has (cpu, cores, memory_bytes, os, kernel,
     machine, python, gpus, gpu_reason, cuda), `cpu_facts` (docs/bundle.md) and, per GPU pair,
     `gpu_topology`."""
@@ -39,7 +60,7 @@ def host_facts() -> dict[str, Any]:
     }
 
 
-def node_facts() -> dict[str, Any]:
+def node_facts() -> NodeFacts:
     """The node a job runs on, for launch.json's `node` (docs/raw-data.md): its hostname, the
     SLURM job id where SLURM started the job (else None) and `host_facts()`. No other
     environment variable: nothing secret."""

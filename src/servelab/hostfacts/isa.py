@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 # Environment variables that cap the instruction set PyTorch and oneDNN use.
 ISA_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
@@ -46,10 +46,22 @@ _ONEDNN_ISA = re.compile(r"onednn_verbose,(?:v\d+,)?info,cpu,isa:(.+)$")
 _ONEDNN_VERSION = re.compile(r"onednn_verbose,(?:v\d+,)?info,oneDNN v([0-9][0-9.]*)")
 
 
-def parse_isa_probe(text: str) -> dict[str, Any]:
+class IsaRecord(TypedDict):
+    """runtime.json's `isa`: the instruction set the runtime's PyTorch and oneDNN use."""
+
+    cpu_capability: str | None
+    torch_version: str | None
+    onednn_isa: str | None
+    onednn_version: str | None
+    cpu_features: dict[str, bool] | None
+    env: dict[str, str]
+    error: str | None
+
+
+def parse_isa_probe(text: str) -> IsaRecord:
     """The runtime's ISA record from the probe's stdout (its JSON line and oneDNN's verbose
     info lines)."""
-    out: dict[str, Any] = {
+    out: IsaRecord = {
         "cpu_capability": None,
         "torch_version": None,
         "onednn_isa": None,
@@ -62,7 +74,9 @@ def parse_isa_probe(text: str) -> dict[str, Any]:
     for line in text.splitlines():
         line = line.strip()
         if line.startswith(ISA_MARK):
-            out.update(json.loads(line[len(ISA_MARK) :]))
+            said = json.loads(line[len(ISA_MARK) :])
+            said.pop("onednn_error", None)  # oneDNN's own verbose lines say what it used
+            out.update(said)
             found = True
         elif m := _ONEDNN_ISA.search(line):
             out["onednn_isa"] = m.group(1).strip()
@@ -70,11 +84,10 @@ def parse_isa_probe(text: str) -> dict[str, Any]:
             out["onednn_version"] = m.group(1)
     if not found and out["error"] is None:
         out["error"] = "the probe printed no result"
-    out.pop("onednn_error", None)
     return out
 
 
-def runtime_isa(python: str, env: Mapping[str, str], timeout: float = 300.0) -> dict[str, Any]:
+def runtime_isa(python: str, env: Mapping[str, str], timeout: float = 300.0) -> IsaRecord:
     """Ask the runtime's python, in the server's environment (`env` on top of this process's),
     which CPU instruction set PyTorch and oneDNN use. Never raises: a failure is `error`."""
     full = {**os.environ, **env, "ONEDNN_VERBOSE": "1"}

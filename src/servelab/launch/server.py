@@ -28,10 +28,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from servelab.env.compilecache import CompileCache
 from servelab.env.container import ContainerRun, server_inner_command, vllm_server_command
+from servelab.env.endpoint import EndpointFacts, ServerProcess
 from servelab.errors import ServelabError
 from servelab.launch.serverlog import start_phases
 
@@ -200,6 +201,14 @@ class ServerLaunch:
         return self.endpoint or f"http://{self.host}:{self.port}"
 
 
+class Placement(TypedDict):
+    """launch.json's `placement`: what lowering the engine's priority did
+    (`Server.lower_engine_priority`)."""
+
+    engine_nice: int
+    engine_pids: list[int]
+
+
 class Server:
     """A running server; use as a context manager so it is always stopped."""
 
@@ -271,9 +280,7 @@ class Server:
         EXIT_GRACE_S for an exit, to tell a server that died from one that failed requests."""
         return self.alive(EXIT_GRACE_S if any(not r.ok for r in records) else 0.0)
 
-    def lower_engine_priority(
-        self, nice: int, say: Callable[[str], None] = print
-    ) -> dict[str, Any]:
+    def lower_engine_priority(self, nice: int, say: Callable[[str], None] = print) -> Placement:
         """Give vLLM's engine processes (its engine core and workers, ENGINE_PROCESS_NAMES)
         the niceness `nice`, every thread of them, so that on a host with few cores the API
         server gets the CPU when it needs it: starved, it holds back a request's tokens and
@@ -281,7 +288,7 @@ class Server:
         waits on its workers by polling, so it is lowered with them: lowering the workers alone
         lets the poller take their core. What was done is returned for launch.json; 0 changes
         nothing."""
-        record: dict[str, Any] = {"engine_nice": nice, "engine_pids": []}
+        record: Placement = {"engine_nice": nice, "engine_pids": []}
         if nice == 0 or self.pid is None:
             return record
         import psutil
@@ -356,8 +363,8 @@ class Server:
         phase = self.watch.phase_at() if self.watch is not None else None
         return f"{sep}in its {phase} phase" if phase else ""
 
-    def start_record(self) -> dict[str, Any]:
-        """Where this start went (`start_phases`); launch.json's `start`."""
+    def start_record(self) -> Mapping[str, object]:
+        """Where this start went (`start_phases`: a StartRecord); launch.json's `start`."""
         return start_phases(self.watch.lines if self.watch else [], self.ready_t_s)
 
     def get_json(self, path: str, timeout_s: float = 10.0) -> Any:
@@ -477,7 +484,7 @@ class EndpointServer(Server):
 
     def __init__(self, launch: ServerLaunch, log_path: Path, shutdown_timeout_s: float = 0.0):
         super().__init__(launch, log_path, shutdown_timeout_s)
-        self.facts: dict[str, Any] = {}
+        self.facts: EndpointFacts | None = None  # `attach`
         self._process: int | str | None = None
 
     def start(self) -> None:
@@ -486,19 +493,21 @@ class EndpointServer(Server):
         self.started_monotonic = time.monotonic()
         self.ready_t_s = 0.0
 
-    def attach(self) -> dict[str, Any]:
+    def attach(self) -> EndpointFacts:
         """What the server says of itself (endpoint.attach_facts: one line naming runtime.url
         or runtime.served_model when it does not answer or serves another model) and, for a
         local URL, its process (pid and command line, redacted)."""
         from servelab.env.endpoint import attach_facts, server_process
 
-        facts = attach_facts(self.launch.base_url, self.launch.served_name)
+        said = attach_facts(self.launch.base_url, self.launch.served_name)
         self._process = server_process(self.launch.base_url)
-        facts["process"], facts["process_reason"] = None, None
+        process: ServerProcess | None = None
+        reason = None
         if isinstance(self._process, int):
-            facts["process"] = {"pid": self._process, "command": _command_of(self._process)}
+            process = {"pid": self._process, "command": _command_of(self._process)}
         else:
-            facts["process_reason"] = self._process
+            reason = self._process
+        facts: EndpointFacts = {**said, "process": process, "process_reason": reason}
         self.facts = facts
         return facts
 
@@ -532,12 +541,10 @@ class EndpointServer(Server):
     def wait_ready(self, timeout_s: float, say: Callable[[str], None] = print) -> float:
         return 0.0
 
-    def start_record(self) -> dict[str, Any]:
+    def start_record(self) -> Mapping[str, object]:
         return {}
 
-    def lower_engine_priority(
-        self, nice: int, say: Callable[[str], None] = print
-    ) -> dict[str, Any]:
+    def lower_engine_priority(self, nice: int, say: Callable[[str], None] = print) -> Placement:
         return {"engine_nice": 0, "engine_pids": []}  # not servelab's server to change
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 # --- capacity facts from the startup log -------------------------------------------------
 
@@ -45,11 +45,52 @@ _CAPPING_RE = re.compile(r"Capping cudagraph capture sizes from max (\d+) to (\d
 _MODE_SET_RE = re.compile(r"setting cudagraph_mode=(\w+)")
 
 
+class CaptureSizes(TypedDict):
+    """The CUDA graph capture sizes a start's log says (`parse_capture_sizes`)."""
+
+    cudagraph_capture_sizes: list[int] | None
+    cudagraph_capture_sizes_source: str | None
+    cudagraph_capture_sizes_capped_to: int | None
+    cudagraph_mode: str | None
+
+
+class _LogCapacity(TypedDict):
+    kv_cache_tokens: int | None
+    kv_cache_device: str | None
+    max_concurrency: float | None
+    max_concurrency_tokens_per_request: int | None
+    non_default_args: dict[str, object] | None
+    version: str | None
+
+
+class CapacityFacts(_LogCapacity, CaptureSizes):
+    """What a server's startup log says of its capacity (`parse_capacity`; capacity.json)."""
+
+
+class PhaseTiming(TypedDict):
+    """When one phase of a server's start began and how long it lasted (`start_phases`)."""
+
+    phase: str
+    t_s: float | None
+    log_time: str | None
+    duration_s: float | None
+
+
+class StartRecord(TypedDict):
+    """Where a server start went (`start_phases`; launch.json's `start`)."""
+
+    phases: list[PhaseTiming]
+    ready_t_s: float | None
+    compile_cache: str | None
+    compile_cache_reason: str | None
+    vllm_reported_s: dict[str, float | None]
+
+
 def _num(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def _args_dict(text: str) -> dict[str, Any] | None:
+def _args_dict(text: str) -> dict[str, object] | None:
     """vLLM's `non-default args: {...}` as a dict: each literal value as it is, a value that is
     not a literal (the repr of a config object, e.g. `ProfilerConfig(profiler='torch', ...)`
     for --profiler-config) as its text; None when the text is not a dict with literal keys."""
@@ -59,7 +100,7 @@ def _args_dict(text: str) -> dict[str, Any] | None:
         return None
     if not isinstance(node, ast.Dict):
         return None
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for k, v in zip(node.keys, node.values, strict=True):
         try:
             key = ast.literal_eval(k) if k is not None else None
@@ -75,13 +116,13 @@ def _args_dict(text: str) -> dict[str, Any] | None:
     return out
 
 
-def parse_capacity(log_text: str) -> dict[str, Any]:
+def parse_capacity(log_text: str) -> CapacityFacts:
     """Facts the server prints about itself at startup. Absent facts are None, never guessed.
 
     Handles the CPU form ("CPU KV cache size: N tokens, Maximum concurrency for L tokens per
     request: Xx" on one line) and the GPU form, which some versions print on two lines.
     """
-    facts: dict[str, Any] = {
+    facts: _LogCapacity = {
         "kv_cache_tokens": None,
         "kv_cache_device": None,
         "max_concurrency": None,
@@ -102,8 +143,7 @@ def parse_capacity(log_text: str) -> dict[str, Any]:
     for m in _VERSION_RE.finditer(log_text):
         facts["version"] = m.group(1)
         break
-    facts.update(parse_capture_sizes(log_text, facts["non_default_args"]))
-    return facts
+    return {**facts, **parse_capture_sizes(log_text, facts["non_default_args"])}
 
 
 def _size_list(text: str) -> list[int] | None:
@@ -112,9 +152,7 @@ def _size_list(text: str) -> list[int] | None:
     return sorted({int(x) for x in re.findall(r"\d+", text)})
 
 
-def parse_capture_sizes(
-    log_text: str, non_default_args: Mapping[str, Any] | None
-) -> dict[str, Any]:
+def parse_capture_sizes(log_text: str, non_default_args: Mapping[str, Any] | None) -> CaptureSizes:
     """The CUDA graph capture sizes the engine used, ascending (`cudagraph_capture_sizes`;
     [] when it captured none, None when the log does not say), where they were read
     (`cudagraph_capture_sizes_source`: `compilation_config` from the engine's configuration,
@@ -272,7 +310,7 @@ def _rounded(x: float | None) -> float | None:
     return None if x is None else round(x, 3)
 
 
-def start_phases(lines: Iterable[tuple[float, str]], ready_t_s: float | None) -> dict[str, Any]:
+def start_phases(lines: Iterable[tuple[float, str]], ready_t_s: float | None) -> StartRecord:
     """Where a server start went, from its log lines, each with the seconds since the process
     started at which servelab first saw it (`t_s`; lines are read while /health is polled, so
     to within one poll).
@@ -301,7 +339,7 @@ def start_phases(lines: Iterable[tuple[float, str]], ready_t_s: float | None) ->
         cursor = hit
         m = _LOG_TIME_RE.search(seen[hit][1])
         found.append((seen[hit][0], m.group(1) if m else None))
-    phases: list[dict[str, Any]] = []
+    phases: list[PhaseTiming] = []
     for k, (phase, at) in enumerate(zip(START_PHASES, found, strict=True)):
         if at is None:
             phases.append({"phase": phase.name, "t_s": None, "log_time": None, "duration_s": None})

@@ -31,20 +31,29 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NotRequired, TypedDict
 
 from servelab import hostfacts
 from servelab.client import Workload
 from servelab.config import args_to_cli
 from servelab.env.compilecache import compile_cache_for
 from servelab.env.container import ContainerRun, Mount, container_run_for
-from servelab.env.endpoint import NOT_LAUNCHED, capacity_facts, parse_url
+from servelab.env.container.gpus import GpuChoiceJson
+from servelab.env.endpoint import (
+    NOT_LAUNCHED,
+    EndpointCapacity,
+    EndpointFacts,
+    capacity_facts,
+    parse_url,
+)
 from servelab.env.runtime import cache_dir_of
 from servelab.errors import ServelabError
 from servelab.experiment import ServerSection, WorkloadSection
+from servelab.hostfacts.cpu import CpuFacts
+from servelab.hostfacts.host import NodeFacts
 from servelab.job import MeasureJob, Say
-from servelab.launch.server import EndpointServer, Server, ServerLaunch, make_server
-from servelab.launch.serverlog import parse_capacity, start_line
+from servelab.launch.server import EndpointServer, Placement, Server, ServerLaunch, make_server
+from servelab.launch.serverlog import CapacityFacts, parse_capacity, start_line
 from servelab.redact import redact_argv, redact_env
 from servelab.store.paths import measuring_lock_path
 from servelab.store.records import RuntimeRecord
@@ -156,6 +165,48 @@ def endpoint_launch(job: MeasureJob, additions: LaunchAdditions | None = None) -
 _HELD: set[str] = set()
 
 
+class LockRecord(TypedDict):
+    """launch.json's `lock` (`MeasuringLock.record`)."""
+
+    path: str
+    waited_s: float
+    holder: dict[str, object] | None
+
+
+class LaunchCapacity(CapacityFacts):
+    """capacity.json of a server servelab launched (`Session.capacity`)."""
+
+    version_endpoint: object  # what /version says
+    max_num_seqs: object  # --max-num-seqs, as given
+
+
+class LaunchJson(TypedDict):
+    """launch.json (`Session.launch_record`; store.records.LaunchRecord reads it)."""
+
+    launch: int
+    server_config: str
+    launched: bool
+    command: list[str]
+    env: dict[str, str]
+    args: dict[str, object]
+    host: str
+    port: int
+    pid: int | None
+    started_epoch_ns: int
+    ready_s: float
+    start: NotRequired[dict[str, object]]
+    lock: dict[str, object]
+    compile_cache: Mapping[str, Any] | None
+    placement: Placement
+    cpu_facts: CpuFacts
+    node: NodeFacts
+    runtime_lock_sha256: object
+    runtime_image_digest: object
+    container: str | None
+    gpus: NotRequired[GpuChoiceJson]
+    endpoint: NotRequired[EndpointFacts | dict[str, object]]
+
+
 def _own_command() -> str:
     """This process's command line, as `ps` shows it."""
     try:
@@ -211,10 +262,10 @@ class MeasuringLock:
         self.poll_s = poll_s
         self.note_every_s = note_every_s
         self.waited_s = 0.0
-        self.holder: dict[str, Any] | None = None  # who held it while this process waited
+        self.holder: dict[str, object] | None = None  # who held it while this process waited
         self._fh: IO[str] | None = None
 
-    def holder_info(self) -> dict[str, Any] | None:
+    def holder_info(self) -> dict[str, object] | None:
         """What the holder wrote into the lock file (None when it is empty or unreadable)."""
         try:
             text = self.path.read_text(encoding="utf-8")
@@ -223,7 +274,7 @@ class MeasuringLock:
             return None
         return info if isinstance(info, dict) else None
 
-    def acquire(self) -> dict[str, Any]:
+    def acquire(self) -> LockRecord:
         """Wait for the lock (up to timeout_s), take it and write who holds it; the record of
         launch.json's `lock`."""
         key = str(self.path.resolve())
@@ -285,7 +336,7 @@ class MeasuringLock:
             self.say(f"server: measuring-server lock taken after {self.waited_s:.0f} s")
         return self.record()
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> LockRecord:
         """launch.json's `lock`: the lock file, the seconds waited for it and who held it
         while this process waited (null when it was free)."""
         holder = None
@@ -321,7 +372,7 @@ class Session:
     server: Server
     launch: ServerLaunch
     ready_s: float  # from the start until /health answered
-    placement: dict[str, Any]  # what lowering the engine's priority did (launch.json)
+    placement: Placement  # what lowering the engine's priority did (launch.json)
     log_offset: int  # where this launch's lines start in the server log
     # where the start went (serverlog.start_phases; launch.json `start`)
     start: Mapping[str, Any] = field(default_factory=dict)
@@ -363,27 +414,29 @@ class Session:
                 return int(m["max_model_len"])
         return None
 
-    def capacity(self, args: Mapping[str, Any]) -> dict[str, Any]:
+    def capacity(self, args: Mapping[str, Any]) -> LaunchCapacity | EndpointCapacity:
         """capacity.json's facts of this launch: from its startup log, /version and its
         arguments (`args`: --max-num-seqs); for a server servelab did not launch, from what it
         exposes (endpoint.capacity_facts: its arguments unknown)."""
         if isinstance(self.server, EndpointServer):
-            return capacity_facts(self.server.facts)
+            return capacity_facts(self.server.facts or {})
         capacity = parse_capacity(self.startup_log())
-        capacity["version_endpoint"] = self.server.get_json("/version").get("version")
-        capacity["max_num_seqs"] = args.get("max-num-seqs")
-        return capacity
+        return {
+            **capacity,
+            "version_endpoint": self.server.get_json("/version").get("version"),
+            "max_num_seqs": args.get("max-num-seqs"),
+        }
 
     def launch_record(
         self, launch_index: int, sc: str, args: Mapping[str, Any], runtime: RuntimeRecord
-    ) -> dict[str, Any]:
+    ) -> LaunchJson:
         """launch.json of this launch (index `launch_index` of configuration `sc`, its vLLM
         arguments `args`, the runtime it ran in). A server servelab did not launch: no
         command, environment or arguments of servelab's, `launched` false and what it said
         of itself (`endpoint`); its start is when servelab attached."""
         server, launch = self.server, self.launch
         node = hostfacts.node_facts()
-        record: dict[str, Any] = {
+        record: LaunchJson = {
             "launch": launch_index,
             "server_config": sc,
             "launched": server.launched,
@@ -415,7 +468,7 @@ class Session:
             record["gpus"] = choice.to_json()
         if isinstance(server, EndpointServer):
             del record["start"]  # no start of servelab's to time
-            record["endpoint"] = server.facts
+            record["endpoint"] = server.facts or {}
         return record
 
 

@@ -25,11 +25,18 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 from servelab.analysis.dataset import load_dataset
-from servelab.analysis.rounds import STOPPED, asked_with, looks, open_claims, round_record
-from servelab.analysis.stopping import StoppingRule
+from servelab.analysis.rounds import (
+    STOPPED,
+    LookRecord,
+    asked_with,
+    looks,
+    open_claims,
+    round_record,
+)
+from servelab.analysis.stopping import RuleJson, StoppingRule
 from servelab.design.schedule import Slot
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
@@ -42,6 +49,28 @@ from servelab.store.records import LaunchRecord
 CELL = re.compile(r"config=([^,\]]+),(?:c|rate)=(\d+(?:\.\d+)?)")
 
 
+class RoundLaunch(TypedDict):
+    """A server launch of a step of rounds (`launched`; the sequential record's `launches`)."""
+
+    round: int
+    server_config: str
+    launch: int
+    ready_s: float | None
+    lock_waited_s: float
+
+
+class SequentialRecord(TypedDict):
+    """run.json's `sequential` (`run_rounds`)."""
+
+    rule: RuleJson  # StoppingRule.to_json
+    rounds: int
+    stopped: str
+    round_s: list[float]
+    launches: list[RoundLaunch]
+    orderings: list[str]
+    looks: list[LookRecord]
+
+
 def stopping_rule(exp: Experiment) -> StoppingRule:
     """The experiment's stopping rule: its plan, and the analysis's alpha."""
     plan = exp.sweep.rounds
@@ -50,7 +79,9 @@ def stopping_rule(exp: Experiment) -> StoppingRule:
     return StoppingRule(plan.min, plan.max, exp.analysis.alpha, plan.budget_s)
 
 
-def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ()) -> dict[str, Any]:
+def run_rounds(
+    measure_job: MeasureJob, reference_orderings: Sequence[str] = ()
+) -> SequentialRecord:
     """Measure every server configuration of the job's experiment round by round until the
     rule stops; write every run.json last; the sequential record. `reference_orderings`: with
     a `reference:`, the orderings a reproduction against it will judge
@@ -72,7 +103,7 @@ def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ())
     asked = asked_with(exp.analysis, orderings)
     k = rule.min_rounds
     round_s: list[float] = []
-    launches: list[dict[str, Any]] = []
+    launches: list[RoundLaunch] = []
     while True:
         t0 = time.monotonic()
         slots: dict[str, list[Slot]] = {}
@@ -100,7 +131,7 @@ def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ())
             continue
         break
     say(f"stopped after round {k}: {STOPPED[stopped]}")
-    record = {
+    record: SequentialRecord = {
         "rule": rule.to_json(),
         "rounds": k,
         "stopped": stopped,
@@ -115,7 +146,7 @@ def run_rounds(measure_job: MeasureJob, reference_orderings: Sequence[str] = ())
     return record
 
 
-def launched(job: SweepJob, first: int, k: int) -> list[dict[str, Any]]:
+def launched(job: SweepJob, first: int, k: int) -> list[RoundLaunch]:
     """The server launch the job started in the step of rounds that ends at round k, if it
     started one (launch.json's index from `first` on): its round, configuration, index, start
     (`ready_s`) and wait for the measuring-server lock. launch.json keeps the latest launch

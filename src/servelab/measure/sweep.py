@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab.analysis.validity import HOST_SPEED_WORDS
 from servelab.client import OpenLoop, PointRun, Workload, run_point
@@ -38,6 +38,8 @@ from servelab.errors import ServelabError
 from servelab.experiment import (
     ArrivalSection,
     Experiment,
+    LengthRangeJson,
+    LengthValuesJson,
     SweepSection,
     TelemetrySection,
     WorkloadSection,
@@ -60,7 +62,25 @@ from servelab.store.records import (
 )
 from servelab.telemetry import GpuSelection, PointTelemetry, server_gpus
 from servelab.workload.promptset import Item, PromptSource, slice_reuse, write_prompts
-from servelab.workload.synthetic import PromptPlan, prompt_plan
+from servelab.workload.synthetic import IntendedReuse, PromptPlan, prompt_plan
+
+
+class DatasetBlock(TypedDict):
+    sha256: str
+    prompts_sha256: str | None
+
+
+class ChatBlock(TypedDict):
+    turns: int
+    think_time_s: float
+
+
+class WorkloadBlocks(TypedDict, total=False):
+    """point.json's workload blocks beyond the default's (`PointJob.workload_info`)."""
+
+    dataset: DatasetBlock
+    shared_prefix: IntendedReuse
+    chat: ChatBlock
 
 
 def is_complete(pdir: Path) -> bool:
@@ -77,7 +97,7 @@ def _keep_incomplete(partial: Path) -> Path:
     return dest
 
 
-def _write_point(pdir: Path, run: PointRun, info: dict[str, Any]) -> dict[str, Any]:
+def _write_point(pdir: Path, run: PointRun, info: Mapping[str, object]) -> Mapping[str, object]:
     # more than one client process (workload.client_workers): what each sent and how busy it
     # was; a point sent from the sweep's own process records none
     workers = {"client_workers": run.workers} if len(run.workers) > 1 else {}
@@ -101,7 +121,7 @@ def _output_tokens(run: PointRun) -> int:
     return int(point_metrics(run.records)["total_output_tokens"])
 
 
-def _summary_line(point: dict[str, Any]) -> str:
+def _summary_line(point: Mapping[str, object]) -> str:
     tput = point.get("output_throughput")
     ttft = point.get("mean_ttft_ms")
     return (
@@ -428,11 +448,11 @@ class PointJob:
         )
         self.say(f"[{self.sc}] warm-up: {point['num_prompts']} requests, {_summary_line(point)}")
 
-    def point_info(self, slot: Slot, prompt_offset: int) -> dict[str, Any]:
+    def point_info(self, slot: Slot, prompt_offset: int) -> dict[str, object]:
         """The fields of a measured point's point.json that say what it is (before its
         status, telemetry and metrics)."""
         wl = self.workload
-        level: dict[str, Any] = slot.level.to_json()
+        level: dict[str, object] = {**slot.level.to_json()}
         if slot.level.is_rate:
             level["arrival"] = self.arrivals[slot.level.value].summary()
         return {
@@ -452,21 +472,21 @@ class PointJob:
             **self.workload_info(prompt_offset, self.requests(slot)),
         }
 
-    def lengths_info(self) -> dict[str, Any]:
+    def lengths_info(self) -> dict[str, int | LengthValuesJson | LengthRangeJson]:
         """point.json `input_tokens` / `output_tokens`: the asked length, or its distribution
         ({min, max} or {values}); absent for a dataset, whose requests carry their own."""
-        out: dict[str, Any] = {}
+        out: dict[str, int | LengthValuesJson | LengthRangeJson] = {}
         for key in ("input_tokens", "output_tokens"):
             v = getattr(self.workload, key)
             if v is not None:
                 out[key] = v if isinstance(v, int) else v.to_json()
         return out
 
-    def workload_info(self, offset: int, n: int) -> dict[str, Any]:
+    def workload_info(self, offset: int, n: int) -> WorkloadBlocks:
         """point.json's workload blocks beyond the default's: `dataset` (the file's sha256 and
         the sample's), `shared_prefix` (what the point's prompts mean the prefix cache to
         serve) and `chat` (turns, think time); none for the default workload."""
-        wl, out = self.workload, {}
+        wl, out = self.workload, WorkloadBlocks()
         if self.dataset is not None:
             out["dataset"] = {
                 "sha256": self.dataset["file"]["sha256"],

@@ -23,6 +23,7 @@ from servelab.errors import ServelabError
 from servelab.evidence.schemas import validate_file
 from servelab.experiment import Experiment, ReproductionSection
 from servelab.hostfacts import compare_hosts, host_qualifier
+from servelab.hostfacts.compare import HostComparison
 from servelab.reproduce.checks import (
     FDR_Q,
     NOT_COMPARABLE,
@@ -184,7 +185,7 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any
     }
 
 
-def _qualified(verdict: str, host: dict[str, Any]) -> str:
+def _qualified(verdict: str, host: HostComparison) -> str:
     """The verdict with the host it was reached on; one on a differing host names the
     differences (NOT COMPARABLE stays bare)."""
     if verdict == NOT_COMPARABLE:
@@ -219,7 +220,7 @@ def _ratio(speed: Mapping[str, Any]) -> HostRatio | None:
 
 
 def _attributed(
-    verdict: str, host: dict[str, Any], speed: Mapping[str, Any], failed: list[dict[str, Any]]
+    verdict: str, host: HostComparison, speed: Mapping[str, Any], failed: list[dict[str, Any]]
 ) -> str:
     """What a failure on an equivalent or identical host says of the code. A regression only
     where the host's speed is recorded on both sides and explains no failed check: an

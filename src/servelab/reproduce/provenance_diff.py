@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from servelab.hostfacts.compare import HostComparison
 from servelab.reproduce.sides import Side
 
 
@@ -137,7 +138,7 @@ def not_checked(ref: Side, new: Side) -> list[str]:
     return lines
 
 
-def provenance_diff(ref: Side, new: Side, host: dict[str, Any]) -> dict[str, Any]:
+def provenance_diff(ref: Side, new: Side, host: HostComparison) -> dict[str, Any]:
     """Field by field: what differs, and whether it stops the comparison being clean-room.
     `host` is the hosts' comparison (`compare_hosts`), whose differing facts are listed too."""
     rows: list[dict[str, Any]] = []

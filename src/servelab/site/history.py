@@ -42,6 +42,7 @@ from servelab.analysis.stats import Ratio, benjamini_hochberg, describe, ratio_c
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import compare_hosts, difference_names, host_qualifier
+from servelab.hostfacts.compare import HostComparison
 from servelab.render import num
 from servelab.reproduce.checks import POINT_METRICS, Analysed, analyse
 from servelab.reproduce.comparison import other_dataset
@@ -233,7 +234,7 @@ def _keyed(key: Key) -> dict[str, Any]:
     }
 
 
-def _why_not(before: _Release, after: _Release, host: dict[str, Any]) -> list[str]:
+def _why_not(before: _Release, after: _Release, host: HostComparison) -> list[str]:
     """Why a verdict between two consecutive releases would mean nothing, one phrase each."""
     broken = [r for r in (before, after) if r.error is not None]
     if broken:

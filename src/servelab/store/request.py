@@ -5,8 +5,34 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NotRequired, TypedDict
+
+
+class RequestJson(TypedDict):
+    """One row of requests.jsonl (`RequestRecord.to_json`): the fields written after
+    `cached_tokens` only when set (_ONLY_WHEN_SET)."""
+
+    request_id: str
+    sent_epoch_ns: int
+    chunk_offsets_us: list[int]
+    done_offset_us: int | None
+    prompt_tokens: int | None
+    output_tokens: int | None
+    ok: bool
+    error: str | None
+    http_status: int | None
+    first_byte_offset_us: int | None
+    chunk_tokens: list[int] | None
+    empty_chunks: list[int] | None
+    queued_us: int | None
+    cached_tokens: int | None
+    send_slip_us: NotRequired[int]
+    max_tokens: NotRequired[int]
+    input_tokens: NotRequired[int]
+    prefix: NotRequired[int]
+    conversation: NotRequired[int]
+    turn: NotRequired[int]
 
 
 @dataclass
@@ -38,11 +64,36 @@ class RequestRecord:
     conversation: int | None = None
     turn: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        for name in _ONLY_WHEN_SET:
-            if d[name] is None:
-                del d[name]
+    def to_json(self) -> RequestJson:
+        d: RequestJson = {
+            "request_id": self.request_id,
+            "sent_epoch_ns": self.sent_epoch_ns,
+            "chunk_offsets_us": list(self.chunk_offsets_us),
+            "done_offset_us": self.done_offset_us,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "ok": self.ok,
+            "error": self.error,
+            "http_status": self.http_status,
+            "first_byte_offset_us": self.first_byte_offset_us,
+            "chunk_tokens": None if self.chunk_tokens is None else list(self.chunk_tokens),
+            "empty_chunks": None if self.empty_chunks is None else list(self.empty_chunks),
+            "queued_us": self.queued_us,
+            "cached_tokens": self.cached_tokens,
+        }
+        # _ONLY_WHEN_SET, in the fields' order
+        if self.send_slip_us is not None:
+            d["send_slip_us"] = self.send_slip_us
+        if self.max_tokens is not None:
+            d["max_tokens"] = self.max_tokens
+        if self.input_tokens is not None:
+            d["input_tokens"] = self.input_tokens
+        if self.prefix is not None:
+            d["prefix"] = self.prefix
+        if self.conversation is not None:
+            d["conversation"] = self.conversation
+        if self.turn is not None:
+            d["turn"] = self.turn
         return d
 
     @staticmethod

@@ -28,6 +28,7 @@ from servelab.launch.session import Session
 from servelab.store.jsonio import write_json, write_jsonl_gz
 from servelab.workload import datasets
 from servelab.workload import synthetic as workload
+from servelab.workload.synthetic import IntendedReuse
 
 Item = PromptLike | Conversation
 
@@ -127,7 +128,7 @@ def label(file: datasets.DatasetFile) -> str:
     return str(file.path)
 
 
-def rows(items: Sequence[Item]) -> Iterator[dict[str, Any]]:
+def rows(items: Sequence[Item]) -> Iterator[dict[str, object]]:
     """The rows of prompts.jsonl.gz (a plain prompt's row is as it always was)."""
     for i, item in enumerate(items):
         if isinstance(item, str):
@@ -135,7 +136,7 @@ def rows(items: Sequence[Item]) -> Iterator[dict[str, Any]]:
         elif isinstance(item, Prompt):
             yield {"index": i, "prompt": item.text, **_asked(item)}
         else:
-            row: dict[str, Any] = {"index": i}
+            row: dict[str, object] = {"index": i}
             if item.system is not None:
                 row["system"] = item.system
             if item.prefix is not None:
@@ -144,8 +145,8 @@ def rows(items: Sequence[Item]) -> Iterator[dict[str, Any]]:
             yield row
 
 
-def _asked(p: Prompt) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _asked(p: Prompt) -> dict[str, int]:
+    out: dict[str, int] = {}
     for key in ("max_tokens", "input_tokens", "prefix"):
         v = getattr(p, key)
         if v is not None:
@@ -172,9 +173,9 @@ def write_prompts(prompts_path: Path, dataset_path: Path, pset: PromptSet) -> No
     write_jsonl_gz(prompts_path, rows(pset.items))
 
 
-def slice_reuse(items: Sequence[Item], wl: WorkloadSection) -> dict[str, Any] | None:
+def slice_reuse(items: Sequence[Item], wl: WorkloadSection) -> IntendedReuse | None:
     """point.json's `shared_prefix`: what the point's own prompts mean the prefix cache to
     serve (servelab.workload.synthetic.intended_reuse); None without shared prefixes."""
     if wl.shared_prefix is None:
         return None
-    return dict(workload.intended_reuse(items, wl.shared_prefix.prefix_tokens))
+    return workload.intended_reuse(items, wl.shared_prefix.prefix_tokens).copy()

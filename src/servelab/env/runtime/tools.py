@@ -42,7 +42,7 @@ def call(
 ) -> subprocess.CompletedProcess[str]:
     """Run cmd and capture what it prints; raises a one-line error when it cannot be run or
     does not end within timeout seconds. env: the whole environment (None: this process's)."""
-    extra: dict[str, Any] = {} if env is None else {"env": dict(env)}
+    extra: dict[str, dict[str, str]] = {} if env is None else {"env": dict(env)}
     try:
         return run(cmd, capture_output=True, text=True, timeout=timeout, check=False, **extra)
     except subprocess.TimeoutExpired:

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab.errors import ServelabError
 from servelab.experiment import RuntimeSection
@@ -94,13 +94,26 @@ def _run_logged(cmd: list[str], log: Any, what: str) -> None:
         raise ServelabError(f"{what} failed (exit {proc.returncode}); see {log.name}")
 
 
+class VenvMarker(TypedDict):
+    """A ready venv's record (its READY_MARKER file): the runtime record's venv part."""
+
+    kind: str
+    lock: str
+    lock_sha256: str
+    venv: str
+    python: str
+    python_version: str
+    packages: dict[str, str]
+    created_s: float
+
+
 def ensure_venv(
     lock_path: Path,
     cache_dir: Path | None = None,
     log_path: Path | None = None,
     check_import: str = "vllm",
     say: Callable[[str], None] = print,
-) -> dict[str, Any]:
+) -> VenvMarker:
     """Create (or reuse) the venv for lock_path and return the runtime record.
 
     Safe to call from several processes at once (a workflow and a test run): the first
@@ -121,12 +134,12 @@ def _ensure_venv_locked(
     log_path: Path | None,
     check_import: str,
     say: Callable[[str], None],
-) -> dict[str, Any]:
+) -> VenvMarker:
     digest = lock_hash(lock_path)
     pins = parse_lock(lock_path.read_text(encoding="utf-8"), str(lock_path))
     marker = venv / READY_MARKER
     if marker.exists():
-        record: dict[str, Any] = json.loads(marker.read_text(encoding="utf-8"))
+        record: VenvMarker = json.loads(marker.read_text(encoding="utf-8"))
         if record.get("lock_sha256") == digest and _python(venv).exists():
             say(f"runtime: reusing {venv}")
             return record
