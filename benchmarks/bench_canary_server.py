@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,8 +69,11 @@ def config(results: Path, name: str) -> dict[str, Any]:
     return cfg
 
 
-def run_level(out: Path, label: str, cores: float | None) -> dict[str, Any]:
-    name = f"bench-canary-{label.replace('.', '_')}"
+def run_level(out: Path, label: str, cores: float | None, run: int) -> dict[str, Any]:
+    """One level: the experiment measured from nothing (a rerun would resume complete points
+    and time no canary), its canary and mean throughput per concurrency."""
+    name = f"bench-canary-{run}-{label.replace('.', '_')}"
+    shutil.rmtree(out / "results" / name, ignore_errors=True)
     cfg_path = out / f"{name}.yaml"
     cfg_path.write_text(yaml.safe_dump(config(out / "results", name), sort_keys=False))
     procs = cgroup_dir(cores) / "cgroup.procs"
@@ -140,10 +144,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     levels = args.levels.split(",")
     rows = []
-    for label in [*levels, levels[0]]:
+    for run, label in enumerate([*levels, levels[0]], 1):
         cores = None if label == "none" else float(label)
-        row = run_level(args.out, label, cores)
-        print(f"{label}: {row['wall_s']:.0f} s", file=sys.stderr)
+        row = run_level(args.out, label, cores, run)
+        print(f"{label}: {row['wall_s']:.0f} s {json.dumps(row)}", file=sys.stderr)
         rows.append(row)
     print(table(rows))
 
