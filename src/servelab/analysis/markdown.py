@@ -10,7 +10,7 @@ from typing import Any
 from servelab.analysis.claims import ClaimVerdict
 from servelab.analysis.confirmation import confirmation_section
 from servelab.analysis.diagnosis_records import Diagnosis, level_of
-from servelab.analysis.groups import Groups
+from servelab.analysis.groups import Groups, PairedRow
 from servelab.analysis.knee import Knee, knee_level
 from servelab.analysis.proposals import proposal_line
 from servelab.analysis.rounds import rounds_section
@@ -270,7 +270,7 @@ def _throughput_section(g: Groups) -> list[str]:
     return lines
 
 
-def _paired_section(g: Groups, paired: list[dict[str, Any]]) -> list[str]:
+def _paired_section(g: Groups, paired: list[PairedRow]) -> list[str]:
     """The paired comparisons (paired.json), one table per pair of adjacent levels."""
     lines = [
         f"## Paired comparisons of adjacent {AXIS_WORDS[g.axis]} levels",

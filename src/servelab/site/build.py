@@ -10,14 +10,14 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from servelab.errors import ServelabError
 from servelab.evidence.files import walk_files
 from servelab.evidence.schemas import validate_file
 from servelab.site import history_view, layout, pages, release_view
 from servelab.site.check import CheckedRelease, check_release
-from servelab.site.reproduction_view import reproduction_view
+from servelab.site.reproduction_view import ReproductionView, SideView, reproduction_view
 from servelab.site.scan import (
     EvidenceDir,
     ExperimentDir,
@@ -56,6 +56,20 @@ class BuiltRelease:
     failures: tuple[str, ...]
     row: dict[str, Any]
     checked: CheckedRelease
+
+
+class ReproductionRow(TypedDict):
+    """A reproduction in the index: its page, its verdict (absent when unreadable, with the
+    error) and its sides in a few words ("-" when unreadable)."""
+
+    name: str
+    href: str
+    error: str | None
+    verdict: NotRequired[str]
+    verdict_text: NotRequired[str]
+    css: NotRequired[str]
+    reference: NotRequired[str]
+    fresh: NotRequired[str]
 
 
 @dataclass
@@ -285,14 +299,14 @@ def _finder(
     return find
 
 
-def _reproduction(site: Site, rp: ReproductionDir, built: list[BuiltRelease]) -> dict[str, Any]:
+def _reproduction(site: Site, rp: ReproductionDir, built: list[BuiltRelease]) -> ReproductionRow:
     """One reproduction's page (its files copied beside it); its row of the index."""
     page = layout.reproduction_page(rp.name)
     files = _copy_folder(site, rp.path, layout.reproduction_files(rp.name))
     for f in files:
         f["href"] = layout.href(page, f"{layout.reproduction_files(rp.name)}/{f['path']}")
     record = rp.path / "reproduction.json"
-    view: dict[str, Any] | None = None
+    view: ReproductionView | None = None
     error = None
     try:
         validate_file(record, "reproduction", "reproduction.json")
@@ -324,23 +338,27 @@ def _reproduction(site: Site, rp: ReproductionDir, built: list[BuiltRelease]) ->
     )
     if error:
         site.say(f"warning: {rp.name}: reproduction.json unreadable: {error}")
-    row: dict[str, Any] = {"name": rp.name, "href": layout.href(layout.INDEX, page), "error": error}
+    href = layout.href(layout.INDEX, page)
+    row: ReproductionRow = {"name": rp.name, "href": href, "error": error}
     if view is not None:
-        sides = {k: view[k] for k in ("reference", "fresh")}
-        row.update(verdict=view["verdict"], verdict_text=view["verdict_text"], css=view["css"])
-        row.update(
-            {
-                k: " ".join(str(x) for x in (s["experiment"], s["tag"] or s["path"]) if x)
-                for k, s in sides.items()
-            }
+        row["verdict"], row["verdict_text"], row["css"] = (
+            view["verdict"],
+            view["verdict_text"],
+            view["css"],
         )
+        row["reference"], row["fresh"] = _side_text(view["reference"]), _side_text(view["fresh"])
     else:
-        row.update(reference="-", fresh="-")
+        row["reference"], row["fresh"] = "-", "-"
     return row
 
 
+def _side_text(s: SideView) -> str:
+    """A side in the index: its experiment and tag (or its path)."""
+    return " ".join(str(x) for x in (s["experiment"], s["tag"] or s["path"]) if x)
+
+
 def _index(
-    site: Site, found: EvidenceDir, built: list[BuiltRelease], repros: list[dict[str, Any]]
+    site: Site, found: EvidenceDir, built: list[BuiltRelease], repros: list[ReproductionRow]
 ) -> None:
     experiments = [
         {

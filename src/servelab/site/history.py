@@ -66,7 +66,9 @@ class _Release:
     none."""
 
     tag: str
-    provenance: dict[str, Any] | None
+    # provenance.json as read beside the tarball (unverified, for a release that cannot be
+    # opened), then the opened side's
+    provenance: Mapping[str, Any] | None
     side: Side | None = None
     # its recorded analysis options and its analysis, both None when `error` says why
     opts: AnalysisSection | None = None
@@ -77,7 +79,7 @@ class _Release:
     host_error: str | None = None
 
 
-def _beside(path: Path) -> tuple[str, dict[str, Any] | None, dict[str, Any]]:
+def _beside(path: Path) -> tuple[str, Mapping[str, Any] | None, dict[str, Any]]:
     """The tag (release.json's, else the folder's name), the provenance.json beside the
     tarball and release.json ({} when unreadable), read without opening the tarball (for a
     release that cannot be opened)."""
