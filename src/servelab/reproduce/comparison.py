@@ -41,7 +41,12 @@ from servelab.reproduce.checks import (
 )
 from servelab.reproduce.markdown import report_markdown
 from servelab.reproduce.provenance_diff import provenance_diff
-from servelab.reproduce.records import HostSpeedRecord, ReproductionRecord, Settings
+from servelab.reproduce.records import (
+    HostSpeedRecord,
+    ReproductionRecord,
+    Settings,
+    host_speed_json,
+)
 from servelab.reproduce.sides import Side, open_side
 from servelab.store.jsonio import write_json
 from servelab.store.paths import ExperimentPaths
@@ -206,12 +211,7 @@ def host_speed_record(ref: Side, new: Side) -> HostSpeedRecord:
     before, after = speeds
     why = "; ".join(errors) or why_no_ratio(before, after, ("the reference", "the fresh run"))
     ratio = None if errors else host_ratio(before, after)
-    out: HostSpeedRecord = {"recorded": ratio is not None, "why_not": why}
-    if ratio is not None:  # as HostRatio.to_json writes it
-        out["ratio"], out["low"], out["high"] = ratio.ratio, ratio.low, ratio.high
-        out["compute"], out["bandwidth"] = ratio.compute, ratio.bandwidth
-        out["moved"] = ratio.moved
-    return out
+    return host_speed_json(ratio, why)
 
 
 def _ratio(speed: HostSpeedRecord) -> HostRatio | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from servelab.analysis.hostspeed import HostRatio
 from servelab.hostfacts.compare import HostComparison
 from servelab.reproduce.checks import ChainRow, ClaimCheck, PairCheck, PointCheck
 from servelab.reproduce.provenance_diff import ProvenanceDiff
@@ -25,6 +26,17 @@ class HostSpeedRecord(TypedDict):
     compute: NotRequired[float]
     bandwidth: NotRequired[float]
     moved: NotRequired[bool]
+
+
+def host_speed_json(ratio: HostRatio | None, why: str | None) -> HostSpeedRecord:
+    """A `host_speed` record (a comparison's, a history pair's): the ratio with its band and
+    parts as HostRatio.to_json writes them, or why there is none."""
+    out: HostSpeedRecord = {"recorded": ratio is not None, "why_not": why}
+    if ratio is not None:
+        out["ratio"], out["low"], out["high"] = ratio.ratio, ratio.low, ratio.high
+        out["compute"], out["bandwidth"] = ratio.compute, ratio.bandwidth
+        out["moved"] = ratio.moved
+    return out
 
 
 class Fdr(TypedDict):
