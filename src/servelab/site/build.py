@@ -17,6 +17,7 @@ from servelab.evidence.files import walk_files
 from servelab.evidence.schemas import validate_file
 from servelab.site import history_view, layout, pages, release_view
 from servelab.site.check import CheckedRelease, check_release
+from servelab.site.release_records import CopiedFile, ProfilesSection, ReleaseRow, Tarball
 from servelab.site.reproduction_view import ReproductionView, SideView, reproduction_view
 from servelab.site.scan import (
     EvidenceDir,
@@ -54,7 +55,7 @@ class BuiltRelease:
     experiment: str
     tarball_sha256: str | None
     failures: tuple[str, ...]
-    row: dict[str, Any]
+    row: ReleaseRow
     checked: CheckedRelease
 
 
@@ -121,7 +122,7 @@ def _prepare(out: Path, evidence: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _copy_folder(site: Site, src: Path, dest: str) -> list[dict[str, Any]]:
+def _copy_folder(site: Site, src: Path, dest: str) -> list[CopiedFile]:
     """Every file of `src` copied under the site path `dest`: (path, bytes) each; none when
     the folder holds a link (the verification names it)."""
     try:
@@ -183,7 +184,7 @@ def _release(site: Site, rel: ReleaseDir, workdir: Path) -> BuiltRelease:
     if failures:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         site.say(f"warning: {rel.experiment}/{rel.tag} does not verify: {failures[0]}{more}")
-    row = {
+    row: ReleaseRow = {
         **r["row"],
         "href": layout.href(layout.INDEX, page),
         "href_failures": layout.href(layout.INDEX, page, "verification"),
@@ -192,8 +193,8 @@ def _release(site: Site, rel: ReleaseDir, workdir: Path) -> BuiltRelease:
 
 
 def _tarball(
-    rel: ReleaseDir, page: str, checked: CheckedRelease, files: list[dict[str, Any]]
-) -> dict[str, str] | None:
+    rel: ReleaseDir, page: str, checked: CheckedRelease, files: list[CopiedFile]
+) -> Tarball | None:
     if checked.tarball is None or checked.tarball not in {f["path"] for f in files}:
         return None
     target = f"{layout.release_files(rel.experiment, rel.tag)}/{checked.tarball}"
@@ -204,7 +205,7 @@ def _tarball(
     }
 
 
-def _profiles(site: Site, rel: ReleaseDir, bundle: Path | None, page: str) -> dict[str, Any]:
+def _profiles(site: Site, rel: ReleaseDir, bundle: Path | None, page: str) -> ProfilesSection:
     """The profile summaries of the bundle inside the tarball, their files copied beside the
     page."""
     try:
@@ -221,11 +222,8 @@ def _profiles(site: Site, rel: ReleaseDir, bundle: Path | None, page: str) -> di
                 target = f"{dest}/profile/{layout.file_name(p['server_config'])}/{name}"
                 site.copy(src, target)
                 links[key] = layout.href(page, target)
-        p.update(
-            markdown=links.get("markdown"),
-            json=links.get("json"),
-            id=layout.anchor(p["server_config"]),
-        )
+        p["markdown"], p["json"] = links.get("markdown"), links.get("json")
+        p["id"] = layout.anchor(p["server_config"])
     return {"error": None, "rows": rows}
 
 
