@@ -14,6 +14,7 @@ from servelab.analysis.groups import Groups, PairedRow
 from servelab.analysis.knee import Knee, knee_level
 from servelab.analysis.proposals import proposal_line
 from servelab.analysis.rounds import rounds_section
+from servelab.analysis.search_records import SearchJson, StepJson
 from servelab.analysis.stats import describe
 from servelab.analysis.turns import turns_section
 from servelab.analysis.validity import (
@@ -346,7 +347,7 @@ def _slo_section(s: dict[str, Any] | None, axis: str) -> list[str]:
     return lines
 
 
-def _search_verdict(step: dict[str, Any]) -> str:
+def _search_verdict(step: StepJson) -> str:
     """meets, misses, or misses for want of a valid repeat (the SLO itself may have held)."""
     if step["meets"]:
         return "meets"
@@ -355,7 +356,7 @@ def _search_verdict(step: dict[str, Any]) -> str:
     return "misses"
 
 
-def _search_section(searches: dict[str, dict[str, Any]]) -> list[str]:
+def _search_section(searches: dict[str, SearchJson]) -> list[str]:
     """Each configuration's SLO capacity search (raw/<sc>/search/search.json): its answer and
     the rates it measured; no section without one."""
     if not searches:

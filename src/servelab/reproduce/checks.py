@@ -18,6 +18,7 @@ from servelab.analysis.hostspeed import HostRatio, attribute
 from servelab.analysis.knee import Knee, dominance, knee
 from servelab.analysis.pipeline import searches_of
 from servelab.analysis.rounds import sequential_claims
+from servelab.analysis.search_records import SearchJson
 from servelab.analysis.stats import benjamini_hochberg, describe, ratio_ci, two_sample
 from servelab.analysis.stopping import StoppingRule
 from servelab.design.level import LevelValue
@@ -110,7 +111,7 @@ class Analysed:
     dominance: list[dict[str, Any]]
     diagnoses: list[Diagnosis]
     # each configuration's SLO capacity search (search.json), for slo_capacity claims
-    searches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    searches: dict[str, SearchJson] = field(default_factory=dict)
 
 
 def analyse(ds: Dataset, opts: AnalysisSection) -> Analysed:
