@@ -120,12 +120,11 @@ def request_meets(rec: RequestRecord, bounds: SloBounds) -> bool:
     if not (rec.ok and rec.chunk_offsets_us):
         return False
     lat = request_latencies(rec)
-    for key, bound in (
-        ("ttft", bounds.ttft_ms),
-        ("tpot", bounds.tpot_ms),
-        ("e2el", bounds.e2el_ms),
+    for value, bound in (
+        (lat["ttft"], bounds.ttft_ms),
+        (lat["tpot"], bounds.tpot_ms),
+        (lat["e2el"], bounds.e2el_ms),
     ):
-        value = lat[key]
         if bound is not None and value is not None and value > bound:
             return False
     return True
