@@ -65,7 +65,7 @@ def _cpu(host: dict[str, Any]) -> list[tuple[str, str]]:
     flags = f.get("flags") or {}
     order = [k for k in ISA_FLAGS if k in flags] + sorted(set(flags) - set(ISA_FLAGS))
     return [
-        ("CPU", cpu_line(f)),
+        ("CPU", cpu_line(host["cpu_facts"])),  # f, as recorded
         ("ISA class", str(f.get("isa_class"))),
         ("ISA flags present", ", ".join(k for k in order if flags[k]) or "none of those checked"),
         ("ISA flags absent", ", ".join(k for k in order if not flags[k]) or "none"),
