@@ -24,6 +24,10 @@ from servelab.evidence.verify import check_release_folder, is_release_folder, ve
 from servelab.experiment import AnalysisSection
 from servelab.store.jsonio import read_json
 
+# what a vllm-bench tree says about its setup (BENCH_FACTS): names, and numbers for a tree at
+# request rates (an infinite burstiness as "inf")
+BenchFacts = dict[str, str | float]
+
 
 class SideFacts(TypedDict):
     """A side as reproduction.json names it (`reference`, `fresh`): the path given and its
@@ -49,7 +53,7 @@ class Side:
     config: dict[str, Any] | None = None
     provenance: Provenance | None = None
     release: dict[str, Any] | None = None
-    bench_facts: dict[str, Any] = field(default_factory=dict)
+    bench_facts: BenchFacts = field(default_factory=dict)
 
     @property
     def analysis(self) -> AnalysisSection:
@@ -141,7 +145,7 @@ BENCH_FACTS = ("model_id", "tokenizer_id", "backend", "endpoint_type", "label")
 BENCH_RATE_FACTS = ("burstiness", "max_concurrency")
 
 
-def _bench_facts(root: Path) -> dict[str, Any]:
+def _bench_facts(root: Path) -> BenchFacts:
     """What a vllm-bench tree says about its setup (from its first benchmark.json)."""
     files = vllm_bench_files(root)
     if not files:
