@@ -59,6 +59,16 @@ class BuiltRelease:
     checked: CheckedRelease
 
 
+class HistoryPage(TypedDict):
+    """The history page's context beside its title: the history (None when there is none,
+    with the error), each release's page and the releases in order."""
+
+    h: history_view.HistoryView | None
+    error: str | None
+    pages: dict[str, str]
+    releases: list[tuple[str, str]]
+
+
 class ReproductionRow(TypedDict):
     """A reproduction in the index: its page, its verdict (absent when unreadable, with the
     error) and its sides in a few words ("-" when unreadable)."""
@@ -233,10 +243,8 @@ def _history(site: Site, exp: ExperimentDir, built: list[BuiltRelease], workdir:
     page = layout.history_page(exp.name)
     name = built[0].experiment if built else exp.name
     links = {b.rel.tag: layout.href(page, b.page) for b in built}
-    context: dict[str, Any] = {"h": None, "error": None, "pages": links}
-    context["releases"] = sorted(
-        links.items(), key=lambda t: [b.rel.tag for b in built].index(t[0])
-    )
+    releases = sorted(links.items(), key=lambda t: [b.rel.tag for b in built].index(t[0]))
+    context: HistoryPage = {"h": None, "error": None, "pages": links, "releases": releases}
     api = history_view.history_api()
     if api is None:
         context["error"] = (
