@@ -7,7 +7,7 @@ before each send, over every request); failures are counted in `failed`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -53,7 +53,22 @@ def ttft_chunk(rec: RequestRecord) -> int:
     return 0 if i is None else i
 
 
-def request_latencies(rec: RequestRecord) -> dict[str, Any]:
+class RequestLatencies(TypedDict):
+    """One successful request's latencies (ms): TTFT, E2EL, TPOT (None for a single output
+    token) and the inter-token latencies."""
+
+    ttft: float
+    e2el: float
+    tpot: float | None
+    itl: list[float]
+
+
+# a point's metrics by name (point.json `metrics`): counts, rates and latency statistics, each
+# a number or None where it has none
+PointMetrics = dict[str, float | None]
+
+
+def request_latencies(rec: RequestRecord) -> RequestLatencies:
     """TTFT, E2EL, TPOT and ITLs (ms) of one successful request."""
     offs = rec.chunk_offsets_us
     ttft = offs[ttft_chunk(rec)] / 1000.0
@@ -96,7 +111,7 @@ def in_flight(recs: Sequence[RequestRecord]) -> tuple[float | None, float | None
     return achieved, mean
 
 
-def point_metrics(records: Iterable[RequestRecord]) -> dict[str, Any]:
+def point_metrics(records: Iterable[RequestRecord]) -> PointMetrics:
     recs = list(records)
     good = [r for r in recs if r.ok and r.chunk_offsets_us]
     ttft, tpot, e2el, itl = [], [], [], []
@@ -141,12 +156,12 @@ def assemble(
     total_input_tokens: int,
     total_output_tokens: int,
     latencies_ms: dict[str, list[float]],
-) -> dict[str, Any]:
+) -> PointMetrics:
     """The metric keys of a point from its counts, duration (s) and latency lists (ms; a family
     left out is null); its mean numbers of requests in flight null, for the caller that knows
     them to fill in (`in_flight`)."""
     dur = duration
-    out: dict[str, Any] = {
+    out: PointMetrics = {
         "num_prompts": num_prompts,
         "completed": completed,
         "failed": num_prompts - completed,

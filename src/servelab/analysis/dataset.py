@@ -166,7 +166,8 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
             skipped.append(Skipped(raw.folder, exc))
             continue
         ttfts, per = _per_request(recs)
-        metrics = point_metrics(recs)
+        # the point's metrics, then its client CPU time and its telemetry columns
+        metrics: dict[str, object] = dict(point_metrics(recs))
         metrics["client_cpu_s"] = meta.get("client_cpu_s")
         if "telemetry" in meta:
             metrics.update(telemetry_columns(meta["telemetry"]))

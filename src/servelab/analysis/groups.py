@@ -9,7 +9,7 @@ affecting it is left out there; `invalid_text` says which and why wherever a ver
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, TypedDict
 
 from servelab.analysis.dataset import Dataset, Point
 from servelab.analysis.stats import describe, paired
@@ -88,6 +88,22 @@ PAIRED_COLUMNS = (
     "p_value",
     "verdict",
 )
+
+
+class PairedRow(TypedDict):
+    """One row of paired.csv: two levels of a config compared on a metric, repeat by repeat
+    (analysis.stats.paired); without a p-value and with an "invalid: ..." verdict where a
+    validity check left a repeat out."""
+
+    server_config: str
+    a: LevelValue
+    b: LevelValue
+    metric: str
+    n: int
+    mean_rel_diff_pct: float | None
+    agree: str
+    p_value: float | None
+    verdict: str
 
 
 def with_axis(columns: tuple[str, ...] | list[str], axis: str) -> list[str]:
@@ -229,8 +245,8 @@ def pair_specs(g: Groups, analysis: AnalysisSection) -> list[tuple[str, LevelVal
     return specs
 
 
-def paired_table(g: Groups, analysis: AnalysisSection) -> list[dict[str, Any]]:
-    rows = []
+def paired_table(g: Groups, analysis: AnalysisSection) -> list[PairedRow]:
+    rows: list[PairedRow] = []
     for sc, a, b in pair_specs(g, analysis):
         for m in PAIRED_METRICS:
             va, vb = g.pair(sc, a, sc, b, m)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from servelab.analysis.claims import ClaimVerdict
 from servelab.analysis.confirmation import confirmation_section
 from servelab.analysis.diagnosis_records import Diagnosis, level_of
-from servelab.analysis.groups import Groups
+from servelab.analysis.groups import Groups, PairedRow
 from servelab.analysis.knee import Knee, knee_level
 from servelab.analysis.proposals import proposal_line
 from servelab.analysis.rounds import rounds_section
+from servelab.analysis.search_records import SearchJson, StepJson
 from servelab.analysis.stats import describe
 from servelab.analysis.turns import turns_section
 from servelab.analysis.validity import (
@@ -30,7 +31,8 @@ from servelab.analysis.validity import (
 from servelab.env.endpoint import report_line
 from servelab.errors import ServelabError
 from servelab.hostfacts import ISA_FLAGS
-from servelab.launch.serverlog import PHASE_NAMES
+from servelab.hostfacts.cpu import CpuInfo
+from servelab.launch.serverlog import PHASE_NAMES, StartRecord
 from servelab.render import md_table, num
 from servelab.store.paths import TELEMETRY_FIGURE, ExperimentPaths
 from servelab.store.records import launch_files
@@ -76,7 +78,7 @@ def _lat(g: Groups, sc: str, c: int | float, metric: str) -> str:
     return f"{text} ({kept} of {kept + lost})" if lost else text
 
 
-def cpu_line(f: dict[str, Any]) -> str:
+def cpu_line(f: CpuInfo) -> str:
     quota = f.get("cgroup_cpu_quota")
     return (
         f"{f.get('model_name')} ({f.get('vendor')} family {f.get('family')} model "
@@ -93,7 +95,7 @@ def _host_section(host: dict[str, Any], nodes: dict[str, str] | None = None) -> 
     """The measuring host's CPU and instruction sets, and what the server runtime computes
     with: what explains a difference from another host (docs/reproduce.md); `nodes`
     (results["hosts_differ"]): the host of each server config, when they were several."""
-    hosts: dict[str, dict[str, Any]] = host.get("hosts") or {}
+    hosts: dict[str, CpuInfo] = host.get("hosts") or {}
     isa, endpoints = host.get("runtime_isa"), host.get("endpoints") or {}
     if not hosts and not isa and not nodes and not endpoints:
         return []
@@ -135,24 +137,24 @@ def _host_section(host: dict[str, Any], nodes: dict[str, str] | None = None) -> 
     return lines + [""]
 
 
-def server_starts(root: Path) -> dict[str, dict[str, Any]]:
+def server_starts(root: Path) -> dict[str, StartRecord]:
     """The `start` record (serverlog.start_phases) of the latest launch of every sweep
     (server/<sc>/launch.json) and profiling pass (profile/<sc>/capture.json) under `root`, keyed
     `sweep <sc>` / `profile <sc>`, for results["starts"]; a file that has none (raw data written
     before it was recorded) or cannot be read is left out, so the report of such data has no
     Server starts section and stays as it was."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, StartRecord] = {}
     for kind, path, record in launch_files(ExperimentPaths(root)):
         try:
             start = record.read(path).get("start")
         except ServelabError:
             continue  # damaged: the raw-data checks name it
         if isinstance(start, dict) and isinstance(start.get("phases"), list):
-            out[f"{kind} {path.parent.name}"] = start
+            out[f"{kind} {path.parent.name}"] = cast(StartRecord, start)
     return out
 
 
-def _starts_section(starts: dict[str, dict[str, Any]]) -> list[str]:
+def _starts_section(starts: dict[str, StartRecord]) -> list[str]:
     """Where each server start went: seconds per phase (docs/raw-data.md, launch.json `start`),
     the compile cache's outcome; no section when no launch recorded its start."""
     if not starts:
@@ -270,7 +272,7 @@ def _throughput_section(g: Groups) -> list[str]:
     return lines
 
 
-def _paired_section(g: Groups, paired: list[dict[str, Any]]) -> list[str]:
+def _paired_section(g: Groups, paired: list[PairedRow]) -> list[str]:
     """The paired comparisons (paired.json), one table per pair of adjacent levels."""
     lines = [
         f"## Paired comparisons of adjacent {AXIS_WORDS[g.axis]} levels",
@@ -346,7 +348,7 @@ def _slo_section(s: dict[str, Any] | None, axis: str) -> list[str]:
     return lines
 
 
-def _search_verdict(step: dict[str, Any]) -> str:
+def _search_verdict(step: StepJson) -> str:
     """meets, misses, or misses for want of a valid repeat (the SLO itself may have held)."""
     if step["meets"]:
         return "meets"
@@ -355,7 +357,7 @@ def _search_verdict(step: dict[str, Any]) -> str:
     return "misses"
 
 
-def _search_section(searches: dict[str, dict[str, Any]]) -> list[str]:
+def _search_section(searches: dict[str, SearchJson]) -> list[str]:
     """Each configuration's SLO capacity search (raw/<sc>/search/search.json): its answer and
     the rates it measured; no section without one."""
     if not searches:

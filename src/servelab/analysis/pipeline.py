@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
-from servelab.analysis.claims import Findings, evaluate_claims
+from servelab.analysis.claims import ClaimVerdict, Findings, evaluate_claims
 from servelab.analysis.confirmation import confirmation
 from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.diagnoses import diagnoses
@@ -24,8 +24,9 @@ from servelab.analysis.groups import (
 )
 from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
 from servelab.analysis.markdown import server_starts
-from servelab.analysis.rounds import sequential_claims
+from servelab.analysis.rounds import RoundsRecord, sequential_claims
 from servelab.analysis.search import SearchResult, read_search
+from servelab.analysis.search_records import SearchJson
 from servelab.analysis.slo import slo_capacity
 from servelab.analysis.stopping import StoppingRule
 from servelab.analysis.turns import turns_of
@@ -33,6 +34,7 @@ from servelab.analysis.validity import host_speed_json, validity_json
 from servelab.config import default_section, merge
 from servelab.env.endpoint import report_facts
 from servelab.experiment import AnalysisSection, section_from_dict
+from servelab.launch.serverlog import StartRecord
 from servelab.render import write_csv
 from servelab.store.jsonio import write_json
 from servelab.store.paths import (
@@ -143,11 +145,30 @@ def analyze(
     return results
 
 
-def _notes(ds: Dataset, root: Path, searches: dict[str, SearchResult]) -> dict[str, Any]:
+class Notes(TypedDict, total=False):
+    """The results' entries present only where they apply (`_notes`): the damaged data
+    skipped, the hosts of configs measured on several nodes, the searches, the sweeps' server
+    starts, the chat points' turns."""
+
+    skipped: list[dict[str, str]]
+    hosts_differ: dict[str, str]
+    search: dict[str, SearchJson]
+    starts: dict[str, StartRecord]
+    turns: dict[str, list[dict[str, Any]]]
+
+
+class ClaimsPart(TypedDict):
+    """The claims' verdicts and, for a sequential sweep, its looks (`_claims`)."""
+
+    claims: list[ClaimVerdict]
+    rounds: NotRequired[RoundsRecord]
+
+
+def _notes(ds: Dataset, root: Path, searches: dict[str, SearchResult]) -> Notes:
     """The results' entries present only where they apply, so that the outputs of data that
     has none stay byte for byte: the damaged data skipped, the hosts of configs measured on
     several nodes, the sweeps' server starts."""
-    notes: dict[str, Any] = {}
+    notes: Notes = {}
     if ds.skipped:
         # paths relative to `root`: the report reads the same wherever the results lie
         notes["skipped"] = [
@@ -178,9 +199,7 @@ def _notes(ds: Dataset, root: Path, searches: dict[str, SearchResult]) -> dict[s
     return notes
 
 
-def _claims(
-    g: Groups, ds: Dataset, opts: AnalysisSection, results: dict[str, Any]
-) -> dict[str, Any]:
+def _claims(g: Groups, ds: Dataset, opts: AnalysisSection, results: dict[str, Any]) -> ClaimsPart:
     """The claims' verdicts (`claims`) and, for a sequential sweep, its looks (`rounds`)."""
     if ds.sequential is not None:
         # a sequential sweep: its claims as its stopping rule decided them, look by look

@@ -21,11 +21,18 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servelab.analysis.search_records import (
+    AnswerJson,
+    RepeatJson,
+    SearchJson,
+    SpecJson,
+    StepJson,
+)
 from servelab.client import RequestRecord
 from servelab.errors import ServelabError
 from servelab.metrics import request_latencies
@@ -113,12 +120,11 @@ def request_meets(rec: RequestRecord, bounds: SloBounds) -> bool:
     if not (rec.ok and rec.chunk_offsets_us):
         return False
     lat = request_latencies(rec)
-    for key, bound in (
-        ("ttft", bounds.ttft_ms),
-        ("tpot", bounds.tpot_ms),
-        ("e2el", bounds.e2el_ms),
+    for value, bound in (
+        (lat["ttft"], bounds.ttft_ms),
+        (lat["tpot"], bounds.tpot_ms),
+        (lat["e2el"], bounds.e2el_ms),
     ):
-        value = lat[key]
         if bound is not None and value is not None and value > bound:
             return False
     return True
@@ -152,7 +158,7 @@ class RepeatOutcome:
         _floats(self, ("attainment",))
         object.__setattr__(self, "reasons", tuple(self.reasons))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RepeatJson:
         return {
             "attainment": self.attainment,
             "valid": self.valid,
@@ -212,7 +218,7 @@ class SearchSpec:
         low = self.min_rate
         return low if low is not None else self.resolution
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SpecJson:
         return {
             "start_rate": self.start_rate,
             "bounds": self.bounds.to_json(),
@@ -265,7 +271,7 @@ class Step:
     outcome: RateOutcome
     meets: bool
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StepJson:
         return {
             "order": self.order,
             "phase": self.phase,
@@ -313,7 +319,7 @@ class Answer:
             return f"below {failed:g} req/s ({self.reason})"
         return f"unknown ({self.reason})"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> AnswerJson:
         return {
             "met_rate": self.met_rate,
             "failed_rate": self.failed_rate,
@@ -332,7 +338,7 @@ class SearchResult:
     path: tuple[Step, ...]
     answer: Answer
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SearchJson:
         """search.json's document."""
         return {
             "format_version": FORMAT_VERSION,
@@ -525,7 +531,7 @@ def _check_schema(doc: Any, path: Path) -> None:
         raise DamagedRawData(path, where, f"{what} (schema search.schema.json)", _TODO)
 
 
-def _answer_of(a: Mapping[str, Any], steps: Sequence[Step], path: Path) -> Answer:
+def _answer_of(a: AnswerJson, steps: Sequence[Step], path: Path) -> Answer:
     """The answer of a search.json, which must be its path's: the highest rate that met and the
     lowest that failed."""
     answer = Answer(
@@ -533,9 +539,12 @@ def _answer_of(a: Mapping[str, Any], steps: Sequence[Step], path: Path) -> Answe
     )
     met = max((s.rate for s in steps if s.meets), default=None)
     failed = min((s.rate for s in steps if not s.meets), default=None)
-    for name, want in (("met_rate", met), ("failed_rate", failed)):
+    for name, want, given in (
+        ("met_rate", met, a["met_rate"]),
+        ("failed_rate", failed, a["failed_rate"]),
+    ):
         if getattr(answer, name) != want:
-            what = f"{a[name]!r}, where the path says {want!r}"
+            what = f"{given!r}, where the path says {want!r}"
             raise DamagedRawData(path, f"$.answer.{name}", what, _TODO)
     return answer
 
@@ -544,7 +553,7 @@ def _opt_float(v: Any) -> float | None:
     return None if v is None else float(v)
 
 
-def _spec_of(d: Mapping[str, Any], path: Path) -> SearchSpec:
+def _spec_of(d: SpecJson, path: Path) -> SearchSpec:
     """The spec of a search.json, valid (DamagedRawData naming the field otherwise)."""
     b = d["bounds"]
     try:

@@ -23,7 +23,6 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from servelab.analysis.search import (
     RateOutcome,
@@ -35,6 +34,7 @@ from servelab.analysis.search import (
     slo_attainment,
     write_search,
 )
+from servelab.analysis.search_records import SearchJson
 from servelab.analysis.validity import check_point, failed
 from servelab.design.level import Level
 from servelab.design.schedule import Slot
@@ -183,7 +183,7 @@ class RateMeasurer:
         )
 
 
-def run_search(job: MeasureJob, sc: str) -> dict[str, Any]:
+def run_search(job: MeasureJob, sc: str) -> SearchJson:
     """The SLO capacity search of one server configuration, on a launch of its own;
     raw/<sc>/search/search.json written last. Returns its document."""
     raise_on_signals()

@@ -118,7 +118,7 @@ def _write_point(pdir: Path, run: PointRun, info: Mapping[str, object]) -> Mappi
 
 def _output_tokens(run: PointRun) -> int:
     """The point's `total_output_tokens`, for its energy per output token."""
-    return int(point_metrics(run.records)["total_output_tokens"])
+    return int(point_metrics(run.records)["total_output_tokens"] or 0)  # never None
 
 
 def _summary_line(point: Mapping[str, object]) -> str:

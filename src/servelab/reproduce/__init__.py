@@ -22,8 +22,8 @@ the comparison never trusts a table it could recompute. What decides the verdict
 
 Modules: `sides` opens and verifies the two sides; `provenance_diff` compares what they
 record; `checks` analyses both and checks orderings, claims and points; `comparison` reaches
-the verdict and writes reproduction.json and report.md; `report` renders report.md; `verdict`
-gives the lines the CLI and the workflow print.
+the verdict and writes reproduction.json (typed in `records`) and report.md; `markdown`
+renders report.md; `verdict` gives the lines the CLI and the workflow print.
 """
 
 from servelab.reproduce.checks import NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED

@@ -6,20 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from servelab.analysis.claims import NOT_COMPARABLE as CLAIM_NOT_COMPARABLE
-from servelab.analysis.claims import ClaimVerdict, Findings, evaluate_claims
+from servelab.analysis.claims import ClaimEvidence, ClaimVerdict, Findings, evaluate_claims
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.diagnosis_records import Diagnosis
-from servelab.analysis.groups import PAIRED_METRICS, Groups, paired_table
+from servelab.analysis.groups import PAIRED_METRICS, Groups, PairedRow, paired_table
 from servelab.analysis.hostspeed import HostRatio, attribute
 from servelab.analysis.knee import Knee, dominance, knee
 from servelab.analysis.pipeline import searches_of
 from servelab.analysis.rounds import sequential_claims
+from servelab.analysis.search_records import SearchJson
 from servelab.analysis.stats import benjamini_hochberg, describe, ratio_ci, two_sample
 from servelab.analysis.stopping import StoppingRule
+from servelab.design.level import LevelValue
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection, ReproductionSection
 
@@ -30,16 +32,86 @@ POINT_METRICS = PAIRED_METRICS
 FDR_Q = 0.05  # the false discovery rate over the point tests of one comparison
 
 
+class PointCheck(TypedDict):
+    """A point of reproduction.json `points`: a metric's mean at one level on both sides, its
+    status and verdict (None where not judged); the test and the change against the host's
+    speed (`attribute_points`; absent in reproductions made before them)."""
+
+    server_config: str
+    concurrency: NotRequired[LevelValue]  # or, at request rates, `rate`
+    rate: NotRequired[LevelValue]
+    metric: str
+    reference_mean: float | None
+    fresh_mean: float | None
+    change_pct: float | None
+    reference_cv_pct: float | None
+    fresh_cv_pct: float | None
+    reference_n: int
+    fresh_n: int
+    status: str
+    verdict: str | None
+    p_value: NotRequired[float | None]
+    p_adjusted: NotRequired[float | None]
+    host_attribution: NotRequired[str | None]
+    direction: NotRequired[str | None]
+    vs_host_pct: NotRequired[float | None]
+
+
+class PairCheck(TypedDict):
+    """A paired difference of reproduction.json `paired` (the judged ones: `orderings`): the
+    reference's beside the fresh run's, its status and verdict (None where not judged)."""
+
+    server_config: str
+    a: LevelValue
+    b: LevelValue
+    metric: str
+    reference_diff_pct: float | None
+    reference_agree: NotRequired[str]
+    reference_verdict: str
+    fresh_diff_pct: float | None
+    fresh_agree: NotRequired[str | None]
+    fresh_verdict: str | None
+    judged: bool
+    status: str
+    verdict: str | None
+
+
+class ChainRow(TypedDict):
+    """A config's metric over adjacent levels on both sides (reproduction.json `chains`)."""
+
+    server_config: str
+    metric: str
+    reference: str
+    fresh: str
+    same: bool
+
+
+class ClaimCheck(TypedDict):
+    """A claim of reproduction.json `claims`: its verdict on both sides and the reproduction's
+    verdict; `as_measured` the verdict before a blocking provenance difference made it NOT
+    COMPARABLE, `host` the verdict with the host it was reached on."""
+
+    claim: str
+    reference_verdict: str
+    fresh_verdict: str | None
+    reference_evidence: ClaimEvidence
+    fresh_evidence: ClaimEvidence | None
+    verdict: str
+    reason: str | None
+    as_measured: NotRequired[str]
+    host: NotRequired[str]
+
+
 @dataclass
 class Analysed:
     ds: Dataset
     g: Groups
-    paired: list[dict[str, Any]]
+    paired: list[PairedRow]
     knee: list[Knee]
     dominance: list[dict[str, Any]]
     diagnoses: list[Diagnosis]
     # each configuration's SLO capacity search (search.json), for slo_capacity claims
-    searches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    searches: dict[str, SearchJson] = field(default_factory=dict)
 
 
 def analyse(ds: Dataset, opts: AnalysisSection) -> Analysed:
@@ -83,9 +155,14 @@ def _pct_change(ref: float | None, new: float | None) -> float | None:
     return 100.0 * (new / ref - 1.0)
 
 
-def point_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict[str, Any]]:
+def level_of(r: PointCheck) -> LevelValue:
+    """A point row's level: its rate at request rates, else its concurrency."""
+    return r["rate"] if "rate" in r else r["concurrency"]
+
+
+def point_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[PointCheck]:
     """Each point's mean on both sides; judged against `tolerance_pct` only when one is set."""
-    rows = []
+    rows: list[PointCheck] = []
     for sc in ref.g.configs:
         for c in ref.g.levels(sc):
             for m in POINT_METRICS:
@@ -102,31 +179,33 @@ def point_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dic
                     status = "within tolerance"
                 else:
                     status = "outside tolerance"
-                rows.append(
-                    {
-                        "server_config": sc,
-                        ref.g.axis: c,
-                        "metric": m,
-                        "reference_mean": rd.mean,
-                        "fresh_mean": nd.mean,
-                        "change_pct": change,
-                        "reference_cv_pct": rd.cv_pct,
-                        "fresh_cv_pct": nd.cv_pct,
-                        "reference_n": rd.n,
-                        "fresh_n": nd.n,
-                        "status": status,
-                        "verdict": {
-                            "missing": NOT_COMPARABLE if judged else None,
-                            "within tolerance": REPRODUCED,
-                            "outside tolerance": NOT_REPRODUCED,
-                        }.get(status),
-                    }
-                )
+                row: PointCheck = {
+                    "server_config": sc,
+                    "metric": m,
+                    "reference_mean": rd.mean,
+                    "fresh_mean": nd.mean,
+                    "change_pct": change,
+                    "reference_cv_pct": rd.cv_pct,
+                    "fresh_cv_pct": nd.cv_pct,
+                    "reference_n": rd.n,
+                    "fresh_n": nd.n,
+                    "status": status,
+                    "verdict": {
+                        "missing": NOT_COMPARABLE if judged else None,
+                        "within tolerance": REPRODUCED,
+                        "outside tolerance": NOT_REPRODUCED,
+                    }.get(status),
+                }
+                if ref.g.open_loop:
+                    row["rate"] = c
+                else:
+                    row["concurrency"] = c
+                rows.append(row)
     return rows
 
 
 def attribute_points(
-    rows: list[dict[str, Any]],
+    rows: list[PointCheck],
     ref: Analysed,
     new: Analysed,
     opts: AnalysisSection,
@@ -137,28 +216,34 @@ def attribute_points(
     change at least the practical threshold) attributed against the host-speed ratio `host`
     (analysis.hostspeed.attribute): sets `p_value`, `p_adjusted`, `host_attribution`,
     `direction` and `vs_host_pct` on each row; returns how many tests ran."""
-    axis = ref.g.axis
     sides = []
     for r in rows:
-        rv = list(ref.g.values(r["server_config"], r[axis], r["metric"]).values())
-        nv = list(new.g.values(r["server_config"], r[axis], r["metric"]).values())
+        rv = list(ref.g.values(r["server_config"], level_of(r), r["metric"]).values())
+        nv = list(new.g.values(r["server_config"], level_of(r), r["metric"]).values())
         p = two_sample(nv, rv, opts.threshold_pct, opts.alpha).p_value
         sides.append((ratio_ci(nv, rv), p))
     adjusted = benjamini_hochberg([p for _, p in sides], FDR_Q)
     for r, (ratio, p), q in zip(rows, sides, adjusted, strict=True):
         change = r["change_pct"]
-        changed = q is not None and q <= FDR_Q and change is not None
-        changed = changed and abs(change) >= opts.threshold_pct
+        tested = q is not None and q <= FDR_Q
+        changed = tested and change is not None and abs(change) >= opts.threshold_pct
         got = attribute(r["metric"], ratio, changed, host, opts.threshold_pct)
         answer = got.answer if q is not None else None  # untested: nothing to attribute
-        r.update(p_value=p, p_adjusted=q, host_attribution=answer, direction=got.direction)
+        r["p_value"], r["p_adjusted"] = p, q
+        r["host_attribution"], r["direction"] = answer, got.direction
         r["vs_host_pct"] = None if got.vs_host is None else 100.0 * (got.vs_host - 1.0)
     return sum(1 for q in adjusted if q is not None)
 
 
-def _by_pair(paired: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+def _by_pair(paired: list[PairedRow]) -> dict[tuple[str, LevelValue, LevelValue, str], PairedRow]:
     """Rows of a paired table by (config, a, b, metric)."""
     return {(r["server_config"], r["a"], r["b"], r["metric"]): r for r in paired}
+
+
+def _real_diff(pct: float | None) -> float:
+    """The mean difference of a paired row the reference called real (paired: never None)."""
+    assert pct is not None, "a real paired difference has its mean difference"
+    return pct
 
 
 def _real(verdict: str | None) -> bool:
@@ -170,7 +255,7 @@ def _invalid(verdict: str | None) -> bool:
     return verdict is not None and (verdict == "invalid" or verdict.startswith("invalid:"))
 
 
-def judged(r: dict[str, Any], s: ReproductionSection) -> bool:
+def judged(r: PairedRow, s: ReproductionSection) -> bool:
     """Whether a reproduction judges this ordering of the reference's paired table: the
     reference called it real, on a judged metric, by at least `min_effect_pct`."""
     rp = r["mean_rel_diff_pct"]
@@ -196,16 +281,17 @@ def ordering_claims(ref: Analysed, s: ReproductionSection) -> list[str]:
     return out
 
 
-def pair_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict[str, Any]]:
+def pair_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[PairCheck]:
     """Every paired difference of the reference beside the fresh one; judged (the orderings)
     where the reference called it real on a judged metric, by at least `min_effect_pct`."""
     fresh = _by_pair(new.paired)
-    rows = []
+    rows: list[PairCheck] = []
     for r in ref.paired:
         n = fresh.get((r["server_config"], r["a"], r["b"], r["metric"]))
-        rp, np_ = r["mean_rel_diff_pct"], (n or {}).get("mean_rel_diff_pct")
+        rp = r["mean_rel_diff_pct"]
+        np_ = n["mean_rel_diff_pct"] if n is not None else None
         is_judged = judged(r, s)
-        nv = (n or {}).get("verdict")
+        nv = n["verdict"] if n is not None else None
         if _invalid(r["verdict"]):
             status, verdict = "invalid in the reference", None
         elif _invalid(nv):
@@ -218,7 +304,7 @@ def pair_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict
             status, verdict = "preserved", REPRODUCED
         elif _real(nv):
             status, verdict = "reversed", NOT_REPRODUCED
-        elif (np_ > 0) == (rp > 0):
+        elif (np_ > 0) == (_real_diff(rp) > 0):
             status = "same sign, not significant"
             verdict = NOT_REPRODUCED if s.require_significance else REPRODUCED
         else:
@@ -233,7 +319,7 @@ def pair_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[dict
                 "reference_agree": r["agree"],
                 "reference_verdict": r["verdict"],
                 "fresh_diff_pct": np_,
-                "fresh_agree": (n or {}).get("agree"),
+                "fresh_agree": n["agree"] if n is not None else None,
                 "fresh_verdict": nv,
                 "judged": is_judged,
                 "status": status,
@@ -252,10 +338,10 @@ def _sym(v: str | None) -> str:
     return {"a > b": ">", "a < b": "<"}.get(v or "", "~")
 
 
-def chain_rows(ref: Analysed, new: Analysed) -> list[dict[str, Any]]:
+def chain_rows(ref: Analysed, new: Analysed) -> list[ChainRow]:
     """Adjacent levels as one line per config and metric: 'C64 < C128 > C256', or at request
     rates 'R1 < R2 > R4'."""
-    out = []
+    out: list[ChainRow] = []
     reference, fresh = _by_pair(ref.paired), _by_pair(new.paired)
     name = level_label(ref.g.axis)
     for sc in ref.g.configs:
@@ -266,8 +352,8 @@ def chain_rows(ref: Analysed, new: Analysed) -> list[dict[str, Any]]:
             rs, ns = name(lv[0]), name(lv[0])
             for a, b in zip(lv, lv[1:], strict=False):
                 rr, nr = reference.get((sc, a, b, m)), fresh.get((sc, a, b, m))
-                rs += f" {_sym((rr or {}).get('verdict'))} {name(b)}"
-                ns += f" {_sym((nr or {}).get('verdict')) if nr else '?'} {name(b)}"
+                rs += f" {_sym(rr['verdict'] if rr else None)} {name(b)}"
+                ns += f" {_sym(nr['verdict']) if nr else '?'} {name(b)}"
             out.append(
                 {"server_config": sc, "metric": m, "reference": rs, "fresh": ns, "same": rs == ns}
             )
@@ -276,11 +362,11 @@ def chain_rows(ref: Analysed, new: Analysed) -> list[dict[str, Any]]:
 
 def claim_rows(
     ref: Analysed, new: Analysed, opts: AnalysisSection, claims: list[str]
-) -> list[dict[str, Any]]:
+) -> list[ClaimCheck]:
     """Each claim evaluated on both sides: reproduced when the fresh run gives the reference's
     verdict; not comparable without fresh data, or when either side is invalid or not
     comparable (configs measured on differing hosts), or the reference inconclusive."""
-    rows = []
+    rows: list[ClaimCheck] = []
     for claim in claims:
         try:
             rc = _claim(ref, opts, claim)
@@ -289,7 +375,7 @@ def claim_rows(
         try:
             nc = _claim(new, opts, claim)
             fresh_verdict: str | None = nc["verdict"]
-            evidence: Any = nc["evidence"]
+            evidence: ClaimEvidence | None = nc["evidence"]
             reason = None
         except ServelabError as exc:
             fresh_verdict, evidence, reason = None, None, str(exc)

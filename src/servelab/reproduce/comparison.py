@@ -41,6 +41,12 @@ from servelab.reproduce.checks import (
 )
 from servelab.reproduce.markdown import report_markdown
 from servelab.reproduce.provenance_diff import provenance_diff
+from servelab.reproduce.records import (
+    HostSpeedRecord,
+    ReproductionRecord,
+    Settings,
+    host_speed_json,
+)
 from servelab.reproduce.sides import Side, open_side
 from servelab.store.jsonio import write_json
 from servelab.store.paths import ExperimentPaths
@@ -105,7 +111,7 @@ def other_dataset(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
     )
 
 
-def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any]:
+def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> ReproductionRecord:
     """Both sides analysed with the reference's options, checked, and judged: the content of
     reproduction.json. Sides measured on different datasets are refused (one line)."""
     if ref.provenance is not None and new.provenance is not None:
@@ -142,11 +148,20 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any
     for row in claims_checked:
         if row["verdict"] != NOT_COMPARABLE:
             row["host"] = _qualified(row["verdict"], host)
-    failed = [
-        c
-        for c in (*pairs, *claims_checked, *points)
-        if c.get("judged", True) and c["verdict"] == NOT_REPRODUCED
-    ]
+    checked: list[Mapping[str, object]] = [*pairs, *claims_checked, *points]
+    failed = [c for c in checked if c.get("judged", True) and c["verdict"] == NOT_REPRODUCED]
+    settings: Settings = {
+        # as floats: a config may write them as integers (the schema's default is 0)
+        "metrics": list(s.metrics),
+        "min_effect_pct": float(s.min_effect_pct),
+        "require_significance": s.require_significance,
+        "tolerance_pct": None if s.tolerance_pct is None else float(s.tolerance_pct),
+        "tolerance_metrics": list(s.tolerance_metrics),
+        "threshold_pct": opts.threshold_pct,
+        "alpha": opts.alpha,
+    }
+    if ra.g.open_loop:  # a sweep over request rates (a concurrency sweep's record stays as it was)
+        settings["axis"] = "rate"
     return {
         "format_version": FORMAT_VERSION,
         "verdict": overall,
@@ -157,18 +172,7 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> dict[str, Any
         "fdr": {"method": "Benjamini-Hochberg", "q": FDR_Q, "tests": tests},
         "reference": ref.describe(),
         "fresh": new.describe(),
-        "settings": {
-            # as floats: a config may write them as integers (the schema's default is 0)
-            "metrics": list(s.metrics),
-            "min_effect_pct": float(s.min_effect_pct),
-            "require_significance": s.require_significance,
-            "tolerance_pct": None if s.tolerance_pct is None else float(s.tolerance_pct),
-            "tolerance_metrics": list(s.tolerance_metrics),
-            "threshold_pct": opts.threshold_pct,
-            "alpha": opts.alpha,
-            # a sweep over request rates (a concurrency sweep's record stays as it was)
-            **({"axis": "rate"} if ra.g.open_loop else {}),
-        },
+        "settings": settings,
         "notes": notes,
         "claims": claims_checked,
         "orderings": [p for p in pairs if p["judged"]],
@@ -193,7 +197,7 @@ def _qualified(verdict: str, host: HostComparison) -> str:
     return f"{verdict} {host['qualifier']}"
 
 
-def host_speed_record(ref: Side, new: Side) -> dict[str, Any]:
+def host_speed_record(ref: Side, new: Side) -> HostSpeedRecord:
     """The host-speed ratio of the fresh run to the reference (their canaries in raw/<sc>/
     run.json; above 1: the fresh host is faster) with its band, or why there is none."""
     speeds: list[HostSpeed | None] = []
@@ -207,20 +211,26 @@ def host_speed_record(ref: Side, new: Side) -> dict[str, Any]:
     before, after = speeds
     why = "; ".join(errors) or why_no_ratio(before, after, ("the reference", "the fresh run"))
     ratio = None if errors else host_ratio(before, after)
-    return {"recorded": ratio is not None, "why_not": why} | (
-        ratio.to_json() if ratio is not None else {}
+    return host_speed_json(ratio, why)
+
+
+def _ratio(speed: HostSpeedRecord) -> HostRatio | None:
+    if not speed.get("recorded"):
+        return None
+    return HostRatio(
+        float(speed["ratio"]),
+        float(speed["low"]),
+        float(speed["high"]),
+        float(speed["compute"]),
+        float(speed["bandwidth"]),
     )
 
 
-def _ratio(speed: Mapping[str, Any]) -> HostRatio | None:
-    if not speed.get("recorded"):
-        return None
-    keys = ("ratio", "low", "high", "compute", "bandwidth")
-    return HostRatio(*(float(speed[k]) for k in keys))
-
-
 def _attributed(
-    verdict: str, host: HostComparison, speed: Mapping[str, Any], failed: list[dict[str, Any]]
+    verdict: str,
+    host: HostComparison,
+    speed: HostSpeedRecord,
+    failed: list[Mapping[str, object]],
 ) -> str:
     """What a failure on an equivalent or identical host says of the code. A regression only
     where the host's speed is recorded on both sides and explains no failed check: an
@@ -255,7 +265,7 @@ def compare(
     new_path: Path,
     settings: ReproductionSection | None = None,
     out: Path | None = None,
-) -> dict[str, Any]:
+) -> ReproductionRecord:
     """Open (and verify) both sides, compare, and write reproduction.json and report.md.
     `settings`: how strictly the fresh run must match (None: the schema's defaults)."""
     s = settings or default_section(ReproductionSection, "reproduction")
@@ -271,7 +281,7 @@ def compare(
     return result
 
 
-def reproduce_experiment(exp: Experiment, paths: ExperimentPaths) -> dict[str, Any]:
+def reproduce_experiment(exp: Experiment, paths: ExperimentPaths) -> ReproductionRecord:
     """The workflow's stage: compare the experiment's fresh bundle with its `reference:`, as
     its `reproduction:` section says; write reproduction.json and report.md."""
     if exp.reference is None:

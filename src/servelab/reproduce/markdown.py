@@ -8,7 +8,11 @@ import hashlib
 import json
 from typing import Any
 
+from servelab.hostfacts.compare import HostComparison
 from servelab.render import md_escape, md_table, num
+from servelab.reproduce.checks import ClaimCheck, PairCheck, PointCheck
+from servelab.reproduce.provenance_diff import ProvenanceDiff
+from servelab.reproduce.records import Fdr, ReproductionRecord
 from servelab.reproduce.verdict import (
     attribution_text,
     claim_verdict_text,
@@ -35,7 +39,7 @@ HOST_CLASS_TEXT = {
 }
 
 
-def report_markdown(r: dict[str, Any]) -> str:
+def report_markdown(r: ReproductionRecord) -> str:
     lines = _head(r)
     lines += _claims(r["claims"])
     lines += _orderings(r)
@@ -46,7 +50,7 @@ def report_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _head(r: dict[str, Any]) -> list[str]:
+def _head(r: ReproductionRecord) -> list[str]:
     ref, new, s = r["reference"], r["fresh"], r["settings"]
     lines = [
         "# Reproduction",
@@ -76,7 +80,7 @@ def _head(r: dict[str, Any]) -> list[str]:
     return lines + [f"- Note: {n}" for n in r["notes"]]
 
 
-def _claims(claims: list[dict[str, Any]]) -> list[str]:
+def _claims(claims: list[ClaimCheck]) -> list[str]:
     lines = ["", "## Claims", ""]
     if not claims:
         return [*lines, "The reference states no claims."]
@@ -92,14 +96,14 @@ def _claims(claims: list[dict[str, Any]]) -> list[str]:
     return lines + md_table(("claim", "reference", "fresh", "verdict"), rows)
 
 
-def _pair(o: dict[str, Any], axis: str | None) -> str:
+def _pair(o: PairCheck, axis: str | None) -> str:
     """An ordering's pair: C8 vs C16, or R1 vs R2 at request rates."""
     if axis == "rate":
         return f"R{o['a']:g} vs R{o['b']:g}"
     return f"C{o['a']} vs C{o['b']}"
 
 
-def _orderings(r: dict[str, Any]) -> list[str]:
+def _orderings(r: ReproductionRecord) -> list[str]:
     lines = ["", "## Orderings", ""]
     word = "request rates" if r["settings"].get("axis") == "rate" else "concurrency levels"
     lines += [f"Adjacent {word}, `<`/`>` a real difference, `~` none:", ""]
@@ -133,7 +137,7 @@ def _orderings(r: dict[str, Any]) -> list[str]:
     return lines + md_table(header, pairs)
 
 
-def _points(points: list[dict[str, Any]], fdr: dict[str, Any] | None = None) -> list[str]:
+def _points(points: list[PointCheck], fdr: Fdr | None = None) -> list[str]:
     lines = ["", "## Points", "", "Means over repeats; change = fresh / reference - 1.", ""]
     attributed = fdr is not None
     if attributed:
@@ -164,14 +168,14 @@ def _points(points: list[dict[str, Any]], fdr: dict[str, Any] | None = None) -> 
     return lines + md_table(header, rows)
 
 
-def _host_speed_section(r: dict[str, Any]) -> list[str]:
+def _host_speed_section(r: ReproductionRecord) -> list[str]:
     speed = host_speed_text(r)
     if speed is None:
         return []
     return ["", "## Host speed", "", f"Host speed: {speed}."]
 
 
-def _host_section(host: dict[str, Any] | None) -> list[str]:
+def _host_section(host: HostComparison | None) -> list[str]:
     if host is None:
         return []
     lines = [
@@ -202,7 +206,7 @@ def _host_section(host: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def _provenance(prov: dict[str, Any]) -> list[str]:
+def _provenance(prov: ProvenanceDiff) -> list[str]:
     lines = ["", "## Provenance", ""]
     if prov["not_clean_room"]:
         lines += [f"- **{f}**" for f in prov["not_clean_room"]]

@@ -7,19 +7,55 @@ noted field is reported. Values are compared as each side recorded them.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
+from servelab.evidence.documents import Provenance
 from servelab.hostfacts.compare import HostComparison
 from servelab.reproduce.sides import Side
 
 
+class FieldRow(TypedDict):
+    """A field both sides record (reproduction.json `provenance.fields`): each side's value,
+    whether they are the same and the effect of a difference ("blocks" or "note")."""
+
+    field: str
+    reference: Any
+    fresh: Any
+    same: bool
+    effect: str
+
+
+class ProvenanceDiff(TypedDict):
+    """reproduction.json `provenance`: the fields compared, those that differ (with the hosts'
+    differing facts), those that block the comparison, what keeps the fresh run from being a
+    clean room, and what could not be checked of a server servelab did not launch."""
+
+    fields: list[FieldRow]
+    differs: list[str]
+    blocking: list[str]
+    not_clean_room: list[str]
+    not_checked: list[str]
+
+
+class EndpointSide(TypedDict):
+    """A side measured on a server servelab did not launch: its URL, served model, what the
+    server said of its model, and whether it ran on the client's host."""
+
+    url: str | None
+    served_model: str | None
+    root: str | None
+    max_model_len: int | None
+    local: bool | None
+
+
 # (field, getter) pairs; a difference in one of these makes the comparison NOT COMPARABLE.
-def _gpu_models(p: dict[str, Any]) -> Any:
+def _gpu_models(p: Provenance) -> Any:
     gpus = p.get("host", {}).get("gpus") or []
     return sorted(str(g.get("name")) for g in gpus) or None
 
 
-def _image_digest(p: dict[str, Any]) -> Any:
+def _image_digest(p: Provenance) -> Any:
     rt = p.get("runtime", {})
     for key in ("image_digest", "digest", "image_id"):
         if rt.get(key):
@@ -29,7 +65,7 @@ def _image_digest(p: dict[str, Any]) -> Any:
 
 
 def _cfg(section: str, *keys: str) -> Any:
-    def get(p: dict[str, Any]) -> Any:
+    def get(p: Provenance) -> Any:
         v: Any = (p.get("config") or {}).get(section)
         for k in keys:
             v = v.get(k) if isinstance(v, dict) else None
@@ -39,7 +75,7 @@ def _cfg(section: str, *keys: str) -> Any:
 
 
 def _at(*keys: str) -> Any:
-    def get(p: dict[str, Any]) -> Any:
+    def get(p: Provenance) -> Any:
         v: Any = p
         for k in keys:
             v = v.get(k) if isinstance(v, dict) else None
@@ -52,7 +88,7 @@ def _at(*keys: str) -> Any:
 NOTED_WORKLOAD_KEYS = frozenset({"unique_prompts"})
 
 
-def _workload(p: dict[str, Any]) -> Any:
+def _workload(p: Provenance) -> Any:
     w = _cfg("workload")(p)
     if not isinstance(w, dict):
         return w
@@ -93,10 +129,10 @@ NOTES: list[tuple[str, Any]] = [
 ]
 
 
-def endpoint_of(side: Side) -> dict[str, Any] | None:
+def endpoint_of(side: Side) -> EndpointSide | None:
     """A side measured on a server servelab did not launch (runtime.kind endpoint): its URL,
     served model and what the server said of its model; None for any other side."""
-    prov = side.provenance or {}
+    prov: Mapping[str, Any] = side.provenance or {}
     runtime = prov.get("runtime") or (side.config or {}).get("runtime") or {}
     if runtime.get("kind") != "endpoint":
         return None
@@ -138,10 +174,10 @@ def not_checked(ref: Side, new: Side) -> list[str]:
     return lines
 
 
-def provenance_diff(ref: Side, new: Side, host: HostComparison) -> dict[str, Any]:
+def provenance_diff(ref: Side, new: Side, host: HostComparison) -> ProvenanceDiff:
     """Field by field: what differs, and whether it stops the comparison being clean-room.
     `host` is the hosts' comparison (`compare_hosts`), whose differing facts are listed too."""
-    rows: list[dict[str, Any]] = []
+    rows: list[FieldRow] = []
     flags: list[str] = []
     if ref.provenance is None or new.provenance is None:
         missing = [w for w, side in (("reference", ref), ("fresh", new)) if not side.provenance]

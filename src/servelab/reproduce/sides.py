@@ -11,17 +11,36 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import yaml
 
 from servelab.analysis.dataset import detect_layout, vllm_bench_files
 from servelab.analysis.pipeline import analysis_section
 from servelab.errors import ServelabError
+from servelab.evidence.documents import Provenance
 from servelab.evidence.files import safe_extract
 from servelab.evidence.verify import check_release_folder, is_release_folder, verify
 from servelab.experiment import AnalysisSection
 from servelab.store.jsonio import read_json
+
+# what a vllm-bench tree says about its setup (BENCH_FACTS): names, and numbers for a tree at
+# request rates (an infinite burstiness as "inf")
+BenchFacts = dict[str, str | float]
+
+
+class SideFacts(TypedDict):
+    """A side as reproduction.json names it (`reference`, `fresh`): the path given and its
+    kind; a release's tag, tarball sha256 and whether it is pinned; the experiment and when it
+    started, where its provenance says."""
+
+    path: str
+    kind: str
+    tag: NotRequired[str | None]
+    tarball_sha256: NotRequired[str | None]
+    pinned: NotRequired[bool | None]
+    experiment: NotRequired[str | None]
+    started: NotRequired[str | None]
 
 
 @dataclass
@@ -32,9 +51,9 @@ class Side:
     kind: str  # release | tarball | bundle | experiment | vllm-bench
     root: Path
     config: dict[str, Any] | None = None
-    provenance: dict[str, Any] | None = None
+    provenance: Provenance | None = None
     release: dict[str, Any] | None = None
-    bench_facts: dict[str, Any] = field(default_factory=dict)
+    bench_facts: BenchFacts = field(default_factory=dict)
 
     @property
     def analysis(self) -> AnalysisSection:
@@ -43,8 +62,8 @@ class Side:
         a side that records no config (raw results, a vllm-bench tree)."""
         return analysis_section((self.config or {}).get("analysis"))
 
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"path": self.given, "kind": self.kind}
+    def describe(self) -> SideFacts:
+        out: SideFacts = {"path": self.given, "kind": self.kind}
         if self.release:
             out["tag"] = self.release.get("tag")
             out["tarball_sha256"] = self.release.get("tarball_sha256")
@@ -126,7 +145,7 @@ BENCH_FACTS = ("model_id", "tokenizer_id", "backend", "endpoint_type", "label")
 BENCH_RATE_FACTS = ("burstiness", "max_concurrency")
 
 
-def _bench_facts(root: Path) -> dict[str, Any]:
+def _bench_facts(root: Path) -> BenchFacts:
     """What a vllm-bench tree says about its setup (from its first benchmark.json)."""
     files = vllm_bench_files(root)
     if not files:

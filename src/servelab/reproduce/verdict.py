@@ -6,16 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from servelab.analysis.hostspeed import AS_HOST, BEYOND_HOST, HOST_NOT_RECORDED, UNCHANGED
-from servelab.reproduce.checks import NOT_REPRODUCED, REPRODUCED
+from servelab.reproduce.checks import NOT_REPRODUCED, REPRODUCED, ClaimCheck, PointCheck
+from servelab.reproduce.records import ReproductionRecord
 
 
-def verdict_text(r: dict[str, Any]) -> str:
+def verdict_text(r: ReproductionRecord) -> str:
     """The verdict with the host it was reached on (bare in results made before hosts were
     compared)."""
     return str(r.get("verdict_text") or r["verdict"])
 
 
-def claim_verdict_text(c: dict[str, Any]) -> str:
+def claim_verdict_text(c: ClaimCheck) -> str:
     return str(c.get("host") or c["verdict"])
 
 
@@ -24,7 +25,7 @@ def signed_pct(x: Any) -> str:
     return "-" if x is None else f"{x:+.2f}%"
 
 
-def attribution_text(p: dict[str, Any]) -> str:
+def attribution_text(p: PointCheck) -> str:
     """A point row's change against the host's speed, in a few words ("" when untested)."""
     answer = p.get("host_attribution")
     if answer == BEYOND_HOST:
@@ -38,7 +39,7 @@ def attribution_text(p: dict[str, Any]) -> str:
     }.get(str(answer), "")
 
 
-def host_speed_text(r: dict[str, Any]) -> str | None:
+def host_speed_text(r: ReproductionRecord) -> str | None:
     """The fresh host's speed against the reference's, one line (None in results made before
     the host speed was compared)."""
     hs = r.get("host_speed")
@@ -55,7 +56,7 @@ def host_speed_text(r: dict[str, Any]) -> str | None:
     )
 
 
-def verdict_lines(r: dict[str, Any]) -> list[str]:
+def verdict_lines(r: ReproductionRecord) -> list[str]:
     """What `servelab compare` and the workflow print: the verdict, then one line per check
     that did not reproduce (a point's with its change against the host's speed) and per
     claim, the host's speed (when recorded, or when the verdict is NOT REPRODUCED) and what

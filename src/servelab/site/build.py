@@ -10,14 +10,15 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from servelab.errors import ServelabError
 from servelab.evidence.files import walk_files
 from servelab.evidence.schemas import validate_file
 from servelab.site import history_view, layout, pages, release_view
 from servelab.site.check import CheckedRelease, check_release
-from servelab.site.reproduction_view import reproduction_view
+from servelab.site.release_records import CopiedFile, ProfilesSection, ReleaseRow, Tarball
+from servelab.site.reproduction_view import ReproductionView, SideView, reproduction_view
 from servelab.site.scan import (
     EvidenceDir,
     ExperimentDir,
@@ -54,8 +55,32 @@ class BuiltRelease:
     experiment: str
     tarball_sha256: str | None
     failures: tuple[str, ...]
-    row: dict[str, Any]
+    row: ReleaseRow
     checked: CheckedRelease
+
+
+class HistoryPage(TypedDict):
+    """The history page's context beside its title: the history (None when there is none,
+    with the error), each release's page and the releases in order."""
+
+    h: history_view.HistoryView | None
+    error: str | None
+    pages: dict[str, str]
+    releases: list[tuple[str, str]]
+
+
+class ReproductionRow(TypedDict):
+    """A reproduction in the index: its page, its verdict (absent when unreadable, with the
+    error) and its sides in a few words ("-" when unreadable)."""
+
+    name: str
+    href: str
+    error: str | None
+    verdict: NotRequired[str]
+    verdict_text: NotRequired[str]
+    css: NotRequired[str]
+    reference: NotRequired[str]
+    fresh: NotRequired[str]
 
 
 @dataclass
@@ -107,7 +132,7 @@ def _prepare(out: Path, evidence: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _copy_folder(site: Site, src: Path, dest: str) -> list[dict[str, Any]]:
+def _copy_folder(site: Site, src: Path, dest: str) -> list[CopiedFile]:
     """Every file of `src` copied under the site path `dest`: (path, bytes) each; none when
     the folder holds a link (the verification names it)."""
     try:
@@ -169,7 +194,7 @@ def _release(site: Site, rel: ReleaseDir, workdir: Path) -> BuiltRelease:
     if failures:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         site.say(f"warning: {rel.experiment}/{rel.tag} does not verify: {failures[0]}{more}")
-    row = {
+    row: ReleaseRow = {
         **r["row"],
         "href": layout.href(layout.INDEX, page),
         "href_failures": layout.href(layout.INDEX, page, "verification"),
@@ -178,8 +203,8 @@ def _release(site: Site, rel: ReleaseDir, workdir: Path) -> BuiltRelease:
 
 
 def _tarball(
-    rel: ReleaseDir, page: str, checked: CheckedRelease, files: list[dict[str, Any]]
-) -> dict[str, str] | None:
+    rel: ReleaseDir, page: str, checked: CheckedRelease, files: list[CopiedFile]
+) -> Tarball | None:
     if checked.tarball is None or checked.tarball not in {f["path"] for f in files}:
         return None
     target = f"{layout.release_files(rel.experiment, rel.tag)}/{checked.tarball}"
@@ -190,7 +215,7 @@ def _tarball(
     }
 
 
-def _profiles(site: Site, rel: ReleaseDir, bundle: Path | None, page: str) -> dict[str, Any]:
+def _profiles(site: Site, rel: ReleaseDir, bundle: Path | None, page: str) -> ProfilesSection:
     """The profile summaries of the bundle inside the tarball, their files copied beside the
     page."""
     try:
@@ -207,11 +232,8 @@ def _profiles(site: Site, rel: ReleaseDir, bundle: Path | None, page: str) -> di
                 target = f"{dest}/profile/{layout.file_name(p['server_config'])}/{name}"
                 site.copy(src, target)
                 links[key] = layout.href(page, target)
-        p.update(
-            markdown=links.get("markdown"),
-            json=links.get("json"),
-            id=layout.anchor(p["server_config"]),
-        )
+        p["markdown"], p["json"] = links.get("markdown"), links.get("json")
+        p["id"] = layout.anchor(p["server_config"])
     return {"error": None, "rows": rows}
 
 
@@ -221,10 +243,8 @@ def _history(site: Site, exp: ExperimentDir, built: list[BuiltRelease], workdir:
     page = layout.history_page(exp.name)
     name = built[0].experiment if built else exp.name
     links = {b.rel.tag: layout.href(page, b.page) for b in built}
-    context: dict[str, Any] = {"h": None, "error": None, "pages": links}
-    context["releases"] = sorted(
-        links.items(), key=lambda t: [b.rel.tag for b in built].index(t[0])
-    )
+    releases = sorted(links.items(), key=lambda t: [b.rel.tag for b in built].index(t[0]))
+    context: HistoryPage = {"h": None, "error": None, "pages": links, "releases": releases}
     api = history_view.history_api()
     if api is None:
         context["error"] = (
@@ -285,14 +305,14 @@ def _finder(
     return find
 
 
-def _reproduction(site: Site, rp: ReproductionDir, built: list[BuiltRelease]) -> dict[str, Any]:
+def _reproduction(site: Site, rp: ReproductionDir, built: list[BuiltRelease]) -> ReproductionRow:
     """One reproduction's page (its files copied beside it); its row of the index."""
     page = layout.reproduction_page(rp.name)
     files = _copy_folder(site, rp.path, layout.reproduction_files(rp.name))
     for f in files:
         f["href"] = layout.href(page, f"{layout.reproduction_files(rp.name)}/{f['path']}")
     record = rp.path / "reproduction.json"
-    view: dict[str, Any] | None = None
+    view: ReproductionView | None = None
     error = None
     try:
         validate_file(record, "reproduction", "reproduction.json")
@@ -324,23 +344,27 @@ def _reproduction(site: Site, rp: ReproductionDir, built: list[BuiltRelease]) ->
     )
     if error:
         site.say(f"warning: {rp.name}: reproduction.json unreadable: {error}")
-    row: dict[str, Any] = {"name": rp.name, "href": layout.href(layout.INDEX, page), "error": error}
+    href = layout.href(layout.INDEX, page)
+    row: ReproductionRow = {"name": rp.name, "href": href, "error": error}
     if view is not None:
-        sides = {k: view[k] for k in ("reference", "fresh")}
-        row.update(verdict=view["verdict"], verdict_text=view["verdict_text"], css=view["css"])
-        row.update(
-            {
-                k: " ".join(str(x) for x in (s["experiment"], s["tag"] or s["path"]) if x)
-                for k, s in sides.items()
-            }
+        row["verdict"], row["verdict_text"], row["css"] = (
+            view["verdict"],
+            view["verdict_text"],
+            view["css"],
         )
+        row["reference"], row["fresh"] = _side_text(view["reference"]), _side_text(view["fresh"])
     else:
-        row.update(reference="-", fresh="-")
+        row["reference"], row["fresh"] = "-", "-"
     return row
 
 
+def _side_text(s: SideView) -> str:
+    """A side in the index: its experiment and tag (or its path)."""
+    return " ".join(str(x) for x in (s["experiment"], s["tag"] or s["path"]) if x)
+
+
 def _index(
-    site: Site, found: EvidenceDir, built: list[BuiltRelease], repros: list[dict[str, Any]]
+    site: Site, found: EvidenceDir, built: list[BuiltRelease], repros: list[ReproductionRow]
 ) -> None:
     experiments = [
         {

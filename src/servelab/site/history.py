@@ -39,6 +39,7 @@ from servelab.analysis.hostspeed import (
     why_no_ratio,
 )
 from servelab.analysis.stats import Ratio, benjamini_hochberg, describe, ratio_ci, two_sample
+from servelab.design.level import LevelValue
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import compare_hosts, difference_names, host_qualifier
@@ -47,8 +48,17 @@ from servelab.render import num
 from servelab.reproduce.checks import POINT_METRICS, Analysed, analyse
 from servelab.reproduce.comparison import other_dataset
 from servelab.reproduce.provenance_diff import provenance_diff
+from servelab.reproduce.records import HostSpeedRecord, host_speed_json
 from servelab.reproduce.sides import Side, bundle_side, open_side, refusal
 from servelab.site.check import CheckedRelease
+from servelab.site.history_records import (
+    History,
+    Pair,
+    PairPoint,
+    ReleaseRow,
+    Series,
+    SeriesPoint,
+)
 from servelab.site.values import host_class
 from servelab.store.jsonio import dumps, read_json
 
@@ -66,7 +76,9 @@ class _Release:
     none."""
 
     tag: str
-    provenance: dict[str, Any] | None
+    # provenance.json as read beside the tarball (unverified, for a release that cannot be
+    # opened), then the opened side's
+    provenance: Mapping[str, Any] | None
     side: Side | None = None
     # its recorded analysis options and its analysis, both None when `error` says why
     opts: AnalysisSection | None = None
@@ -77,7 +89,7 @@ class _Release:
     host_error: str | None = None
 
 
-def _beside(path: Path) -> tuple[str, dict[str, Any] | None, dict[str, Any]]:
+def _beside(path: Path) -> tuple[str, Mapping[str, Any] | None, dict[str, Any]]:
     """The tag (release.json's, else the folder's name), the provenance.json beside the
     tarball and release.json ({} when unreadable), read without opening the tarball (for a
     release that cannot be opened)."""
@@ -142,12 +154,12 @@ def _shown(path: Path) -> str:
     return Path(*path.parts[-3:]).as_posix()
 
 
-def _release_row(rel: _Release) -> dict[str, Any]:
+def _release_row(rel: _Release) -> ReleaseRow:
     prov = rel.provenance or {}
     pipe = prov.get("pipeline") if isinstance(prov.get("pipeline"), dict) else {}
     assert isinstance(pipe, dict)
     points = rel.analysed.ds.points if rel.analysed is not None else []
-    row: dict[str, Any] = {
+    row: ReleaseRow = {
         "tag": rel.tag,
         "date": prov.get("started"),
         "git_commit": pipe.get("git_commit"),
@@ -200,10 +212,10 @@ def _repeats(rel: _Release, key: Key) -> tuple[list[float], int] | None:
     return [values[r] for r in sorted(values)], measured - len(values)
 
 
-def _series(rels: list[_Release]) -> list[dict[str, Any]]:
-    out = []
+def _series(rels: list[_Release]) -> list[Series]:
+    out: list[Series] = []
     for key in _keys(rels):
-        points = []
+        points: list[SeriesPoint] = []
         for rel in rels:
             got = _repeats(rel, key)
             if got is None:
@@ -220,18 +232,36 @@ def _series(rels: list[_Release]) -> list[dict[str, Any]]:
                     "invalid": got[1],
                 }
             )
-        out.append(_keyed(key) | {"points": points})
+        m, sc, axis, level = _keyed(key)
+        out.append(
+            {"metric": m, "server_config": sc, "axis": axis, "level": level, "points": points}
+        )
     return out
 
 
-def _keyed(key: Key) -> dict[str, Any]:
+def _keyed(key: Key) -> tuple[str, str, str, LevelValue]:
+    """A key as the record names it: a concurrency as a whole number."""
     m, sc, axis, level = key
-    return {
+    return m, sc, axis, int(level) if axis == "concurrency" and level.is_integer() else level
+
+
+def _pair_row(
+    key: Key, change: float | None, p_value: float | None, verdict: str | None = None
+) -> PairPoint:
+    """A point of a pair: what it is of, its change and its test; its verdict where the pair
+    is not comparable (else `_judge` gives it)."""
+    m, sc, axis, level = _keyed(key)
+    row: PairPoint = {
         "metric": m,
         "server_config": sc,
         "axis": axis,
-        "level": int(level) if axis == "concurrency" and level.is_integer() else level,
+        "level": level,
+        "change_pct": change,
+        "p_value": p_value,
     }
+    if verdict is not None:
+        row["verdict"] = verdict
+    return row
 
 
 def _why_not(before: _Release, after: _Release, host: HostComparison) -> list[str]:
@@ -265,25 +295,24 @@ def _test(before: list[float], after: list[float], opts: AnalysisSection) -> flo
     return two_sample(after, before, opts.threshold_pct, opts.alpha).p_value
 
 
-def _pair_point(key: Key, before: _Release, after: _Release) -> dict[str, Any]:
+def _pair_point(key: Key, before: _Release, after: _Release) -> PairPoint:
     """A point's means on both sides, its change and its test (the verdict comes with the
     pair's false discovery control, `_judge`)."""
     b, a = _repeats(before, key), _repeats(after, key)
     bm = describe(b[0]).mean if b else None
     am = describe(a[0]).mean if a else None
-    row = _keyed(key) | {"before_mean": bm, "after_mean": am}
     opts = before.opts
     assert opts is not None
     bv, av = (b[0] if b else []), (a[0] if a else [])
     ratio = ratio_ci(av, bv, 0.05)  # its 95% interval
-    return row | {
-        "change_pct": 100.0 * (am / bm - 1.0) if am is not None and bm else None,
-        "p_value": _test(bv, av, opts),
-        "ratio": None if ratio is None else [ratio.value, ratio.low, ratio.high],
-    }
+    change = 100.0 * (am / bm - 1.0) if am is not None and bm else None
+    row = _pair_row(key, change, _test(bv, av, opts))
+    row["before_mean"], row["after_mean"] = bm, am
+    row["ratio"] = None if ratio is None else [ratio.value, ratio.low, ratio.high]
+    return row
 
 
-def _judge(points: list[dict[str, Any]], before: _Release, after: _Release) -> None:
+def _judge(points: list[PairPoint], before: _Release, after: _Release) -> None:
     """Each point's verdict: Benjamini-Hochberg over the pair's tests at FDR_Q, a discovery
     reaching the practical threshold is a change, and a change is attributed against the
     host's speed (analysis.hostspeed.attribute)."""
@@ -294,38 +323,41 @@ def _judge(points: list[dict[str, Any]], before: _Release, after: _Release) -> N
     for p, q in zip(points, adjusted, strict=True):
         p["p_adjusted"] = q
         if q is None:
-            p.update(verdict=INVALID, direction=None, vs_host_pct=None)
+            p["verdict"], p["direction"], p["vs_host_pct"] = INVALID, None, None
             continue
         change = p["change_pct"]
         changed = q <= FDR_Q and change is not None and abs(change) >= opts.threshold_pct
-        r = p["ratio"]
-        got = attribute(p["metric"], Ratio(*r) if r else None, changed, host, opts.threshold_pct)
+        got = attribute(p["metric"], _ratio(p.get("ratio")), changed, host, opts.threshold_pct)
         vs = None if got.vs_host is None else 100.0 * (got.vs_host - 1.0)
-        p.update(verdict=got.answer, direction=got.direction, vs_host_pct=vs)
+        p["verdict"], p["direction"], p["vs_host_pct"] = got.answer, got.direction, vs
 
 
-def _host_speed(before: _Release, after: _Release) -> dict[str, Any]:
+def _ratio(r: list[float | None] | None) -> Ratio | None:
+    """A point's ratio as the record holds it ([value, low, high]), None without one."""
+    if not r:
+        return None
+    value, low, high = r
+    assert value is not None  # only the interval may be missing
+    return Ratio(value, low, high)
+
+
+def _host_speed(before: _Release, after: _Release) -> HostSpeedRecord:
     """The pair's host-speed record: the ratio and its band, or why there is none."""
     why = why_no_ratio(before.host, after.host, (before.tag, after.tag))
     errors = [f"{r.tag}: {r.host_error}" for r in (before, after) if r.host_error]
     if errors:
         why = "; ".join(errors)
     ratio = host_ratio(before.host, after.host) if not errors else None
-    return {"recorded": ratio is not None, "why_not": why} | (
-        ratio.to_json() if ratio is not None else {}
-    )
+    return host_speed_json(ratio, why)
 
 
-def _pair(before: _Release, after: _Release) -> dict[str, Any]:
+def _pair(before: _Release, after: _Release) -> Pair:
     host = compare_hosts(before.provenance, after.provenance)
     why = _why_not(before, after, host)
     keys = [k for k in _keys([before, after]) if _repeats(before, k) or _repeats(after, k)]
     relevant, other = host["relevant_differences"], host["other_differences"]
     if why:
-        points = [
-            _keyed(k) | {"change_pct": None, "p_value": None, "verdict": NOT_COMPARABLE}
-            for k in keys
-        ]
+        points = [_pair_row(k, None, None, NOT_COMPARABLE) for k in keys]
     else:
         points = [_pair_point(k, before, after) for k in keys]
         _judge(points, before, after)
@@ -355,7 +387,7 @@ def release_history(
     releases: list[Path],
     workdir: Path,
     checked: Mapping[Path, CheckedRelease] | None = None,
-) -> dict[str, Any]:
+) -> History:
     """The history of `experiment` over `releases` (release folders, in release order): each
     release opened (verified) under `workdir` and analysed again by this servelab with its own
     recorded analysis options; per metric, server config and level, the points of every
@@ -373,7 +405,7 @@ def release_history(
     rels = [
         _open(experiment, p, workdir / f"{i:03d}", checks.get(p)) for i, p in enumerate(releases)
     ]
-    out = {
+    out: History = {
         "experiment": experiment,
         "releases": [_release_row(r) for r in rels],
         "metrics": list(METRICS),
@@ -381,11 +413,11 @@ def release_history(
         "series": _series(rels),
         "pairs": [_pair(a, b) for a, b in zip(rels, rels[1:], strict=False)],
     }
-    result: dict[str, Any] = json.loads(dumps(out))
+    result: History = json.loads(dumps(out))
     return result
 
 
-def _metric_series(history: Mapping[str, Any], metric: str) -> list[dict[str, Any]]:
+def _metric_series(history: History, metric: str) -> list[Series]:
     if metric not in history.get("metrics", []):
         raise ServelabError(
             f"metric {metric!r}: not in the history of {history.get('experiment')!r}; use one of "
@@ -394,11 +426,11 @@ def _metric_series(history: Mapping[str, Any], metric: str) -> list[dict[str, An
     return [s for s in history["series"] if s["metric"] == metric]
 
 
-def _level_text(s: Mapping[str, Any]) -> str:
+def _level_text(s: Series) -> str:
     return f"c={s['level']:g}" if s["axis"] == "concurrency" else f"rate={s['level']:g}"
 
 
-def _breaks(history: Mapping[str, Any]) -> list[tuple[int, str]]:
+def _breaks(history: History) -> list[tuple[int, str]]:
     """Where consecutive releases are not comparable: (index of the later one, a short
     reason) for the figure's separators and its text."""
     out = []
@@ -417,7 +449,7 @@ def _breaks(history: Mapping[str, Any]) -> list[tuple[int, str]]:
     return out
 
 
-def history_figure(history: Mapping[str, Any], metric: str) -> bytes:
+def history_figure(history: History, metric: str) -> bytes:
     """`metric` across the releases as an SVG: x = the releases in order; one panel per server
     config, one line per level, each release's mean with its 95% CI and its repeats as dots
     (analysis.figures.means_with_ci); where consecutive releases are not comparable, a dashed
@@ -465,9 +497,7 @@ def history_figure(history: Mapping[str, Any], metric: str) -> bytes:
         return figure_bytes(fig, "svg")
 
 
-def _history_panel(
-    ax: Any, series: list[dict[str, Any]], tags: list[str], breaks: list[int]
-) -> None:
+def _history_panel(ax: Any, series: list[Series], tags: list[str], breaks: list[int]) -> None:
     """One server config's levels across the releases, each level a little apart from the
     next so that their dots do not hide each other, and each line broken before every release
     in `breaks` (not comparable with the one before it)."""
@@ -478,7 +508,7 @@ def _history_panel(
     means = []
     for k, s in enumerate(series):
         dx = (k - (len(series) - 1) / 2) * width
-        runs: dict[int, list[dict[str, Any]]] = {}
+        runs: dict[int, list[SeriesPoint]] = {}
         for p in s["points"]:
             runs.setdefault(sum(1 for b in breaks if b <= at[p["tag"]]), []).append(p)
         label: str | None = _level_text(s)  # on the first run that draws a mean
@@ -512,7 +542,7 @@ def _unit(metric: str) -> str:
     return "ms" if metric.endswith("_ms") else UNITS.get(metric, "")
 
 
-def history_figure_alt(history: Mapping[str, Any], metric: str) -> str:
+def history_figure_alt(history: History, metric: str) -> str:
     """The text alternative of `history_figure`: what it shows, the range of the means, and
     where consecutive releases are not comparable."""
     series = _metric_series(history, metric)

@@ -10,9 +10,11 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
+from servelab.design.level import LevelValue
 from servelab.site import values
+from servelab.site.history_records import History, Pair, PairPoint, ReleaseRow, SeriesPoint
 
 # the verdicts of a point between two releases (servelab.analysis.hostspeed's answers, then
 # the history's own), each with the short words of a table cell and the words of a count
@@ -47,7 +49,7 @@ class ReleaseHistory(Protocol):
         releases: list[Path],
         workdir: Path,
         checked: Mapping[Path, Any] | None = None,
-    ) -> dict[str, Any]: ...
+    ) -> History: ...
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,8 @@ class HistoryApi:
     """The release history's record and figures (servelab.site.history)."""
 
     release_history: ReleaseHistory
-    history_figure: Callable[[dict[str, Any], str], bytes]
-    history_figure_alt: Callable[[dict[str, Any], str], str]
+    history_figure: Callable[[History, str], bytes]
+    history_figure_alt: Callable[[History, str], str]
 
 
 def history_api() -> HistoryApi | None:
@@ -71,7 +73,78 @@ def history_api() -> HistoryApi | None:
     return HistoryApi(mod.release_history, mod.history_figure, mod.history_figure_alt)
 
 
-def _release_row(r: dict[str, Any], failures: dict[str, list[str]]) -> dict[str, Any]:
+class ReleaseView(TypedDict):
+    """A release's row of the history page."""
+
+    tag: str
+    date: str
+    commit: str
+    analysis_version: str
+    servelab_version: str
+    vllm_version: str
+    host_class: str
+    points: str
+    error: str | None
+    failures: list[str]
+
+
+class LevelRow(TypedDict):
+    """A server configuration and level of a table, a cell per release or metric."""
+
+    server_config: str
+    level: str
+    cells: list[Any]
+
+
+class MetricTable(TypedDict):
+    """A metric's table: a column per release."""
+
+    tags: list[str]
+    rows: list[LevelRow]
+
+
+class MetricView(TypedDict):
+    metric: str
+    id: str
+    figure: dict[str, str] | None
+    table: MetricTable
+
+
+class ChangeCell(TypedDict):
+    """A point's cell between two releases."""
+
+    verdict: str
+    word: str
+    css: str
+    detail: str
+
+
+class PairView(TypedDict):
+    """Two consecutive releases: a row per point, a cell per metric, the counts per verdict."""
+
+    before: str
+    after: str
+    id: str
+    comparable: bool
+    why_not: str | None
+    host: list[str]
+    host_speed: str | None
+    fdr: str | None
+    metrics: list[str]
+    rows: list[LevelRow]
+    counts: list[tuple[str, int]]
+
+
+class HistoryView(TypedDict):
+    """The history page's context (templates/history.html)."""
+
+    releases: list[ReleaseView]
+    metrics: list[MetricView]
+    pairs: list[PairView]
+    verdicts: list[tuple[str, str, str]]
+
+
+def _release_row(r: ReleaseRow, failures: dict[str, list[str]]) -> ReleaseView:
     commit = r.get("git_commit")
     return {
         "tag": str(r["tag"]),
@@ -89,7 +162,7 @@ def _release_row(r: dict[str, Any], failures: dict[str, list[str]]) -> dict[str,
     }
 
 
-def _ci(p: dict[str, Any]) -> str:
+def _ci(p: SeriesPoint) -> str:
     """A series point: its mean with the 95% CI ([low, high], or ± a half-width), the repeats
     it rests on, and how many a validity check left out."""
     lost = p.get("invalid")
@@ -108,11 +181,11 @@ def _ci(p: dict[str, Any]) -> str:
     return f"{values.number(p['mean'])}{spread}" + (f" ({', '.join(notes)})" if notes else "")
 
 
-def _metric_table(history: dict[str, Any], metric: str) -> dict[str, Any]:
+def _metric_table(history: History, metric: str) -> MetricTable:
     """The series of `metric`: a row per server configuration and level, a column per
     release."""
     tags = [str(r["tag"]) for r in history["releases"]]
-    rows = []
+    rows: list[LevelRow] = []
     series = [s for s in history["series"] if s["metric"] == metric]
     for s in sorted(series, key=lambda s: (str(s["server_config"]), values.level_key(s["level"]))):
         at = {str(p["tag"]): p for p in s["points"]}
@@ -150,7 +223,7 @@ def _words(x: Any) -> str | None:
     return str(x) if x else None
 
 
-def _change(p: dict[str, Any]) -> dict[str, str]:
+def _change(p: PairPoint) -> ChangeCell:
     """A point's cell: its verdict in a few words (a change beyond the host says which way),
     the change of the mean, the test's p and its Benjamini-Hochberg adjusted p, and a change
     beyond the host measured against the host's speed."""
@@ -171,7 +244,7 @@ def _change(p: dict[str, Any]) -> dict[str, str]:
     return {"verdict": verdict, "word": word, "css": css, "detail": detail}
 
 
-def _host_speed_words(pair: dict[str, Any]) -> str | None:
+def _host_speed_words(pair: Pair) -> str | None:
     """The pair's host speed in one sentence: the later release's host against the earlier
     one's, or why it is not known."""
     hs = pair.get("host_speed")
@@ -193,7 +266,7 @@ def _host_speed_words(pair: dict[str, Any]) -> str | None:
     )
 
 
-def _fdr_words(pair: dict[str, Any]) -> str | None:
+def _fdr_words(pair: Pair) -> str | None:
     fdr = pair.get("fdr")
     if not isinstance(fdr, dict):
         return None
@@ -203,11 +276,11 @@ def _fdr_words(pair: dict[str, Any]) -> str | None:
     )
 
 
-def _pair(pair: dict[str, Any], metrics: list[str]) -> dict[str, Any]:
+def _pair(pair: Pair, metrics: list[str]) -> PairView:
     """One pair of consecutive releases: a row per point, a cell per metric."""
     found = {str(p["metric"]) for p in pair.get("points") or []}
     cols = [m for m in metrics if m in found] + sorted(found - set(metrics))
-    cells: dict[tuple[str, Any], dict[str, dict[str, str]]] = {}
+    cells: dict[tuple[str, LevelValue], dict[str, ChangeCell]] = {}
     for p in pair.get("points") or []:
         cells.setdefault((str(p["server_config"]), p["level"]), {})[str(p["metric"])] = _change(p)
     keys = sorted(cells, key=lambda k: (k[0], values.level_key(k[1])))
@@ -240,8 +313,8 @@ def _pair(pair: dict[str, Any], metrics: list[str]) -> dict[str, Any]:
 
 
 def history_view(
-    history: dict[str, Any], figures: dict[str, dict[str, str]], failures: dict[str, list[str]]
-) -> dict[str, Any]:
+    history: History, figures: dict[str, dict[str, str]], failures: dict[str, list[str]]
+) -> HistoryView:
     """The page's context: `figures` gives each metric's figure ({"src", "alt"}),
     `failures` each release tag's verification failures."""
     metrics = [str(m) for m in history["metrics"]]

@@ -5,7 +5,7 @@ a file that cannot be read is named in its section and the rest of the page stil
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,20 @@ from servelab.analysis.validity import AFFECTS_WORDS
 from servelab.errors import ServelabError
 from servelab.hostfacts import ISA_FLAGS
 from servelab.site import layout, values
+from servelab.site.release_records import (
+    ClaimRow,
+    ClaimsSection,
+    CopiedFile,
+    DiagnosesSection,
+    DiagnosisRow,
+    PerPoint,
+    PointCell,
+    PointTable,
+    ProfileRow,
+    ReleaseContext,
+    ReleaseRow,
+    ValiditySection,
+)
 from servelab.site.scan import ReleaseDir
 from servelab.store.jsonio import read_json
 from servelab.store.paths import PROFILE_FILE
@@ -51,7 +65,7 @@ def _cpu(host: dict[str, Any]) -> list[tuple[str, str]]:
     flags = f.get("flags") or {}
     order = [k for k in ISA_FLAGS if k in flags] + sorted(set(flags) - set(ISA_FLAGS))
     return [
-        ("CPU", cpu_line(f)),
+        ("CPU", cpu_line(host["cpu_facts"])),  # f, as recorded
         ("ISA class", str(f.get("isa_class"))),
         ("ISA flags present", ", ".join(k for k in order if flags[k]) or "none of those checked"),
         ("ISA flags absent", ", ".join(k for k in order if not flags[k]) or "none"),
@@ -160,9 +174,9 @@ def _claim_line(ev: Any) -> str | None:
     )
 
 
-def claims(folder: Path) -> dict[str, Any]:
+def claims(folder: Path) -> ClaimsSection:
     """tables/claims.json: each claim with its verdict and evidence; held/total."""
-    rows = []
+    rows: list[ClaimRow] = []
     for c in read_json(folder / "tables" / "claims.json"):
         verdict = str(c["verdict"])
         rows.append(
@@ -179,25 +193,25 @@ def claims(folder: Path) -> dict[str, Any]:
     return {"rows": rows, "held": held, "total": len(rows)}
 
 
-def _axis(row: dict[str, Any]) -> str:
+def _axis(row: Container[str]) -> str:
     return next((a for a in AXES if a in row), "concurrency")
 
 
-def per_point(folder: Path) -> dict[str, Any]:
+def per_point(folder: Path) -> PerPoint:
     """tables/summary.csv as one table per server configuration: a row per level, a column
     per metric, each cell the mean with its 95% CI and the repeats it rests on."""
     rows = read_csv(folder / "tables" / "summary.csv")
     axis = _axis(rows[0]) if rows else "concurrency"
     found = {r["metric"] for r in rows}
     metrics = [m for m in METRIC_ORDER if m in found] + sorted(found - set(METRIC_ORDER))
-    cells: dict[str, dict[str, dict[str, dict[str, str]]]] = {}
+    cells: dict[str, dict[str, dict[str, PointCell]]] = {}
     for r in rows:
         cells.setdefault(r["server_config"], {}).setdefault(r[axis], {})[r["metric"]] = {
             "mean": _cell(r["mean"]),
             "ci": f"[{_cell(r['ci95_low'])}, {_cell(r['ci95_high'])}]",
             "n": r["n"],
         }
-    tables = [
+    tables: list[PointTable] = [
         {
             "server_config": sc,
             "id": layout.anchor(sc),
@@ -231,11 +245,11 @@ def _point_counts(folder: Path) -> tuple[int, int] | None:
     return None
 
 
-def validity(folder: Path) -> dict[str, Any]:
+def validity(folder: Path) -> ValiditySection:
     """The points valid/total, every check with its threshold and counts, and every flagged
     point with its reason (tables/validity.json, or points.csv's reasons without it)."""
     counted = _point_counts(folder)
-    out: dict[str, Any] = {"valid": None, "total": None, "checks": [], "flagged": []}
+    out: ValiditySection = {"valid": None, "total": None, "checks": [], "flagged": []}
     if counted is not None:
         out["valid"], out["total"] = counted
     record = folder / "tables" / "validity.json"
@@ -296,10 +310,10 @@ def _flagged_csv(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     ]
 
 
-def diagnoses(folder: Path) -> dict[str, Any]:
+def diagnoses(folder: Path) -> DiagnosesSection:
     """tables/diagnoses.json: each diagnosis in words, with its evidence level and its
     proposal (or why it has no remedy), as the report writes them."""
-    out = []
+    out: list[DiagnosisRow] = []
     for d in read_json(folder / "tables" / "diagnoses.json"):
         axis = next((a for a in AXES if a in d), None)
         where = None
@@ -320,12 +334,12 @@ def diagnoses(folder: Path) -> dict[str, Any]:
     return {"rows": out}
 
 
-def profiles(bundle: Path | None) -> list[dict[str, Any]]:
+def profiles(bundle: Path | None) -> list[ProfileRow]:
     """The profile summary of each server configuration the bundle profiled
     (profile/<config>/profile.json): status, tool, localisation verdicts and notes."""
     if bundle is None or not (bundle / "profile").is_dir():
         return []
-    out = []
+    out: list[ProfileRow] = []
     for path in sorted((bundle / "profile").glob(f"*/{PROFILE_FILE}")):
         p = read_json(path)
         out.append(
@@ -381,7 +395,7 @@ def _fraction(section: dict[str, Any], part: str, whole: str) -> str:
     return f"{section[part]}/{section[whole]}"
 
 
-def _figures(rel: ReleaseDir, page: str, files: list[dict[str, Any]]) -> list[dict[str, str]]:
+def _figures(rel: ReleaseDir, page: str, files: list[CopiedFile]) -> list[dict[str, str]]:
     svgs = [
         f["path"] for f in files if f["path"].startswith("figures/") and f["path"].endswith(".svg")
     ]
@@ -400,8 +414,8 @@ def _figures(rel: ReleaseDir, page: str, files: list[dict[str, Any]]) -> list[di
 
 
 def release_context(
-    rel: ReleaseDir, page: str, files: list[dict[str, Any]], failures: list[str]
-) -> dict[str, Any]:
+    rel: ReleaseDir, page: str, files: list[CopiedFile], failures: list[str]
+) -> ReleaseContext:
     """The release page's context, and its row of the index (`row`)."""
     folder = rel.path
     prov, prov_error = _json_or_error(folder / "provenance.json")
@@ -417,7 +431,7 @@ def release_context(
     for s in sections.values():
         s.setdefault("error", None)
     sections["validity"].setdefault("axis", sections["points"].get("axis", "concurrency"))
-    row = {
+    row: ReleaseRow = {
         "tag": rel.tag,
         "date": date_of(prov) or "-",
         "host": values.host_class(prov) if not prov_error else "unreadable",
@@ -446,7 +460,10 @@ def release_context(
         "toc": TOC,
         "failures": failures,
         "summary": summary,
-        **sections,
+        "claims": sections["claims"],
+        "points": sections["points"],
+        "validity": sections["validity"],
+        "diagnoses": sections["diagnoses"],
         "figures": _figures(rel, page, files),
         "host": host_rows(prov) if not prov_error else [],
         "provenance": provenance_rows(prov, release) if not prov_error else [],

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
+from servelab.hostfacts.compare import HostComparison
+from servelab.reproduce.checks import PairCheck
 from servelab.reproduce.markdown import HOST_CLASS_TEXT, REPORTED_POINT_METRICS, SHORT
+from servelab.reproduce.provenance_diff import ProvenanceDiff
+from servelab.reproduce.records import Counts, Fdr, ReproductionRecord, Settings
+from servelab.reproduce.sides import SideFacts
 from servelab.reproduce.verdict import (
     attribution_text,
     claim_verdict_text,
@@ -26,7 +31,127 @@ EFFECT = {"blocks": "not comparable", "note": "noted"}
 FindRelease = Callable[[str | None, str | None, str | None], str | None]
 
 
-def cell(v: Any) -> dict[str, str | None]:
+class Cell(TypedDict):
+    """A recorded value as a table cell shows it: its text, and the whole when folded."""
+
+    text: str
+    full: str | None
+
+
+class SideView(TypedDict):
+    """A side of the comparison, with the site page of its release (None if not the site's)."""
+
+    path: str
+    kind: str
+    tag: str | None
+    experiment: str | None
+    started: str | None
+    tarball_sha256: str | None
+    release: str | None
+
+
+class ClaimView(TypedDict):
+    claim: str
+    reference: str
+    fresh: str
+    verdict: str
+    css: str
+
+
+class OrderingView(TypedDict):
+    server_config: str
+    pair: str
+    metric: str
+    reference: str
+    fresh: str
+    status: str
+    verdict: str
+    css: str
+
+
+class ChainView(TypedDict):
+    server_config: str
+    metric: str
+    reference: str
+    fresh: str
+    same: bool
+
+
+class PointView(TypedDict):
+    server_config: str
+    level: str
+    metric: str
+    reference: str
+    fresh: str
+    change: str
+    host: str | None  # against the host's speed (None before it was compared: no column)
+    status: str
+    css: str
+
+
+class DifferenceView(TypedDict):
+    fact: str
+    short: str
+    reference: Cell
+    fresh: Cell
+    relevant: str
+
+
+class UnknownView(TypedDict):
+    fact: str
+    missing_in: str
+    relevant: str
+
+
+# the hosts compared: the class, in words, every difference and every unknown fact (`class`
+# is a keyword: the functional syntax)
+HostView = TypedDict(
+    "HostView",
+    {
+        "class": str,
+        "class_text": str,
+        "qualifier": str,
+        "differences": list[DifferenceView],
+        "unknown": list[UnknownView],
+    },
+)
+
+
+class FieldView(TypedDict):
+    field: str
+    reference: Cell
+    fresh: Cell
+    effect: str
+
+
+class ProvenanceView(TypedDict):
+    not_clean_room: list[str]
+    fields: list[FieldView]
+
+
+class ReproductionView(TypedDict):
+    """The reproduction page's context (templates/reproduction.html)."""
+
+    verdict: str
+    verdict_text: str
+    css: str
+    why: str
+    counts: Counts
+    reference: SideView
+    fresh: SideView
+    settings: list[tuple[str, str]]
+    notes: list[str]
+    claims: list[ClaimView]
+    orderings: list[OrderingView]
+    chains: list[ChainView]
+    points: list[PointView]
+    host: HostView | None
+    host_speed: str | None
+    fdr: str | None
+    provenance: ProvenanceView
+
+
+def cell(v: Any) -> Cell:
     """A recorded value for a table cell: JSON unless a string; a long one folded."""
     text = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
     if len(text) > LONG:
@@ -34,7 +159,7 @@ def cell(v: Any) -> dict[str, str | None]:
     return {"text": text, "full": None}
 
 
-def _side(d: dict[str, Any], find: FindRelease) -> dict[str, Any]:
+def _side(d: SideFacts, find: FindRelease) -> SideView:
     return {
         "path": str(d.get("path")),
         "kind": str(d.get("kind")),
@@ -46,7 +171,7 @@ def _side(d: dict[str, Any], find: FindRelease) -> dict[str, Any]:
     }
 
 
-def _claims(r: dict[str, Any]) -> list[dict[str, Any]]:
+def _claims(r: ReproductionRecord) -> list[ClaimView]:
     return [
         {
             "claim": str(c["claim"]),
@@ -59,14 +184,14 @@ def _claims(r: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _pair(o: dict[str, Any], axis: str | None) -> str:
+def _pair(o: PairCheck, axis: str | None) -> str:
     """An ordering's pair: C8 vs C16, or R1 vs R2 at request rates."""
     if axis == "rate":
         return f"R{values.level(o['a'])} vs R{values.level(o['b'])}"
     return f"C{o['a']} vs C{o['b']}"
 
 
-def _orderings(r: dict[str, Any]) -> list[dict[str, Any]]:
+def _orderings(r: ReproductionRecord) -> list[OrderingView]:
     axis = r["settings"].get("axis")
     return [
         {
@@ -83,7 +208,7 @@ def _orderings(r: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _chains(r: dict[str, Any]) -> list[dict[str, Any]]:
+def _chains(r: ReproductionRecord) -> list[ChainView]:
     judged = r["settings"]["metrics"]
     return [
         {
@@ -98,8 +223,8 @@ def _chains(r: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _points(r: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = []
+def _points(r: ReproductionRecord) -> list[PointView]:
+    rows: list[PointView] = []
     for p in r["points"]:
         if p["metric"] not in REPORTED_POINT_METRICS:
             continue
@@ -121,7 +246,7 @@ def _points(r: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _host(host: dict[str, Any] | None) -> dict[str, Any] | None:
+def _host(host: HostComparison | None) -> HostView | None:
     """The hosts compared: the class in words, every difference (performance-relevant or
     not) and every fact one side does not record."""
     if host is None:
@@ -155,7 +280,7 @@ def _host(host: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _provenance(prov: dict[str, Any]) -> dict[str, Any]:
+def _provenance(prov: ProvenanceDiff) -> ProvenanceView:
     return {
         "not_clean_room": [str(f) for f in prov["not_clean_room"]],
         "fields": [
@@ -171,7 +296,7 @@ def _provenance(prov: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _settings(s: dict[str, Any]) -> list[tuple[str, str]]:
+def _settings(s: Settings) -> list[tuple[str, str]]:
     tolerance = s.get("tolerance_pct")
     return [
         ("Orderings judged", ", ".join(s["metrics"]) + " (paired t-test on log ratios)"),
@@ -193,7 +318,7 @@ def _settings(s: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def reproduction_view(r: dict[str, Any], find: FindRelease) -> dict[str, Any]:
+def reproduction_view(r: ReproductionRecord, find: FindRelease) -> ReproductionView:
     """The page's context for the reproduction record `r` (reproduction.json);
     `find` gives the site page of a side that is one of the site's releases."""
     return {
@@ -217,7 +342,7 @@ def reproduction_view(r: dict[str, Any], find: FindRelease) -> dict[str, Any]:
     }
 
 
-def _fdr(fdr: dict[str, Any] | None) -> str | None:
+def _fdr(fdr: Fdr | None) -> str | None:
     """The point tests' false discovery control in words (None before it was applied)."""
     if not fdr:
         return None

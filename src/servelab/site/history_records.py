@@ -1,0 +1,109 @@
+"""The record of an experiment's release history (`site.history.release_history`), which the
+history page renders (`site.history_view`) and its figures draw (`site.history`)."""
+
+from __future__ import annotations
+
+from typing import NotRequired, TypedDict
+
+from servelab.design.level import LevelValue
+from servelab.reproduce.records import Fdr, HostSpeedRecord
+
+
+class ReleaseRow(TypedDict):
+    """A release of the history: its tag, when it ran, what measured it, its host's class and
+    its valid points (None when it cannot be analysed again: `error` says why)."""
+
+    tag: str
+    date: str | None
+    git_commit: str | None
+    analysis_version: int | None
+    servelab_version: str | None
+    vllm_version: str | None
+    host_class: str
+    points_valid: int | None
+    points_total: int | None
+    error: NotRequired[str]
+
+
+class SeriesPoint(TypedDict):
+    """A point of one release in a series: its mean with the 95% CI, the valid repeats, and how
+    many repeats a validity check left out."""
+
+    tag: str
+    mean: float | None
+    ci95: list[float | None] | None
+    n: int
+    repeats: list[float]
+    invalid: int
+
+
+class Keyed(TypedDict):
+    """What a series, or a point of a pair, is of: a metric of a server config at a level."""
+
+    metric: str
+    server_config: str
+    axis: str
+    level: LevelValue
+
+
+class Series(Keyed):
+    """A metric of a server config at a level across the releases that measured it."""
+
+    points: list[SeriesPoint]
+
+
+class PairPoint(Keyed):
+    """A point between two consecutive releases: the means, the change with its ratio and
+    test, and its verdict (only the change, test and verdict where the pair is not
+    comparable)."""
+
+    before_mean: NotRequired[float | None]
+    after_mean: NotRequired[float | None]
+    change_pct: float | None
+    p_value: float | None
+    ratio: NotRequired[list[float | None] | None]
+    p_adjusted: NotRequired[float | None]
+    verdict: NotRequired[str]
+    direction: NotRequired[str | None]
+    vs_host_pct: NotRequired[float | None]
+
+
+# the hosts of a pair: the class, the differing facts by name (None: none), the verdict's
+# words (`class` is a keyword: the functional syntax)
+PairHost = TypedDict(
+    "PairHost",
+    {
+        "class": str,
+        "relevant_differences": str | None,
+        "other_differences": str | None,
+        "qualifier": str,
+    },
+)
+
+
+class Pair(TypedDict):
+    """Two consecutive releases: whether a verdict means anything (why not), their hosts and
+    host speed, the false discovery control, the earlier release's thresholds, the points."""
+
+    before: str
+    after: str
+    comparable: bool
+    why_not: str | None
+    host: PairHost
+    host_speed: HostSpeedRecord | None
+    fdr: Fdr | None
+    threshold_pct: float | None
+    alpha: float | None
+    points: list[PairPoint]
+
+
+class History(TypedDict):
+    """The history of an experiment: its releases, the metrics shown (and which way is better),
+    every series, and every pair of consecutive releases."""
+
+    experiment: str
+    releases: list[ReleaseRow]
+    metrics: list[str]
+    better: dict[str, str]
+    series: list[Series]
+    pairs: list[Pair]
