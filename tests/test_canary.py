@@ -109,7 +109,7 @@ def test_validity_notes_a_sweep_whose_host_slowed_and_passes_a_steady_one() -> N
     slowed = canary.RunCanary(
         timed(0.085, 5.0), timed(0.17, 2.5), canary.drift(timed(0.085, 5.0), timed(0.17, 2.5))
     )
-    out = host_speed_json({"b": slowed.to_json(), "a": steady.to_json()})
+    out = host_speed_json({"b": slowed, "a": steady})
     assert list(out) == ["a", "b"]
     assert out["a"]["status"] == "passed" and out["a"]["reason"].startswith("host speed steady")
     assert out["b"]["status"] == "noted"

@@ -16,7 +16,7 @@ from servelab.analysis.validity import PointFlags, check_point, summary_line
 from servelab.config import default_section
 from servelab.design.level import Level, LevelValue
 from servelab.experiment import ValiditySection
-from servelab.hostfacts.canary import RunCanary
+from servelab.hostfacts.canary import run_canaries
 from servelab.launch.serverlog import start_line
 from servelab.render import num
 from servelab.store.paths import ExperimentPaths
@@ -146,14 +146,10 @@ def canary_lines(exp_dir: Path) -> list[str]:
     its last: `mns4: compute 85.2 -> 86.0 ms, copy 5.01 -> 4.98 GB/s: steady (...)`; none for
     runs written before it was recorded."""
     lines = []
-    for rj in ExperimentPaths(exp_dir).run_files():
-        doc = RunRecord.read(rj).canary
-        if doc is None:
-            continue
-        c = RunCanary.from_json(doc)
+    for sc, c in run_canaries(ExperimentPaths(exp_dir)).items():
         b, a = c.before, c.after
         lines.append(
-            f"  {rj.parent.name}: compute {b.compute.median * 1e3:.1f} -> "
+            f"  {sc}: compute {b.compute.median * 1e3:.1f} -> "
             f"{a.compute.median * 1e3:.1f} ms, copy {b.bandwidth.median:.2f} -> "
             f"{a.bandwidth.median:.2f} GB/s: {c.drift.line()}"
         )

@@ -39,6 +39,7 @@ from servelab.config import default_section
 from servelab.design.level import RATE, Level
 from servelab.errors import ServelabError
 from servelab.experiment import ValiditySection
+from servelab.hostfacts.canary import RunCanary, run_canaries
 from servelab.launch.serverlog import parse_capacity
 from servelab.metrics import assemble, point_metrics, request_latencies
 from servelab.store.jsonio import read_json
@@ -105,7 +106,7 @@ class Dataset:
     sequential: dict[str, Any] | None = None
     # the host-speed canary of each server config's sweep job (run.json `canary`); no entry
     # where the raw data has none (written before it was recorded)
-    canaries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    canaries: dict[str, RunCanary] = field(default_factory=dict)
 
     def configs(self) -> list[str]:
         return sorted({p.server_config for p in self.points})
@@ -230,22 +231,9 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
         skipped,
         nodes,
         _sequential(root, skipped if skip_damaged else None),
-        _canaries(root),
+        # a damaged run.json is the sequential record's to report (_sequential)
+        run_canaries(paths, skip_damaged=True),
     )
-
-
-def _canaries(root: Path) -> dict[str, dict[str, Any]]:
-    """Each configuration's run.json `canary`, by configuration; a damaged run.json is the
-    sequential record's to report (_sequential) and is passed over here."""
-    out: dict[str, dict[str, Any]] = {}
-    for rj in ExperimentPaths(root).run_files():
-        try:
-            canary = RunRecord.read(rj).canary
-        except DamagedRawData:
-            continue
-        if canary is not None:
-            out[rj.parent.name] = canary
-    return out
 
 
 def _sequential(root: Path, skipped: list[Skipped] | None) -> dict[str, Any] | None:

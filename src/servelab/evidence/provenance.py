@@ -10,10 +10,9 @@ from typing import Any, TypedDict
 from servelab import __version__
 from servelab.analysis.pipeline import ANALYSIS_VERSION
 from servelab.hostfacts import host_facts
-from servelab.hostfacts.canary import RunCanary
+from servelab.hostfacts.canary import run_canaries
 from servelab.redact import redact_env
 from servelab.store.paths import ExperimentPaths
-from servelab.store.records import RunRecord
 
 __all__ = ["host_facts", "host_speed", "pipeline_facts", "redacted_config"]
 
@@ -88,14 +87,8 @@ def host_speed(paths: ExperimentPaths) -> HostSpeedPart:
     """`host_speed`: per server configuration, the host-speed canary before its sweep job's
     first launch and after its last (run.json `canary`: the medians and the drift's verdict);
     nothing for runs written before it was recorded."""
-    out: dict[str, HostSpeedEntry] = {}
-    for run in paths.run_files():
-        doc = RunRecord.read(run).canary
-        if doc is not None:
-            c = RunCanary.from_json(doc)
-            out[run.parent.name] = {
-                "before": c.before.medians(),
-                "after": c.after.medians(),
-                "drift": c.drift.verdict,
-            }
+    out: dict[str, HostSpeedEntry] = {
+        sc: {"before": c.before.medians(), "after": c.after.medians(), "drift": c.drift.verdict}
+        for sc, c in run_canaries(paths).items()
+    }
     return {"host_speed": out} if out else {}

@@ -25,6 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from servelab.store.paths import ExperimentPaths
+from servelab.store.records import DamagedRawData, RunRecord
+
 Timer = Callable[[], float]
 
 # Each repeat spans more than one 100 ms CFS period (a CPU quota's unit: a throttled host then
@@ -254,7 +257,10 @@ def _time_parallel(iterations: int, repeats: int, timer: Timer, workers: int) ->
     ]
     try:
         for proc in procs:  # started and warm before anything is timed
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            assert proc.stdout is not None
+            said = proc.stdout.readline().strip()
+            if said != "ready":
+                raise RuntimeError(f"a canary worker did not start: it said {said!r}")
         seconds: list[float] = []
         sums: set[int] = set()
         for _ in range(repeats):
@@ -451,3 +457,21 @@ class CanaryTimes:
         if self.first is None or self.last is None:
             return None
         return RunCanary(self.first, self.last, drift(self.first, self.last))
+
+
+def run_canaries(paths: ExperimentPaths, skip_damaged: bool = False) -> dict[str, RunCanary]:
+    """Each server configuration's run.json `canary` (read through RunRecord, so checked
+    against its schema), by configuration; none for runs written before it was recorded. A
+    damaged run.json raises, or with `skip_damaged` is passed over (the analysis reports it
+    with the sweep's record)."""
+    out: dict[str, RunCanary] = {}
+    for rj in paths.run_files():
+        try:
+            doc = RunRecord.read(rj).canary
+        except DamagedRawData:
+            if not skip_damaged:
+                raise
+            continue
+        if doc is not None:
+            out[rj.parent.name] = RunCanary.from_json(doc)
+    return out

@@ -117,7 +117,7 @@ HOST_SPEED_WORDS = {
 }
 
 
-def host_speed_json(canaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def host_speed_json(canaries: Mapping[str, RunCanary]) -> dict[str, Any]:
     """validity.json `host_speed` (present only where a sweep recorded the canary): for each
     server configuration, the canary before its sweep job's first launch and after its last,
     the drift, and `noted` where it moved beyond its own noise (the host changed speed under
@@ -125,8 +125,7 @@ def host_speed_json(canaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]
     failed: the points stay in, and a balanced, interleaved design spreads a slow drift over
     every level alike."""
     out: dict[str, Any] = {}
-    for sc, doc in sorted(canaries.items()):
-        canary = RunCanary.from_json(doc)
+    for sc, canary in sorted(canaries.items()):
         verdict = canary.drift.verdict
         out[sc] = {
             "status": PASSED if verdict == "steady" else NOTED,
