@@ -153,6 +153,25 @@ def runtime_inputs(wildcards):
     return {"lock": rt["lock"]} if rt["kind"] == "venv" else {}
 
 
+# the configurations with a runtime of their own (server.configs[].runtime; rules/runtime.smk)
+OWN_RUNTIME = _EXPERIMENT.server.own_runtime
+
+
+def config_runtimes(wildcards):
+    """The runtime records of the configurations with their own runtime that a measuring job
+    serves: its configuration's, or every one for the sequential plan's single job."""
+    sc = getattr(wildcards, "sc", None)
+    names = [n for n in OWN_RUNTIME if sc is None or n == sc]
+    return [f"{EXP}/runtime/{n}/{_paths.RUNTIME_FILE}" for n in names]
+
+
+def config_runtime_inputs(wildcards):
+    """The lock of a configuration's own venv runtime; an image reads nothing from the
+    repository."""
+    own = _EXPERIMENT.server.config(wildcards.sc).runtime
+    return {"lock": own.lock} if own.lock is not None else {}
+
+
 def one_of(names):
     """A rule's wildcard constraint that matches exactly `names` (none: never matches)."""
     return "|".join(re.escape(n) for n in names) or "(?!)"

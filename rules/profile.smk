@@ -12,6 +12,7 @@ rule profile:
     input:
         model=rules.model.output.record,
         runtime=rules.runtime.output.record,
+        config_runtimes=config_runtimes,
         run=f"{EXP}/raw/{{sc}}/{_paths.RUN_FILE}",
     output:
         capture=f"{EXP}/profile/{{sc}}/{_paths.CAPTURE_FILE}",

@@ -32,3 +32,33 @@ rule runtime:
         f"{EXP}/benchmarks/runtime.tsv"
     script:
         "../scripts/runtime.py"
+
+
+# A configuration with a runtime of its own (server.configs[].runtime: another lock or image,
+# e.g. another vLLM release): made ready as the shared one is, into runtime/<sc>/runtime.json,
+# which that configuration's measuring jobs read instead of runtime/runtime.json.
+rule config_runtime:
+    input:
+        unpack(config_runtime_inputs),
+    output:
+        record=f"{EXP}/runtime/{{sc}}/{_paths.RUNTIME_FILE}",
+    params:
+        exp=experiment_dir,
+        runtime=config["runtime"],
+        # a changed lock or image reruns it
+        own=lambda w: next(c["runtime"] for c in config["server"]["configs"] if c["name"] == w.sc),
+        profile=config["profile"],
+    wildcard_constraints:
+        sc=one_of(OWN_RUNTIME),
+    resources:
+        measure=1,
+        cpus_per_task=node_cpus,
+        **WHOLE_NODE,
+    group:
+        MEASURE_GROUP
+    log:
+        f"{EXP}/logs/runtime-{{sc}}.log",
+    benchmark:
+        f"{EXP}/benchmarks/runtime-{{sc}}.tsv"
+    script:
+        "../scripts/runtime.py"

@@ -7,6 +7,7 @@ rule slo_search:
     input:
         model=rules.model.output.record,
         runtime=rules.runtime.output.record,
+        config_runtimes=config_runtimes,
         run=f"{EXP}/raw/{{sc}}/{_paths.RUN_FILE}",
     output:
         search=f"{EXP}/raw/{{sc}}/{_paths.SEARCH_DIR}/{_paths.SEARCH_FILE}",

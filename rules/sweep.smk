@@ -15,6 +15,7 @@ rule sweep:
     input:
         model=rules.model.output.record,
         runtime=rules.runtime.output.record,
+        config_runtimes=config_runtimes,
     output:
         run=sweep_outputs() if SEQUENTIAL else f"{EXP}/raw/{{sc}}/{_paths.RUN_FILE}",
     params:
@@ -38,6 +39,7 @@ rule sweep_profile:
     input:
         model=rules.model.output.record,
         runtime=rules.runtime.output.record,
+        config_runtimes=config_runtimes,
     output:
         run=f"{EXP}/raw/{{sc}}/{_paths.RUN_FILE}",
         capture=f"{EXP}/profile/{{sc}}/{_paths.CAPTURE_FILE}",

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import yaml
 
 from servelab.env import endpoint, endpoint_config
+from servelab.env.config_runtime import check_config_runtimes
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, RuntimeSection, section_from_dict
 
@@ -240,6 +241,7 @@ def _check_runtime(cfg: dict[str, Any], source: str) -> None:
 
     rt = cfg["runtime"]
     container_keys = ("image", "image_sha256", "gpu_devices", "shm_size")
+    check_config_runtimes(cfg, source)
     if rt["kind"] == endpoint.KIND:
         return  # servelab launches nothing: endpoint_config.check_written checked it as written
     for key in ("url", "served_model"):

@@ -79,11 +79,28 @@ class RuntimeSection:
 
 
 @dataclass(frozen=True)
+class ConfigRuntime:
+    """A server configuration's own runtime (server.configs[].runtime): another lock (runtime.kind
+    venv) or another image (docker, podman, apptainer) than runtime's, every other runtime
+    setting shared. Two vLLM versions are then two configurations of one experiment."""
+
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("lock", "image", "image_sha256")
+
+    lock: str | None
+    image: str | None
+    image_sha256: str | None
+
+
+@dataclass(frozen=True)
 class ServerConfig:
-    """One entry of server.configs: a name and the vLLM arguments it adds."""
+    """One entry of server.configs: a name, the vLLM arguments it adds and, where it has one,
+    its own runtime (None: runtime's)."""
+
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("runtime",)
 
     name: str
     args: Mapping[str, Any]
+    runtime: ConfigRuntime | None
 
 
 @dataclass(frozen=True)
@@ -107,6 +124,17 @@ class ServerSection:
             if c.name == name:
                 return {**self.args, **c.args}
         raise ServelabError(f"server config {name!r} is not in server.configs")
+
+    def config(self, name: str) -> ServerConfig:
+        for c in self.configs:
+            if c.name == name:
+                return c
+        raise ServelabError(f"server config {name!r} is not in server.configs")
+
+    @property
+    def own_runtime(self) -> list[str]:
+        """The configurations with a runtime of their own (server.configs[].runtime)."""
+        return [c.name for c in self.configs if c.runtime is not None]
 
 
 @dataclass(frozen=True)
@@ -244,9 +272,13 @@ class RoundsSection:
     """A sequential plan (`sweep.repeats: {min, max, budget_s}`): rounds until every claim is
     decided (servelab.analysis.stopping)."""
 
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("interleave",)
+
     min: int
     max: int
     budget_s: float | None
+    # every round on a fresh launch per configuration, in turn (absent: None, as false)
+    interleave: bool | None
 
 
 @dataclass(frozen=True)
@@ -508,6 +540,16 @@ class Experiment:
             return []
         names = self.server.names
         return [n for n in names if s.server_configs is None or n in s.server_configs]
+
+    def runtime_of(self, sc: str) -> RuntimeSection:
+        """The runtime server configuration `sc` runs in: runtime, with the configuration's own
+        lock or image where it has one."""
+        own = self.server.config(sc).runtime
+        if own is None:
+            return self.runtime
+        if own.lock is not None:
+            return dataclasses.replace(self.runtime, lock=own.lock)
+        return dataclasses.replace(self.runtime, image=own.image, image_sha256=own.image_sha256)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Experiment:

@@ -10,8 +10,8 @@ server configuration names it beside the context: `build_launch(job, sc, ...)`, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from servelab.experiment import Experiment
@@ -31,6 +31,13 @@ class MeasureJob:
     model_dir: Path  # the model's local folder (servelab.env.model.model_dir)
     runtime: RuntimeRecord  # runtime.json: kind, python, image_ref, vllm_cli, ...
     say: Say = print
+    # the records of the configurations with a runtime of their own (server.configs[].runtime),
+    # by configuration: runtime/<sc>/runtime.json
+    own_runtimes: Mapping[str, RuntimeRecord] = field(default_factory=dict)
+
+    def runtime_of(self, sc: str) -> RuntimeRecord:
+        """The runtime record server configuration `sc` runs in."""
+        return self.own_runtimes.get(sc, self.runtime)
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,7 @@ class ConfigJob:
 
     @property
     def runtime(self) -> RuntimeRecord:
-        return self.job.runtime
+        return self.job.runtime_of(self.sc)
 
     @property
     def say(self) -> Say:

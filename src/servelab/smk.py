@@ -84,10 +84,17 @@ def experiment(smk: Any) -> tuple[Experiment, ExperimentPaths]:
 
 def measure_job(smk: Any, say: Callable[[str], None]) -> MeasureJob:
     """A measuring rule's job: the experiment and its folders, the model's folder
-    (`input.model`), the runtime record (`input.runtime`, runtime.json) and `say`."""
+    (`input.model`), the runtime record (`input.runtime`, runtime.json), those of the
+    configurations with their own runtime (`input.config_runtimes`, runtime/<sc>/runtime.json)
+    and `say`."""
     exp, paths = experiment(smk)
     model = model_dir(Path(smk.input.model))
-    return MeasureJob(exp, paths, model, RuntimeRecord.read(Path(smk.input.runtime)), say)
+    own = {
+        Path(p).parent.name: RuntimeRecord.read(Path(p))
+        for p in getattr(smk.input, "config_runtimes", [])
+    }
+    runtime = RuntimeRecord.read(Path(smk.input.runtime))
+    return MeasureJob(exp, paths, model, runtime, say, own_runtimes=own)
 
 
 @contextmanager

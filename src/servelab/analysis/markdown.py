@@ -14,6 +14,7 @@ from servelab.analysis.groups import Groups, PairedRow
 from servelab.analysis.knee import Knee, knee_level
 from servelab.analysis.proposals import proposal_line
 from servelab.analysis.rounds import rounds_section
+from servelab.analysis.runtimes import runtimes_section
 from servelab.analysis.search_records import SearchJson, StepJson
 from servelab.analysis.stats import describe
 from servelab.analysis.turns import turns_section
@@ -241,6 +242,7 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
     lines += _search_section(results.get("search") or {})
     lines += _diagnoses_section(results["diagnoses"], g.axis)
     lines += _claims_section(results["claims"])
+    lines += runtimes_section(results.get("runtimes"), {c: g.level_name(c) for (_, c) in g.by})
     if results.get("confirmation") is not None:
         lines += confirmation_section(results["confirmation"])
     if results.get("rounds") is not None:

@@ -25,6 +25,7 @@ from servelab.analysis.groups import (
 from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
 from servelab.analysis.markdown import server_starts
 from servelab.analysis.rounds import RoundsRecord, sequential_claims
+from servelab.analysis.runtimes import runtimes_compared
 from servelab.analysis.search import SearchResult, read_search
 from servelab.analysis.search_records import SearchJson
 from servelab.analysis.slo import slo_capacity
@@ -133,6 +134,9 @@ def analyze(
     results.update(_notes(ds, root, searches))
     results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
     results.update(_claims(g, ds, opts, results))
+    runtimes = runtimes_compared(g, root, opts)
+    if runtimes is not None:  # configurations on their own runtimes (another vLLM release)
+        results["runtimes"] = runtimes
     if opts.confirms is not None:  # a confirmation experiment: a verdict per proposal
         results["confirmation"] = confirmation(g, results["claims"], opts.confirms)
     _write_tables(out, ds, results)

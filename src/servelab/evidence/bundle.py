@@ -29,7 +29,13 @@ from servelab.evidence.documents import (
     model_facts,
 )
 from servelab.evidence.files import sha256sums_text, walk_files
-from servelab.evidence.provenance import host_facts, host_speed, pipeline_facts, redacted_config
+from servelab.evidence.provenance import (
+    config_runtimes,
+    host_facts,
+    host_speed,
+    pipeline_facts,
+    redacted_config,
+)
 from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
 from servelab.experiment import ConfirmsSection, Experiment
 from servelab.store.hashing import sha256_file
@@ -199,8 +205,10 @@ def _copy_inputs(paths: ExperimentPaths, out: Path, repo: Path) -> None:
                 shutil.copyfile(sc_dir / name, out / "server" / sc_dir.name / name)
     (out / "model").mkdir()
     shutil.copyfile(paths.model / MODEL_RECORD, out / "model" / MODEL_RECORD)
-    (out / "runtime").mkdir()
-    shutil.copyfile(paths.runtime_record, out / "runtime" / paths.runtime_record.name)
+    # the shared runtime's record, and those of configurations with their own (runtime/<sc>/)
+    for rec in [paths.runtime_record, *sorted(paths.runtime.glob("*/runtime.json"))]:
+        (out / rec.relative_to(paths.root)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(rec, out / rec.relative_to(paths.root))
     for rel in walk_files(paths.analysis):
         dest = out / bundle_path(rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -267,6 +275,7 @@ def _provenance(
         **_dataset(paths),
         **_stopping_rule(paths),
         **host_speed(paths),
+        **config_runtimes(paths, exp.server.own_runtime),
         **_confirms(exp.analysis.confirms),
         "config": config,
         "started_epoch_ns": started,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from servelab.evidence.provenance import HostSpeedPart, PipelineFacts
+from servelab.evidence.provenance import ConfigRuntimesPart, HostSpeedPart, PipelineFacts
 from servelab.experiment import NotTriedJson
 from servelab.hostfacts.host import HostFacts
 
@@ -138,7 +138,9 @@ class ConfirmsPart(TypedDict, total=False):
     confirms: ConfirmsFacts
 
 
-class Provenance(EndpointPart, DatasetPart, StoppingRulePart, HostSpeedPart, ConfirmsPart):
+class Provenance(
+    EndpointPart, DatasetPart, StoppingRulePart, HostSpeedPart, ConfirmsPart, ConfigRuntimesPart
+):
     """provenance.json: the model, the runtime (runtime.json's RUNTIME_KEYS), the servers, the
     host, the pipeline, the optional parts, the config and when the measurement ran."""
 

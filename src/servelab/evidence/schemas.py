@@ -54,6 +54,7 @@ RULES: list[tuple[str, str]] = [
     (f"server/*/{CAPACITY_FILE}", "capacity"),
     (f"server/*/{LAUNCH_FILE}", "launch"),
     (f"runtime/{RUNTIME_FILE}", "runtime"),
+    (f"runtime/*/{RUNTIME_FILE}", "runtime"),
     ("model/servelab-model.json", "model"),
     ("tables/knee.json", "knee"),
     ("tables/diagnoses.json", "diagnoses"),

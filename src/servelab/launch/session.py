@@ -106,15 +106,16 @@ def build_launch(
     if exp.runtime.endpoint:
         return endpoint_launch(job, additions)
     add = additions or LaunchAdditions()
+    runtime = job.runtime_of(sc)
     cache = (
-        compile_cache_for(job.runtime.doc, cache_dir_of(exp.runtime))
+        compile_cache_for(runtime.doc, cache_dir_of(exp.runtime))
         if exp.runtime.compile_cache
         else None
     )
-    cache_env = cache.env(container=job.runtime.in_container) if cache is not None else {}
-    cache_mounts = (cache.mount(),) if cache is not None and job.runtime.in_container else ()
+    cache_env = cache.env(container=runtime.in_container) if cache is not None else {}
+    cache_mounts = (cache.mount(),) if cache is not None and runtime.in_container else ()
     return ServerLaunch(
-        python=job.runtime.python,
+        python=runtime.python,
         model_path=str(job.model_dir.resolve()),
         served_name=exp.model.served_name,
         host=exp.server.host,
@@ -131,7 +132,7 @@ def build_launch(
             writable=add.writable,
             mounts=(*add.mounts, *cache_mounts),
         ),
-        cli=job.runtime.vllm_cli,
+        cli=runtime.vllm_cli,
         compile_cache=cache,
     )
 

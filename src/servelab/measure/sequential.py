@@ -101,16 +101,22 @@ def run_rounds(
         said = "; ".join(orderings)
         say(f"and the {len(orderings)} orderings the reproduction will judge: {said}")
     asked = asked_with(exp.analysis, orderings)
-    k = rule.min_rounds
+    interleave = bool(exp.sweep.rounds and exp.sweep.rounds.interleave)
+    if interleave:
+        say("interleaved: every round on a fresh launch per configuration, in turn")
+    k = 1 if interleave else rule.min_rounds
     round_s: list[float] = []
     launches: list[RoundLaunch] = []
+    slots: dict[str, list[Slot]] = {}
+    t0 = time.monotonic()  # a step's start: rounds 1 to min, then each further round
     while True:
-        t0 = time.monotonic()
-        slots: dict[str, list[Slot]] = {}
-        for job in jobs:
+        for job in in_turn(jobs, k) if interleave else jobs:
             first = next_launch_index(job.server_dir)
             slots[job.sc] = job.measure_missing(k)
             launches += launched(job, first, k)
+        if k < rule.min_rounds:  # interleaved: the first step's rounds one at a time
+            k += 1
+            continue
         round_s.append(round(time.monotonic() - t0, 3))
         ds = load_dataset(paths.root, validity=exp.analysis.validity)
         all_looks = looks(ds, asked, rule, k)
@@ -128,6 +134,7 @@ def run_rounds(
             stopped = "budget"
         else:
             k += 1
+            t0 = time.monotonic()
             continue
         break
     say(f"stopped after round {k}: {STOPPED[stopped]}")
@@ -144,6 +151,12 @@ def run_rounds(
     for job in jobs:
         job.write_run(slots[job.sc], wall, sequential=record)
     return record
+
+
+def in_turn(jobs: list[SweepJob], k: int) -> list[SweepJob]:
+    """The configurations' order in round k of an interleaved plan: as listed in odd rounds,
+    reversed in even ones (A B, B A, A B, ...), so that neither is always measured first."""
+    return jobs if k % 2 else jobs[::-1]
 
 
 def launched(job: SweepJob, first: int, k: int) -> list[RoundLaunch]:

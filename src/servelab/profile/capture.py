@@ -227,7 +227,7 @@ def plan_capture(
     decision = for_runtime(
         profile_plan(exp, which, nsys_globs)[sc],
         p,
-        job.runtime.doc,
+        job.runtime_of(sc).doc,
         lambda: find_host_nsys(p.nsys, which, nsys_globs),
     )
     record: dict[str, Any] = {
@@ -299,7 +299,7 @@ class CaptureJob(ConfigJob):
         for d in (self.raw_dir, self.trace_dir):
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
-        return profiler_interface(self.exp.profile, self.job.runtime.doc)
+        return profiler_interface(self.exp.profile, self.runtime.doc)
 
     def additions(self, interface: str) -> LaunchAdditions:
         """What the capture adds to the server's launch (servelab.profile.commands)."""

@@ -111,11 +111,40 @@ def other_dataset(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
     )
 
 
+def _runtime_of(prov: Mapping[str, Any], sc: str) -> tuple[str | None, str | None]:
+    """A configuration's runtime in a side's provenance: its own (`config_runtimes`) or the
+    shared one, as (lock sha256 or image digest, vLLM release)."""
+    own = (prov.get("config_runtimes") or {}).get(sc)
+    rt = own if own is not None else prov.get("runtime") or {}
+    version = own.get("vllm_version") if own is not None else prov.get("vllm_version")
+    return rt.get("lock_sha256") or rt.get("image_digest"), version
+
+
+def other_runtime(ref: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """Why a configuration that has a runtime of its own on either side (server.configs[].runtime)
+    may not be compared across the two runs, in one line: it ran on another runtime on the
+    other side. None when every such configuration ran on the same runtime on both."""
+    own = set(ref.get("config_runtimes") or {}) | set(new.get("config_runtimes") or {})
+    both = set(ref.get("servers") or {}) & set(new.get("servers") or {})
+    for sc in sorted(own & both):
+        (a, va), (b, vb) = _runtime_of(ref, sc), _runtime_of(new, sc)
+        if a != b:
+            return (
+                f"server config {sc!r} ran on vLLM {va} ({str(a)[:12]}) in the reference and "
+                f"on vLLM {vb} ({str(b)[:12]}) in the fresh run: runtimes are compared within "
+                "one run, as configurations with their own runtime (server.configs[].runtime), "
+                "not across runs"
+            )
+    return None
+
+
 def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> ReproductionRecord:
     """Both sides analysed with the reference's options, checked, and judged: the content of
-    reproduction.json. Sides measured on different datasets are refused (one line)."""
+    reproduction.json. Sides measured on different datasets, or with a configuration of its own
+    runtime on another runtime, are refused (one line)."""
     if ref.provenance is not None and new.provenance is not None:
         why = other_dataset(ref.provenance.get("dataset"), new.provenance.get("dataset"))
+        why = why or other_runtime(ref.provenance, new.provenance)
         if why is not None:
             raise ServelabError(why)
     opts = ref.analysis  # both sides are analysed with the reference's analysis options

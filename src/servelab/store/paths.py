@@ -292,6 +292,11 @@ class ExperimentPaths:
         """runtime/runtime.json: the server runtime the runtime stage made."""
         return self.runtime / RUNTIME_FILE
 
+    def config_runtime_record(self, sc: str) -> Path:
+        """runtime/<sc>/runtime.json: the runtime of a configuration with its own
+        (server.configs[].runtime)."""
+        return self.runtime / sc / RUNTIME_FILE
+
     @property
     def analysis(self) -> Path:
         return self.root / "analysis"

