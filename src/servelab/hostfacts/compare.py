@@ -206,6 +206,12 @@ HOST_FACTS: list[tuple[str, str, bool, Getter, _Same]] = [
     ("gpu.pcie_width", "PCIe width now", False, _per_gpu("pcie_width"), _eq),
 ]
 HOST_CLASSES = ("identical", "equivalent", "differs", "unknown")
+# Facts that set only how fast the same CPU runs, not what runs on it: where both runs timed the
+# host-speed canary (provenance.json `host_speed`), it measures their effect, so a difference in
+# them makes a slower or faster host, judged against the canary (analysis.hostspeed), not another
+# host. Without the canary on both sides they count as any relevant fact.
+SPEED_FACTS = frozenset({"cpu.cgroup_cpu_quota", "cpu.frequency_mhz"})
+SPEED_NOTE = "a host speed: the host-speed canary measured it"
 
 
 def _json(v: Any) -> Any:
@@ -297,6 +303,11 @@ def compare_hosts(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
                         "note": f"within {FREQUENCY_MARGIN_PCT:g}%",
                     }
                 )
+            continue
+        timed = fact in SPEED_FACTS and bool(ref.get("host_speed")) and bool(new.get("host_speed"))
+        if timed:
+            row: FactRow = {"fact": fact, "short": short, "reference": a, "fresh": b}
+            out["other_differences"].append({**row, "note": SPEED_NOTE})
             continue
         rows = out["relevant_differences"] if relevant else out["other_differences"]
         rows.append({"fact": fact, "short": short, "reference": a, "fresh": b})
