@@ -210,7 +210,24 @@ def test_the_committed_pairs_name_no_code_verdict(history: dict[str, Any]) -> No
             counts[(pair["before"], pair["after"])] = verdicts.count("host speed not recorded")
         else:
             assert pair["host_speed"] is None and pair["fdr"] is None
-    assert counts == {("v3", "v4"): 0, ("v4", "v5"): 3, ("v5", "v6"): 0, ("v7", "v8"): 36}
+    assert counts == {
+        ("v1", "v2"): 26,
+        ("v3", "v4"): 0,
+        ("v4", "v5"): 3,
+        ("v5", "v6"): 0,
+        ("v7", "v8"): 36,
+    }
+
+
+def test_a_changed_server_configuration_is_judged_and_named(history: dict[str, Any]) -> None:
+    """v1 to v2 changed the server's arguments: what a release may change, so the pair is
+    judged (without a canary, its changes are not attributed) and names what changed; every
+    other pair changed none of it."""
+    changed = {(p["before"], p["after"]): p["changed"] for p in history["pairs"]}
+    assert changed[("v1", "v2")] == ["config.server.args"]
+    assert all(not c for k, c in changed.items() if k != ("v1", "v2"))
+    (v1v2,) = [p for p in history["pairs"] if p["before"] == "v1"]
+    assert v1v2["comparable"] is True and v1v2["why_not"] is None
 
 
 def test_the_history_is_the_same_bytes_twice(

@@ -264,6 +264,27 @@ def _pair_row(
     return row
 
 
+# What a release may change and the history judges (a reproduction refuses them): the server's
+# arguments and configurations, its runtime and vLLM release. A change of a point between two
+# releases that differ in one of them, beyond what the host's speed explains, is theirs or the
+# code's; the pair names them (`changed`).
+UNDER_TEST = (
+    "config.server.args",
+    "config.server.configs",
+    "runtime.lock_sha256",
+    "runtime.image_digest",
+    "vllm_version",
+)
+
+
+def _changed(before: _Release, after: _Release, host: HostComparison) -> list[str]:
+    """What changed between two releases that the history judges (UNDER_TEST)."""
+    if before.side is None or after.side is None:
+        return []
+    blocking = provenance_diff(before.side, after.side, host)["blocking"]
+    return [b for b in blocking if b in UNDER_TEST]
+
+
 def _why_not(before: _Release, after: _Release, host: HostComparison) -> list[str]:
     """Why a verdict between two consecutive releases would mean nothing, one phrase each."""
     broken = [r for r in (before, after) if r.error is not None]
@@ -277,6 +298,7 @@ def _why_not(before: _Release, after: _Release, host: HostComparison) -> list[st
             f"{host_class(after.provenance)}) in: {difference_names(host['relevant_differences'])}"
         )
     blocking = provenance_diff(before.side, after.side, host)["blocking"]
+    blocking = [b for b in blocking if b not in UNDER_TEST]
     if blocking:
         why.append("the setup differs: " + ", ".join(blocking))
     data = other_dataset(
@@ -367,6 +389,7 @@ def _pair(before: _Release, after: _Release) -> Pair:
         "after": after.tag,
         "comparable": not why,
         "why_not": "; ".join(why) if why else None,
+        "changed": _changed(before, after, host),
         "host": {
             "class": host["class"],
             "relevant_differences": difference_names(relevant) if relevant else None,

@@ -89,6 +89,9 @@ class Pair(TypedDict):
     after: str
     comparable: bool
     why_not: str | None
+    # what changed that the history judges (site.history.UNDER_TEST: server arguments, runtime,
+    # vLLM release); a change beyond the host's speed is theirs or the code's
+    changed: list[str]
     host: PairHost
     host_speed: HostSpeedRecord | None
     fdr: Fdr | None

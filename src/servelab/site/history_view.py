@@ -127,6 +127,7 @@ class PairView(TypedDict):
     id: str
     comparable: bool
     why_not: str | None
+    changed: str | None
     host: list[str]
     host_speed: str | None
     fdr: str | None
@@ -290,6 +291,7 @@ def _pair(pair: Pair, metrics: list[str]) -> PairView:
         "id": f"pair-{pair['before']}-{pair['after']}",
         "comparable": bool(pair.get("comparable")),
         "why_not": _words(pair.get("why_not")),
+        "changed": ", ".join(str(c) for c in pair.get("changed") or []) or None,
         "host": host_words(pair.get("host")),
         "host_speed": _host_speed_words(pair),
         "fdr": _fdr_words(pair),
