@@ -153,6 +153,8 @@ def canary_lines(exp_dir: Path) -> list[str]:
             f"{a.compute.median * 1e3:.1f} ms, copy {b.bandwidth.median:.2f} -> "
             f"{a.bandwidth.median:.2f} GB/s: {c.drift.line()}"
         )
+        if c.gpu is not None:  # a GPU runtime's: the GPU's own canary, or why it was not timed
+            lines.append(f"  {sc}: {c.gpu.line()}")
     if not lines:
         return []
     return [

@@ -7,7 +7,9 @@ A run records its host-speed canary (hostfacts.canary) in each configuration's r
   (None when none holds one: "host speed not recorded");
 - `host_ratio(before, after)`: the after run's host speed over the before run's (above 1: the
   after host is faster), from the compute seconds and the copy bandwidth, with its band: the
-  range both parts' own noise (each canary's min and max) allows;
+  range both parts' own noise (each canary's min and max) allows. Where both runs timed the
+  GPU canary (a GPU runtime's `canary.gpu`) of the same work, from its matmul seconds and
+  device-copy bandwidth instead (`parts` "gpu"): a GPU server's speed is its GPU's;
 - `attribute(...)`: one point's change of a metric (after / before, with its confidence
   interval and whether the test called it real) against that ratio: changed beyond what the
   host explains, changed as much as the host's speed did (not attributed to the code), or
@@ -57,18 +59,34 @@ class Span:
 
 
 @dataclass(frozen=True)
+class GpuSpeed:
+    """A run's GPU speed: the GPU canary's matmul seconds (lower is faster) and device-copy
+    GB/s (higher is faster), over `canaries` timings of the work `work` (its id)."""
+
+    matmul_s: Span
+    copy_gbs: Span
+    canaries: int
+    work: str
+
+
+@dataclass(frozen=True)
 class HostSpeed:
     """A run's host speed: the compute seconds of the fixed work (lower is faster) and the copy
     bandwidth in GB/s (higher is faster), over `canaries` measurements of `work` (checksum,
-    iterations, buffer MiB: two runs compare only on the same work)."""
+    iterations, buffer MiB: two runs compare only on the same work); `gpu` where its run.json
+    files hold GPU canaries (a GPU runtime)."""
 
     compute_s: Span
     bandwidth_gbs: Span
     canaries: int
     work: tuple[int, int, int]
+    gpu: GpuSpeed | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.gpu is None:  # a CPU runtime's: as before the GPU canary was recorded
+            del out["gpu"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -82,6 +100,9 @@ class HostRatio:
     high: float
     compute: float
     bandwidth: float
+    # "gpu": `compute` and `bandwidth` are the GPU canary's matmul and device copy; "cpu": the
+    # CPU canary's compute and copy
+    parts: str = "cpu"
 
     @property
     def moved(self) -> bool:
@@ -89,7 +110,10 @@ class HostRatio:
         return not self.low <= 1.0 <= self.high
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"moved": self.moved}
+        out = asdict(self) | {"moved": self.moved}
+        if self.parts == "cpu":  # as before the GPU canary was recorded
+            del out["parts"]
+        return out
 
 
 def _number(part: Mapping[str, Any], key: str, where: str) -> float:
@@ -147,7 +171,32 @@ def host_speed(docs: Mapping[str, Mapping[str, Any]]) -> HostSpeed | None:
         )
     checksum, iterations, buffer_mib = works.pop()
     work = (int(checksum or 0), int(iterations or 0), int(buffer_mib or 0))
-    return HostSpeed(_span(parts, "compute"), _span(parts, "bandwidth"), len(parts), work)
+    gpu = _gpu_speed(sorted(docs.items()))
+    return HostSpeed(_span(parts, "compute"), _span(parts, "bandwidth"), len(parts), work, gpu)
+
+
+def _gpu_speed(docs: list[tuple[str, Mapping[str, Any]]]) -> GpuSpeed | None:
+    """The GPU canaries of a run's run.json documents, pooled; None when none timed one."""
+    parts: list[tuple[str, Mapping[str, Any]]] = []
+    for label, doc in docs:
+        canary = doc.get("canary")
+        gpu = canary.get("gpu") if isinstance(canary, Mapping) else None
+        if not isinstance(gpu, Mapping) or not gpu.get("present"):
+            continue
+        for when in ("before", "after"):
+            c = gpu.get(when)
+            if not isinstance(c, Mapping):
+                raise ServelabError(f"{label}: canary.gpu.{when} is missing; measure the run again")
+            parts.append((f"{label}: canary.gpu.{when}", c))
+    if not parts:
+        return None
+    works = {str((c.get("work") or {}).get("id")) for _, c in parts}
+    if len(works) != 1:
+        raise ServelabError(
+            f"{parts[0][0].split(':')[0]}: the GPU canaries of one run time different work; "
+            "measure the run again"
+        )
+    return GpuSpeed(_span(parts, "matmul"), _span(parts, "copy"), len(parts), works.pop())
 
 
 def read_host_speed(root: Path) -> HostSpeed | None:
@@ -183,14 +232,23 @@ def host_ratio(before: HostSpeed | None, after: HostSpeed | None) -> HostRatio |
     `why_no_ratio` gives a reason."""
     if before is None or after is None or why_no_ratio(before, after) is not None:
         return None
-    bc, ac = before.compute_s, after.compute_s
-    bb, ab = before.bandwidth_gbs, after.bandwidth_gbs
+    bg, ag = before.gpu, after.gpu
+    if bg is not None and ag is not None and bg.work == ag.work:
+        # a GPU runtime's: the server's speed is its GPU's
+        return _ratio(bg.matmul_s, ag.matmul_s, bg.copy_gbs, ag.copy_gbs, "gpu")
+    return _ratio(
+        before.compute_s, after.compute_s, before.bandwidth_gbs, after.bandwidth_gbs, "cpu"
+    )
+
+
+def _ratio(bc: Span, ac: Span, bb: Span, ab: Span, parts: str) -> HostRatio:
+    """From seconds before and after (bc, ac) and a bandwidth before and after (bb, ab)."""
     compute = bc.median / ac.median  # seconds: the faster host takes fewer
     bandwidth = ab.median / bb.median
     low = min(bc.low / ac.high, ab.low / bb.high)
     high = max(bc.high / ac.low, ab.high / bb.low)
     ratio = math.sqrt(compute * bandwidth)
-    return HostRatio(ratio, min(low, ratio), max(high, ratio), compute, bandwidth)
+    return HostRatio(ratio, min(low, ratio), max(high, ratio), compute, bandwidth, parts)
 
 
 @dataclass(frozen=True)

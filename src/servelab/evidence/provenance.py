@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from servelab import __version__
 from servelab.analysis.pipeline import ANALYSIS_VERSION
 from servelab.hostfacts import host_facts
-from servelab.hostfacts.canary import run_canaries
+from servelab.hostfacts.canary import RunCanary, run_canaries
 from servelab.redact import redact_env
 from servelab.store.paths import ExperimentPaths
 
@@ -68,13 +68,46 @@ def redacted_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class GpuHostSpeed(TypedDict, total=False):
+    """A GPU runtime's GPU canary in a `host_speed` entry: the medians before and after and
+    the drift's verdict, or `present` false and why it was not timed."""
+
+    present: bool
+    reason: str
+    before: dict[str, float]
+    after: dict[str, float]
+    drift: str
+
+
 class HostSpeedEntry(TypedDict):
     """One configuration's canary in provenance.json `host_speed`: the medians before its sweep
-    job's first launch and after its last, and the drift's verdict."""
+    job's first launch and after its last, and the drift's verdict; `gpu` on a GPU runtime."""
 
     before: dict[str, float]
     after: dict[str, float]
     drift: str
+    gpu: NotRequired[GpuHostSpeed]
+
+
+def _entry(c: RunCanary) -> HostSpeedEntry:
+    out: HostSpeedEntry = {
+        "before": c.before.medians(),
+        "after": c.after.medians(),
+        "drift": c.drift.verdict,
+    }
+    g = c.gpu
+    if g is None:  # a CPU runtime: no GPU part
+        return out
+    if g.before is None or g.after is None or g.drift is None:
+        out["gpu"] = {"present": False, "reason": g.reason}
+    else:
+        out["gpu"] = {
+            "present": True,
+            "before": g.before.medians(),
+            "after": g.after.medians(),
+            "drift": g.drift.verdict,
+        }
+    return out
 
 
 class HostSpeedPart(TypedDict, total=False):
@@ -87,10 +120,7 @@ def host_speed(paths: ExperimentPaths) -> HostSpeedPart:
     """`host_speed`: per server configuration, the host-speed canary before its sweep job's
     first launch and after its last (run.json `canary`: the medians and the drift's verdict);
     nothing for runs written before it was recorded."""
-    out: dict[str, HostSpeedEntry] = {
-        sc: {"before": c.before.medians(), "after": c.after.medians(), "drift": c.drift.verdict}
-        for sc, c in run_canaries(paths).items()
-    }
+    out = {sc: _entry(c) for sc, c in run_canaries(paths).items()}
     return {"host_speed": out} if out else {}
 
 

@@ -7,24 +7,40 @@ canary moved beyond its own noise between two runs, the host changed.
   spread over k repeats) and memory bandwidth (copies of a fixed buffer, GB/s).
 - ``drift(before, after)``: the relative change of each part and a verdict,
   "steady" or "moved", with the threshold used.
-- ``measure_gpu``: a fixed matmul and a device copy through PyTorch with CUDA; where
-  either is missing, an absent result with the reason.
 - ``RunCanary``: what a sweep job records in run.json `canary` (docs/raw-data.md): the CPU
-  canary before its first server launch and after its last, and their drift; ``CanaryTimes``
-  takes them as the job goes.
+  canary before its first server launch and after its last, and their drift; on a GPU runtime
+  also the GPU canary's (hostfacts.gpucanary: a fixed matmul and a device copy through the
+  runtime's PyTorch), or why it could not be timed; ``CanaryTimes`` takes them as the job goes.
 """
 
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
+from servelab.hostfacts.gpucanary import (
+    GpuAbsent,
+    GpuCanary,
+    GpuMeasure,
+    RunGpuCanary,
+    RunGpuCanaryJson,
+)
+from servelab.hostfacts.timing import (
+    DRIFT_FLOOR,
+    PartDrift,
+    PartDriftJson,
+    Timing,
+    TimingJson,
+    drift_line,
+    overall,
+    part_drift,
+    summary,
+)
 from servelab.store.paths import ExperimentPaths
 from servelab.store.records import DamagedRawData, RunRecord
 
@@ -41,19 +57,6 @@ REPEATS = 3
 # uses them all, so a host that gives fewer cycles (a CPU quota, another tenant on one core)
 # slows it as it slows the server; one loop alone would run on whichever core is free.
 MAX_WORKERS = 16
-DRIFT_FLOOR = 0.05
-NOISE_FACTOR = 3.0
-# a part whose own repeats spread wider than this ((max - min) / median) says the host's speed
-# varied while the canary ran: its drift cannot be judged ("unsteady"), and that is itself noted
-UNSTEADY_SPREAD = 0.25
-
-
-class TimingJson(TypedDict):
-    unit: str
-    median: float
-    low: float
-    high: float
-    repeats: int
 
 
 class CpuCanaryJson(TypedDict):
@@ -65,19 +68,6 @@ class CpuCanaryJson(TypedDict):
     workers: int
 
 
-class GpuCanaryJson(TypedDict):
-    present: bool
-    reason: str
-    matmul: TimingJson | None
-    copy: TimingJson | None
-
-
-class PartDriftJson(TypedDict):
-    change: float
-    threshold: float
-    verdict: str
-
-
 class DriftJson(TypedDict):
     compute: PartDriftJson
     bandwidth: PartDriftJson
@@ -85,46 +75,12 @@ class DriftJson(TypedDict):
 
 
 class RunCanaryJson(TypedDict):
-    """run.json's `canary`."""
+    """run.json's `canary` (`gpu` on a GPU runtime only)."""
 
     before: CpuCanaryJson
     after: CpuCanaryJson
     drift: DriftJson
-
-
-@dataclass(frozen=True)
-class Timing:
-    """k repeats of one part: median, min and max, in ``unit``."""
-
-    unit: str
-    median: float
-    low: float
-    high: float
-    repeats: int
-
-    @property
-    def relative_spread(self) -> float:
-        """(max - min) / median: the part's own noise."""
-        return (self.high - self.low) / self.median if self.median else 0.0
-
-    def to_json(self) -> TimingJson:
-        return {
-            "unit": self.unit,
-            "median": self.median,
-            "low": self.low,
-            "high": self.high,
-            "repeats": self.repeats,
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Timing:
-        return cls(
-            str(doc["unit"]),
-            float(doc["median"]),
-            float(doc["low"]),
-            float(doc["high"]),
-            int(doc["repeats"]),
-        )
+    gpu: NotRequired[RunGpuCanaryJson]
 
 
 @dataclass(frozen=True)
@@ -169,24 +125,6 @@ class CpuCanary:
         return f"compute {self.compute.median * 1e3:.1f} ms, copy {self.bandwidth.median:.2f} GB/s"
 
 
-@dataclass(frozen=True)
-class GpuCanary:
-    """The GPU canary, or its absence with the reason."""
-
-    present: bool
-    reason: str
-    matmul: Timing | None = None
-    copy: Timing | None = None
-
-    def to_json(self) -> GpuCanaryJson:
-        return {
-            "present": self.present,
-            "reason": self.reason,
-            "matmul": None if self.matmul is None else self.matmul.to_json(),
-            "copy": None if self.copy is None else self.copy.to_json(),
-        }
-
-
 def compute_work(iterations: int = COMPUTE_ITERATIONS) -> int:
     """The fixed single-thread work: an integer linear-congruential loop; its checksum."""
     x = 1
@@ -195,10 +133,6 @@ def compute_work(iterations: int = COMPUTE_ITERATIONS) -> int:
         x = (x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
         acc ^= x >> 17
     return acc
-
-
-def _summary(values: list[float], unit: str) -> Timing:
-    return Timing(unit, statistics.median(values), min(values), max(values), len(values))
 
 
 def workers_available() -> int:
@@ -242,7 +176,7 @@ def _time_compute(
         start = timer()
         checksum = compute_work(iterations)
         seconds.append(timer() - start)
-    return _summary(seconds, "s"), checksum
+    return summary(seconds, "s"), checksum
 
 
 def _time_parallel(iterations: int, repeats: int, timer: Timer, workers: int) -> tuple[Timing, int]:
@@ -279,7 +213,7 @@ def _time_parallel(iterations: int, repeats: int, timer: Timer, workers: int) ->
             proc.wait()
     if len(sums) != 1:
         raise RuntimeError(f"canary workers disagree on the checksum: {sorted(sums)}")
-    return _summary(seconds, "s"), sums.pop()
+    return summary(seconds, "s"), sums.pop()
 
 
 def _time_bandwidth(buffer_mib: int, repeats: int, timer: Timer) -> Timing:
@@ -294,7 +228,7 @@ def _time_bandwidth(buffer_mib: int, repeats: int, timer: Timer) -> Timing:
             target[:] = source
         elapsed = max(timer() - start, 1e-9)
         rates.append(COPIES * size / elapsed / 1e9)
-    return _summary(rates, "GB/s")
+    return summary(rates, "GB/s")
 
 
 def measure_cpu(
@@ -310,20 +244,6 @@ def measure_cpu(
     compute, checksum = _time_compute(iterations, repeats, timer, workers)
     bandwidth = _time_bandwidth(buffer_mib, repeats, timer)
     return CpuCanary(compute, bandwidth, checksum, iterations, buffer_mib, workers)
-
-
-@dataclass(frozen=True)
-class PartDrift:
-    """One part's relative change (positive: the host got slower) and its verdict: moved
-    (beyond `threshold`), else unsteady (its own repeats spread beyond UNSTEADY_SPREAD before
-    or after: too noisy to call steady), else steady."""
-
-    change: float
-    threshold: float
-    verdict: str
-
-    def to_json(self) -> PartDriftJson:
-        return {"change": self.change, "threshold": self.threshold, "verdict": self.verdict}
 
 
 @dataclass(frozen=True)
@@ -343,120 +263,121 @@ class Drift:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Drift:
-        def part(d: Mapping[str, Any]) -> PartDrift:
-            return PartDrift(float(d["change"]), float(d["threshold"]), str(d["verdict"]))
-
-        return cls(part(doc["compute"]), part(doc["bandwidth"]), str(doc["verdict"]))
+        return cls(
+            PartDrift.from_json(doc["compute"]),
+            PartDrift.from_json(doc["bandwidth"]),
+            str(doc["verdict"]),
+        )
 
     def line(self) -> str:
-        """steady (compute +1.2%, copy -3.0%; beyond 5.0% and 7.5% it would have moved), or
-        unsteady (...) when a part's repeats spread too wide to judge."""
-        c, b = self.compute, self.bandwidth
-        said = f"{self.verdict} (compute {c.change:+.1%}, copy {b.change:+.1%}; "
-        if self.verdict == "unsteady":
-            which = " and ".join(
-                n for n, p in (("compute", c), ("copy", b)) if p.verdict == "unsteady"
-            )
-            return said + f"{which} varied by more than {UNSTEADY_SPREAD:.0%} within a timing)"
-        return said + f"beyond {c.threshold:.1%} and {b.threshold:.1%} it moved)"
-
-
-def _part(before: Timing, after: Timing, slower_when_higher: bool, floor: float) -> PartDrift:
-    ratio = after.median / before.median if before.median else 1.0
-    change = ratio - 1.0 if slower_when_higher else 1.0 / ratio - 1.0
-    threshold = max(NOISE_FACTOR * (before.relative_spread + after.relative_spread) / 2, floor)
-    if abs(change) > threshold:
-        return PartDrift(change, threshold, "moved")
-    unsteady = max(before.relative_spread, after.relative_spread) > UNSTEADY_SPREAD
-    return PartDrift(change, threshold, "unsteady" if unsteady else "steady")
+        """steady (compute +1.2%, copy -3.0%; beyond 5.0% and 7.5% it moved), or unsteady
+        (...) when a part's repeats spread too wide to judge."""
+        return drift_line({"compute": self.compute, "copy": self.bandwidth}, self.verdict)
 
 
 def drift(before: CpuCanary, after: CpuCanary, floor: float = DRIFT_FLOOR) -> Drift:
     """A part moved when its change exceeds the larger of 3x the mean relative spread of the
     two timings and ``floor``; short of that, it is unsteady when either timing's own spread
     exceeds UNSTEADY_SPREAD (too noisy to call it steady). The canary moved when a part moved,
-    else is unsteady when a part is."""
-    compute = _part(before.compute, after.compute, True, floor)
-    bandwidth = _part(before.bandwidth, after.bandwidth, False, floor)
-    verdicts = (compute.verdict, bandwidth.verdict)
-    verdict = next((v for v in ("moved", "unsteady") if v in verdicts), "steady")
-    return Drift(compute, bandwidth, verdict)
-
-
-def measure_gpu(repeats: int = REPEATS, size: int = 4096) -> GpuCanary:
-    """A fixed fp16 matmul (TFLOP/s) and a device-to-device copy (GB/s) via PyTorch with CUDA."""
-    try:
-        import torch  # type: ignore[import-not-found,unused-ignore]
-    except ImportError as error:
-        return GpuCanary(False, f"PyTorch is not importable: {error}")
-    if not torch.cuda.is_available():
-        return GpuCanary(False, "PyTorch sees no CUDA device")
-    a = torch.ones((size, size), dtype=torch.float16, device="cuda")
-    flops: list[float] = []
-    rates: list[float] = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        torch.matmul(a, a)
-        torch.cuda.synchronize()
-        flops.append(2 * size**3 / (time.perf_counter() - start) / 1e12)
-        start = time.perf_counter()
-        a.clone()
-        torch.cuda.synchronize()
-        rates.append(2 * a.numel() * a.element_size() / (time.perf_counter() - start) / 1e9)
-    return GpuCanary(True, "", _summary(flops, "TFLOP/s"), _summary(rates, "GB/s"))
+    else is unsteady when a part is (hostfacts.timing.part_drift)."""
+    compute = part_drift(before.compute, after.compute, True, floor)
+    bandwidth = part_drift(before.bandwidth, after.bandwidth, False, floor)
+    return Drift(compute, bandwidth, overall(compute, bandwidth))
 
 
 @dataclass(frozen=True)
 class RunCanary:
     """run.json `canary`: the CPU canary timed before a sweep job's first server launch and
-    after its last, and whether the host's speed moved between them beyond its own noise."""
+    after its last, and whether the host's speed moved between them beyond its own noise; on
+    a GPU runtime, `gpu`: the GPU canary's (hostfacts.gpucanary), or why it was not timed."""
 
     before: CpuCanary
     after: CpuCanary
     drift: Drift
+    gpu: RunGpuCanary | None = None
 
     def to_json(self) -> RunCanaryJson:
-        return {
+        out: RunCanaryJson = {
             "before": self.before.to_json(),
             "after": self.after.to_json(),
             "drift": self.drift.to_json(),
         }
+        if self.gpu is not None:  # absent on a CPU runtime, never null
+            out["gpu"] = self.gpu.to_json()
+        return out
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> RunCanary:
+        gpu = doc.get("gpu")
         return cls(
             CpuCanary.from_json(doc["before"]),
             CpuCanary.from_json(doc["after"]),
             Drift.from_json(doc["drift"]),
+            None if gpu is None else RunGpuCanary.from_json(gpu),
+        )
+
+    @property
+    def verdict(self) -> str:
+        """The CPU canary's drift, or the GPU canary's where it is worse (moved, then
+        unsteady, then steady)."""
+        gpu = self.gpu.drift if self.gpu is not None else None
+        if gpu is None:
+            return self.drift.verdict
+        return next(
+            (v for v in ("moved", "unsteady") if v in (self.drift.verdict, gpu.verdict)),
+            "steady",
         )
 
 
 @dataclass
 class CanaryTimes:
     """The canary as a sweep job takes it: before its first launch, after each launch (the
-    last one counts); `measure` is measure_cpu, or a stand-in in a test."""
+    last one counts); `measure` is measure_cpu, or a stand-in in a test. On a GPU runtime each
+    call is given how to time the GPU canary in the runtime (servelab.launch.canary)."""
 
     measure: Callable[[], CpuCanary] = measure_cpu
     first: CpuCanary | None = None
     last: CpuCanary | None = None
+    gpu_first: GpuCanary | GpuAbsent | None = None
+    gpu_last: GpuCanary | GpuAbsent | None = None
 
-    def before_launch(self) -> CpuCanary | None:
-        """Time it before the job's first launch; None (not timed again) before a later one."""
+    def before_launch(self, gpu: GpuMeasure | None = None) -> list[str] | None:
+        """Time it before the job's first launch, and the GPU canary with `gpu`: the lines
+        that say what it found; None (not timed again) before a later launch."""
         if self.first is not None:
             return None
         self.first = self.measure()
-        return self.first
+        if gpu is not None:
+            self.gpu_first = gpu()
+        return [self.first.line(), *_gpu_lines(self.gpu_first)]
 
-    def after_launch(self) -> CpuCanary:
+    def after_launch(self, gpu: GpuMeasure | None = None) -> list[str]:
+        """Time it after a launch (the last one's counts): the lines that say what it found."""
         self.last = self.measure()
-        return self.last
+        if gpu is None:
+            return [self.last.line()]
+        self.gpu_last = gpu()
+        if self.gpu_last == self.gpu_first:  # absent for the same reason: said once
+            return [self.last.line()]
+        return [self.last.line(), *_gpu_lines(self.gpu_last)]
 
     def record(self) -> RunCanary | None:
         """The job's canary; None when it launched nothing (every point already complete)."""
         if self.first is None or self.last is None:
             return None
-        return RunCanary(self.first, self.last, drift(self.first, self.last))
+        gpu = None
+        if self.gpu_first is not None or self.gpu_last is not None:
+            none = GpuAbsent("not timed")
+            gpu = RunGpuCanary.of(self.gpu_first or none, self.gpu_last or none)
+        return RunCanary(self.first, self.last, drift(self.first, self.last), gpu)
+
+
+def _gpu_lines(found: GpuCanary | GpuAbsent | None) -> list[str]:
+    if found is None:
+        return []
+    if isinstance(found, GpuAbsent):
+        return [f"GPU canary not timed ({found.reason}); the sweep goes on without it"]
+    return [found.line()]
 
 
 def run_canaries(paths: ExperimentPaths, skip_damaged: bool = False) -> dict[str, RunCanary]:

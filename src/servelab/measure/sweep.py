@@ -46,6 +46,7 @@ from servelab.experiment import (
 )
 from servelab.hostfacts.canary import CanaryTimes
 from servelab.job import ConfigJob, MeasureJob, Say
+from servelab.launch.canary import gpu_canary
 from servelab.launch.server import ServerLaunch, choose_port, raise_on_signals
 from servelab.launch.session import LaunchAdditions, Session, build_launch, serve
 from servelab.metrics import point_metrics
@@ -170,8 +171,9 @@ class SweepJob(ConfigJob):
         port = choose_port(exp.server.host, exp.server.port, self.note)
         interface, additions = self.profiler_setup()
         launch = build_launch(self.job, sc, port=port, additions=additions)
-        if (before := self.canary.before_launch()) is not None:
-            self.note(f"host canary before: {before.line()}")
+        gpu = gpu_canary(launch, exp.runtime.device)  # None: a CPU runtime times no GPU part
+        for line in self.canary.before_launch(gpu) or ():
+            self.note(f"host canary before: {line}")
         t0 = time.monotonic()
         self.note(
             f"starting vLLM on {launch.base_url} (launch {launch_index}): {' '.join(launch.args)}"
@@ -188,8 +190,8 @@ class SweepJob(ConfigJob):
             if self.capture is not None and interface is not None:
                 self.capture_here(session, launch, interface, warm=bool(todo))
         took = f"{time.monotonic() - t0:.1f} s"
-        after = self.canary.after_launch()
-        self.note(f"host canary after: {after.line()}")
+        for line in self.canary.after_launch(gpu):
+            self.note(f"host canary after: {line}")
         if self.capture is not None and interface is not None:
             self.note(f"server stopped; measured {len(todo)} points and profiled in {took}")
         else:
@@ -338,6 +340,8 @@ class SweepJob(ConfigJob):
         record.write(self.paths.run(self.sc))
         if canary is not None:
             self.note(f"{HOST_SPEED_WORDS[canary.drift.verdict]}: {canary.drift.line()}")
+            if canary.gpu is not None and canary.gpu.present:  # an absent one was said
+                self.note(canary.gpu.line())
         return record.doc
 
 

@@ -252,6 +252,7 @@ def _ratio(speed: HostSpeedRecord) -> HostRatio | None:
         float(speed["high"]),
         float(speed["compute"]),
         float(speed["bandwidth"]),
+        str(speed.get("parts") or "cpu"),
     )
 
 

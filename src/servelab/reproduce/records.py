@@ -26,6 +26,9 @@ class HostSpeedRecord(TypedDict):
     compute: NotRequired[float]
     bandwidth: NotRequired[float]
     moved: NotRequired[bool]
+    # "gpu" where compute and bandwidth are the GPU canary's matmul and device copy (both runs
+    # timed it on the same work); absent where they are the CPU canary's
+    parts: NotRequired[str]
 
 
 def host_speed_json(ratio: HostRatio | None, why: str | None) -> HostSpeedRecord:
@@ -36,6 +39,8 @@ def host_speed_json(ratio: HostRatio | None, why: str | None) -> HostSpeedRecord
         out["ratio"], out["low"], out["high"] = ratio.ratio, ratio.low, ratio.high
         out["compute"], out["bandwidth"] = ratio.compute, ratio.bandwidth
         out["moved"] = ratio.moved
+        if ratio.parts != "cpu":
+            out["parts"] = ratio.parts
     return out
 
 

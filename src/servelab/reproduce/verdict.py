@@ -49,10 +49,12 @@ def host_speed_text(r: ReproductionRecord) -> str | None:
         why = str(hs.get("why_not") or HOST_NOT_RECORDED).removeprefix(HOST_NOT_RECORDED)
         return "not recorded" + (f" ({why.lstrip(': ')})" if why.strip(": ") else "")
     moved = "moved" if hs.get("moved") else "did not move beyond its noise"
+    gpu = hs.get("parts") == "gpu"  # the GPU canary's parts: a GPU server's speed is its GPU's
+    compute, copy = ("GPU matmul", "device copy") if gpu else ("compute", "copy bandwidth")
     return (
-        f"the fresh host ran the canary at x{hs['ratio']:.3g} the reference's speed (compute "
-        f"x{hs['compute']:.3g}, copy bandwidth x{hs['bandwidth']:.3g}; band {hs['low']:.3g} to "
-        f"{hs['high']:.3g}): it {moved}"
+        f"the fresh host ran the {'GPU ' if gpu else ''}canary at x{hs['ratio']:.3g} the "
+        f"reference's speed ({compute} x{hs['compute']:.3g}, {copy} x{hs['bandwidth']:.3g}; "
+        f"band {hs['low']:.3g} to {hs['high']:.3g}): it {moved}"
     )
 
 

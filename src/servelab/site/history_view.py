@@ -260,9 +260,11 @@ def _host_speed_words(pair: Pair) -> str | None:
         )
     ratio, low, high = (values.number(hs.get(k)) for k in ("ratio", "low", "high"))
     moved = "moved" if hs.get("moved") else "did not move beyond its noise"
+    gpu = hs.get("parts") == "gpu"  # the GPU canary's parts: a GPU server's speed is its GPU's
+    compute, copy = ("GPU matmul", "device copy") if gpu else ("compute", "copy bandwidth")
     return (
-        f"{pair['after']}'s host ran the canary at {ratio} times the speed of {pair['before']}'s"
-        f" (compute {values.number(hs.get('compute'))}, copy bandwidth "
+        f"{pair['after']}'s host ran the {'GPU ' if gpu else ''}canary at {ratio} times the "
+        f"speed of {pair['before']}'s ({compute} {values.number(hs.get('compute'))}, {copy} "
         f"{values.number(hs.get('bandwidth'))}; band {low} to {high}): the host's speed {moved}."
     )
 

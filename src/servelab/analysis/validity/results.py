@@ -126,7 +126,7 @@ def host_speed_json(canaries: Mapping[str, RunCanary]) -> dict[str, Any]:
     every level alike."""
     out: dict[str, Any] = {}
     for sc, canary in sorted(canaries.items()):
-        verdict = canary.drift.verdict
+        verdict = canary.verdict  # the CPU canary's, or the GPU canary's where it is worse
         out[sc] = {
             "status": PASSED if verdict == "steady" else NOTED,
             "reason": f"{HOST_SPEED_WORDS[verdict]}: {canary.drift.line()}",
@@ -134,4 +134,17 @@ def host_speed_json(canaries: Mapping[str, RunCanary]) -> dict[str, Any]:
             "after": canary.after.medians(),
             "drift": canary.drift.to_json(),
         }
+        gpu = canary.gpu
+        if gpu is None:  # a CPU runtime: no GPU part, as before it was recorded
+            continue
+        out[sc]["reason"] += f"; {gpu.line()}"
+        if gpu.before is None or gpu.after is None or gpu.drift is None:
+            out[sc]["gpu"] = {"present": False, "reason": gpu.reason}
+        else:
+            out[sc]["gpu"] = {
+                "present": True,
+                "before": gpu.before.medians(),
+                "after": gpu.after.medians(),
+                "drift": gpu.drift.to_json(),
+            }
     return out

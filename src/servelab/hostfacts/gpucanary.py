@@ -1,0 +1,445 @@
+"""The GPU host-speed canary: a fixed matmul and a device-to-device copy, timed through the
+runtime's PyTorch (a GPU server's speed is its GPU's).
+
+servelab's own environment has no PyTorch: GPU_CANARY_SCRIPT runs in the runtime's Python (a
+venv's python, or `python3` in the image, with the server's GPUs: servelab.launch.canary builds
+the command) and prints one line, GPU_CANARY_MARK and JSON: each repeat's seconds, or why it
+could not run (no PyTorch, no CUDA device). `parse_gpu_canary` reads that line into a
+`GpuCanary` or a `GpuAbsent` with the reason; `measure_gpu` runs a command and reads it, never
+raising: a canary that cannot run is recorded as absent, it does not stop a sweep.
+
+The work (`GpuWork`, docs/analysis.md "Host speed") is fixed: MATMUL_ITERS products of two
+MATMUL_N x MATMUL_N fp16 matrices drawn from a seeded generator on the device, and COPIES copies
+of a COPY_MIB MiB buffer into another; a warm-up pass of each, then REPEATS timed repeats,
+each between two torch.cuda.synchronize() calls. Its `id` (a hash of the sizes, dtype, counts
+and seed) says which work was timed: two canaries compare only on the same work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from servelab.hostfacts.timing import (
+    DRIFT_FLOOR,
+    PartDrift,
+    PartDriftJson,
+    Timing,
+    TimingJson,
+    drift_line,
+    overall,
+    part_drift,
+    summary,
+)
+
+# 2 x 8192^3 = 1.1 TFLOP a product, 22 TFLOP a repeat: about 35 ms on an H100 SXM (cuBLAS near
+# 650 TFLOP/s in fp16), 80 ms on an A100 (about 280 TFLOP/s), 0.5 s on a T4. The copy reads and
+# writes 256 MiB 100 times, 54 GB a repeat: about 20 ms at an H100's 2.7 TB/s, 30 ms on an
+# A100. Five repeats and a warm-up: well under 1 s of GPU work on either, beside the seconds
+# the runtime takes to import PyTorch and make its CUDA context. About 0.9 GiB of GPU memory.
+MATMUL_N = 8192
+MATMUL_DTYPE = "float16"
+MATMUL_ITERS = 20
+COPY_MIB = 256
+COPIES = 100
+REPEATS = 5
+SEED = 20261204
+GPU_CANARY_MARK = "SERVELAB-GPU-CANARY "
+GPU_CANARY_TIMEOUT_S = 600
+# Run as `python -c GPU_CANARY_SCRIPT N DTYPE ITERS MIB COPIES REPEATS SEED` in the runtime; it
+# times on the first GPU it sees (the server's first) and prints one marked JSON line.
+GPU_CANARY_SCRIPT = r"""
+import json, sys, time
+def say(out):
+    print("SERVELAB-GPU-CANARY " + json.dumps(out, sort_keys=True), flush=True)
+n, dtype_name, iters, mib, copies, repeats, seed = sys.argv[1:8]
+n, iters, mib, copies, repeats, seed = (int(v) for v in (n, iters, mib, copies, repeats, seed))
+try:
+    import torch
+except Exception as exc:
+    say({"present": False, "reason": "PyTorch is not importable: " + str(exc)[:200]})
+    sys.exit(0)
+if not torch.cuda.is_available():
+    built = torch.version.cuda
+    say({"present": False, "reason": "CUDA not available to PyTorch " + str(torch.__version__)
+         + (" (built with CUDA " + built + ")" if built else " (built without CUDA)")})
+    sys.exit(0)
+try:
+    dev = torch.device("cuda", 0)
+    dtype = getattr(torch, dtype_name)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    a = torch.randn((n, n), generator=gen, device=dev, dtype=dtype)
+    b = torch.randn((n, n), generator=gen, device=dev, dtype=dtype)
+    c = torch.empty((n, n), device=dev, dtype=dtype)
+    src = torch.randn(mib * 1024 * 1024 // a.element_size(), generator=gen, device=dev, dtype=dtype)
+    dst = torch.empty_like(src)
+    def matmuls():
+        for _ in range(iters):
+            torch.matmul(a, b, out=c)
+    def copying():
+        for _ in range(copies):
+            dst.copy_(src)
+    def timed(work):
+        torch.cuda.synchronize(dev)
+        start = time.perf_counter()
+        work()
+        torch.cuda.synchronize(dev)
+        return time.perf_counter() - start
+    timed(matmuls)
+    timed(copying)
+    matmul_s = [timed(matmuls) for _ in range(repeats)]
+    copy_s = [timed(copying) for _ in range(repeats)]
+    say({"present": True, "matmul_s": matmul_s, "copy_s": copy_s,
+         "device": torch.cuda.get_device_name(dev), "torch_version": str(torch.__version__),
+         "cuda": torch.version.cuda,
+         "work": {"matmul_n": n, "dtype": dtype_name, "matmul_iters": iters, "copy_mib": mib,
+                  "copies": copies, "repeats": repeats, "seed": seed}})
+except Exception as exc:
+    say({"present": False, "reason": (type(exc).__name__ + ": " + str(exc))[:300]})
+"""
+
+
+class GpuWorkJson(TypedDict):
+    matmul_n: int
+    dtype: str
+    matmul_iters: int
+    copy_mib: int
+    copies: int
+    repeats: int
+    seed: int
+    id: str
+
+
+class GpuCanaryJson(TypedDict):
+    """One timing of the GPU canary."""
+
+    work: GpuWorkJson
+    matmul: TimingJson
+    matmul_tflops: float
+    copy: TimingJson
+    device: str | None
+    torch_version: str | None
+    cuda: str | None
+
+
+class GpuDriftJson(TypedDict):
+    matmul: PartDriftJson
+    copy: PartDriftJson
+    verdict: str
+
+
+class RunGpuCanaryJson(TypedDict, total=False):
+    """run.json's `canary.gpu`: present with before, after and drift; else the reason."""
+
+    present: bool
+    reason: str
+    before: GpuCanaryJson
+    after: GpuCanaryJson
+    drift: GpuDriftJson
+
+
+@dataclass(frozen=True)
+class GpuWork:
+    """The GPU canary's fixed work: its sizes, dtype, counts and seed."""
+
+    matmul_n: int = MATMUL_N
+    dtype: str = MATMUL_DTYPE
+    matmul_iters: int = MATMUL_ITERS
+    copy_mib: int = COPY_MIB
+    copies: int = COPIES
+    repeats: int = REPEATS
+    seed: int = SEED
+
+    @property
+    def id(self) -> str:
+        """A hash of the work's parameters: the same on every host for the same work."""
+        text = json.dumps(self.params(), sort_keys=True)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    def params(self) -> dict[str, int | str]:
+        return {
+            "matmul_n": self.matmul_n,
+            "dtype": self.dtype,
+            "matmul_iters": self.matmul_iters,
+            "copy_mib": self.copy_mib,
+            "copies": self.copies,
+            "repeats": self.repeats,
+            "seed": self.seed,
+        }
+
+    def args(self) -> list[str]:
+        """GPU_CANARY_SCRIPT's arguments."""
+        p = self.params()
+        keys = ("matmul_n", "dtype", "matmul_iters", "copy_mib", "copies", "repeats", "seed")
+        return [str(p[k]) for k in keys]
+
+    @property
+    def repeat_tflop(self) -> float:
+        """The floating-point work of one matmul repeat, in TFLOP."""
+        return 2.0 * self.matmul_n**3 * self.matmul_iters / 1e12
+
+    @property
+    def repeat_gb(self) -> float:
+        """The bytes one copy repeat reads and writes, in GB."""
+        return 2.0 * self.copy_mib * 1024 * 1024 * self.copies / 1e9
+
+    def to_json(self) -> GpuWorkJson:
+        return {
+            "matmul_n": self.matmul_n,
+            "dtype": self.dtype,
+            "matmul_iters": self.matmul_iters,
+            "copy_mib": self.copy_mib,
+            "copies": self.copies,
+            "repeats": self.repeats,
+            "seed": self.seed,
+            "id": self.id,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> GpuWork:
+        return cls(
+            int(doc["matmul_n"]),
+            str(doc["dtype"]),
+            int(doc["matmul_iters"]),
+            int(doc["copy_mib"]),
+            int(doc["copies"]),
+            int(doc["repeats"]),
+            int(doc["seed"]),
+        )
+
+
+@dataclass(frozen=True)
+class GpuCanary:
+    """One timing of the GPU canary: `matmul`, seconds of a repeat's MATMUL_ITERS products
+    (lower is faster), and `copy`, GB/s read and written by the device copies (higher is
+    faster); the GPU, PyTorch and CUDA it ran on."""
+
+    work: GpuWork
+    matmul: Timing
+    copy: Timing
+    device: str | None = None
+    torch_version: str | None = None
+    cuda: str | None = None
+
+    @property
+    def tflops(self) -> float:
+        """The matmul's median TFLOP/s."""
+        return self.work.repeat_tflop / self.matmul.median if self.matmul.median else 0.0
+
+    def to_json(self) -> GpuCanaryJson:
+        return {
+            "work": self.work.to_json(),
+            "matmul": self.matmul.to_json(),
+            "matmul_tflops": self.tflops,
+            "copy": self.copy.to_json(),
+            "device": self.device,
+            "torch_version": self.torch_version,
+            "cuda": self.cuda,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> GpuCanary:
+        return cls(
+            GpuWork.from_json(doc["work"]),
+            Timing.from_json(doc["matmul"]),
+            Timing.from_json(doc["copy"]),
+            doc.get("device"),
+            doc.get("torch_version"),
+            doc.get("cuda"),
+        )
+
+    def medians(self) -> dict[str, float]:
+        """{matmul_s, matmul_tflops, copy_gbps}: as validity.json and provenance.json keep them."""
+        return {
+            "matmul_s": self.matmul.median,
+            "matmul_tflops": self.tflops,
+            "copy_gbps": self.copy.median,
+        }
+
+    def line(self) -> str:
+        """GPU matmul 34.1 ms (645 TFLOP/s), device copy 2712 GB/s (NVIDIA H100 80GB HBM3)."""
+        return (
+            f"GPU matmul {self.matmul.median * 1e3:.1f} ms ({self.tflops:.0f} TFLOP/s), device "
+            f"copy {self.copy.median:.0f} GB/s ({self.device or 'GPU ?'})"
+        )
+
+
+@dataclass(frozen=True)
+class GpuAbsent:
+    """The GPU canary could not be timed, and why."""
+
+    reason: str
+
+
+def _seconds(values: Any, name: str) -> list[float]:
+    if not isinstance(values, list) or not values:
+        raise ValueError(f"{name} is not a list of seconds")
+    out = [float(v) for v in values]
+    if any(v <= 0 for v in out):
+        raise ValueError(f"{name} holds a time that is not positive")
+    return out
+
+
+def parse_gpu_canary(text: str, work: GpuWork) -> GpuCanary | GpuAbsent | None:
+    """The last GPU_CANARY_MARK line of `text` as a GpuCanary (its work must be `work`), or
+    the GpuAbsent it reports; None when no such line was printed."""
+    for line in reversed(text.splitlines()):
+        if not line.startswith(GPU_CANARY_MARK):
+            continue
+        try:
+            doc = json.loads(line[len(GPU_CANARY_MARK) :])
+            if not doc.get("present"):
+                return GpuAbsent(str(doc.get("reason") or "the GPU canary gave no reason"))
+            timed = GpuWork.from_json(doc["work"])
+            if timed != work:
+                return GpuAbsent(f"the GPU canary timed other work than asked: {timed}")
+            matmul = summary(_seconds(doc.get("matmul_s"), "matmul_s"), "s")
+            rates = [work.repeat_gb / s for s in _seconds(doc.get("copy_s"), "copy_s")]
+            copy = summary(rates, "GB/s")
+            return GpuCanary(
+                work,
+                matmul,
+                copy,
+                doc.get("device"),
+                doc.get("torch_version"),
+                doc.get("cuda"),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return GpuAbsent(f"the GPU canary's answer is damaged: {exc}")
+    return None
+
+
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+# measures the GPU canary in the runtime: a GpuCanary, or why it could not
+GpuMeasure = Callable[[], GpuCanary | GpuAbsent]
+
+
+def measure_gpu(
+    cmd: Sequence[str],
+    env: Mapping[str, str] | None,
+    work: GpuWork,
+    run: Runner = subprocess.run,
+    timeout_s: float = GPU_CANARY_TIMEOUT_S,
+) -> GpuCanary | GpuAbsent:
+    """Run `cmd` (a command ending in `python -c GPU_CANARY_SCRIPT *work.args()`, in the
+    runtime) with `env` (None: this process's) and read its answer; never raises: a command
+    that cannot run, ends badly or says nothing gives a GpuAbsent with the reason."""
+    extra: dict[str, dict[str, str]] = {} if env is None else {"env": dict(env)}
+    try:
+        proc = run(
+            list(cmd), capture_output=True, text=True, timeout=timeout_s, check=False, **extra
+        )
+    except subprocess.TimeoutExpired:
+        return GpuAbsent(f"the GPU canary gave no answer within {timeout_s:g} s")
+    except OSError as exc:
+        return GpuAbsent(f"the GPU canary could not be started: {exc}")
+    found = parse_gpu_canary(proc.stdout or "", work)
+    if found is not None:
+        return found
+    lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+    said = lines[-1][:300] if lines else "nothing printed"
+    return GpuAbsent(f"the GPU canary ended with exit {proc.returncode} and no answer ({said})")
+
+
+def script_args(work: GpuWork) -> list[str]:
+    """What follows the runtime's python: `-c GPU_CANARY_SCRIPT` and the work's arguments."""
+    return ["-c", GPU_CANARY_SCRIPT, *work.args()]
+
+
+@dataclass(frozen=True)
+class GpuDrift:
+    """Whether the GPU canary moved between two timings beyond its own noise (the rule of the
+    CPU canary's parts: hostfacts.timing.part_drift)."""
+
+    matmul: PartDrift
+    copy: PartDrift
+    verdict: str
+
+    def to_json(self) -> GpuDriftJson:
+        return {
+            "matmul": self.matmul.to_json(),
+            "copy": self.copy.to_json(),
+            "verdict": self.verdict,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> GpuDrift:
+        return cls(
+            PartDrift.from_json(doc["matmul"]),
+            PartDrift.from_json(doc["copy"]),
+            str(doc["verdict"]),
+        )
+
+    def line(self) -> str:
+        """steady (GPU matmul +0.4%, device copy -0.2%; beyond 5.0% and 5.0% it moved)."""
+        named = {"GPU matmul": self.matmul, "device copy": self.copy}
+        return drift_line(named, self.verdict)
+
+
+def gpu_drift(before: GpuCanary, after: GpuCanary, floor: float = DRIFT_FLOOR) -> GpuDrift:
+    """The matmul's seconds (higher: slower) and the copy's GB/s (higher: faster), each by
+    part_drift; moved when a part moved, else unsteady when a part is."""
+    matmul = part_drift(before.matmul, after.matmul, True, floor)
+    copy = part_drift(before.copy, after.copy, False, floor)
+    return GpuDrift(matmul, copy, overall(matmul, copy))
+
+
+@dataclass(frozen=True)
+class RunGpuCanary:
+    """run.json `canary.gpu`: the GPU canary before a sweep job's first launch and after its
+    last, and their drift; or, where either could not be timed, `present` false and why."""
+
+    before: GpuCanary | None
+    after: GpuCanary | None
+    drift: GpuDrift | None
+    reason: str = ""
+
+    @property
+    def present(self) -> bool:
+        return self.drift is not None
+
+    @classmethod
+    def of(cls, before: GpuCanary | GpuAbsent, after: GpuCanary | GpuAbsent) -> RunGpuCanary:
+        if isinstance(before, GpuAbsent):
+            return cls(None, None, None, f"before the first launch: {before.reason}")
+        if isinstance(after, GpuAbsent):
+            return cls(None, None, None, f"after the last launch: {after.reason}")
+        if before.work != after.work:
+            return cls(None, None, None, "the timings before and after are of different work")
+        return cls(before, after, gpu_drift(before, after))
+
+    def to_json(self) -> RunGpuCanaryJson:
+        if self.before is None or self.after is None or self.drift is None:
+            return {"present": False, "reason": self.reason}
+        return {
+            "present": True,
+            "before": self.before.to_json(),
+            "after": self.after.to_json(),
+            "drift": self.drift.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RunGpuCanary:
+        if not doc.get("present"):
+            return cls(None, None, None, str(doc.get("reason") or ""))
+        return cls(
+            GpuCanary.from_json(doc["before"]),
+            GpuCanary.from_json(doc["after"]),
+            GpuDrift.from_json(doc["drift"]),
+        )
+
+    def line(self) -> str:
+        """The summary's: GPU matmul 34.1 -> 34.3 ms, device copy 2712 -> 2705 GB/s: steady
+        (...); or `GPU canary not timed: <why>`."""
+        b, a, d = self.before, self.after, self.drift
+        if b is None or a is None or d is None:
+            return f"GPU canary not timed: {self.reason}"
+        return (
+            f"GPU matmul {b.matmul.median * 1e3:.1f} -> {a.matmul.median * 1e3:.1f} ms, "
+            f"device copy {b.copy.median:.0f} -> {a.copy.median:.0f} GB/s: {d.line()}"
+        )
