@@ -289,7 +289,10 @@ def test_history_figure_alt_says_what_it_shows(history: dict[str, Any]) -> None:
     assert alt.startswith("output_throughput of quickstart-cpu per release (v1 to v")
     assert "means from" in alt and "tok/s" in alt
     assert "v6 to v7 (host differs)" in alt
-    assert alt.count(". ") <= 1  # one or two sentences
+    # and where a line changed (the triangles): the one change point of output_throughput
+    assert alt.endswith(" Change points (open triangles): max-num-seqs-8 c=1 v4 to v5 -13.9%.")
+    assert alt.count(". ") <= 2  # at most three sentences
+    assert history_figure_alt(history, "p99_ttft_ms").endswith(" No change point in any line.")
     with pytest.raises(ServelabError, match="'nope': not in the history"):
         history_figure_alt(history, "nope")
     with pytest.raises(ServelabError, match="'nope'"):
@@ -457,3 +460,83 @@ def test_a_damaged_canary_leaves_the_host_speed_not_recorded(
     )
     verdicts = {p["verdict"] for p in pair["points"]}
     assert verdicts == {"host speed not recorded", "unchanged"}
+
+
+# --- change points over the history (analysis.changepoints, site.history_changes) -----------
+
+# the committed history's change points: the only run of three or more comparable releases is
+# v3 to v6 (one AMD EPYC Zen 4 host class; v3 has no valid repeat at max-num-seqs-1 c=8, so
+# that point's run is v4 to v6), and none of v1 to v8 records the host's speed
+CHANGED_SERIES = {
+    ("output_throughput", "max-num-seqs-8", 1): ("v4", "v5", -13.9),
+    ("mean_tpot_ms", "max-num-seqs-8", 1): ("v4", "v5", 17.7),
+    ("p99_tpot_ms", "max-num-seqs-1", 16): ("v3", "v4", -31.8),
+}
+
+
+def test_committed_series_have_change_points_or_none(history: dict[str, Any]) -> None:
+    """Every series is cut at the pairs that are not comparable (v1, v2 | v3..v6 | v7, v8):
+    runs shorter than three releases have too few, v3 to v6 is judged, and 3 of its 50 series
+    changed, each with the host speed not recorded."""
+    assert history["change_point_method"] == {
+        "method": "step fit",
+        "penalty": 16.0,
+        "sd_floor": 0.001,
+        "min_releases": 3,
+    }
+    changed = {}
+    for s in history["series"]:
+        runs = s["change_points"]
+        measured = [p["tag"] for p in s["points"] if p["repeats"]]
+        assert [t for r in runs for t in r["releases"]] == measured
+        short = [r["releases"] for r in runs if r["answer"] == "too few releases"]
+        # v1 to v2 (v2 alone where v1 has no valid repeat of the point)
+        assert all(len(tags) < 3 for tags in short) and (["v1", "v2"] in short or ["v2"] in short)
+        (judged,) = [r for r in runs if r["answer"] != "too few releases"]
+        assert judged["releases"] in (["v3", "v4", "v5", "v6"], ["v4", "v5", "v6"])
+        assert judged["normalised"] is False  # no release records its canary
+        key = (s["metric"], s["server_config"], s["level"])
+        if judged["answer"] == "no change point":
+            assert judged["change_points"] == []
+            continue
+        assert judged["answer"] == "changed"
+        (c,) = judged["change_points"]
+        assert c["answer"] == "host speed not recorded" and c["direction"] is None
+        assert c["normalised_pct"] is None
+        changed[key] = (c["before"], c["after"], round(c["change_pct"], 1))
+    assert changed == CHANGED_SERIES
+
+
+def test_a_committed_change_point_is_the_hosts_with_the_canary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given canaries (in place of the releases' run.json files) in which v5's and v6's host
+    ran 14% slower than v3's and v4's, output throughput's drop at max-num-seqs-8 c=1 from v4 to v5 is
+    the host's: gone once normalised."""
+    from servelab.site import history as module
+
+    slow = 1.0 / 0.86
+    speeds = {
+        "v3": timed(1.0, 10.0),
+        "v4": timed(1.0, 10.0),
+        "v5": timed(slow, 8.6),
+        "v6": timed(slow, 8.6),
+    }
+    monkeypatch.setattr(module, "read_host_speed", lambda root: speeds[root.name[-2:]])
+    folders = [EVIDENCE / t for t in ("v3", "v4", "v5", "v6")]
+    out = release_history(EXPERIMENT, folders, tmp_path)
+    (s,) = [
+        s
+        for s in out["series"]
+        if (s["metric"], s["server_config"], s["level"])
+        == ("output_throughput", "max-num-seqs-8", 1)
+    ]
+    (run,) = s["change_points"]
+    assert run["normalised"] is True and run["answer"] == "changed"
+    (c,) = run["change_points"]
+    assert (c["before"], c["after"], c["answer"]) == (
+        "v4",
+        "v5",
+        "changed as much as the host's speed did (not attributed to the code)",
+    )
+    assert round(c["change_pct"], 1) == -13.9 and abs(c["normalised_pct"]) < 2.0

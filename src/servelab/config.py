@@ -242,6 +242,9 @@ def _check_runtime(cfg: dict[str, Any], source: str) -> None:
     rt = cfg["runtime"]
     container_keys = ("image", "image_sha256", "gpu_devices", "shm_size")
     check_config_runtimes(cfg, source)
+    plan = cfg["sweep"]["repeats"]
+    if isinstance(plan, dict) and plan.get("interleave", 0) is None:
+        del plan["interleave"]  # absent, as in a plan written before it existed
     if rt["kind"] == endpoint.KIND:
         return  # servelab launches nothing: endpoint_config.check_written checked it as written
     for key in ("url", "served_model"):

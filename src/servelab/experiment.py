@@ -278,7 +278,7 @@ class RoundsSection:
     max: int
     budget_s: float | None
     # every round on a fresh launch per configuration, in turn (absent: None, as false)
-    interleave: bool | None
+    interleave: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,11 @@ def check_config_runtimes(cfg: dict[str, Any], source: str) -> None:
     kind = cfg["runtime"]["kind"]
     for i, c in enumerate(cfg["server"]["configs"]):
         own = c.get("runtime")
-        if own is None:
+        if own is None:  # absent, as in a config written before configurations had one
+            c.pop("runtime", None)
             continue
+        for key in [k for k, v in own.items() if v is None]:
+            del own[key]
         where = f"{source}: server.configs[{i}].runtime"
         if kind not in ("venv", *ENGINES):
             raise ServelabError(

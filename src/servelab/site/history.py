@@ -3,7 +3,9 @@ servelab (so that one analysis judges them all), each point's metrics across the
 a change verdict per point between consecutive releases; and its figures.
 
 `release_history` gives the data (JSON-able, same releases, same bytes), `history_figure` one
-metric as an SVG and `history_figure_alt` its text alternative.
+metric as an SVG and `history_figure_alt` its text alternative (site.history_figure). Each
+series also gets its change points over every run of three or more comparable releases
+(site.history_changes, analysis.changepoints: a step fit, with the canary where recorded).
 
 Releases are independent runs: a point's repeats of one release do not pair with another's,
 so a change is tested with `stats.two_sample` (Welch's t on the logs); the tests of one pair
@@ -44,13 +46,15 @@ from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import compare_hosts, difference_names, host_qualifier
 from servelab.hostfacts.compare import HostComparison
-from servelab.render import num
 from servelab.reproduce.checks import POINT_METRICS, Analysed, analyse
 from servelab.reproduce.comparison import other_dataset
 from servelab.reproduce.provenance_diff import provenance_diff
 from servelab.reproduce.records import HostSpeedRecord, host_speed_json
 from servelab.reproduce.sides import Side, bundle_side, open_side, refusal
 from servelab.site.check import CheckedRelease
+from servelab.site.history_changes import method, series_changes
+from servelab.site.history_figure import history_figure as history_figure
+from servelab.site.history_figure import history_figure_alt as history_figure_alt
 from servelab.site.history_records import (
     History,
     Pair,
@@ -234,7 +238,14 @@ def _series(rels: list[_Release]) -> list[Series]:
             )
         m, sc, axis, level = _keyed(key)
         out.append(
-            {"metric": m, "server_config": sc, "axis": axis, "level": level, "points": points}
+            {
+                "metric": m,
+                "server_config": sc,
+                "axis": axis,
+                "level": level,
+                "points": points,
+                "change_points": [],  # `_changes`, once the pairs say which are comparable
+            }
         )
     return out
 
@@ -405,6 +416,16 @@ def _pair(before: _Release, after: _Release) -> Pair:
     }
 
 
+def _changes(series: list[Series], rels: list[_Release], pairs: list[Pair]) -> None:
+    """Each series' change points (site.history_changes), per run of comparable releases."""
+    tags = [r.tag for r in rels]
+    comparable = [p["comparable"] for p in pairs]
+    hosts = {r.tag: r.host for r in rels}
+    thresholds = {r.tag: r.opts.threshold_pct for r in rels if r.opts is not None}
+    for s in series:
+        s["change_points"] = series_changes(s, tags, comparable, hosts, thresholds)
+
+
 def release_history(
     experiment: str,
     releases: list[Path],
@@ -415,7 +436,8 @@ def release_history(
     release opened (verified) under `workdir` and analysed again by this servelab with its own
     recorded analysis options; per metric, server config and level, the points of every
     release (mean, 95% CI, the valid repeats, how many repeats a validity check left out);
-    per consecutive pair, whether a verdict means anything and each point's verdict. A release
+    per consecutive pair, whether a verdict means anything and each point's verdict; per
+    series, its change points over each run of comparable releases (`change_points`). A release
     that cannot be analysed again stays in `releases` with its `error` and is out of the
     series. Returned as its JSON reads back (sorted keys, floats as servelab.store.jsonio writes
     them): same releases, same bytes.
@@ -428,166 +450,16 @@ def release_history(
     rels = [
         _open(experiment, p, workdir / f"{i:03d}", checks.get(p)) for i, p in enumerate(releases)
     ]
+    series, pairs = _series(rels), [_pair(a, b) for a, b in zip(rels, rels[1:], strict=False)]
+    _changes(series, rels, pairs)
     out: History = {
         "experiment": experiment,
         "releases": [_release_row(r) for r in rels],
         "metrics": list(METRICS),
         "better": {m: "higher" if m in HIGHER_IS_BETTER else "lower" for m in METRICS},
-        "series": _series(rels),
-        "pairs": [_pair(a, b) for a, b in zip(rels, rels[1:], strict=False)],
+        "series": series,
+        "pairs": pairs,
+        "change_point_method": method(),
     }
     result: History = json.loads(dumps(out))
     return result
-
-
-def _metric_series(history: History, metric: str) -> list[Series]:
-    if metric not in history.get("metrics", []):
-        raise ServelabError(
-            f"metric {metric!r}: not in the history of {history.get('experiment')!r}; use one of "
-            + ", ".join(history.get("metrics", []))
-        )
-    return [s for s in history["series"] if s["metric"] == metric]
-
-
-def _level_text(s: Series) -> str:
-    return f"c={s['level']:g}" if s["axis"] == "concurrency" else f"rate={s['level']:g}"
-
-
-def _breaks(history: History) -> list[tuple[int, str]]:
-    """Where consecutive releases are not comparable: (index of the later one, a short
-    reason) for the figure's separators and its text."""
-    out = []
-    for i, p in enumerate(history["pairs"], 1):
-        if p["comparable"]:
-            continue
-        why = str(p["why_not"] or "")
-        short = (
-            "not analysed again"
-            if "cannot be analysed" in why
-            else "host differs"
-            if why.startswith("the hosts differ")
-            else "setup differs"
-        )
-        out.append((i, short))
-    return out
-
-
-def history_figure(history: History, metric: str) -> bytes:
-    """`metric` across the releases as an SVG: x = the releases in order; one panel per server
-    config, one line per level, each release's mean with its 95% CI and its repeats as dots
-    (analysis.figures.means_with_ci); where consecutive releases are not comparable, a dashed
-    separator with the reason and the lines broken. Same history, same bytes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from servelab.render import MEAN_CI_CAPTION, figure_bytes, figure_style
-
-    series = _metric_series(history, metric)
-    tags = [r["tag"] for r in history["releases"]]
-    configs = sorted({s["server_config"] for s in series}) or ["(no analysed release)"]
-    breaks = _breaks(history)
-    unit = _unit(metric)
-    with figure_style():
-        size = (max(6.4, 0.8 * len(tags)) + 1.0, 2.6 * len(configs) + 0.6)
-        fig, grid = plt.subplots(len(configs), 1, figsize=size, squeeze=False)
-        axes = list(grid[:, 0])
-        for ax, sc in zip(axes, configs, strict=True):
-            mine = [s for s in series if s["server_config"] == sc]
-            _history_panel(ax, mine, tags, [i for i, _ in breaks])
-            for i, why in breaks:
-                ax.axvline(i - 0.5, color="0.3", linestyle="--", linewidth=1)
-                ax.annotate(
-                    why,
-                    (i - 0.5, 1.0),
-                    xycoords=("data", "axes fraction"),
-                    xytext=(-3, -3),
-                    textcoords="offset points",
-                    rotation=90,
-                    ha="right",
-                    va="top",
-                    fontsize=7,
-                    color="0.3",
-                )
-            ax.set_title(sc, fontsize=9)
-            ax.set_ylabel(f"{metric} ({unit})" if unit else metric)
-            ax.set_xticks(range(len(tags)))
-            ax.set_xticklabels(tags)
-        axes[-1].set_xlabel("release")
-        fig.suptitle(f"{history['experiment']}: {metric} per release ({MEAN_CI_CAPTION})")
-        fig.tight_layout()
-        return figure_bytes(fig, "svg")
-
-
-def _history_panel(ax: Any, series: list[Series], tags: list[str], breaks: list[int]) -> None:
-    """One server config's levels across the releases, each level a little apart from the
-    next so that their dots do not hide each other, and each line broken before every release
-    in `breaks` (not comparable with the one before it)."""
-    from servelab.analysis.figures import means_with_ci
-
-    at = {t: i for i, t in enumerate(tags)}
-    width = 0.5 / max(1, len(series))
-    means = []
-    for k, s in enumerate(series):
-        dx = (k - (len(series) - 1) / 2) * width
-        runs: dict[int, list[SeriesPoint]] = {}
-        for p in s["points"]:
-            runs.setdefault(sum(1 for b in breaks if b <= at[p["tag"]]), []).append(p)
-        label: str | None = _level_text(s)  # on the first run that draws a mean
-        for _, pts in sorted(runs.items()):
-            drawn = means_with_ci(
-                ax,
-                [at[p["tag"]] + dx for p in pts],
-                [dict(enumerate(p["repeats"])) for p in pts],
-                label=label,
-                color=f"C{k % 10}",
-            )
-            label = label if drawn is None else None
-        means += [p["mean"] for p in s["points"] if p["mean"] is not None and p["mean"] > 0]
-    if means and max(means) > 20 * min(means):
-        ax.set_yscale("log")
-    ax.set_xlim(-0.5, len(tags) - 0.5)
-    if series:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    else:
-        ax.text(0.5, 0.5, "no release analysed", ha="center", transform=ax.transAxes)
-
-
-UNITS = {
-    "output_throughput": "tok/s",
-    "total_token_throughput": "tok/s",
-    "request_throughput": "req/s",
-}
-
-
-def _unit(metric: str) -> str:
-    return "ms" if metric.endswith("_ms") else UNITS.get(metric, "")
-
-
-def history_figure_alt(history: History, metric: str) -> str:
-    """The text alternative of `history_figure`: what it shows, the range of the means, and
-    where consecutive releases are not comparable."""
-    series = _metric_series(history, metric)
-    tags = [r["tag"] for r in history["releases"]]
-    means = [p["mean"] for s in series for p in s["points"] if p["mean"] is not None]
-    configs = sorted({s["server_config"] for s in series})
-    span = f"{tags[0]} to {tags[-1]}" if tags else "no release"
-    text = (
-        f"{metric} of {history['experiment']} per release ({span}), one panel per server config "
-        f"({', '.join(configs) or 'none'}), one line per level, each mean with its 95% CI and "
-        "its repeats as dots, the lines broken where releases are not comparable"
-    )
-    unit = _unit(metric)
-    if means:
-        lo, hi = min(means), max(means)
-        text += f"; means from {num(lo, ',.3g')} to {num(hi, ',.3g')}{' ' + unit if unit else ''}"
-    text += "."
-    breaks = _breaks(history)
-    if breaks:
-        text += (
-            " Not comparable: "
-            + "; ".join(f"{tags[i - 1]} to {tags[i]} ({why})" for i, why in breaks)
-            + "."
-        )
-    return text

@@ -46,10 +46,48 @@ class Keyed(TypedDict):
     level: LevelValue
 
 
+class ChangePointRow(TypedDict):
+    """A change point of a series (analysis.changepoints.ChangePoint): the releases either side,
+    the change of the level in % as measured and in the host's speed terms (None when not
+    normalised), whose change it is (an answer of analysis.hostspeed) and, beyond the host's
+    speed, which way ("better" or "worse")."""
+
+    before: str
+    after: str
+    change_pct: float
+    normalised_pct: float | None
+    answer: str
+    direction: str | None
+
+
+class ChangeRun(TypedDict):
+    """A run of comparable consecutive releases of a series, its answer (an answer of
+    analysis.changepoints: changed, no change point, too few releases, ...), whether it was put
+    in the host's speed terms, and its change points."""
+
+    releases: list[str]
+    answer: str
+    normalised: bool
+    change_points: list[ChangePointRow]
+
+
+class ChangeMethod(TypedDict):
+    """How the change points were found: the method, its penalty per step (squared standard
+    errors), the smallest within-release spread a weight assumes, and the fewest releases of
+    a run it judges."""
+
+    method: str
+    penalty: float
+    sd_floor: float
+    min_releases: int
+
+
 class Series(Keyed):
-    """A metric of a server config at a level across the releases that measured it."""
+    """A metric of a server config at a level across the releases that measured it, and its
+    change points per run of comparable releases."""
 
     points: list[SeriesPoint]
+    change_points: list[ChangeRun]
 
 
 class PairPoint(Keyed):
@@ -102,7 +140,8 @@ class Pair(TypedDict):
 
 class History(TypedDict):
     """The history of an experiment: its releases, the metrics shown (and which way is better),
-    every series, and every pair of consecutive releases."""
+    every series, every pair of consecutive releases, and how the series' change points were
+    found."""
 
     experiment: str
     releases: list[ReleaseRow]
@@ -110,3 +149,4 @@ class History(TypedDict):
     better: dict[str, str]
     series: list[Series]
     pairs: list[Pair]
+    change_point_method: ChangeMethod

@@ -7,14 +7,24 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import Any, NotRequired, Protocol, TypedDict
 
+from servelab.analysis.changepoints import CHANGED
 from servelab.design.level import LevelValue
 from servelab.site import values
-from servelab.site.history_records import History, Pair, PairPoint, ReleaseRow, SeriesPoint
+from servelab.site.history_changes import point_words, run_words, series_answer
+from servelab.site.history_records import (
+    History,
+    Pair,
+    PairPoint,
+    ReleaseRow,
+    Series,
+    SeriesPoint,
+)
 
 # the verdicts of a point between two releases (servelab.analysis.hostspeed's answers, then
 # the history's own), each with the short words of a table cell and the words of a count
@@ -89,11 +99,13 @@ class ReleaseView(TypedDict):
 
 
 class LevelRow(TypedDict):
-    """A server configuration and level of a table, a cell per release or metric."""
+    """A server configuration and level of a table, a cell per release or metric, and in a
+    metric's table its change points in words."""
 
     server_config: str
     level: str
     cells: list[Any]
+    change: NotRequired[str]
 
 
 class MetricTable(TypedDict):
@@ -104,10 +116,14 @@ class MetricTable(TypedDict):
 
 
 class MetricView(TypedDict):
+    """A metric's section: its figure, its table and its change points in one line (None for
+    a history recorded without them)."""
+
     metric: str
     id: str
     figure: dict[str, str] | None
     table: MetricTable
+    changes: str | None
 
 
 class ChangeCell(TypedDict):
@@ -143,6 +159,7 @@ class HistoryView(TypedDict):
     metrics: list[MetricView]
     pairs: list[PairView]
     verdicts: list[tuple[str, str, str]]
+    change_method: str | None
 
 
 def _release_row(r: ReleaseRow, failures: dict[str, list[str]]) -> ReleaseView:
@@ -190,14 +207,39 @@ def _metric_table(history: History, metric: str) -> MetricTable:
     series = [s for s in history["series"] if s["metric"] == metric]
     for s in sorted(series, key=lambda s: (str(s["server_config"]), values.level_key(s["level"]))):
         at = {str(p["tag"]): p for p in s["points"]}
-        rows.append(
-            {
-                "server_config": str(s["server_config"]),
-                "level": values.level(s["level"]),
-                "cells": [_ci(at[t]) if t in at else "-" for t in tags],
-            }
-        )
+        row: LevelRow = {
+            "server_config": str(s["server_config"]),
+            "level": values.level(s["level"]),
+            "cells": [_ci(at[t]) if t in at else "-" for t in tags],
+        }
+        if "change_points" in s:
+            row["change"] = run_words(s["change_points"])
+        rows.append(row)
     return {"tags": tags, "rows": rows}
+
+
+def _changes(history: History, metric: str) -> str | None:
+    """A metric's change points in one line: how many series changed, where and by how much,
+    and how many have no change point (or too few releases to tell)."""
+    series = [s for s in history["series"] if s["metric"] == metric and "change_points" in s]
+    if not series:
+        return None
+    series.sort(key=lambda s: (str(s["server_config"]), values.level_key(s["level"])))
+    answers = [series_answer(s["change_points"]) for s in series]
+    changed = [s for s, a in zip(series, answers, strict=True) if a == CHANGED]
+    text = f"{len(changed)} of {len(series)} series changed"
+    if changed:
+        text += ": " + "; ".join(_changed_words(s) for s in changed)
+    others = sorted({a for a in answers if a != CHANGED}, key=answers.index)
+    counts = [f"{answers.count(a)} {a}" for a in others]
+    return text + (f"; {', '.join(counts)}" if counts else "") + "."
+
+
+def _changed_words(s: Series) -> str:
+    """A changed series in the metric's line: its point and its change points."""
+    points = [c for r in s["change_points"] for c in r["change_points"]]
+    where = f"{s['server_config']} at {values.level(s['level'])}"
+    return f"{where}: {', '.join(point_words(c) for c in points)}"
 
 
 def host_words(host: Any) -> list[str]:
@@ -330,9 +372,26 @@ def history_view(
                 "id": f"metric-{m}",
                 "figure": figures.get(m),
                 "table": _metric_table(history, m),
+                "changes": _changes(history, m),
             }
             for m in metrics
         ],
         "pairs": [_pair(p, metrics) for p in history["pairs"]],
         "verdicts": [(CELL_WORDS.get(v, v), v, CSS.get(v) or values.css(v)) for v in VERDICTS],
+        "change_method": _change_method(history),
     }
+
+
+def _change_method(history: History) -> str | None:
+    """How the change points were found, in words (None for a history without them)."""
+    how = history.get("change_point_method")
+    if not isinstance(how, dict):
+        return None
+    return (
+        "Change points: where a series changed level, found by a step fit over each run of at "
+        f"least {how['min_releases']} comparable consecutive releases (a step must stand "
+        f"{math.sqrt(how['penalty']):g} standard errors clear of none and reach the practical "
+        'threshold; docs/analysis.md, "Change points over a history"), in the host\'s speed '
+        "terms where every release of the run records its canary, and marked in the figure by "
+        "an open triangle pointing the way the series went."
+    )

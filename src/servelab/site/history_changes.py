@@ -1,0 +1,136 @@
+"""The change points of a release history's series (analysis.changepoints), and their words.
+
+A series (one metric at one point across the releases that measured it) is cut where two
+consecutive releases are not comparable (another host class, another setup, a release not
+analysed again: the history's pairs say which): a step across such a cut is no change of the
+code's, and the figure already breaks its lines there. Each run of comparable releases with at
+least `changepoints.MIN_RELEASES` releases gets a step fit, in the host's speed terms where every
+release of the run records its canary; a shorter run has "too few releases".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from servelab.analysis.changepoints import (
+    CHANGED,
+    METHOD,
+    MIN_RELEASES,
+    NO_CHANGE,
+    PENALTY,
+    SD_FLOOR,
+    TOO_FEW,
+    change_points,
+)
+from servelab.analysis.hostspeed import AS_HOST, BEYOND_HOST, HostSpeed
+from servelab.site.history_records import (
+    ChangeMethod,
+    ChangePointRow,
+    ChangeRun,
+    Series,
+    SeriesPoint,
+)
+
+
+def method() -> ChangeMethod:
+    """How the history finds change points, as its record states it."""
+    return {
+        "method": METHOD,
+        "penalty": PENALTY,
+        "sd_floor": SD_FLOOR,
+        "min_releases": MIN_RELEASES,
+    }
+
+
+def runs(
+    series: Series, tags: Sequence[str], comparable: Sequence[bool]
+) -> list[list[SeriesPoint]]:
+    """The series' points with a valid repeat, cut into runs of comparable releases
+    (`comparable[i]`: releases i and i + 1 of `tags` are comparable)."""
+    at = {t: i for i, t in enumerate(tags)}
+    out: list[list[SeriesPoint]] = []
+    last: int | None = None
+    for p in series["points"]:
+        if not p["repeats"]:
+            continue
+        i = at[p["tag"]]
+        if last is None or not all(comparable[last:i]):
+            out.append([])
+        out[-1].append(p)
+        last = i
+    return out
+
+
+def series_changes(
+    series: Series,
+    tags: Sequence[str],
+    comparable: Sequence[bool],
+    hosts: Mapping[str, HostSpeed | None],
+    thresholds: Mapping[str, float],
+) -> list[ChangeRun]:
+    """Each run of comparable releases of `series` with its change points: `hosts` gives each
+    release's host speed (None: not recorded), `thresholds` its practical threshold (a run is
+    judged with its first release's)."""
+    out: list[ChangeRun] = []
+    for run in runs(series, tags, comparable):
+        found = change_points(
+            series["metric"],
+            [p["repeats"] for p in run],
+            [hosts.get(p["tag"]) for p in run],
+            thresholds[run[0]["tag"]],
+        )
+        points: list[ChangePointRow] = [
+            {
+                "before": run[c.at - 1]["tag"],
+                "after": run[c.at]["tag"],
+                "change_pct": c.change_pct,
+                "normalised_pct": c.normalised_pct,
+                "answer": c.answer,
+                "direction": c.direction,
+            }
+            for c in found.points
+        ]
+        out.append(
+            {
+                "releases": [p["tag"] for p in run],
+                "answer": found.answer,
+                "normalised": found.normalised,
+                "change_points": points,
+            }
+        )
+    return out
+
+
+def series_answer(changes: Sequence[ChangeRun]) -> str:
+    """A series' answer over its runs: changed when any run changed, else no change point
+    when any run was judged, else why none was (too few releases, without a run)."""
+    answers = [r["answer"] for r in changes]
+    for answer in (CHANGED, NO_CHANGE):
+        if answer in answers:
+            return answer
+    return next((a for a in answers if a != TOO_FEW), TOO_FEW)
+
+
+def point_words(c: ChangePointRow) -> str:
+    """A change point in words: between which releases, by how much, and whose it is."""
+    text = f"{c['before']} to {c['after']} {c['change_pct']:+.1f}%"
+    terms = f"{c['normalised_pct'] or 0.0:+.1f}% in its terms"
+    if c["answer"] == BEYOND_HOST:
+        return f"{text} ({c['direction']}, beyond the host: {terms})"
+    if c["answer"] == AS_HOST:
+        return f"{text} (as the host's speed: {terms})"
+    return f"{text} ({c['answer']})"
+
+
+def run_words(changes: Sequence[ChangeRun]) -> str:
+    """A series' change points in words, per judged run ("v3 to v6: no change point"), or why
+    no run could be judged."""
+    judged = [r for r in changes if r["answer"] != TOO_FEW]
+    if not judged:
+        return f"{TOO_FEW} (fewer than {MIN_RELEASES} comparable)"
+    parts = []
+    for r in judged:
+        span = f"{r['releases'][0]} to {r['releases'][-1]}"
+        found = "; ".join(point_words(c) for c in r["change_points"]) or r["answer"]
+        parts.append(f"{span}: {found}")
+    return "; ".join(parts)
