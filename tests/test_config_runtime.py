@@ -138,6 +138,9 @@ class _Groups:
     ) -> tuple[list[float], list[float]]:
         return self.values[(sa, a)], self.values[(sb, b)]
 
+    def left_out(self, sc: str, c: int, metric: str) -> list[Any]:
+        return []
+
 
 def _opts() -> AnalysisSection:
     return config.load(EXAMPLE).analysis

@@ -24,7 +24,7 @@ from typing import TypedDict
 import numpy as np
 import scipy.stats as sps
 
-from servelab.analysis.groups import Groups
+from servelab.analysis.groups import Groups, hit_order, invalid_text
 from servelab.analysis.stats import paired
 from servelab.experiment import AnalysisSection
 from servelab.store.paths import ExperimentPaths
@@ -91,6 +91,7 @@ def _row(
 ) -> ComparedJson:
     vb, va = g.pair(b, level, a, level, metric)
     test = paired(vb, va, opts.threshold_pct, opts.alpha)
+    hits = sorted(g.left_out(a, level, metric) + g.left_out(b, level, metric), key=hit_order)
     row: ComparedJson = {
         "level": level,
         "metric": metric,
@@ -101,6 +102,9 @@ def _row(
         "p_value": test.p_value,
         "answer": "",
     }
+    if hits:  # as paired.csv: the repeats that remain are not tested
+        row["answer"], row["p_value"] = invalid_text(hits), None
+        return row
     if test.p_value is None:
         row["answer"] = test.verdict
         return row
@@ -176,13 +180,20 @@ def runtimes_section(doc: RuntimesJson | None, level_name: dict[int | float, str
         faster = [level_name[r["level"]] for r in thr if r["answer"] == "faster"]
         parts = [f"slower in throughput at {', '.join(slower)}"] if slower else []
         parts += [f"faster in throughput at {', '.join(faster)}"] if faster else []
-        rest = len(thr) - len(slower) - len(faster)
-        if not parts:
-            parts = [f"no difference in throughput detected at any of {len(thr)} levels"]
-        elif rest:
-            parts.append(f"no difference detected at the other {rest}")
+        untested = [
+            level_name[r["level"]]
+            for r in thr
+            if r["answer"].startswith(("not testable", "invalid"))
+        ]
+        rest = len(thr) - len(slower) - len(faster) - len(untested)
+        if rest:
+            where = f"any of {rest} levels" if rest == len(thr) else f"the other {rest}"
+            parts.append(f"no difference in throughput detected at {where}")
+        if untested:  # a validity check left too few paired repeats (the table says why)
+            parts.append(f"not testable at {', '.join(untested)}")
+        lead = "Yes" if slower else "No" if len(untested) < len(thr) else "Not answered"
         lines += [
-            ("Yes: " if slower else "No: ") + "; ".join(parts) + ".",
+            f"{lead}: " + "; ".join(parts) + ".",
             "",
             "| level | metric | n | B / A [CI] | p | answer |",
             "|---|---|---|---|---|---|",
