@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from servelab.analysis.rounds import STOPPED
-from servelab.analysis.validity import PointFlags, check_point, summary_line
+from servelab.analysis.validity import PointFlags, check_point, summary_line, use_attempt
 from servelab.config import default_section
 from servelab.design.level import Level, LevelValue
 from servelab.experiment import ValiditySection
@@ -84,7 +84,8 @@ def point_validity(points: list[RawPoint], t: ValiditySection) -> list[PointFlag
     """The validity flags of every point (docs/analysis.md#validity); a point without
     requests.jsonl.gz is checked on its telemetry alone."""
     out: list[PointFlags] = []
-    for p in points:
+    for point in points:
+        p, _ = use_attempt(point, t)  # a re-measured point: the attempt the analysis uses
         recs = p.records() if p.requests_path.exists() else []
         flags = check_point(recs, p.meta, t, p.server_args, p.warmup)
         out.append((p.server_config, int(p.meta["repeat"]), p.level.value, flags))
@@ -96,7 +97,7 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
     None)."""
     t = validity or default_section(ValiditySection, "analysis", "validity")
     raw = load_points(exp_dir)
-    points = [p.meta for p in raw]
+    points = [use_attempt(p, t)[0].meta for p in raw]  # a re-measured point: the attempt used
     rows = summary_rows(points)
     lines = [f"servelab summary: {exp_dir}", ""]
     rates = any(Level.from_record(p).is_rate for p in points)
