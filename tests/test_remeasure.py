@@ -120,7 +120,11 @@ def test_the_analysis_uses_the_remeasure_and_every_claim_is_judged(tmp_path: Pat
     head = points[0].split(",")
     row2 = next(r.split(",") for r in points[1:] if r.startswith("x,2,1,"))
     assert float(row2[head.index("output_throughput")]) == pytest.approx(102.0, rel=1e-3)
-    assert "all 6 points passed" in render_summary(exp, DEFAULTS)
+    summary = render_summary(exp, DEFAULTS)
+    assert "all 6 points passed" in summary
+    assert (
+        "measured again after a host check failed: 1 point(s)\n  rep02 c=1 x: attempt 1" in summary
+    )
 
 
 def test_a_point_disturbed_every_time_stays_flagged(tmp_path: Path) -> None:

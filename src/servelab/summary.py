@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from servelab.analysis.rounds import STOPPED
-from servelab.analysis.validity import PointFlags, check_point, summary_line, use_attempt
+from servelab.analysis.validity import (
+    PointFlags,
+    check_point,
+    point_name,
+    summary_line,
+    use_attempt,
+)
 from servelab.config import default_section
 from servelab.design.level import Level, LevelValue
 from servelab.experiment import ValiditySection
@@ -92,6 +98,20 @@ def point_validity(points: list[RawPoint], t: ValiditySection) -> list[PointFlag
     return out
 
 
+def remeasured_lines(points: list[RawPoint], t: ValiditySection) -> list[str]:
+    """The points measured again because a host check failed, each with the attempt used and
+    why (validity.json `record`); none when no point was."""
+    out = []
+    for p in points:
+        _, choice = use_attempt(p, t)
+        if choice is not None:
+            name = point_name(p.server_config, int(p.meta["repeat"]), p.level.value, p.level.axis)
+            out.append(f"  {name}: {choice.reason}")
+    if not out:
+        return []
+    return [f"measured again after a host check failed: {len(out)} point(s)", *out]
+
+
 def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> str:
     """validity: the thresholds of the config's analysis.validity (the schema's defaults when
     None)."""
@@ -128,7 +148,7 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
             f"{sc}: best/worst mean throughput across {'rates' if rates else 'concurrency'} = "
             f"{max(tputs) / min(tputs):.2f}x"
         )
-    lines += ["", summary_line(point_validity(raw, t))]
+    lines += ["", summary_line(point_validity(raw, t)), *remeasured_lines(raw, t)]
     lines += canary_lines(exp_dir)
     times = stage_times(exp_dir)
     if times:

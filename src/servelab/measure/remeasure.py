@@ -25,7 +25,7 @@ from servelab.design.schedule import Slot
 from servelab.experiment import Experiment
 from servelab.measure.point import Again, PointJob, is_complete
 from servelab.store.paths import POINT_FILE, ExperimentPaths, attempt_dirs
-from servelab.store.records import PointRecord
+from servelab.store.records import DamagedRawData, PointRecord
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,11 @@ def pending(
         attempts = [folder, *attempt_dirs(folder)]
         if len(attempts) > limit:
             continue
-        why = disturbed_by(PointRecord.read(attempts[-1] / POINT_FILE).doc, exp)
+        try:
+            latest = PointRecord.read(attempts[-1] / POINT_FILE)
+        except DamagedRawData:
+            continue  # the analysis reports it; nothing to judge the host by
+        why = disturbed_by(latest.doc, exp)
         if why:
             out.append(Disturbed(slot, len(attempts), why))
     return out
