@@ -263,7 +263,11 @@ class SweepJob(ConfigJob):
                 "order": self.exp.sweep.order,
                 "plan": [s.to_json() for s in slots],
                 "incomplete_kept": sorted(
-                    p.relative_to(raw).as_posix() for p in raw.glob("rep*/*.incomplete*")
+                    p.relative_to(raw).as_posix()
+                    for p in [
+                        *raw.glob("rep*/*.incomplete*"),
+                        *raw.glob("rep*/*/attempt-*.incomplete*"),  # a re-measure cut short
+                    ]
                 ),
                 "job_wall_s": round(wall_s, 3),
                 **extra,
