@@ -26,6 +26,8 @@ from e2e_helpers import (
     write_config,
 )
 
+from servelab.store.paths import attempt_dirs
+
 pytestmark = pytest.mark.e2e
 
 CONTRACT_FIELDS = {
@@ -174,6 +176,11 @@ def test_reduced_experiment_leaves_analysis_bundle_and_report(
     validity = json.loads((exp / "analysis" / "validity.json").read_text())
     status = {"steady": "passed", "moved": "noted", "unsteady": "noted"}[verdict["verdict"]]
     assert validity["host_speed"]["mns4"]["status"] == status
+    # a point a host check found disturbed was measured again (none on a quiet host), and
+    # validity.json says which attempt each such point uses
+    for row in validity["points"]:
+        folder = exp / "raw" / "mns4" / f"rep{row['repeat']:02d}" / f"c{row['concurrency']:04d}"
+        assert row.get("record", {}).get("attempts", 1) == 1 + len(attempt_dirs(folder))
     prov = json.loads((exp / "bundle" / "provenance.json").read_text())
     assert prov["host_speed"]["mns4"]["drift"] == verdict["verdict"]
     assert "rep02 c=4" in proc.stdout  # a progress line per point

@@ -307,7 +307,7 @@ def test_a_sweep_point_samples_the_servers_gpu_only(
 ) -> None:
     """PointJob.measure with the real PointTelemetry, NVML replaced by a 4-GPU fake and the
     server's selection as the sweep computes it from a docker launch's device list."""
-    import servelab.measure.sweep as sweep
+    import servelab.measure.point as sweep
 
     nvml = four_gpus(busy=3)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)

@@ -377,6 +377,9 @@ class ValiditySection:
     max_count_mismatch_pct: float
     max_arrival_rate_error_pct: float
     max_send_slip_ms: float
+    # not a threshold: how many times the sweep measures a point again that failed a host
+    # check (servelab.measure.remeasure); 0 never
+    remeasure: int
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from servelab.analysis.rounds import STOPPED
-from servelab.analysis.validity import PointFlags, check_point, summary_line
+from servelab.analysis.validity import (
+    PointFlags,
+    check_point,
+    point_name,
+    summary_line,
+    use_attempt,
+)
 from servelab.config import default_section
 from servelab.design.level import Level, LevelValue
 from servelab.experiment import ValiditySection
@@ -84,11 +90,26 @@ def point_validity(points: list[RawPoint], t: ValiditySection) -> list[PointFlag
     """The validity flags of every point (docs/analysis.md#validity); a point without
     requests.jsonl.gz is checked on its telemetry alone."""
     out: list[PointFlags] = []
-    for p in points:
+    for point in points:
+        p, _ = use_attempt(point, t)  # a re-measured point: the attempt the analysis uses
         recs = p.records() if p.requests_path.exists() else []
         flags = check_point(recs, p.meta, t, p.server_args, p.warmup)
         out.append((p.server_config, int(p.meta["repeat"]), p.level.value, flags))
     return out
+
+
+def remeasured_lines(points: list[RawPoint], t: ValiditySection) -> list[str]:
+    """The points measured again because a host check failed, each with the attempt used and
+    why (validity.json `record`); none when no point was."""
+    out = []
+    for p in points:
+        _, choice = use_attempt(p, t)
+        if choice is not None:
+            name = point_name(p.server_config, int(p.meta["repeat"]), p.level.value, p.level.axis)
+            out.append(f"  {name}: {choice.reason}")
+    if not out:
+        return []
+    return [f"measured again after a host check failed: {len(out)} point(s)", *out]
 
 
 def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> str:
@@ -96,7 +117,7 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
     None)."""
     t = validity or default_section(ValiditySection, "analysis", "validity")
     raw = load_points(exp_dir)
-    points = [p.meta for p in raw]
+    points = [use_attempt(p, t)[0].meta for p in raw]  # a re-measured point: the attempt used
     rows = summary_rows(points)
     lines = [f"servelab summary: {exp_dir}", ""]
     rates = any(Level.from_record(p).is_rate for p in points)
@@ -127,7 +148,7 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
             f"{sc}: best/worst mean throughput across {'rates' if rates else 'concurrency'} = "
             f"{max(tputs) / min(tputs):.2f}x"
         )
-    lines += ["", summary_line(point_validity(raw, t))]
+    lines += ["", summary_line(point_validity(raw, t)), *remeasured_lines(raw, t)]
     lines += canary_lines(exp_dir)
     times = stage_times(exp_dir)
     if times:

@@ -24,6 +24,7 @@ from servelab.analysis.validity import (
     NOT_CHECKED,
     NOTED,
     PASSED,
+    Choice,
     Flag,
     check_point,
     evaluate,
@@ -31,6 +32,7 @@ from servelab.analysis.validity import (
     failed,
     point_name,
     removing,
+    use_attempt,
 )
 from servelab.analysis.validity.flags import number_text
 from servelab.analysis.validity.openloop import achieved_rate
@@ -44,7 +46,7 @@ from servelab.launch.serverlog import parse_capacity
 from servelab.metrics import assemble, point_metrics, request_latencies
 from servelab.store.jsonio import read_json
 from servelab.store.paths import SERVER_LOG, ExperimentPaths
-from servelab.store.rawdata import DamagedRawData, Skipped, load_points
+from servelab.store.rawdata import DamagedRawData, RawPoint, Skipped, load_points
 from servelab.store.records import CapacityRecord, LaunchRecord, RunRecord, RuntimeRecord
 from servelab.telemetry.columns import telemetry_columns
 
@@ -154,11 +156,38 @@ def _per_request(
     return ttfts, per
 
 
+def _point(
+    raw: RawPoint, recs: list[RequestRecord], t: ValiditySection, choice: Choice | None
+) -> Point:
+    """One point of servelab's layout from its attempt the statistics use (`raw`, its
+    requests): metrics recomputed from the requests, then its client CPU time and telemetry
+    columns; the validity flags; `choice`, for a point measured more than once."""
+    meta = raw.meta
+    ttfts, per = _per_request(recs)
+    metrics: dict[str, object] = dict(point_metrics(recs))
+    metrics["client_cpu_s"] = meta.get("client_cpu_s")
+    if "telemetry" in meta:
+        metrics.update(telemetry_columns(meta["telemetry"]))
+    return Point(
+        server_config=meta["server_config"],
+        repeat=int(meta["repeat"]),
+        level=raw.level,
+        metrics=metrics,
+        position=meta.get("position"),
+        ttfts_ms=ttfts,
+        per_request=per,
+        extra={k: meta[k] for k in ("launch", "telemetry") if k in meta}
+        | ({} if choice is None else {"record": choice.to_json()}),
+        checks=check_point(recs, meta, t, raw.server_args, raw.warmup),
+    )
+
+
 def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -> Dataset:
     points = []
     skipped: list[Skipped] = []
-    for raw in load_points(root, skipped if skip_damaged else None):
-        meta = raw.meta
+    for point in load_points(root, skipped if skip_damaged else None):
+        # a re-measured point: the attempt the host checks leave (validity.json `record`)
+        raw, choice = use_attempt(point, t)
         try:
             recs = raw.records()
         except DamagedRawData as exc:
@@ -166,25 +195,7 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
                 raise
             skipped.append(Skipped(raw.folder, exc))
             continue
-        ttfts, per = _per_request(recs)
-        # the point's metrics, then its client CPU time and its telemetry columns
-        metrics: dict[str, object] = dict(point_metrics(recs))
-        metrics["client_cpu_s"] = meta.get("client_cpu_s")
-        if "telemetry" in meta:
-            metrics.update(telemetry_columns(meta["telemetry"]))
-        points.append(
-            Point(
-                server_config=meta["server_config"],
-                repeat=int(meta["repeat"]),
-                level=raw.level,
-                metrics=metrics,
-                position=meta.get("position"),
-                ttfts_ms=ttfts,
-                per_request=per,
-                extra={k: meta[k] for k in ("launch", "telemetry") if k in meta},
-                checks=check_point(recs, meta, t, raw.server_args, raw.warmup),
-            )
-        )
+        points.append(_point(raw, recs, t, choice))
     if skipped and not points:
         raise ServelabError(
             f"{root}: all {len(skipped)} points are damaged, nothing left to analyse; "

@@ -177,6 +177,16 @@ class Groups:
             for r, p in sorted(reps.items())
         ]
 
+    def point_records(self) -> dict[tuple[str, int, LevelValue], dict[str, Any]]:
+        """Of each point measured more than once: which attempt is used and why (validity.json
+        `record`)."""
+        return {
+            (sc, r, c): p.extra["record"]
+            for (sc, c), reps in self.by.items()
+            for r, p in reps.items()
+            if "record" in p.extra
+        }
+
     def mean(self, sc: str, c: LevelValue, metric: str) -> float | None:
         return describe(list(self.values(sc, c, metric).values())).mean
 

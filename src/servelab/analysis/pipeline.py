@@ -124,7 +124,7 @@ def analyze(
         "knee": knee(g, opts),
         "dominance": dominance(g),
         "slo": slo_capacity(g, opts),
-        "validity": validity_json(g.point_flags(), opts.validity),
+        "validity": validity_json(g.point_flags(), opts.validity, g.point_records()),
         # a server servelab did not launch: what it said of itself (endpoint.report_facts)
         "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa, **report_facts(ds.capacity)},
     }

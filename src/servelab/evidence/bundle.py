@@ -143,9 +143,13 @@ def _copy_tree(src: Path, dest: Path, skip_suffixes: tuple[str, ...] = ()) -> No
 
 def _run_window(paths: ExperimentPaths) -> tuple[int | None, int | None]:
     """The first start and the last finish the raw data records: every point's (incomplete
-    ones and the warm-ups too) and every launch's start."""
+    ones, re-measures and the warm-ups too) and every launch's start."""
     starts, ends = [], []
-    for pj in sorted(paths.raw.glob(f"*/rep*/*/{POINT_FILE}")):
+    points = [
+        *paths.raw.glob(f"*/rep*/*/{POINT_FILE}"),
+        *paths.raw.glob(f"*/rep*/*/*/{POINT_FILE}"),
+    ]
+    for pj in sorted(points):
         point: PointRecord = PointRecord.read(pj)
         starts.append(point.started_epoch_ns)
         ends.append(point.finished_epoch_ns)

@@ -2,7 +2,7 @@
 sweep, on which `servelab.analysis.search.search_rate` chooses each next rate from what the
 rates before it measured (docs/analysis.md, "SLO capacity by search").
 
-Each rate is measured as an open-loop point of the sweep (servelab.measure.sweep.PointJob), with the
+Each rate is measured as an open-loop point of the sweep (servelab.measure.point.PointJob), with the
 experiment's repeats one after another and every validity check of an open-loop point; a
 repeat's outcome is its SLO attainment (the share of its requests within every bound of
 `analysis.slo`, each read as a per-request bound) and whether it passed the checks.
@@ -42,7 +42,8 @@ from servelab.experiment import Experiment
 from servelab.job import MeasureJob
 from servelab.launch.server import ServerLaunch, choose_port, raise_on_signals
 from servelab.launch.session import Session, build_launch, serve
-from servelab.measure.sweep import PointJob, SweepJob, is_complete, next_launch_index, schedule_of
+from servelab.measure.point import PointJob, is_complete
+from servelab.measure.sweep import SweepJob, next_launch_index, schedule_of
 from servelab.store.paths import DATASET_FILE, PROMPTS_FILE
 from servelab.store.rawdata import RawPoint
 from servelab.store.records import ArrivalsRecord, LaunchRecord, PointRecord, WarmupRecord

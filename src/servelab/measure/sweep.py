@@ -10,27 +10,29 @@ Layout written (docs/raw-data.md):
   raw/<sc>/arrivals/r<RRRR.RRR>.json  a rate's send schedule, the same for every repeat
   raw/<sc>/run.json                  written last: the job's output, status "complete"
 
+  raw/<sc>/rep<RR>/<level>/attempt-<N>/  a point measured again: a host check failed
+
 Nothing measured is lost on failure: a point is measured into `<point>.partial/` and renamed
 when it completes; a point cut short is kept as `<point>.incomplete[.N]/` with status
 "incomplete" and never read as data. A rerun keeps the completed points, skips them, and
 measures the rest on a fresh server launch (recorded in each point as `launch`).
 
 `SweepJob` is the job; its `measure` serves one launch (servelab.launch.session, as the profile
-capture does) and hands the points to a `PointJob`, which holds what they share.
+capture does) and hands the points to a `PointJob` (servelab.measure.point), which holds what
+they share; after the launch's last scheduled point, the points a host check found disturbed
+are measured again (servelab.measure.remeasure).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 from servelab.analysis.validity import HOST_SPEED_WORDS
-from servelab.client import OpenLoop, PointRun, Workload, run_point
 from servelab.design.arrivals import ArrivalProcess
 from servelab.design.level import LevelValue
 from servelab.design.schedule import Slot, plan
@@ -38,98 +40,25 @@ from servelab.errors import ServelabError
 from servelab.experiment import (
     ArrivalSection,
     Experiment,
-    LengthRangeJson,
-    LengthValuesJson,
-    SweepSection,
-    TelemetrySection,
-    WorkloadSection,
 )
 from servelab.hostfacts.canary import CanaryTimes
-from servelab.job import ConfigJob, MeasureJob, Say
+from servelab.job import ConfigJob, MeasureJob
 from servelab.launch.canary import gpu_canary
 from servelab.launch.server import ServerLaunch, choose_port, raise_on_signals
 from servelab.launch.session import LaunchAdditions, Session, build_launch, serve
-from servelab.metrics import point_metrics
+from servelab.measure.point import PointJob, is_complete, keep_incomplete
+from servelab.measure.remeasure import pending, remeasure
 from servelab.profile.capture import PlannedCapture, plan_capture
 from servelab.profile.plan import on_sweep_launch
-from servelab.store.jsonio import write_jsonl_gz
-from servelab.store.paths import REQUESTS_FILE, ExperimentPaths
 from servelab.store.records import (
     ArrivalsRecord,
     CapacityRecord,
     LaunchRecord,
-    PointRecord,
     RunRecord,
 )
-from servelab.telemetry import GpuSelection, PointTelemetry, server_gpus
-from servelab.workload.promptset import Item, PromptSource, slice_reuse, write_prompts
-from servelab.workload.synthetic import IntendedReuse, PromptPlan, prompt_plan
-
-
-class DatasetBlock(TypedDict):
-    sha256: str
-    prompts_sha256: str | None
-
-
-class ChatBlock(TypedDict):
-    turns: int
-    think_time_s: float
-
-
-class WorkloadBlocks(TypedDict, total=False):
-    """point.json's workload blocks beyond the default's (`PointJob.workload_info`)."""
-
-    dataset: DatasetBlock
-    shared_prefix: IntendedReuse
-    chat: ChatBlock
-
-
-def is_complete(pdir: Path) -> bool:
-    return PointRecord.status_in(pdir) == "complete"
-
-
-def _keep_incomplete(partial: Path) -> Path:
-    base = partial.with_name(partial.name.removesuffix(".partial") + ".incomplete")
-    dest, n = base, 1
-    while dest.exists():
-        n += 1
-        dest = base.with_name(f"{base.name}.{n}")
-    partial.rename(dest)
-    return dest
-
-
-def _write_point(pdir: Path, run: PointRun, info: Mapping[str, object]) -> Mapping[str, object]:
-    # more than one client process (workload.client_workers): what each sent and how busy it
-    # was; a point sent from the sweep's own process records none
-    workers = {"client_workers": run.workers} if len(run.workers) > 1 else {}
-    point = PointRecord.new(
-        {
-            **info,
-            "started_epoch_ns": run.started_epoch_ns,
-            "finished_epoch_ns": run.finished_epoch_ns,
-            "client_cpu_s": round(run.client_cpu_s, 6),
-            **workers,
-            **point_metrics(run.records),
-        }
-    )
-    write_jsonl_gz(pdir / REQUESTS_FILE, (r.to_json() for r in run.records))
-    point.write(pdir / PointRecord.FILE)
-    return point.doc
-
-
-def _output_tokens(run: PointRun) -> int:
-    """The point's `total_output_tokens`, for its energy per output token."""
-    return int(point_metrics(run.records)["total_output_tokens"] or 0)  # never None
-
-
-def _summary_line(point: Mapping[str, object]) -> str:
-    tput = point.get("output_throughput")
-    ttft = point.get("mean_ttft_ms")
-    return (
-        f"{tput:8.1f} tok/s, mean TTFT {ttft:8.1f} ms"
-        if tput is not None and ttft is not None
-        else "no successful request"
-    ) + f", {point['failed']} failed"
+from servelab.telemetry import server_gpus
+from servelab.workload.promptset import PromptSource, write_prompts
+from servelab.workload.synthetic import PromptPlan, prompt_plan
 
 
 @dataclass(frozen=True)
@@ -183,10 +112,12 @@ class SweepJob(ConfigJob):
         with serve(launch, self.paths.server_log(sc), exp.server, self.note) as session:
             self.started(session, launch, port, launch_index)
             points, pplan = self.point_job(session, launch, slots, launch_index)
-            if wl.warmup.requests and todo:
+            if wl.warmup.requests and (todo or pending(self.paths, sc, slots, exp)):
                 points.warmup(pplan.warmup_offset)
             for k, slot in enumerate(todo, 1):
                 points.measure(slot, pplan.offsets[slot.key], f"{k}/{len(todo)}")
+            # the points a host check found disturbed, measured again on this launch
+            again = remeasure(points, slots, pplan.offsets, exp)
             if self.capture is not None and interface is not None:
                 self.capture_here(session, launch, interface, warm=bool(todo))
         took = f"{time.monotonic() - t0:.1f} s"
@@ -197,6 +128,8 @@ class SweepJob(ConfigJob):
         else:
             done = "server stopped" if launch.endpoint is None else "server left running"
             self.note(f"{done}; measured {len(todo)} points in {took}")
+        if again:
+            self.note(f"{again} of them measured again after a host check failed")
 
     def started(self, session: Session, launch: ServerLaunch, port: int, launch_index: int) -> None:
         """A server launch is up: its capacity.json and launch.json (the latest launch), in
@@ -305,13 +238,15 @@ class SweepJob(ConfigJob):
         slots = plan(sweep.levels, repeats, sweep.order, sweep.order_seed, sweep.axis)
         self.prompt_source  # noqa: B018 - a dataset is pinned (or refused) before any launch
         todo = [s for s in slots if not is_complete(self.paths.slot(self.sc, s))]
-        for stale in raw.glob("rep*/*.partial"):
-            _keep_incomplete(stale)
-        if not todo and not self.capture_pending:
+        for stale in [*raw.glob("rep*/*.partial"), *raw.glob("rep*/*/attempt-*.partial")]:
+            keep_incomplete(stale)
+        redo = pending(self.paths, self.sc, slots, self.exp)
+        if not todo and not redo and not self.capture_pending:
             self.note(f"all {len(slots)} points already complete")
             return slots
         if not todo:
-            self.note(f"all {len(slots)} points already complete; a launch for the profiling pass")
+            why = f"{len(redo)} to measure again" if redo else "a launch for the profiling pass"
+            self.note(f"all {len(slots)} points already complete; {why}")
         if len(todo) < len(slots):
             self.note(f"resuming: {len(slots) - len(todo)} of {len(slots)} points already complete")
         self.measure(slots, todo, next_launch_index(self.server_dir))
@@ -330,7 +265,11 @@ class SweepJob(ConfigJob):
                 "order": self.exp.sweep.order,
                 "plan": [s.to_json() for s in slots],
                 "incomplete_kept": sorted(
-                    p.relative_to(raw).as_posix() for p in raw.glob("rep*/*.incomplete*")
+                    p.relative_to(raw).as_posix()
+                    for p in [
+                        *raw.glob("rep*/*.incomplete*"),
+                        *raw.glob("rep*/*/attempt-*.incomplete*"),  # a re-measure cut short
+                    ]
                 ),
                 "job_wall_s": round(wall_s, 3),
                 **extra,
@@ -395,192 +334,3 @@ def schedule_of(arrival: ArrivalSection, rate: float, seed: int) -> ArrivalsReco
     configuration and reproduction."""
     process = ArrivalProcess(arrival.process, rate, arrival.burstiness, seed)
     return ArrivalsRecord.of(process, arrival.requests(rate), arrival.max_in_flight)
-
-
-@dataclass(frozen=True)
-class PointJob:
-    """What the warm-up and every point of one server launch share."""
-
-    sc: str
-    session: Session
-    client: Workload
-    paths: ExperimentPaths  # points go to raw/<sc>/rep<RR>/c<CCCC>, the warm-up to raw/<sc>/warmup
-    workload: WorkloadSection
-    sweep: SweepSection
-    telemetry: TelemetrySection
-    prompts: Sequence[Item]
-    launch_index: int
-    orders: Mapping[int, list[LevelValue]]  # repeat -> its levels in run order
-    say: Say
-    gpus: GpuSelection | None = None  # the server's GPUs (None: every GPU NVML lists)
-    # rate -> its send schedule (an open loop's; none for a closed loop)
-    arrivals: Mapping[float, ArrivalsRecord] = field(default_factory=dict)
-    # a dataset workload's record (raw/<sc>/dataset.json); None for synthetic prompts
-    dataset: Mapping[str, Any] | None = None
-    # the SLO capacity search's points (raw/<sc>/search/), not the sweep's
-    search: bool = False
-
-    def folder(self, slot: Slot) -> Path:
-        """Where a point is measured: the sweep's raw layout, or the search's."""
-        if self.search:
-            assert slot.level.is_rate
-            return self.paths.search_point(self.sc, slot.repeat, slot.level.value)
-        return self.paths.slot(self.sc, slot)
-
-    def warmup(self, offset: int) -> None:
-        wl = self.workload
-        n = wl.warmup.requests
-        run = run_point(
-            self.client,
-            self.prompts[offset : offset + n],
-            wl.warmup.concurrency,
-            f"{self.sc}-warmup",
-        )
-        point = _write_point(
-            self.paths.search_warmup(self.sc) if self.search else self.paths.warmup(self.sc),
-            run,
-            {
-                "server_config": self.sc,
-                "kind": "warmup",
-                "launch": self.launch_index,
-                "concurrency": wl.warmup.concurrency,
-                "prompt_offset": offset,
-                "ignore_eos": bool(wl.ignore_eos),
-                "unique_prompts": bool(wl.unique_prompts),
-                "status": "complete",
-            },
-        )
-        self.say(f"[{self.sc}] warm-up: {point['num_prompts']} requests, {_summary_line(point)}")
-
-    def point_info(self, slot: Slot, prompt_offset: int) -> dict[str, object]:
-        """The fields of a measured point's point.json that say what it is (before its
-        status, telemetry and metrics)."""
-        wl = self.workload
-        level: dict[str, object] = {**slot.level.to_json()}
-        if slot.level.is_rate:
-            level["arrival"] = self.arrivals[slot.level.value].summary()
-        return {
-            "server_config": self.sc,
-            "kind": "measured",
-            "repeat": slot.repeat,
-            **level,
-            "position": slot.position,
-            "run_index": slot.run_index,
-            "order": self.orders[slot.repeat],
-            "order_kind": self.sweep.order,
-            "launch": self.launch_index,
-            **self.lengths_info(),
-            "prompt_offset": prompt_offset,
-            "ignore_eos": bool(wl.ignore_eos),
-            "unique_prompts": bool(wl.unique_prompts),
-            **self.workload_info(prompt_offset, self.requests(slot)),
-        }
-
-    def lengths_info(self) -> dict[str, int | LengthValuesJson | LengthRangeJson]:
-        """point.json `input_tokens` / `output_tokens`: the asked length, or its distribution
-        ({min, max} or {values}); absent for a dataset, whose requests carry their own."""
-        out: dict[str, int | LengthValuesJson | LengthRangeJson] = {}
-        for key in ("input_tokens", "output_tokens"):
-            v = getattr(self.workload, key)
-            if v is not None:
-                out[key] = v if isinstance(v, int) else v.to_json()
-        return out
-
-    def workload_info(self, offset: int, n: int) -> WorkloadBlocks:
-        """point.json's workload blocks beyond the default's: `dataset` (the file's sha256 and
-        the sample's), `shared_prefix` (what the point's prompts mean the prefix cache to
-        serve) and `chat` (turns, think time); none for the default workload."""
-        wl, out = self.workload, WorkloadBlocks()
-        if self.dataset is not None:
-            out["dataset"] = {
-                "sha256": self.dataset["file"]["sha256"],
-                "prompts_sha256": self.dataset.get("prompts_sha256"),
-            }
-        reuse = slice_reuse(self.prompts[offset : offset + n], wl)
-        if reuse is not None:
-            out["shared_prefix"] = reuse
-        if wl.chat is not None:
-            out["chat"] = {"turns": wl.chat.turns, "think_time_s": wl.chat.think_time_s}
-        return out
-
-    def requests(self, slot: Slot) -> int:
-        """The items a point sends: its rate's schedule, or concurrency x waves."""
-        if slot.level.is_rate:
-            return len(self.arrivals[slot.level.value].offsets_ns)
-        return int(slot.level.value) * self.workload.waves
-
-    def load(self, slot: Slot) -> int | OpenLoop:
-        """How run_point sends a point: a closed loop of its concurrency, or its rate's
-        schedule (an open loop)."""
-        if slot.level.is_rate:
-            schedule = self.arrivals[slot.level.value]
-            return OpenLoop(schedule.offsets_ns, schedule.doc["max_in_flight"])
-        return int(slot.level.value)
-
-    def send(self, slot: Slot, prompt_offset: int, label: str, run: PointRun) -> None:
-        """Send one point's requests (`load`) from workload.client_workers processes; `run`
-        fills as they end."""
-        prompts = self.prompts[prompt_offset : prompt_offset + self.requests(slot)]
-        workers = self.workload.client_workers
-        run_point(self.client, prompts, self.load(slot), label, run, workers=workers)
-
-    def measure(self, slot: Slot, prompt_offset: int, progress: str) -> None:
-        """Measure one point into <point>.partial/ and rename it when it is complete; a point
-        cut short is kept as incomplete, and a server that died ends the job."""
-        sc, server = self.sc, self.session.server
-        final = self.folder(slot)
-        partial = final.with_name(final.name + ".partial")
-        partial.mkdir(parents=True, exist_ok=True)
-        info = self.point_info(slot, prompt_offset)
-        run = PointRun()
-        label = f"{sc}-r{slot.repeat:02d}-{final.name}"
-        # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
-        # a point cut short; their summary over the point's window goes into point.json.
-        tel = PointTelemetry(
-            self.telemetry, server.telemetry_process(), self.client.base_url, gpus=self.gpus
-        )
-        try:
-            with tel:
-                self.send(slot, prompt_offset, label, run)
-        except BaseException as exc:
-            info["telemetry"] = tel.finish(
-                partial, run.started_epoch_ns, run.finished_epoch_ns, _output_tokens(run)
-            )
-            _write_point(
-                partial,
-                run,
-                {
-                    **info,
-                    "status": "incomplete",
-                    "error": f"interrupted: {type(exc).__name__} {exc}".strip(),
-                },
-            )
-            kept = _keep_incomplete(partial)
-            self.say(
-                f"[{sc}] point rep{slot.repeat:02d} {slot.name()} interrupted; "
-                f"{len(run.records)} finished requests kept in {kept} (marked incomplete)"
-            )
-            raise
-        info["telemetry"] = tel.finish(
-            partial, run.started_epoch_ns, run.finished_epoch_ns, _output_tokens(run)
-        )
-        if not server.alive_after(run.records):
-            gone = server.gone_text()
-            _write_point(
-                partial,
-                run,
-                {**info, "status": "incomplete", "error": f"server {gone} during the point"},
-            )
-            kept = _keep_incomplete(partial)
-            raise ServelabError(
-                f"[{sc}] the server {gone} during point rep{slot.repeat:02d} "
-                f"{slot.name()}; the point is kept as {kept} (incomplete), completed "
-                f"points stay in {self.paths.raw_config(sc)}; rerun to measure the rest. Last "
-                f"lines of {server.log_path}:\n{server.log_tail()}"
-            )
-        point = _write_point(partial, run, {**info, "status": "complete"})
-        os.replace(partial, final)  # final cannot exist: only missing points are measured
-        self.say(
-            f"[{sc}] {progress} rep{slot.repeat:02d} {slot.name():<6} "
-            f"{_summary_line(point)} ({point['duration']:.1f} s)"
-        )

@@ -137,6 +137,28 @@ def measuring_lock_path() -> Path:
 RATE_GLOB = "r[0-9][0-9][0-9][0-9]*.[0-9][0-9][0-9]"
 
 
+# a point measured again after a host check failed (servelab.measure.remeasure): attempt N (2
+# or more) in <point>/attempt-<N>/, beside the first attempt's files in <point>/
+ATTEMPT_PREFIX = "attempt-"
+
+
+def attempt_dir(point_dir: Path, attempt: int) -> Path:
+    """Where attempt `attempt` of a point is measured: the point's folder for the first,
+    <point>/attempt-<N>/ for a re-measure."""
+    return point_dir if attempt == 1 else point_dir / f"{ATTEMPT_PREFIX}{attempt}"
+
+
+def attempt_dirs(point_dir: Path) -> list[Path]:
+    """A point's complete re-measures (attempt-<N>/ with its point.json), by attempt; an
+    attempt cut short (attempt-<N>.partial, .incomplete) never counts."""
+    found = []
+    for d in point_dir.glob(f"{ATTEMPT_PREFIX}*"):
+        n = d.name.removeprefix(ATTEMPT_PREFIX)
+        if n.isdigit() and int(n) >= 2 and (d / POINT_FILE).is_file():
+            found.append((int(n), d))
+    return [d for _, d in sorted(found)]
+
+
 def rate_dir(rate: float) -> str:
     """The folder name of a rate's points: r0002.500 for 2.5 requests per second."""
     return Level.at_rate(rate).dirname

@@ -21,7 +21,7 @@ from typing import Any
 
 from servelab.design.level import Level
 from servelab.store.jsonio import DamagedFile, read_jsonl_gz
-from servelab.store.paths import REQUESTS_FILE, ExperimentPaths
+from servelab.store.paths import POINT_FILE, REQUESTS_FILE, ExperimentPaths, attempt_dirs
 from servelab.store.records import (
     DamagedRawData,
     LaunchRecord,
@@ -69,6 +69,20 @@ class RawPoint:
     folder: Path
     server_args: Mapping[str, Any] | None = None
     warmup: Mapping[str, Any] | None = None
+    # the point's complete re-measures (attempt 2 on, <point>/attempt-<N>/), each a RawPoint of
+    # its own; which one the statistics read is the analysis' choice
+    # (servelab.analysis.validity.attempts)
+    remeasures: tuple[RawPoint, ...] = ()
+
+    @property
+    def attempts(self) -> tuple[RawPoint, ...]:
+        """Every complete attempt of the point, the first (this one) first."""
+        return (self, *self.remeasures)
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt this record is: point.json `attempt`, 1 when absent."""
+        return int(self.meta.get("attempt") or 1)
 
     @property
     def server_config(self) -> str:
@@ -145,8 +159,31 @@ def load_points(exp_dir: Path, skipped: list[Skipped] | None = None) -> list[Raw
             skipped.append(Skipped(path.parent, ctx))
             continue
         args, warmup = ctx
-        out.append(RawPoint(point.doc, path.parent, args, warmup))
+        again = _remeasures(path.parent, args, warmup, skipped)
+        out.append(RawPoint(point.doc, path.parent, args, warmup, again))
     return out
+
+
+def _remeasures(
+    folder: Path,
+    args: Mapping[str, Any] | None,
+    warmup: Mapping[str, Any] | None,
+    skipped: list[Skipped] | None,
+) -> tuple[RawPoint, ...]:
+    """A point's complete re-measures (<point>/attempt-<N>/); a damaged one raises, or with
+    `skipped` is listed there and left out (the point keeps its other attempts)."""
+    out = []
+    for d in attempt_dirs(folder):
+        try:
+            point = PointRecord.read(d / POINT_FILE)
+        except DamagedRawData as exc:
+            if skipped is None:
+                raise
+            skipped.append(Skipped(d, exc))
+            continue
+        if point.status == "complete":
+            out.append(RawPoint(point.doc, d, args, warmup))
+    return tuple(out)
 
 
 _Context = tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]

@@ -1,8 +1,9 @@
 """Validity checks run on every measured point (docs/analysis.md#validity).
 
 The package: flags (Flag, Check, statuses), facts (what a check reads, from either raw layout),
-measurement and pitfalls (the checks, by family), catalog (CHECKS, running them), results
-(validity.json, the report's counts, the end-of-run line).
+measurement and pitfalls (the checks, by family), catalog (CHECKS, running them), attempts (the
+host checks, which attempt of a re-measured point is used), results (validity.json, the
+report's counts, the end-of-run line).
 
 A check is a pure function of what was recorded for one point (its requests, its duration,
 its telemetry summary) and the thresholds of the config's `analysis.validity` section. It
@@ -17,6 +18,15 @@ to PointFacts (and to both builders), its threshold to the schema (analysis.vali
 servelab.experiment.ValiditySection, and an entry to CHECKS.
 """
 
+from servelab.analysis.validity.attempts import (
+    HOST_CHECKS,
+    Choice,
+    choose,
+    disturbance,
+    disturbed,
+    host_flags,
+    use_attempt,
+)
 from servelab.analysis.validity.catalog import (
     ALL_CHECKS,
     BY_NAME,
@@ -82,13 +92,20 @@ __all__ = [
     "STATUSES",
     "TTFT",
     "Check",
+    "Choice",
     "Flag",
+    "HOST_CHECKS",
     "PointFacts",
     "PointFlags",
     "RequestFacts",
     "axis_of",
     "check_point",
     "checks_for",
+    "choose",
+    "disturbance",
+    "disturbed",
+    "host_flags",
+    "use_attempt",
     "level_name",
     "counts",
     "evaluate",

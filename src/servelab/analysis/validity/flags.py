@@ -34,6 +34,9 @@ SECTION = "analysis.validity"
 
 # the thresholds of the open-loop checks, recorded for a sweep over rates only
 OPEN_LOOP_THRESHOLDS = ("max_arrival_rate_error_pct", "max_send_slip_ms")
+# the keys of analysis.validity that are no threshold: how often the sweep re-measures a point
+# a host check failed (validity.json `record` says which attempt a point uses)
+NOT_THRESHOLDS = ("remeasure",)
 
 
 def thresholds_json(t: ValiditySection, axis: str = "concurrency") -> dict[str, float]:
@@ -43,7 +46,7 @@ def thresholds_json(t: ValiditySection, axis: str = "concurrency") -> dict[str, 
         f.name: int(v) if f.name == "max_failed_requests" else float(v)
         for f in fields(t)
         for v in [getattr(t, f.name)]
-        if axis == "rate" or f.name not in OPEN_LOOP_THRESHOLDS
+        if f.name not in NOT_THRESHOLDS and (axis == "rate" or f.name not in OPEN_LOOP_THRESHOLDS)
     }
 
 

@@ -52,7 +52,14 @@ def counts(points: Sequence[PointFlags]) -> dict[str, dict[str, int]]:
     return out
 
 
-def validity_json(points: Sequence[PointFlags], t: ValiditySection) -> dict[str, Any]:
+def validity_json(
+    points: Sequence[PointFlags],
+    t: ValiditySection,
+    records: Mapping[tuple[str, int, LevelValue], Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """validity.json; `records`: per (server config, repeat, level) of a point measured more
+    than once, which attempt its flags and statistics are of, and why (`Choice.to_json`)."""
+    rec = records or {}
     rows = sorted(points, key=lambda p: (p[0], p[2], p[1]))
     axis = axis_of(rows)
     checks = checks_for(axis)
@@ -78,6 +85,7 @@ def validity_json(points: Sequence[PointFlags], t: ValiditySection) -> dict[str,
                 "valid": not failed(flags),
                 "checks": [f.to_json() for f in flags],
             }
+            | ({"record": dict(rec[sc, rep, conc])} if (sc, rep, conc) in rec else {})
             for sc, rep, conc, flags in rows
         ],
     }
