@@ -30,6 +30,10 @@ READY = {
     ("b", 2): 21.0,
     ("a", 3): 19.0,
     ("b", 3): 19.5,
+    ("a", 4): 18.0,
+    ("b", 4): 18.5,
+    ("a", 5): 17.0,
+    ("b", 5): 17.5,
 }
 LOCK = {("b", 1): 12.0}
 OTHER_S = 5.0  # per launch: prompts, warm-up, shutdown
@@ -234,3 +238,39 @@ def test_older_raw_data_of_later_rounds_names_the_starts_it_did_not_keep(
         "    round 5                       78.5 s = 2 server starts 38.5 s (a #3 19.0 s, b #3 "
         "19.5 s) + 4 points 30.0 s + other 10.0 s; "
     )
+
+
+def test_interleaved_rounds_start_a_server_per_configuration_and_round_in_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sweep.repeats.interleave: every round, the first `min` too, on a fresh launch per
+    configuration, a b in odd rounds and b a in even ones; the first step's launches are
+    recorded with the round of the look that follows them (3), so the summary's step
+    "rounds 1-3" counts all six."""
+    order: list[tuple[str, int]] = []
+    stub_measuring(monkeypatch, Clock())
+    fake = SweepJob.measure_missing
+
+    def spy(job: SweepJob, repeats: int) -> Any:
+        order.append((job.sc, repeats))
+        return fake(job, repeats)
+
+    monkeypatch.setattr(SweepJob, "measure_missing", spy)
+    exp = experiment(tmp_path, [CLEAR, NULL], interleave=True)
+    job = measure_job(exp, tmp_path / "seq", model_dir=tmp_path)
+    rec = rounds_mod.run_rounds(job)
+    assert rec["rounds"] == 5 and len(rec["round_s"]) == 3  # steps: rounds 1-3, 4, 5
+    assert order == [
+        ("a", 1), ("b", 1), ("b", 2), ("a", 2), ("a", 3), ("b", 3), ("b", 4), ("a", 4),
+        ("a", 5), ("b", 5),
+    ]  # fmt: skip
+    assert [(x["round"], x["server_config"], x["launch"]) for x in rec["launches"]] == [
+        (3, "a", 1), (3, "b", 1), (3, "b", 2), (3, "a", 2), (3, "a", 3), (3, "b", 3),
+        (4, "b", 4), (4, "a", 4), (5, "a", 5), (5, "b", 5),
+    ]  # fmt: skip
+    assert [look["round"] for look in rec["looks"]] == [3, 4, 5]  # no look before `min`
+    (job.paths.root / "benchmarks").mkdir()
+    sweep_s = sum(rec["round_s"]) + LOOKS_S
+    (job.paths.root / "benchmarks" / "sweep.tsv").write_text(f"s\th:m:s\n{sweep_s}\t0:00:00\n")
+    (step,) = [ln for ln in breakdown(job.paths.root) if ln.strip().startswith("rounds 1-3")]
+    assert "6 server starts" in step

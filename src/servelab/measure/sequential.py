@@ -113,7 +113,8 @@ def run_rounds(
         for job in in_turn(jobs, k) if interleave else jobs:
             first = next_launch_index(job.server_dir)
             slots[job.sc] = job.measure_missing(k)
-            launches += launched(job, first, k)
+            # the round of the look that follows it: `min` for the first step's rounds
+            launches += launched(job, first, max(k, rule.min_rounds))
         if k < rule.min_rounds:  # interleaved: the first step's rounds one at a time
             k += 1
             continue
