@@ -162,21 +162,12 @@ class GpuWork:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
     def params(self) -> dict[str, int | str]:
-        return {
-            "matmul_n": self.matmul_n,
-            "dtype": self.dtype,
-            "matmul_iters": self.matmul_iters,
-            "copy_mib": self.copy_mib,
-            "copies": self.copies,
-            "repeats": self.repeats,
-            "seed": self.seed,
-        }
+        """The work's parameters by name, in GPU_CANARY_SCRIPT's argument order."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     def args(self) -> list[str]:
         """GPU_CANARY_SCRIPT's arguments."""
-        p = self.params()
-        keys = ("matmul_n", "dtype", "matmul_iters", "copy_mib", "copies", "repeats", "seed")
-        return [str(p[k]) for k in keys]
+        return [str(v) for v in self.params().values()]
 
     @property
     def repeat_tflop(self) -> float:
@@ -189,16 +180,7 @@ class GpuWork:
         return 2.0 * self.copy_mib * 1024 * 1024 * self.copies / 1e9
 
     def to_json(self) -> GpuWorkJson:
-        return {
-            "matmul_n": self.matmul_n,
-            "dtype": self.dtype,
-            "matmul_iters": self.matmul_iters,
-            "copy_mib": self.copy_mib,
-            "copies": self.copies,
-            "repeats": self.repeats,
-            "seed": self.seed,
-            "id": self.id,
-        }
+        return {**self.params(), "id": self.id}  # type: ignore[typeddict-item]
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> GpuWork:
