@@ -20,8 +20,14 @@ import pytest
 import yaml
 from workflow_env import snakemake_here
 
-from servelab.analysis.search import RateOutcome, RepeatOutcome, SearchSpec, SloBounds, search_rate
-from servelab.analysis.search import write_search as write_search_record
+from servelab.analysis.search import (
+    RateOutcome,
+    RepeatOutcome,
+    SearchSpec,
+    SloBounds,
+    search_rate,
+    write_search as write_search_record,
+)
 from servelab.config import validate
 from servelab.evidence.files import safe_extract
 

@@ -10,8 +10,7 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from sse_servers import RawServer, serve_raw
 
 from servelab.client import RequestRecord, ResponseParser, Workload, run_point

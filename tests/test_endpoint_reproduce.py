@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.proposals import with_proposal
-from servelab.evidence.bundle import _endpoint, _model_dependency, _runtime_dependency
+from servelab.evidence.bundle import _endpoint
+from servelab.evidence.crate import _model_dependency, _runtime_dependency
 from servelab.evidence.release import unpinned_reasons
 from servelab.reproduce.markdown import _provenance
 from servelab.reproduce.provenance_diff import not_checked, provenance_diff

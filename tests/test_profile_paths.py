@@ -355,8 +355,7 @@ def test_path_dims_from_the_config(tmp_path: Path, seed_y: SeedFiles, make_job: 
 def test_verdict_withheld_when_nvtx_and_windows_disagree(tmp_path: Path) -> None:
     """A window found by NVTX ranges that hold another request count than windows.json
     records is ambiguous: no verdict."""
-    from nsys_fixture import LAYERS as SMALL_LAYERS
-    from nsys_fixture import scenario, scenario_windows, windows_file
+    from nsys_fixture import LAYERS as SMALL_LAYERS, scenario, scenario_windows, windows_file
 
     trace = scenario().write(tmp_path / "t.sqlite")
     rows = scenario_windows()

@@ -25,11 +25,13 @@ from servelab.analysis.stopping import (
     sequential_test,
 )
 from servelab.analysis.validity import Flag
-from servelab.claims_syntax import BOUND as _BOUND
-from servelab.claims_syntax import CAPACITY as _CAPACITY
-from servelab.claims_syntax import CMP as _CMP
-from servelab.claims_syntax import FUNC as _FUNC
-from servelab.claims_syntax import parse_claim
+from servelab.claims_syntax import (
+    BOUND as _BOUND,
+    CAPACITY as _CAPACITY,
+    CMP as _CMP,
+    FUNC as _FUNC,
+    parse_claim,
+)
 from servelab.design.level import LevelValue
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection

@@ -25,8 +25,13 @@ or spread over worker processes: run_point, for either loop) and `signals` (stop
 a point).
 """
 
-from servelab.client.closed_loop import PointRun, RequestMarks, Workload, run_closed_loop
-from servelab.client.closed_loop import _payload as _payload
+from servelab.client.closed_loop import (
+    PointRun,
+    RequestMarks,
+    Workload,
+    _payload as _payload,
+    run_closed_loop,
+)
 from servelab.client.open_loop import OpenLoop, run_open_loop
 from servelab.client.parser import ChatResponseParser, MalformedResponse, ResponseParser
 from servelab.client.prompt import Conversation, Item, Prompt, PromptLike

@@ -8,8 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NotRequired, TypedDict
 
-from servelab.analysis.claims import NOT_COMPARABLE as CLAIM_NOT_COMPARABLE
-from servelab.analysis.claims import ClaimEvidence, ClaimVerdict, Findings, evaluate_claims
+from servelab.analysis.claims import (
+    NOT_COMPARABLE as CLAIM_NOT_COMPARABLE,
+    ClaimEvidence,
+    ClaimVerdict,
+    Findings,
+    evaluate_claims,
+)
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.diagnosis_records import Diagnosis

@@ -53,8 +53,10 @@ from servelab.reproduce.records import HostSpeedRecord, host_speed_json
 from servelab.reproduce.sides import Side, bundle_side, open_side, refusal
 from servelab.site.check import CheckedRelease
 from servelab.site.history_changes import method, series_changes
-from servelab.site.history_figure import history_figure as history_figure
-from servelab.site.history_figure import history_figure_alt as history_figure_alt
+from servelab.site.history_figure import (
+    history_figure as history_figure,
+    history_figure_alt as history_figure_alt,
+)
 from servelab.site.history_records import (
     History,
     Pair,

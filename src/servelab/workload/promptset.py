@@ -26,8 +26,7 @@ from servelab.experiment import Experiment, WorkloadSection
 from servelab.job import Say
 from servelab.launch.session import Session
 from servelab.store.jsonio import write_json, write_jsonl_gz
-from servelab.workload import datasets
-from servelab.workload import synthetic as workload
+from servelab.workload import datasets, synthetic as workload
 from servelab.workload.synthetic import IntendedReuse
 
 Item = PromptLike | Conversation

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +22,19 @@ from typing import Any, TypedDict
 
 from servelab.design.level import CONCURRENCY, RATE, LevelValue
 from servelab.errors import ServelabError
+from servelab.experiment.build import _build, section_from_dict as section_from_dict
+from servelab.experiment.workload import (  # re-exported: servelab.experiment names them all
+    ChatSection as ChatSection,
+    DatasetFilter as DatasetFilter,
+    DatasetSection as DatasetSection,
+    HubDataset as HubDataset,
+    LengthRangeJson as LengthRangeJson,
+    Lengths as Lengths,
+    LengthValuesJson as LengthValuesJson,
+    SharedPrefixSection as SharedPrefixSection,
+    WarmupSection as WarmupSection,
+    WorkloadSection as WorkloadSection,
+)
 
 
 @dataclass(frozen=True)
@@ -135,136 +147,6 @@ class ServerSection:
     def own_runtime(self) -> list[str]:
         """The configurations with a runtime of their own (server.configs[].runtime)."""
         return [c.name for c in self.configs if c.runtime is not None]
-
-
-@dataclass(frozen=True)
-class WarmupSection:
-    requests: int
-    concurrency: int
-
-
-class LengthValuesJson(TypedDict):
-    values: list[int]
-
-
-class LengthRangeJson(TypedDict):
-    min: int | None
-    max: int | None
-
-
-@dataclass(frozen=True)
-class Lengths:
-    """A length drawn per request (workload.input_tokens / output_tokens as a mapping): uniform
-    over [min, max], or one of `values`, each equally likely. The config gives min and max, or
-    values; the other keys are None."""
-
-    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("min", "max", "values")
-
-    min: int | None
-    max: int | None
-    values: tuple[int, ...] | None
-
-    @property
-    def largest(self) -> int:
-        if self.values is not None:
-            return max(self.values)
-        assert self.max is not None  # the schema requires min and max, or values
-        return self.max
-
-    def to_json(self) -> LengthValuesJson | LengthRangeJson:
-        if self.values is not None:
-            return {"values": list(self.values)}
-        return {"min": self.min, "max": self.max}
-
-
-@dataclass(frozen=True)
-class HubDataset:
-    """workload.dataset.hub: a file of a Hugging Face dataset repository at a pinned commit."""
-
-    repo_id: str
-    filename: str
-    revision: str
-
-
-@dataclass(frozen=True)
-class DatasetFilter:
-    """workload.dataset.filter: pairs outside these token lengths are not sampled (None: no
-    bound); the server's max-model-len bounds input + output as well."""
-
-    min_input_tokens: int
-    max_input_tokens: int | None
-    min_output_tokens: int
-    max_output_tokens: int | None
-
-
-@dataclass(frozen=True)
-class DatasetSection:
-    """workload.dataset: prompts (and output lengths) sampled from a dataset file, named by
-    path (pinned by sha256) or on the hub (pinned by revision; its sha256 checked when given)."""
-
-    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("path", "hub", "sha256")
-
-    path: str | None
-    hub: HubDataset | None
-    sha256: str | None
-    format: str  # sharegpt | jsonl
-    filter: DatasetFilter
-    output_tokens: int | None  # every request's output length; None: the dataset's own
-
-
-@dataclass(frozen=True)
-class SharedPrefixSection:
-    """workload.shared_prefix: `prefixes` system prompts of `prefix_tokens` tokens; request i
-    starts with prefix i mod prefixes, then its own prompt."""
-
-    prefixes: int
-    prefix_tokens: int
-
-
-@dataclass(frozen=True)
-class ChatSection:
-    """workload.chat: conversations of `turns` turns over the chat completions endpoint, the
-    history re-sent each turn, `think_time_s` between a reply's end and the next turn."""
-
-    turns: int
-    think_time_s: float
-
-
-@dataclass(frozen=True)
-class WorkloadSection:
-    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = (
-        "dataset",
-        "shared_prefix",
-        "chat",
-        "input_tokens",
-        "output_tokens",
-    )
-
-    seed: int
-    # None with a dataset (it gives the lengths): the resolved config leaves both out
-    input_tokens: int | Lengths | None
-    output_tokens: int | Lengths | None
-    ignore_eos: bool
-    waves: int
-    unique_prompts: bool
-    request_timeout_s: float
-    client_workers: int
-    warmup: WarmupSection
-    dataset: DatasetSection | None
-    shared_prefix: SharedPrefixSection | None
-    chat: ChatSection | None
-
-    @property
-    def fixed_lengths(self) -> bool:
-        """Every request asks the same exact input and output length (the synthetic default:
-        no distribution, no dataset, no shared prefix, no chat)."""
-        return (
-            isinstance(self.input_tokens, int)
-            and isinstance(self.output_tokens, int)
-            and self.dataset is None
-            and self.shared_prefix is None
-            and self.chat is None
-        )
 
 
 @dataclass(frozen=True)
@@ -564,54 +446,3 @@ class Experiment:
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as a plain dict (a copy), key order as validated."""
         return copy.deepcopy(dict(self._source))
-
-
-_T = typing.TypeVar("_T")
-
-
-def section_from_dict(cls: type[_T], data: Mapping[str, Any], where: str) -> _T:
-    """One section from its validated dict, e.g. `section_from_dict(ValiditySection,
-    d, "analysis.validity")`."""
-    return _build(cls, data, where)
-
-
-def _build(cls: type[_T], data: Any, where: str) -> _T:
-    if not isinstance(data, Mapping):
-        raise ServelabError(f"config {where or '(top level)'}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name.startswith("_"):
-            continue
-        key = f"{where}.{f.name}" if where else f.name
-        if f.name not in data and f.name in getattr(cls, "ABSENT_AS_NONE", ()):
-            kwargs[f.name] = None  # a key the config gives only for one kind of sweep
-            continue
-        if f.name not in data:
-            raise ServelabError(
-                f"config {key}: missing; build an Experiment from config.validate(), which "
-                "fills the schema's defaults"
-            )
-        kwargs[f.name] = _value(hints[f.name], data[f.name], key)
-    return cls(**kwargs)
-
-
-def _value(hint: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(hint)
-    if origin in (types.UnionType, typing.Union):
-        if value is None:
-            return None
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(inner) > 1 and isinstance(value, Mapping):  # e.g. int | RoundsSection
-            inner = [a for a in inner if dataclasses.is_dataclass(a)] or inner
-        return _value(inner[0], value, where) if len(inner) == 1 else value
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)  # the schema's "number": 2 and 2.0 are the same setting
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value, where)  # type: ignore[arg-type]
-    if origin is tuple:
-        item = typing.get_args(hint)[0]
-        return tuple(_value(item, v, f"{where}[{i}]") for i, v in enumerate(value))
-    if origin is not None and issubclass(origin, Mapping):
-        return types.MappingProxyType(copy.deepcopy(dict(value)))
-    return value

@@ -1,0 +1,138 @@
+"""The workload's sections of the typed experiment (servelab.experiment): what is sent, its
+lengths, a dataset, shared prefixes, multi-turn chat, the warm-up."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from typing import TypedDict
+
+
+@dataclass(frozen=True)
+class WarmupSection:
+    requests: int
+    concurrency: int
+
+
+class LengthValuesJson(TypedDict):
+    values: list[int]
+
+
+class LengthRangeJson(TypedDict):
+    min: int | None
+    max: int | None
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """A length drawn per request (workload.input_tokens / output_tokens as a mapping): uniform
+    over [min, max], or one of `values`, each equally likely. The config gives min and max, or
+    values; the other keys are None."""
+
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("min", "max", "values")
+
+    min: int | None
+    max: int | None
+    values: tuple[int, ...] | None
+
+    @property
+    def largest(self) -> int:
+        if self.values is not None:
+            return max(self.values)
+        assert self.max is not None  # the schema requires min and max, or values
+        return self.max
+
+    def to_json(self) -> LengthValuesJson | LengthRangeJson:
+        if self.values is not None:
+            return {"values": list(self.values)}
+        return {"min": self.min, "max": self.max}
+
+
+@dataclass(frozen=True)
+class HubDataset:
+    """workload.dataset.hub: a file of a Hugging Face dataset repository at a pinned commit."""
+
+    repo_id: str
+    filename: str
+    revision: str
+
+
+@dataclass(frozen=True)
+class DatasetFilter:
+    """workload.dataset.filter: pairs outside these token lengths are not sampled (None: no
+    bound); the server's max-model-len bounds input + output as well."""
+
+    min_input_tokens: int
+    max_input_tokens: int | None
+    min_output_tokens: int
+    max_output_tokens: int | None
+
+
+@dataclass(frozen=True)
+class DatasetSection:
+    """workload.dataset: prompts (and output lengths) sampled from a dataset file, named by
+    path (pinned by sha256) or on the hub (pinned by revision; its sha256 checked when given)."""
+
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("path", "hub", "sha256")
+
+    path: str | None
+    hub: HubDataset | None
+    sha256: str | None
+    format: str  # sharegpt | jsonl
+    filter: DatasetFilter
+    output_tokens: int | None  # every request's output length; None: the dataset's own
+
+
+@dataclass(frozen=True)
+class SharedPrefixSection:
+    """workload.shared_prefix: `prefixes` system prompts of `prefix_tokens` tokens; request i
+    starts with prefix i mod prefixes, then its own prompt."""
+
+    prefixes: int
+    prefix_tokens: int
+
+
+@dataclass(frozen=True)
+class ChatSection:
+    """workload.chat: conversations of `turns` turns over the chat completions endpoint, the
+    history re-sent each turn, `think_time_s` between a reply's end and the next turn."""
+
+    turns: int
+    think_time_s: float
+
+
+@dataclass(frozen=True)
+class WorkloadSection:
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = (
+        "dataset",
+        "shared_prefix",
+        "chat",
+        "input_tokens",
+        "output_tokens",
+    )
+
+    seed: int
+    # None with a dataset (it gives the lengths): the resolved config leaves both out
+    input_tokens: int | Lengths | None
+    output_tokens: int | Lengths | None
+    ignore_eos: bool
+    waves: int
+    unique_prompts: bool
+    request_timeout_s: float
+    client_workers: int
+    warmup: WarmupSection
+    dataset: DatasetSection | None
+    shared_prefix: SharedPrefixSection | None
+    chat: ChatSection | None
+
+    @property
+    def fixed_lengths(self) -> bool:
+        """Every request asks the same exact input and output length (the synthetic default:
+        no distribution, no dataset, no shared prefix, no chat)."""
+        return (
+            isinstance(self.input_tokens, int)
+            and isinstance(self.output_tokens, int)
+            and self.dataset is None
+            and self.shared_prefix is None
+            and self.chat is None
+        )
