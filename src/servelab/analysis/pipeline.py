@@ -134,7 +134,7 @@ def analyze(
     results.update(_notes(ds, root, searches))
     results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
     results.update(_claims(g, ds, opts, results))
-    runtimes = runtimes_compared(g, root, opts)
+    runtimes = runtimes_compared(g, ds, opts)
     if runtimes is not None:  # configurations on their own runtimes (another vLLM release)
         results["runtimes"] = runtimes
     if opts.confirms is not None:  # a confirmation experiment: a verdict per proposal

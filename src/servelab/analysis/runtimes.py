@@ -18,17 +18,19 @@ section gives them; a run on one runtime has none.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 import scipy.stats as sps
 
+from servelab.analysis.dataset import Dataset
 from servelab.analysis.groups import Groups, hit_order, invalid_text
 from servelab.analysis.stats import paired
 from servelab.experiment import AnalysisSection
 from servelab.store.paths import ExperimentPaths
-from servelab.store.records import CapacityRecord, LaunchRecord
+from servelab.store.records import LaunchRecord
 
 METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
 HIGHER_IS_BETTER = frozenset({"output_throughput"})
@@ -66,13 +68,17 @@ class RuntimesJson(TypedDict):
     pairs: list[PairJson]
 
 
-def runtime_ids(root: Path, configs: list[str]) -> list[RuntimeIdJson]:
-    """Each configuration's runtime (from its launch.json) and vLLM release (capacity.json)."""
+def runtime_ids(
+    root: Path, configs: list[str], capacity: Mapping[str, Mapping[str, Any]]
+) -> list[RuntimeIdJson]:
+    """Each configuration's runtime (from its launch.json) and vLLM release (its capacity
+    facts, as the dataset read them: none where capacity.json is missing or damaged)."""
     paths = ExperimentPaths(root)
     out: list[RuntimeIdJson] = []
     for sc in configs:
         launch = LaunchRecord.read_if_present(paths.launch(sc))
-        cap = CapacityRecord.read_if_present(paths.capacity(sc))
+        facts = capacity.get(sc) or {}  # capacity.json (CapacityRecord.vllm_version's rule)
+        version = facts.get("version_endpoint") or facts.get("version")
         lock = launch.get("runtime_lock_sha256") if launch else None
         digest = launch.get("runtime_image_digest") if launch else None
         runtime = f"lock:{lock}" if lock else f"image:{digest}" if digest else None
@@ -80,7 +86,7 @@ def runtime_ids(root: Path, configs: list[str]) -> list[RuntimeIdJson]:
             {
                 "server_config": sc,
                 "runtime": runtime,
-                "vllm_version": cap.vllm_version if cap else None,
+                "vllm_version": version if isinstance(version, str) else None,
             }
         )
     return out
@@ -125,9 +131,9 @@ def _row(
     return row
 
 
-def runtimes_compared(g: Groups, root: Path, opts: AnalysisSection) -> RuntimesJson | None:
+def runtimes_compared(g: Groups, ds: Dataset, opts: AnalysisSection) -> RuntimesJson | None:
     """The comparison of the run's runtimes (None: every configuration ran on one)."""
-    ids = runtime_ids(root, list(g.configs))
+    ids = runtime_ids(ds.root, list(g.configs), ds.capacity)
     if len({i["runtime"] for i in ids}) < 2:
         return None
     ref = ids[0]

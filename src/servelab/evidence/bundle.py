@@ -206,7 +206,7 @@ def _copy_inputs(paths: ExperimentPaths, out: Path, repo: Path) -> None:
     (out / "model").mkdir()
     shutil.copyfile(paths.model / MODEL_RECORD, out / "model" / MODEL_RECORD)
     # the shared runtime's record, and those of configurations with their own (runtime/<sc>/)
-    for rec in [paths.runtime_record, *sorted(paths.runtime.glob("*/runtime.json"))]:
+    for rec in [paths.runtime_record, *paths.config_runtime_records()]:
         (out / rec.relative_to(paths.root)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(rec, out / rec.relative_to(paths.root))
     for rel in walk_files(paths.analysis):

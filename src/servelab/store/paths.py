@@ -319,6 +319,10 @@ class ExperimentPaths:
         (server.configs[].runtime)."""
         return self.runtime / sc / RUNTIME_FILE
 
+    def config_runtime_records(self) -> list[Path]:
+        """Every runtime/<sc>/runtime.json there is, by configuration."""
+        return sorted(self.runtime.glob(f"*/{RUNTIME_FILE}"))
+
     @property
     def analysis(self) -> Path:
         return self.root / "analysis"
