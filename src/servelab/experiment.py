@@ -379,7 +379,10 @@ class PairSpec:
 
 @dataclass(frozen=True)
 class ValiditySection:
-    """analysis.validity: the thresholds of the per-point validity checks."""
+    """analysis.validity: the thresholds of the per-point validity checks (those of a trace
+    replay absent unless given: None, the check's own default)."""
+
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("min_trace_reuse", "max_trace_missing_pct")
 
     max_burst_share: float
     max_other_cpu_cores: float
@@ -395,6 +398,8 @@ class ValiditySection:
     max_count_mismatch_pct: float
     max_arrival_rate_error_pct: float
     max_send_slip_ms: float
+    min_trace_reuse: float | None = None
+    max_trace_missing_pct: float | None = None
 
 
 @dataclass(frozen=True)

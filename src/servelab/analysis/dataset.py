@@ -181,7 +181,7 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
                 position=meta.get("position"),
                 ttfts_ms=ttfts,
                 per_request=per,
-                extra={k: meta[k] for k in ("launch", "telemetry") if k in meta},
+                extra={k: meta[k] for k in ("launch", "telemetry", "trace") if k in meta},
                 checks=check_point(recs, meta, t, raw.server_args, raw.warmup),
             )
         )

@@ -5,6 +5,7 @@ Layout written (docs/raw-data.md):
   server/<sc>/server.log  launch.json  capacity.json
   raw/<sc>/prompts.jsonl.gz  warmup/{requests.jsonl.gz,point.json}
   raw/<sc>/dataset.json              a dataset workload's file and what was sampled from it
+  raw/<sc>/trace.json                a trace workload's file and the window replayed
   raw/<sc>/rep<RR>/c<CCCC>/{requests.jsonl.gz,point.json}      a concurrency's point
   raw/<sc>/rep<RR>/r<RRRR.RRR>/{requests.jsonl.gz,point.json}  a rate's point
   raw/<sc>/arrivals/r<RRRR.RRR>.json  a rate's send schedule, the same for every repeat
@@ -31,13 +32,10 @@ from typing import Any, TypedDict
 
 from servelab.analysis.validity import HOST_SPEED_WORDS
 from servelab.client import OpenLoop, PointRun, Workload, run_point
-from servelab.design.arrivals import ArrivalProcess
 from servelab.design.level import LevelValue
 from servelab.design.schedule import Slot, plan
 from servelab.errors import ServelabError
 from servelab.experiment import (
-    ArrivalSection,
-    Experiment,
     LengthRangeJson,
     LengthValuesJson,
     SweepSection,
@@ -49,6 +47,7 @@ from servelab.job import ConfigJob, MeasureJob, Say
 from servelab.launch.canary import gpu_canary
 from servelab.launch.server import ServerLaunch, choose_port, raise_on_signals
 from servelab.launch.session import LaunchAdditions, Session, build_launch, serve
+from servelab.measure.replay import Replay, requests_of, schedule_of
 from servelab.metrics import point_metrics
 from servelab.profile.capture import PlannedCapture, plan_capture
 from servelab.profile.plan import on_sweep_launch
@@ -82,6 +81,7 @@ class WorkloadBlocks(TypedDict, total=False):
     dataset: DatasetBlock
     shared_prefix: IntendedReuse
     chat: ChatBlock
+    trace: dict[str, Any]
 
 
 def is_complete(pdir: Path) -> bool:
@@ -214,8 +214,12 @@ class SweepJob(ConfigJob):
         """The prompts of this launch (prompts.jsonl.gz) and what its warm-up and points share;
         where each takes its prompts from."""
         exp, sc, wl = self.exp, self.sc, self.exp.workload
+        replay = self.replay(session)
         pplan = prompt_plan(
-            slots, lambda s: requests_of(exp, s), wl.warmup.requests, wl.unique_prompts
+            slots,
+            lambda s: replay.requests if replay is not None else requests_of(exp, s),
+            wl.warmup.requests,
+            wl.unique_prompts,
         )
         t_p = time.monotonic()
         pset = self.prompt_source.build(session, pplan.total)
@@ -237,20 +241,28 @@ class SweepJob(ConfigJob):
             dataset=pset.dataset,
             launch_index=launch_index,
             orders=_orders_by_repeat(slots),
-            arrivals=self.arrivals(slots),
+            arrivals=self.arrivals(slots, replay),
             say=self.say,
+            replay=replay,
             # the GPUs this launch gave the server: the only ones its telemetry samples
             gpus=server_gpus(exp.runtime.device, launch.container, launch.env, os.environ),
         )
         return points, pplan
 
-    def arrivals(self, slots: list[Slot]) -> dict[float, ArrivalsRecord]:
+    def replay(self, session: Session) -> Replay | None:
+        """The trace window this launch replays (None: no trace workload)."""
+        tr, source = self.exp.workload.trace, self.prompt_source
+        if tr is None or source.dataset is None:
+            return None
+        return Replay(source.trace_window(session), source.dataset.sha256, tr.block_tokens)
+
+    def arrivals(self, slots: list[Slot], replay: Replay | None) -> dict[float, ArrivalsRecord]:
         """The send schedule of every rate of the plan (none for a closed loop), written to
         raw/<sc>/arrivals/ the first time and checked against the one written before."""
         out: dict[float, ArrivalsRecord] = {}
         for rate in sorted({float(s.level.value) for s in slots if s.level.is_rate}):
             assert self.exp.sweep.arrival is not None
-            drawn = schedule_of(self.exp.sweep.arrival, rate, self.exp.workload.seed)
+            drawn = schedule_of(self.exp.sweep.arrival, rate, self.exp.workload.seed, replay)
             path = self.paths.arrivals(self.sc, rate)
             kept = ArrivalsRecord.read_if_present(path)
             if kept is not None and kept.doc != drawn.doc:
@@ -380,23 +392,6 @@ def _orders_by_repeat(slots: list[Slot]) -> dict[int, list[LevelValue]]:
     return out
 
 
-def requests_of(exp: Experiment, slot: Slot) -> int:
-    """The requests a point sends: concurrency x workload.waves, or a rate's
-    ceil(rate x sweep.arrival.duration_s)."""
-    if slot.level.is_rate:
-        assert exp.sweep.arrival is not None
-        return exp.sweep.arrival.requests(slot.level.value)
-    return int(slot.level.value) * exp.workload.waves
-
-
-def schedule_of(arrival: ArrivalSection, rate: float, seed: int) -> ArrivalsRecord:
-    """The send schedule of a rate's points: an arrival section's process at `rate` (sweep's,
-    or the SLO search's), drawn from `seed`, workload.seed: the same for every repeat,
-    configuration and reproduction."""
-    process = ArrivalProcess(arrival.process, rate, arrival.burstiness, seed)
-    return ArrivalsRecord.of(process, arrival.requests(rate), arrival.max_in_flight)
-
-
 @dataclass(frozen=True)
 class PointJob:
     """What the warm-up and every point of one server launch share."""
@@ -419,6 +414,7 @@ class PointJob:
     dataset: Mapping[str, Any] | None = None
     # the SLO capacity search's points (raw/<sc>/search/), not the sweep's
     search: bool = False
+    replay: Replay | None = None  # a trace workload's window (None: no trace)
 
     def folder(self, slot: Slot) -> Path:
         """Where a point is measured: the sweep's raw layout, or the search's."""
@@ -474,6 +470,7 @@ class PointJob:
             "ignore_eos": bool(wl.ignore_eos),
             "unique_prompts": bool(wl.unique_prompts),
             **self.workload_info(prompt_offset, self.requests(slot)),
+            **self.trace_info(slot),
         }
 
     def lengths_info(self) -> dict[str, int | LengthValuesJson | LengthRangeJson]:
@@ -502,6 +499,12 @@ class PointJob:
         if wl.chat is not None:
             out["chat"] = {"turns": wl.chat.turns, "think_time_s": wl.chat.think_time_s}
         return out
+
+    def trace_info(self, slot: Slot) -> WorkloadBlocks:
+        """point.json `trace` (servelab.measure.replay); none without a trace."""
+        if self.replay is None:
+            return WorkloadBlocks()
+        return WorkloadBlocks(trace=self.replay.point_block(float(slot.level.value)))
 
     def requests(self, slot: Slot) -> int:
         """The items a point sends: its rate's schedule, or concurrency x waves."""

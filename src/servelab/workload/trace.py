@@ -345,3 +345,20 @@ class TraceBuilder:
     def replay(self, win: Window, salt: str) -> list[Prompt]:
         """The window's prompts for one point (`salt`: its own copy of every block)."""
         return [self.prompt(r, i, salt) for i, r in enumerate(win.rows)]
+
+
+def same_trace(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """None when two trace records (raw/<sc>/trace.json) replay the same trace the same way:
+    the file's sha256, the seed, block_tokens and the window (its start, duration and the
+    requests kept); else the first difference, in one line."""
+    sa, sb = (a.get("file") or {}).get("sha256"), (b.get("file") or {}).get("sha256")
+    if sa != sb:
+        return f"trace sha256 {str(sa)[:12]} vs {str(sb)[:12]}"
+    for key in ("seed", "block_tokens"):
+        if a.get(key) != b.get(key):
+            return f"{key} differs: {a.get(key)} vs {b.get(key)}"
+    wa, wb = a.get("window") or {}, b.get("window") or {}
+    for key in ("start_s", "duration_s", "requests"):
+        if wa.get(key) != wb.get(key):
+            return f"window {key} differs: {wa.get(key)} vs {wb.get(key)}"
+    return None

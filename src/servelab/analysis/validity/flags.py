@@ -34,6 +34,14 @@ SECTION = "analysis.validity"
 
 # the thresholds of the open-loop checks, recorded for a sweep over rates only
 OPEN_LOOP_THRESHOLDS = ("max_arrival_rate_error_pct", "max_send_slip_ms")
+# thresholds absent from a config unless given (None): their checks' own defaults
+DEFAULT_THRESHOLDS = {"min_trace_reuse": 0.5, "max_trace_missing_pct": 5.0}
+
+
+def threshold_of(t: ValiditySection, key: str) -> float:
+    """The threshold `key` of analysis.validity, or its default when the config leaves it out."""
+    v = getattr(t, key)
+    return float(DEFAULT_THRESHOLDS[key] if v is None else v)
 
 
 def thresholds_json(t: ValiditySection, axis: str = "concurrency") -> dict[str, float]:
@@ -43,7 +51,7 @@ def thresholds_json(t: ValiditySection, axis: str = "concurrency") -> dict[str, 
         f.name: int(v) if f.name == "max_failed_requests" else float(v)
         for f in fields(t)
         for v in [getattr(t, f.name)]
-        if axis == "rate" or f.name not in OPEN_LOOP_THRESHOLDS
+        if v is not None and (axis == "rate" or f.name not in OPEN_LOOP_THRESHOLDS)
     }
 
 
@@ -90,7 +98,7 @@ class Check:
         return pattern is not None and pattern.search(metric) is not None
 
     def threshold(self, t: ValiditySection) -> float | None:
-        return None if self.threshold_key is None else float(getattr(t, self.threshold_key))
+        return None if self.threshold_key is None else threshold_of(t, self.threshold_key)
 
 
 def number_text(x: float) -> str:
