@@ -51,7 +51,10 @@ class PromptSet:
         elif self.trace is not None:
             win = self.trace["window"]
             copies = (n - wl.warmup.requests) // max(1, win["requests"])
-            what = f"{copies} replays of {win['requests']} requests of trace {self.source}"
+            what = (
+                f"{copies} replay{'s' if copies != 1 else ''} of {win['requests']} requests "
+                f"of trace {self.source}"
+            )
         elif self.source is not None:
             what = f"{n} prompts sampled from {self.source}"
         elif isinstance(wl.input_tokens, int):
