@@ -214,3 +214,36 @@ def test_a_tampered_trace_stops_the_workflow_before_any_server_starts(tmp_path: 
     assert f"workload.trace.path {tampered}: sha256 is" in errors[0]
     assert f"the config pins {SAMPLE_SHA256}" in errors[0]
     assert not (tmp_path / "results").exists()  # nothing started
+
+
+def test_provenance_holds_the_trace_its_window_and_every_rates_time_scale(tmp_path: Path) -> None:
+    from servelab.evidence.replay import trace_part
+    from servelab.store.jsonio import write_json
+    from servelab.store.paths import ExperimentPaths
+
+    spec = TraceSection(str(SAMPLE), None, SAMPLE_SHA256, 128, 0.0, 60.0)
+    win = window(read_trace(SAMPLE), spec, 1024)
+    replay = Replay(win, SAMPLE_SHA256, 128)
+    paths = ExperimentPaths(tmp_path)
+    record = {
+        "format_version": 1,
+        "file": {"source": "path", "path": "datasets/mooncake-sample.jsonl",
+                 "sha256": SAMPLE_SHA256, "bytes": SAMPLE.stat().st_size},
+        "seed": 0,
+        "block_tokens": 128,
+        "window": win.record(),
+        "rows": 60,
+    }  # fmt: skip
+    for sc in ("a", "b"):
+        paths.raw_config(sc).mkdir(parents=True)
+        write_json(paths.trace(sc), record)
+        for rate in (1.0, 3.0):
+            path = paths.arrivals(sc, rate)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            replay.schedule(rate, 0, None).write(path)
+    part = trace_part(paths)["trace"]
+    assert part["file"]["sha256"] == SAMPLE_SHA256 and part["window"]["duration_s"] == 60.0
+    assert part["time_scales"] == {"1": 1.0, "3": pytest.approx(1 / 3)}
+    write_json(paths.trace("b"), {**record, "window": {**record["window"], "start_s": 5.0}})
+    with pytest.raises(ServelabError, match="another trace or window"):
+        trace_part(paths)
