@@ -80,7 +80,8 @@ def _lengths_text(lengths: Any) -> str:
 @dataclass(frozen=True)
 class PromptSource:
     """Where a job's prompts come from: the workload, the model (its vocabulary for synthetic
-    prompts) and, for a dataset workload, the pinned file and its pairs."""
+    prompts) and, for a dataset workload, the pinned file (`dataset`) and its pairs; for a
+    trace workload, the pinned trace file (`dataset`) and its requests (`trace_rows`)."""
 
     wl: WorkloadSection
     model_dir: Path
