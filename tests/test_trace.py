@@ -180,3 +180,13 @@ def test_timestamps_going_back_are_refused(tmp_path: Path) -> None:
     write_trace(path, [ROWS[1], ROWS[0]])
     with pytest.raises(DamagedFile, match="line 2.*before"):
         read_trace(path)
+
+
+def test_a_hub_trace_is_pinned_to_a_commit_and_named_as_a_trace() -> None:
+    from servelab.experiment import HubDataset
+
+    spec = TraceSection(None, HubDataset("org/traces", "t.jsonl", "main"), None, 512, 0.0, None)
+    with pytest.raises(ServelabError, match=r"^workload\.trace\.hub\.revision: 'main' is not") as e:
+        resolve_trace(spec)
+    assert "workload.dataset" not in str(e.value)
+    assert check_local_pin(spec) is None  # checked when the sweep downloads it

@@ -247,3 +247,35 @@ def test_provenance_holds_the_trace_its_window_and_every_rates_time_scale(tmp_pa
     write_json(paths.trace("b"), {**record, "window": {**record["window"], "start_s": 5.0}})
     with pytest.raises(ServelabError, match="another trace or window"):
         trace_part(paths)
+
+
+def test_the_report_gives_each_rates_time_scale_send_slip_and_reuse_served() -> None:
+    from types import SimpleNamespace
+
+    from servelab.analysis.replay_report import replay_section
+    from servelab.analysis.validity import Flag
+    from servelab.design.level import Level
+
+    def point(rate: float, slip: float, reuse: float | None) -> Any:
+        trace = {
+            "time_scale": 1 / rate,
+            "window": {"requests": 60, "in_window": 60},
+            "reuse": {"reused_tokens": 15616},
+        }
+        flags = (
+            Flag("send_slip", PASSED, slip, 150.0, ""),
+            Flag("trace_reuse", NOT_CHECKED if reuse is None else PASSED, reuse, 0.5, ""),
+        )
+        return SimpleNamespace(level=Level.at_rate(rate), extra={"trace": trace}, checks=flags)
+
+    g: Any = SimpleNamespace(
+        by={
+            ("on", 2.0): {1: point(2.0, 4.0, 1.0), 2: point(2.0, 9.5, 0.98)},
+            ("off", 1.0): {1: point(1.0, 3.0, None)},
+        }
+    )
+    lines = replay_section(g)
+    assert lines[0] == "## Trace replay"
+    assert "| on | 2 | 0.5 | 60 of 60 | 4.0-9.5 | 15616 | 0.98-1.00 |" in lines
+    assert "| off | 1 | 1 | 60 of 60 | 3.0 | 15616 | - |" in lines
+    assert replay_section(SimpleNamespace(by={("a", 1.0): {1: SimpleNamespace(extra={})}})) == []
