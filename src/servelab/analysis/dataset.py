@@ -176,7 +176,7 @@ def _point(
         position=meta.get("position"),
         ttfts_ms=ttfts,
         per_request=per,
-        extra={k: meta[k] for k in ("launch", "telemetry") if k in meta}
+        extra={k: meta[k] for k in ("launch", "telemetry", "trace") if k in meta}
         | ({} if choice is None else {"record": choice.to_json()}),
         checks=check_point(recs, meta, t, raw.server_args, raw.warmup),
     )

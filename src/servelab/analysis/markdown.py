@@ -13,6 +13,7 @@ from servelab.analysis.diagnosis_records import Diagnosis, level_of
 from servelab.analysis.groups import Groups, PairedRow
 from servelab.analysis.knee import Knee, knee_level
 from servelab.analysis.proposals import proposal_line
+from servelab.analysis.replay_report import replay_section
 from servelab.analysis.rounds import rounds_section
 from servelab.analysis.runtimes import runtimes_section
 from servelab.analysis.search_records import SearchJson, StepJson
@@ -231,6 +232,7 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
     lines += _starts_section(results.get("starts") or {})
     lines += _skipped_section(results.get("skipped") or [])
     lines += _validity_section(g)
+    lines += replay_section(g)
     lines += _throughput_section(g)
     lines += turns_section(results.get("turns") or {}, g.axis)
     if any("utilization_pct" in p.metrics for pts in g.by.values() for p in pts.values()):
@@ -508,7 +510,7 @@ def _validity_section(g: Groups) -> list[str]:
         "",
     ]
     rows = []
-    for k in checks_for(g.axis):
+    for k in checks_for(g.axis, trace="trace_reuse" in c):
         t = k.threshold(g.thresholds)
         limit = (
             f"`{SECTION}.{k.threshold_key}` = {t:g}" if k.threshold_key and t is not None else "-"

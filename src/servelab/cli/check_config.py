@@ -16,10 +16,12 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from servelab.config import load
+    from servelab.workload import trace
     from servelab.workload.datasets import check_local_pin
 
     cfg = load(Path(args.config))
     check_local_pin(cfg.workload.dataset)  # a dataset file other than the pinned one: refused
+    trace.check_local_pin(cfg.workload.trace)  # a trace file too
     names = ", ".join(cfg.server.names)
     levels, plan = len(cfg.sweep.levels), cfg.sweep.rounds
     points = (

@@ -33,6 +33,7 @@ from servelab.evidence.provenance import (
     pipeline_facts,
     redacted_config,
 )
+from servelab.evidence.replay import trace_part
 from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
 from servelab.experiment import ConfirmsSection, Experiment
 from servelab.store.hashing import sha256_file
@@ -254,8 +255,7 @@ def _provenance(
     host: dict[str, Any] | None,
 ) -> Provenance:
     """provenance.json: the model, the runtime, the servers (as bundled in `out`), the host,
-    the pipeline, the stopping rule, what a confirmation confirms, the config and when the
-    measurement ran."""
+    the pipeline, the optional parts, the config and when the measurement ran."""
     started, finished = _run_window(paths)
     model = read_json(paths.model / MODEL_RECORD)
     runtime = RuntimeRecord.read(paths.runtime_record).doc
@@ -273,6 +273,7 @@ def _provenance(
         "pipeline": pipeline_facts(repo),
         **_endpoint(runtime),
         **_dataset(paths),
+        **trace_part(paths),
         **_stopping_rule(paths),
         **host_speed(paths),
         **config_runtimes(paths, exp.server.own_runtime),
@@ -302,9 +303,8 @@ def _endpoint(runtime: dict[str, Any]) -> EndpointPart:
 
 
 def _dataset(paths: ExperimentPaths) -> DatasetPart:
-    """A dataset workload's identity (the file: path or hub repository, revision, sha256) and,
-    per server configuration, what was sampled from it (raw/<sc>/dataset.json less the file);
-    nothing for synthetic prompts. Every configuration must have sampled the same file."""
+    """A dataset workload's file (path or hub file, revision, sha256) and what each server
+    configuration sampled from it (raw/<sc>/dataset.json less the file); one file for all."""
     file: Any = None
     samples: dict[str, dict[str, Any]] = {}
     for sc_dir in sorted(p for p in paths.raw.iterdir() if p.is_dir()):

@@ -125,6 +125,12 @@ class DatasetPart(TypedDict, total=False):
     dataset: DatasetFacts
 
 
+class TracePart(TypedDict, total=False):
+    """provenance.json's `trace`, for a trace replay (servelab.evidence.replay)."""
+
+    trace: dict[str, Any]
+
+
 class StoppingRulePart(TypedDict, total=False):
     """provenance.json's `stopping_rule`, for a sequential sweep: run.json's rule, with the
     rounds measured and why it stopped."""
@@ -139,7 +145,13 @@ class ConfirmsPart(TypedDict, total=False):
 
 
 class Provenance(
-    EndpointPart, DatasetPart, StoppingRulePart, HostSpeedPart, ConfirmsPart, ConfigRuntimesPart
+    EndpointPart,
+    DatasetPart,
+    TracePart,
+    StoppingRulePart,
+    HostSpeedPart,
+    ConfirmsPart,
+    ConfigRuntimesPart,
 ):
     """provenance.json: the model, the runtime (runtime.json's RUNTIME_KEYS), the servers, the
     host, the pipeline, the optional parts, the config and when the measurement ran."""

@@ -20,6 +20,7 @@ from servelab.store.paths import (
     RUNTIME_FILE,
     SEARCH_DIR,
     SEARCH_FILE,
+    TRACE_FILE,
     WINDOWS_FILE,
 )
 
@@ -50,6 +51,8 @@ RULES: list[tuple[str, str]] = [
     (f"raw/*/warmup/{POINT_FILE}", "point"),
     (f"raw/*/{DATASET_FILE}", "dataset"),
     (f"raw/*/{SEARCH_DIR}/{DATASET_FILE}", "dataset"),
+    (f"raw/*/{TRACE_FILE}", "trace"),
+    (f"raw/*/{SEARCH_DIR}/{TRACE_FILE}", "trace"),
     (f"raw/*/{RUN_FILE}", "run"),
     (f"server/*/{CAPACITY_FILE}", "capacity"),
     (f"server/*/{LAUNCH_FILE}", "launch"),

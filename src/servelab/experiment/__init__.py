@@ -32,6 +32,7 @@ from servelab.experiment.workload import (  # re-exported: servelab.experiment n
     Lengths as Lengths,
     LengthValuesJson as LengthValuesJson,
     SharedPrefixSection as SharedPrefixSection,
+    TraceSection as TraceSection,
     WarmupSection as WarmupSection,
     WorkloadSection as WorkloadSection,
 )
@@ -243,7 +244,10 @@ class PairSpec:
 
 @dataclass(frozen=True)
 class ValiditySection:
-    """analysis.validity: the thresholds of the per-point validity checks."""
+    """analysis.validity: the thresholds of the per-point validity checks (those of a trace
+    replay absent unless given: None, the check's own default)."""
+
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("min_trace_reuse", "max_trace_missing_pct")
 
     max_burst_share: float
     max_other_cpu_cores: float
@@ -262,6 +266,8 @@ class ValiditySection:
     # not a threshold: how many times the sweep measures a point again that failed a host
     # check (servelab.measure.remeasure); 0 never
     remeasure: int
+    min_trace_reuse: float | None = None
+    max_trace_missing_pct: float | None = None
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,21 @@ class DatasetSection:
 
 
 @dataclass(frozen=True)
+class TraceSection:
+    """workload.trace: a timed request trace replayed (servelab.workload.trace), pinned as a
+    dataset is; its window `start_s` + `duration_s` (None: to the trace's end)."""
+
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("path", "hub", "sha256", "duration_s")
+
+    path: str | None
+    hub: HubDataset | None
+    sha256: str | None
+    block_tokens: int
+    start_s: float
+    duration_s: float | None
+
+
+@dataclass(frozen=True)
 class SharedPrefixSection:
     """workload.shared_prefix: `prefixes` system prompts of `prefix_tokens` tokens; request i
     starts with prefix i mod prefixes, then its own prompt."""
@@ -105,6 +120,7 @@ class ChatSection:
 class WorkloadSection:
     ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = (
         "dataset",
+        "trace",
         "shared_prefix",
         "chat",
         "input_tokens",
@@ -124,6 +140,7 @@ class WorkloadSection:
     dataset: DatasetSection | None
     shared_prefix: SharedPrefixSection | None
     chat: ChatSection | None
+    trace: TraceSection | None = None
 
     @property
     def fixed_lengths(self) -> bool:
@@ -133,6 +150,7 @@ class WorkloadSection:
             isinstance(self.input_tokens, int)
             and isinstance(self.output_tokens, int)
             and self.dataset is None
+            and self.trace is None
             and self.shared_prefix is None
             and self.chat is None
         )

@@ -28,6 +28,7 @@ from servelab.experiment import (
 )
 from servelab.job import Say
 from servelab.launch.session import Session
+from servelab.measure.replay import Replay
 from servelab.metrics import point_metrics
 from servelab.store.jsonio import write_jsonl_gz
 from servelab.store.paths import REQUESTS_FILE, ExperimentPaths, attempt_dir
@@ -65,6 +66,7 @@ class WorkloadBlocks(TypedDict, total=False):
     dataset: DatasetBlock
     shared_prefix: IntendedReuse
     chat: ChatBlock
+    trace: dict[str, Any]
 
 
 def is_complete(pdir: Path) -> bool:
@@ -137,6 +139,7 @@ class PointJob:
     dataset: Mapping[str, Any] | None = None
     # the SLO capacity search's points (raw/<sc>/search/), not the sweep's
     search: bool = False
+    replay: Replay | None = None  # a trace workload's window (None: no trace)
 
     def folder(self, slot: Slot) -> Path:
         """Where a point is measured: the sweep's raw layout, or the search's."""
@@ -192,6 +195,7 @@ class PointJob:
             "ignore_eos": bool(wl.ignore_eos),
             "unique_prompts": bool(wl.unique_prompts),
             **self.workload_info(prompt_offset, self.requests(slot)),
+            **self.trace_info(slot),
         }
 
     def lengths_info(self) -> dict[str, int | LengthValuesJson | LengthRangeJson]:
@@ -220,6 +224,12 @@ class PointJob:
         if wl.chat is not None:
             out["chat"] = {"turns": wl.chat.turns, "think_time_s": wl.chat.think_time_s}
         return out
+
+    def trace_info(self, slot: Slot) -> WorkloadBlocks:
+        """point.json `trace` (servelab.measure.replay); none without a trace."""
+        if self.replay is None:
+            return WorkloadBlocks()
+        return WorkloadBlocks(trace=self.replay.point_block(float(slot.level.value)))
 
     def requests(self, slot: Slot) -> int:
         """The items a point sends: its rate's schedule, or concurrency x waves."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from servelab.analysis.search import (
@@ -43,7 +44,8 @@ from servelab.job import MeasureJob
 from servelab.launch.server import ServerLaunch, choose_port, raise_on_signals
 from servelab.launch.session import Session, build_launch, serve
 from servelab.measure.point import PointJob, is_complete
-from servelab.measure.sweep import SweepJob, next_launch_index, schedule_of
+from servelab.measure.replay import Replay, schedule_of
+from servelab.measure.sweep import SweepJob, next_launch_index
 from servelab.store.paths import DATASET_FILE, PROMPTS_FILE
 from servelab.store.rawdata import RawPoint
 from servelab.store.records import ArrivalsRecord, LaunchRecord, PointRecord, WarmupRecord
@@ -91,20 +93,29 @@ class RateMeasurer:
     prompts: PromptSet = field(default_factory=lambda: PromptSet([]))
     measured: int = 0
 
-    def prompts_for(self, n: int) -> list[Item]:
+    @cached_property
+    def replay(self) -> Replay | None:
+        """The trace window the search replays at every rate (None: no trace workload)."""
+        return self.sweep.replay(self.session)
+
+    def prompts_for(self, n: int, copy: int = 0) -> list[Item]:
         """The first n prompts of the workload (a search sends the same ones at every rate;
-        the prefix_cache check catches a server that caches them)."""
-        if len(self.prompts.items) < n:
+        the prefix_cache check catches a server that caches them). A trace's: the warm-up's
+        (copy 0), or the copy-th replay of the window, its blocks its own."""
+        skip = 0
+        if self.replay is not None and copy:
+            skip = self.sweep.exp.workload.warmup.requests + (copy - 1) * n
+        if len(self.prompts.items) < skip + n:
             where = self.sweep.paths.search(self.sweep.sc)
-            self.prompts = self.sweep.prompt_source.build(self.session, n)
+            self.prompts = self.sweep.prompt_source.build(self.session, skip + n)
             write_prompts(where / PROMPTS_FILE, where / DATASET_FILE, self.prompts)
-        return self.prompts.items[:n]
+        return self.prompts.items[skip : skip + n]
 
     def schedule(self, rate: float) -> ArrivalsRecord:
         """The rate's send schedule, kept in raw/<sc>/search/arrivals/."""
         exp, sc = self.sweep.exp, self.sweep.sc
         assert exp.search is not None
-        record = schedule_of(exp.search.arrival, rate, exp.workload.seed)
+        record = schedule_of(exp.search.arrival, rate, exp.workload.seed, self.replay)
         path = self.sweep.paths.search_arrivals(sc, rate)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -131,6 +142,7 @@ class RateMeasurer:
                 exp.runtime.device, self.launch.container, self.launch.env, os.environ
             ),
             search=True,
+            replay=self.replay,
         )
 
     def warmup(self) -> None:
@@ -144,8 +156,8 @@ class RateMeasurer:
         self.measured += 1
         exp = self.sweep.exp
         assert exp.search is not None
-        n = exp.search.arrival.requests(rate)
-        job = self.points(rate, self.prompts_for(n))
+        n = exp.search.arrival.requests(rate) if self.replay is None else self.replay.requests
+        job = self.points(rate, self.prompts_for(n, self.measured))
         outcomes = []
         for rep in range(1, exp.sweep.most_repeats + 1):
             slot = Slot(rep, Level.at_rate(rate), 0, self.measured - 1)

@@ -5,6 +5,7 @@ Layout written (docs/raw-data.md):
   server/<sc>/server.log  launch.json  capacity.json
   raw/<sc>/prompts.jsonl.gz  warmup/{requests.jsonl.gz,point.json}
   raw/<sc>/dataset.json              a dataset workload's file and what was sampled from it
+  raw/<sc>/trace.json                a trace workload's file and the window replayed
   raw/<sc>/rep<RR>/c<CCCC>/{requests.jsonl.gz,point.json}      a concurrency's point
   raw/<sc>/rep<RR>/r<RRRR.RRR>/{requests.jsonl.gz,point.json}  a rate's point
   raw/<sc>/arrivals/r<RRRR.RRR>.json  a rate's send schedule, the same for every repeat
@@ -33,14 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.validity import HOST_SPEED_WORDS
-from servelab.design.arrivals import ArrivalProcess
 from servelab.design.level import LevelValue
 from servelab.design.schedule import Slot, plan
 from servelab.errors import ServelabError
-from servelab.experiment import (
-    ArrivalSection,
-    Experiment,
-)
 from servelab.hostfacts.canary import CanaryTimes
 from servelab.job import ConfigJob, MeasureJob
 from servelab.launch.canary import gpu_canary
@@ -48,6 +44,7 @@ from servelab.launch.server import ServerLaunch, choose_port, raise_on_signals
 from servelab.launch.session import LaunchAdditions, Session, build_launch, serve
 from servelab.measure.point import PointJob, is_complete, keep_incomplete
 from servelab.measure.remeasure import pending, remeasure
+from servelab.measure.replay import Replay, requests_of, schedule_of
 from servelab.profile.capture import PlannedCapture, plan_capture
 from servelab.profile.plan import on_sweep_launch
 from servelab.store.records import (
@@ -147,8 +144,12 @@ class SweepJob(ConfigJob):
         """The prompts of this launch (prompts.jsonl.gz) and what its warm-up and points share;
         where each takes its prompts from."""
         exp, sc, wl = self.exp, self.sc, self.exp.workload
+        replay = self.replay(session)
         pplan = prompt_plan(
-            slots, lambda s: requests_of(exp, s), wl.warmup.requests, wl.unique_prompts
+            slots,
+            lambda s: replay.requests if replay is not None else requests_of(exp, s),
+            wl.warmup.requests,
+            wl.unique_prompts,
         )
         t_p = time.monotonic()
         pset = self.prompt_source.build(session, pplan.total)
@@ -170,20 +171,28 @@ class SweepJob(ConfigJob):
             dataset=pset.dataset,
             launch_index=launch_index,
             orders=_orders_by_repeat(slots),
-            arrivals=self.arrivals(slots),
+            arrivals=self.arrivals(slots, replay),
+            replay=replay,
             say=self.say,
             # the GPUs this launch gave the server: the only ones its telemetry samples
             gpus=server_gpus(exp.runtime.device, launch.container, launch.env, os.environ),
         )
         return points, pplan
 
-    def arrivals(self, slots: list[Slot]) -> dict[float, ArrivalsRecord]:
+    def replay(self, session: Session) -> Replay | None:
+        """The trace window this launch replays (None: no trace workload)."""
+        tr, source = self.exp.workload.trace, self.prompt_source
+        if tr is None or source.dataset is None:
+            return None
+        return Replay(source.trace_window(session), source.dataset.sha256, tr.block_tokens)
+
+    def arrivals(self, slots: list[Slot], replay: Replay | None) -> dict[float, ArrivalsRecord]:
         """The send schedule of every rate of the plan (none for a closed loop), written to
         raw/<sc>/arrivals/ the first time and checked against the one written before."""
         out: dict[float, ArrivalsRecord] = {}
         for rate in sorted({float(s.level.value) for s in slots if s.level.is_rate}):
             assert self.exp.sweep.arrival is not None
-            drawn = schedule_of(self.exp.sweep.arrival, rate, self.exp.workload.seed)
+            drawn = schedule_of(self.exp.sweep.arrival, rate, self.exp.workload.seed, replay)
             path = self.paths.arrivals(self.sc, rate)
             kept = ArrivalsRecord.read_if_present(path)
             if kept is not None and kept.doc != drawn.doc:
@@ -317,20 +326,3 @@ def _orders_by_repeat(slots: list[Slot]) -> dict[int, list[LevelValue]]:
     for s in slots:
         out.setdefault(s.repeat, []).append(s.level.value)
     return out
-
-
-def requests_of(exp: Experiment, slot: Slot) -> int:
-    """The requests a point sends: concurrency x workload.waves, or a rate's
-    ceil(rate x sweep.arrival.duration_s)."""
-    if slot.level.is_rate:
-        assert exp.sweep.arrival is not None
-        return exp.sweep.arrival.requests(slot.level.value)
-    return int(slot.level.value) * exp.workload.waves
-
-
-def schedule_of(arrival: ArrivalSection, rate: float, seed: int) -> ArrivalsRecord:
-    """The send schedule of a rate's points: an arrival section's process at `rate` (sweep's,
-    or the SLO search's), drawn from `seed`, workload.seed: the same for every repeat,
-    configuration and reproduction."""
-    process = ArrivalProcess(arrival.process, rate, arrival.burstiness, seed)
-    return ArrivalsRecord.of(process, arrival.requests(rate), arrival.max_in_flight)

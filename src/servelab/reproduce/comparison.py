@@ -111,6 +111,36 @@ def other_dataset(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
     )
 
 
+def _trace_text(t: Mapping[str, Any] | None) -> str:
+    if not t:
+        return "no trace"
+    f, w = t.get("file") or {}, t.get("window") or {}
+    name = f.get("path") or f"{f.get('repo_id')}/{f.get('filename')}"
+    return (
+        f"trace {name} (sha256 {str(f.get('sha256'))[:12]}, window {w.get('start_s')} s "
+        f"+ {w.get('duration_s')} s)"
+    )
+
+
+def other_trace(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> str | None:
+    """Why two sides (provenance.json `trace`) did not replay the same trace window, in one
+    line: another file, or another window (start, duration); None when they did, or neither
+    replayed a trace."""
+
+    def key(t: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+        if not t:
+            return None
+        w = t.get("window") or {}
+        return ((t.get("file") or {}).get("sha256"), w.get("start_s"), w.get("duration_s"))
+
+    if key(ref) == key(new):
+        return None
+    return (
+        f"the reference replayed {_trace_text(ref)}, the fresh run {_trace_text(new)}: "
+        "replays of different traces or windows are not compared"
+    )
+
+
 def _runtime_of(prov: Mapping[str, Any], sc: str) -> tuple[str | None, str | None]:
     """A configuration's runtime in a side's provenance: its own (`config_runtimes`) or the
     shared one, as (lock sha256 or image digest, vLLM release)."""
@@ -144,6 +174,7 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> ReproductionR
     runtime on another runtime, are refused (one line)."""
     if ref.provenance is not None and new.provenance is not None:
         why = other_dataset(ref.provenance.get("dataset"), new.provenance.get("dataset"))
+        why = why or other_trace(ref.provenance.get("trace"), new.provenance.get("trace"))
         why = why or other_runtime(ref.provenance, new.provenance)
         if why is not None:
             raise ServelabError(why)
@@ -343,6 +374,35 @@ def _config_dataset(ref: Mapping[str, Any] | None, spec: Mapping[str, Any] | Non
     )
 
 
+def _config_trace(ref: Mapping[str, Any] | None, spec: Mapping[str, Any] | None) -> str | None:
+    """Why the trace window a config replays (workload.trace) is not the reference's, in one
+    line; None when it is (the pinned sha256, or the hub file, and the window's start and
+    duration), or neither replays a trace."""
+    if not ref and not spec:
+        return None
+    f, w = (ref or {}).get("file") or {}, (ref or {}).get("window") or {}
+    if ref and spec:
+        hub, pinned = spec.get("hub") or {}, spec.get("sha256")
+        keys = ("repo_id", "filename", "revision")
+        same = pinned == f.get("sha256") if pinned else all(hub.get(k) == f.get(k) for k in keys)
+        start, duration = float(spec.get("start_s", 0)), spec.get("duration_s")
+        if same and start == w.get("start_s") and duration in (None, w.get("duration_s")):
+            return None
+    mine = "no trace"
+    if spec:
+        hub = spec.get("hub") or {}
+        name = spec.get("path") or f"{hub.get('repo_id')}/{hub.get('filename')}"
+        mine = (
+            f"trace {name} (sha256 {str(spec.get('sha256'))[:12]}, window "
+            f"{float(spec.get('start_s', 0))} s + {spec.get('duration_s')} s)"
+        )
+    return (
+        f"the reference replayed {_trace_text(ref)}, this config replays {mine}: a "
+        "reproduction on another trace or window is not compared; pin the reference's trace "
+        "and window in workload.trace"
+    )
+
+
 def reference_orderings(path: Path, s: ReproductionSection) -> list[str]:
     """The orderings a reproduction against the reference at `path` judges, as comparison
     claims (checks.ordering_claims), the reference analysed with its own options."""
@@ -360,6 +420,7 @@ def check_reference(path: Path, workload: Mapping[str, Any] | None = None) -> st
         side = open_side(path, Path(tmp), "reference")
         if workload is not None and side.provenance is not None:
             why = _config_dataset(side.provenance.get("dataset"), workload.get("dataset"))
+            why = why or _config_trace(side.provenance.get("trace"), workload.get("trace"))
             if why is not None:
                 raise ServelabError(f"{path}: {why}")
         if side.kind in ("experiment", "vllm-bench"):

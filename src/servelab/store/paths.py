@@ -62,6 +62,7 @@ REQUESTS_FILE = "requests.jsonl.gz"  # a point's requests, one row each
 TELEMETRY_FILE = "telemetry.jsonl"  # a point's telemetry samples
 PROMPTS_FILE = "prompts.jsonl.gz"  # the prompts of one launch of a server configuration
 DATASET_FILE = "dataset.json"  # a dataset workload's file identity and what was sampled
+TRACE_FILE = "trace.json"  # a trace workload's file identity and the window replayed
 RUN_FILE = "run.json"  # a finished sweep of one server configuration
 LAUNCH_FILE = "launch.json"  # a configuration's latest server launch
 CAPACITY_FILE = "capacity.json"  # the facts of its server's startup log
@@ -79,6 +80,7 @@ RAW_LAYOUT_FILES = (
     TELEMETRY_FILE,
     PROMPTS_FILE,
     DATASET_FILE,
+    TRACE_FILE,
     RUN_FILE,
     LAUNCH_FILE,
     CAPACITY_FILE,
@@ -241,6 +243,10 @@ class ExperimentPaths:
     def dataset(self, sc: str) -> Path:
         """raw/<sc>/dataset.json: the dataset a configuration's prompts were sampled from."""
         return self.raw / sc / DATASET_FILE
+
+    def trace(self, sc: str) -> Path:
+        """raw/<sc>/trace.json: the trace a configuration replayed, and its window."""
+        return self.raw / sc / TRACE_FILE
 
     def run(self, sc: str) -> Path:
         return self.raw / sc / RUN_FILE

@@ -16,7 +16,7 @@ A dataset's record (its identity, the filter, what was sampled) goes to raw/<sc>
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,8 @@ from servelab.experiment import Experiment, WorkloadSection
 from servelab.job import Say
 from servelab.launch.session import Session
 from servelab.store.jsonio import write_json, write_jsonl_gz
-from servelab.workload import datasets, synthetic as workload
+from servelab.store.paths import TRACE_FILE
+from servelab.workload import datasets, synthetic as workload, trace
 from servelab.workload.synthetic import IntendedReuse
 
 Item = PromptLike | Conversation
@@ -39,12 +40,20 @@ class PromptSet:
     items: list[Item]
     dataset: dict[str, Any] | None = None
     source: str | None = None  # the dataset, in words (None: synthetic)
+    trace: dict[str, Any] | None = None  # a trace's record (raw/<sc>/trace.json)
 
     def describe(self, wl: WorkloadSection) -> str:
         """What the prompts are, for the run's progress line."""
         n = len(self.items)
         if wl.chat is not None:
             what = f"{n} conversations of {wl.chat.turns} turns"
+        elif self.trace is not None:
+            win = self.trace["window"]
+            copies = (n - wl.warmup.requests) // max(1, win["requests"])
+            what = (
+                f"{copies} replay{'s' if copies != 1 else ''} of {win['requests']} requests "
+                f"of trace {self.source}"
+            )
         elif self.source is not None:
             what = f"{n} prompts sampled from {self.source}"
         elif isinstance(wl.input_tokens, int):
@@ -70,16 +79,24 @@ def _lengths_text(lengths: Any) -> str:
 @dataclass(frozen=True)
 class PromptSource:
     """Where a job's prompts come from: the workload, the model (its vocabulary for synthetic
-    prompts) and, for a dataset workload, the pinned file and its pairs."""
+    prompts) and, for a dataset workload, the pinned file (`dataset`) and its pairs; for a
+    trace workload, the pinned trace file (`dataset`) and its requests (`trace_rows`)."""
 
     wl: WorkloadSection
     model_dir: Path
     dataset: datasets.DatasetFile | None = None
     pairs: tuple[datasets.Pair, ...] = ()
+    trace_rows: tuple[trace.TraceRow, ...] = ()
 
     @staticmethod
     def of(exp: Experiment, model_dir: Path, say: Say) -> PromptSource:
-        """The job's prompt source; a dataset is pinned (and downloaded) here, once."""
+        """The job's prompt source; a dataset or trace is pinned (and downloaded) here, once."""
+        tr = exp.workload.trace
+        if tr is not None:
+            file = trace.resolve_trace(tr)
+            rows = trace.read_trace(file.path)
+            say(f"trace {label(file)}: {len(rows)} requests, sha256 {file.sha256[:12]}")
+            return PromptSource(exp.workload, model_dir, file, trace_rows=tuple(rows))
         spec = exp.workload.dataset
         if spec is None:
             return PromptSource(exp.workload, model_dir)
@@ -95,6 +112,8 @@ class PromptSource:
         if self.dataset is None:  # the default's plain strings too, the same bytes as always
             vocab = workload.vocab_ids(self.model_dir)
             return PromptSet(workload.build_workload(server, model, wl, count, vocab))
+        if wl.trace is not None:
+            return self.build_trace(session, count)
         assert wl.dataset is not None
         # a dataset's prompts are counted as the server counts a prompt: special tokens too
         as_prompt, _ = workload.server_tokenizer(server, model, special=True)
@@ -118,6 +137,55 @@ class PromptSource:
                                                   tokenize=as_prompt))  # fmt: skip
         record = {"file": self.dataset.to_json(), **sampled.record}
         return PromptSet(prompts, record, label(self.dataset))
+
+    def trace_window(self, session: Session) -> trace.Window:
+        """The window of the trace this launch replays, filtered to its max-model-len (the
+        tokens its server adds to a prompt counted)."""
+        assert self.wl.trace is not None
+        return trace.window(self.trace_rows, self.wl.trace, session.max_model_len(),
+                            _special(session))  # fmt: skip
+
+    def build_trace(self, session: Session, count: int) -> PromptSet:
+        """A trace's items: the warm-up's first (the window's first lengths, each prompt its
+        own tokens, so the warm-up leaves none of the trace's blocks in the cache), then one
+        copy of the window per point, each with blocks of its own (`count` - warm-up items
+        in all)."""
+        wl, tr = self.wl, self.wl.trace
+        assert tr is not None and self.dataset is not None
+        server, model = session.server, session.launch.served_name
+        win = self.trace_window(session)
+        tokenize, detokenize = workload.server_tokenizer(server, model)
+        vocab = workload.vocab_ids(self.model_dir)
+        b = trace.TraceBuilder(
+            vocab, wl.seed, tr.block_tokens, tokenize, detokenize, _special(session)
+        )
+        warm = wl.warmup.requests
+        rows = [win.rows[i % len(win.rows)] for i in range(warm)]
+        items: list[Item] = [
+            b.prompt(replace(r, hash_ids=None), i, "warmup") for i, r in enumerate(rows)
+        ]
+        copies, left = divmod(count - warm, len(win.rows))
+        if left:
+            raise ValueError(f"build_trace: {count - warm} items are not copies of the window")
+        for k in range(copies):
+            items += b.replay(win, f"p{k}")
+        record = {
+            "format_version": trace.FORMAT_VERSION,
+            "file": self.dataset.to_json(),
+            "seed": wl.seed,
+            "block_tokens": tr.block_tokens,
+            "window": win.record(),
+            "rows": len(self.trace_rows),
+        }
+        return PromptSet(items, None, label(self.dataset), record)
+
+
+def _special(session: Session) -> int:
+    """The tokens the server adds to a prompt (a BOS token): counted in a trace's lengths."""
+    server, model = session.server, session.launch.served_name
+    with_special, _ = workload.server_tokenizer(server, model, special=True)
+    plain, _ = workload.server_tokenizer(server, model)
+    return len(with_special(" a")) - len(plain(" a"))
 
 
 def label(file: datasets.DatasetFile) -> str:
@@ -169,7 +237,24 @@ def write_prompts(prompts_path: Path, dataset_path: Path, pset: PromptSet) -> No
                     f"({why}); measure into a fresh results_dir, or restore the dataset"
                 )
         write_json(dataset_path, pset.dataset)
+    if pset.trace is not None:
+        _write_trace(dataset_path.with_name(TRACE_FILE), pset.trace)
     write_jsonl_gz(prompts_path, rows(pset.items))
+
+
+def _write_trace(path: Path, record: dict[str, Any]) -> None:
+    """raw/<sc>/trace.json; one written before with another trace, window or seed stops the
+    run (`trace.same_trace`)."""
+    from servelab.store.jsonio import read_json
+
+    if path.exists():
+        why = trace.same_trace(read_json(path), record)
+        if why is not None:
+            raise ServelabError(
+                f"{path}: the points here replayed another trace ({why}); measure into a fresh "
+                "results_dir, or restore the trace"
+            )
+    write_json(path, record)
 
 
 def slice_reuse(items: Sequence[Item], wl: WorkloadSection) -> IntendedReuse | None:

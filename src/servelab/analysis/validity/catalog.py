@@ -36,6 +36,7 @@ from servelab.analysis.validity.pitfalls import (
     check_prompt_length,
     check_server_counts,
 )
+from servelab.analysis.validity.replay import check_trace_requests, check_trace_reuse
 from servelab.client import RequestRecord
 from servelab.experiment import ValiditySection
 
@@ -185,22 +186,43 @@ OPEN_LOOP_CHECKS: tuple[Check, ...] = (
         check_cap_reached,
     ),
 )
+# the checks of a trace replay only (servelab.analysis.validity.replay), after the open loop's
+TRACE_CHECKS: tuple[Check, ...] = (
+    Check(
+        "trace_reuse",
+        "prompt tokens the server's prefix cache served, as a share of the reuse the trace "
+        "implies over the point's requests (where the configuration enables caching)",
+        ALL,
+        "min_trace_reuse",
+        check_trace_reuse,
+    ),
+    Check(
+        "trace_requests",
+        "requests of the trace's window the point did not send (left out for max-model-len, "
+        "or not sent), in percent of the window's",
+        ALL,
+        "max_trace_missing_pct",
+        check_trace_requests,
+    ),
+)
 # the checks of a closed loop that mean nothing in an open one (no slots to keep busy)
 CLOSED_LOOP_ONLY = ("achieved_concurrency", "client_wait")
-ALL_CHECKS = CHECKS + OPEN_LOOP_CHECKS
+ALL_CHECKS = CHECKS + OPEN_LOOP_CHECKS + TRACE_CHECKS
 BY_NAME = {c.name: c for c in ALL_CHECKS}
 
 
-def checks_for(axis: str) -> tuple[Check, ...]:
+def checks_for(axis: str, trace: bool = False) -> tuple[Check, ...]:
     """The checks of a sweep over `axis`: CHECKS for concurrency; for rate, CHECKS without
-    the closed loop's own, then OPEN_LOOP_CHECKS."""
+    the closed loop's own, then OPEN_LOOP_CHECKS, then a trace replay's TRACE_CHECKS."""
     if axis == "rate":
-        return tuple(c for c in CHECKS if c.name not in CLOSED_LOOP_ONLY) + OPEN_LOOP_CHECKS
+        own = TRACE_CHECKS if trace else ()
+        return tuple(c for c in CHECKS if c.name not in CLOSED_LOOP_ONLY) + OPEN_LOOP_CHECKS + own
     return CHECKS
 
 
 def evaluate(facts: PointFacts, t: ValiditySection) -> tuple[Flag, ...]:
-    return tuple(c.run(facts, t) for c in checks_for("rate" if facts.rate else "concurrency"))
+    axis = "rate" if facts.rate else "concurrency"
+    return tuple(c.run(facts, t) for c in checks_for(axis, facts.trace is not None))
 
 
 def check_point(

@@ -87,6 +87,9 @@ class PointFacts:
     # the next turn (s); None when the point sent single requests
     chat_turns: int | None = None
     think_time_s: float | None = None
+    # point.json `trace`: a trace replay's window, time scale and the reuse it implies
+    # (servelab.measure.replay); None for any other workload
+    trace: Mapping[str, Any] | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -172,6 +175,7 @@ def facts_from_records(
         arrival=meta.get("arrival") if isinstance(meta.get("arrival"), Mapping) else None,
         worker_busy=_worker_busy(meta.get("client_workers")),
         shared_prefix=shared if isinstance(shared, Mapping) else None,
+        trace=meta.get("trace") if isinstance(meta.get("trace"), Mapping) else None,
         **_chat(meta.get("chat")),
     )
 

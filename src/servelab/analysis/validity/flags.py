@@ -37,6 +37,14 @@ OPEN_LOOP_THRESHOLDS = ("max_arrival_rate_error_pct", "max_send_slip_ms")
 # the keys of analysis.validity that are no threshold: how often the sweep re-measures a point
 # a host check failed (validity.json `record` says which attempt a point uses)
 NOT_THRESHOLDS = ("remeasure",)
+# thresholds absent from a config unless given (None): their checks' own defaults
+DEFAULT_THRESHOLDS = {"min_trace_reuse": 0.5, "max_trace_missing_pct": 5.0}
+
+
+def threshold_of(t: ValiditySection, key: str) -> float:
+    """The threshold `key` of analysis.validity, or its default when the config leaves it out."""
+    v = getattr(t, key)
+    return float(DEFAULT_THRESHOLDS[key] if v is None else v)
 
 
 def thresholds_json(t: ValiditySection, axis: str = "concurrency") -> dict[str, float]:
@@ -46,7 +54,9 @@ def thresholds_json(t: ValiditySection, axis: str = "concurrency") -> dict[str, 
         f.name: int(v) if f.name == "max_failed_requests" else float(v)
         for f in fields(t)
         for v in [getattr(t, f.name)]
-        if f.name not in NOT_THRESHOLDS and (axis == "rate" or f.name not in OPEN_LOOP_THRESHOLDS)
+        if v is not None
+        and f.name not in NOT_THRESHOLDS
+        and (axis == "rate" or f.name not in OPEN_LOOP_THRESHOLDS)
     }
 
 
@@ -93,7 +103,7 @@ class Check:
         return pattern is not None and pattern.search(metric) is not None
 
     def threshold(self, t: ValiditySection) -> float | None:
-        return None if self.threshold_key is None else float(getattr(t, self.threshold_key))
+        return None if self.threshold_key is None else threshold_of(t, self.threshold_key)
 
 
 def number_text(x: float) -> str:

@@ -108,26 +108,36 @@ def check_first_token(f: PointFacts, t: ValiditySection) -> Flag:
     return Flag("first_token", PASSED, 0.0, None, "every first chunk carried output")
 
 
-def _caching_asked(args: Mapping[str, Any] | None) -> bool:
+def caching_asked(args: Mapping[str, Any] | None) -> bool:
     v = _arg(args, "enable-prefix-caching")
     return v is True or (isinstance(v, str) and v.lower() in ("true", "1", "yes"))
 
 
-def check_prefix_cache(f: PointFacts, t: ValiditySection) -> Flag:
-    limit = float(t.max_prefix_cache_hit_rate)
+def served_from_cache(f: PointFacts) -> tuple[float, float, str] | None:
+    """(prompt tokens the prefix cache served, prompt tokens looked up, where from): the
+    server's counters over the point, else the requests' cached tokens; None: neither."""
     srv = block(f.telemetry or {}, "server")
     queries, hits = srv.get("prefix_cache_queries"), srv.get("prefix_cache_hits")
-    source = "server counters"
-    if queries is None or hits is None:
-        cached = [r for r in f.requests if r.cached_tokens is not None]
-        if not cached:
-            why = f.no_telemetry if f.telemetry is None else "no prefix-cache counters"
-            if srv.get("absent"):
-                why = f"no server metrics: {srv['absent']}"
-            return Flag("prefix_cache", NOT_CHECKED, None, limit, why)
-        hits = sum(int(r.cached_tokens or 0) for r in cached)
-        queries = sum(int(r.prompt_tokens or 0) for r in cached)
-        source = "per-request cached tokens"
+    if queries is not None and hits is not None:
+        return float(hits), float(queries), "server counters"
+    cached = [r for r in f.requests if r.cached_tokens is not None]
+    if not cached:
+        return None
+    hits = sum(int(r.cached_tokens or 0) for r in cached)
+    queries = sum(int(r.prompt_tokens or 0) for r in cached)
+    return float(hits), float(queries), "per-request cached tokens"
+
+
+def check_prefix_cache(f: PointFacts, t: ValiditySection) -> Flag:
+    limit = float(t.max_prefix_cache_hit_rate)
+    found = served_from_cache(f)
+    if found is None:
+        srv = block(f.telemetry or {}, "server")
+        why = f.no_telemetry if f.telemetry is None else "no prefix-cache counters"
+        if srv.get("absent"):
+            why = f"no server metrics: {srv['absent']}"
+        return Flag("prefix_cache", NOT_CHECKED, None, limit, why)
+    hits, queries, source = found
     if not queries:
         return Flag("prefix_cache", PASSED, 0.0, limit, "no prompt tokens looked up")
     rate = float(hits) / float(queries)
@@ -136,8 +146,8 @@ def check_prefix_cache(f: PointFacts, t: ValiditySection) -> Flag:
     # a workload that shares prefixes (point.json `shared_prefix`) asks for hits: with caching
     # enabled they are a note beside the share it intends (`reuse_ratio`); with caching off the
     # server should have served none, so hits above the limit fail as for any point
-    shared = f.shared_prefix is not None
-    if _caching_asked(f.server_args):
+    shared = f.shared_prefix is not None or f.trace is not None
+    if caching_asked(f.server_args):
         enabled = "(caching enabled by the configuration)"
         why = f"{said} ({rate:.2f}); the workload shares prefixes: {_intended(f)} {enabled}"
         return Flag("prefix_cache", NOTED, rate, limit, why if shared else f"{said} {enabled}")
@@ -157,7 +167,7 @@ def check_prefix_cache(f: PointFacts, t: ValiditySection) -> Flag:
 
 def _intended(f: PointFacts) -> str:
     """The share of prompt tokens a shared-prefix workload means the cache to serve."""
-    intended = (f.shared_prefix or {}).get("reuse_ratio")
+    intended = (f.shared_prefix or (f.trace or {}).get("reuse") or {}).get("reuse_ratio")
     if isinstance(intended, (int, float)):
         return f"{float(intended):.2f} intended"
     return "the share it intends is not known"

@@ -14,6 +14,7 @@ from servelab.analysis.validity.flags import (
     PASSED,
     SECTION,
     STATUSES,
+    Check,
     Flag,
     thresholds_json,
 )
@@ -43,9 +44,15 @@ def axis_of(points: Sequence[PointFlags]) -> str:
     return "rate" if any(isinstance(p[2], float) for p in points) else "concurrency"
 
 
+def checks_of(points: Sequence[PointFlags]) -> tuple[Check, ...]:
+    """The checks the points ran: their axis's, and a trace replay's when one of them is."""
+    trace = any(f.check == "trace_reuse" for *_, flags in points for f in flags)
+    return checks_for(axis_of(points), trace)
+
+
 def counts(points: Sequence[PointFlags]) -> dict[str, dict[str, int]]:
     """check -> status -> number of points."""
-    out = {c.name: dict.fromkeys(STATUSES, 0) for c in checks_for(axis_of(points))}
+    out = {c.name: dict.fromkeys(STATUSES, 0) for c in checks_of(points)}
     for *_, flags in points:
         for f in flags:
             out[f.check][f.status] += 1
@@ -62,7 +69,7 @@ def validity_json(
     rec = records or {}
     rows = sorted(points, key=lambda p: (p[0], p[2], p[1]))
     axis = axis_of(rows)
-    checks = checks_for(axis)
+    checks = checks_of(rows)
     return {
         "format_version": FORMAT_VERSION,
         "thresholds": thresholds_json(t, axis),
@@ -98,7 +105,7 @@ def summary_line(points: Sequence[PointFlags], anchor: str = "analysis/report.md
         return "validity: no measured point"
     c = counts(points)
     flagged = sum(1 for *_, flags in points if failed(flags))
-    checks = checks_for(axis_of(points))
+    checks = checks_of(points)
     excluding = [k.name for k in checks if k.affects != NONE]
     if flagged:
         by = ", ".join(f"{k} {c[k][FAILED]}" for k in excluding if c[k][FAILED])
