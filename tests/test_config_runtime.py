@@ -5,12 +5,11 @@ report's comparison of runtimes and the refusal to compare such a configuration 
 from __future__ import annotations
 
 import copy
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from workflow_env import snakemake_env
+from workflow_env import snakemake_here
 
 from servelab import config
 from servelab.analysis.runtimes import _row, runtimes_section
@@ -111,17 +110,8 @@ def test_interleaved_rounds_take_the_configurations_in_turn() -> None:
 
 
 def test_the_workflow_makes_each_runtime_ready_before_the_sweep(tmp_path: Path) -> None:
-    cmd = ["snakemake", "-n", "--nolock", "--cores", "1", "--configfile", str(EXAMPLE)]
-    proc = subprocess.run(
-        [*cmd, "--config", f"results_dir={tmp_path}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=snakemake_env(),
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = proc.stdout
+    args = ["-n", "--nolock", "--cores", "1", "--configfile", str(EXAMPLE)]
+    out = snakemake_here([*args, "--config", f"results_dir={tmp_path}"]).stdout
     assert "rule config_runtime:" in out and "envs/vllm-cpu-0.31.lock" in out
     assert f"{tmp_path}/vllm-version-ab-cpu/runtime/vllm-0.31/runtime.json" in out
     assert "runtime/vllm-0.32/runtime.json" not in out  # the shared runtime's configuration

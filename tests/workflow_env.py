@@ -39,3 +39,18 @@ def snakemake_here(args: Sequence[str], timeout: float = 300) -> subprocess.Comp
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc
+
+
+def config_errors(config_file: Path) -> list[str]:
+    """The `config error` lines of `snakemake --cores 1 --configfile CONFIG_FILE` run in the
+    repository with snakemake_env(); asserts it exits non-zero (a refused config)."""
+    proc = subprocess.run(
+        ["snakemake", "--cores", "1", "--configfile", str(config_file)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        env=snakemake_env(),
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    return [line for line in proc.stderr.splitlines() if "config error" in line]

@@ -273,6 +273,7 @@ def compare_hosts(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
             {"fact": "host", "short": "host facts", "relevant": True, "missing_in": sides}
         )
         return out
+    both_timed = bool(ref.get("host_speed")) and bool(new.get("host_speed"))  # SPEED_FACTS
     for fact, short, relevant, get, same in HOST_FACTS:
         a, b = get(ref), get(new)
         if a is _NA or b is _NA or (a is None and b is None):
@@ -304,8 +305,7 @@ def compare_hosts(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
                     }
                 )
             continue
-        timed = fact in SPEED_FACTS and bool(ref.get("host_speed")) and bool(new.get("host_speed"))
-        if timed:
+        if fact in SPEED_FACTS and both_timed:
             row: FactRow = {"fact": fact, "short": short, "reference": a, "fresh": b}
             out["other_differences"].append({**row, "note": SPEED_NOTE})
             continue
