@@ -200,3 +200,20 @@ def test_an_experiment_without_one_is_as_before() -> None:
     assert exp.server.own_runtime == []
     assert all(c.runtime is None for c in exp.server.configs)
     assert "runtime" not in exp.to_dict()["server"]["configs"][0]
+
+
+def test_the_paired_ratio_interval_is_the_paired_tests() -> None:
+    """stats.paired_ratio_ci: the geometric mean of a_r / b_r with Student's t on the log
+    ratios (n - 1 degrees of freedom); none without two pairs or with a value not positive."""
+    import math
+
+    from servelab.analysis.stats import paired_ratio_ci
+
+    r = paired_ratio_ci([110.0, 120.0, 100.0], [100.0, 100.0, 100.0], 0.05)
+    assert r is not None and r.low is not None and r.high is not None
+    assert r.value == pytest.approx(math.exp((math.log(1.1) + math.log(1.2)) / 3))
+    assert r.low < 1.0 < r.high  # 3 pairs this spread: the interval holds 1
+    same = paired_ratio_ci([2.0, 4.0], [1.0, 2.0], 0.05)
+    assert same is not None and same.low == same.high == pytest.approx(2.0)
+    assert paired_ratio_ci([1.0], [2.0]) is None
+    assert paired_ratio_ci([1.0, 0.0], [2.0, 1.0]) is None

@@ -17,17 +17,13 @@ section gives them; a run on one runtime has none.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
-import numpy as np
-import scipy.stats as sps
-
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.groups import Groups, hit_order, invalid_text
-from servelab.analysis.stats import paired
+from servelab.analysis.stats import paired, paired_ratio_ci
 from servelab.experiment import AnalysisSection
 from servelab.store.paths import ExperimentPaths
 from servelab.store.records import LaunchRecord
@@ -114,15 +110,9 @@ def _row(
     if test.p_value is None:
         row["answer"] = test.verdict
         return row
-    logs = np.log(np.asarray(vb) / np.asarray(va))
-    mean = float(logs.mean())
-    half = float(sps.t.ppf(1 - opts.alpha / 2, len(logs) - 1)) * float(logs.std(ddof=1))
-    half /= math.sqrt(len(logs))
-    row["ratio"], row["ci_low"], row["ci_high"] = (
-        math.exp(mean),
-        math.exp(mean - half),
-        math.exp(mean + half),
-    )
+    ratio = paired_ratio_ci(vb, va, opts.alpha)
+    if ratio is not None:
+        row["ratio"], row["ci_low"], row["ci_high"] = ratio.value, ratio.low, ratio.high
     if test.verdict == "not significant":
         row["answer"] = "no difference detected"
     else:

@@ -199,6 +199,20 @@ def ratio_ci(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> Rat
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half))
 
 
+def paired_ratio_ci(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> Ratio | None:
+    """a over b repeat by repeat (a[i] pairs with b[i]): the geometric mean of the ratios with
+    its (1 - alpha) interval (Student's t on the log ratios, n - 1 degrees of freedom), the
+    interval `paired` tests; None without two pairs or with a value that is not positive."""
+    pairs = _pairs(a, b)
+    if len(pairs) < 2 or any(x <= 0 or y <= 0 for x, y in pairs):
+        return None
+    logs = np.log(np.asarray([x / y for x, y in pairs]))
+    mean = float(logs.mean())
+    half = float(sps.t.ppf(1.0 - alpha / 2, logs.size - 1)) * float(logs.std(ddof=1))
+    half /= math.sqrt(logs.size)
+    return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+
+
 def benjamini_hochberg(p_values: Sequence[float | None], q: float = 0.05) -> list[float | None]:
     """Benjamini-Hochberg adjusted p-values of `p_values` (None stays None and is not
     counted among the tests): a test is a discovery at false discovery rate q when its
