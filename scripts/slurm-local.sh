@@ -112,6 +112,12 @@ start)
 		echo "slurm-local: already running (state in $DIR)"
 		exit 0
 	fi
+	# one cluster per host: daemons this state folder did not start are another cluster's
+	for daemon in slurmctld slurmd; do
+		if ! alive "$DIR/$daemon.pid" && other=$(pgrep -x "$daemon"); then
+			die "a $daemon (pid ${other//$'\n'/ }) already runs on this host, not started with $DIR: stop that cluster first (scripts/slurm-local.sh stop, with its SERVELAB_SLURM_DIR)"
+		fi
+	done
 	write_conf
 	start_munge
 	alive "$DIR/slurmctld.pid" || slurmctld -c # -c: from clean state, no jobs of an old run

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -7,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from e2e_helpers import HOST_LOCK_DIR
 from release_fixtures import *  # noqa: F401,F403
 
 if TYPE_CHECKING:
@@ -28,22 +31,107 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # waits for a real one. A new end-to-end test pays for its time: it reads a finished run
 # (`reduced_experiment`) or measures a shared server (`shared_server`) where it can
 # (docs/architecture.md, "Tests").
+#
+# A test marked `quiet` asserts a verdict that depends on measured speed (a confirmation): it
+# runs alone. Every other test holds the host's test lock shared while it runs, a quiet one
+# holds it exclusive (`host_lock` below), so the other worker waits between two tests while a
+# quiet test measures, and a quiet test waits for the test in progress beside it. Quiet tests
+# run last in the real-server group, when the other worker has usually finished, so the wait
+# costs little; the shared servers, idle by then, are stopped before the first of them.
 SERVER_MARKERS = ("e2e", "container", "cluster", "gpu")
 SERVERS_GROUP = "real-servers"
+QUIET = "quiet"
 
 
 def runs_a_server(item: pytest.Item) -> bool:
     return any(item.get_closest_marker(m) is not None for m in SERVER_MARKERS)
 
 
+def is_quiet(item: pytest.Item) -> bool:
+    return item.get_closest_marker(QUIET) is not None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The real-server tests in one xdist group (before pytest-xdist names its node ids after
-    it: tryfirst), and first (a stable sort: each worker collects the same order)."""
+    it: tryfirst), and first, the quiet ones last among them (a stable sort: each worker
+    collects the same order)."""
     for item in items:
+        if is_quiet(item) and not runs_a_server(item):
+            raise pytest.UsageError(f"{item.nodeid}: a quiet test runs a real server (e2e)")
         if runs_a_server(item):
             item.add_marker(pytest.mark.xdist_group(SERVERS_GROUP))
-    items.sort(key=lambda item: not runs_a_server(item))
+    items.sort(key=lambda item: (not runs_a_server(item), is_quiet(item)))
+
+
+# a quiet test first looks at the host this long, and is skipped (failed under
+# SERVELAB_REQUIRE_QUIET=1, as .ci/run sets) where more than this is busy beside the test run:
+# the contention check's default limit, which its points would fail anyway
+QUIET_LOOK_S = 2.0
+QUIET_MAX_CORES = 0.25
+
+
+def busy_beside_us(seconds: float) -> float:
+    """CPU cores busy on the host over `seconds`, less this process and its children's."""
+    import time
+
+    import psutil
+
+    me = psutil.Process()
+
+    def own() -> float:
+        procs = [me, *me.children(recursive=True)]
+        total = 0.0
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
+
+    host0, own0, t0 = psutil.cpu_times(), own(), time.monotonic()
+    time.sleep(seconds)
+    host1, own1, t1 = psutil.cpu_times(), own(), time.monotonic()
+    idle = (host1.idle + host1.iowait) - (host0.idle + host0.iowait)
+    busy_s = (sum(host1) - sum(host0)) - idle
+    return max(0.0, (busy_s - (own1 - own0)) / (t1 - t0))
+
+
+@pytest.fixture(autouse=True)
+def host_lock(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The host's test lock: shared for every test, exclusive for a quiet one. A quiet test
+    first takes the gate, which every test passes through before it takes the lock shared, so
+    the tests beside it cannot keep it waiting by taking turns."""
+    HOST_LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    quiet = is_quiet(request.node)
+    with (
+        open(HOST_LOCK_DIR / "servelab-tests.gate", "a+b") as gate,
+        open(HOST_LOCK_DIR / "servelab-tests.lock", "a+b") as lock,
+    ):
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        if quiet:
+            stop_shared_servers()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            busy = busy_beside_us(QUIET_LOOK_S)
+            if busy > QUIET_MAX_CORES:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                fcntl.flock(gate, fcntl.LOCK_UN)
+                why = (
+                    f"the host is not quiet: {busy:.2f} CPU cores busy beside the test run"
+                    f" (limit {QUIET_MAX_CORES}), and this test asserts a verdict on measured"
+                    " speed"
+                )
+                if os.environ.get("SERVELAB_REQUIRE_QUIET") == "1":
+                    pytest.fail(f"SERVELAB_REQUIRE_QUIET=1 but {why}")
+                pytest.skip(why)
+        else:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if quiet:
+                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)
@@ -105,6 +193,21 @@ def reduced_experiment(vllm_runtime: dict, tmp_path_factory: pytest.TempPathFact
     return run_reduced_experiment(tmp_path_factory.mktemp("reduced"))
 
 
+# the shared servers' stack while they run: a quiet test stops them (`stop_shared_servers`)
+SHARED_STACKS: list[contextlib.ExitStack] = []
+SHARED_STOPPED = False
+
+
+def stop_shared_servers() -> None:
+    """Stop the shared servers if they run: idle, their processes still wake up (vLLM's engine
+    loop, the API server's event loop), and a quiet test wants the host to itself. Every test
+    that measures them runs before the quiet tests (`pytest_collection_modifyitems`)."""
+    global SHARED_STOPPED
+    while SHARED_STACKS:
+        SHARED_STACKS.pop().close()
+        SHARED_STOPPED = True
+
+
 @pytest.fixture(scope="session")
 def shared_servers(
     vllm_runtime: dict, tmp_path_factory: pytest.TempPathFactory
@@ -114,7 +217,6 @@ def shared_servers(
     (vLLM's prefix cache). Tests measure them through `runtime.kind: endpoint`
     (e2e_helpers.endpoint_config). They hold no measuring-server lock while idle: a run that
     measures one takes it, as every measurement does."""
-    import contextlib
     from dataclasses import replace
 
     from e2e_helpers import SHARED_MODEL, SharedServer, reduced_config, shared_launch_args
@@ -125,6 +227,8 @@ def shared_servers(
     from servelab.experiment import TinySpec
     from servelab.launch.server import Server, ServerLaunch, free_port
 
+    if SHARED_STOPPED:
+        pytest.fail("the shared servers were stopped for a quiet test: quiet tests run last")
     tmp = tmp_path_factory.mktemp("shared-servers")
     tiny = {**reduced_config(tmp)["model"]["tiny"]}
     spec = default_section(TinySpec, "model", "tiny")
@@ -132,6 +236,7 @@ def shared_servers(
     cli = vllm_cli_available(vllm_runtime["python"])
     servers: dict[str, SharedServer] = {}
     with contextlib.ExitStack() as stack:
+        SHARED_STACKS.append(stack)
         started = []
         for name, caching in (("cache-off", False), ("cache-on", True)):
             args = args_to_cli(shared_launch_args(caching))
@@ -142,7 +247,11 @@ def shared_servers(
                 host="127.0.0.1",
                 port=free_port(),
                 args=args,
-                env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
+                env={
+                    "HF_HUB_OFFLINE": "1",
+                    "VLLM_CPU_KVCACHE_SPACE": "1",
+                    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+                },
                 cli=cli,
             )
             log = tmp / f"{name}.log"

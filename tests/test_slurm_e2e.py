@@ -8,6 +8,7 @@ SERVELAB_REQUIRE_SLURM=1 (CI), where that is a failure.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -19,7 +20,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import REPO, reduced_config, run_env, without_compile, write_config
+from e2e_helpers import (
+    HOST_LOCK_DIR,
+    REPO,
+    reduced_config,
+    run_env,
+    without_compile,
+    write_config,
+)
 
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
 # snakemake ignores SIGTERM while jobs are active: timeout -k kills it after the grace period
@@ -41,15 +49,24 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def slurm_cluster(vllm_runtime: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A running single-node cluster (its node name); always stopped afterwards."""
+    """A running single-node cluster (its node name), started once for the test run and
+    always stopped afterwards. One per host: the cluster tests run on one pytest-xdist worker
+    (tests/conftest.py), this fixture holds a host-wide lock while its cluster runs, and the
+    script refuses to start a second cluster beside a running one."""
     why = _missing()
     if why:
         if os.environ.get("SERVELAB_REQUIRE_SLURM") == "1":
             pytest.fail(f"SERVELAB_REQUIRE_SLURM=1 but {why}")
         pytest.skip(why)
-    env = {**os.environ, "SERVELAB_SLURM_DIR": str(tmp_path_factory.mktemp("slurm"))}
+    with open(HOST_LOCK_DIR / "servelab-tests-slurm.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield from _cluster(tmp_path_factory.mktemp("slurm"))
+
+
+def _cluster(state: Path) -> Iterator[str]:
+    env = {**os.environ, "SERVELAB_SLURM_DIR": str(state)}
     start = subprocess.run(
         [str(SCRIPT), "start"], capture_output=True, text=True, timeout=120, env=env
     )
@@ -68,6 +85,19 @@ def slurm_cluster(vllm_runtime: dict, tmp_path_factory: pytest.TempPathFactory) 
         assert stop.returncode == 0, stop.stderr
         status = subprocess.run([str(SCRIPT), "status"], capture_output=True, text=True, env=env)
         assert status.returncode != 0
+
+
+@pytest.fixture(autouse=True)
+def no_job_left(slurm_cluster: str) -> Iterator[None]:
+    """After each test's run has returned: no job of it pending, running or completing."""
+    yield
+    left = subprocess.run(
+        ["squeue", "-h", "-t", "PENDING,RUNNING,COMPLETING,CONFIGURING", "-o", "%i %j %T"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert left.returncode == 0 and left.stdout.strip() == "", left.stdout + left.stderr
 
 
 def run_on_cluster(

@@ -295,3 +295,18 @@ def test_host_steal_is_summarized_beside_host_cpu() -> None:
     old = summarize([cpu(t, 10.0 + t, 100.0) for t in (1, 2, 3)], *window(1, 3))["cpu"]
     assert old["host_steal_pct"] == {"mean": None, "p95": None, "max": None}
     assert old["host_cpu_pct"]["mean"] == 50.0
+
+
+def test_host_busy_mean_is_over_the_span_the_cpu_seconds_are_read_across() -> None:
+    """The host's busy percent is averaged over the same span as the processes' CPU seconds
+    (the sample before the point to the one after it), each sample's percent weighted by its
+    interval; a point shorter than a sampling period has one from the closing sample."""
+    samples = [cpu(t, 10.0 * t, 100.0) for t in (0, 1, 1.5)]
+    for s, busy in zip(samples, (None, 100.0, 40.0), strict=True):
+        s["host_cpu_pct"] = busy
+    c = summarize(samples, *window(0.2, 1.2))["cpu"]
+    assert c["samples"] == 1  # the sample at 1 s alone is inside
+    assert c["host_cpu_pct"]["mean"] == pytest.approx((100.0 * 1 + 40.0 * 0.5) / 1.5)
+    assert c["host_cpu_pct"]["max"] == 100.0  # p95 and max: the samples inside, as before
+    short = summarize(samples, *window(1.1, 1.2))["cpu"]
+    assert short["samples"] == 0 and short["host_cpu_pct"]["mean"] == pytest.approx(40.0)

@@ -178,7 +178,7 @@ def test_contention_trips_on_busy_host_not_on_quiet_one() -> None:
     no_sample = copy.deepcopy(QUIET)
     no_sample["cpu"]["host_cpu_pct"] = {"mean": None, "p95": None, "max": None}
     f = by_check(check_point(recs, {"telemetry": no_sample}, DEFAULTS))["contention"]
-    assert (f.status, f.reason) == (NOT_CHECKED, "no host CPU sample inside the point")
+    assert (f.status, f.reason) == (NOT_CHECKED, "no host CPU sample over the point")
 
 
 def test_contention_says_how_much_was_hypervisor_steal() -> None:

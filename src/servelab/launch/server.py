@@ -7,9 +7,9 @@ killed with SIGKILL and has no chance to clean up.
 
 In a container (docker, podman) the server is not a child of the job: `docker run` is, and the
 container lives in the engine. Stopping therefore stops the container by name (`docker stop`,
-then `docker rm --force`), and every start first removes a container of the same name, which
-only a job killed outright (SIGKILL) can leave behind. apptainer runs the server as a child, so
-the process group covers it.
+then `docker rm --force`, checked gone), and every start first removes a container of the same
+name, which only a job killed outright (SIGKILL) can leave behind. apptainer runs the server as
+a child, so the process group covers it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -413,6 +414,9 @@ class Server:
 
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+# how long a stopped server's container is removed for, and the pause between tries
+REMOVE_WITHIN_S = 60.0
+REMOVE_RETRY_S = 0.5
 
 
 class ContainerServer(Server):
@@ -446,9 +450,29 @@ class ContainerServer(Server):
         return str(proc.stdout) if proc.returncode == 0 else None
 
     def start(self) -> None:
-        self._engine(self.container.remove_command())
+        self.remove()
         self._stopped = False
         super().start()
+
+    def exists(self) -> bool:
+        cmd = self.container.exists_command()
+        return cmd is not None and self._engine(cmd, 20) is not None
+
+    def remove(self) -> bool:
+        """Remove the container, checked gone (True) and tried again until REMOVE_WITHIN_S:
+        an `rm --force` that meets `run --rm`'s own removal under way can fail and leave it.
+        One still there then is said on stderr, with the command that removes it."""
+        deadline = time.monotonic() + REMOVE_WITHIN_S
+        while True:
+            self._engine(self.container.remove_command(), REMOVE_WITHIN_S)
+            if not self.exists():
+                return True
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(REMOVE_RETRY_S)
+        rm = " ".join(self.container.remove_command() or [])
+        print(f"servelab: container {self.container.name} is still there: `{rm}`", file=sys.stderr)
+        return False
 
     def telemetry_pid(self) -> int | None:
         """The container's init as the host sees it (its children are vLLM), else the client."""
@@ -468,7 +492,7 @@ class ContainerServer(Server):
                     self.shutdown_timeout_s + 30,
                 )
             code = super().stop()
-            self._engine(self.container.remove_command())
+            self.remove()
             return code
         return super().stop()
 

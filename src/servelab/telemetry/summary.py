@@ -11,7 +11,9 @@ Pure functions of the samples of `telemetry.jsonl` and the point window
   sample at or after the end (the samplers take one sample just before and one just after
   every point), so nothing that happened during the point is missed however short it is.
   The mean CPU percent is such a difference too: CPU seconds over the span between those
-  two samples.
+  two samples; and the host's mean busy (and steal) percent is over that same span, each
+  sample's percent weighted by its interval, so that a point shorter than a sampling period
+  has one too.
 - an energy counter (a GPU's NVML total energy, the CPU packages' RAPL joules) is read at the
   window's two ends, each interpolated linearly between the samples around it, so the energy
   is the point's own however the samples fall; null unless samples bracket both ends.
@@ -53,6 +55,9 @@ CPU_GAUGES: tuple[CpuGauge, ...] = (
     "client_rss_bytes",
     "host_mem_used_bytes",
 )
+# the host's shares of all cores, each sample's over the interval since the one before: their
+# mean is over the same span as the processes' CPU seconds (`_host_mean`)
+HOST_SHARES: tuple[CpuGauge, ...] = ("host_cpu_pct", "host_steal_pct")
 ServerGauge = Literal["running", "waiting", "kv_cache_usage"]
 ServerCounter = Literal[
     "preemptions",
@@ -477,11 +482,37 @@ def _cpu(samples: Sequence[Sample], start: int, end: int) -> CpuSummary:
         out[cum_key] = used
     for key in CPU_GAUGES:
         out[key] = series_stats(s.get(key) for s in inside)
+    for key in HOST_SHARES:
+        out[key]["mean"] = _host_mean(samples, key, start, end)
     cpus = [s["host_cpus"] for s in samples if s.get("host_cpus")]
     out["host_cpus"] = int(cpus[0]) if cpus else None
     errs = [s["server_error"] for s in samples if s.get("server_error")]
     out["server_error"] = str(errs[-1]) if errs else None
     return out
+
+
+def _host_mean(samples: Sequence[Sample], key: str, start: int, end: int) -> float | None:
+    """The host's busy (or steal) percent over the span the processes' CPU seconds are read
+    across: from the last sample at or before the start to the first at or after the end.
+    Each sample's percent is of the interval since the sample before it, so the mean weights
+    each by its interval's length. It is there for a point shorter than a sampling period too
+    (the closing sample covers it), where no sample falls inside the window; null where no
+    sample after the opening one has a percent."""
+    b = bracket(samples, "epoch_ns", start, end)
+    if b is None:
+        return None
+    t0, t1 = int(b[0]["epoch_ns"]), int(b[1]["epoch_ns"])
+    weighted = 0.0
+    covered = 0
+    prev: int | None = None
+    for s in sorted(samples, key=lambda s: int(s["epoch_ns"])):
+        t = int(s["epoch_ns"])
+        value = s.get(key)
+        if prev is not None and t0 < t <= t1 and value is not None:
+            weighted += float(value) * (t - prev)
+            covered += t - prev
+        prev = t
+    return weighted / covered if covered else None
 
 
 def _server(samples: Sequence[Sample], start: int, end: int) -> ServerSummary:

@@ -54,7 +54,7 @@ def check_contention(f: PointFacts, t: ValiditySection) -> Flag:
         return Flag("contention", NOT_CHECKED, None, limit, f"no CPU telemetry: {cpu['absent']}")
     host, cores = block_mean(cpu, "host_cpu_pct"), cpu.get("host_cpus")
     if host is None or not cores:
-        return Flag("contention", NOT_CHECKED, None, limit, "no host CPU sample inside the point")
+        return Flag("contention", NOT_CHECKED, None, limit, "no host CPU sample over the point")
     own = [block_mean(cpu, k) for k in ("server_cpu_pct", "client_cpu_pct", "telemetry_cpu_pct")]
     if cpu.get("server_error") == REMOTE:
         # a server on another host: this host's load says nothing of the server's contention

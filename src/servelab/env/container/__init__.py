@@ -237,6 +237,13 @@ class ContainerRun:
             return None
         return [self.executable, "rm", "--force", self.name]
 
+    def exists_command(self) -> list[str] | None:
+        """Exits 0 while a container of this name exists, running or not (docker and podman
+        alike: `container inspect` fails for a name that is not there)."""
+        if self.engine == "apptainer":
+            return None
+        return [self.executable, "container", "inspect", "--format", "{{.Id}}", self.name]
+
     def pid_command(self) -> list[str] | None:
         """The container's init process as the host sees it (for CPU telemetry)."""
         if self.engine == "apptainer":
