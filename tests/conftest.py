@@ -65,8 +65,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # a quiet test first looks at the host this long, and is skipped (failed under
-# SERVELAB_REQUIRE_QUIET=1, as .ci/run sets) where more than this is busy beside the test run:
-# the contention check's default limit, which its points would fail anyway
+# SERVELAB_REQUIRE_QUIET=1, for a host kept for measuring) where more than this is busy beside
+# the test run: the contention check's default limit, which its points would fail anyway
 QUIET_LOOK_S = 2.0
 QUIET_MAX_CORES = 0.25
 

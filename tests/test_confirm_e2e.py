@@ -8,6 +8,7 @@ shows without a server.)"""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -85,14 +86,6 @@ def test_serialized_cpu_then_confirm(vllm_runtime: dict, tmp_path: Path) -> None
     record = json.loads((conf / "confirm.json").read_text())
     assert record["status"] == "measured"
     (p1,) = record["verdicts"]
-    claims = (conf / "analysis" / "claims.json").read_text()
-    assert p1["verdict"] == "confirmed", claims + (conf / "summary.txt").read_text()
-    (effect,) = p1["effects"]
-    assert effect["concurrency"] == 8 and effect["throughput_ratio"] > 1.5
-    assert effect["after"]["mean_ttft_ms"] < effect["before"]["mean_ttft_ms"]
-    report = (conf / "analysis" / "report.md").read_text()
-    assert "**P1 confirmed**" in report
-    assert "confirm: P1 confirmed: --max-num-seqs 8 on max-num-seqs-1" in proc.stdout
 
     # one story: the confirmation's provenance names the diagnosis, verify checks both
     prov = json.loads((conf / "bundle" / "provenance.json").read_text())
@@ -106,4 +99,37 @@ def test_serialized_cpu_then_confirm(vllm_runtime: dict, tmp_path: Path) -> None
         timeout=300,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "diagnosing bundle" in out.stdout and ": holds" in out.stdout
+    assert "diagnosing bundle" in out.stdout
+
+    # the verdict: confirmed, unless the run itself found the host disturbed while it measured
+    claims = json.loads((conf / "analysis" / "claims.json").read_text())
+    if p1["verdict"] != "confirmed":
+        disturbed = host_disturbance(claims)
+        if disturbed:
+            why = f"the host was disturbed while the confirmation measured: {disturbed}"
+            if os.environ.get("SERVELAB_REQUIRE_QUIET") == "1":
+                pytest.fail(f"SERVELAB_REQUIRE_QUIET=1 but {why}")
+            pytest.skip(why)
+    summary = (conf / "summary.txt").read_text()
+    assert p1["verdict"] == "confirmed", json.dumps(claims, indent=1) + summary
+    (effect,) = p1["effects"]
+    assert effect["concurrency"] == 8 and effect["throughput_ratio"] > 1.5
+    assert effect["after"]["mean_ttft_ms"] < effect["before"]["mean_ttft_ms"]
+    report = (conf / "analysis" / "report.md").read_text()
+    assert "**P1 confirmed**" in report
+    assert "confirm: P1 confirmed: --max-num-seqs 8 on max-num-seqs-1" in proc.stdout
+    assert ": holds" in out.stdout
+
+
+def host_disturbance(claims: list[dict]) -> str:
+    """The reasons, when every claim that did not hold is invalid for the host checks alone
+    (contention: CPU busy outside the server, hypervisor steal included) and their points were
+    measured again first; '' otherwise (a refutation, a claim left undecided, a point invalid
+    for a reason of the server's or the client's): then the test fails on the verdict."""
+    open_claims = [c for c in claims if c["verdict"] != "holds"]
+    if not open_claims or any(c["verdict"] != "invalid" for c in open_claims):
+        return ""
+    invalid = [e for c in open_claims for e in c["evidence"].get("invalid", [])]
+    if not invalid or any(e["check"] != "contention" for e in invalid):
+        return ""
+    return "; ".join(sorted({e["reason"] for e in invalid}))

@@ -22,6 +22,7 @@ from e2e_helpers import (
     REPO,
     SECRET_ENV,
     assert_evidence,
+    engine_in_one_process,
     reduced_config,
     run_env,
     snakemake_cmd,
@@ -77,7 +78,8 @@ def podman_image() -> str:
 
 
 def podman_config(tmp_path: Path, image: str) -> dict[str, Any]:
-    # without the compile phase: these tests are about the container, not the server's start
+    # without the compile phase and with vLLM's worker in its engine's process: these tests
+    # are about the container, not the server's start or its processes
     cfg = without_compile(reduced_config(tmp_path / "results"))
     cfg["runtime"] = {
         **cfg.get("runtime", {}),
@@ -85,7 +87,7 @@ def podman_config(tmp_path: Path, image: str) -> dict[str, Any]:
         "image": image,
         "env": {"VLLM_CPU_KVCACHE_SPACE": "1", SECRET_NAME: SECRET},
     }
-    return cfg
+    return engine_in_one_process(cfg)
 
 
 class Inspector:

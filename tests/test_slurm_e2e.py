@@ -23,6 +23,7 @@ import yaml
 from e2e_helpers import (
     HOST_LOCK_DIR,
     REPO,
+    engine_in_one_process,
     reduced_config,
     run_env,
     without_compile,
@@ -142,7 +143,7 @@ def test_experiment_runs_through_the_slurm_profile(slurm_cluster: str, tmp_path:
     from servelab.store import paths
     from servelab.store.rawdata import load_points
 
-    cfg = without_compile(reduced_config(tmp_path / "results"))
+    cfg = engine_in_one_process(without_compile(reduced_config(tmp_path / "results")))
     cfg["server"]["configs"] = [
         {"name": "mns1", "args": {"max-num-seqs": 1}},
         {"name": "mns4", "args": {"max-num-seqs": 4}},
@@ -190,7 +191,7 @@ def test_a_failing_gpu_job_reaches_sbatch_runs_and_exits_with_its_slurm_log(
     fake GPUs let it be scheduled: SLURM gives the job a GPU, whatever the job then does on a
     host without one. Its server then fails to start (an argument vLLM refuses): the run exits
     non-zero and the job's SLURM log, kept, says why."""
-    cfg = without_compile(reduced_config(tmp_path / "results"))
+    cfg = engine_in_one_process(without_compile(reduced_config(tmp_path / "results")))
     cfg["runtime"].update({"device": "gpu", "gpus": 1})
     cfg["server"]["configs"] = [{"name": "bad", "args": {"max-num-seqs": "lots"}}]
     cfg_path = write_config(tmp_path, cfg)
@@ -213,7 +214,7 @@ def test_campaign_runs_each_experiment_as_its_own_job(slurm_cluster: str, tmp_pa
 
     files = []
     for name, mns in (("camp-a", 1), ("camp-b", 4)):
-        cfg = without_compile(reduced_config(tmp_path / "results"))
+        cfg = engine_in_one_process(without_compile(reduced_config(tmp_path / "results")))
         cfg["experiment"] = name
         cfg["server"]["configs"] = [{"name": f"mns{mns}", "args": {"max-num-seqs": mns}}]
         path = tmp_path / f"{name}.yaml"
