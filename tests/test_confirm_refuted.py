@@ -107,6 +107,11 @@ def job_of(cfg: dict[str, Any], model: Path, python: Path, name: str | None = No
     return measure_job(exp, root, model_dir=model, runtime={"python": str(python)})
 
 
+# a verdict on measured timing (the scripted servers' sleeps, read through the host's clock):
+# alone on the host (`quiet`, tests/conftest.py); a busy or hypervisor-starved host once made
+# the paired interval too wide to refute (0.66-1.72)
+@pytest.mark.e2e
+@pytest.mark.quiet
 def test_a_server_that_does_not_batch_refutes_the_proposal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,7 +22,9 @@ from servelab.analysis.search import (
 from servelab.client import OpenLoop, Workload, run_point
 from servelab.design.arrivals import ArrivalProcess
 
-pytestmark = pytest.mark.e2e
+# its answer is measured timing (a queue of 10-ms services): alone on the host (`quiet`,
+# tests/conftest.py), as a real server's verdict is
+pytestmark = [pytest.mark.e2e, pytest.mark.quiet]
 
 # --- the known answer: a server of known capacity -------------------------------------------
 
