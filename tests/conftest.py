@@ -96,6 +96,23 @@ def busy_beside_us(seconds: float) -> float:
     return max(0.0, (busy_s - (own1 - own0)) / (t1 - t0))
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker under loadgroup, every real-server test must carry the group
+    in its node id (xdist's own renaming), or xdist schedules them on both workers at once:
+    two servers measuring side by side, two SLURM clusters. Refused here, in one line."""
+    config = session.config
+    if not hasattr(config, "workerinput") or not config.getoption("loadgroup", False):
+        return
+    loose = [i.nodeid for i in session.items if runs_a_server(i)]
+    loose = [n for n in loose if not n.endswith(f"@{SERVERS_GROUP}")]
+    if loose:
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__}: pytest-xdist did not group {loose[0]} (and"
+            f" {len(loose) - 1} more) in {SERVERS_GROUP}, so real-server tests would run on"
+            " both workers at once: install the test extra's pytest (pip install -e '.[test]')"
+        )
+
+
 @pytest.fixture(autouse=True)
 def host_lock(request: pytest.FixtureRequest) -> Iterator[None]:
     """The host's test lock: shared for every test, exclusive for a quiet one. A quiet test
