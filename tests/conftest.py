@@ -88,12 +88,14 @@ def busy_beside_us(seconds: float) -> float:
                 total += t.user + t.system
         return total
 
+    from servelab.telemetry.sources import _host_busy_pct
+
     host0, own0, t0 = psutil.cpu_times(), own(), time.monotonic()
     time.sleep(seconds)
     host1, own1, t1 = psutil.cpu_times(), own(), time.monotonic()
-    idle = (host1.idle + host1.iowait) - (host0.idle + host0.iowait)
-    busy_s = (sum(host1) - sum(host0)) - idle
-    return max(0.0, (busy_s - (own1 - own0)) / (t1 - t0))
+    # the telemetry's own reading of the host (steal counts as busy), in cores
+    host = (_host_busy_pct(host0, host1) or 0.0) / 100.0 * (psutil.cpu_count() or 1)
+    return max(0.0, host - (own1 - own0) / (t1 - t0))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
