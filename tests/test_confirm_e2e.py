@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,10 +27,9 @@ from e2e_helpers import (
 from servelab.config import read_file
 from servelab.env.model import RECORD, model_dir
 
-# A verdict that depends on measured speed: the test runs alone (`quiet`, tests/conftest.py),
-# with the host checks at their defaults, so a point that something else on the host disturbed
-# is flagged for contention, measured again, and never read as the server's speed.
-pytestmark = [pytest.mark.e2e, pytest.mark.quiet]
+# The confirmation's verdict depends on measured speed, so that test runs alone (`quiet`); the
+# diagnosis before it does not, and runs beside the other tests.
+pytestmark = pytest.mark.e2e
 
 # The client shares the 2 cores with a server that uses both: how many requests it kept in
 # flight and how long it waited before a send are the host's size here, not this test's
@@ -37,41 +37,79 @@ pytestmark = [pytest.mark.e2e, pytest.mark.quiet]
 VALIDITY = {"min_achieved_concurrency": 0, "max_client_wait_pct": 100}
 
 
-def test_serialized_cpu_then_confirm(vllm_runtime: dict, tmp_path: Path) -> None:
-    cfg = read_file(REPO / "config" / "experiments" / "serialized-cpu.yaml")
-    cfg["results_dir"] = str(tmp_path / "results")
-    # concurrency 2 to 8 spans the 4x the serialized diagnosis needs; 8 is where the change
-    # could triple throughput, so the proposal's claim is judged there
-    cfg["sweep"] = {"concurrency": [2, 8], "repeats": 3, "order": "latin"}
-    # the end-to-end tests' smallest model: batching still triples its throughput on 2 cores
-    # (its forward pass is short, but so is everything else), and its KV cache is the
-    # example's (num-gpu-blocks-override), so the proposal is the example's too
-    cfg["model"]["tiny"] = reduced_config(tmp_path)["model"]["tiny"]
-    # three repeats of 64-token requests in six waves: at concurrency 8 a point serves 3,072
-    # tokens, in about 1.5 s at --max-num-seqs 8 and 9.5 s one request at a time here (2 vCPUs
-    # of an AMD EPYC); a slower host makes the points longer, not shorter
-    cfg["workload"].update(output_tokens=64, waves=6, warmup={"requests": 4, "concurrency": 4})
-    cfg["analysis"]["validity"] = VALIDITY
-    engine_in_one_process(without_compile(cfg))
-    path = write_config(tmp_path, cfg)
-    proc = subprocess.run(
-        ["snakemake", "--cores", "2", "confirm", "--configfile", str(path), "--nolock"],
+@dataclass(frozen=True)
+class Diagnosed:
+    """The serialized-cpu example at reduced sizes, run to its diagnosis: the config file, the
+    results folder and the workflow's output."""
+
+    config: Path
+    results: Path
+    proc: subprocess.CompletedProcess[str]
+
+
+def snakemake(target: str, config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["snakemake", "--cores", "2", target, "--configfile", str(config), "--nolock"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=1500,
         env=run_env(),
     )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    results = tmp_path / "results"
-    diag = results / "serialized-cpu"
-    conf = results / "serialized-cpu-confirm"
 
-    # the diagnosis and its proposal
-    diagnoses = json.loads((diag / "analysis" / "diagnoses.json").read_text())
+
+@pytest.fixture(scope="session")
+def diagnosed(vllm_runtime: dict, tmp_path_factory: pytest.TempPathFactory) -> Diagnosed:
+    """The diagnosis, run once, beside the other tests: what it asserts (a proposal from the
+    logged KV capacity) does not depend on measured speed. The confirmation that measures the
+    proposal runs later, alone (`test_the_confirmation_measures_the_proposal`)."""
+    tmp = tmp_path_factory.mktemp("serialized")
+    cfg = read_file(REPO / "config" / "experiments" / "serialized-cpu.yaml")
+    cfg["results_dir"] = str(tmp / "results")
+    # concurrency 2 to 8 spans the 4x the serialized diagnosis needs; 8 is where the change
+    # could triple throughput, so the proposal's claim is judged there
+    cfg["sweep"] = {"concurrency": [2, 8], "repeats": 3, "order": "latin"}
+    # the end-to-end tests' smallest model: batching still triples its throughput on 2 cores
+    # (its forward pass is short, but so is everything else), and its KV cache is the
+    # example's (num-gpu-blocks-override), so the proposal is the example's too
+    cfg["model"]["tiny"] = reduced_config(tmp)["model"]["tiny"]
+    # three repeats of 64-token requests in six waves: at concurrency 8 a point serves 3,072
+    # tokens, in about 1.5 s at --max-num-seqs 8 and 9.5 s one request at a time here (2 vCPUs
+    # of an AMD EPYC); a slower host makes the points longer, not shorter
+    cfg["workload"].update(output_tokens=64, waves=6, warmup={"requests": 4, "concurrency": 4})
+    cfg["analysis"]["validity"] = VALIDITY
+    engine_in_one_process(without_compile(cfg))
+    path = write_config(tmp, cfg)
+    return Diagnosed(path, tmp / "results", snakemake("all", path))
+
+
+def test_the_serialized_diagnosis_proposes_max_num_seqs_8(diagnosed: Diagnosed) -> None:
+    proc = diagnosed.proc
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    diagnoses = json.loads(
+        (diagnosed.results / "serialized-cpu" / "analysis" / "diagnoses.json").read_text()
+    )
     kv = next(d for d in diagnoses if d["kind"] == "kv_headroom_unused")
     assert kv["proposal"]["change"] == {"max-num-seqs": 8}
     assert kv["proposal"]["concurrency"] == [8]
+    assert not (diagnosed.results / "serialized-cpu-confirm").exists()
+
+
+@pytest.mark.quiet
+def test_the_confirmation_measures_the_proposal(diagnosed: Diagnosed) -> None:
+    """`snakemake confirm` on the finished diagnosis: the proposal measured beside
+    --max-num-seqs 1, alone on the host (`quiet`, tests/conftest.py), with the host checks at
+    their defaults, so a point that something else on the host disturbed is flagged for
+    contention, measured again, and never read as the server's speed."""
+    assert diagnosed.proc.returncode == 0, diagnosed.proc.stderr[-4000:]
+    results = diagnosed.results
+    diag = results / "serialized-cpu"
+    conf = results / "serialized-cpu-confirm"
+    measured = diag / "raw" / "max-num-seqs-1" / "run.json"
+    before = measured.stat().st_mtime_ns
+    proc = snakemake("confirm", diagnosed.config)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert measured.stat().st_mtime_ns == before  # the diagnosis is not measured again
 
     # the confirmation: derived, measured with the same model and runtime, confirmed
     derived = yaml.safe_load((conf / "config.yaml").read_text())

@@ -401,28 +401,3 @@ def test_argument_vllm_rejects_fails_with_log_tail(vllm_runtime: dict, tmp_path:
     assert "lots" in proc.stderr  # vLLM's own complaint, from the log tail
     launch = tmp_path / "results" / "e2e" / "server" / "bad" / "launch.json"
     assert not launch.exists()
-
-
-def test_bad_model_path_fails_with_log_tail_and_no_orphan(
-    vllm_runtime: dict, tmp_path: Path
-) -> None:
-    from servelab.errors import ServelabError
-    from servelab.launch.server import Server, ServerLaunch, free_port
-
-    launch = ServerLaunch(
-        python=vllm_runtime["python"],
-        model_path=str(tmp_path / "no-model"),
-        served_name="x",
-        host="127.0.0.1",
-        port=free_port(),
-        args=[],
-        env={"HF_HUB_OFFLINE": "1"},
-    )
-    server = Server(launch, tmp_path / "server.log", shutdown_timeout_s=5)
-    with pytest.raises(ServelabError) as err, server:
-        server.wait_ready(300)
-    assert "before it was ready" in str(err.value)
-    assert str(tmp_path / "server.log") in str(err.value)
-    assert "no-model" in str(err.value)
-    assert server.pid is not None
-    assert_no_orphans(server.pid)

@@ -247,3 +247,41 @@ def test_vllm_serve_is_used_only_where_it_starts(
     assert vllm_cli_available(str(tmp_path / "no-python")) is False
     launch = ServerLaunch("/v/bin/python", "/m", "s", "h", 1, [], cli=seen[("vllm", True)])
     assert launch.command()[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", "/m"]
+
+
+def test_a_server_that_exits_before_it_is_ready_says_so_with_its_log_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """A server process that complains and exits before it is ready, leaving a child of its own
+    running (as vLLM's API server can leave its engine): wait_ready raises with the exit, the
+    log's path and the log's tail (the complaint names the model path), and no process of the
+    server's session is left once the Server is closed. The real server's own complaint reaches
+    the same error in tests/test_e2e.py (an argument vLLM rejects)."""
+    from e2e_helpers import assert_no_orphans
+
+    from servelab.errors import ServelabError
+    from servelab.launch.server import Server, free_port
+
+    python = tmp_path / "python"
+    # called as `python -m vllm.entrypoints.openai.api_server --model PATH ...`
+    python.write_text(
+        '#!/bin/sh\nsleep 300 &\necho "ValueError: no model at $4" >&2\nsleep 0.2\nexit 1\n'
+    )
+    python.chmod(0o755)
+    launch = ServerLaunch(
+        python=str(python),
+        model_path=str(tmp_path / "no-model"),
+        served_name="x",
+        host="127.0.0.1",
+        port=free_port(),
+        args=[],
+        env={},
+    )
+    server = Server(launch, tmp_path / "server.log", shutdown_timeout_s=5)
+    with pytest.raises(ServelabError) as err, server:
+        server.wait_ready(60)
+    assert "exited with code 1" in str(err.value) and "before it was ready" in str(err.value)
+    assert str(tmp_path / "server.log") in str(err.value)
+    assert f"no model at {tmp_path / 'no-model'}" in str(err.value)
+    assert server.pid is not None
+    assert_no_orphans(server.pid, timeout=10)
