@@ -31,7 +31,8 @@ from e2e_helpers import (
     write_config,
 )
 
-pytestmark = pytest.mark.container
+# each test starts its own container: beside the other real-server tests (tests/conftest.py)
+pytestmark = [pytest.mark.container, pytest.mark.own_servers]
 
 # passed to the server by name only (runtime.env); its value must not reach any file
 SECRET_NAME = "SERVELAB_E2E_TOKEN"
