@@ -27,10 +27,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # holds a device. Those tests run one after another on one pytest-xdist worker (`-n 2 --dist
 # loadgroup` in pyproject.toml's addopts: each gets the xdist group below), first, while the
 # other worker runs the rest; they take the host's measuring-server lock as any measurement
-# does. Those also marked `own_servers` (the fault tests: each starts servers of its own and
-# reads neither the reduced experiment nor the shared servers) form a second group, which the
-# other worker runs first, beside the first group: the first group's run is the suite's
-# longest chain, and this shortens it without a second copy of a session's run or servers. Every other test gets a lock folder of its own (below), so that a fake server never
+# does. Every other test gets a lock folder of its own (below), so that a fake server never
 # waits for a real one. A new end-to-end test pays for its time: it reads a finished run
 # (`reduced_experiment`) or measures a shared server (`shared_server`) where it can
 # (docs/architecture.md, "Tests").
@@ -43,9 +40,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # costs little; the shared servers, idle by then, are stopped before the first of them.
 SERVER_MARKERS = ("e2e", "container", "cluster", "gpu")
 SERVERS_GROUP = "real-servers"
-OWN_SERVERS_GROUP = "own-servers"
 QUIET = "quiet"
-OWN_SERVERS = "own_servers"
 
 
 def runs_a_server(item: pytest.Item) -> bool:
@@ -56,28 +51,16 @@ def is_quiet(item: pytest.Item) -> bool:
     return item.get_closest_marker(QUIET) is not None
 
 
-def server_group(item: pytest.Item) -> str | None:
-    """The xdist group of a real-server test; None for every other test."""
-    if not runs_a_server(item):
-        return None
-    return OWN_SERVERS_GROUP if item.get_closest_marker(OWN_SERVERS) else SERVERS_GROUP
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The real-server tests in their xdist groups (before pytest-xdist names its node ids
-    after them: tryfirst), and first, the quiet ones last among them (a stable sort: each
-    worker collects the same order)."""
+    """The real-server tests in one xdist group (before pytest-xdist names its node ids after
+    it: tryfirst), and first, the quiet ones last among them (a stable sort: each worker
+    collects the same order)."""
     for item in items:
-        if is_quiet(item) and server_group(item) != SERVERS_GROUP:
-            raise pytest.UsageError(
-                f"{item.nodeid}: a quiet test runs a real server (e2e) and not own_servers"
-            )
-        if item.get_closest_marker(OWN_SERVERS) and not runs_a_server(item):
-            raise pytest.UsageError(f"{item.nodeid}: an own_servers test runs a real server (e2e)")
-        group = server_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if is_quiet(item) and not runs_a_server(item):
+            raise pytest.UsageError(f"{item.nodeid}: a quiet test runs a real server (e2e)")
+        if runs_a_server(item):
+            item.add_marker(pytest.mark.xdist_group(SERVERS_GROUP))
     items.sort(key=lambda item: (not runs_a_server(item), is_quiet(item)))
 
 
@@ -122,16 +105,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if not hasattr(config, "workerinput") or not config.getoption("loadgroup", False):
         return
-    loose = [
-        i.nodeid
-        for i in session.items
-        if (group := server_group(i)) is not None and not i.nodeid.endswith(f"@{group}")
-    ]
+    loose = [i.nodeid for i in session.items if runs_a_server(i)]
+    loose = [n for n in loose if not n.endswith(f"@{SERVERS_GROUP}")]
     if loose:
         raise pytest.UsageError(
             f"pytest {pytest.__version__}: pytest-xdist did not group {loose[0]} (and"
-            f" {len(loose) - 1} more), so real-server tests would run on both workers at"
-            " once: install the test extra's pytest (pip install -e '.[test]')"
+            f" {len(loose) - 1} more) in {SERVERS_GROUP}, so real-server tests would run on"
+            " both workers at once: install the test extra's pytest (pip install -e '.[test]')"
         )
 
 

@@ -236,7 +236,6 @@ def test_a_release_of_the_run_reproduces_itself_without_measuring(
     assert "# Reproduction" in (exp / "reproduction" / "report.md").read_text()
 
 
-@pytest.mark.own_servers
 def test_server_killed_mid_point_keeps_data_and_rerun_completes(
     vllm_runtime: dict, tmp_path: Path
 ) -> None:
@@ -344,7 +343,6 @@ def interrupt(how: str, proc: subprocess.Popen[str], server_pid: int) -> None:
         os.kill(job, signal.SIGKILL)
 
 
-@pytest.mark.own_servers
 def test_interrupted_jobs_leave_no_server_behind(vllm_runtime: dict, tmp_path: Path) -> None:
     """Three runs, interrupted three ways as soon as their point starts: Ctrl-C to the whole
     foreground group, SIGKILL to snakemake, SIGKILL to the sweep job. None leaves a server
@@ -394,7 +392,6 @@ def test_interrupted_jobs_leave_no_server_behind(vllm_runtime: dict, tmp_path: P
             wait_for(lambda p=partial: not p.exists(), 30, f"{how}: the job to finish")
 
 
-@pytest.mark.own_servers
 def test_argument_vllm_rejects_fails_with_log_tail(vllm_runtime: dict, tmp_path: Path) -> None:
     cfg = reduced_config(tmp_path / "results")
     cfg["server"]["configs"] = [{"name": "bad", "args": {"max-num-seqs": "lots"}}]

@@ -31,8 +31,7 @@ from e2e_helpers import (
     write_config,
 )
 
-# each test starts its own container: beside the other real-server tests (tests/conftest.py)
-pytestmark = [pytest.mark.container, pytest.mark.own_servers]
+pytestmark = pytest.mark.container
 
 # passed to the server by name only (runtime.env); its value must not reach any file
 SECRET_NAME = "SERVELAB_E2E_TOKEN"
