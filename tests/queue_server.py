@@ -1,6 +1,7 @@
 """A server on 127.0.0.1 with a known queue: it serves one completions request at a time, each
 for a fixed service time, first come first served, and answers with the streaming (SSE)
-response the client reads (one content chunk, usage, [DONE]).
+response the client reads (one content chunk, usage, [DONE]). GET /taken answers how many
+requests it has taken in so far.
 
 A request arrives when the kernel received its last byte (the socket's receive timestamp,
 SO_TIMESTAMPNS: not when this process got round to reading it), and its service ends at
@@ -45,11 +46,13 @@ class Queue:
     def __init__(self, service_ns: int) -> None:
         self.service_ns = service_ns
         self.free_at = 0
+        self.taken = 0  # requests taken in since the start (GET /taken)
         self.lock = threading.Lock()
 
     def take(self, arrived_ns: int) -> int:
         with self.lock:
             self.free_at = max(arrived_ns, self.free_at) + self.service_ns
+            self.taken += 1
             return self.free_at
 
 
@@ -88,7 +91,12 @@ def serve_connection(conn: socket.socket, queue: Queue) -> None:
                 return
             buf += data
             while end := _request_end(buf):
-                buf = buf[end:]
+                request, buf = buf[:end], buf[end:]
+                if request.startswith(b"GET /taken "):
+                    body = str(queue.taken).encode()
+                    head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n"
+                    conn.sendall(head.encode() + body)
+                    continue
                 done = queue.take(_received_ns(ancillary))
                 time.sleep(max(0, done - time.time_ns()) / 1e9)
                 try:

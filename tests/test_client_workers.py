@@ -235,6 +235,12 @@ def test_invalid_worker_counts(workers: object, marks: object, match: str) -> No
         run_point(wl("http://127.0.0.1:9"), ["p"], 1, "x", workers=workers, marks=marks)  # type: ignore[arg-type]
 
 
+def taken(queue: str) -> int:
+    """How many requests the queue server has taken in (tests/queue_server.py GET /taken)."""
+    with urllib.request.urlopen(f"{queue}/taken", timeout=10) as resp:
+        return int(resp.read())
+
+
 STOP_SCRIPT = """
 import sys
 from servelab.design.arrivals import ArrivalProcess
@@ -266,11 +272,16 @@ def test_a_stopped_point_keeps_what_the_workers_finished(queue: str, kind: str) 
     """SIGTERM to the process running a 2-worker point (as snakemake stops a job): the point
     ends with KeyboardInterrupt, and `out` holds every request that finished, once each, with
     both workers' entries."""
+    before = taken(queue)
     proc = subprocess.Popen(
         [sys.executable, "-c", STOP_SCRIPT, queue, kind], stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
-    time.sleep(2.0)  # the workers started (about 0.5 s) and sent some of the 400 requests
+    # the workers started and the queue took in some of the 400 requests (about 0.5 s on an
+    # idle host; a busy one takes longer to start the workers, so no fixed wait)
+    deadline = time.monotonic() + 60
+    while taken(queue) < before + 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 3, out

@@ -31,7 +31,10 @@ HOLDER = textwrap.dedent(
     lock = MeasuringLock(60, lambda s: None, Path(sys.argv[1]))
     lock.acquire()
     print("held", flush=True)
-    time.sleep(float(sys.argv[2]))
+    if sys.argv[2] == "-":  # until told, on stdin
+        sys.stdin.readline()
+    else:
+        time.sleep(float(sys.argv[2]))
     print(f"released {time.time()!r}", flush=True)
     lock.release()
     time.sleep(float(sys.argv[3]) if len(sys.argv) > 3 else 0)
@@ -43,7 +46,10 @@ WAITER = textwrap.dedent(
     from pathlib import Path
     from servelab.launch.session import MeasuringLock
     notes = []
-    lock = MeasuringLock(float(sys.argv[2]), notes.append, Path(sys.argv[1]), poll_s=0.1)
+    def note(line):
+        notes.append(line)
+        print("note", flush=True)  # waiting, as the note says
+    lock = MeasuringLock(float(sys.argv[2]), note, Path(sys.argv[1]), poll_s=0.1)
     try:
         record = lock.acquire()
     except Exception as exc:
@@ -55,10 +61,12 @@ WAITER = textwrap.dedent(
 )
 
 
-def start_holder(path: Path, hold_s: float, *extra: str) -> subprocess.Popen[str]:
-    """A process that takes the lock, says `held`, keeps it hold_s, then releases it."""
+def start_holder(path: Path, hold_s: float | str, *extra: str) -> subprocess.Popen[str]:
+    """A process that takes the lock, says `held`, keeps it hold_s (or, for "-", until a line
+    on its stdin), then releases it."""
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(path), str(hold_s), *extra],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -78,11 +86,19 @@ def run_waiter(path: Path, timeout_s: float) -> tuple[int, dict[str, object]]:
 
 
 def test_a_second_process_waits_for_the_first_then_proceeds(tmp_path: Path) -> None:
+    """The holder keeps the lock until the waiter has said it waits, and 1.5 s more: on a busy
+    host a waiter can take longer to start than any fixed hold."""
     path = tmp_path / "locks" / "measuring-server.lock"
-    holder = start_holder(path, 2.5)
-    code, got = run_waiter(path, 60)
-    out, _ = holder.communicate(timeout=30)
+    holder = start_holder(path, "-")
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", WAITER, str(path), "60"], stdout=subprocess.PIPE, text=True
+    )
+    assert waiter.stdout is not None and waiter.stdout.readline().strip() == "note"
+    time.sleep(1.5)
+    out, _ = holder.communicate("\n", timeout=30)
     released = float(out.split("released ", 1)[1])
+    rest, _ = waiter.communicate(timeout=60)
+    code, got = waiter.returncode, json.loads(rest.strip().splitlines()[-1])
     assert code == 0, got
     record = got["record"]
     assert isinstance(record, dict)
