@@ -88,13 +88,15 @@ def write_config(tmp: Path, cfg: dict[str, Any]) -> Path:
     return path
 
 
-def snakemake_cmd(cfg_path: Path) -> list[str]:
-    return ["snakemake", "--cores", "2", "--configfile", str(cfg_path), "--nolock"]
+def snakemake_cmd(cfg_path: Path, *targets: str) -> list[str]:
+    return ["snakemake", "--cores", "2", *targets, "--configfile", str(cfg_path), "--nolock"]
 
 
-def run_snakemake(cfg_path: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def run_snakemake(
+    cfg_path: Path, *targets: str, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        snakemake_cmd(cfg_path),
+        snakemake_cmd(cfg_path, *targets),
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -19,7 +19,7 @@ from e2e_helpers import (
     REPO,
     engine_in_one_process,
     reduced_config,
-    run_env,
+    run_snakemake,
     without_compile,
     write_config,
 )
@@ -47,17 +47,6 @@ class Diagnosed:
     proc: subprocess.CompletedProcess[str]
 
 
-def snakemake(target: str, config: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["snakemake", "--cores", "2", target, "--configfile", str(config), "--nolock"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        env=run_env(),
-    )
-
-
 @pytest.fixture(scope="session")
 def diagnosed(vllm_runtime: dict, tmp_path_factory: pytest.TempPathFactory) -> Diagnosed:
     """The diagnosis, run once, beside the other tests: what it asserts (a proposal from the
@@ -80,7 +69,7 @@ def diagnosed(vllm_runtime: dict, tmp_path_factory: pytest.TempPathFactory) -> D
     cfg["analysis"]["validity"] = VALIDITY
     engine_in_one_process(without_compile(cfg))
     path = write_config(tmp, cfg)
-    return Diagnosed(path, tmp / "results", snakemake("all", path))
+    return Diagnosed(path, tmp / "results", run_snakemake(path, "all", timeout=1500))
 
 
 def test_the_serialized_diagnosis_proposes_max_num_seqs_8(diagnosed: Diagnosed) -> None:
@@ -107,7 +96,7 @@ def test_the_confirmation_measures_the_proposal(diagnosed: Diagnosed) -> None:
     conf = results / "serialized-cpu-confirm"
     measured = diag / "raw" / "max-num-seqs-1" / "run.json"
     before = measured.stat().st_mtime_ns
-    proc = snakemake("confirm", diagnosed.config)
+    proc = run_snakemake(diagnosed.config, "confirm", timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert measured.stat().st_mtime_ns == before  # the diagnosis is not measured again
 

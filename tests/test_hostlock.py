@@ -75,14 +75,21 @@ def start_holder(path: Path, hold_s: float | str, *extra: str) -> subprocess.Pop
     return proc
 
 
-def run_waiter(path: Path, timeout_s: float) -> tuple[int, dict[str, object]]:
-    out = subprocess.run(
-        [sys.executable, "-c", WAITER, str(path), str(timeout_s)],
-        capture_output=True,
-        text=True,
-        timeout=120,
+def start_waiter(path: Path, timeout_s: float) -> subprocess.Popen[str]:
+    """A process that waits up to timeout_s for the lock, says `note` at each of the lock's
+    notes (the first: it found the lock held), and prints its outcome as JSON last."""
+    return subprocess.Popen(
+        [sys.executable, "-c", WAITER, str(path), str(timeout_s)], stdout=subprocess.PIPE, text=True
     )
-    return out.returncode, json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def waiter_outcome(waiter: subprocess.Popen[str]) -> tuple[int, dict[str, object]]:
+    out, _ = waiter.communicate(timeout=120)
+    return waiter.returncode, json.loads(out.strip().splitlines()[-1])
+
+
+def run_waiter(path: Path, timeout_s: float) -> tuple[int, dict[str, object]]:
+    return waiter_outcome(start_waiter(path, timeout_s))
 
 
 def test_a_second_process_waits_for_the_first_then_proceeds(tmp_path: Path) -> None:
@@ -90,15 +97,12 @@ def test_a_second_process_waits_for_the_first_then_proceeds(tmp_path: Path) -> N
     host a waiter can take longer to start than any fixed hold."""
     path = tmp_path / "locks" / "measuring-server.lock"
     holder = start_holder(path, "-")
-    waiter = subprocess.Popen(
-        [sys.executable, "-c", WAITER, str(path), "60"], stdout=subprocess.PIPE, text=True
-    )
+    waiter = start_waiter(path, 60)
     assert waiter.stdout is not None and waiter.stdout.readline().strip() == "note"
     time.sleep(1.5)
     out, _ = holder.communicate("\n", timeout=30)
     released = float(out.split("released ", 1)[1])
-    rest, _ = waiter.communicate(timeout=60)
-    code, got = waiter.returncode, json.loads(rest.strip().splitlines()[-1])
+    code, got = waiter_outcome(waiter)
     assert code == 0, got
     record = got["record"]
     assert isinstance(record, dict)
