@@ -211,6 +211,8 @@ def analysis_outputs():
         out.append(f"{EXP}/analysis/{_paths.TURNS_TABLE}")
     if config["analysis"].get("confirms"):
         out.append(f"{EXP}/analysis/{_paths.CONFIRMATION_TABLE}")
+    if config["analysis"].get("compare"):
+        out.append(f"{EXP}/analysis/{_paths.SAME_HOST_TABLE}")
     return out
 
 

@@ -11,10 +11,13 @@ from servelab import config as cfgmod
 from servelab.analysis.pipeline import analyze
 from servelab.env.model import build_tiny
 from servelab.experiment import Experiment, TinySpec
+from servelab.store.hashing import sha256_file
 from servelab.store.jsonio import write_json
 from servelab.store.paths import ExperimentPaths
 
 SECRET = "hf_supersecret_0123456789"
+# the default lock's: a bundle carries the bytes of the lock its runtime was created from
+LOCK_SHA = sha256_file(Path(__file__).resolve().parents[1] / "envs" / "vllm-cpu.lock")
 # the fixture's model: smaller than the default experiment's (56 MB a build)
 SMALL_TINY = {"layers": 2, "hidden_size": 128, "heads": 2, "kv_heads": 2, "intermediate_size": 256}
 
@@ -59,7 +62,7 @@ def experiment(
             "pid": 1,
             "started_epoch_ns": 1,
             "ready_s": 1.0,
-            "runtime_lock_sha256": "ab" * 32,
+            "runtime_lock_sha256": LOCK_SHA,
         },
     )
     (exp / "server" / "a100" / "server.log").write_text("INFO started\n")
@@ -70,7 +73,7 @@ def experiment(
         {
             "kind": "venv",
             "lock": "vllm-cpu.lock",
-            "lock_sha256": "ab" * 32,
+            "lock_sha256": LOCK_SHA,
             "packages": {"vllm-cpu": "0.32.0"},
             "python_version": "3.11.7",
         },

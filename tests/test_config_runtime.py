@@ -1,6 +1,7 @@
 """A server configuration with a runtime of its own (server.configs[].runtime): the config that
 asks for it, the refusals, the launch that uses it, the interleaved rounds that measure it, the
-report's comparison of runtimes and the refusal to compare such a configuration across runs."""
+refusal of two runtimes without interleaved rounds, and the refusal to compare such a
+configuration across runs (the report's comparison: tests/test_runtimes_compared.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ import pytest
 from workflow_env import snakemake_here
 
 from servelab import config
-from servelab.analysis.runtimes import _row, runtimes_section
 from servelab.errors import ServelabError
-from servelab.experiment import AnalysisSection, Experiment
+from servelab.experiment import Experiment
 from servelab.launch.session import build_launch
 from servelab.measure.sequential import in_turn
 from servelab.reproduce.comparison import other_runtime
@@ -117,59 +117,26 @@ def test_the_workflow_makes_each_runtime_ready_before_the_sweep(tmp_path: Path) 
     assert "runtime/vllm-0.32/runtime.json" not in out  # the shared runtime's configuration
 
 
-class _Groups:
-    """The two methods of analysis.groups.Groups the comparison reads."""
+def test_two_runtimes_without_interleaved_rounds_are_refused() -> None:
+    """Each side's rounds on one launch would not pair up (pseudo-replication): a fixed number
+    of repeats, or a sequential plan without interleave, is refused in one line naming the two
+    configurations and what to set."""
 
-    def __init__(self, values: dict[tuple[str, int], list[float]]) -> None:
-        self.values = values
+    def fixed(cfg: dict[str, Any]) -> None:
+        cfg["sweep"]["repeats"] = 3
 
-    def pair(
-        self, sa: str, a: int, sb: str, b: int, metric: str
-    ) -> tuple[list[float], list[float]]:
-        return self.values[(sa, a)], self.values[(sb, b)]
+    def plain(cfg: dict[str, Any]) -> None:
+        cfg["sweep"]["repeats"] = {"min": 3, "max": 5}
 
-    def left_out(self, sc: str, c: int, metric: str) -> list[Any]:
-        return []
-
-
-def _opts() -> AnalysisSection:
-    return config.load(EXAMPLE).analysis
-
-
-def test_a_slower_runtime_is_called_slower_with_its_interval() -> None:
-    g: Any = _Groups({("a", 8): [100.0, 104.0, 98.0], ("b", 8): [80.0, 84.0, 79.0]})
-    row = _row(g, "a", "b", 8, "output_throughput", _opts())
-    assert row["answer"] == "slower" and row["n"] == 3
-    assert row["ratio"] is not None and row["ci_low"] is not None and row["ci_high"] is not None
-    assert row["ci_low"] < row["ratio"] < row["ci_high"] < 0.9
-    # a latency that rises is slower too; one that does not move is no difference
-    lat: Any = _Groups({("a", 8): [10.0, 10.5, 9.8], ("b", 8): [12.0, 12.4, 11.9]})
-    assert _row(lat, "a", "b", 8, "mean_ttft_ms", _opts())["answer"] == "slower"
-    same: Any = _Groups({("a", 8): [100.0, 104.0, 98.0], ("b", 8): [101.0, 102.0, 99.0]})
-    assert _row(same, "a", "b", 8, "output_throughput", _opts())["answer"] == (
-        "no difference detected"
-    )
-    one: Any = _Groups({("a", 8): [100.0], ("b", 8): [80.0]})
-    assert _row(one, "a", "b", 8, "output_throughput", _opts())["answer"].startswith("not testable")
-
-
-def test_the_report_asks_the_question_and_answers_it() -> None:
-    g: Any = _Groups({("a", 8): [100.0, 104.0, 98.0], ("b", 8): [80.0, 84.0, 79.0]})
-    row = _row(g, "a", "b", 8, "output_throughput", _opts())
-    ids = [
-        {"server_config": "a", "runtime": "lock:1", "vllm_version": "0.31.0"},
-        {"server_config": "b", "runtime": "lock:2", "vllm_version": "0.32.0"},
-    ]
-    doc: Any = {
-        "alpha": 0.05,
-        "threshold_pct": 5.0,
-        "pairs": [{"a": ids[0], "b": ids[1], "rows": [row]}],
-    }
-    text = "\n".join(runtimes_section(doc, {8: "c=8"}))
-    assert "### Is b (vLLM 0.32.0) slower than a (vLLM 0.31.0)?" in text
-    assert "Yes: slower in throughput at c=8." in text
-    assert "| c=8 | output_throughput | 3 | 0.8" in text
-    assert runtimes_section(None, {}) == []
+    for mutate in (fixed, plain):
+        msg = _refused(mutate)
+        assert "'vllm-0.31' and 'vllm-0.32' run on different runtimes" in msg
+        assert "interleave: true" in msg and "sweep.repeats" in msg
+    # one runtime named twice is one runtime: no comparison, nothing refused
+    cfg = _resolved()
+    cfg["sweep"]["repeats"] = 3
+    cfg["server"]["configs"][0]["runtime"] = {"lock": cfg["runtime"]["lock"]}
+    assert config.validate(cfg).sweep.rounds is None
 
 
 def _prov(lock_a: str, version: str) -> dict[str, Any]:

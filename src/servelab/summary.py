@@ -17,7 +17,7 @@ from servelab.analysis.validity import (
     check_point,
     point_name,
     summary_line,
-    use_attempt,
+    use_attempts,
 )
 from servelab.config import default_section
 from servelab.design.level import Level, LevelValue
@@ -90,8 +90,7 @@ def point_validity(points: list[RawPoint], t: ValiditySection) -> list[PointFlag
     """The validity flags of every point (docs/analysis.md#validity); a point without
     requests.jsonl.gz is checked on its telemetry alone."""
     out: list[PointFlags] = []
-    for point in points:
-        p, _ = use_attempt(point, t)  # a re-measured point: the attempt the analysis uses
+    for p, _ in use_attempts(points, t):  # a re-measured point: the attempt the analysis uses
         recs = p.records() if p.requests_path.exists() else []
         flags = check_point(recs, p.meta, t, p.server_args, p.warmup)
         out.append((p.server_config, int(p.meta["repeat"]), p.level.value, flags))
@@ -102,8 +101,7 @@ def remeasured_lines(points: list[RawPoint], t: ValiditySection) -> list[str]:
     """The points measured again because a host check failed, each with the attempt used and
     why (validity.json `record`); none when no point was."""
     out = []
-    for p in points:
-        _, choice = use_attempt(p, t)
+    for p, (_, choice) in zip(points, use_attempts(points, t), strict=True):
         if choice is not None:
             name = point_name(p.server_config, int(p.meta["repeat"]), p.level.value, p.level.axis)
             out.append(f"  {name}: {choice.reason}")
@@ -117,7 +115,7 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
     None)."""
     t = validity or default_section(ValiditySection, "analysis", "validity")
     raw = load_points(exp_dir)
-    points = [use_attempt(p, t)[0].meta for p in raw]  # a re-measured point: the attempt used
+    points = [p.meta for p, _ in use_attempts(raw, t)]  # a re-measured point: the attempt used
     rows = summary_rows(points)
     lines = [f"servelab summary: {exp_dir}", ""]
     rates = any(Level.from_record(p).is_rate for p in points)
@@ -150,6 +148,7 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
         )
     lines += ["", summary_line(point_validity(raw, t)), *remeasured_lines(raw, t)]
     lines += canary_lines(exp_dir)
+    lines += same_host_lines(exp_dir)
     times = stage_times(exp_dir)
     if times:
         lines.append("")
@@ -160,6 +159,34 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
         if wall:
             lines += ["", wall]
     return "\n".join(lines) + "\n"
+
+
+def same_host_lines(exp_dir: Path) -> list[str]:
+    """The pairs of analysis.compare in three words (a rerun's answer), one line per level and
+    metric: `reference-x -> current-x c=8 output_throughput: DIFFERENT (slower) 0.552 [0.50,
+    0.61]`; none where the run compared none (analysis/same_host.json absent)."""
+    from servelab.store.jsonio import read_json
+    from servelab.store.paths import SAME_HOST_TABLE
+
+    path = exp_dir / "analysis" / SAME_HOST_TABLE
+    if not path.is_file():
+        return []
+    doc = read_json(path)
+    lines = [
+        "",
+        f"compared on this host (today's client measuring both sides; SAME within "
+        f"{doc['margin_pct']:g}%, speed B / A [interval]):",
+    ]
+    for pair in doc["pairs"]:
+        for r in pair["rows"]:
+            word = f"{r['word']} ({r['direction']})" if r["direction"] else r["word"]
+            if r["speed"] is not None:
+                word += f" {r['speed']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
+            if r["word"] == "UNKNOWN" and r["rounds_needed"]:
+                word += f", about {r['rounds_needed']} rounds would decide it"
+            level = f"{doc['axis'][0]}={r['level']:g}"
+            lines.append(f"  {pair['b']} vs {pair['a']} {level} {r['metric']}: {word}")
+    return lines
 
 
 def canary_lines(exp_dir: Path) -> list[str]:

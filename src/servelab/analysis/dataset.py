@@ -32,7 +32,7 @@ from servelab.analysis.validity import (
     failed,
     point_name,
     removing,
-    use_attempt,
+    use_attempts,
 )
 from servelab.analysis.validity.flags import number_text
 from servelab.analysis.validity.openloop import achieved_rate
@@ -185,9 +185,9 @@ def _point(
 def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -> Dataset:
     points = []
     skipped: list[Skipped] = []
-    for point in load_points(root, skipped if skip_damaged else None):
-        # a re-measured point: the attempt the host checks leave (validity.json `record`)
-        raw, choice = use_attempt(point, t)
+    # a re-measured point: the attempt the host checks leave (validity.json `record`); a
+    # repeat measured again whole, one attempt throughout
+    for raw, choice in use_attempts(load_points(root, skipped if skip_damaged else None), t):
         try:
             recs = raw.records()
         except DamagedRawData as exc:

@@ -16,6 +16,7 @@ from servelab.analysis.proposals import proposal_line
 from servelab.analysis.replay_report import replay_section
 from servelab.analysis.rounds import rounds_section
 from servelab.analysis.runtimes import runtimes_section
+from servelab.analysis.samehost import same_host_section
 from servelab.analysis.search_records import SearchJson, StepJson
 from servelab.analysis.stats import describe
 from servelab.analysis.turns import turns_section
@@ -244,7 +245,9 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
     lines += _search_section(results.get("search") or {})
     lines += _diagnoses_section(results["diagnoses"], g.axis)
     lines += _claims_section(results["claims"])
-    lines += runtimes_section(results.get("runtimes"), {c: g.level_name(c) for (_, c) in g.by})
+    names = {c: g.level_name(c) for (_, c) in g.by}
+    lines += runtimes_section(results.get("runtimes"), names)
+    lines += same_host_section(results.get("same_host"), names)
     if results.get("confirmation") is not None:
         lines += confirmation_section(results["confirmation"])
     if results.get("rounds") is not None:

@@ -26,6 +26,7 @@ from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
 from servelab.analysis.markdown import server_starts
 from servelab.analysis.rounds import RoundsRecord, sequential_claims
 from servelab.analysis.runtimes import runtimes_compared
+from servelab.analysis.samehost import same_host
 from servelab.analysis.search import SearchResult, read_search
 from servelab.analysis.search_records import SearchJson
 from servelab.analysis.slo import slo_capacity
@@ -43,6 +44,7 @@ from servelab.store.paths import (
     ANALYSIS_TABLES,
     CONFIRMATION_TABLE,
     ROUNDS_TABLE,
+    SAME_HOST_TABLE,
     SLO_TABLE,
     TURNS_TABLE,
     VALIDITY_TABLE,
@@ -137,6 +139,9 @@ def analyze(
     runtimes = runtimes_compared(g, ds, opts)
     if runtimes is not None:  # configurations on their own runtimes (another vLLM release)
         results["runtimes"] = runtimes
+    if opts.compare:  # pairs compared on this host in three words (a rerun)
+        pairs = [{"a": c.a, "b": c.b, "metrics": c.metrics} for c in opts.compare]
+        results["same_host"] = same_host(ds, pairs, opts.margin_pct, opts.alpha)
     if opts.confirms is not None:  # a confirmation experiment: a verdict per proposal
         results["confirmation"] = confirmation(g, results["claims"], opts.confirms)
     _write_tables(out, ds, results)
@@ -239,6 +244,7 @@ def _write_tables(out: Path, ds: Dataset, results: dict[str, Any]) -> None:
         (ROUNDS_TABLE, "rounds"),
         (TURNS_TABLE, "turns"),
         (CONFIRMATION_TABLE, "confirmation"),
+        (SAME_HOST_TABLE, "same_host"),
     )
     for table, key in only_where:  # only where they apply
         if results.get(key) is not None:

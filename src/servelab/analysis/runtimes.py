@@ -4,33 +4,50 @@ release, server.configs[].runtime), faster or slower than A here?
 Where the run's server configurations ran on more than one runtime (launch.json's
 `runtime_lock_sha256` or `runtime_image_digest` differ), the first configuration is the
 reference and every configuration on another runtime is compared with it, at every level
-both measured, repeat by repeat: B's repeat r against A's repeat r, the two measured in the
-same round of an interleaved plan (sweep.repeats.interleave) or in the same position of the
-two launches' balanced orders. Per metric (throughput, mean TTFT, mean TPOT): the ratio B / A
-as the geometric mean of the repeats' ratios with its (1 - alpha) confidence interval
-(Student's t on the log ratios, n - 1 degrees of freedom), the paired test's p
-(servelab.analysis.stats.paired, the analysis's alpha and practical threshold) and the
-answer: `faster`, `slower` (a throughput higher or lower, a latency lower or higher, the test
-calling the difference real) or `no difference detected`. The report's "Runtimes compared"
-section gives them; a run on one runtime has none.
+both measured, round by round: B's round r against A's round r, the two measured on fresh
+launches in turn in the same round of an interleaved plan (sweep.repeats.interleave).
+
+Each (level, metric) is answered in three words (servelab.analysis.samehost, the same-host
+comparison's own function): SAME, DIFFERENT (faster or slower) or UNKNOWN at the equivalence
+margin `analysis.margin_pct`, every interval at 1 - alpha / (decisions x looks) (Bonferroni
+over every pair x level x metric and over the looks the sequential plan allows:
+`equivalence.family_alpha`), so that the chance of a wrong SAME or DIFFERENT anywhere in the
+section stays under `analysis.alpha`. The answer and the section's headline ("Is B slower than
+A?") come from those words. Beside them, for information only, the paired t-test's p of each
+row at `analysis.alpha` (unadjusted: 9 such tests at 0.05 call something in about 1 run in 3
+where nothing differs).
+
+Without `interleave` each side's rounds share one launch: they are not independent replicates
+of the two runtimes (pseudo-replication), so every row is UNKNOWN with that reason (and the
+config validation refuses such an experiment: env.config_runtime). A run on one runtime has
+no comparison.
+
+runtimes.json format 2 (results["runtimes"]): format 1's keys keep their names; `answer` is
+the word ("SAME", "DIFFERENT (slower)", "UNKNOWN"), `ratio`, `ci_low` and `ci_high` are B / A
+with the family interval; the words' own fields (`word`, `direction`, `speed`, `low`, `high`,
+`rounds_needed`, `why`) and the family's (`method`, `margin_pct`, `decisions`, `looks`,
+`interval_alpha`, `interleaved`) are added.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
 from servelab.analysis.dataset import Dataset
-from servelab.analysis.groups import Groups, hit_order, invalid_text
-from servelab.analysis.stats import paired, paired_ratio_ci
+from servelab.analysis.equivalence import DIFFERENT, METHOD as WORDS_METHOD, SAME, SLOWER, UNKNOWN
+from servelab.analysis.groups import Groups
+from servelab.analysis.samehost import NOT_INTERLEAVED, Plan, RowJson, interleaved, same_host
+from servelab.analysis.stats import paired
 from servelab.experiment import AnalysisSection
 from servelab.store.paths import ExperimentPaths
 from servelab.store.records import LaunchRecord
 
 METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
 HIGHER_IS_BETTER = frozenset({"output_throughput"})
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+METHOD = f"{WORDS_METHOD}; p: the paired t-test at alpha, unadjusted, for information"
 
 
 class RuntimeIdJson(TypedDict):
@@ -43,11 +60,18 @@ class ComparedJson(TypedDict):
     level: int | float
     metric: str
     n: int
-    ratio: float | None  # B / A, geometric mean over the paired repeats
-    ci_low: float | None
+    ratio: float | None  # B / A, geometric mean over the paired rounds
+    ci_low: float | None  # B / A's family interval (1 - interval_alpha)
     ci_high: float | None
-    p_value: float | None
-    answer: str  # faster | slower | no difference detected | not testable: ...
+    p_value: float | None  # the paired t-test's, unadjusted: information, not the answer
+    answer: str  # SAME | DIFFERENT (faster) | DIFFERENT (slower) | UNKNOWN
+    word: str  # SAME | DIFFERENT | UNKNOWN
+    direction: str | None  # faster | slower, for DIFFERENT
+    speed: float | None  # B's speed over A's (a latency A / B): above 1, B is faster
+    low: float | None
+    high: float | None
+    rounds_needed: int | None
+    why: str | None
 
 
 class PairJson(TypedDict):
@@ -59,8 +83,14 @@ class PairJson(TypedDict):
 class RuntimesJson(TypedDict):
     format_version: int
     axis: str
+    method: str
     alpha: float
     threshold_pct: float
+    margin_pct: float
+    decisions: int
+    looks: int
+    interval_alpha: float
+    interleaved: bool
     pairs: list[PairJson]
 
 
@@ -88,37 +118,39 @@ def runtime_ids(
     return out
 
 
-def _row(
-    g: Groups, a: str, b: str, level: int | float, metric: str, opts: AnalysisSection
-) -> ComparedJson:
+def _b_over_a(r: RowJson, metric: str) -> tuple[float | None, float | None, float | None]:
+    """The words' speed interval as B / A of the metric itself (a latency's is A / B)."""
+    speed, low, high = r["speed"], r["low"], r["high"]
+    if speed is None or low is None or high is None:
+        return None, None, None
+    if metric in HIGHER_IS_BETTER:
+        return speed, low, high
+    return 1.0 / speed, 1.0 / high, 1.0 / low
+
+
+def _row(g: Groups, a: str, b: str, r: RowJson, opts: AnalysisSection) -> ComparedJson:
+    """One row: the word of the family, and the paired test's p beside it."""
+    level, metric = r["level"], r["metric"]
     vb, va = g.pair(b, level, a, level, metric)
-    test = paired(vb, va, opts.threshold_pct, opts.alpha)
-    hits = sorted(g.left_out(a, level, metric) + g.left_out(b, level, metric), key=hit_order)
-    row: ComparedJson = {
+    ratio, low, high = _b_over_a(r, metric)
+    label = f"{r['word']} ({r['direction']})" if r["direction"] else r["word"]
+    return {
         "level": level,
         "metric": metric,
-        "n": test.n,
-        "ratio": None,
-        "ci_low": None,
-        "ci_high": None,
-        "p_value": test.p_value,
-        "answer": "",
+        "n": r["n"],
+        "ratio": ratio,
+        "ci_low": low,
+        "ci_high": high,
+        "p_value": paired(vb, va, opts.threshold_pct, opts.alpha).p_value,
+        "answer": label,
+        "word": r["word"],
+        "direction": r["direction"],
+        "speed": r["speed"],
+        "low": r["low"],
+        "high": r["high"],
+        "rounds_needed": r["rounds_needed"],
+        "why": r["why"],
     }
-    if hits:  # as paired.csv: the repeats that remain are not tested
-        row["answer"], row["p_value"] = invalid_text(hits), None
-        return row
-    if test.p_value is None:
-        row["answer"] = test.verdict
-        return row
-    ratio = paired_ratio_ci(vb, va, opts.alpha)
-    if ratio is not None:
-        row["ratio"], row["ci_low"], row["ci_high"] = ratio.value, ratio.low, ratio.high
-    if test.verdict == "not significant":
-        row["answer"] = "no difference detected"
-    else:
-        higher = test.verdict == "a > b"  # a is B here
-        row["answer"] = "faster" if higher == (metric in HIGHER_IS_BETTER) else "slower"
-    return row
 
 
 def runtimes_compared(g: Groups, ds: Dataset, opts: AnalysisSection) -> RuntimesJson | None:
@@ -127,19 +159,29 @@ def runtimes_compared(g: Groups, ds: Dataset, opts: AnalysisSection) -> Runtimes
     if len({i["runtime"] for i in ids}) < 2:
         return None
     ref = ids[0]
+    others = [i for i in ids[1:] if i["runtime"] != ref["runtime"]]
+    asked = [{"a": ref["server_config"], "b": o["server_config"]} for o in others]
+    sides = sorted({ref["server_config"], *(o["server_config"] for o in others)})
+    plan = Plan(interleaved=interleaved(ds, sides))
+    words = same_host(ds, asked, opts.margin_pct, opts.alpha, plan)
+    assert words is not None  # `asked` holds one pair at least: B on another runtime than A
     pairs: list[PairJson] = []
-    for other in ids[1:]:
-        if other["runtime"] == ref["runtime"]:
-            continue
-        a, b = ref["server_config"], other["server_config"]
-        levels = [c for c in g.levels(a) if c in g.levels(b)]
-        rows = [_row(g, a, b, c, m, opts) for c in levels for m in METRICS]
-        pairs.append({"a": ref, "b": other, "rows": rows})
+    for other, found in zip(others, words["pairs"], strict=True):
+        a, b = found["a"], found["b"]
+        pairs.append(
+            {"a": ref, "b": other, "rows": [_row(g, a, b, r, opts) for r in found["rows"]]}
+        )
     return {
         "format_version": FORMAT_VERSION,
         "axis": g.axis,
+        "method": METHOD,
         "alpha": opts.alpha,
         "threshold_pct": opts.threshold_pct,
+        "margin_pct": words["margin_pct"],
+        "decisions": words["decisions"],
+        "looks": words["looks"],
+        "interval_alpha": words["interval_alpha"],
+        "interleaved": words["interleaved"],
         "pairs": pairs,
     }
 
@@ -150,54 +192,80 @@ def _release(i: RuntimeIdJson) -> str:
 
 
 def _ratio_text(r: ComparedJson) -> str:
-    if r["ratio"] is None:
+    if r["ratio"] is None or r["ci_low"] is None or r["ci_high"] is None:
         return "n/a"
     return f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+
+
+def _where(rows: Sequence[ComparedJson], level_name: Mapping[Any, str]) -> str:
+    """'output_throughput at c=8; mean_ttft_ms at c=1, c=4': the rows by metric."""
+    by: dict[str, list[str]] = {}
+    for r in rows:
+        by.setdefault(r["metric"], []).append(level_name[r["level"]])
+    return "; ".join(f"{m} at {', '.join(levels)}" for m, levels in by.items())
+
+
+def headline(rows: Sequence[ComparedJson], margin_pct: float, level_name: Mapping[Any, str]) -> str:
+    """The answer to "Is B slower than A?" from the rows' words: Yes (a row DIFFERENT
+    (slower)), No (every row SAME or DIFFERENT (faster)), Unknown otherwise: an UNKNOWN row may
+    hide a slowdown."""
+    m = f"{margin_pct:g}%"
+    slower = [r for r in rows if r["word"] == DIFFERENT and r["direction"] == SLOWER]
+    faster = [r for r in rows if r["word"] == DIFFERENT and r["direction"] != SLOWER]
+    unknown = [r for r in rows if r["word"] == UNKNOWN]
+    same = [r for r in rows if r["word"] == SAME]
+    parts = [f"slower by more than {m} in {_where(slower, level_name)}"] if slower else []
+    parts += [f"faster by more than {m} in {_where(faster, level_name)}"] if faster else []
+    if same:
+        where = "every level and metric" if len(same) == len(rows) else f"{len(same)} more"
+        parts.append(f"the same within {m} at {where}")
+    if unknown:
+        why = {r["why"] for r in unknown}
+        reason = f" ({NOT_INTERLEAVED})" if why == {NOT_INTERLEAVED} else ""
+        parts.append(f"{len(unknown)} of {len(rows)} answers UNKNOWN{reason}")
+    lead = "Yes" if slower else "Unknown" if unknown or not rows else "No"
+    return f"{lead}: " + ("; ".join(parts) if parts else "no level both measured") + "."
 
 
 def runtimes_section(doc: RuntimesJson | None, level_name: dict[int | float, str]) -> list[str]:
     """The report's "Runtimes compared" section (none for a run on one runtime)."""
     if doc is None:
         return []
-    ci = f"{100 * (1 - doc['alpha']):g}%"
+    ci = f"{100 * (1 - doc['interval_alpha']):.3g}%"
     lines = [
         "",
         "## Runtimes compared",
         "",
-        f"Each configuration on another runtime against the first, repeat by repeat: B / A "
-        f"with its {ci} confidence interval, the paired t-test on the log ratios (alpha "
-        f"{doc['alpha']:g}, practical threshold {doc['threshold_pct']:g}%).",
+        f"Each configuration on another runtime against the first, round by round, in three "
+        f"words: SAME where B / A's interval lies within the {doc['margin_pct']:g}% margin, "
+        f"DIFFERENT where it lies wholly outside, UNKNOWN otherwise ({doc['method']}: "
+        f"{doc['decisions']} decisions x {doc['looks']} looks, each interval at {ci}, family "
+        f"alpha {doc['alpha']:g}). B / A is the metric's own ratio (a latency above 1: B is "
+        f"slower). p is the paired t-test's at alpha {doc['alpha']:g}, unadjusted: for "
+        f"information, not the answer.",
     ]
+    if not doc["interleaved"]:
+        lines += ["", f"Every row is UNKNOWN: {NOT_INTERLEAVED}."]
     for pair in doc["pairs"]:
         a, b = _release(pair["a"]), _release(pair["b"])
-        lines += ["", f"### Is {b} slower than {a}?", ""]
-        thr = [r for r in pair["rows"] if r["metric"] == "output_throughput"]
-        slower = [level_name[r["level"]] for r in thr if r["answer"] == "slower"]
-        faster = [level_name[r["level"]] for r in thr if r["answer"] == "faster"]
-        parts = [f"slower in throughput at {', '.join(slower)}"] if slower else []
-        parts += [f"faster in throughput at {', '.join(faster)}"] if faster else []
-        untested = [
-            level_name[r["level"]]
-            for r in thr
-            if r["answer"].startswith(("not testable", "invalid"))
-        ]
-        rest = len(thr) - len(slower) - len(faster) - len(untested)
-        if rest:
-            where = f"any of {rest} levels" if rest == len(thr) else f"the other {rest}"
-            parts.append(f"no difference in throughput detected at {where}")
-        if untested:  # a validity check left too few paired repeats (the table says why)
-            parts.append(f"not testable at {', '.join(untested)}")
-        lead = "Yes" if slower else "No" if len(untested) < len(thr) else "Not answered"
         lines += [
-            f"{lead}: " + "; ".join(parts) + ".",
             "",
-            "| level | metric | n | B / A [CI] | p | answer |",
+            f"### Is {b} slower than {a}?",
+            "",
+            headline(pair["rows"], doc["margin_pct"], level_name),
+            "",
+            "| level | metric | rounds | B / A [interval] | p (unadjusted) | answer |",
             "|---|---|---|---|---|---|",
         ]
         for r in pair["rows"]:
             p = "" if r["p_value"] is None else f"{r['p_value']:.3g}"
+            answer = r["answer"]
+            if r["word"] == UNKNOWN and r["rounds_needed"]:
+                answer += f": about {r['rounds_needed']} rounds in all would decide it"
+            if r["why"] and r["why"] != NOT_INTERLEAVED:
+                answer += f" ({r['why']})"
             lines.append(
                 f"| {level_name[r['level']]} | {r['metric']} | {r['n']} | {_ratio_text(r)} "
-                f"| {p} | {r['answer']} |"
+                f"| {p} | {answer} |"
             )
     return lines

@@ -28,7 +28,7 @@ import numpy as np
 
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.groups import axis_of
-from servelab.analysis.validity import use_attempt
+from servelab.analysis.validity import use_attempts
 from servelab.client import RequestRecord
 from servelab.design.level import LevelValue
 from servelab.metrics import request_end_ns, request_latencies
@@ -85,8 +85,8 @@ def read_turn_points(root: Path, ds: Dataset) -> list[TurnPoint]:
         return []
     kept = {(p.server_config, p.repeat, p.level.value): p for p in ds.points}
     out = []
-    for found in load_points(root, skipped=[]):
-        raw, _ = use_attempt(found, ds.validity)  # a re-measured point: the attempt used
+    # a re-measured point: the attempt used (a repeat measured again whole, one throughout)
+    for raw, _ in use_attempts(load_points(root, skipped=[]), ds.validity):
         meta = raw.meta
         if "chat" not in meta:
             continue

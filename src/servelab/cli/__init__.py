@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from servelab import __version__
 from servelab.cli import (
     analyze,
+    bisect,
     build_model,
     bundle,
     check_config,
@@ -16,6 +17,7 @@ from servelab.cli import (
     lock,
     profile,
     release,
+    rerun,
     site,
     summary,
     telemetry,
@@ -35,6 +37,8 @@ VERBS = (
     verify,
     release,
     compare,
+    rerun,
+    bisect,
     site,
     telemetry,
     profile,

@@ -7,6 +7,13 @@ one balanced, interleaved experiment on one host. Everything else is shared, the
 above all: a comparison of versions is a comparison on the same model, so a configuration
 with its own runtime may not also change what is served (`MODEL_ARGS`). Each refusal is one
 line naming the key.
+
+Two configurations on different runtimes are compared round by round ("Runtimes compared",
+docs/analysis.md): only an interleaved plan (`sweep.repeats: {min, max, interleave: true}`)
+measures each round of each on a launch of its own, in turn, so that the rounds are
+independent replicates of the two runtimes. Without it each side's rounds share one launch
+(pseudo-replication) and the comparison could only answer UNKNOWN, so such an experiment is
+refused before anything is measured.
 """
 
 from __future__ import annotations
@@ -72,3 +79,33 @@ def check_config_runtimes(cfg: dict[str, Any], source: str) -> None:
                 "in its args, which changes the model: a comparison of runtimes serves the same "
                 f"model; move {changed[0]} to server.args or drop the configuration's runtime"
             )
+    check_interleaved(cfg, source)
+
+
+def runtime_key(cfg: dict[str, Any], c: dict[str, Any]) -> tuple[str, ...]:
+    """What tells a configuration's runtime from another's: its own lock or image, else
+    runtime's (the same lock or image named twice is one runtime)."""
+    rt, own = cfg["runtime"], c.get("runtime") or {}
+    if "lock" in own or "image" in own:
+        return (str(own.get("lock")), str(own.get("image")), str(own.get("image_sha256")))
+    return (str(rt.get("lock")), str(rt.get("image")), str(rt.get("image_sha256")))
+
+
+def check_interleaved(cfg: dict[str, Any], source: str) -> None:
+    """Refuse, in one line, server configurations on different runtimes measured without
+    `sweep.repeats.interleave: true`: their rounds would not pair up."""
+    configs = cfg["server"]["configs"]
+    first: dict[tuple[str, ...], str] = {}
+    for c in configs:
+        first.setdefault(runtime_key(cfg, c), c["name"])
+    if len(first) < 2:
+        return
+    plan = cfg["sweep"]["repeats"]
+    if isinstance(plan, dict) and plan.get("interleave") is True:
+        return
+    a, b = list(first.values())[:2]
+    raise ServelabError(
+        f"{source}: sweep.repeats: server configurations {a!r} and {b!r} run on different "
+        "runtimes, and a comparison of runtimes pairs their rounds only when each round runs "
+        "on a launch of its own, in turn; set sweep.repeats: {min: 3, max: 5, interleave: true}"
+    )

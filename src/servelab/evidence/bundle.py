@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import shutil
 from collections.abc import Collection
 from pathlib import Path
@@ -183,6 +184,7 @@ def build_bundle(
         shutil.rmtree(out)
     out.mkdir(parents=True)
     _copy_inputs(paths, out, repo)
+    _copy_locks(exp, paths, out, repo)
     config = redacted_config({k: v for k, v in exp.to_dict().items() if k not in leave_out})
     (out / "config.resolved.yaml").write_text(
         yaml.safe_dump(config, sort_keys=True, default_flow_style=False), encoding="utf-8"
@@ -221,6 +223,31 @@ def _copy_inputs(paths: ExperimentPaths, out: Path, repo: Path) -> None:
             dest = out / "workflow" / src.relative_to(repo)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dest)
+
+
+def _copy_locks(exp: Experiment, paths: ExperimentPaths, out: Path, repo: Path) -> None:
+    """The bytes of each hashed lock a venv runtime was created from, beside its record
+    (runtime/<lock name>, runtime/<sc>/<lock name>): what a rerun of this bundle on another
+    host rebuilds the runtime from (servelab.reproduce.rerun). The lock is read where the
+    config names it and must still hash as the record says; otherwise it is not the run's."""
+    records = [(paths.runtime_record, exp.runtime)]
+    for rec in paths.config_runtime_records():
+        sc = rec.parent.name
+        if sc in exp.server.names:
+            records.append((rec, exp.runtime_of(sc)))
+    for rec, runtime in records:
+        doc = RuntimeRecord.read(rec).doc
+        if doc.get("kind") != "venv" or not doc.get("lock_sha256"):
+            continue
+        src = Path(runtime.lock) if Path(runtime.lock).is_absolute() else repo / runtime.lock
+        data = src.read_bytes() if src.is_file() else None
+        if data is None or hashlib.sha256(data).hexdigest() != doc["lock_sha256"]:
+            raise ServelabError(
+                f"{src}: not the lock {rec} was created from (sha256 {doc['lock_sha256'][:16]}); "
+                "restore that lock, or measure the run again with this one"
+            )
+        dest = out / rec.relative_to(paths.root).parent / src.name
+        dest.write_bytes(data)
 
 
 def _servers(bundled: ExperimentPaths) -> tuple[dict[str, ServerFacts], str | None]:

@@ -67,6 +67,7 @@ RULES: list[tuple[str, str]] = [
     ("tables/rounds.json", "rounds"),
     ("tables/turns.json", "turns"),
     ("tables/confirmation.json", "confirmation"),
+    ("tables/same_host.json", "same_host"),
     (f"profile/*/{PROFILE_FILE}", "profile"),
     (f"profile/*/{WINDOWS_FILE}", "windows"),
     (f"profile/*/{CAPTURE_FILE}", "capture"),

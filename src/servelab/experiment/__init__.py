@@ -243,6 +243,41 @@ class PairSpec:
 
 
 @dataclass(frozen=True)
+class ComparePair:
+    """analysis.compare[]: two server configurations answered SAME, DIFFERENT or UNKNOWN."""
+
+    a: str
+    b: str
+    metrics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BisectVersion:
+    """bisect.versions[]: one setup of the ordered list, its runtime and arguments."""
+
+    name: str
+    lock: str | None
+    image: str | None
+    image_sha256: str | None
+    args: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class BisectSection:
+    """bisect: the ordered setups, the known good and bad ends, and the question."""
+
+    versions: tuple[BisectVersion, ...]
+    good: str
+    bad: str
+    metric: str
+    level: float | None
+    check_bad: bool
+
+    def index(self, name: str) -> int:
+        return [v.name for v in self.versions].index(name)
+
+
+@dataclass(frozen=True)
 class ValiditySection:
     """analysis.validity: the thresholds of the per-point validity checks (those of a trace
     replay absent unless given: None, the check's own default)."""
@@ -336,6 +371,9 @@ class AnalysisSection:
     claims: tuple[str, ...]
     figures: bool
     validity: ValiditySection
+    # same-host comparisons in three words (servelab.analysis.samehost)
+    margin_pct: float
+    compare: tuple[ComparePair, ...]
     # a confirmation experiment's only (servelab.confirm); absent everywhere else
     confirms: ConfirmsSection | None = None
 
@@ -415,9 +453,11 @@ class Experiment:
     search: SearchSection | None
     # absent unless given (servelab.confirm reads its defaults then)
     confirm: ConfirmSection | None = None
+    # a bisection's (servelab bisect): absent or null everywhere else
+    bisect: BisectSection | None = None
     _source: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("search", "confirm")
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("search", "confirm", "bisect")
 
     @property
     def name(self) -> str:

@@ -3,13 +3,22 @@
 
 Right after a point is measured its host checks run on its telemetry, with the analysis' own
 function (servelab.analysis.validity.host_flags): today `contention`, CPU busy outside the
-server, the client and the samplers. After the last scheduled point of a server launch, every
-point whose latest attempt failed one is measured again on the same launch, with the same
-prompts, into <point>/attempt-<N>/, in the order the disturbed points were first measured
-(run order); those still disturbed go round again, until each has `remeasure` re-measures. The
-pending ones are found on disk, so a launch that resumes a sweep re-measures the disturbed
-points of an earlier launch too. The analysis uses the first attempt that passes the host
-checks (servelab.analysis.validity.use_attempt).
+server, the client and the samplers. After the last scheduled point of a server launch, the
+whole repeat of every point whose latest attempt failed one is measured again on the same
+launch, with the same prompts: every level of that repeat, in the repeat's planned (balanced)
+order, each into <point>/attempt-<N>/ with one N for the repeat. A repeat still disturbed goes
+round again, until its disturbed point has `remeasure` re-measures. The pending ones are found
+on disk, so a launch that resumes a sweep re-measures the disturbed points of an earlier
+launch too. The analysis reads a repeat so measured again from one attempt throughout: the
+first whose every point passes the host checks (servelab.analysis.validity.use_attempts).
+
+Why the whole repeat: the paired tests pair a level's repeat r with the other levels' repeat r.
+A point measured alone after the launch's last one ran later than the points it pairs with, so
+whatever drifts along a launch reaches it alone; where disturbance falls on one level more
+than the others this turned the paired test's 5% of false positives into 13-22%
+(benchmarks/README.md, "Re-measured points and the paired test's false positives"). A repeat
+measured again whole keeps its order and so the pairs' balance, at the cost of measuring its
+other levels again (one repeat's points per disturbed repeat).
 
 The sweep-level host check (the host-speed canary's drift, before the job's first launch and
 after its last) is no point's: it is noted in validity.json `host_speed`, never re-measured.
@@ -71,6 +80,48 @@ def pending(
     return out
 
 
+@dataclass(frozen=True)
+class Row:
+    """A repeat to measure again whole: its slots in run order, the attempt every one of them
+    is measured as (one more than the most any of them has), and why (its disturbed points)."""
+
+    repeat: int
+    slots: tuple[Slot, ...]
+    attempt: int
+    disturbed: tuple[Disturbed, ...]
+
+    def reason(self, slot: Slot) -> str:
+        """point.json `remeasure_reason` of the slot's re-measure: its own failed host checks,
+        or the disturbed point whose repeat it is measured again with."""
+        own = [d.reason for d in self.disturbed if d.slot.key == slot.key]
+        if own:
+            return own[0]
+        first = self.disturbed[0]
+        return (
+            f"its repeat is measured again whole, in its planned order: {first.slot.name()} "
+            f"was disturbed ({first.reason})"
+        )
+
+
+def pending_rows(
+    paths: ExperimentPaths, sc: str, slots: Sequence[Slot], exp: Experiment
+) -> list[Row]:
+    """The repeats of `slots` with a disturbed point (`pending`), in run order, each with its
+    complete points."""
+    todo = pending(paths, sc, slots, exp)
+    out = []
+    for repeat in sorted({d.slot.repeat for d in todo}):
+        row = [
+            s
+            for s in sorted(slots, key=lambda s: s.run_index)
+            if s.repeat == repeat and is_complete(paths.slot(sc, s))
+        ]
+        most = max(1 + len(attempt_dirs(paths.slot(sc, s))) for s in row)
+        hit = tuple(d for d in todo if d.slot.repeat == repeat)
+        out.append(Row(repeat, tuple(row), most + 1, hit))
+    return out
+
+
 def why_not(exp: Experiment, sc: str) -> str | None:
     """Why the disturbed points of `sc` are not measured again, or None when they are: unique
     prompts through a prefix cache (the re-measure's prompts would be served from the cache the
@@ -89,24 +140,30 @@ def remeasure(
     offsets: Mapping[tuple[int, int | float], int],
     exp: Experiment,
 ) -> int:
-    """Measure again, on this launch, every disturbed point of `slots` (`pending`), round after
-    round until none is pending; the number of re-measures."""
+    """Measure again, on this launch, the whole repeat of every disturbed point of `slots`
+    (`pending_rows`), round after round until none is pending; the number of re-measures."""
     sc, n = points.sc, 0
-    while todo := pending(points.paths, sc, slots, exp):
+    while rows := pending_rows(points.paths, sc, slots, exp):
         if (reason := why_not(exp, sc)) is not None:
-            points.say(f"[{sc}] {len(todo)} disturbed point(s) {reason}")
+            hit = sum(len(r.disturbed) for r in rows)
+            points.say(f"[{sc}] {hit} disturbed point(s) {reason}")
             return n
-        for k, d in enumerate(todo, 1):
-            slot, again = d.slot, Again(d.attempts + 1, d.reason)
-            points.say(
-                f"[{sc}] rep{slot.repeat:02d} {slot.name()} attempt {d.attempts} disturbed "
-                f"({d.reason}); measuring it again (attempt {again.attempt})"
-            )
-            point = points.measure(slot, offsets[slot.key], f"again {k}/{len(todo)}", again)
-            n += 1
-            still = disturbed_by(point, exp)
-            points.say(
-                f"[{sc}] attempt {again.attempt}: "
-                + (f"disturbed too ({still})" if still else "passed the host checks")
-            )
+        total, k = sum(len(r.slots) for r in rows), 0
+        for row in rows:
+            for d in row.disturbed:
+                points.say(
+                    f"[{sc}] rep{row.repeat:02d} {d.slot.name()} attempt {d.attempts} disturbed "
+                    f"({d.reason}); measuring rep{row.repeat:02d} again whole, in its planned "
+                    f"order (attempt {row.attempt})"
+                )
+            for slot in row.slots:
+                k += 1
+                again = Again(row.attempt, row.reason(slot))
+                point = points.measure(slot, offsets[slot.key], f"again {k}/{total}", again)
+                still = disturbed_by(point, exp)
+                points.say(
+                    f"[{sc}] rep{slot.repeat:02d} {slot.name()} attempt {row.attempt}: "
+                    + (f"disturbed too ({still})" if still else "passed the host checks")
+                )
+        n += k
     return n

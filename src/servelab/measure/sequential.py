@@ -8,9 +8,10 @@ every stopping point, and a round is never cut short by the rule. The first `min
 configuration are measured on one server launch, as a fixed design's repeats; each further
 round is measured on a fresh launch per configuration (its points record it as `launch`).
 After each round from `min` on, the looks (servelab.analysis.rounds) say which questions are
-decided (the claims, and with a `reference:` the orderings a reproduction against it will
-judge); measuring stops when none is open, at `max`, or when the last round's time says the
-next would overrun `budget_s`.
+decided (the claims, with a `reference:` the orderings a reproduction against it will judge,
+and the pairs of `analysis.compare` until each is SAME or DIFFERENT at every level and metric,
+servelab.analysis.samehost); measuring stops when none is open, at `max`, or when the last
+round's time says the next would overrun `budget_s`.
 
 Every run.json of the sweep is written at the end with the same `sequential` record: the
 rule and its parameters, the rounds, why it stopped, every look, and every server launch it
@@ -27,7 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import TypedDict
 
-from servelab.analysis.dataset import load_dataset
+from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.rounds import (
     STOPPED,
     LookRecord,
@@ -36,6 +37,7 @@ from servelab.analysis.rounds import (
     open_claims,
     round_record,
 )
+from servelab.analysis.samehost import Plan, open_rows, same_host
 from servelab.analysis.stopping import RuleJson, StoppingRule
 from servelab.design.schedule import Slot
 from servelab.errors import ServelabError
@@ -122,7 +124,7 @@ def run_rounds(
         ds = load_dataset(paths.root, validity=exp.analysis.validity)
         all_looks = looks(ds, asked, rule, k)
         row = all_looks[-1]
-        still = open_claims(row)
+        still = open_claims(row) + compared_open(exp, ds, rule, interleave)
         say(
             f"look after round {k}: {len(row) - len(still)} of {len(row)} questions decided"
             + (f"; open: {'; '.join(still)}" if still else "")
@@ -152,6 +154,17 @@ def run_rounds(
     for job in jobs:
         job.write_run(slots[job.sc], wall, sequential=record)
     return record
+
+
+def compared_open(exp: Experiment, ds: Dataset, rule: StoppingRule, interleave: bool) -> list[str]:
+    """The pairs of `analysis.compare` still UNKNOWN at this look (a rerun's questions): each
+    is open until its three words are SAME or DIFFERENT at every level and metric."""
+    a = exp.analysis
+    if not a.compare:
+        return []
+    pairs = [{"a": c.a, "b": c.b, "metrics": c.metrics} for c in a.compare]
+    doc = same_host(ds, pairs, a.margin_pct, a.alpha, Plan(rule.looks, interleave))
+    return open_rows(doc)
 
 
 def in_turn(jobs: list[SweepJob], k: int) -> list[SweepJob]:

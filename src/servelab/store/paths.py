@@ -44,6 +44,8 @@ ROUNDS_TABLE = "rounds.json"
 TURNS_TABLE = "turns.json"
 # a confirmation experiment's verdict per proposal (analysis/confirmation.py)
 CONFIRMATION_TABLE = "confirmation.json"
+# pairs of configurations compared on this host in three words (analysis/samehost.py)
+SAME_HOST_TABLE = "same_host.json"
 VALIDITY_TABLE = "validity.json"
 ANALYSIS_REPORT = "report.md"
 FIGURES = (

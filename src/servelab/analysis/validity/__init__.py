@@ -26,6 +26,7 @@ from servelab.analysis.validity.attempts import (
     disturbed,
     host_flags,
     use_attempt,
+    use_attempts,
 )
 from servelab.analysis.validity.catalog import (
     ALL_CHECKS,
@@ -106,6 +107,7 @@ __all__ = [
     "disturbed",
     "host_flags",
     "use_attempt",
+    "use_attempts",
     "level_name",
     "counts",
     "evaluate",

@@ -6,9 +6,16 @@ sweep runs it right after a point (servelab.measure.remeasure) with the very fun
 analysis runs, and measures a disturbed point again at the end of its server launch, up to
 `analysis.validity.remeasure` times, each attempt in its own folder (docs/raw-data.md).
 
-The analysis then uses the first attempt that passes the host checks, and the first attempt
-(flagged as measured) when none does: a disturbed record is never averaged in. `Choice` says
-which one and why, for validity.json `record` (docs/analysis.md, "Re-measured points").
+The sweep measures a disturbed point's whole repeat again (every level, in its planned order,
+one attempt number for the repeat), so that the paired tests, which pair a level's repeat r
+with the other levels' repeat r, keep their balance. The analysis reads such a repeat from one
+attempt throughout (`use_attempts`): the first attempt of the repeat whose every point passes
+the host checks; when none does, the one with the fewest disturbed points (the earliest of
+those), whose disturbed points stay flagged. A point measured again alone (a sweep of an earlier
+servelab re-measured the disturbed point only) keeps the rule it was measured under: the first
+of its attempts that passes the host checks, and the first attempt (flagged as measured) when
+none does. Either way a disturbed record is never averaged in. `Choice` says which attempt and
+why, for validity.json `record` (docs/analysis.md, "Re-measured points").
 """
 
 from __future__ import annotations
@@ -90,3 +97,49 @@ def use_attempt(point: RawPoint, t: ValiditySection) -> tuple[RawPoint, Choice |
     attempts = point.attempts
     choice = choose([(a.attempt, host_flags(a.meta.get("telemetry"), t)) for a in attempts])
     return next(a for a in attempts if a.attempt == choice.attempt), choice
+
+
+def use_attempts(
+    points: Sequence[RawPoint], t: ValiditySection
+) -> list[tuple[RawPoint, Choice | None]]:
+    """`use_attempt` of every point, in order, except that a repeat measured again whole (an
+    attempt number past 1 that every point of the repeat has) is read from one attempt
+    throughout (`row_choice`)."""
+    rows: dict[tuple[str, int], list[RawPoint]] = {}
+    for p in points:
+        rows.setdefault((p.server_config, int(p.meta["repeat"])), []).append(p)
+    chosen: dict[int, tuple[RawPoint, Choice | None]] = {}
+    for row in rows.values():
+        for p, pick in zip(row, row_choice(row, t), strict=True):
+            chosen[id(p)] = pick
+    return [chosen[id(p)] for p in points]
+
+
+def row_choice(row: Sequence[RawPoint], t: ValiditySection) -> list[tuple[RawPoint, Choice | None]]:
+    """The attempts of one repeat's points: one shared attempt where the repeat was measured
+    again whole, each point's own choice (`use_attempt`) otherwise."""
+    shared = sorted(set.intersection(*({a.attempt for a in p.attempts} for p in row)))
+    if len(shared) < 2:
+        return [use_attempt(p, t) for p in row]
+    flags = {
+        (id(p), a.attempt): host_flags(a.meta.get("telemetry"), t) for p in row for a in p.attempts
+    }
+
+    def hit(k: int) -> int:
+        return sum(bool(disturbed(flags[id(p), k])) for p in row)
+
+    k = min(shared, key=lambda j: (hit(j), j))
+    out: list[tuple[RawPoint, Choice | None]] = []
+    for p in row:
+        said = [
+            f"attempt {a.attempt} disturbed: {disturbance(flags[id(p), a.attempt])}"
+            for a in p.attempts
+            if disturbed(flags[id(p), a.attempt])
+        ]
+        whole = f"repeat measured again whole: attempt {k} of each of its points used"
+        if disturbed(flags[id(p), k]):
+            why = f"every attempt of its repeat has a disturbed point ({'; '.join(said)}); {whole}"
+        else:
+            why = "; ".join([*said, whole])
+        out.append((next(a for a in p.attempts if a.attempt == k), Choice(k, len(p.attempts), why)))
+    return out
