@@ -3,10 +3,11 @@
 "Runtimes compared" (servelab.analysis.runtimes) answers every level x metric of B against A
 with servelab.analysis.samehost's words: SAME, DIFFERENT (faster or slower) or UNKNOWN at the
 equivalence margin (`analysis.margin_pct`, 10%), each row at alpha / (decisions x looks)
-(`equivalence.family_alpha`), its interval at 1 - 2 x that (two one-sided tests). This simulates the version A/B example's plan
-(config/experiments/vllm-version-ab-cpu.yaml: 3 levels x 3 metrics, interleaved rounds 3 to 5)
-round by round: after each round from 3 on, the words on the rounds so far; measuring stops at
-the first look with no row UNKNOWN, or after round 5, and the answer is that look's words.
+(`equivalence.family_alpha`), its interval at 1 - 2 x that (two one-sided tests). This
+simulates the version A/B example's plan (config/experiments/vllm-version-ab-cpu.yaml: 3 levels
+x 3 metrics, interleaved rounds 3 to 5; other plans by option) round by round: after each
+round from 3 on, the words on the rounds so far; measuring stops at the first look with no row
+UNKNOWN, or after round 5, and the answer is that look's words.
 
 Each row's round-to-round log speed ratio B / A is normal with SD `spread` around the true
 effect, the rows independent (metrics of one point move together in a real run, which only
@@ -26,7 +27,8 @@ The words are computed for every study at once with numpy, with equivalence.deci
 the first 50 studies of each case are checked against equivalence.decide itself (the script
 stops if one differs).
 
-    python benchmarks/bench_samehost.py [--studies 20000] [--seed 0]
+    python benchmarks/bench_samehost.py [--studies 20000] [--seed 0] [--levels 3] [--metrics 3]
+        [--rounds 3:5] [--margin 10] [--spreads 3,5,8]
 """
 
 from __future__ import annotations
@@ -41,12 +43,28 @@ from scipy import stats as sps
 from servelab.analysis.equivalence import DIFFERENT, SAME, UNKNOWN, decide, family_alpha
 
 ALPHA = 0.05
-MARGIN_PCT = 10.0
-LEVELS, METRICS = 3, 3
-MIN_ROUNDS, MAX_ROUNDS = 3, 5
-ROWS = LEVELS * METRICS
-LOOKS = MAX_ROUNDS - MIN_ROUNDS + 1
 CHECKED = 50  # studies per case checked against equivalence.decide
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The comparison simulated: levels x metrics rows, rounds min to max (a look after each
+    from min on), the equivalence margin. The default is the version A/B example's;
+    `servelab rerun`'s is rounds 3 to 6."""
+
+    levels: int = 3
+    metrics: int = 3
+    min_rounds: int = 3
+    max_rounds: int = 5
+    margin_pct: float = 10.0
+
+    @property
+    def rows(self) -> int:
+        return self.levels * self.metrics
+
+    @property
+    def looks(self) -> int:
+        return self.max_rounds - self.min_rounds + 1
 
 
 @dataclass(frozen=True)
@@ -87,23 +105,28 @@ def paired_calls(logs: np.ndarray, alpha: float) -> np.ndarray:
     return np.asarray(p < alpha)
 
 
-def check_against_decide(logs: np.ndarray, got: np.ndarray, alpha: float) -> None:
+def check_against_decide(logs: np.ndarray, got: np.ndarray, alpha: float, plan: Plan) -> None:
     """The vectorized words of the first studies are equivalence.decide's."""
     code = {(SAME, None): 1, (DIFFERENT, "faster"): 2, (DIFFERENT, "slower"): 3}
     for s in range(min(CHECKED, logs.shape[0])):
-        for r in range(ROWS):
+        for r in range(plan.rows):
             b = list(np.exp(logs[s, r]))
-            d = decide(b, [1.0] * len(b), True, MARGIN_PCT, alpha)
+            d = decide(b, [1.0] * len(b), True, plan.margin_pct, alpha)
             want = 0 if d.word == UNKNOWN else code[d.word, d.direction]
             if want != got[s, r]:
                 raise SystemExit(f"study {s} row {r}: decide says {d.label}, the bench {got[s, r]}")
 
 
 def simulate(
-    rng: np.random.Generator, studies: int, spread: float, effect: float, check: bool = True
+    rng: np.random.Generator,
+    studies: int,
+    spread: float,
+    effect: float,
+    plan: Plan = Plan(),
 ) -> Result:
     """`effect`: the true log speed ratio B / A of every row (0: identical runtimes)."""
-    each = family_alpha(ALPHA, ROWS, LOOKS)
+    ROWS, MIN_ROUNDS, MAX_ROUNDS = plan.rows, plan.min_rounds, plan.max_rounds  # noqa: N806
+    each = family_alpha(ALPHA, ROWS, plan.looks)
     logs = effect + rng.normal(0.0, spread, (studies, ROWS, MAX_ROUNDS))
     wrong = (lambda w: w >= 2) if effect == 0.0 else (lambda w: (w == 1) | (w == 2))
     final = np.zeros((studies, ROWS), dtype=np.int8)
@@ -111,9 +134,8 @@ def simulate(
     running = np.ones(studies, dtype=bool)
     wrong_any = np.zeros(studies, dtype=bool)
     for k in range(MIN_ROUNDS, MAX_ROUNDS + 1):
-        w = words(logs[..., :k], each, MARGIN_PCT)
-        if check:
-            check_against_decide(logs[..., :k], w, each)
+        w = words(logs[..., :k], each, plan.margin_pct)
+        check_against_decide(logs[..., :k], w, each, plan)
         wrong_any |= running & wrong(w).any(axis=1)
         stop = running & ((w != 0).all(axis=1) | (k == MAX_ROUNDS))
         final[stop] = w[stop]
@@ -142,21 +164,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--studies", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--levels", type=int, default=3)
+    ap.add_argument("--metrics", type=int, default=3)
+    ap.add_argument("--rounds", default="3:5", help="MIN:MAX (servelab rerun's: 3:6)")
+    ap.add_argument("--margin", type=float, default=10.0, help="analysis.margin_pct")
+    ap.add_argument("--spreads", default="3,5,8", help="round-to-round spreads, percent")
     args = ap.parse_args()
-    each = family_alpha(ALPHA, ROWS, LOOKS)
+    lo, hi = (int(x) for x in args.rounds.split(":"))
+    plan = Plan(args.levels, args.metrics, lo, hi, args.margin)
+    each = family_alpha(ALPHA, plan.rows, plan.looks)
     print(
-        f"{LEVELS} levels x {METRICS} metrics, rounds {MIN_ROUNDS}-{MAX_ROUNDS} ({LOOKS} looks), "
-        f"margin {MARGIN_PCT:g}%, family alpha {ALPHA}: each interval at {1 - 2 * each:.5f}; "
-        f"{args.studies} studies per case"
+        f"{plan.levels} levels x {plan.metrics} metrics, rounds {lo}-{hi} ({plan.looks} looks), "
+        f"margin {plan.margin_pct:g}%, family alpha {ALPHA}: each interval at "
+        f"{1 - 2 * each:.5f}; {args.studies} studies per case"
     )
     print(
         f"{'truth':>11} {'spread':>6} {'wrong: final':>12} {'any look':>8} {'decided':>8} "
         f"{'rounds':>6} {'paired at alpha':>15}"
     )
     for name, effect in (("identical", 0.0), ("20% slower", -math.log(1.2))):
-        for i, spread in enumerate((0.03, 0.05, 0.08)):
+        for i, spread in enumerate(float(x) / 100 for x in args.spreads.split(",")):
             rng = np.random.default_rng([args.seed, i, int(effect != 0.0)])
-            r = simulate(rng, args.studies, spread, effect)
+            r = simulate(rng, args.studies, spread, effect, plan)
             print(
                 f"{name:>11} {100 * spread:5.0f}% {r.wrong_final:12.4f} {r.wrong_any_look:8.4f} "
                 f"{r.decided:8.3f} {r.rounds:6.2f} {r.paired:15.4f}"

@@ -99,7 +99,7 @@ def test_an_undecided_step_ends_the_search_and_says_so() -> None:
 
     text = "\n".join(bisection_section(doc))
     assert "UNKNOWN: the step of s3 against s0 was not decided in 6 rounds" in text
-    assert "| 2 | s3 | s0 | 6 | 1.000 [0.800, 1.300] | UNKNOWN, about 14 rounds" in text
+    assert "| 2 | s3 | s0 | 6 | 1.000 [0.800, 1.300] | UNKNOWN: about 14 rounds" in text
     same = bisect(q, fixed({7: SAME}))
     assert same["verdict"] == NO_CHANGE and len(same["steps"]) == 1
 

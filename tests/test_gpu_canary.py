@@ -79,7 +79,8 @@ def test_the_scripts_answer_is_read_into_medians_tflops_and_bandwidth() -> None:
     run, calls = runner(answer([0.034, 0.035, 0.033, 0.034, 0.036], [0.02] * 5))
     found = measure_gpu(["python", *script_args(WORK)], {"A": "1"}, WORK, run)
     assert isinstance(found, GpuCanary)
-    assert found.matmul == Timing("s", 0.034, 0.033, 0.036, 5)
+    assert found.matmul == Timing("s", 0.034, 0.033, 0.036, 5, found.matmul.timings)
+    assert found.matmul.timings is not None and len(found.matmul.timings) == 5
     assert found.tflops == pytest.approx(2 * 8192**3 * 20 / 1e12 / 0.034)
     assert found.copy.median == pytest.approx(2 * 256 * 2**20 * 100 / 1e9 / 0.02)
     assert found.device == "NVIDIA H100 80GB HBM3"

@@ -14,6 +14,8 @@ from servelab.analysis.hostspeed import (
     BEYOND_HOST,
     HOST_NOT_RECORDED,
     UNCHANGED,
+    UNKNOWN,
+    Gate,
     attribute,
     host_ratio,
     host_speed,
@@ -39,10 +41,13 @@ def canary(compute_s: float, gbs: float, spread: float = 0.01) -> dict[str, Any]
     }
 
 
-def run_doc(compute_s: float, gbs: float) -> dict[str, Any]:
-    """A run.json with its canary before and after the sweep."""
-    before, after = canary(compute_s, gbs), canary(compute_s, gbs)
-    return {"format_version": 1, "canary": {"before": before, "after": after, "drift": {}}}
+def run_doc(
+    compute_s: float, gbs: float, spread: float = 0.01, verdict: str = "steady"
+) -> dict[str, Any]:
+    """A run.json with its canary before and after the sweep, and its drift verdict."""
+    before, after = canary(compute_s, gbs, spread), canary(compute_s, gbs, spread)
+    drift = {"verdict": verdict}
+    return {"format_version": 1, "canary": {"before": before, "after": after, "drift": drift}}
 
 
 FAST = {"raw/a/run.json": run_doc(1.0, 10.0), "raw/b/run.json": run_doc(1.0, 10.0)}
@@ -149,28 +154,46 @@ def test_canaries_of_different_work_are_not_compared() -> None:
 # --- attribution ---------------------------------------------------------------------------
 
 
+NO_SPREAD = Gate(run_spread_pct=0.0)  # no run-to-run allowance: the canary's and repeats' own
+
+
 def test_a_slowed_host_with_the_same_code_is_the_hosts_speed() -> None:
-    """The host 20% slower, throughput 20% lower and latency 25% higher: as the host's speed,
-    never beyond it."""
+    """The host 20% slower, throughput 20% lower and latency 25% higher: the host-adjusted
+    interval lies inside the 10% margin: as the host's speed, never beyond it."""
     host = host_ratio(host_speed(FAST), host_speed(SLOW))
-    tput = ratio_ci([80.0, 81.0, 79.0], [100.0, 101.0, 99.0])
-    lat = ratio_ci([125.0, 126.0, 124.0], [100.0, 101.0, 99.0])
-    a = attribute("output_throughput", tput, True, host, 5.0)
+    tput = ratio_ci([80.0, 80.2, 79.8], [100.0, 100.2, 99.8])
+    lat = ratio_ci([125.0, 125.2, 124.8], [100.0, 100.2, 99.8])
+    a = attribute("output_throughput", tput, True, host, NO_SPREAD)
     assert a.answer == AS_HOST and a.direction is None
     assert a.vs_host == pytest.approx(1.0, abs=0.01)
-    b = attribute("mean_tpot_ms", lat, True, host, 5.0)
+    assert a.adjusted is not None and 1 / 1.1 < a.adjusted[0] < a.adjusted[1] < 1.1
+    b = attribute("mean_tpot_ms", lat, True, host, NO_SPREAD)
     assert b.answer == AS_HOST and b.speed == pytest.approx(0.8, rel=0.01)
+
+
+def test_the_run_to_run_allowance_leaves_one_pair_of_runs_unknown() -> None:
+    """With the default allowance for how far two runs stray (5%), three repeats a side
+    cannot show a change within the margin: UNKNOWN, naming the rerun that settles it."""
+    host = host_ratio(host_speed(FAST), host_speed(SLOW))
+    tput = ratio_ci([80.0, 80.2, 79.8], [100.0, 100.2, 99.8])
+    gate = Gate(rerun="servelab rerun evidence/x/v4 evidence/x/v5")
+    a = attribute("output_throughput", tput, True, host, gate)
+    assert a.answer == UNKNOWN and a.direction is None
+    assert a.why is not None and a.why.endswith(
+        "is neither inside nor outside the 10% margin; compare both on one host: "
+        "`servelab rerun evidence/x/v4 evidence/x/v5`"
+    )
 
 
 def test_a_real_change_on_an_equal_host_is_beyond_the_host() -> None:
     host = host_ratio(host_speed(FAST), host_speed(FAST))
     assert host is not None and not host.moved
     twice = ratio_ci([200.0, 202.0, 198.0], [100.0, 101.0, 99.0])
-    a = attribute("output_throughput", twice, True, host, 5.0)
+    a = attribute("output_throughput", twice, True, host)
     assert a.answer == BEYOND_HOST and a.direction == "better"
     assert a.vs_host == pytest.approx(2.0, rel=0.01)
     # a latency twice as long is beyond the host too, and worse
-    b = attribute("p99_ttft_ms", twice, True, host, 5.0)
+    b = attribute("p99_ttft_ms", twice, True, host)
     assert b.answer == BEYOND_HOST and b.direction == "worse"
 
 
@@ -178,15 +201,109 @@ def test_a_slower_host_does_not_explain_an_even_slower_code() -> None:
     """The host 20% slower, the throughput halved: beyond the host, worse."""
     host = host_ratio(host_speed(FAST), host_speed(SLOW))
     half = ratio_ci([50.0, 51.0, 49.0], [100.0, 101.0, 99.0])
-    a = attribute("output_throughput", half, True, host, 5.0)
+    a = attribute("output_throughput", half, True, host)
     assert a.answer == BEYOND_HOST and a.direction == "worse"
+
+
+def test_a_wide_canary_excuses_nothing() -> None:
+    """An identical host whose canary repeats spread 25% either side: the old band's hull called
+    a 25% throughput drop (p = 0.002) the host's. Its drift is unsteady (hostfacts.timing), so
+    the canary cannot tell: UNKNOWN, never "as the host's speed"."""
+    noisy = {k: run_doc(1.0, 10.0, 0.25, "unsteady") for k in FAST}
+    host = host_ratio(host_speed(FAST), host_speed(noisy))
+    drop = ratio_ci([75.0, 75.5, 74.5], [100.0, 100.5, 99.5])
+    a = attribute("output_throughput", drop, True, host)
+    assert a.answer == UNKNOWN and a.why is not None
+    assert a.why.startswith("the canary's drift was unsteady in the later run")
+    assert a.why.endswith("`servelab rerun REFERENCE_BUNDLE CURRENT_BUNDLE`")
+
+
+def test_a_host_ratio_wider_than_twice_the_margin_cannot_tell() -> None:
+    """A steady canary whose timings before and after the sweep differ by 25% (within what its
+    drift calls steady at a 10% spread): the bootstrap over the timings gives an interval wider
+    than (1.1)^2, and a real doubling is UNKNOWN, not beyond."""
+    doc = run_doc(1.0, 10.0, 0.1)
+    doc["canary"]["after"] = canary(1.25, 8.0, 0.1)
+    host = host_ratio(host_speed(FAST), host_speed({"raw/a/run.json": doc}))
+    assert host is not None and host.high / host.low > 1.1**2
+    twice = ratio_ci([200.0, 202.0, 198.0], [100.0, 101.0, 99.0])
+    a = attribute("output_throughput", twice, True, host)
+    assert a.answer == UNKNOWN and a.why is not None
+    assert "wider than twice the 10% margin" in a.why
+
+
+@pytest.mark.parametrize("verdict", ["moved", "unsteady"])
+def test_a_canary_that_moved_or_was_unsteady_cannot_tell(verdict: str) -> None:
+    later = {k: run_doc(1.0, 10.0, verdict=verdict) for k in FAST}
+    host = host_ratio(host_speed(FAST), host_speed(later))
+    assert host is not None and (host.drift, host.drift_in) == (verdict, ("after",))
+    twice = ratio_ci([200.0, 202.0, 198.0], [100.0, 101.0, 99.0])
+    gate = Gate(names=("the reference", "the fresh run"))
+    a = attribute("output_throughput", twice, True, host, gate)
+    assert a.answer == UNKNOWN and a.why is not None
+    assert a.why.startswith(f"the canary's drift was {verdict} in the fresh run")
+
+
+def test_a_misread_canary_cannot_flip_a_regression_into_an_improvement() -> None:
+    """Busy loops beside a server that does not use every core: the canary reads the host at
+    0.56 while the server is not slowed. A real 20% regression over that ratio reads 1.43:
+    the canary alone would turn it into an improvement, so it is UNKNOWN, not "better"."""
+    misread = {k: run_doc(1.0 / 0.56, 5.6) for k in FAST}
+    host = host_ratio(host_speed(FAST), host_speed(misread))
+    assert host is not None and host.ratio == pytest.approx(0.56, rel=0.01)
+    worse = ratio_ci([80.0, 80.5, 79.5], [100.0, 100.5, 99.5])
+    assert attribute("output_throughput", worse, True, host).answer == UNKNOWN
+    # even with no run-to-run allowance, where s / h lies wholly outside the margin
+    a = attribute("output_throughput", worse, True, host, NO_SPREAD)
+    assert a.answer == UNKNOWN and a.direction is None
+    assert a.why is not None and a.why.startswith(
+        "the host ratio alone, 0.56, would turn a change for the worse into one for the better"
+    )
 
 
 def test_without_a_canary_a_change_is_not_attributed() -> None:
     twice = ratio_ci([200.0, 202.0, 198.0], [100.0, 101.0, 99.0])
-    a = attribute("output_throughput", twice, True, None, 5.0)
+    a = attribute("output_throughput", twice, True, None)
     assert a.answer == HOST_NOT_RECORDED and a.direction is None and a.vs_host is None
-    assert attribute("output_throughput", twice, False, None, 5.0).answer == UNCHANGED
+    assert attribute("output_throughput", twice, False, None).answer == UNCHANGED
+
+
+# --- the host ratio's interval -------------------------------------------------------------
+
+
+def test_the_interval_is_a_deterministic_bootstrap_over_the_timings() -> None:
+    """Same canaries, same interval to the byte; kept repeats (`timings`) are read in place of
+    (low, median, high), and more spread repeats give a wider interval."""
+    one, again = (
+        host_ratio(host_speed(FAST), host_speed(SLOW)),
+        host_ratio(host_speed(FAST), host_speed(SLOW)),
+    )
+    assert one is not None and one == again
+    wide = {k: run_doc(1.0, 10.0) for k in FAST}
+    for doc in wide.values():
+        part = doc["canary"]["after"]["compute"]
+        part["timings"] = [0.8, 1.0, 1.25]  # kept: wider than its low and high say
+    narrow = host_ratio(host_speed(FAST), host_speed(FAST))
+    widened = host_ratio(host_speed(FAST), host_speed(wide))
+    assert narrow is not None and widened is not None
+    assert widened.high / widened.low > 2 * (narrow.high / narrow.low) - 1
+    assert narrow.low <= 1.0 <= narrow.high
+
+
+def test_gpu_hosts_read_the_cpu_canary_too() -> None:
+    """A GPU runtime's ratio is the GPU canary's; where the CPU canary's interval is not inside
+    the margin, the host's CPU side changed: UNKNOWN."""
+    from dataclasses import replace
+
+    host = host_ratio(host_speed(FAST), host_speed(FAST))
+    assert host is not None
+    gpu = replace(host, parts="gpu", cpu=(0.7, 0.65, 0.75))
+    twice = ratio_ci([200.0, 202.0, 198.0], [100.0, 101.0, 99.0])
+    a = attribute("output_throughput", twice, True, gpu)
+    assert a.answer == UNKNOWN and a.why is not None
+    assert a.why.startswith("the host's CPU side changed: the CPU canary's ratio, 0.65 to 0.75")
+    steady = replace(host, parts="gpu", cpu=(1.0, 0.98, 1.02))
+    assert attribute("output_throughput", twice, True, steady).answer == BEYOND_HOST
 
 
 # --- what a failed reproduction on an equivalent host says of the code ---------------------

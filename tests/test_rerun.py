@@ -65,9 +65,25 @@ def test_two_releases_are_measured_side_by_side_interleaved(
     assert exp.sweep.rounds is not None and exp.sweep.rounds.interleave is True
     assert (exp.sweep.rounds.min, exp.sweep.rounds.max) == (3, 5)
     assert exp.sweep.concurrency == (64, 128, 256) and not exp.profile.enabled
-    # one lock for both sides: no runtime of its own, the reference's lock bytes as written
+    # one lock for both sides: no runtime of its own; the lock of envs/ with that sha256, whose
+    # venv the other runs made
     assert all(c.runtime is None for c in exp.server.configs)
-    assert sha256_file(Path(exp.runtime.lock)) == LOCK_SHA
+    assert exp.runtime.lock == "envs/vllm-cpu.lock"
+    assert exp.workload.waves == 4 * 4  # each point 4 times the reference's
+
+
+def test_a_lock_only_the_bundle_carries_is_written_under_its_own_name(
+    bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"  # a checkout whose envs/ lacks the lock
+    (repo / "envs").mkdir(parents=True)
+    reference = open_side(bundles["ref"], tmp_path / "w1")
+    current = open_side(bundles["cur"], tmp_path / "w2")
+    this = cfgmod.resolve(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    cfg = rerun_config(reference, current, this, tmp_path / "out", repo, RerunOptions(waves=6))
+    lock = Path(cfg["runtime"]["lock"])
+    assert lock == tmp_path / "out" / "locks" / LOCK_SHA[:16] / "vllm-cpu.lock"
+    assert sha256_file(lock) == LOCK_SHA and cfg["workload"]["waves"] == 6
 
 
 def test_without_a_current_side_it_is_this_checkouts_runtime(
@@ -90,7 +106,7 @@ def test_a_bundle_without_its_lock_is_refused_naming_it(
     side = bundle_side(str(old), "bundle", old, None)  # not verified: a file was removed
     # still re-runs where a lock of envs/ has the recorded sha256 (the committed releases)
     data, where = lock_bytes(side, None, REPO)
-    assert where == "envs/vllm-cpu.lock (same sha256)" and data
+    assert where == "envs/vllm-cpu.lock" and data
     repo = tmp_path / "repo"  # a checkout whose envs/ lacks it
     (repo / "envs").mkdir(parents=True)
     with pytest.raises(ServelabError, match=r"does not carry the bytes of its lock vllm-cpu.lock"):

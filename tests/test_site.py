@@ -638,7 +638,7 @@ def test_history_page_shows_series_and_a_verdict_word_per_point_and_metric() -> 
     )
     assert (
         "Host speed: v2's host ran the canary at 1.10 times the speed of v1's (compute 1.10, "
-        "copy bandwidth 1.10; band 1.08 to 1.12): the host's speed moved." in words
+        "copy bandwidth 1.10; 95% interval 1.08 to 1.12): the host's speed moved." in words
     )
     assert "improved" not in words and "regressed" not in words
     assert (

@@ -290,7 +290,8 @@ def test_history_figure_alt_says_what_it_shows(history: dict[str, Any]) -> None:
     assert "means from" in alt and "tok/s" in alt
     assert "v6 to v7 (host differs)" in alt
     # and where a line changed (the triangles): the one change point of output_throughput
-    assert alt.endswith(" Change points (open triangles): max-num-seqs-8 c=1 v4 to v5 -13.9%.")
+    # and where a line changed (the triangles): none, once the releases' own scatter counts
+    assert alt.endswith(" No change point in any line.")
     assert alt.count(". ") <= 2  # at most three sentences
     assert history_figure_alt(history, "p99_ttft_ms").endswith(" No change point in any line.")
     with pytest.raises(ServelabError, match="'nope': not in the history"):
@@ -390,6 +391,10 @@ def test_a_checked_release_that_does_not_verify_is_never_analysed(
     assert {p["verdict"] for p in pair["points"]} == {"not comparable"}
 
 
+AS_HOST_WORDS = "changed as much as the host's speed did (not attributed to the code)"
+UNKNOWN_WORDS = "unknown: the canary cannot tell the host's speed from the code's"
+
+
 def timed(compute_s: float, gbs: float) -> HostSpeed:
     """A release's host speed: compute seconds and copy GB/s, each within 1%."""
     return HostSpeed(
@@ -403,13 +408,12 @@ def timed(compute_s: float, gbs: float) -> HostSpeed:
 @pytest.mark.parametrize(
     ("v8_speed", "expected"),
     [
-        # v8's host as fast as v7's: its 33-54% more throughput is beyond the host, better
-        ((1.0, 10.0), {"changed beyond what the host explains"}),
-        # v8's host 40% faster: the throughput moved as much as the host's speed did
-        (
-            (1.0 / 1.4, 14.0),
-            {"changed as much as the host's speed did (not attributed to the code)"},
-        ),
+        # v8's host as fast as v7's: its 33-54% more throughput is beyond the host, better,
+        # where its interval and the 10% run-to-run allowance clear the 10% margin
+        ((1.0, 10.0), {"changed beyond what the host explains", UNKNOWN_WORDS}),
+        # v8's host 40% faster: the throughput moved about as much as the host's speed did, but
+        # one run a side cannot place it inside the margin: unknown, never beyond
+        ((1.0 / 1.4, 14.0), {UNKNOWN_WORDS}),
     ],
 )
 def test_v7_to_v8_is_attributed_against_the_recorded_host_speed(
@@ -419,7 +423,7 @@ def test_v7_to_v8_is_attributed_against_the_recorded_host_speed(
     expected: set[str],
 ) -> None:
     """With the canary recorded (here given to the history in place of the releases' run.json
-    files), the same changes are the code's or the host's by the host-speed ratio."""
+    files), the same changes are the code's or the host's by the gate on the host ratio."""
     from servelab.site import history as module
 
     speeds = {"v7": timed(1.0, 10.0), "v8": timed(*v8_speed)}
@@ -430,12 +434,16 @@ def test_v7_to_v8_is_attributed_against_the_recorded_host_speed(
     tput = [p for p in pair["points"] if p["metric"] == "output_throughput"]
     changed = [p for p in tput if p["verdict"] != "unchanged"]
     assert len(changed) >= 8
-    assert {p["verdict"] for p in changed} == expected
-    if "changed beyond what the host explains" in expected:
-        assert {p["direction"] for p in changed} == {"better"}
-        assert all(p["vs_host_pct"] > 30 for p in changed)
-    else:
-        assert all(p["direction"] is None and abs(p["vs_host_pct"]) < 12 for p in changed)
+    assert {p["verdict"] for p in changed} <= expected
+    beyond = [p for p in changed if p["verdict"] == "changed beyond what the host explains"]
+    assert all(p["direction"] == "better" and p["vs_host_pct"] > 30 for p in beyond)
+    if len(expected) == 2:  # the largest changes (+54%) clear the margin and the allowance
+        assert len(beyond) >= 1
+    unknown = [p for p in changed if p["verdict"] == UNKNOWN_WORDS]
+    assert all(
+        p["why"].endswith("`servelab rerun evidence/quickstart-cpu/v7 evidence/quickstart-cpu/v8`")
+        for p in unknown
+    )
 
 
 def test_a_damaged_canary_leaves_the_host_speed_not_recorded(
@@ -466,20 +474,19 @@ def test_a_damaged_canary_leaves_the_host_speed_not_recorded(
 
 # the committed history's change points: the only run of three or more comparable releases is
 # v3 to v6 (one AMD EPYC Zen 4 host class; v3 has no valid repeat at max-num-seqs-1 c=8, so
-# that point's run is v4 to v6), and none of v1 to v8 records the host's speed
-CHANGED_SERIES = {
-    ("output_throughput", "max-num-seqs-8", 1): ("v4", "v5", -13.9),
-    ("mean_tpot_ms", "max-num-seqs-8", 1): ("v4", "v5", 17.7),
-    ("p99_tpot_ms", "max-num-seqs-1", 16): ("v3", "v4", -31.8),
-}
+# that point's run is v4 to v6), and none of v1 to v8 records the host's speed. With the
+# between-release variance estimated (its levels stray up to 19% beyond their repeats), none of
+# its 50 series has a change point: the -13.9% at max-num-seqs-8 c=1 from v4 to v5 that the
+# within-release variance alone called one is within that scatter
+CHANGED_SERIES: dict[tuple[str, str, int], tuple[str, str, float]] = {}
 
 
 def test_committed_series_have_change_points_or_none(history: dict[str, Any]) -> None:
     """Every series is cut at the pairs that are not comparable (v1, v2 | v3..v6 | v7, v8):
-    runs shorter than three releases have too few, v3 to v6 is judged, and 3 of its 50 series
-    changed, each with the host speed not recorded."""
+    runs shorter than three releases have too few, v3 to v6 is judged, and none of its 50
+    series changed (a change point would have the host speed not recorded)."""
     assert history["change_point_method"] == {
-        "method": "step fit",
+        "method": "step fit, between-release variance by DerSimonian-Laird",
         "penalty": 16.0,
         "sd_floor": 0.001,
         "min_releases": 3,
@@ -494,7 +501,7 @@ def test_committed_series_have_change_points_or_none(history: dict[str, Any]) ->
         assert all(len(tags) < 3 for tags in short) and (["v1", "v2"] in short or ["v2"] in short)
         (judged,) = [r for r in runs if r["answer"] != "too few releases"]
         assert judged["releases"] in (["v3", "v4", "v5", "v6"], ["v4", "v5", "v6"])
-        assert judged["normalised"] is False  # no release records its canary
+        assert 0.0 <= judged["between_sd"] < 0.25
         key = (s["metric"], s["server_config"], s["level"])
         if judged["answer"] == "no change point":
             assert judged["change_points"] == []
@@ -502,17 +509,18 @@ def test_committed_series_have_change_points_or_none(history: dict[str, Any]) ->
         assert judged["answer"] == "changed"
         (c,) = judged["change_points"]
         assert c["answer"] == "host speed not recorded" and c["direction"] is None
-        assert c["normalised_pct"] is None
+        assert c["vs_host_pct"] is None
         changed[key] = (c["before"], c["after"], round(c["change_pct"], 1))
     assert changed == CHANGED_SERIES
 
 
-def test_a_committed_change_point_is_the_hosts_with_the_canary(
+def test_committed_changes_are_gated_with_the_canary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Given canaries (in place of the releases' run.json files) in which v5's and v6's host
-    ran 14% slower than v3's and v4's, output throughput's drop at max-num-seqs-8 c=1 from v4 to v5 is
-    the host's: gone once normalised."""
+    ran 14% slower than v3's and v4's: no series is rescaled, so no change point appears, and
+    v4 to v5's three changes are set against the host ratio by the gate: none is beyond the
+    host (one run a side cannot place a 14-18% change outside the margin)."""
     from servelab.site import history as module
 
     slow = 1.0 / 0.86
@@ -525,18 +533,28 @@ def test_a_committed_change_point_is_the_hosts_with_the_canary(
     monkeypatch.setattr(module, "read_host_speed", lambda root: speeds[root.name[-2:]])
     folders = [EVIDENCE / t for t in ("v3", "v4", "v5", "v6")]
     out = release_history(EXPERIMENT, folders, tmp_path)
-    (s,) = [
-        s
-        for s in out["series"]
-        if (s["metric"], s["server_config"], s["level"])
-        == ("output_throughput", "max-num-seqs-8", 1)
-    ]
-    (run,) = s["change_points"]
-    assert run["normalised"] is True and run["answer"] == "changed"
-    (c,) = run["change_points"]
-    assert (c["before"], c["after"], c["answer"]) == (
-        "v4",
-        "v5",
-        "changed as much as the host's speed did (not attributed to the code)",
-    )
-    assert round(c["change_pct"], 1) == -13.9 and abs(c["normalised_pct"]) < 2.0
+    assert all(r["change_points"] == [] for s in out["series"] for r in s["change_points"])
+    pair = next(p for p in out["pairs"] if p["before"] == "v4")
+    assert pair["host_speed"]["ratio"] == pytest.approx(0.86, rel=0.01)
+    changed = [p for p in pair["points"] if p["verdict"] not in ("unchanged", "invalid")]
+    assert len(changed) == 3
+    assert {p["verdict"] for p in changed} <= {AS_HOST_WORDS, UNKNOWN_WORDS}
+    for p in changed:
+        if p["verdict"] == UNKNOWN_WORDS:
+            assert p["why"].endswith(
+                "`servelab rerun evidence/quickstart-cpu/v4 evidence/quickstart-cpu/v5`"
+            )
+
+
+def test_the_committed_history_keeps_no_verdict_beyond_the_host(history: dict[str, Any]) -> None:
+    """No release of v1 to v8 records its canary: no pair point and no change point may say
+    "beyond the host", which now needs a host-adjusted interval wholly outside the margin."""
+    verdicts = {p.get("verdict") for pair in history["pairs"] for p in pair["points"]}
+    answers = {
+        c["answer"]
+        for s in history["series"]
+        for r in s["change_points"]
+        for c in r["change_points"]
+    }
+    assert "changed beyond what the host explains" not in verdicts | answers
+    assert "host speed not recorded" in verdicts

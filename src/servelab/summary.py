@@ -165,13 +165,14 @@ def same_host_lines(exp_dir: Path) -> list[str]:
     """The pairs of analysis.compare in three words (a rerun's answer), one line per level and
     metric: `reference-x -> current-x c=8 output_throughput: DIFFERENT (slower) 0.552 [0.50,
     0.61]`; none where the run compared none (analysis/same_host.json absent)."""
+    from servelab.analysis.samehost import interval_text, word_text
     from servelab.store.jsonio import read_json
     from servelab.store.paths import SAME_HOST_TABLE
 
-    path = exp_dir / "analysis" / SAME_HOST_TABLE
-    if not path.is_file():
+    table = exp_dir / "analysis" / SAME_HOST_TABLE
+    if not table.is_file():
         return []
-    doc = read_json(path)
+    doc = read_json(table)
     lines = [
         "",
         f"compared on this host (today's client measuring both sides; SAME within "
@@ -179,13 +180,10 @@ def same_host_lines(exp_dir: Path) -> list[str]:
     ]
     for pair in doc["pairs"]:
         for r in pair["rows"]:
-            word = f"{r['word']} ({r['direction']})" if r["direction"] else r["word"]
-            if r["speed"] is not None:
-                word += f" {r['speed']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
-            if r["word"] == "UNKNOWN" and r["rounds_needed"]:
-                word += f", about {r['rounds_needed']} rounds would decide it"
+            interval = interval_text(r["speed"], r["low"], r["high"])
+            word = word_text(r["word"], r["direction"], r["rounds_needed"])
             level = f"{doc['axis'][0]}={r['level']:g}"
-            lines.append(f"  {pair['b']} vs {pair['a']} {level} {r['metric']}: {word}")
+            lines.append(f"  {pair['b']} vs {pair['a']} {level} {r['metric']}: {interval} {word}")
     return lines
 
 

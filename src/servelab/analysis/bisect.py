@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypedDict
 
-from servelab.analysis.equivalence import DIFFERENT, SAME, UNKNOWN
+from servelab.analysis.equivalence import DIFFERENT, SAME
+from servelab.analysis.samehost import interval_text, word_text
 
 FORMAT_VERSION = 1
 FOUND, NO_CHANGE, UNDECIDED = "found", "no change at the bad end", "unknown"
@@ -146,16 +147,11 @@ def bisect(q: Question, step: Callable[[int], StepAnswer]) -> BisectionJson:
 
 
 def _interval(s: StepJson) -> str:
-    if s["speed"] is None or s["low"] is None or s["high"] is None:
-        return "n/a"
-    return f"{s['speed']:.3f} [{s['low']:.3f}, {s['high']:.3f}]"
+    return interval_text(s["speed"], s["low"], s["high"])
 
 
 def _word(s: StepJson) -> str:
-    word = f"{s['word']} ({s['direction']})" if s["direction"] else s["word"]
-    if s["word"] == UNKNOWN and s["rounds_needed"]:
-        word += f", about {s['rounds_needed']} rounds would decide it"
-    return word
+    return word_text(s["word"], s["direction"], s["rounds_needed"])
 
 
 def headline(doc: BisectionJson) -> str:

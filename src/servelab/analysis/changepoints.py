@@ -1,39 +1,50 @@
 """Change points of one metric at one point over a history of releases.
 
 A series holds, release by release in release order, the valid repeats of one metric at one
-point. `step_fit` finds where its level changed; `change_points` does so in the host's speed
-terms as well (each release's canary, analysis.hostspeed) and says whose change each one is.
+point. `step_fit` finds where its level changed; `change_points` says whose change each one
+is, by the host-speed gate of analysis.hostspeed. The series is never rescaled by the canary.
 
 The method is a penalised step fit, as asv (airspeed velocity) fits the history of a benchmark:
-a piecewise-constant level through the releases' means, chosen to minimise the weighted squared
-misfit plus a fixed penalty per step, solved exactly by dynamic programming over every
-segmentation (a history has tens of releases, so the O(k^2) search is instant). It works on the
-logarithms of the repeats, so a level is a geometric mean and a step a ratio, as every other
-comparison of servelab reads a change (stats.two_sample). Each release's mean weighs by its
-repeats over the within-release variance, pooled over the series' releases (three repeats give
-too unsteady a variance for a weight of its own, and one release with three near-equal repeats
-would otherwise pin the fit). The misfit is then in units of squared standard errors: a single
-step reduces it by the squared two-sample t of the segments either side, so a penalty of
-`PENALTY` = 16 keeps a step only when it stands 4 standard errors clear of no step. A kept step
-must also reach the analysis's practical threshold (`threshold_pct`), as every change does;
-steps below it are merged away, the smallest first.
+a piecewise-constant level through the releases' means, on the logarithms of the repeats (a
+level is a geometric mean, a step a ratio, as every comparison of servelab reads a change).
 
-Why a step fit and not E-Divisive means: the same data give the same answer without a seed or a
-permutation count, the answer is the exact optimum rather than a greedy bisection, and E-Divisive's
-permutation test has too few distinct permutations to reach a small p-value on a history of 3 to
-6 releases. The rates, from seeded simulations (tests/test_changepoints.py; docs/analysis.md,
-"Change points over a history"): on flat histories of 3 to 12 releases of 3 repeats, 0.3 to 1.6%
-of series show a change point; a 30% step is found at its release in 99% of histories at a 5%
-spread of the repeats.
+The variance of a release's mean has two parts. Within: the repeats' variance s^2, pooled over
+the series' releases (three repeats give too unsteady a variance for a weight of its own), over
+the release's n_i repeats. Between: tau^2, how far a release's level strays from the level of
+its segment though the code did not change (two quiet runs of the same code differ by more
+than their repeats say). Each release weighs w_i = 1 / (s^2 / n_i + tau^2). tau^2 is estimated
+by the method of moments of DerSimonian and Laird, around a segment fit: with the weights
+v_i = n_i / s^2, Q = sum of v_i (mean_i - level_i)^2 about each segment's v-weighted level,
+df = releases - segments, and C = sum over segments of (sum v - sum v^2 / sum v),
+tau^2 = max(0, (Q - df) / C).
 
-The canary (`change_points`): where every release of the series records its host speed (with
-the same canary work), each release's values are first put in host-speed-normalised terms,
-against the first release's host (analysis.hostspeed.host_ratio): a throughput divided by the
-host ratio, a latency multiplied by it. A change point of the normalised series is the code's
-(or the setup's): "changed beyond what the host explains"; one of the raw series that is gone
-once normalised is the host's: "changed as much as the host's speed did (not attributed to the
-code)". Where a release records no canary, every change point is a change with "host speed not
-recorded", never a verdict on the code. The answers are analysis.hostspeed's.
+The fit: for each number of steps j from 0 to releases - 2 (a segment fit keeps a degree of
+freedom for tau^2), the best j-step segmentation (least weighted squares, by dynamic
+programming), tau^2_j around it, and the segmentation refitted once with those weights; then the
+j of the least
+
+    sum over releases of ln(s^2 / n_i + tau^2_j) + sum of w_i (mean_i - level_i)^2 + PENALTY j
+
+(minus twice the log-likelihood of the releases' means, plus PENALTY = 16 per step; ties go to
+fewer steps). With tau^2 = 0 a step must stand 4 standard errors clear of none, as before; where
+the releases scatter beyond their repeats, tau^2 widens every standard error and a step must
+stand clear of that scatter too. A kept step must also reach the analysis's practical threshold
+(`threshold_pct`); smaller ones are merged away, the smallest first, and tau^2 and the levels
+refitted.
+
+An excursion: a segment of one release whose steps either side go opposite ways and whose
+neighbours' levels differ by less than the practical threshold (a step up and back down at the
+next release) is one change point of kind "excursion" at that release, not two level changes.
+
+Whose change (`change_points`): each change point's step, in speed terms, with its 95% interval
+(the level ratio +- 1.96 standard errors, tau^2 included), is judged by analysis.hostspeed.judge
+against the host ratio between the two releases either side (for an excursion, the release
+before it and the release itself): beyond the host, as the host's speed, or UNKNOWN with the
+rerun command naming those two releases; "host speed not recorded" where either records no
+canary.
+
+Rates, from seeded simulations (tests/test_changepoints.py, benchmarks/bench_crossrun.py;
+docs/analysis.md, "Change points over a history").
 """
 
 from __future__ import annotations
@@ -42,13 +53,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from servelab.analysis.equivalence import DEFAULT_MARGIN_PCT
 from servelab.analysis.hostspeed import (
-    AS_HOST,
-    BEYOND_HOST,
     HOST_NOT_RECORDED,
     SCALES_WITH_SPEED,
+    Z95,
+    Gate,
     HostSpeed,
     host_ratio,
+    judge,
+    rerun_command,
 )
 
 NO_CHANGE = "no change point"
@@ -57,93 +71,148 @@ TOO_FEW = "too few releases"
 TOO_FEW_REPEATS = "too few repeats"  # no release with two repeats: no spread to weigh by
 NOT_POSITIVE = "not tested (a value is not positive)"  # the fit works on logarithms
 ANSWERS = (CHANGED, NO_CHANGE, TOO_FEW, TOO_FEW_REPEATS, NOT_POSITIVE)
+STEP, EXCURSION = "step", "excursion"
 MIN_RELEASES = 3
 PENALTY = 16.0  # per step, in squared standard errors: a step must stand 4 of them clear
 # the smallest within-release spread (sd of the logs) a weight assumes: repeats that agree to
 # 0.1% make a step of that size no more certain than 0.1% of noise would
 SD_FLOOR = 1e-3
-METHOD = "step fit"
+METHOD = "step fit, between-release variance by DerSimonian-Laird"
 
 
 @dataclass(frozen=True)
 class Step:
     """A step of the fit before release `at` (the first release of the new level): `ratio` the
-    level after over the level before (geometric means of the segments' repeats), `z` the step
-    in standard errors of the difference."""
+    level after over the level before, `z` the step in standard errors of the difference
+    (between-release variance included), `se` that standard error (on logs)."""
 
     at: int
     ratio: float
     z: float
+    se: float = 0.0
 
 
 @dataclass(frozen=True)
 class StepFit:
-    """A series' fit: `answer` (one of ANSWERS), its steps in order, and each segment's level
-    (the geometric mean of its repeats)."""
+    """A series' fit: `answer` (one of ANSWERS), its steps in order, each segment's level (the
+    weighted geometric mean of its releases), and the between-release variance (logs)."""
 
     answer: str
     steps: tuple[Step, ...]
     levels: tuple[float, ...]
+    tau2: float = 0.0
 
 
 class _Logs:
-    """A series on the log scale: each release's repeats, mean and count, prefix sums of the
-    weighted means for a segment's misfit in O(1), and the pooled within-release variance."""
+    """A series on the log scale: each release's mean and count, the pooled within-release
+    variance, and, for a between-release variance `tau2`, each release's weight with prefix
+    sums for a segment's level and misfit in O(1)."""
 
-    def __init__(self, values: Sequence[Sequence[float]]) -> None:
+    def __init__(self, values: Sequence[Sequence[float]], tau2: float = 0.0) -> None:
         logs = [[math.log(x) for x in v] for v in values]
         self.n = [len(v) for v in logs]
         self.mean = [sum(v) / len(v) for v in logs]
         ss = sum(sum((x - m) ** 2 for x in v) for v, m in zip(logs, self.mean, strict=True))
         self.df = sum(n - 1 for n in self.n)
         self.var = max(ss / self.df if self.df else 0.0, SD_FLOOR**2)
+        self.reweigh(tau2)
+
+    def reweigh(self, tau2: float) -> None:
+        self.tau2 = tau2
+        self.v = [self.var / n + tau2 for n in self.n]  # each release mean's variance
         self.w, self.wy, self.wyy = [0.0], [0.0], [0.0]
-        for n, m in zip(self.n, self.mean, strict=True):
-            self.w.append(self.w[-1] + n)
-            self.wy.append(self.wy[-1] + n * m)
-            self.wyy.append(self.wyy[-1] + n * m * m)
+        for v, m in zip(self.v, self.mean, strict=True):
+            self.w.append(self.w[-1] + 1.0 / v)
+            self.wy.append(self.wy[-1] + m / v)
+            self.wyy.append(self.wyy[-1] + m * m / v)
 
     def level(self, a: int, b: int) -> float:
-        """The log level of releases a..b-1 (their repeats' mean)."""
+        """The log level of releases a..b-1 (their weighted mean)."""
         return (self.wy[b] - self.wy[a]) / (self.w[b] - self.w[a])
 
     def misfit(self, a: int, b: int) -> float:
         """Releases a..b-1 about their level, in squared standard errors."""
         w, wy = self.w[b] - self.w[a], self.wy[b] - self.wy[a]
-        return max(0.0, (self.wyy[b] - self.wyy[a]) - wy * wy / w) / self.var
+        return max(0.0, (self.wyy[b] - self.wyy[a]) - wy * wy / w)
 
-    def z(self, a: int, at: int, b: int) -> float:
-        """The step at `at` between segments a..at-1 and at..b-1, in standard errors."""
-        n1, n2 = self.w[at] - self.w[a], self.w[b] - self.w[at]
-        se = math.sqrt(self.var * (1.0 / n1 + 1.0 / n2))
-        return (self.level(at, b) - self.level(a, at)) / se
+    def se(self, a: int, at: int, b: int) -> float:
+        """The standard error of the step at `at` between segments a..at-1 and at..b-1."""
+        return math.sqrt(1.0 / (self.w[at] - self.w[a]) + 1.0 / (self.w[b] - self.w[at]))
+
+    def criterion(self, cuts: list[int], penalty: float) -> float:
+        """-2 log-likelihood of the releases' means under `cuts`, plus the penalty per step."""
+        bounds = [0, *cuts, len(self.n)]
+        misfit = sum(self.misfit(a, b) for a, b in zip(bounds, bounds[1:], strict=False))
+        return sum(math.log(v) for v in self.v) + misfit + penalty * len(cuts)
 
 
-def _best(logs: _Logs, penalty: float) -> list[int]:
-    """The exact optimum of misfit + penalty x steps over every segmentation: the releases
-    where a new level starts (dynamic programming; ties go to the earlier, fewer steps)."""
+def _tau2(values: Sequence[Sequence[float]], cuts: list[int]) -> float:
+    """The DerSimonian-Laird between-release variance about the segments of `cuts` (module
+    docstring); 0 without a degree of freedom left."""
+    within = _Logs(values)
+    bounds = [0, *cuts, len(within.n)]
+    df = len(within.n) - (len(cuts) + 1)
+    q = sum(within.misfit(a, b) for a, b in zip(bounds, bounds[1:], strict=False))
+    c = 0.0
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        ws = [1.0 / v for v in within.v[a:b]]
+        c += sum(ws) - sum(x * x for x in ws) / sum(ws)
+    return max(0.0, (q - df) / c) if df > 0 and c > 0 else 0.0
+
+
+def _best(logs: _Logs, steps: int) -> list[int]:
+    """The least-misfit segmentation with exactly `steps` steps (dynamic programming over
+    every segmentation; ties go to the earlier cut)."""
     k = len(logs.n)
-    best = [0.0] + [math.inf] * k
-    start = [0] * (k + 1)
+    best = [[math.inf] * (k + 1) for _ in range(steps + 1)]
+    start = [[0] * (k + 1) for _ in range(steps + 1)]
     for b in range(1, k + 1):
-        for a in range(b):
-            cost = best[a] + logs.misfit(a, b) + (penalty if a else 0.0)
-            if cost < best[b] - 1e-9:
-                best[b], start[b] = cost, a
+        best[0][b] = logs.misfit(0, b)
+    for j in range(1, steps + 1):
+        for b in range(j + 1, k + 1):
+            for a in range(j, b):
+                cost = best[j - 1][a] + logs.misfit(a, b)
+                if cost < best[j][b] - 1e-12:
+                    best[j][b], start[j][b] = cost, a
     cuts, b = [], k
-    while b > 0:
-        b = start[b]
-        if b:
-            cuts.append(b)
+    for j in range(steps, 0, -1):
+        b = start[j][b]
+        cuts.append(b)
     return sorted(cuts)
 
 
-def _merge_small(logs: _Logs, cuts: list[int], threshold_pct: float) -> list[int]:
-    """`cuts` without the steps below the practical threshold, the smallest merged first (the
-    levels either side of a merge are refitted)."""
+def _with_steps(values: Sequence[Sequence[float]], steps: int) -> tuple[list[int], float]:
+    """The `steps`-step segmentation and its tau^2: fitted at tau^2 = 0, tau^2 estimated around
+    it, refitted once with those weights and tau^2 estimated again."""
+    cuts = _best(_Logs(values), steps)
+    tau2 = _tau2(values, cuts)
+    cuts = _best(_Logs(values, tau2), steps)
+    return cuts, _tau2(values, cuts)
+
+
+def _select(values: Sequence[Sequence[float]], penalty: float) -> tuple[list[int], float]:
+    """The number of steps (0 to releases - 2) of the least criterion, its cuts and tau^2."""
+    found: tuple[float, list[int], float] | None = None
+    for steps in range(len(values) - 1):
+        cuts, tau2 = _with_steps(values, steps)
+        score = _Logs(values, tau2).criterion(cuts, penalty)
+        if found is None or score < found[0] - 1e-9:
+            found = (score, cuts, tau2)
+    assert found is not None
+    return found[1], found[2]
+
+
+def _merge_small(
+    values: Sequence[Sequence[float]], cuts: list[int], threshold_pct: float
+) -> tuple[list[int], _Logs]:
+    """`cuts` without the steps below the practical threshold, the smallest merged first (tau^2
+    and the levels either side of a merge refitted), with the final weights."""
     cuts = list(cuts)
     limit = math.log1p(threshold_pct / 100.0)
-    while cuts:
+    while True:
+        logs = _Logs(values, _tau2(values, cuts))
+        if not cuts:
+            return cuts, logs
         bounds = [0, *cuts, len(logs.n)]
         sizes = [
             abs(logs.level(bounds[j + 1], bounds[j + 2]) - logs.level(bounds[j], bounds[j + 1]))
@@ -151,9 +220,8 @@ def _merge_small(logs: _Logs, cuts: list[int], threshold_pct: float) -> list[int
         ]
         j = min(range(len(cuts)), key=lambda i: (sizes[i], i))
         if sizes[j] >= limit:
-            break
+            return cuts, logs
         del cuts[j]
-    return cuts
 
 
 def step_fit(
@@ -166,112 +234,109 @@ def step_fit(
         return StepFit(TOO_FEW, (), ())
     if any(not x > 0 for v in values for x in v):
         return StepFit(NOT_POSITIVE, (), ())
-    logs = _Logs(values)
-    if logs.df == 0:
+    if _Logs(values).df == 0:
         return StepFit(TOO_FEW_REPEATS, (), ())
-    cuts = _merge_small(logs, _best(logs, penalty), threshold_pct)
+    cuts, logs = _merge_small(values, _select(values, penalty)[0], threshold_pct)
     bounds = [0, *cuts, len(values)]
     levels = tuple(math.exp(logs.level(a, b)) for a, b in zip(bounds, bounds[1:], strict=False))
-    steps = tuple(
-        Step(at, levels[j + 1] / levels[j], logs.z(bounds[j], at, bounds[j + 2]))
-        for j, at in enumerate(cuts)
-    )
-    return StepFit(CHANGED if steps else NO_CHANGE, steps, levels)
+    steps = []
+    for j, at in enumerate(cuts):
+        se = logs.se(bounds[j], at, bounds[j + 2])
+        ratio = levels[j + 1] / levels[j]
+        steps.append(Step(at, ratio, math.log(ratio) / se, se))
+    return StepFit(CHANGED if steps else NO_CHANGE, tuple(steps), levels, logs.tau2)
 
 
 @dataclass(frozen=True)
 class ChangePoint:
-    """A change point before release `at`: its change of the level in % (as measured), the
-    same in the host's speed terms (None when not normalised), whose it is (`answer`, one of
-    analysis.hostspeed's answers but unchanged), and for a change beyond the host's speed,
-    `direction` ("better" or "worse", by the metric)."""
+    """A change point at release `at`: its `kind` (a "step" to a new level starting at `at`, or
+    an "excursion" of release `at` alone, up and back or down and back), its change of the
+    level in % as measured (an excursion's: its level over the level before it), whose it is
+    (`answer`: analysis.hostspeed's), `direction` ("better" or "worse", by the metric) beyond
+    the host, `vs_host_pct` the change over the host ratio's in % (None without one), and for
+    UNKNOWN `why` with the rerun command."""
 
     at: int
     change_pct: float
-    normalised_pct: float | None
     answer: str
     direction: str | None = None
+    vs_host_pct: float | None = None
+    kind: str = STEP
+    why: str | None = None
 
 
 @dataclass(frozen=True)
 class ChangePoints:
-    """A series' change points: `answer` (one of ANSWERS), the points in order, and whether
-    the series was put in the host's speed terms (`normalised`)."""
+    """A series' change points: `answer` (one of ANSWERS), the points in order, and the
+    between-release spread the fit found (sd of the logs)."""
 
     answer: str
     points: tuple[ChangePoint, ...]
-    normalised: bool
+    between_sd: float = 0.0
 
 
-def host_factors(hosts: Sequence[HostSpeed | None]) -> list[float] | None:
-    """Each release's host speed over the first release's (analysis.hostspeed.host_ratio);
-    None unless every release records a canary of the same work."""
-    if not hosts or hosts[0] is None:
-        return None
-    ratios = [host_ratio(hosts[0], h) for h in hosts]
-    if any(r is None for r in ratios):
-        return None
-    return [r.ratio for r in ratios if r is not None]
+def _excursions(fit: StepFit, threshold_pct: float) -> list[tuple[Step, str]]:
+    """Each step with its kind: a one-release segment whose steps go opposite ways and whose
+    neighbours' levels are within the practical threshold is one excursion (its second step
+    folded in)."""
+    limit = math.log1p(threshold_pct / 100.0)
+    out: list[tuple[Step, str]] = []
+    skip = False
+    for j, s in enumerate(fit.steps):
+        if skip:
+            skip = False
+            continue
+        nxt = fit.steps[j + 1] if j + 1 < len(fit.steps) else None
+        back = nxt is not None and nxt.at == s.at + 1 and (s.ratio > 1.0) != (nxt.ratio > 1.0)
+        if back and abs(math.log(fit.levels[j + 2] / fit.levels[j])) < limit:
+            out.append((s, EXCURSION))
+            skip = True
+        else:
+            out.append((s, STEP))
+    return out
 
 
-def normalise(metric: str, values: Sequence[float], factor: float) -> list[float]:
-    """One release's values in the host's speed terms of the reference release, its host
-    `factor` times as fast: a throughput divided by it, a latency multiplied by it."""
-    if metric in SCALES_WITH_SPEED:
-        return [x / factor for x in values]
-    return [x * factor for x in values]
+@dataclass(frozen=True)
+class Releases:
+    """The releases of a series, in its order: each one's host speed (None where it records
+    none) and the path a rerun command names it by; the equivalence margin of the gate."""
+
+    hosts: Sequence[HostSpeed | None]
+    paths: Sequence[str] | None = None
+    margin_pct: float = DEFAULT_MARGIN_PCT
+
+    def gate(self, at: int) -> Gate:
+        names = self.paths or [f"RELEASE_{i + 1}" for i in range(len(self.hosts))]
+        rerun = rerun_command(names[at - 1], names[at])
+        return Gate(self.margin_pct, 0.0, rerun, (names[at - 1], names[at]))
 
 
-def _pct(logs: _Logs, at: int, cuts: list[int]) -> float:
-    """The change of `logs`' level at `at` between the segments of `cuts` either side, in %."""
-    bounds = [0, *cuts, len(logs.n)]
-    j = bounds.index(at)
-    before, after = logs.level(bounds[j - 1], at), logs.level(at, bounds[j + 1])
-    return 100.0 * math.expm1(after - before)
+def _whose(metric: str, step: Step, kind: str, releases: Releases) -> ChangePoint:
+    """A change point judged against the host ratio between the releases either side."""
+    pct = 100.0 * (step.ratio - 1.0)
+    host = host_ratio(releases.hosts[step.at - 1], releases.hosts[step.at])
+    if host is None:
+        return ChangePoint(step.at, pct, HOST_NOT_RECORDED, kind=kind)
+    up = metric in SCALES_WITH_SPEED
+    s = step.ratio if up else 1.0 / step.ratio
+    half = Z95 * step.se
+    got = judge(s, (s * math.exp(-half), s * math.exp(half)), host, releases.gate(step.at))
+    vs = None if got.vs_host is None else 100.0 * (got.vs_host - 1.0)
+    return ChangePoint(step.at, pct, got.answer, got.direction, vs, kind, got.why)
 
 
 def change_points(
     metric: str,
     values: Sequence[Sequence[float]],
-    hosts: Sequence[HostSpeed | None],
+    releases: Releases | Sequence[HostSpeed | None],
     threshold_pct: float,
 ) -> ChangePoints:
     """The change points of `metric`'s series `values` (each release's repeats, in release
-    order, none empty), with each release's host speed `hosts` (None where it records none):
-    each change the code's, the host's, or a change with the host speed not recorded."""
-    raw = step_fit(values, threshold_pct)
-    if raw.answer not in (CHANGED, NO_CHANGE):
-        return ChangePoints(raw.answer, (), False)
-    factors = host_factors(hosts)
-    if factors is None:
-        points = tuple(
-            ChangePoint(s.at, 100.0 * (s.ratio - 1.0), None, HOST_NOT_RECORDED) for s in raw.steps
-        )
-        return ChangePoints(CHANGED if points else NO_CHANGE, points, False)
-    scaled = [normalise(metric, v, f) for v, f in zip(values, factors, strict=True)]
-    fit = step_fit(scaled, threshold_pct)
-    raw_logs, scaled_logs = _Logs(values), _Logs(scaled)
-    cuts = [s.at for s in fit.steps]
-    found = {
-        s.at: ChangePoint(
-            s.at,
-            _pct(raw_logs, s.at, cuts),
-            100.0 * (s.ratio - 1.0),
-            BEYOND_HOST,
-            _direction(metric, s.ratio),
-        )
-        for s in fit.steps
-    }
-    raw_cuts = [s.at for s in raw.steps]
-    for s in raw.steps:
-        if s.at not in found:
-            host = _pct(scaled_logs, s.at, raw_cuts)
-            found[s.at] = ChangePoint(s.at, 100.0 * (s.ratio - 1.0), host, AS_HOST)
-    points = tuple(found[at] for at in sorted(found))
-    return ChangePoints(CHANGED if points else NO_CHANGE, points, True)
-
-
-def _direction(metric: str, ratio: float) -> str:
-    """Which way a change of `metric` by `ratio` (after / before) goes for the reader."""
-    up = ratio > 1.0
-    return "better" if up == (metric in SCALES_WITH_SPEED) else "worse"
+    order, none empty) with its `releases` (or just their host speeds): each the code's, the
+    host's, UNKNOWN, or a change with the host speed not recorded."""
+    rels = releases if isinstance(releases, Releases) else Releases(list(releases))
+    fit = step_fit(values, threshold_pct)
+    if fit.answer not in (CHANGED, NO_CHANGE):
+        return ChangePoints(fit.answer, ())
+    points = tuple(_whose(metric, s, k, rels) for s, k in _excursions(fit, threshold_pct))
+    return ChangePoints(CHANGED if points else NO_CHANGE, points, math.sqrt(fit.tau2))

@@ -15,11 +15,13 @@ latency), with the interval [low, high] and an equivalence margin m (`margin_pct
   observed spread would need (the interval's half-width shrinks as t / sqrt(n)), or None where
   the ratio itself sits on the margin, so that no number of rounds at this spread decides it.
 
-Why the margin and not the analysis's practical threshold: on a 2-core host a quiet
-interleaved round-to-round spread of the log ratio of 3-8% is common (benchmarks/README.md,
-"Same-host verdicts"), so an interval within +-2% needs tens of rounds; the default margin
-(`DEFAULT_MARGIN_PCT`, 10%) is reached in 3-5 rounds at that spread and still calls a 20%
-regression DIFFERENT.
+Why the margin and not the analysis's practical threshold: on a 2-core host the interleaved
+round-to-round spread of the log ratio is 3% on a quiet host and 8-9% beside hypervisor steal
+(benchmarks/README.md, "Same-host verdicts (`servelab rerun`), measured"), so an interval
+within +-2% needs hundreds of rounds. The default margin (`DEFAULT_MARGIN_PCT`, 10%) is the
+largest that still separates a 20% regression (DIFFERENT) from no change (SAME); 15% would
+leave a 20% regression UNKNOWN in most runs. At a 3% spread 6 rounds decide most rows; at 8%
+they do not, and the answer is UNKNOWN with the rounds it would need.
 
 The family: every (point, metric) of one comparison is one decision, and a wrong SAME or
 DIFFERENT anywhere is an error. `family_alpha` splits the error rate over the decisions and

@@ -226,19 +226,28 @@ def open_rows(doc: SameHostJson | None) -> list[str]:
     ]
 
 
-def _interval(r: RowJson) -> str:
-    if r["speed"] is None or r["low"] is None or r["high"] is None:
+def interval_text(speed: float | None, low: float | None, high: float | None) -> str:
+    """'0.517 [0.305, 0.879]', or 'n/a' without an interval (a row, a bisection step)."""
+    if speed is None or low is None or high is None:
         return "n/a"
-    return f"{r['speed']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
+    return f"{speed:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def word_text(word: str, direction: str | None, rounds_needed: int | None) -> str:
+    """'DIFFERENT (slower)', or 'UNKNOWN: about 37 rounds in all would decide it'."""
+    text = f"{word} ({direction})" if direction else word
+    if word == UNKNOWN and rounds_needed:
+        text += f": about {rounds_needed} rounds in all would decide it at this spread"
+    return text
+
+
+def _interval(r: RowJson) -> str:
+    return interval_text(r["speed"], r["low"], r["high"])
 
 
 def _word(r: RowJson) -> str:
-    word = f"{r['word']} ({r['direction']})" if r["direction"] else r["word"]
-    if r["word"] == UNKNOWN and r["rounds_needed"]:
-        word += f": about {r['rounds_needed']} rounds in all would decide it at this spread"
-    if r["why"]:
-        word += f" ({r['why']})"
-    return word
+    text = word_text(r["word"], r["direction"], r["rounds_needed"])
+    return text + (f" ({r['why']})" if r["why"] else "")
 
 
 def same_host_section(doc: SameHostJson | None, level_name: Mapping[Any, str]) -> list[str]:

@@ -45,6 +45,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--rounds", default="3:6", help="MIN:MAX rounds of the interleaved plan (default 3:6)"
     )
+    p.add_argument(
+        "--waves",
+        type=int,
+        help="workload.waves of every point (default 4 x the reference's: longer windows, "
+        "fewer rounds to a verdict)",
+    )
     p.add_argument("--name", help="the experiment's name (default rerun-<reference experiment>)")
     p.add_argument("--results-dir", default="results", help="where results go (default results)")
     p.add_argument("--cores", default="all", help="snakemake --cores (default all)")
@@ -85,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         margin_pct=args.margin_pct if args.margin_pct is not None else DEFAULT_MARGIN_PCT,
         rounds=_rounds(args.rounds),
         configs=tuple(args.configs) if args.configs else None,
+        waves=args.waves,
     )
     this = resolve(read_file(Path(args.configfile)), args.configfile)
     with tempfile.TemporaryDirectory(prefix="servelab-rerun-") as work:
@@ -104,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = rerun_config(reference, current, this, out, repo, opts)
         resolve(cfg, "the derived rerun config")  # refused here, in one line, before anything
         path = out / "rerun.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(
             header(reference, current) + yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8"
         )

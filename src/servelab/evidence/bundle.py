@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import shutil
 from collections.abc import Collection
 from pathlib import Path
@@ -37,7 +36,7 @@ from servelab.evidence.provenance import (
 from servelab.evidence.replay import trace_part
 from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
 from servelab.experiment import ConfirmsSection, Experiment
-from servelab.store.hashing import sha256_file
+from servelab.store.hashing import pinned_bytes, sha256_file
 from servelab.store.jsonio import read_json, write_json
 from servelab.store.paths import ANALYSIS_REPORT, POINT_FILE, SERVER_LOG, ExperimentPaths
 from servelab.store.records import (
@@ -240,8 +239,8 @@ def _copy_locks(exp: Experiment, paths: ExperimentPaths, out: Path, repo: Path) 
         if doc.get("kind") != "venv" or not doc.get("lock_sha256"):
             continue
         src = Path(runtime.lock) if Path(runtime.lock).is_absolute() else repo / runtime.lock
-        data = src.read_bytes() if src.is_file() else None
-        if data is None or hashlib.sha256(data).hexdigest() != doc["lock_sha256"]:
+        data = pinned_bytes(src, doc["lock_sha256"])
+        if data is None:
             raise ServelabError(
                 f"{src}: not the lock {rec} was created from (sha256 {doc['lock_sha256'][:16]}); "
                 "restore that lock, or measure the run again with this one"

@@ -206,12 +206,9 @@ HOST_FACTS: list[tuple[str, str, bool, Getter, _Same]] = [
     ("gpu.pcie_width", "PCIe width now", False, _per_gpu("pcie_width"), _eq),
 ]
 HOST_CLASSES = ("identical", "equivalent", "differs", "unknown")
-# Facts that set only how fast the same CPU runs, not what runs on it: where both runs timed the
-# host-speed canary (provenance.json `host_speed`), it measures their effect, so a difference in
-# them makes a slower or faster host, judged against the canary (analysis.hostspeed), not another
-# host. Without the canary on both sides they count as any relevant fact.
-SPEED_FACTS = frozenset({"cpu.cgroup_cpu_quota", "cpu.frequency_mhz"})
-SPEED_NOTE = "a host speed: the host-speed canary measured it"
+# A CPU quota or frequency difference is a host difference like any relevant fact, whether or
+# not both runs timed the host-speed canary: the canary under-reads a quota (a server that does
+# not use every core, busy loops beside it), so it cannot stand in for the fact.
 
 
 def _json(v: Any) -> Any:
@@ -273,7 +270,6 @@ def compare_hosts(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
             {"fact": "host", "short": "host facts", "relevant": True, "missing_in": sides}
         )
         return out
-    both_timed = bool(ref.get("host_speed")) and bool(new.get("host_speed"))  # SPEED_FACTS
     for fact, short, relevant, get, same in HOST_FACTS:
         a, b = get(ref), get(new)
         if a is _NA or b is _NA or (a is None and b is None):
@@ -304,10 +300,6 @@ def compare_hosts(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
                         "note": f"within {FREQUENCY_MARGIN_PCT:g}%",
                     }
                 )
-            continue
-        if fact in SPEED_FACTS and both_timed:
-            row: FactRow = {"fact": fact, "short": short, "reference": a, "fresh": b}
-            out["other_differences"].append({**row, "note": SPEED_NOTE})
             continue
         rows = out["relevant_differences"] if relevant else out["other_differences"]
         rows.append({"fact": fact, "short": short, "reference": a, "fresh": b})

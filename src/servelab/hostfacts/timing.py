@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 DRIFT_FLOOR = 0.05
 NOISE_FACTOR = 3.0
@@ -23,6 +23,7 @@ class TimingJson(TypedDict):
     low: float
     high: float
     repeats: int
+    timings: NotRequired[list[float]]
 
 
 class PartDriftJson(TypedDict):
@@ -33,13 +34,16 @@ class PartDriftJson(TypedDict):
 
 @dataclass(frozen=True)
 class Timing:
-    """k repeats of one part: median, min and max, in ``unit``."""
+    """k repeats of one part: median, min and max, in ``unit``; `timings` every repeat in the
+    order taken (None in records written before they were kept: the cross-run host ratio then
+    reads (low, median, high), analysis.hostspeed)."""
 
     unit: str
     median: float
     low: float
     high: float
     repeats: int
+    timings: tuple[float, ...] | None = None
 
     @property
     def relative_spread(self) -> float:
@@ -47,28 +51,35 @@ class Timing:
         return (self.high - self.low) / self.median if self.median else 0.0
 
     def to_json(self) -> TimingJson:
-        return {
+        out: TimingJson = {
             "unit": self.unit,
             "median": self.median,
             "low": self.low,
             "high": self.high,
             "repeats": self.repeats,
         }
+        if self.timings is not None:
+            out["timings"] = list(self.timings)
+        return out
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Timing:
+        kept = doc.get("timings")
         return cls(
             str(doc["unit"]),
             float(doc["median"]),
             float(doc["low"]),
             float(doc["high"]),
             int(doc["repeats"]),
+            None if kept is None else tuple(float(x) for x in kept),
         )
 
 
 def summary(values: list[float], unit: str) -> Timing:
-    """The Timing of `values` (one per repeat)."""
-    return Timing(unit, statistics.median(values), min(values), max(values), len(values))
+    """The Timing of `values` (one per repeat, kept in `timings`)."""
+    return Timing(
+        unit, statistics.median(values), min(values), max(values), len(values), tuple(values)
+    )
 
 
 @dataclass(frozen=True)

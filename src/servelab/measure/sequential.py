@@ -124,9 +124,11 @@ def run_rounds(
         ds = load_dataset(paths.root, validity=exp.analysis.validity)
         all_looks = looks(ds, asked, rule, k)
         row = all_looks[-1]
-        still = open_claims(row) + compared_open(exp, ds, rule, interleave)
+        compared, asked_pairs = compared_open(exp, ds, rule, interleave)
+        still = open_claims(row) + compared
         say(
-            f"look after round {k}: {len(row) - len(still)} of {len(row)} questions decided"
+            f"look after round {k}: {len(row) + asked_pairs - len(still)} of "
+            f"{len(row) + asked_pairs} questions decided"
             + (f"; open: {'; '.join(still)}" if still else "")
         )
         if not still:
@@ -156,15 +158,18 @@ def run_rounds(
     return record
 
 
-def compared_open(exp: Experiment, ds: Dataset, rule: StoppingRule, interleave: bool) -> list[str]:
-    """The pairs of `analysis.compare` still UNKNOWN at this look (a rerun's questions): each
-    is open until its three words are SAME or DIFFERENT at every level and metric."""
+def compared_open(
+    exp: Experiment, ds: Dataset, rule: StoppingRule, interleave: bool
+) -> tuple[list[str], int]:
+    """The rows of `analysis.compare` still UNKNOWN at this look (a rerun's questions: each
+    open until SAME or DIFFERENT), and how many rows it asks."""
     a = exp.analysis
     if not a.compare:
-        return []
+        return [], 0
     pairs = [{"a": c.a, "b": c.b, "metrics": c.metrics} for c in a.compare]
     doc = same_host(ds, pairs, a.margin_pct, a.alpha, Plan(rule.looks, interleave))
-    return open_rows(doc)
+    rows = sum(len(p["rows"]) for p in doc["pairs"]) if doc else 0
+    return open_rows(doc), rows
 
 
 def in_turn(jobs: list[SweepJob], k: int) -> list[SweepJob]:

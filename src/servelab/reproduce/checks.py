@@ -19,7 +19,7 @@ from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.diagnosis_records import Diagnosis
 from servelab.analysis.groups import PAIRED_METRICS, Groups, PairedRow, paired_table
-from servelab.analysis.hostspeed import HostRatio, attribute
+from servelab.analysis.hostspeed import Gate, HostRatio, attribute
 from servelab.analysis.knee import Knee, dominance, knee
 from servelab.analysis.pipeline import searches_of
 from servelab.analysis.rounds import sequential_claims
@@ -60,6 +60,8 @@ class PointCheck(TypedDict):
     host_attribution: NotRequired[str | None]
     direction: NotRequired[str | None]
     vs_host_pct: NotRequired[float | None]
+    # for `unknown: the canary cannot tell ...`: why, and the rerun command that settles it
+    host_why: NotRequired[str | None]
 
 
 class PairCheck(TypedDict):
@@ -215,12 +217,14 @@ def attribute_points(
     new: Analysed,
     opts: AnalysisSection,
     host: HostRatio | None,
+    gate: Gate | None = None,
 ) -> int:
     """Each point row (`point_rows`) tested (Welch's t on the logs of the two sides' repeats),
     the tests under Benjamini-Hochberg at FDR_Q, and a change (adjusted p at most FDR_Q, the
     change at least the practical threshold) attributed against the host-speed ratio `host`
-    (analysis.hostspeed.attribute): sets `p_value`, `p_adjusted`, `host_attribution`,
-    `direction` and `vs_host_pct` on each row; returns how many tests ran."""
+    by the gate `gate` (analysis.hostspeed.attribute): sets `p_value`, `p_adjusted`,
+    `host_attribution`, `direction`, `vs_host_pct` and `host_why` on each row; returns how
+    many tests ran."""
     sides = []
     for r in rows:
         rv = list(ref.g.values(r["server_config"], level_of(r), r["metric"]).values())
@@ -232,11 +236,13 @@ def attribute_points(
         change = r["change_pct"]
         tested = q is not None and q <= FDR_Q
         changed = tested and change is not None and abs(change) >= opts.threshold_pct
-        got = attribute(r["metric"], ratio, changed, host, opts.threshold_pct)
+        got = attribute(r["metric"], ratio, changed, host, gate)
         answer = got.answer if q is not None else None  # untested: nothing to attribute
         r["p_value"], r["p_adjusted"] = p, q
         r["host_attribution"], r["direction"] = answer, got.direction
         r["vs_host_pct"] = None if got.vs_host is None else 100.0 * (got.vs_host - 1.0)
+        if got.why is not None and q is not None:
+            r["host_why"] = got.why
     return sum(1 for q in adjusted if q is not None)
 
 

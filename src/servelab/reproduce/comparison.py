@@ -8,20 +8,24 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.dataset import load_dataset
+from servelab.analysis.equivalence import DEFAULT_MARGIN_PCT
 from servelab.analysis.hostspeed import (
     BEYOND_HOST,
     HOST_NOT_RECORDED,
+    UNKNOWN,
+    Gate,
     HostRatio,
     HostSpeed,
     host_ratio,
     read_host_speed,
+    rerun_command,
     why_no_ratio,
 )
 from servelab.claims_syntax import parse_claim
 from servelab.config import default_section
 from servelab.errors import ServelabError
 from servelab.evidence.schemas import validate_file
-from servelab.experiment import Experiment, ReproductionSection
+from servelab.experiment import AnalysisSection, Experiment, ReproductionSection
 from servelab.hostfacts import compare_hosts, host_qualifier
 from servelab.hostfacts.compare import HostComparison
 from servelab.reproduce.checks import (
@@ -188,10 +192,10 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> ReproductionR
     ra, na = analyse(rds, opts), analyse(nds, opts)
     host = compare_hosts(ref.provenance, new.provenance)
     prov = provenance_diff(ref, new, host)
-    speed = host_speed_record(ref, new)
-    ratio = _ratio(speed)
+    gate = crossrun_gate(ref, new, opts)
+    ratio, speed = host_speed_record(ref, new, gate)
     points = point_rows(ra, na, s)
-    tests = attribute_points(points, ra, na, opts, ratio)
+    tests = attribute_points(points, ra, na, opts, ratio, gate)
     pairs = pair_rows(ra, na, s)
     claims_checked = claim_rows(ra, na, opts, claims)
     judged = (
@@ -257,9 +261,21 @@ def _qualified(verdict: str, host: HostComparison) -> str:
     return f"{verdict} {host['qualifier']}"
 
 
-def host_speed_record(ref: Side, new: Side) -> HostSpeedRecord:
+def crossrun_gate(ref: Side, new: Side, opts: AnalysisSection) -> Gate:
+    """The gate a fresh run's changes pass against the reference's host speed: the margin of
+    the reference's analysis options (analysis.equivalence's default where they hold none),
+    and the rerun that settles an UNKNOWN: the reference against the fresh bundle."""
+    margin = getattr(opts, "margin_pct", None) or DEFAULT_MARGIN_PCT
+    rerun = rerun_command(ref.given, new.given)
+    return Gate(float(margin), rerun=rerun, names=("the reference", "the fresh run"))
+
+
+def host_speed_record(
+    ref: Side, new: Side, gate: Gate | None = None
+) -> tuple[HostRatio | None, HostSpeedRecord]:
     """The host-speed ratio of the fresh run to the reference (their canaries in raw/<sc>/
-    run.json; above 1: the fresh host is faster) with its band, or why there is none."""
+    run.json; above 1: the fresh host is faster) with its interval, or why there is none; and
+    its record."""
     speeds: list[HostSpeed | None] = []
     errors = []
     for side in (ref, new):
@@ -271,20 +287,7 @@ def host_speed_record(ref: Side, new: Side) -> HostSpeedRecord:
     before, after = speeds
     why = "; ".join(errors) or why_no_ratio(before, after, ("the reference", "the fresh run"))
     ratio = None if errors else host_ratio(before, after)
-    return host_speed_json(ratio, why)
-
-
-def _ratio(speed: HostSpeedRecord) -> HostRatio | None:
-    if not speed.get("recorded"):
-        return None
-    return HostRatio(
-        float(speed["ratio"]),
-        float(speed["low"]),
-        float(speed["high"]),
-        float(speed["compute"]),
-        float(speed["bandwidth"]),
-        str(speed.get("parts") or "cpu"),
-    )
+    return ratio, host_speed_json(ratio, why, gate)
 
 
 def _attributed(
@@ -295,20 +298,36 @@ def _attributed(
 ) -> str:
     """What a failure on an equivalent or identical host says of the code. A regression only
     where the host's speed is recorded on both sides and explains no failed check: an
-    ordering or claim while the host's speed did not move, a point whose change is beyond
-    what the host explains and worse; otherwise not attributed to the code, with why."""
+    ordering or claim while the host's speed did not move and the canary's gate let it be
+    read, a point whose change is beyond what the host explains and worse; where the canary
+    cannot tell, not attributed, with the rerun that settles it; otherwise not attributed to
+    the code, with why."""
     if verdict != NOT_REPRODUCED or host["class"] not in ("equivalent", "identical"):
         return ""
     if not speed.get("recorded"):
         why = str(speed.get("why_not") or HOST_NOT_RECORDED)
         return f": not attributed to the code ({why})"
     moved = bool(speed.get("moved"))
+    gated = speed.get("unknown_why")  # the canary cannot tell before any point is read
     code = [
         c
         for c in failed
-        if ("host_attribution" not in c and not moved) or c.get("host_attribution") == BEYOND_HOST
+        if ("host_attribution" not in c and not moved and not gated)
+        or c.get("host_attribution") == BEYOND_HOST
     ]
     times = f"x{float(speed['ratio']):.3g} of the reference's"
+    unknown = [
+        c
+        for c in failed
+        if c.get("host_attribution") == UNKNOWN or ("host_attribution" not in c and gated)
+    ]
+    if not code and unknown:
+        why = str(gated or unknown[0].get("host_why") or "").split("; compare both")[0]
+        rerun = speed.get("rerun") or rerun_command()
+        return (
+            f": not attributed to the code (the canary cannot tell for {len(unknown)} failed "
+            f"check{'s' * (len(unknown) != 1)}: {why}; compare both on one host: `{rerun}`)"
+        )
     if not code and moved:
         return f": not attributed to the code (the host's speed, {times}, explains every failure)"
     if not code:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
-from servelab.analysis.hostspeed import HostRatio
+from servelab.analysis.hostspeed import Gate, HostRatio, gate_reason
 from servelab.hostfacts.compare import HostComparison
 from servelab.reproduce.checks import ChainRow, ClaimCheck, PairCheck, PointCheck
 from servelab.reproduce.provenance_diff import ProvenanceDiff
@@ -29,11 +29,22 @@ class HostSpeedRecord(TypedDict):
     # "gpu" where compute and bandwidth are the GPU canary's matmul and device copy (both runs
     # timed it on the same work); absent where they are the CPU canary's
     parts: NotRequired[str]
+    # the worst canary drift of either run (absent where none is recorded), the CPU canary's
+    # ratio and interval beside a GPU one, the margin of the gate, why the canary cannot tell
+    # before any point is read (None: it may), and the rerun an UNKNOWN names
+    drift: NotRequired[str]
+    cpu: NotRequired[list[float]]
+    margin_pct: NotRequired[float]
+    unknown_why: NotRequired[str | None]
+    rerun: NotRequired[str]
 
 
-def host_speed_json(ratio: HostRatio | None, why: str | None) -> HostSpeedRecord:
-    """A `host_speed` record (a comparison's, a history pair's): the ratio with its band and
-    parts as HostRatio.to_json writes them, or why there is none."""
+def host_speed_json(
+    ratio: HostRatio | None, why: str | None, gate: Gate | None = None
+) -> HostSpeedRecord:
+    """A `host_speed` record (a comparison's, a history pair's): the ratio with its interval
+    and parts as HostRatio.to_json writes them, the gate's margin, reason and rerun command
+    (`gate`), or why there is none."""
     out: HostSpeedRecord = {"recorded": ratio is not None, "why_not": why}
     if ratio is not None:
         out["ratio"], out["low"], out["high"] = ratio.ratio, ratio.low, ratio.high
@@ -41,6 +52,14 @@ def host_speed_json(ratio: HostRatio | None, why: str | None) -> HostSpeedRecord
         out["moved"] = ratio.moved
         if ratio.parts != "cpu":
             out["parts"] = ratio.parts
+        if ratio.drift:
+            out["drift"] = ratio.drift
+        if ratio.cpu is not None:
+            out["cpu"] = list(ratio.cpu)
+        if gate is not None:
+            out["margin_pct"] = gate.margin_pct
+            out["unknown_why"] = gate_reason(ratio, gate)
+            out["rerun"] = gate.rerun
     return out
 
 

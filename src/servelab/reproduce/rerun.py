@@ -6,7 +6,8 @@ measuring both sides here, interleaved: `rerun_config` derives one experiment fr
 
 - the reference (a release folder, a release tarball or a bundle, verified first): its model
   recipe and revision, its runtime (the lock's bytes the bundle carries, or the image by
-  digest), its server arguments and its workload and levels;
+  digest), its server arguments and its workload and levels, each point WAVES_FACTOR times
+  longer (workload.waves) unless told otherwise;
 - the current side: another bundle of the same kinds, or (none given) this checkout: the
   reference's server arguments on the runtime of the current experiment config.
 
@@ -32,15 +33,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from servelab.analysis.equivalence import DEFAULT_MARGIN_PCT
 from servelab.errors import ServelabError
 from servelab.reproduce.sides import Side
+from servelab.store.hashing import pinned_bytes
 from servelab.store.paths import RUNTIME_FILE
+from servelab.store.records import RuntimeRecord
 
 REFERENCE, CURRENT = "reference", "current"
 DEFAULT_ROUNDS = (3, 6)
+# a rerun's points are this many times longer than the reference's (workload.waves): every
+# round pays a server start per side, so a longer window costs little more wall time and
+# narrows the round-to-round spread the words rest on (benchmarks/README.md, "Same-host
+# verdicts")
+WAVES_FACTOR = 4
 # the sections a side's model is identified by (a re-run serves one model)
 MODEL_KEYS = ("source", "tiny", "repo", "revision", "path", "files", "sha256")
 
@@ -48,14 +54,15 @@ MODEL_KEYS = ("source", "tiny", "repo", "revision", "path", "files", "sha256")
 @dataclass(frozen=True)
 class RerunOptions:
     """How the derived experiment measures and judges: its name, where its results go, the
-    equivalence margin, the rounds (min, max), and the reference configurations to re-run
-    (None: every one)."""
+    equivalence margin, the rounds (min, max), the reference configurations to re-run (None:
+    every one) and the waves of each point."""
 
     name: str | None = None
     results_dir: str = "results"
     margin_pct: float = DEFAULT_MARGIN_PCT
     rounds: tuple[int, int] = DEFAULT_ROUNDS
     configs: tuple[str, ...] | None = None
+    waves: int | None = None  # None: WAVES_FACTOR x the reference's
 
 
 @dataclass(frozen=True)
@@ -87,29 +94,36 @@ def _sha(data: bytes) -> str:
 
 def lock_bytes(side: Side, sc: str | None, repo: Path) -> tuple[bytes, str]:
     """The bytes of the lock `side`'s runtime (configuration `sc`'s own where it has one) was
-    created from, and where they were found: the bundle's copy (runtime/[<sc>/]<lock>), else a
-    lock of this checkout's envs/ with the recorded sha256. Refused naming what is missing."""
-    where = side.root / "runtime" / (sc or "") / RUNTIME_FILE
-    if not where.is_file():
-        raise ServelabError(
-            f"{side.given}: the bundle lacks runtime/{sc + '/' if sc else ''}{RUNTIME_FILE}; "
-            "it cannot be re-run"
-        )
-    record = yaml.safe_load(where.read_text(encoding="utf-8"))
-    name, want = record.get("lock"), record.get("lock_sha256")
-    if not name or not want:
-        raise ServelabError(f"{side.given}: {where.name} records no lock or sha256; re-run refused")
-    beside = where.parent / Path(str(name)).name
-    if beside.is_file() and _sha(beside.read_bytes()) == want:
-        return beside.read_bytes(), f"the bundle's {beside.relative_to(side.root)}"
+    created from, and where they were found: a lock of this checkout's envs/ with the recorded
+    sha256 (its path, relative to `repo`: the venv it made is reused), else the bundle's copy
+    (runtime/[<sc>/]<lock>). Refused naming what is missing."""
+    name, want = _recorded_lock(side, sc)
     for cand in sorted((repo / "envs").glob("*.lock")):
-        if _sha(cand.read_bytes()) == want:
-            return cand.read_bytes(), f"{cand.relative_to(repo)} (same sha256)"
+        data = pinned_bytes(cand, want)
+        if data is not None:
+            return data, str(cand.relative_to(repo))
+    beside = side.root / "runtime" / (sc or "") / name
+    data = pinned_bytes(beside, want)
+    if data is not None:
+        return data, f"the bundle's {beside.relative_to(side.root)}"
     raise ServelabError(
         f"{side.given}: the bundle does not carry the bytes of its lock {name} (sha256 "
         f"{want[:16]}) and no lock in envs/ has that sha256; a re-run needs that lock: add it "
         "to envs/ (e.g. `servelab lock` at the same versions) or re-run from a newer release"
     )
+
+
+def _recorded_lock(side: Side, sc: str | None) -> tuple[str, str]:
+    """The file name and sha256 of the lock the bundle's runtime record (configuration `sc`'s
+    own where given) names; refused where the bundle has no such record."""
+    rel = f"runtime/{sc + '/' if sc else ''}{RUNTIME_FILE}"
+    record = RuntimeRecord.read_if_present(side.root / rel)
+    if record is None:
+        raise ServelabError(f"{side.given}: the bundle lacks {rel}; it cannot be re-run")
+    name, want = record.get("lock"), record.get("lock_sha256")
+    if not name or not want:
+        raise ServelabError(f"{side.given}: {rel} records no lock or sha256; re-run refused")
+    return Path(str(name)).name, str(want)
 
 
 def _runtime(side: Side, cfg: dict[str, Any], sc: str, out: Path, repo: Path) -> Runtime:
@@ -125,9 +139,14 @@ def _runtime(side: Side, cfg: dict[str, Any], sc: str, out: Path, repo: Path) ->
         image = (own or {}).get("image") or rt.get("image")
         sif = (own or {}).get("image_sha256") or rt.get("image_sha256")
         return Runtime(image=image, image_sha256=sif)
-    data, _ = lock_bytes(side, sc if own and own.get("lock") else None, repo)
+    own_sc = sc if own and own.get("lock") else None
+    data, found = lock_bytes(side, own_sc, repo)
     sha = _sha(data)
-    dest = out / "locks" / f"vllm-{sha[:16]}.lock"
+    if not found.startswith("the bundle's"):  # a lock of envs/: its venv is reused
+        return Runtime(lock=found, lock_sha256=sha)
+    # the bundle's copy, under its own name (the venv is named after it and its sha256), in a
+    # folder per sha256 so that two locks of one name do not meet
+    dest = out / "locks" / sha[:16] / _recorded_lock(side, own_sc)[0]
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(data)
     return Runtime(lock=str(dest), lock_sha256=sha)
@@ -254,6 +273,7 @@ def _derived(
 ) -> dict[str, Any]:
     name = experiment_name(reference, opts)
     levels = {k: v for k, v in ref["sweep"].items() if k in ("concurrency", "rate")}
+    waves = int(ref["workload"].get("waves") or 1)
     runtime = {**ref["runtime"], **first.as_config()}
     lo, hi = opts.rounds
     return {
@@ -262,7 +282,7 @@ def _derived(
         "model": ref["model"],
         "runtime": runtime,
         "server": {**ref["server"], "configs": configs},
-        "workload": ref["workload"],
+        "workload": {**ref["workload"], "waves": opts.waves or WAVES_FACTOR * waves},
         "sweep": {**levels, "repeats": {"min": lo, "max": hi, "interleave": True}},
         "telemetry": ref.get("telemetry", {}),
         "analysis": {

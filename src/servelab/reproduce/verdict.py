@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servelab.analysis.hostspeed import AS_HOST, BEYOND_HOST, HOST_NOT_RECORDED, UNCHANGED
+from servelab.analysis.hostspeed import AS_HOST, BEYOND_HOST, HOST_NOT_RECORDED, UNCHANGED, UNKNOWN
 from servelab.reproduce.checks import NOT_REPRODUCED, REPRODUCED, ClaimCheck, PointCheck
 from servelab.reproduce.records import ReproductionRecord
 
@@ -32,6 +32,9 @@ def attribution_text(p: PointCheck) -> str:
         vs = p.get("vs_host_pct")
         against = f", {vs:+.1f}% against the host" if vs is not None else ""
         return f"{p.get('direction')}, beyond what the host explains{against}"
+    if answer == UNKNOWN:
+        why = p.get("host_why")
+        return "unknown: the canary cannot tell" + (f" ({why})" if why else "")
     return {
         AS_HOST: "as the host's speed, not attributed to the code",
         HOST_NOT_RECORDED: "changed, host speed not recorded",
@@ -51,11 +54,17 @@ def host_speed_text(r: ReproductionRecord) -> str | None:
     moved = "moved" if hs.get("moved") else "did not move beyond its noise"
     gpu = hs.get("parts") == "gpu"  # the GPU canary's parts: a GPU server's speed is its GPU's
     compute, copy = ("GPU matmul", "device copy") if gpu else ("compute", "copy bandwidth")
-    return (
+    text = (
         f"the fresh host ran the {'GPU ' if gpu else ''}canary at x{hs['ratio']:.3g} the "
         f"reference's speed ({compute} x{hs['compute']:.3g}, {copy} x{hs['bandwidth']:.3g}; "
-        f"band {hs['low']:.3g} to {hs['high']:.3g}): it {moved}"
+        f"95% interval {hs['low']:.3g} to {hs['high']:.3g}): it {moved}"
     )
+    if hs.get("unknown_why"):
+        text += (
+            f"; the canary cannot tell the host's speed from the code's ({hs['unknown_why']}): "
+            f"compare both on one host with `{hs.get('rerun')}`"
+        )
+    return text
 
 
 def verdict_lines(r: ReproductionRecord) -> list[str]:

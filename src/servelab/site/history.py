@@ -11,9 +11,11 @@ Releases are independent runs: a point's repeats of one release do not pair with
 so a change is tested with `stats.two_sample` (Welch's t on the logs); the tests of one pair
 (every point and metric) are controlled together with Benjamini-Hochberg at a false discovery
 rate of 5% (`FDR_Q`), and a discovery must reach the analysis section's practical threshold.
-A change is then attributed against the host's speed (analysis.hostspeed: each release's
-canary in its run.json): beyond what the host explains, as much as the host's speed changed
-(not attributed to the code), or, where a release records no canary, "host speed not
+A change is then set against the host's speed by the gate of analysis.hostspeed (each
+release's canary in its run.json): beyond what the host explains only where the host-adjusted
+change's interval lies wholly outside the equivalence margin, as much as the host's speed
+changed (not attributed to the code) only where it lies inside it, otherwise unknown, naming
+`servelab rerun` with the two releases; where a release records no canary, "host speed not
 recorded": never a verdict on the code. No verdict is given across hosts that differ in a
 performance-relevant fact, across setups that differ (model, runtime, workload, measured
 configuration: reproduce.provenance_diff's blocking fields) or datasets, nor next to a release
@@ -29,15 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.dataset import load_dataset
+from servelab.analysis.equivalence import DEFAULT_MARGIN_PCT
 from servelab.analysis.hostspeed import (
     AS_HOST,
     BEYOND_HOST,
     HOST_NOT_RECORDED,
     UNCHANGED,
+    UNKNOWN,
+    Gate,
     HostSpeed,
     attribute,
     host_ratio,
     read_host_speed,
+    rerun_command,
     why_no_ratio,
 )
 from servelab.analysis.stats import Ratio, benjamini_hochberg, describe, ratio_ci, two_sample
@@ -52,7 +58,7 @@ from servelab.reproduce.provenance_diff import provenance_diff
 from servelab.reproduce.records import HostSpeedRecord, host_speed_json
 from servelab.reproduce.sides import Side, bundle_side, open_side, refusal
 from servelab.site.check import CheckedRelease
-from servelab.site.history_changes import method, series_changes
+from servelab.site.history_changes import Known, method, series_changes
 from servelab.site.history_figure import (
     history_figure as history_figure,
     history_figure_alt as history_figure_alt,
@@ -72,7 +78,7 @@ from servelab.store.jsonio import dumps, read_json
 METRICS: tuple[str, ...] = tuple(POINT_METRICS)
 HIGHER_IS_BETTER = frozenset({"output_throughput", "request_throughput", "total_token_throughput"})
 INVALID, NOT_COMPARABLE = "invalid", "not comparable"
-VERDICTS = (BEYOND_HOST, AS_HOST, HOST_NOT_RECORDED, UNCHANGED, INVALID, NOT_COMPARABLE)
+VERDICTS = (BEYOND_HOST, AS_HOST, UNKNOWN, HOST_NOT_RECORDED, UNCHANGED, INVALID, NOT_COMPARABLE)
 FDR_Q = 0.05  # the false discovery rate over the tests of one pair (Benjamini-Hochberg)
 
 
@@ -93,6 +99,8 @@ class _Release:
     # its host speed (the canaries of its run.json files), or why there is none
     host: HostSpeed | None = None
     host_error: str | None = None
+    # the folder as a page and a rerun command name it (evidence/<experiment>/<tag>)
+    shown: str = ""
 
 
 def _beside(path: Path) -> tuple[str, Mapping[str, Any] | None, dict[str, Any]]:
@@ -131,7 +139,7 @@ def _open(experiment: str, path: Path, workdir: Path, checked: CheckedRelease | 
     """Open (verify, unless `checked` says how its check went) and analyse one release; a
     release that cannot be is kept with its error, one line."""
     tag, prov, release = _beside(path)
-    rel = _Release(tag, prov)
+    rel = _Release(tag, prov, shown=_shown(path))
     made_for = (prov or {}).get("experiment")
     if prov is not None and made_for != experiment:
         rel.error = f"is a release of experiment {made_for!r}, not of {experiment!r}"
@@ -347,13 +355,22 @@ def _pair_point(key: Key, before: _Release, after: _Release) -> PairPoint:
     return row
 
 
+def _gate(before: _Release, after: _Release) -> Gate:
+    """The gate of a pair: the earlier release's margin (analysis.equivalence's default where
+    its options hold none), and the rerun of the two releases an UNKNOWN names."""
+    margin = getattr(before.opts, "margin_pct", None) or DEFAULT_MARGIN_PCT
+    rerun = rerun_command(before.shown, after.shown)
+    return Gate(float(margin), rerun=rerun, names=(before.tag, after.tag))
+
+
 def _judge(points: list[PairPoint], before: _Release, after: _Release) -> None:
     """Each point's verdict: Benjamini-Hochberg over the pair's tests at FDR_Q, a discovery
-    reaching the practical threshold is a change, and a change is attributed against the
-    host's speed (analysis.hostspeed.attribute)."""
+    reaching the practical threshold is a change, and a change is set against the host's
+    speed by the gate (analysis.hostspeed.attribute)."""
     opts = before.opts
     assert opts is not None
     host = host_ratio(before.host, after.host)
+    gate = _gate(before, after)
     adjusted = benjamini_hochberg([p["p_value"] for p in points], FDR_Q)
     for p, q in zip(points, adjusted, strict=True):
         p["p_adjusted"] = q
@@ -362,9 +379,11 @@ def _judge(points: list[PairPoint], before: _Release, after: _Release) -> None:
             continue
         change = p["change_pct"]
         changed = q <= FDR_Q and change is not None and abs(change) >= opts.threshold_pct
-        got = attribute(p["metric"], _ratio(p.get("ratio")), changed, host, opts.threshold_pct)
+        got = attribute(p["metric"], _ratio(p.get("ratio")), changed, host, gate)
         vs = None if got.vs_host is None else 100.0 * (got.vs_host - 1.0)
         p["verdict"], p["direction"], p["vs_host_pct"] = got.answer, got.direction, vs
+        if got.why is not None:
+            p["why"] = got.why
 
 
 def _ratio(r: list[float | None] | None) -> Ratio | None:
@@ -383,7 +402,7 @@ def _host_speed(before: _Release, after: _Release) -> HostSpeedRecord:
     if errors:
         why = "; ".join(errors)
     ratio = host_ratio(before.host, after.host) if not errors else None
-    return host_speed_json(ratio, why)
+    return host_speed_json(ratio, why, _gate(before, after))
 
 
 def _pair(before: _Release, after: _Release) -> Pair:
@@ -422,10 +441,18 @@ def _changes(series: list[Series], rels: list[_Release], pairs: list[Pair]) -> N
     """Each series' change points (site.history_changes), per run of comparable releases."""
     tags = [r.tag for r in rels]
     comparable = [p["comparable"] for p in pairs]
-    hosts = {r.tag: r.host for r in rels}
-    thresholds = {r.tag: r.opts.threshold_pct for r in rels if r.opts is not None}
+    known = {
+        r.tag: Known(r.host, r.shown, r.opts.threshold_pct, _margin(r))
+        for r in rels
+        if r.opts is not None
+    }
     for s in series:
-        s["change_points"] = series_changes(s, tags, comparable, hosts, thresholds)
+        s["change_points"] = series_changes(s, tags, comparable, known)
+
+
+def _margin(rel: _Release) -> float:
+    """A release's equivalence margin (analysis.equivalence's default where it holds none)."""
+    return float(getattr(rel.opts, "margin_pct", None) or DEFAULT_MARGIN_PCT)
 
 
 def release_history(

@@ -4,25 +4,30 @@ A series (one metric at one point across the releases that measured it) is cut w
 consecutive releases are not comparable (another host class, another setup, a release not
 analysed again: the history's pairs say which): a step across such a cut is no change of the
 code's, and the figure already breaks its lines there. Each run of comparable releases with at
-least `changepoints.MIN_RELEASES` releases gets a step fit, in the host's speed terms where every
-release of the run records its canary; a shorter run has "too few releases".
+least `changepoints.MIN_RELEASES` releases gets a step fit (never rescaled by the canary); each
+change point is set against the host ratio between the releases either side by the gate of
+analysis.hostspeed, an UNKNOWN naming `servelab rerun` with those two releases' folders; a
+shorter run has "too few releases".
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from servelab.analysis.changepoints import (
     CHANGED,
+    EXCURSION,
     METHOD,
     MIN_RELEASES,
     NO_CHANGE,
     PENALTY,
     SD_FLOOR,
     TOO_FEW,
+    Releases,
     change_points,
 )
-from servelab.analysis.hostspeed import AS_HOST, BEYOND_HOST, HostSpeed
+from servelab.analysis.hostspeed import AS_HOST, BEYOND_HOST, UNKNOWN, HostSpeed
 from servelab.site.history_records import (
     ChangeMethod,
     ChangePointRow,
@@ -30,6 +35,17 @@ from servelab.site.history_records import (
     Series,
     SeriesPoint,
 )
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the history knows of an analysed release: its host speed (None: not recorded),
+    its folder as a rerun names it, its practical threshold and its equivalence margin."""
+
+    host: HostSpeed | None
+    path: str
+    threshold_pct: float
+    margin_pct: float
 
 
 def method() -> ChangeMethod:
@@ -65,28 +81,32 @@ def series_changes(
     series: Series,
     tags: Sequence[str],
     comparable: Sequence[bool],
-    hosts: Mapping[str, HostSpeed | None],
-    thresholds: Mapping[str, float],
+    known: Mapping[str, Known],
 ) -> list[ChangeRun]:
-    """Each run of comparable releases of `series` with its change points: `hosts` gives each
-    release's host speed (None: not recorded), `thresholds` its practical threshold (a run is
-    judged with its first release's)."""
+    """Each run of comparable releases of `series` with its change points: `known` gives each
+    analysed release's host speed, folder, threshold and margin (a run is judged with its
+    first release's threshold and margin)."""
     out: list[ChangeRun] = []
     for run in runs(series, tags, comparable):
+        first = known[run[0]["tag"]]
+        releases = Releases(
+            [known[p["tag"]].host for p in run],
+            [known[p["tag"]].path for p in run],
+            first.margin_pct,
+        )
         found = change_points(
-            series["metric"],
-            [p["repeats"] for p in run],
-            [hosts.get(p["tag"]) for p in run],
-            thresholds[run[0]["tag"]],
+            series["metric"], [p["repeats"] for p in run], releases, first.threshold_pct
         )
         points: list[ChangePointRow] = [
             {
                 "before": run[c.at - 1]["tag"],
                 "after": run[c.at]["tag"],
+                "kind": c.kind,
                 "change_pct": c.change_pct,
-                "normalised_pct": c.normalised_pct,
+                "vs_host_pct": c.vs_host_pct,
                 "answer": c.answer,
                 "direction": c.direction,
+                "why": c.why,
             }
             for c in found.points
         ]
@@ -94,7 +114,7 @@ def series_changes(
             {
                 "releases": [p["tag"] for p in run],
                 "answer": found.answer,
-                "normalised": found.normalised,
+                "between_sd": found.between_sd,
                 "change_points": points,
             }
         )
@@ -112,13 +132,20 @@ def series_answer(changes: Sequence[ChangeRun]) -> str:
 
 
 def point_words(c: ChangePointRow) -> str:
-    """A change point in words: between which releases, by how much, and whose it is."""
-    text = f"{c['before']} to {c['after']} {c['change_pct']:+.1f}%"
-    terms = f"{c['normalised_pct'] or 0.0:+.1f}% in its terms"
+    """A change point in words: between which releases (an excursion: at which), by how much,
+    and whose it is."""
+    if c.get("kind") == EXCURSION:
+        text = f"excursion at {c['after']} {c['change_pct']:+.1f}% (back at the next release)"
+    else:
+        text = f"{c['before']} to {c['after']} {c['change_pct']:+.1f}%"
+    vs = c.get("vs_host_pct")
+    against = f"{vs:+.1f}% against the host" if vs is not None else ""
     if c["answer"] == BEYOND_HOST:
-        return f"{text} ({c['direction']}, beyond the host: {terms})"
+        return f"{text} ({c['direction']}, beyond the host: {against})"
     if c["answer"] == AS_HOST:
-        return f"{text} (as the host's speed: {terms})"
+        return f"{text} (as the host's speed: {against})"
+    if c["answer"] == UNKNOWN:
+        return f"{text} (unknown: the canary cannot tell; {c.get('why')})"
     return f"{text} ({c['answer']})"
 
 

@@ -47,27 +47,32 @@ class Keyed(TypedDict):
 
 
 class ChangePointRow(TypedDict):
-    """A change point of a series (analysis.changepoints.ChangePoint): the releases either side,
-    the change of the level in % as measured and in the host's speed terms (None when not
-    normalised), whose change it is (an answer of analysis.hostspeed) and, beyond the host's
-    speed, which way ("better" or "worse")."""
+    """A change point of a series (analysis.changepoints.ChangePoint): the releases either side
+    (an excursion: the release before it and the release itself), its kind ("step" or
+    "excursion"), the change of the level in % as measured, that change over the host ratio's
+    in % (None without one), whose change it is (an answer of analysis.hostspeed), beyond the
+    host's speed which way ("better" or "worse"), and for UNKNOWN why, with the rerun
+    command."""
 
     before: str
     after: str
+    kind: str
     change_pct: float
-    normalised_pct: float | None
+    vs_host_pct: float | None
     answer: str
     direction: str | None
+    why: str | None
 
 
 class ChangeRun(TypedDict):
     """A run of comparable consecutive releases of a series, its answer (an answer of
-    analysis.changepoints: changed, no change point, too few releases, ...), whether it was put
-    in the host's speed terms, and its change points."""
+    analysis.changepoints: changed, no change point, too few releases, ...), the spread of its
+    releases' levels beyond their repeats the fit found (sd of the logs), and its change
+    points."""
 
     releases: list[str]
     answer: str
-    normalised: bool
+    between_sd: float
     change_points: list[ChangePointRow]
 
 
@@ -104,6 +109,8 @@ class PairPoint(Keyed):
     verdict: NotRequired[str]
     direction: NotRequired[str | None]
     vs_host_pct: NotRequired[float | None]
+    # for `unknown: the canary cannot tell ...`: why, and the rerun command that settles it
+    why: NotRequired[str]
 
 
 # the hosts of a pair: the class, the differing facts by name (None: none), the verdict's

@@ -30,18 +30,30 @@ from servelab.site.history_records import (
 # the history's own), each with the short words of a table cell and the words of a count
 BEYOND_HOST = "changed beyond what the host explains"
 AS_HOST = "changed as much as the host's speed did (not attributed to the code)"
+UNKNOWN = "unknown: the canary cannot tell the host's speed from the code's"
 HOST_NOT_RECORDED = "host speed not recorded"
-VERDICTS = (BEYOND_HOST, AS_HOST, HOST_NOT_RECORDED, "unchanged", "invalid", "not comparable")
+VERDICTS = (
+    BEYOND_HOST,
+    AS_HOST,
+    UNKNOWN,
+    HOST_NOT_RECORDED,
+    "unchanged",
+    "invalid",
+    "not comparable",
+)
 CELL_WORDS = {
     BEYOND_HOST: "beyond the host",
     AS_HOST: "as the host's speed",
+    UNKNOWN: "unknown",
     HOST_NOT_RECORDED: "changed, host speed not recorded",
 }
 COUNT_WORDS = {
+    UNKNOWN: "unknown (the canary cannot tell the host's speed from the code's)",
     HOST_NOT_RECORDED: "changed with the host speed not recorded (not attributed to the code)",
 }
 CSS = {
     AS_HOST: "v-as-host",
+    UNKNOWN: "v-unknown",
     HOST_NOT_RECORDED: "v-host-not-recorded",
     "better": "v-beyond-better",
     "worse": "v-beyond-worse",
@@ -281,8 +293,10 @@ def _change(p: PairPoint) -> ChangeCell:
         detail += f", p {values.value_text(p['p_value'])}"
     if p.get("p_adjusted") is not None:
         detail += f", BH p {values.value_text(p['p_adjusted'])}"
-    if p.get("vs_host_pct") is not None and verdict == BEYOND_HOST:
+    if p.get("vs_host_pct") is not None and verdict in (BEYOND_HOST, UNKNOWN):
         detail += f", {p['vs_host_pct']:+.1f}% against the host"
+    if verdict == UNKNOWN and p.get("why"):
+        detail += f"; {p['why']}"
     css = CSS.get(str(direction) if verdict == BEYOND_HOST else verdict) or values.css(verdict)
     return {"verdict": verdict, "word": word, "css": css, "detail": detail}
 
@@ -304,11 +318,18 @@ def _host_speed_words(pair: Pair) -> str | None:
     moved = "moved" if hs.get("moved") else "did not move beyond its noise"
     gpu = hs.get("parts") == "gpu"  # the GPU canary's parts: a GPU server's speed is its GPU's
     compute, copy = ("GPU matmul", "device copy") if gpu else ("compute", "copy bandwidth")
-    return (
+    text = (
         f"{pair['after']}'s host ran the {'GPU ' if gpu else ''}canary at {ratio} times the "
         f"speed of {pair['before']}'s ({compute} {values.number(hs.get('compute'))}, {copy} "
-        f"{values.number(hs.get('bandwidth'))}; band {low} to {high}): the host's speed {moved}."
+        f"{values.number(hs.get('bandwidth'))}; 95% interval {low} to {high}): the host's "
+        f"speed {moved}."
     )
+    if hs.get("unknown_why"):
+        text += (
+            f" The canary cannot tell the host's speed from the code's here "
+            f"({hs['unknown_why']}): compare both on one host with `{hs.get('rerun')}`."
+        )
+    return text
 
 
 def _fdr_words(pair: Pair) -> str | None:
@@ -390,8 +411,9 @@ def _change_method(history: History) -> str | None:
     return (
         "Change points: where a series changed level, found by a step fit over each run of at "
         f"least {how['min_releases']} comparable consecutive releases (a step must stand "
-        f"{math.sqrt(how['penalty']):g} standard errors clear of none and reach the practical "
-        'threshold; docs/analysis.md, "Change points over a history"), in the host\'s speed '
-        "terms where every release of the run records its canary, and marked in the figure by "
+        f"{math.sqrt(how['penalty']):g} standard errors clear of none, the scatter of the "
+        "releases' levels beyond their repeats counted in, and reach the practical threshold; "
+        'a release up and back down at the next is one excursion; docs/analysis.md, "Change '
+        'points over a history"), never rescaled by the canary, and marked in the figure by '
         "an open triangle pointing the way the series went."
     )

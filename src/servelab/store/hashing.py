@@ -19,6 +19,15 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def pinned_bytes(path: Path, sha256: str) -> bytes | None:
+    """The bytes of `path` where it is a file whose sha256 is `sha256`; None otherwise (a
+    hashed lock found again by its digest)."""
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    return data if hashlib.sha256(data).hexdigest() == sha256 else None
+
+
 def git_blob_sha1(path: Path) -> str:
     """The id git (and the hub) gives a file's content: sha1 of "blob <size>\\0" + content."""
     h = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
