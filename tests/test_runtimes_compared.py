@@ -121,7 +121,7 @@ def by(doc: dict[str, Any]) -> dict[tuple[int, str], dict[str, Any]]:
 
 
 def test_the_words_are_the_familys_over_levels_metrics_and_looks(tmp_path: Path) -> None:
-    """3 levels x 3 metrics x 3 looks: each interval at 1 - 0.05 / 27. B 30% slower at c=8,
+    """3 levels x 3 metrics x 3 looks: each interval at 1 - 2 x 0.05 / 27. B 30% slower at c=8,
     within half a percent of A elsewhere."""
     noise = 0.003
     spec = {(c, m): (1.0, noise) for c in LEVELS for m in ("tput", "ttft")}

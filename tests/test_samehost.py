@@ -138,7 +138,8 @@ def two_sides(exp: Path, rounds: int, ratio: float, launches: bool = True) -> Pa
     return exp
 
 
-PAIRS = [{"a": "ref", "b": "cur"}]
+METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
+PAIRS = [ComparePair("ref", "cur", METRICS)]
 
 
 def test_a_slower_current_side_reads_different_and_an_equal_one_same(tmp_path: Path) -> None:
@@ -171,7 +172,7 @@ def test_rounds_that_shared_a_launch_are_not_paired(tmp_path: Path) -> None:
 def test_a_pair_names_configurations_the_run_measured(tmp_path: Path) -> None:
     ds = load_dataset(two_sides(tmp_path / "x", 3, 1.0))
     with pytest.raises(ServelabError, match=r"analysis.compare\[0\].b: 'new' is not a server"):
-        same_host(ds, [{"a": "ref", "b": "new"}], 10, 0.05)
+        same_host(ds, [ComparePair("ref", "new", METRICS)], 10, 0.05)
 
 
 def test_the_analysis_writes_same_host_json_and_its_report_section(tmp_path: Path) -> None:
@@ -179,8 +180,7 @@ def test_the_analysis_writes_same_host_json_and_its_report_section(tmp_path: Pat
     opts = default_section(AnalysisSection, "analysis")
     from dataclasses import replace
 
-    metrics = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
-    opts = replace(opts, compare=(ComparePair("ref", "cur", metrics),))
+    opts = replace(opts, compare=(ComparePair("ref", "cur", METRICS),))
     analyze(exp, tmp_path / "out", opts, figures=False)
     doc = read_json(tmp_path / "out" / "same_host.json")
     import jsonschema

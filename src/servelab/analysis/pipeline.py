@@ -140,8 +140,7 @@ def analyze(
     if runtimes is not None:  # configurations on their own runtimes (another vLLM release)
         results["runtimes"] = runtimes
     if opts.compare:  # pairs compared on this host in three words (a rerun)
-        pairs = [{"a": c.a, "b": c.b, "metrics": c.metrics} for c in opts.compare]
-        results["same_host"] = same_host(ds, pairs, opts.margin_pct, opts.alpha)
+        results["same_host"] = same_host(ds, opts.compare, opts.margin_pct, opts.alpha)
     if opts.confirms is not None:  # a confirmation experiment: a verdict per proposal
         results["confirmation"] = confirmation(g, results["claims"], opts.confirms)
     _write_tables(out, ds, results)

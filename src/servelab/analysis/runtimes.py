@@ -9,13 +9,13 @@ launches in turn in the same round of an interleaved plan (sweep.repeats.interle
 
 Each (level, metric) is answered in three words (servelab.analysis.samehost, the same-host
 comparison's own function): SAME, DIFFERENT (faster or slower) or UNKNOWN at the equivalence
-margin `analysis.margin_pct`, every interval at 1 - alpha / (decisions x looks) (Bonferroni
-over every pair x level x metric and over the looks the sequential plan allows:
-`equivalence.family_alpha`), so that the chance of a wrong SAME or DIFFERENT anywhere in the
-section stays under `analysis.alpha`. The answer and the section's headline ("Is B slower than
-A?") come from those words. Beside them, for information only, the paired t-test's p of each
-row at `analysis.alpha` (unadjusted: 9 such tests at 0.05 call something in about 1 run in 3
-where nothing differs).
+margin `analysis.margin_pct`, each row at alpha / (decisions x looks), its interval at 1 - 2 x
+that (two one-sided tests; Bonferroni over every pair x level x metric and over the looks the
+sequential plan allows: `equivalence.family_alpha`), so that the chance of a wrong SAME or
+DIFFERENT anywhere in the section stays under `analysis.alpha`. The answer and the section's
+headline ("Is B slower than A?") come from those words. Beside them, for information only,
+the paired t-test's p of each row at `analysis.alpha` (unadjusted: 9 such tests at 0.05 call
+something in about 1 run in 3 where nothing differs).
 
 Without `interleave` each side's rounds share one launch: they are not independent replicates
 of the two runtimes (pseudo-replication), so every row is UNKNOWN with that reason (and the
@@ -38,14 +38,23 @@ from typing import Any, TypedDict
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.equivalence import DIFFERENT, METHOD as WORDS_METHOD, SAME, SLOWER, UNKNOWN
 from servelab.analysis.groups import Groups
-from servelab.analysis.samehost import NOT_INTERLEAVED, Plan, RowJson, interleaved, same_host
+from servelab.analysis.samehost import (
+    HIGHER_IS_FASTER,
+    METRICS,
+    NOT_INTERLEAVED,
+    Plan,
+    RowJson,
+    family_text,
+    interleaved,
+    interval_text,
+    same_host,
+    word_text,
+)
 from servelab.analysis.stats import paired
-from servelab.experiment import AnalysisSection
+from servelab.experiment import AnalysisSection, ComparePair
 from servelab.store.paths import ExperimentPaths
 from servelab.store.records import LaunchRecord
 
-METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
-HIGHER_IS_BETTER = frozenset({"output_throughput"})
 FORMAT_VERSION = 2
 METHOD = f"{WORDS_METHOD}; p: the paired t-test at alpha, unadjusted, for information"
 
@@ -61,7 +70,7 @@ class ComparedJson(TypedDict):
     metric: str
     n: int
     ratio: float | None  # B / A, geometric mean over the paired rounds
-    ci_low: float | None  # B / A's family interval (1 - interval_alpha)
+    ci_low: float | None  # B / A's family interval (1 - 2 x interval_alpha)
     ci_high: float | None
     p_value: float | None  # the paired t-test's, unadjusted: information, not the answer
     answer: str  # SAME | DIFFERENT (faster) | DIFFERENT (slower) | UNKNOWN
@@ -123,7 +132,7 @@ def _b_over_a(r: RowJson, metric: str) -> tuple[float | None, float | None, floa
     speed, low, high = r["speed"], r["low"], r["high"]
     if speed is None or low is None or high is None:
         return None, None, None
-    if metric in HIGHER_IS_BETTER:
+    if metric in HIGHER_IS_FASTER:
         return speed, low, high
     return 1.0 / speed, 1.0 / high, 1.0 / low
 
@@ -160,7 +169,7 @@ def runtimes_compared(g: Groups, ds: Dataset, opts: AnalysisSection) -> Runtimes
         return None
     ref = ids[0]
     others = [i for i in ids[1:] if i["runtime"] != ref["runtime"]]
-    asked = [{"a": ref["server_config"], "b": o["server_config"]} for o in others]
+    asked = [ComparePair(ref["server_config"], o["server_config"], METRICS) for o in others]
     sides = sorted({ref["server_config"], *(o["server_config"] for o in others)})
     plan = Plan(interleaved=interleaved(ds, sides))
     words = same_host(ds, asked, opts.margin_pct, opts.alpha, plan)
@@ -189,12 +198,6 @@ def runtimes_compared(g: Groups, ds: Dataset, opts: AnalysisSection) -> Runtimes
 def _release(i: RuntimeIdJson) -> str:
     version = f"vLLM {i['vllm_version']}" if i["vllm_version"] else "vLLM release not reported"
     return f"{i['server_config']} ({version})"
-
-
-def _ratio_text(r: ComparedJson) -> str:
-    if r["ratio"] is None or r["ci_low"] is None or r["ci_high"] is None:
-        return "n/a"
-    return f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
 
 
 def _where(rows: Sequence[ComparedJson], level_name: Mapping[Any, str]) -> str:
@@ -231,16 +234,14 @@ def runtimes_section(doc: RuntimesJson | None, level_name: dict[int | float, str
     """The report's "Runtimes compared" section (none for a run on one runtime)."""
     if doc is None:
         return []
-    ci = f"{100 * (1 - doc['interval_alpha']):.3g}%"
     lines = [
         "",
         "## Runtimes compared",
         "",
         f"Each configuration on another runtime against the first, round by round, in three "
         f"words: SAME where B / A's interval lies within the {doc['margin_pct']:g}% margin, "
-        f"DIFFERENT where it lies wholly outside, UNKNOWN otherwise ({doc['method']}: "
-        f"{doc['decisions']} decisions x {doc['looks']} looks, each interval at {ci}, family "
-        f"alpha {doc['alpha']:g}). B / A is the metric's own ratio (a latency above 1: B is "
+        f"DIFFERENT where it lies wholly outside, UNKNOWN otherwise ({family_text(doc)}). "
+        f"B / A is the metric's own ratio (a latency above 1: B is "
         f"slower). p is the paired t-test's at alpha {doc['alpha']:g}, unadjusted: for "
         f"information, not the answer.",
     ]
@@ -259,13 +260,12 @@ def runtimes_section(doc: RuntimesJson | None, level_name: dict[int | float, str
         ]
         for r in pair["rows"]:
             p = "" if r["p_value"] is None else f"{r['p_value']:.3g}"
-            answer = r["answer"]
-            if r["word"] == UNKNOWN and r["rounds_needed"]:
-                answer += f": about {r['rounds_needed']} rounds in all would decide it"
+            answer = word_text(r["word"], r["direction"], r["rounds_needed"])
             if r["why"] and r["why"] != NOT_INTERLEAVED:
                 answer += f" ({r['why']})"
             lines.append(
-                f"| {level_name[r['level']]} | {r['metric']} | {r['n']} | {_ratio_text(r)} "
+                f"| {level_name[r['level']]} | {r['metric']} | {r['n']} "
+                f"| {interval_text(r['ratio'], r['ci_low'], r['ci_high'])} "
                 f"| {p} | {answer} |"
             )
     return lines

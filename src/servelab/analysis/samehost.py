@@ -34,6 +34,7 @@ from servelab.analysis.equivalence import (
 from servelab.analysis.groups import Groups, invalid_text
 from servelab.design.level import LevelValue
 from servelab.errors import ServelabError
+from servelab.experiment import ComparePair
 
 METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
 HIGHER_IS_FASTER = frozenset({"output_throughput"})
@@ -137,20 +138,20 @@ def _json(level: LevelValue, metric: str, d: Decision, why: str | None) -> RowJs
 
 
 def compared_pairs(
-    g: Groups, pairs: Sequence[Mapping[str, Any]]
+    g: Groups, pairs: Sequence[ComparePair]
 ) -> list[tuple[str, str, list[LevelValue], tuple[str, ...]]]:
-    """Each pair's configurations, the levels both measured and the metrics it asks (all of
-    METRICS unless it names some); a name the run did not measure raises one line."""
+    """Each pair's configurations, the levels both measured and the metrics it asks (in
+    METRICS' order); a name the run did not measure raises one line."""
     out = []
     for i, pair in enumerate(pairs):
-        a, b = pair["a"], pair["b"]
+        a, b = pair.a, pair.b
         for side, name in (("a", a), ("b", b)):
             if name not in g.configs:
                 raise ServelabError(
                     f"analysis.compare[{i}].{side}: {name!r} is not a server configuration "
                     f"this run measured ({', '.join(g.configs)}); name one of those"
                 )
-        metrics = tuple(m for m in METRICS if m in pair.get("metrics", METRICS))
+        metrics = tuple(m for m in METRICS if m in pair.metrics)
         out.append((a, b, [c for c in g.levels(a) if c in g.levels(b)], metrics))
     return out
 
@@ -166,7 +167,7 @@ class Plan:
 
 def same_host(
     ds: Dataset,
-    pairs: Sequence[Mapping[str, Any]],
+    pairs: Sequence[ComparePair],
     margin_pct: float,
     alpha: float,
     plan: Plan = Plan(),
@@ -250,6 +251,24 @@ def _word(r: RowJson) -> str:
     return text + (f" ({r['why']})" if r["why"] else "")
 
 
+class Family(TypedDict):
+    """What a family of words rests on (a same_host.json's, or a runtimes comparison's)."""
+
+    method: str
+    alpha: float
+    decisions: int
+    looks: int
+    interval_alpha: float
+
+
+def family_text(doc: Family) -> str:
+    """'<method>: 9 decisions x 3 looks, each interval at 99.6%, family alpha 0.05'."""
+    return (
+        f"{doc['method']}: {doc['decisions']} decisions x {doc['looks']} looks, each interval "
+        f"at {100 * (1 - 2 * doc['interval_alpha']):.3g}%, family alpha {doc['alpha']:g}"
+    )
+
+
 def same_host_section(doc: SameHostJson | None, level_name: Mapping[Any, str]) -> list[str]:
     """The report's "Compared on this host" section (none without `analysis.compare`)."""
     if doc is None:
@@ -261,9 +280,7 @@ def same_host_section(doc: SameHostJson | None, level_name: Mapping[Any, str]) -
         f"Each pair measured on this host by today's client, B against A round by round: B's "
         f"speed over A's (a throughput B / A, a latency A / B: above 1, B is faster) with its "
         f"interval, SAME inside the {doc['margin_pct']:g}% margin, DIFFERENT outside it, "
-        f"UNKNOWN otherwise ({doc['method']}: {doc['decisions']} decisions x {doc['looks']} "
-        f"looks, each interval at {100 * (1 - 2 * doc['interval_alpha']):.3g}%, family alpha "
-        f"{doc['alpha']:g}).",
+        f"UNKNOWN otherwise ({family_text(doc)}).",
     ]
     if not doc["interleaved"]:
         lines += ["", f"Every row is UNKNOWN: {NOT_INTERLEAVED}."]

@@ -166,8 +166,7 @@ def compared_open(
     a = exp.analysis
     if not a.compare:
         return [], 0
-    pairs = [{"a": c.a, "b": c.b, "metrics": c.metrics} for c in a.compare]
-    doc = same_host(ds, pairs, a.margin_pct, a.alpha, Plan(rule.looks, interleave))
+    doc = same_host(ds, a.compare, a.margin_pct, a.alpha, Plan(rule.looks, interleave))
     rows = sum(len(p["rows"]) for p in doc["pairs"]) if doc else 0
     return open_rows(doc), rows
 

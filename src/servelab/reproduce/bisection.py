@@ -30,6 +30,7 @@ import yaml
 from servelab.analysis.bisect import BisectionJson, Question, StepAnswer, bisect, bisection_section
 from servelab.errors import ServelabError
 from servelab.experiment import BisectSection, BisectVersion, Experiment
+from servelab.reproduce.rerun import Runtime
 from servelab.store.jsonio import read_json, write_json
 from servelab.store.paths import SAME_HOST_TABLE
 
@@ -75,11 +76,9 @@ def _own(v: BisectVersion, base: dict[str, Any]) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": v.name, "args": dict(v.args)}
     rt = base["runtime"]
     if v.lock is not None and v.lock != rt.get("lock"):
-        entry["runtime"] = {"lock": v.lock}
+        entry["runtime"] = Runtime(lock=v.lock).as_config()
     elif v.image is not None and v.image != rt.get("image"):
-        entry["runtime"] = {"image": v.image}
-        if v.image_sha256:
-            entry["runtime"]["image_sha256"] = v.image_sha256
+        entry["runtime"] = Runtime(image=v.image, image_sha256=v.image_sha256).as_config()
     return entry
 
 
