@@ -242,6 +242,25 @@ def _check_model(model: dict[str, Any], source: str) -> None:
         )
 
 
+def check_side_by_side(plan: dict[str, Any], rt: dict[str, Any], source: str) -> None:
+    """sweep.repeats.side_by_side: only in an interleaved plan, and only for servers servelab
+    launches on CPUs (two servers on one GPU would share its memory); one line otherwise."""
+    if not plan.get("side_by_side"):
+        return
+    if plan.get("interleave") is not True:
+        raise ServelabError(
+            f"{source}: sweep.repeats.side_by_side needs interleave: true (every round a fresh "
+            "launch of each configuration); set sweep.repeats.interleave: true"
+        )
+    if rt["kind"] == endpoint.KIND or rt.get("device", "cpu") != "cpu":
+        where = "runtime.kind endpoint" if rt["kind"] == endpoint.KIND else "a GPU runtime"
+        raise ServelabError(
+            f"{source}: sweep.repeats.side_by_side starts two servers at once, which {where} "
+            "cannot (a server servelab does not launch, or one GPU's memory shared); set "
+            "sweep.repeats.side_by_side: false"
+        )
+
+
 def _check_runtime(cfg: dict[str, Any], source: str) -> None:
     from servelab.env.container import ContainerSettings
 
@@ -249,8 +268,11 @@ def _check_runtime(cfg: dict[str, Any], source: str) -> None:
     container_keys = ("image", "image_sha256", "gpu_devices", "shm_size")
     check_config_runtimes(cfg, source)
     plan = cfg["sweep"]["repeats"]
-    if isinstance(plan, dict) and plan.get("interleave", 0) is None:
-        del plan["interleave"]  # absent, as in a plan written before it existed
+    if isinstance(plan, dict):
+        for key in ("interleave", "side_by_side"):
+            if plan.get(key, 0) is None:
+                del plan[key]  # absent, as in a plan written before it existed
+        check_side_by_side(plan, rt, source)
     if rt["kind"] == endpoint.KIND:
         return  # servelab launches nothing: endpoint_config.check_written checked it as written
     for key in ("url", "served_model"):

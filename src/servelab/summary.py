@@ -326,7 +326,7 @@ def sweep_starts(
         }
         return starts, waited, sum(waited.values())
     rounds = round_launches(exp_dir, seq, points)
-    starts = sum(launch.ready_s or 0.0 for launch in rounds)
+    starts = starts_wall(rounds, together=bool(seq.get("side_by_side")))
     waited = {
         stage: float((r.get("lock") or {}).get("waited_s") or 0.0)
         for stage, r in launches
@@ -490,15 +490,31 @@ def round_launches(
     return out
 
 
+def starts_wall(launches: list[RoundLaunch], *, together: bool) -> float:
+    """The wall time of the launches' starts: their sum, one after another; side by side
+    (`together`: a round's servers started at once), the longest start of each round's
+    launches (a configuration's n-th launch of a step was started beside the others' n-th)."""
+    if not together:
+        return sum(launch.ready_s or 0.0 for launch in launches)
+    longest: dict[tuple[int, int | None], float] = {}
+    for launch in launches:
+        key = (launch.round, launch.launch)
+        longest[key] = max(longest.get(key, 0.0), launch.ready_s or 0.0)
+    return sum(longest.values())
+
+
 def _spent(
-    launches: list[RoundLaunch], points: list[dict[str, Any]], detail: bool
+    launches: list[RoundLaunch], points: list[dict[str, Any]], detail: bool, together: bool
 ) -> tuple[str, float]:
     """`2 server starts 61.3 s (a #1 30.1 s, b #1 31.2 s) + 30 points 290.0 s` (the launches
-    named with `detail`), and the seconds it accounts for."""
-    starts = sum(launch.ready_s or 0.0 for launch in launches)
+    named with `detail`), and the seconds it accounts for; side by side (`together`), the
+    starts' wall time, `2 server starts side by side 31.2 s (...)`."""
+    starts = starts_wall(launches, together=together)
     measured = sum(float(p.get("duration") or 0.0) for p in points)
     n, unknown = len(launches), sum(1 for launch in launches if launch.ready_s is None)
     text = f"{n} server start{'s' if n > 1 else ''}" if n else "no server start"
+    if n > 1 and together:
+        text += " side by side"
     if n and unknown < n:
         text += f" {starts:.1f} s" + (" + ?" if unknown else "")
     elif n:
@@ -508,10 +524,15 @@ def _spent(
     return f"{text} + {len(points)} points {measured:.1f} s", starts + measured
 
 
-def _look(look: dict[str, Any] | None) -> str:
+def _look(look: dict[str, Any] | None, compared: dict[str, Any] | None = None) -> str:
+    """`look after round 4: 7 of 9 questions decided, 2 open`: the claims (and orderings) of
+    the look, and the rows of analysis.compare it asked (`compared`, where recorded)."""
     if look is None:
         return "no look recorded"
     decided, still = int(look.get("decided") or 0), int(look.get("open") or 0)
+    if compared is not None:
+        asked, unknown = int(compared.get("asked") or 0), int(compared.get("open") or 0)
+        decided, still = decided + asked - unknown, still + unknown
     text = f"look after round {look.get('round')}: {decided} of {decided + still} questions decided"
     return text + (f", {still} open" if still else "")
 
@@ -525,7 +546,13 @@ def rounds_breakdown(exp_dir: Path, total: float, points: list[dict[str, Any]]) 
         return [f"  {'sweep':<28} {total:7.1f} s"]
     steps = round_steps(seq)
     launches = round_launches(exp_dir, seq, points)
-    spent, known = _spent(launches, points, detail=False)
+    together = bool(seq.get("side_by_side"))
+    compared = {
+        int(c["round"]): c
+        for c in seq.get("compared") or []
+        if isinstance(c, dict) and isinstance(c.get("round"), int)
+    }
+    spent, known = _spent(launches, points, detail=False, together=together)
     stopped = seq.get("stopped")
     lines = [
         f"  {'sweep':<28} {total:7.1f} s = {spent} + other {max(0.0, total - known):.1f} s; "
@@ -533,14 +560,17 @@ def rounds_breakdown(exp_dir: Path, total: float, points: list[dict[str, Any]]) 
     ]
     for step in steps:
         mine = [p for p in points if step.first <= int(p.get("repeat") or 0) <= step.last]
-        spent, known = _spent([x for x in launches if x.round == step.last], mine, detail=True)
+        spent, known = _spent(
+            [x for x in launches if x.round == step.last], mine, detail=True, together=together
+        )
         if step.seconds is None:
-            lines.append(f"    {step.label:<26} {'?':>7} s = {spent}; {_look(step.look)}")
+            look = _look(step.look, compared.get(step.last))
+            lines.append(f"    {step.label:<26} {'?':>7} s = {spent}; {look}")
             continue
         other = max(0.0, step.seconds - known)
         lines.append(
             f"    {step.label:<26} {step.seconds:7.1f} s = {spent} + other {other:.1f} s; "
-            + _look(step.look)
+            + _look(step.look, compared.get(step.last))
         )
     if steps and all(step.seconds is not None for step in steps):
         rest = max(0.0, total - sum(step.seconds or 0.0 for step in steps))

@@ -51,6 +51,12 @@ def add_parser(sub: Any) -> None:
         help="workload.waves of every point (default 4 x the reference's: longer windows, "
         "fewer rounds to a verdict)",
     )
+    p.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="start one side's server at a time in each round (default on CPU runtimes: both "
+        "sides' servers up together, their points alternating, where memory holds both)",
+    )
     p.add_argument("--name", help="the experiment's name (default rerun-<reference experiment>)")
     p.add_argument("--results-dir", default="results", help="where results go (default results)")
     p.add_argument("--cores", default="all", help="snakemake --cores (default all)")
@@ -92,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         rounds=_rounds(args.rounds),
         configs=tuple(args.configs) if args.configs else None,
         waves=args.waves,
+        side_by_side=False if args.one_at_a_time else None,
     )
     this = resolve(read_file(Path(args.configfile)), args.configfile)
     with tempfile.TemporaryDirectory(prefix="servelab-rerun-") as work:

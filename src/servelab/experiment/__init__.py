@@ -155,13 +155,16 @@ class RoundsSection:
     """A sequential plan (`sweep.repeats: {min, max, budget_s}`): rounds until every claim is
     decided (servelab.analysis.stopping)."""
 
-    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("interleave",)
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("interleave", "side_by_side")
 
     min: int
     max: int
     budget_s: float | None
     # every round on a fresh launch per configuration, in turn (absent: None, as false)
     interleave: bool | None = None
+    # with interleave: every configuration's server of a round up at once, their points
+    # alternating level by level (absent: None, as false; servelab.measure.sequential)
+    side_by_side: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
@@ -324,40 +324,37 @@ class Server:
     def wait_ready(self, timeout_s: float, say: Callable[[str], None] = print) -> float:
         """Poll /health until it answers 200; return seconds waited. Meanwhile read what the
         server logs (`watch`), for its start's phases (`start_record`)."""
-        t0 = time.monotonic()
-        last_note = t0
-        url = f"{self.launch.base_url}/health"
-        watch = self.watch
-        while True:
-            if watch is not None:
-                watch.poll()
-            if not self.alive():
-                code = self.proc.returncode if self.proc else None
-                raise ServelabError(
-                    f"server exited with code {code} before it was ready{self._phase_note()}; "
-                    f"last lines of {self.log_path}:\n{self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    if resp.status == 200:
-                        ready = time.monotonic()
-                        self.ready_t_s = ready - self.started_monotonic
-                        if watch is not None:
-                            watch.poll(final=True)
-                        return ready - t0
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            now = time.monotonic()
-            if now - t0 > timeout_s:
-                self.stop()
-                raise ServelabError(
-                    f"server not ready after {timeout_s:g} s (server.startup_timeout_s)"
-                    f"{self._phase_note()}; last lines of {self.log_path}:\n{self.log_tail()}"
-                )
-            if now - last_note >= 15:
-                say(f"server: waiting for {url} ({now - t0:.0f} s{self._phase_note(', ')})")
-                last_note = now
-            time.sleep(0.5)
+        return wait_all_ready([self], timeout_s, say)[0]
+
+    def ready_now(self, t0: float, timeout_s: float) -> float | None:
+        """One look at a starting server (`wait_all_ready`): what its log added, then whether
+        /health answers 200; the seconds since `t0` once it does, else None. Raises when the
+        server exited, or `timeout_s` after `t0` (the server stopped first)."""
+        if self.watch is not None:
+            self.watch.poll()
+        if not self.alive():
+            code = self.proc.returncode if self.proc else None
+            raise ServelabError(
+                f"server exited with code {code} before it was ready{self._phase_note()}; "
+                f"last lines of {self.log_path}:\n{self.log_tail()}"
+            )
+        try:
+            with urllib.request.urlopen(f"{self.launch.base_url}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    ready = time.monotonic()
+                    self.ready_t_s = ready - self.started_monotonic
+                    if self.watch is not None:
+                        self.watch.poll(final=True)
+                    return ready - t0
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            pass
+        if time.monotonic() - t0 > timeout_s:
+            self.stop()
+            raise ServelabError(
+                f"server not ready after {timeout_s:g} s (server.startup_timeout_s)"
+                f"{self._phase_note()}; last lines of {self.log_path}:\n{self.log_tail()}"
+            )
+        return None
 
     def _phase_note(self, sep: str = " ") -> str:
         """`in its <phase> phase`, the last phase of its start begun (START_PHASES)."""
@@ -588,6 +585,32 @@ def _command_of(pid: int) -> list[str]:
         return redact_argv(psutil.Process(pid).cmdline())
     except psutil.Error:
         return []
+
+
+def wait_all_ready(
+    servers: Sequence[Server], timeout_s: float, say: Callable[[str], None] = print
+) -> list[float]:
+    """Wait until every one of `servers` (started, their starts overlapping) answers /health,
+    each looked at in turn every half second, so that each one's start phases and ready time
+    are its own; the seconds each was waited for. Every 15 s, which are still starting."""
+    t0 = last_note = time.monotonic()
+    waited: list[float | None] = [None] * len(servers)
+    while True:
+        for i, server in enumerate(servers):
+            if waited[i] is None:
+                waited[i] = server.ready_now(t0, timeout_s)
+        if all(w is not None for w in waited):
+            return [float(w or 0.0) for w in waited]
+        now = time.monotonic()
+        if now - last_note >= 15:
+            for server, w in zip(servers, waited, strict=True):
+                if w is None:
+                    say(
+                        f"server: waiting for {server.launch.base_url}/health "
+                        f"({now - t0:.0f} s{server._phase_note(', ')})"
+                    )
+            last_note = now
+        time.sleep(0.5)
 
 
 def make_server(launch: ServerLaunch, log_path: Path, shutdown_timeout_s: float) -> Server:

@@ -27,7 +27,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +52,14 @@ from servelab.experiment import ServerSection, WorkloadSection
 from servelab.hostfacts.cpu import CpuFacts
 from servelab.hostfacts.host import NodeFacts
 from servelab.job import MeasureJob, Say
-from servelab.launch.server import EndpointServer, Placement, Server, ServerLaunch, make_server
+from servelab.launch.server import (
+    EndpointServer,
+    Placement,
+    Server,
+    ServerLaunch,
+    make_server,
+    wait_all_ready,
+)
 from servelab.launch.serverlog import CapacityFacts, parse_capacity, start_line
 from servelab.redact import redact_argv, redact_env
 from servelab.store.paths import measuring_lock_path
@@ -490,29 +497,63 @@ def serve(
         with _attach(launch, log_path, settings, say) as session:
             yield session
         return
-    with MeasuringLock(settings.lock_timeout_s, say) as lock:
-        if fresh_log:
-            log_path.unlink(missing_ok=True)
-        log_offset = log_path.stat().st_size if log_path.exists() else 0
-        cache_state = None
-        if launch.compile_cache is not None:
-            launch.compile_cache.prepare()
-            cache_state = launch.compile_cache.state()
-        with make_server(launch, log_path, settings.shutdown_timeout_s) as server:
-            ready_s = server.wait_ready(settings.startup_timeout_s, say)
+    with serve_together([(launch, log_path)], settings, say, fresh_log=fresh_log) as sessions:
+        yield sessions[0]
+
+
+@contextmanager
+def serve_together(
+    starts: Sequence[tuple[ServerLaunch, Path]],
+    settings: ServerSection,
+    say: Say,
+    *,
+    fresh_log: bool = False,
+) -> Iterator[list[Session]]:
+    """`serve` for several servers at once (a side-by-side round, sweep.repeats.side_by_side):
+    one measuring-server lock for all of them, every server started before any is waited for
+    (their starts overlap), each waited until ready and its engine's priority lowered, and
+    every one stopped on the way out, whatever happens inside. A Session's `ready_s` is its
+    own server's time from start to ready. Servers servelab did not launch are refused."""
+    for launch, _ in starts:
+        if launch.endpoint is not None:
+            raise ServelabError(
+                f"{launch.base_url}: a server servelab did not launch (runtime.kind endpoint) "
+                "cannot be started beside another; set sweep.repeats.side_by_side: false"
+            )
+    with MeasuringLock(settings.lock_timeout_s, say) as lock, contextlib.ExitStack() as stack:
+        begun: list[tuple[ServerLaunch, Server, int, Any]] = []
+        for launch, log_path in starts:
+            if fresh_log:
+                log_path.unlink(missing_ok=True)
+            log_offset = log_path.stat().st_size if log_path.exists() else 0
+            cache_state = None
+            if launch.compile_cache is not None:
+                launch.compile_cache.prepare()
+                cache_state = launch.compile_cache.state()
+            server = stack.enter_context(make_server(launch, log_path, settings.shutdown_timeout_s))
+            begun.append((launch, server, log_offset, cache_state))
+        waited = wait_all_ready([b[1] for b in begun], settings.startup_timeout_s, say)
+        sessions: list[Session] = []
+        for (launch, server, log_offset, cache_state), w in zip(begun, waited, strict=True):
+            # overlapping starts: the server's own time since it started, not this wait's
+            alone = len(begun) == 1 or server.ready_t_s is None
+            ready_s = w if alone else float(server.ready_t_s or 0.0)
             start = server.start_record()
             say(f"server ready in {ready_s:.1f} s ({start_line(start)})")
             placement = server.lower_engine_priority(settings.engine_nice, say)
-            yield Session(
-                server,
-                launch,
-                ready_s,
-                placement,
-                log_offset,
-                start=start,
-                lock=lock.record(),
-                compile_cache=cache_state,
+            sessions.append(
+                Session(
+                    server,
+                    launch,
+                    ready_s,
+                    placement,
+                    log_offset,
+                    start=start,
+                    lock=lock.record(),
+                    compile_cache=cache_state,
+                )
             )
+        yield sessions
 
 
 @contextmanager

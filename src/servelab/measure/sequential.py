@@ -44,6 +44,7 @@ from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob
 from servelab.launch.server import raise_on_signals
+from servelab.launch.session import serve_together
 from servelab.measure.sweep import SweepJob, next_launch_index
 from servelab.store.records import LaunchRecord
 
@@ -61,6 +62,15 @@ class RoundLaunch(TypedDict):
     lock_waited_s: float
 
 
+class ComparedLook(TypedDict):
+    """The rows of `analysis.compare` at one look (the sequential record's `compared`): how
+    many it asks, and how many were still UNKNOWN."""
+
+    round: int
+    asked: int
+    open: int
+
+
 class SequentialRecord(TypedDict):
     """run.json's `sequential` (`run_rounds`)."""
 
@@ -71,6 +81,8 @@ class SequentialRecord(TypedDict):
     launches: list[RoundLaunch]
     orderings: list[str]
     looks: list[LookRecord]
+    compared: list[ComparedLook]  # the looks this invocation made (a resumed run's later ones)
+    side_by_side: bool  # every round's servers up at once (sweep.repeats.side_by_side)
 
 
 def stopping_rule(exp: Experiment) -> StoppingRule:
@@ -104,19 +116,31 @@ def run_rounds(
         say(f"and the {len(orderings)} orderings the reproduction will judge: {said}")
     asked = asked_with(exp.analysis, orderings)
     interleave = bool(exp.sweep.rounds and exp.sweep.rounds.interleave)
-    if interleave:
+    together = interleave and bool(exp.sweep.rounds and exp.sweep.rounds.side_by_side)
+    if together:
+        say(
+            "side by side: every round on a fresh launch of each configuration, all up at once, "
+            "their points alternating level by level"
+        )
+    elif interleave:
         say("interleaved: every round on a fresh launch per configuration, in turn")
     k = 1 if interleave else rule.min_rounds
     round_s: list[float] = []
     launches: list[RoundLaunch] = []
     slots: dict[str, list[Slot]] = {}
+    compared_looks: list[ComparedLook] = []
     t0 = time.monotonic()  # a step's start: rounds 1 to min, then each further round
     while True:
-        for job in in_turn(jobs, k) if interleave else jobs:
-            first = next_launch_index(job.server_dir)
-            slots[job.sc] = job.measure_missing(k)
+        turn = in_turn(jobs, k) if interleave else jobs
+        firsts = {job.sc: next_launch_index(job.server_dir) for job in jobs}
+        if together:
+            slots |= side_by_side(measure_job, turn, k)
+        else:
+            for job in turn:
+                slots[job.sc] = job.measure_missing(k)
+        for job in turn:
             # the round of the look that follows it: `min` for the first step's rounds
-            launches += launched(job, first, max(k, rule.min_rounds))
+            launches += launched(job, firsts[job.sc], max(k, rule.min_rounds))
         if k < rule.min_rounds:  # interleaved: the first step's rounds one at a time
             k += 1
             continue
@@ -125,6 +149,8 @@ def run_rounds(
         all_looks = looks(ds, asked, rule, k)
         row = all_looks[-1]
         compared, asked_pairs = compared_open(exp, ds, rule, interleave)
+        if asked_pairs:
+            compared_looks.append({"round": k, "asked": asked_pairs, "open": len(compared)})
         still = open_claims(row) + compared
         say(
             f"look after round {k}: {len(row) + asked_pairs - len(still)} of "
@@ -151,6 +177,8 @@ def run_rounds(
         "launches": launches,
         "orderings": orderings,
         "looks": [round_record(j, r, orderings) for j, r in enumerate(all_looks, rule.min_rounds)],
+        "compared": compared_looks,
+        "side_by_side": together,
     }
     wall = time.monotonic() - t_job
     for job in jobs:
@@ -169,6 +197,38 @@ def compared_open(
     doc = same_host(ds, a.compare, a.margin_pct, a.alpha, Plan(rule.looks, interleave))
     rows = sum(len(p["rows"]) for p in doc["pairs"]) if doc else 0
     return open_rows(doc), rows
+
+
+def side_by_side(measure_job: MeasureJob, jobs: list[SweepJob], k: int) -> dict[str, list[Slot]]:
+    """Round k of a side-by-side plan: a fresh server of every configuration with a point of
+    the round still to measure, started at once (servelab.launch.session.serve_together) and
+    kept up together; the round's points alternate between them level by level, in the
+    round's balanced order (`jobs` first at the first level, reversed at the next, and so on),
+    so that the points a comparison pairs are measured seconds apart; then each launch's
+    points a host check found disturbed are measured again. Every configuration's plan."""
+    planned = {job.sc: job.missing(k) for job in jobs}
+    active = [job for job in jobs if planned[job.sc][2]]
+    if active:
+        starts = [job.prepare(next_launch_index(job.server_dir)) for job in active]
+        logs = [job.paths.server_log(job.sc) for job in active]
+        where = [(st.launch, log) for st, log in zip(starts, logs, strict=True)]
+        exp = measure_job.exp
+        with serve_together(where, exp.server, measure_job.say) as sessions:
+            lives = [
+                job.on_launch(session, st, planned[job.sc][0], planned[job.sc][1])
+                for job, st, session in zip(active, starts, sessions, strict=True)
+            ]
+            todo = {live.job.sc: planned[live.job.sc][1] for live in lives}
+            for p in range(max(len(t) for t in todo.values())):
+                for live in lives if p % 2 == 0 else lives[::-1]:
+                    mine = todo[live.job.sc]
+                    if p < len(mine):
+                        live.measure(mine[p], f"{p + 1}/{len(mine)}")
+            for live in lives:
+                live.finish()
+        for live in lives:
+            live.job.stopped(live)
+    return {sc: plan[0] for sc, plan in planned.items()}
 
 
 def in_turn(jobs: list[SweepJob], k: int) -> list[SweepJob]:

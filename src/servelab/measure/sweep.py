@@ -38,6 +38,7 @@ from servelab.design.level import LevelValue
 from servelab.design.schedule import Slot, plan
 from servelab.errors import ServelabError
 from servelab.hostfacts.canary import CanaryTimes
+from servelab.hostfacts.gpucanary import GpuMeasure
 from servelab.job import ConfigJob, MeasureJob
 from servelab.launch.canary import gpu_canary
 from servelab.launch.server import ServerLaunch, choose_port, raise_on_signals
@@ -56,6 +57,46 @@ from servelab.store.records import (
 from servelab.telemetry import server_gpus
 from servelab.workload.promptset import PromptSource, write_prompts
 from servelab.workload.synthetic import PromptPlan, prompt_plan
+
+
+@dataclass(frozen=True)
+class Start:
+    """A launch about to start (SweepJob.prepare): the launch, its port and index, the
+    profiler's interface (None: no profiling pass on it), the GPU canary, and since when."""
+
+    launch: ServerLaunch
+    port: int
+    index: int
+    interface: str | None
+    gpu: GpuMeasure | None
+    t0: float
+
+
+@dataclass
+class Live:
+    """A launch that is up, warmed up, with points to measure (SweepJob.on_launch): `measure`
+    one point, then `finish` (the points a host check found disturbed measured again, and the
+    profiling pass on this launch)."""
+
+    job: SweepJob
+    session: Session
+    start: Start
+    points: PointJob
+    pplan: PromptPlan
+    slots: list[Slot]
+    measured: int
+    again: int = 0
+
+    def measure(self, slot: Slot, label: str) -> None:
+        self.points.measure(slot, self.pplan.offsets[slot.key], label)
+
+    def finish(self) -> None:
+        job = self.job
+        self.again = remeasure(self.points, self.slots, self.pplan.offsets, job.exp)
+        if job.capture is not None and self.start.interface is not None:
+            job.capture_here(
+                self.session, self.start.launch, self.start.interface, warm=bool(self.measured)
+            )
 
 
 @dataclass(frozen=True)
@@ -93,40 +134,57 @@ class SweepJob(ConfigJob):
     def measure(self, slots: list[Slot], todo: list[Slot], launch_index: int) -> None:
         """One server launch: its capacity and launch records, the prompts, the warm-up, then
         every point still to measure."""
-        exp, sc, wl = self.exp, self.sc, self.exp.workload
+        start = self.prepare(launch_index)
+        with serve(start.launch, self.paths.server_log(self.sc), self.exp.server, self.note) as s:
+            live = self.on_launch(s, start, slots, todo)
+            for k, slot in enumerate(todo, 1):
+                live.measure(slot, f"{k}/{len(todo)}")
+            live.finish()
+        self.stopped(live)
+
+    def prepare(self, launch_index: int) -> Start:
+        """What a launch needs before its server starts: a port, the profiler's additions, the
+        launch itself, and the host canary timed before the job's first launch."""
+        exp = self.exp
         port = choose_port(exp.server.host, exp.server.port, self.note)
         interface, additions = self.profiler_setup()
-        launch = build_launch(self.job, sc, port=port, additions=additions)
+        launch = build_launch(self.job, self.sc, port=port, additions=additions)
         gpu = gpu_canary(launch, exp.runtime.device)  # None: a CPU runtime times no GPU part
         for line in self.canary.before_launch(gpu) or ():
             self.note(f"host canary before: {line}")
-        t0 = time.monotonic()
         self.note(
             f"starting vLLM on {launch.base_url} (launch {launch_index}): {' '.join(launch.args)}"
             if launch.endpoint is None
             else f"measuring the running server at {launch.base_url} (launch {launch_index})"
         )
-        with serve(launch, self.paths.server_log(sc), exp.server, self.note) as session:
-            self.started(session, launch, port, launch_index)
-            points, pplan = self.point_job(session, launch, slots, launch_index)
-            if wl.warmup.requests and (todo or pending(self.paths, sc, slots, exp)):
-                points.warmup(pplan.warmup_offset)
-            for k, slot in enumerate(todo, 1):
-                points.measure(slot, pplan.offsets[slot.key], f"{k}/{len(todo)}")
-            # the points a host check found disturbed, measured again on this launch
-            again = remeasure(points, slots, pplan.offsets, exp)
-            if self.capture is not None and interface is not None:
-                self.capture_here(session, launch, interface, warm=bool(todo))
-        took = f"{time.monotonic() - t0:.1f} s"
-        for line in self.canary.after_launch(gpu):
+        return Start(launch, port, launch_index, interface, gpu, time.monotonic())
+
+    def on_launch(
+        self, session: Session, start: Start, slots: list[Slot], todo: list[Slot]
+    ) -> Live:
+        """The launch is up: its records, its prompts and its warm-up; the points to measure
+        on it, one `Live.measure` each."""
+        self.started(session, start.launch, start.port, start.index)
+        points, pplan = self.point_job(session, start.launch, slots, start.index)
+        if self.exp.workload.warmup.requests and (
+            todo or pending(self.paths, self.sc, slots, self.exp)
+        ):
+            points.warmup(pplan.warmup_offset)
+        return Live(self, session, start, points, pplan, slots, len(todo))
+
+    def stopped(self, live: Live) -> None:
+        """The launch's server has stopped: the host canary after it, and what it measured."""
+        took = f"{time.monotonic() - live.start.t0:.1f} s"
+        for line in self.canary.after_launch(live.start.gpu):
             self.note(f"host canary after: {line}")
-        if self.capture is not None and interface is not None:
-            self.note(f"server stopped; measured {len(todo)} points and profiled in {took}")
+        n = live.measured
+        if self.capture is not None and live.start.interface is not None:
+            self.note(f"server stopped; measured {n} points and profiled in {took}")
         else:
-            done = "server stopped" if launch.endpoint is None else "server left running"
-            self.note(f"{done}; measured {len(todo)} points in {took}")
-        if again:
-            self.note(f"{again} of them measured again after a host check failed")
+            done = "server stopped" if live.start.launch.endpoint is None else "server left running"
+            self.note(f"{done}; measured {n} points in {took}")
+        if live.again:
+            self.note(f"{live.again} of them measured again after a host check failed")
 
     def started(self, session: Session, launch: ServerLaunch, port: int, launch_index: int) -> None:
         """A server launch is up: its capacity.json and launch.json (the latest launch), in
@@ -242,6 +300,15 @@ class SweepJob(ConfigJob):
     def measure_missing(self, repeats: int) -> list[Slot]:
         """The plan of `repeats` balanced repeats, measuring (on one server launch) every point
         of it not complete yet; the plan."""
+        slots, todo, launch = self.missing(repeats)
+        if launch:
+            self.measure(slots, todo, next_launch_index(self.server_dir))
+        return slots
+
+    def missing(self, repeats: int) -> tuple[list[Slot], list[Slot], bool]:
+        """The plan of `repeats` balanced repeats, the points of it not complete yet, and
+        whether a launch is needed (points to measure, or to measure again, or the profiling
+        pass); a stale partial point is kept as incomplete, and a resumed plan says so."""
         sweep, raw = self.exp.sweep, self.raw
         raw.mkdir(parents=True, exist_ok=True)
         slots = plan(sweep.levels, repeats, sweep.order, sweep.order_seed, sweep.axis)
@@ -252,14 +319,13 @@ class SweepJob(ConfigJob):
         redo = pending(self.paths, self.sc, slots, self.exp)
         if not todo and not redo and not self.capture_pending:
             self.note(f"all {len(slots)} points already complete")
-            return slots
+            return slots, todo, False
         if not todo:
             why = f"{len(redo)} to measure again" if redo else "a launch for the profiling pass"
             self.note(f"all {len(slots)} points already complete; {why}")
         if len(todo) < len(slots):
             self.note(f"resuming: {len(slots) - len(todo)} of {len(slots)} points already complete")
-        self.measure(slots, todo, next_launch_index(self.server_dir))
-        return slots
+        return slots, todo, True
 
     def write_run(self, slots: list[Slot], wall_s: float, **extra: Any) -> dict[str, Any]:
         """run.json, the job's output, written last: the plan measured and how; `extra`: what a

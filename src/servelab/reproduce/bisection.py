@@ -104,7 +104,12 @@ def step_config(exp: Experiment, q: Question, index: int) -> dict[str, Any]:
         "sweep": {
             **{k: v for k, v in base["sweep"].items() if k not in ("concurrency", "rate")},
             axis: [level],
-            "repeats": {"min": lo, "max": hi, "interleave": True},
+            "repeats": {
+                "min": lo,
+                "max": hi,
+                "interleave": True,
+                "side_by_side": bool(plan is not None and plan.side_by_side),
+            },
         },
         "analysis": {
             **base["analysis"],

@@ -47,6 +47,9 @@ DEFAULT_ROUNDS = (3, 6)
 # narrows the round-to-round spread the words rest on (benchmarks/README.md, "Same-host
 # verdicts")
 WAVES_FACTOR = 4
+# what a CPU server holds besides its KV cache (the model, the engine, the API server): the
+# default experiment's server peaks under 1 GiB of RSS; 2 GiB leaves room for a larger model
+SERVER_OVERHEAD_GIB = 2.0
 # the sections a side's model is identified by (a re-run serves one model)
 MODEL_KEYS = ("source", "tiny", "repo", "revision", "path", "files", "sha256")
 
@@ -63,6 +66,9 @@ class RerunOptions:
     rounds: tuple[int, int] = DEFAULT_ROUNDS
     configs: tuple[str, ...] | None = None
     waves: int | None = None  # None: WAVES_FACTOR x the reference's
+    # both sides' servers of a round up at once, their points alternating (sweep.repeats.
+    # side_by_side); None: wherever the runtime runs on CPUs and the host's memory holds both
+    side_by_side: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -276,6 +282,9 @@ def _derived(
     waves = int(ref["workload"].get("waves") or 1)
     runtime = {**ref["runtime"], **first.as_config()}
     lo, hi = opts.rounds
+    together = opts.side_by_side
+    if together is None:
+        together = runtime.get("device", "cpu") == "cpu" and memory_holds(runtime, len(configs))
     return {
         "experiment": name,
         "results_dir": opts.results_dir,
@@ -283,7 +292,10 @@ def _derived(
         "runtime": runtime,
         "server": {**ref["server"], "configs": configs},
         "workload": {**ref["workload"], "waves": opts.waves or WAVES_FACTOR * waves},
-        "sweep": {**levels, "repeats": {"min": lo, "max": hi, "interleave": True}},
+        "sweep": {
+            **levels,
+            "repeats": {"min": lo, "max": hi, "interleave": True, "side_by_side": together},
+        },
         "telemetry": ref.get("telemetry", {}),
         "analysis": {
             **{k: v for k, v in ref.get("analysis", {}).items() if k not in ("claims", "pairs")},
@@ -294,6 +306,32 @@ def _derived(
         "profile": {"enabled": False},
         "reference": None,
     }
+
+
+def memory_holds(runtime: dict[str, Any], servers: int) -> bool:
+    """Whether this host's available memory holds `servers` CPU servers at once: each its KV
+    cache (runtime.env VLLM_CPU_KVCACHE_SPACE GiB, vLLM's default 4 where unset) and
+    SERVER_OVERHEAD_GIB for the model, the engine and the API server; false where the
+    available memory cannot be read."""
+    env = runtime.get("env") or {}
+    try:
+        kv_gib = float(env.get("VLLM_CPU_KVCACHE_SPACE") or 4)
+    except ValueError:
+        kv_gib = 4.0
+    available = available_memory_bytes()
+    need = servers * (kv_gib + SERVER_OVERHEAD_GIB) * 2**30
+    return available is not None and available >= need
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo, in bytes (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def experiment_name(reference: Side, opts: RerunOptions) -> str:
