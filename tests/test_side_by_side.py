@@ -55,12 +55,13 @@ class FakeLive:
 
 
 def stub_side_by_side(
-    monkeypatch: pytest.MonkeyPatch, clock: Clock
+    monkeypatch: pytest.MonkeyPatch, clock: Clock, *, own_runtimes: bool = False
 ) -> tuple[list[tuple[str, int, int]], list[list[str]]]:
     """The servers and the points stubbed: `prepare` writes the launch's launch.json (READY's
     start), `serve_together` moves the clock by the longest start of the servers it starts at
     once (recorded in `together`), each point by its duration. The order the points were
-    measured in, and which servers were up together."""
+    measured in, and which servers were up together. `own_runtimes`: each configuration's
+    launches record a lock of its own, as two vLLM releases' would."""
     order: list[tuple[str, int, int]] = []
     together: list[list[str]] = []
     index: dict[str, int] = {}  # each configuration's launch being started
@@ -78,6 +79,7 @@ def stub_side_by_side(
                 "started_epoch_ns": 0,
                 "ready_s": READY[(job.sc, launch_index)],
                 "lock": {"path": "/l", "waited_s": 0.0, "holder": None},
+                "runtime_lock_sha256": f"lock-of-{job.sc}" if own_runtimes else "one-lock",
             }
         ).write(job.paths.launch(job.sc))
         # the stub's launch is its configuration's name
@@ -160,6 +162,23 @@ def test_the_looks_count_the_compared_rows(tmp_path: Path, monkeypatch: pytest.M
     lines = breakdown(job.paths.root)
     (step,) = [ln for ln in lines if ln.strip().startswith("rounds 1-3")]
     assert "of 6 questions decided" in step, step
+
+
+def test_two_runtimes_keep_the_rounds_going_until_their_rows_are_decided(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Configurations on different runtimes (a version A/B) are compared in "Runtimes
+    compared" without an analysis.compare entry: the looks ask those rows too, so the plan
+    measures on while any is UNKNOWN rather than stopping once the claims are decided."""
+    stub_side_by_side(monkeypatch, Clock(), own_runtimes=True)
+    exp = experiment(tmp_path, [CLEAR], interleave=True, side_by_side=True)
+    job = measure_job(exp, tmp_path / "seq", model_dir=tmp_path)
+    rec = rounds_mod.run_rounds(job)
+    assert rec["compared"] and all(c["asked"] == 6 for c in rec["compared"])
+    # a's throughput is twice b's in every round (MEANS): DIFFERENT at both levels at once,
+    # and TTFT and TPOT with it, so the plan stops at the first look that decides them all
+    last = rec["compared"][-1]
+    assert (last["open"] == 0) == (rec["stopped"] == "decided"), rec
 
 
 def test_side_by_side_is_refused_where_it_cannot_run() -> None:

@@ -127,6 +127,19 @@ def runtime_ids(
     return out
 
 
+def runtime_pairs(ids: Sequence[RuntimeIdJson]) -> list[ComparePair]:
+    """The pairs "Runtimes compared" asks: the first configuration against every one on
+    another runtime (none when every configuration ran on one)."""
+    if len({i["runtime"] for i in ids}) < 2:
+        return []
+    ref = ids[0]
+    return [
+        ComparePair(ref["server_config"], o["server_config"], METRICS)
+        for o in ids[1:]
+        if o["runtime"] != ref["runtime"]
+    ]
+
+
 def _b_over_a(r: RowJson, metric: str) -> tuple[float | None, float | None, float | None]:
     """The words' speed interval as B / A of the metric itself (a latency's is A / B)."""
     speed, low, high = r["speed"], r["low"], r["high"]
@@ -165,11 +178,11 @@ def _row(g: Groups, a: str, b: str, r: RowJson, opts: AnalysisSection) -> Compar
 def runtimes_compared(g: Groups, ds: Dataset, opts: AnalysisSection) -> RuntimesJson | None:
     """The comparison of the run's runtimes (None: every configuration ran on one)."""
     ids = runtime_ids(ds.root, list(g.configs), ds.capacity)
-    if len({i["runtime"] for i in ids}) < 2:
+    asked = runtime_pairs(ids)
+    if not asked:
         return None
     ref = ids[0]
     others = [i for i in ids[1:] if i["runtime"] != ref["runtime"]]
-    asked = [ComparePair(ref["server_config"], o["server_config"], METRICS) for o in others]
     sides = sorted({ref["server_config"], *(o["server_config"] for o in others)})
     plan = Plan(interleaved=interleaved(ds, sides))
     words = same_host(ds, asked, opts.margin_pct, opts.alpha, plan)

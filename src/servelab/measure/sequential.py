@@ -2,6 +2,11 @@
 measured round by round until the stopping rule has decided every claim (docs/analysis.md,
 "Sequential rounds").
 
+With `interleave: true` every round runs on a fresh launch per configuration, in turn (A B, then
+B A); with `side_by_side: true` too, a round's launches are started at once and kept up
+together, the round's points alternating between them level by level (`side_by_side`,
+docs/analysis.md "Side by side").
+
 A round is one balanced repeat of every point of every server configuration; the Latin or
 Williams order continues across rounds (servelab.design.schedule), so the design is balanced at
 every stopping point, and a round is never cut short by the rule. The first `min` rounds of a
@@ -29,6 +34,7 @@ from collections.abc import Sequence
 from typing import TypedDict
 
 from servelab.analysis.dataset import Dataset, load_dataset
+from servelab.analysis.groups import Groups
 from servelab.analysis.rounds import (
     STOPPED,
     LookRecord,
@@ -37,6 +43,7 @@ from servelab.analysis.rounds import (
     open_claims,
     round_record,
 )
+from servelab.analysis.runtimes import runtime_ids, runtime_pairs
 from servelab.analysis.samehost import Plan, open_rows, same_host
 from servelab.analysis.stopping import RuleJson, StoppingRule
 from servelab.design.schedule import Slot
@@ -189,14 +196,23 @@ def run_rounds(
 def compared_open(
     exp: Experiment, ds: Dataset, rule: StoppingRule, interleave: bool
 ) -> tuple[list[str], int]:
-    """The rows of `analysis.compare` still UNKNOWN at this look (a rerun's questions: each
-    open until SAME or DIFFERENT), and how many rows it asks."""
-    a = exp.analysis
-    if not a.compare:
-        return [], 0
-    doc = same_host(ds, a.compare, a.margin_pct, a.alpha, Plan(rule.looks, interleave))
-    rows = sum(len(p["rows"]) for p in doc["pairs"]) if doc else 0
-    return open_rows(doc), rows
+    """The rows still UNKNOWN at this look, and how many rows are asked: those of
+    `analysis.compare` (a rerun's questions) and, where configurations ran on different
+    runtimes, those of "Runtimes compared" (a version A/B's), each in its own family as the
+    report answers it; each row open until SAME or DIFFERENT."""
+    a, plan = exp.analysis, Plan(rule.looks, interleave)
+    families = [list(a.compare)] if a.compare else []
+    # the pairs runtimes_compared asks, in its order of the configurations
+    runtimes = runtime_pairs(runtime_ids(ds.root, list(Groups(ds).configs), ds.capacity))
+    if runtimes:
+        families.append(runtimes)
+    still: list[str] = []
+    asked = 0
+    for pairs in families:
+        doc = same_host(ds, pairs, a.margin_pct, a.alpha, plan)
+        asked += sum(len(p["rows"]) for p in doc["pairs"]) if doc else 0
+        still += open_rows(doc)
+    return still, asked
 
 
 def side_by_side(measure_job: MeasureJob, jobs: list[SweepJob], k: int) -> dict[str, list[Slot]]:
