@@ -169,7 +169,8 @@ def test_two_runtimes_keep_the_rounds_going_until_their_rows_are_decided(
 ) -> None:
     """Configurations on different runtimes (a version A/B) are compared in "Runtimes
     compared" without an analysis.compare entry: the looks ask those rows too, so the plan
-    measures on while any is UNKNOWN rather than stopping once the claims are decided."""
+    measures on while any is UNKNOWN rather than stopping once the claims are decided. With
+    analysis.compare (a bisection step asks one metric), its rows alone are asked."""
     stub_side_by_side(monkeypatch, Clock(), own_runtimes=True)
     exp = experiment(tmp_path, [CLEAR], interleave=True, side_by_side=True)
     job = measure_job(exp, tmp_path / "seq", model_dir=tmp_path)
@@ -179,6 +180,12 @@ def test_two_runtimes_keep_the_rounds_going_until_their_rows_are_decided(
     # and TTFT and TPOT with it, so the plan stops at the first look that decides them all
     last = rec["compared"][-1]
     assert (last["open"] == 0) == (rec["stopped"] == "decided"), rec
+
+    cfg = experiment(tmp_path, [CLEAR], interleave=True, side_by_side=True).to_dict()
+    cfg["analysis"]["compare"] = [{"a": "a", "b": "b", "metrics": ["output_throughput"]}]
+    job = measure_job(validate(cfg), tmp_path / "step", model_dir=tmp_path)
+    rec = rounds_mod.run_rounds(job)
+    assert rec["compared"] and all(c["asked"] == 2 for c in rec["compared"])  # 2 levels
 
 
 def test_side_by_side_is_refused_where_it_cannot_run() -> None:

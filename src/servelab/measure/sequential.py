@@ -197,22 +197,17 @@ def compared_open(
     exp: Experiment, ds: Dataset, rule: StoppingRule, interleave: bool
 ) -> tuple[list[str], int]:
     """The rows still UNKNOWN at this look, and how many rows are asked: those of
-    `analysis.compare` (a rerun's questions) and, where configurations ran on different
-    runtimes, those of "Runtimes compared" (a version A/B's), each in its own family as the
-    report answers it; each row open until SAME or DIFFERENT."""
-    a, plan = exp.analysis, Plan(rule.looks, interleave)
-    families = [list(a.compare)] if a.compare else []
+    `analysis.compare` (a rerun's or a bisection step's questions, which name what is asked);
+    without any, where configurations ran on different runtimes, those of "Runtimes compared"
+    (a version A/B's), in the family the report answers them in; each row open until SAME or
+    DIFFERENT."""
+    a = exp.analysis
     # the pairs runtimes_compared asks, in its order of the configurations
-    runtimes = runtime_pairs(runtime_ids(ds.root, list(Groups(ds).configs), ds.capacity))
-    if runtimes:
-        families.append(runtimes)
-    still: list[str] = []
-    asked = 0
-    for pairs in families:
-        doc = same_host(ds, pairs, a.margin_pct, a.alpha, plan)
-        asked += sum(len(p["rows"]) for p in doc["pairs"]) if doc else 0
-        still += open_rows(doc)
-    return still, asked
+    pairs = list(a.compare) or runtime_pairs(
+        runtime_ids(ds.root, list(Groups(ds).configs), ds.capacity)
+    )
+    doc = same_host(ds, pairs, a.margin_pct, a.alpha, Plan(rule.looks, interleave))
+    return open_rows(doc), sum(len(p["rows"]) for p in doc["pairs"]) if doc else 0
 
 
 def side_by_side(measure_job: MeasureJob, jobs: list[SweepJob], k: int) -> dict[str, list[Slot]]:
