@@ -29,7 +29,7 @@ from typing import Any
 
 from _common import VllmClient, start_fixture, tiny_model, venv_python, workdir
 
-from servelab.launch.server import free_port
+from servelab.launch.ports import free_port
 
 CLIENTS = ("servelab", "vllm")
 NAMES = {"servelab": "servelab", "vllm": "vllm bench serve"}

@@ -28,7 +28,7 @@ from _common import start_fixture
 
 import servelab.client
 from servelab.client import RequestRecord, ResponseParser, Workload, run_point
-from servelab.launch.server import free_port
+from servelab.launch.ports import free_port
 
 CHUNKS = 20_000
 HEAD = (

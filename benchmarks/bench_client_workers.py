@@ -156,7 +156,7 @@ def part_a(a: argparse.Namespace) -> list[dict[str, Any]]:
     from _common import start_fixture
     from bench_ceiling import analyse, fetch_sends
 
-    from servelab.launch.server import free_port
+    from servelab.launch.ports import free_port
 
     levels = []
     for step in a.steps_us:
@@ -214,7 +214,7 @@ def open_metrics(reqs: list[dict[str, Any]], slips_us: list[float], cpu_s: float
 def open_servelab(a: argparse.Namespace, rate: float, workers: int, cpus: str) -> dict[str, Any]:
     from _common import start_fixture
 
-    from servelab.launch.server import free_port
+    from servelab.launch.ports import free_port
 
     n = max(20, min(a.max_requests, int(rate * a.open_seconds)))
     port = free_port()
@@ -236,7 +236,7 @@ def open_servelab(a: argparse.Namespace, rate: float, workers: int, cpus: str) -
 def open_vllm(a: argparse.Namespace, rate: float, vllm: Any, model: Path) -> dict[str, Any]:
     from _common import start_fixture
 
-    from servelab.launch.server import free_port
+    from servelab.launch.ports import free_port
 
     n = max(20, min(a.max_requests, int(rate * a.open_seconds)))
     port = free_port()

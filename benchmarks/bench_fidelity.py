@@ -19,7 +19,8 @@ from typing import Any
 from _common import VllmClient, spread, tiny_model, venv_python, vllm_argv, workdir
 
 from servelab.client import Workload, run_point
-from servelab.launch.server import Server, ServerLaunch, free_port
+from servelab.launch.ports import free_port
+from servelab.launch.server import Server, ServerLaunch
 from servelab.metrics import point_metrics
 from servelab.workload.synthetic import build_prompts, vocab_ids
 

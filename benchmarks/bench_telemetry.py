@@ -29,7 +29,7 @@ from typing import Any
 
 from servelab.config import default_section
 from servelab.experiment import TelemetrySection
-from servelab.launch.server import free_port
+from servelab.launch.ports import free_port
 from servelab.telemetry import PointTelemetry
 
 REPO = Path(__file__).resolve().parents[1]

@@ -244,7 +244,8 @@ def shared_servers(
     from servelab.env.model import build_tiny_shared
     from servelab.env.runtime import vllm_cli_available
     from servelab.experiment import TinySpec
-    from servelab.launch.server import Server, ServerLaunch, free_port
+    from servelab.launch.ports import free_port
+    from servelab.launch.server import Server, ServerLaunch
 
     if SHARED_STOPPED:
         pytest.fail("the shared servers were stopped for a quiet test: quiet tests run last")

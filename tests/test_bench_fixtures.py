@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from servelab.launch.server import free_port
+from servelab.launch.ports import free_port
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -19,7 +19,7 @@ import servelab.client.workers as workers_mod
 from servelab.client import OpenLoop, PointRun, RequestRecord, Workload, run_point
 from servelab.client.workers import Share, SharedCount, worker_count
 from servelab.design.arrivals import ArrivalProcess
-from servelab.launch.server import free_port
+from servelab.launch.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 SERVICE_S = 0.005

@@ -17,7 +17,8 @@ import pytest
 
 from servelab.errors import ServelabError
 from servelab.experiment import ServerSection
-from servelab.launch.server import ServerLaunch, free_port
+from servelab.launch.ports import free_port
+from servelab.launch.server import ServerLaunch
 from servelab.launch.session import MeasuringLock, serve
 from servelab.store.paths import measuring_lock_path
 

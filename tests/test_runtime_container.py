@@ -391,7 +391,8 @@ def test_sweep_gives_each_point_its_own_prompts_also_when_resumed(
 def test_stop_reaches_a_running_container(engine: Engine, tmp_path: Path) -> None:
     """The `docker run` client is not the server: stopping must stop the container by name."""
     from servelab.env.container import container_run_for
-    from servelab.launch.server import ServerLaunch, free_port, make_server
+    from servelab.launch.ports import free_port
+    from servelab.launch.server import ServerLaunch, make_server
 
     cfg = config(tmp_path)
     runtime = runtime_stage(cfg, str)

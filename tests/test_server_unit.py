@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.launch.server import ServerLaunch, choose_port, port_is_free
+from servelab.launch.ports import choose_port, port_is_free
+from servelab.launch.server import ServerLaunch
 from servelab.launch.serverlog import parse_capacity
 
 
@@ -260,7 +261,8 @@ def test_a_server_that_exits_before_it_is_ready_says_so_with_its_log_and_leaves_
     from e2e_helpers import assert_no_orphans
 
     from servelab.errors import ServelabError
-    from servelab.launch.server import Server, free_port
+    from servelab.launch.ports import free_port
+    from servelab.launch.server import Server
 
     python = tmp_path / "python"
     # called as `python -m vllm.entrypoints.openai.api_server --model PATH ...`

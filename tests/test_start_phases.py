@@ -181,7 +181,7 @@ class ScriptLaunch(ServerLaunch):
 def test_wait_ready_stamps_the_phases_as_the_server_logs_them(tmp_path: Path) -> None:
     """A stand-in server logs vLLM's lines over 2 s, then answers /health: the phases' t_s are
     the times the lines were written (to within a poll), from the process's start."""
-    from servelab.launch.server import free_port
+    from servelab.launch.ports import free_port
 
     script = tmp_path / "slow_server.py"
     script.write_text(

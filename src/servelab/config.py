@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import yaml
 
 from servelab.env import endpoint, endpoint_config
-from servelab.env.config_runtime import check_config_runtimes
+from servelab.env.config_runtime import check_config_runtimes, check_side_by_side
 from servelab.env.config_trace import check_trace, check_trace_as_written
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, RuntimeSection, section_from_dict
@@ -239,25 +239,6 @@ def _check_model(model: dict[str, Any], source: str) -> None:
             f"{source}: model.revision: {rev!r} is not a commit (a branch or tag name moves); "
             f"pin the commit: set model.revision to the full 40-hex commit sha of {repo} "
             f"(listed at huggingface.co/{repo}/commits/main)"
-        )
-
-
-def check_side_by_side(plan: dict[str, Any], rt: dict[str, Any], source: str) -> None:
-    """sweep.repeats.side_by_side: only in an interleaved plan, and only for servers servelab
-    launches on CPUs (two servers on one GPU would share its memory); one line otherwise."""
-    if not plan.get("side_by_side"):
-        return
-    if plan.get("interleave") is not True:
-        raise ServelabError(
-            f"{source}: sweep.repeats.side_by_side needs interleave: true (every round a fresh "
-            "launch of each configuration); set sweep.repeats.interleave: true"
-        )
-    if rt["kind"] == endpoint.KIND or rt.get("device", "cpu") != "cpu":
-        where = "runtime.kind endpoint" if rt["kind"] == endpoint.KIND else "a GPU runtime"
-        raise ServelabError(
-            f"{source}: sweep.repeats.side_by_side starts two servers at once, which {where} "
-            "cannot (a server servelab does not launch, or one GPU's memory shared); set "
-            "sweep.repeats.side_by_side: false"
         )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from servelab.env.container import ENGINES, parse_image
+from servelab.env.endpoint import KIND as ENDPOINT_KIND
 from servelab.errors import ServelabError
 
 # vLLM arguments that change the model served, or its numbers: a configuration with its own
@@ -109,3 +110,22 @@ def check_interleaved(cfg: dict[str, Any], source: str) -> None:
         "runtimes, and a comparison of runtimes pairs their rounds only when each round runs "
         "on a launch of its own, in turn; set sweep.repeats: {min: 3, max: 5, interleave: true}"
     )
+
+
+def check_side_by_side(plan: dict[str, Any], rt: dict[str, Any], source: str) -> None:
+    """sweep.repeats.side_by_side: only in an interleaved plan, and only for servers servelab
+    launches on CPUs (two servers on one GPU would share its memory); one line otherwise."""
+    if not plan.get("side_by_side"):
+        return
+    if plan.get("interleave") is not True:
+        raise ServelabError(
+            f"{source}: sweep.repeats.side_by_side needs interleave: true (every round a fresh "
+            "launch of each configuration); set sweep.repeats.interleave: true"
+        )
+    if rt["kind"] == ENDPOINT_KIND or rt.get("device", "cpu") != "cpu":
+        where = "runtime.kind endpoint" if rt["kind"] == ENDPOINT_KIND else "a GPU runtime"
+        raise ServelabError(
+            f"{source}: sweep.repeats.side_by_side starts two servers at once, which {where} "
+            "cannot (a server servelab does not launch, or one GPU's memory shared); set "
+            "sweep.repeats.side_by_side: false"
+        )

@@ -19,7 +19,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,32 +40,6 @@ if TYPE_CHECKING:
     from servelab.client import RequestRecord
 
 LOG_TAIL_LINES = 25
-
-
-def port_is_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def choose_port(host: str, wanted: int, say: Callable[[str], None] = print) -> int:
-    """The configured port when it is free; otherwise (or for 0) a free one."""
-    if wanted and port_is_free(host, wanted):
-        return wanted
-    port = free_port(host)
-    if wanted:
-        say(f"server: port {wanted} on {host} is taken; using {port} instead")
-    return port
 
 
 # --- where a start goes, read while it starts ----------------------------------------------

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TypedDict
 
 from servelab.analysis.dataset import Dataset, load_dataset
@@ -49,7 +50,7 @@ from servelab.analysis.stopping import RuleJson, StoppingRule
 from servelab.design.schedule import Slot
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
-from servelab.job import MeasureJob
+from servelab.job import MeasureJob, Say
 from servelab.launch.server import raise_on_signals
 from servelab.launch.session import serve_together
 from servelab.measure.sweep import SweepJob, next_launch_index
@@ -112,25 +113,11 @@ def run_rounds(
     rule = stopping_rule(exp)
     t_job = time.monotonic()
     jobs = [SweepJob(measure_job, sc) for sc in exp.server.names]
-    say(
-        f"sequential sweep: rounds {rule.min_rounds} to {rule.max_rounds}, alpha "
-        f"{rule.alpha:g} spent over {rule.looks} looks ({rule.look_alpha(rule.min_rounds):.4g} "
-        f"each)" + (f", budget {rule.budget_s:g} s" if rule.budget_s else "")
-    )
     orderings = questions_of_reference(exp, reference_orderings)
-    if orderings:
-        said = "; ".join(orderings)
-        say(f"and the {len(orderings)} orderings the reproduction will judge: {said}")
+    how = Arrangement.of(exp)
+    announce(say, rule, orderings, how)
     asked = asked_with(exp.analysis, orderings)
-    interleave = bool(exp.sweep.rounds and exp.sweep.rounds.interleave)
-    together = interleave and bool(exp.sweep.rounds and exp.sweep.rounds.side_by_side)
-    if together:
-        say(
-            "side by side: every round on a fresh launch of each configuration, all up at once, "
-            "their points alternating level by level"
-        )
-    elif interleave:
-        say("interleaved: every round on a fresh launch per configuration, in turn")
+    interleave = how.interleave
     k = 1 if interleave else rule.min_rounds
     round_s: list[float] = []
     launches: list[RoundLaunch] = []
@@ -138,16 +125,8 @@ def run_rounds(
     compared_looks: list[ComparedLook] = []
     t0 = time.monotonic()  # a step's start: rounds 1 to min, then each further round
     while True:
-        turn = in_turn(jobs, k) if interleave else jobs
-        firsts = {job.sc: next_launch_index(job.server_dir) for job in jobs}
-        if together:
-            slots |= side_by_side(measure_job, turn, k)
-        else:
-            for job in turn:
-                slots[job.sc] = job.measure_missing(k)
-        for job in turn:
-            # the round of the look that follows it: `min` for the first step's rounds
-            launches += launched(job, firsts[job.sc], max(k, rule.min_rounds))
+        # the round of the look that follows it: `min` for the first step's rounds
+        launches += measure_round(measure_job, jobs, k, max(k, rule.min_rounds), how, slots)
         if k < rule.min_rounds:  # interleaved: the first step's rounds one at a time
             k += 1
             continue
@@ -185,12 +164,67 @@ def run_rounds(
         "orderings": orderings,
         "looks": [round_record(j, r, orderings) for j, r in enumerate(all_looks, rule.min_rounds)],
         "compared": compared_looks,
-        "side_by_side": together,
+        "side_by_side": how.side_by_side,
     }
     wall = time.monotonic() - t_job
     for job in jobs:
         job.write_run(slots[job.sc], wall, sequential=record)
     return record
+
+
+@dataclass(frozen=True)
+class Arrangement:
+    """How a sequential plan's rounds meet the server launches: `interleave`, every round on
+    a fresh launch per configuration, in turn; `side_by_side`, those launches up together."""
+
+    interleave: bool
+    side_by_side: bool
+
+    @classmethod
+    def of(cls, exp: Experiment) -> Arrangement:
+        plan = exp.sweep.rounds
+        interleave = bool(plan and plan.interleave)
+        return cls(interleave, interleave and bool(plan and plan.side_by_side))
+
+
+def announce(say: Say, rule: StoppingRule, orderings: Sequence[str], how: Arrangement) -> None:
+    """The plan, said before its first round: the rule, the orderings asked, the launches."""
+    say(
+        f"sequential sweep: rounds {rule.min_rounds} to {rule.max_rounds}, alpha "
+        f"{rule.alpha:g} spent over {rule.looks} looks ({rule.look_alpha(rule.min_rounds):.4g} "
+        f"each)" + (f", budget {rule.budget_s:g} s" if rule.budget_s else "")
+    )
+    if orderings:
+        said = "; ".join(orderings)
+        say(f"and the {len(orderings)} orderings the reproduction will judge: {said}")
+    if how.side_by_side:
+        say(
+            "side by side: every round on a fresh launch of each configuration, all up at once, "
+            "their points alternating level by level"
+        )
+    elif how.interleave:
+        say("interleaved: every round on a fresh launch per configuration, in turn")
+
+
+def measure_round(
+    measure_job: MeasureJob,
+    jobs: list[SweepJob],
+    k: int,
+    look_round: int,
+    how: Arrangement,
+    slots: dict[str, list[Slot]],
+) -> list[RoundLaunch]:
+    """Measure what rounds 1..k still lack of every configuration (in turn, or side by side),
+    each configuration's plan into `slots`; the launches it started, recorded with the round
+    of the look that follows them (`look_round`)."""
+    turn = in_turn(jobs, k) if how.interleave else jobs
+    firsts = {job.sc: next_launch_index(job.server_dir) for job in jobs}
+    if how.side_by_side:
+        slots |= side_by_side(measure_job, turn, k)
+    else:
+        for job in turn:
+            slots[job.sc] = job.measure_missing(k)
+    return [launch for job in turn for launch in launched(job, firsts[job.sc], look_round)]
 
 
 def compared_open(

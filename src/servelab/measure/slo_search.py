@@ -41,7 +41,8 @@ from servelab.design.level import Level
 from servelab.design.schedule import Slot
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob
-from servelab.launch.server import ServerLaunch, choose_port, raise_on_signals
+from servelab.launch.ports import choose_port
+from servelab.launch.server import ServerLaunch, raise_on_signals
 from servelab.launch.session import Session, build_launch, serve
 from servelab.measure.point import PointJob, is_complete
 from servelab.measure.replay import Replay, schedule_of

@@ -41,7 +41,8 @@ from servelab.hostfacts.canary import CanaryTimes
 from servelab.hostfacts.gpucanary import GpuMeasure
 from servelab.job import ConfigJob, MeasureJob
 from servelab.launch.canary import gpu_canary
-from servelab.launch.server import ServerLaunch, choose_port, raise_on_signals
+from servelab.launch.ports import choose_port
+from servelab.launch.server import ServerLaunch, raise_on_signals
 from servelab.launch.session import LaunchAdditions, Session, build_launch, serve
 from servelab.measure.point import PointJob, is_complete, keep_incomplete
 from servelab.measure.remeasure import pending, remeasure

@@ -51,7 +51,8 @@ from servelab.env.runtime import NSYS_GLOBS, find_host_nsys
 from servelab.errors import ServelabError
 from servelab.hostfacts import node_facts
 from servelab.job import ConfigJob, MeasureJob, Say
-from servelab.launch.server import Server, ServerLaunch, choose_port, raise_on_signals
+from servelab.launch.ports import choose_port
+from servelab.launch.server import Server, ServerLaunch, raise_on_signals
 from servelab.launch.session import LaunchAdditions, Session, build_launch, serve, server_container
 from servelab.profile.commands import profiler_additions, profiler_interface
 from servelab.profile.nsys_report import ReportWait, export_nsys
