@@ -333,31 +333,7 @@ def test_a_sweep_point_samples_the_servers_gpu_only(
         return out
 
     monkeypatch.setattr(sweep, "run_point", fake_run_point)
-    server = SimpleNamespace(telemetry_process=lambda: None, alive_after=lambda records: True)
-    job = sweep.PointJob(
-        sc="fake",
-        session=SimpleNamespace(server=server),
-        client=SimpleNamespace(base_url=None),
-        paths=ExperimentPaths(tmp_path / "exp"),
-        workload=SimpleNamespace(
-            waves=1,
-            input_tokens=4,
-            output_tokens=50,
-            ignore_eos=True,
-            unique_prompts=True,
-            client_workers=1,
-            dataset=None,
-            shared_prefix=None,
-            chat=None,
-        ),
-        sweep=SimpleNamespace(order="latin"),
-        telemetry=FAST,
-        prompts=["p"] * 4,
-        launch_index=1,
-        orders={1: [2]},
-        say=lambda s: None,
-        gpus=server_gpus("gpu", _container("docker", ("3",)), {}, {}),
-    )
+    job = fake_point_job(tmp_path, server_gpus("gpu", _container("docker", ("3",)), {}, {}))
     job.measure(Slot(repeat=1, level=Level.at_concurrency(2), position=0, run_index=0), 0, "1/1")
     point = json.loads(
         (tmp_path / "exp" / "raw" / "fake" / "rep01" / "c0002" / "point.json").read_text()
@@ -449,3 +425,65 @@ def test_a_cuda_index_the_launch_turned_into_a_uuid_stays_ambiguous(
     env = {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     exact = server_gpus("gpu", _container_launch(mixed_host(), env, monkeypatch), {}, {})
     assert exact.ambiguous is None
+
+
+def fake_point_job(tmp_path: Path, gpus: Any) -> Any:
+    """A PointJob of a fake server configuration (no server: run_point is the test's), its
+    points under tmp_path/exp."""
+    import servelab.measure.point as sweep
+
+    server = SimpleNamespace(telemetry_process=lambda: None, alive_after=lambda records: True)
+    return sweep.PointJob(
+        sc="fake",
+        session=SimpleNamespace(server=server),
+        client=SimpleNamespace(base_url=None),
+        paths=ExperimentPaths(tmp_path / "exp"),
+        workload=SimpleNamespace(
+            waves=1,
+            input_tokens=4,
+            output_tokens=50,
+            ignore_eos=True,
+            unique_prompts=True,
+            client_workers=1,
+            dataset=None,
+            shared_prefix=None,
+            chat=None,
+        ),
+        sweep=SimpleNamespace(order="latin"),
+        telemetry=FAST,
+        prompts=["p"] * 4,
+        launch_index=1,
+        orders={1: [2]},
+        say=lambda s: None,
+        gpus=gpus,
+    )
+
+
+def test_ctrl_c_once_a_points_folder_exists_keeps_it_as_incomplete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A point's folder appears only where an interrupt is caught: Ctrl-C while its samplers
+    start (the folder exists) keeps the point as <point>.incomplete/ with its point.json, and
+    Ctrl-C before that (while its facts are gathered) leaves no folder, so nothing is half
+    written. Before, the folder was made first, and Ctrl-C in between left a bare .partial."""
+    import servelab.measure.point as sweep
+
+    slot = Slot(repeat=1, level=Level.at_concurrency(2), position=0, run_index=0)
+    rep = tmp_path / "exp" / "raw" / "fake" / "rep01"
+
+    def interrupted(*_a: Any, **_k: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep.PointTelemetry, "__enter__", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fake_point_job(tmp_path, None).measure(slot, 0, "1/1")
+    kept = json.loads((rep / "c0002.incomplete" / "point.json").read_text())
+    assert kept["status"] == "incomplete" and "interrupted" in kept["error"]
+    assert not (rep / "c0002.partial").exists()
+
+    monkeypatch.setattr(sweep.PointJob, "point_info", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fake_point_job(tmp_path / "second", None).measure(slot, 0, "1/1")
+    assert not (tmp_path / "second" / "exp" / "raw" / "fake" / "rep01").exists() or not any(
+        (tmp_path / "second" / "exp" / "raw" / "fake" / "rep01").iterdir()
+    )

@@ -264,7 +264,6 @@ class PointJob:
             self.folder(slot) if again is None else attempt_dir(self.folder(slot), again.attempt)
         )
         partial = final.with_name(final.name + ".partial")
-        partial.mkdir(parents=True, exist_ok=True)
         info = self.point_info(slot, prompt_offset) | ({} if again is None else again.info())
         run = PointRun()
         label = f"{sc}-r{slot.repeat:02d}-{self.folder(slot).name}"
@@ -276,9 +275,12 @@ class PointJob:
             self.telemetry, server.telemetry_process(), self.client.base_url, gpus=self.gpus
         )
         try:
+            # made inside the try: an interrupt once the folder exists keeps it as incomplete
+            partial.mkdir(parents=True, exist_ok=True)
             with tel:
                 self.send(slot, prompt_offset, label, run)
         except BaseException as exc:
+            partial.mkdir(parents=True, exist_ok=True)
             info["telemetry"] = tel.finish(
                 partial, run.started_epoch_ns, run.finished_epoch_ns, _output_tokens(run)
             )
