@@ -535,9 +535,8 @@ def serve_together(
         waited = wait_all_ready([b[1] for b in begun], settings.startup_timeout_s, say)
         sessions: list[Session] = []
         for (launch, server, log_offset, cache_state), w in zip(begun, waited, strict=True):
-            # overlapping starts: the server's own time since it started, not this wait's
-            alone = len(begun) == 1 or server.ready_t_s is None
-            ready_s = w if alone else float(server.ready_t_s or 0.0)
+            # overlapping starts: each server's own time since it started, not this wait's
+            ready_s = w if len(begun) == 1 else float(server.ready_t_s or w)
             start = server.start_record()
             say(f"server ready in {ready_s:.1f} s ({start_line(start)})")
             placement = server.lower_engine_priority(settings.engine_nice, say)

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from servelab.analysis.equivalence import DEFAULT_MARGIN_PCT
 from servelab.errors import ServelabError
 from servelab.reproduce.sides import Side
@@ -324,14 +326,12 @@ def memory_holds(runtime: dict[str, Any], servers: int) -> bool:
 
 
 def available_memory_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo, in bytes (None where there is none)."""
+    """The memory this host has available now, in bytes, as psutil reads it (the telemetry's
+    source too); None where it cannot be read."""
     try:
-        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError):
         return None
-    return None
 
 
 def experiment_name(reference: Side, opts: RerunOptions) -> str:
