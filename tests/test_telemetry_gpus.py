@@ -474,7 +474,7 @@ def test_ctrl_c_once_a_points_folder_exists_keeps_it_as_incomplete(
     def interrupted(*_a: Any, **_k: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sweep.PointTelemetry, "__enter__", interrupted)
+    monkeypatch.setattr(sweep.PointTelemetry, "start", interrupted)
     with pytest.raises(KeyboardInterrupt):
         fake_point_job(tmp_path, None).measure(slot, 0, "1/1")
     kept = json.loads((rep / "c0002.incomplete" / "point.json").read_text())

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import yaml
 
 from servelab.env import endpoint, endpoint_config
-from servelab.env.config_runtime import check_config_runtimes, check_side_by_side
+from servelab.env.config_runtime import check_config_runtimes, check_side_by_side, check_slices
 from servelab.env.config_trace import check_trace, check_trace_as_written
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, RuntimeSection, section_from_dict
@@ -250,10 +250,11 @@ def _check_runtime(cfg: dict[str, Any], source: str) -> None:
     check_config_runtimes(cfg, source)
     plan = cfg["sweep"]["repeats"]
     if isinstance(plan, dict):
-        for key in ("interleave", "side_by_side"):
+        for key in ("interleave", "side_by_side", "slices"):
             if plan.get(key, 0) is None:
                 del plan[key]  # absent, as in a plan written before it existed
         check_side_by_side(plan, rt, source)
+        check_slices(cfg, source)
     if rt["kind"] == endpoint.KIND:
         return  # servelab launches nothing: endpoint_config.check_written checked it as written
     for key in ("url", "served_model"):

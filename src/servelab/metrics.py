@@ -6,6 +6,7 @@ before each send, over every request); failures are counted in `failed`.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from typing import TypedDict
 
@@ -92,50 +93,91 @@ def request_end_ns(rec: RequestRecord) -> int:
     return rec.sent_epoch_ns + off * 1000
 
 
-def in_flight(recs: Sequence[RequestRecord]) -> tuple[float | None, float | None]:
+def sliced(
+    recs: Sequence[RequestRecord], slices: Sequence[Sequence[int]] | None = None
+) -> list[list[RequestRecord]]:
+    """A point's requests by the slice they were sent in: `slices` is point.json `slices`, each
+    slice's [start, end] on the client's wall clock (ns), for a point sent in parts that
+    alternate with another server's (sweep.repeats.slices); a request belongs to the last
+    slice that started at or before its send. A point sent whole is one part."""
+    if not slices:
+        return [list(recs)] if recs else []
+    starts = [int(s[0]) for s in slices]
+    parts: list[list[RequestRecord]] = [[] for _ in starts]
+    for r in recs:
+        parts[max(0, bisect_right(starts, r.sent_epoch_ns) - 1)].append(r)
+    return [part for part in parts if part]
+
+
+def in_flight(
+    recs: Sequence[RequestRecord], slices: Sequence[Sequence[int]] | None = None
+) -> tuple[float | None, float | None]:
     """(achieved_concurrency, mean_in_flight): the time-weighted mean number of requests in
     flight (each from its send to `request_end_ns`, failed ones included) from the first
     send to the last send (None when that is under 1 ms), and from the first send to the
-    last end (None when that is not positive)."""
+    last end (None when that is not positive). A point sent in slices (`sliced`) is weighed
+    over its slices' windows alone, the other server's time between them left out."""
+    busy_sent = window_sent = busy = window = 0
+    for part in sliced(recs, slices):
+        spans = [(r.sent_epoch_ns, max(r.sent_epoch_ns, request_end_ns(r))) for r in part]
+        first = min(s for s, _ in spans)
+        last_send = max(s for s, _ in spans)
+        busy_sent += sum(max(0, min(e, last_send) - s) for s, e in spans)
+        window_sent += last_send - first
+        busy += sum(e - s for s, e in spans)
+        window += max(e for _, e in spans) - first
     if not recs:
         return None, None
-    spans = [(r.sent_epoch_ns, max(r.sent_epoch_ns, request_end_ns(r))) for r in recs]
-    first = min(s for s, _ in spans)
-    last_send = max(s for s, _ in spans)
-    last_end = max(e for _, e in spans)
-    achieved = None
-    if last_send - first >= MIN_WINDOW_NS:
-        busy = sum(max(0, min(e, last_send) - s) for s, e in spans)
-        achieved = busy / (last_send - first)
-    mean = sum(e - s for s, e in spans) / (last_end - first) if last_end > first else None
-    return achieved, mean
+    achieved = busy_sent / window_sent if window_sent >= MIN_WINDOW_NS else None
+    return achieved, (busy / window if window > 0 else None)
 
 
-def point_metrics(records: Iterable[RequestRecord]) -> PointMetrics:
+def point_duration(
+    recs: Sequence[RequestRecord], slices: Sequence[Sequence[int]] | None = None
+) -> float | None:
+    """Seconds from the first send to the last successful end (None: no request succeeded);
+    for a point sent in slices, the sum over its slices."""
+    total, any_good = 0, False
+    for part in sliced(recs, slices):
+        start = min(r.sent_epoch_ns for r in part)
+        ends = [r.sent_epoch_ns + (r.done_offset_us or 0) * 1000 for r in part if good(r)]
+        any_good = any_good or bool(ends)
+        total += max(ends or [start]) - start
+    return total / 1e9 if any_good else None
+
+
+def good(rec: RequestRecord) -> bool:
+    """A request that succeeded: it ended well and streamed content."""
+    return bool(rec.ok and rec.chunk_offsets_us)
+
+
+def point_metrics(
+    records: Iterable[RequestRecord], slices: Sequence[Sequence[int]] | None = None
+) -> PointMetrics:
+    """A point's metrics from its requests; `slices` (point.json's, for a point sent in parts)
+    gives the windows its duration and concurrency are measured over."""
     recs = list(records)
-    good = [r for r in recs if r.ok and r.chunk_offsets_us]
+    good_recs = [r for r in recs if good(r)]
     ttft, tpot, e2el, itl = [], [], [], []
-    for r in good:
+    for r in good_recs:
         lat = request_latencies(r)
         ttft.append(lat["ttft"])
         e2el.append(lat["e2el"])
         itl.extend(lat["itl"])
         if lat["tpot"] is not None:
             tpot.append(lat["tpot"])
-    ttfb = [r.first_byte_offset_us / 1000.0 for r in good if r.first_byte_offset_us is not None]
+    ttfb = [
+        r.first_byte_offset_us / 1000.0 for r in good_recs if r.first_byte_offset_us is not None
+    ]
     wait = [r.queued_us / 1000.0 for r in recs if r.queued_us is not None]
-    duration = 0.0
-    if recs:
-        start = min(r.sent_epoch_ns for r in recs)
-        ends = [r.sent_epoch_ns + (r.done_offset_us or 0) * 1000 for r in good] or [start]
-        duration = (max(ends) - start) / 1e9
-    achieved, mean_in_flight = in_flight(recs)
+    duration = point_duration(recs, slices) or 0.0
+    achieved, mean_in_flight = in_flight(recs, slices)
     out = assemble(
         num_prompts=len(recs),
-        completed=len(good),
+        completed=len(good_recs),
         duration=duration,
-        total_input_tokens=sum(r.prompt_tokens or 0 for r in good),
-        total_output_tokens=sum(r.output_tokens or 0 for r in good),
+        total_input_tokens=sum(r.prompt_tokens or 0 for r in good_recs),
+        total_output_tokens=sum(r.output_tokens or 0 for r in good_recs),
         latencies_ms={
             "ttft": ttft,
             "tpot": tpot,

@@ -164,7 +164,7 @@ def _point(
     columns; the validity flags; `choice`, for a point measured more than once."""
     meta = raw.meta
     ttfts, per = _per_request(recs)
-    metrics: dict[str, object] = dict(point_metrics(recs))
+    metrics: dict[str, object] = dict(point_metrics(recs, meta.get("slices")))
     metrics["client_cpu_s"] = meta.get("client_cpu_s")
     if "telemetry" in meta:
         metrics.update(telemetry_columns(meta["telemetry"]))

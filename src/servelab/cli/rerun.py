@@ -52,6 +52,12 @@ def add_parser(sub: Any) -> None:
         "fewer rounds to a verdict)",
     )
     p.add_argument(
+        "--slices",
+        type=int,
+        help="side by side: send each point in this many slices that alternate between the "
+        "two servers (default waves / 2; 1: whole points)",
+    )
+    p.add_argument(
         "--one-at-a-time",
         action="store_true",
         help="start one side's server at a time in each round (default on CPU runtimes: both "
@@ -99,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         configs=tuple(args.configs) if args.configs else None,
         waves=args.waves,
         side_by_side=False if args.one_at_a_time else None,
+        slices=args.slices,
     )
     this = resolve(read_file(Path(args.configfile)), args.configfile)
     with tempfile.TemporaryDirectory(prefix="servelab-rerun-") as work:

@@ -129,3 +129,28 @@ def check_side_by_side(plan: dict[str, Any], rt: dict[str, Any], source: str) ->
             "cannot (a server servelab does not launch, or one GPU's memory shared); set "
             "sweep.repeats.side_by_side: false"
         )
+
+
+def check_slices(cfg: dict[str, Any], source: str) -> None:
+    """sweep.repeats.slices: only side by side, with closed-loop levels, and no more slices
+    than workload.waves (each slice at least one wave of the point's concurrency)."""
+    slices = cfg["sweep"]["repeats"].get("slices") or 1
+    if slices == 1:
+        return
+    key = f"{source}: sweep.repeats.slices {slices}"
+    if not cfg["sweep"]["repeats"].get("side_by_side"):
+        raise ServelabError(
+            f"{key} alternates a point's slices between servers kept up together; set "
+            "sweep.repeats.side_by_side: true, or remove slices"
+        )
+    if cfg["sweep"].get("rate") is not None:
+        raise ServelabError(
+            f"{key} cuts a closed loop's prompts; a rate's arrival schedule is sent whole: "
+            "remove slices, or give sweep.concurrency"
+        )
+    waves = int(cfg["workload"]["waves"])
+    if slices > waves:
+        raise ServelabError(
+            f"{key} is more than workload.waves {waves}: a slice needs at least one wave of "
+            f"the point's concurrency; set slices to at most {waves}, or raise waves"
+        )

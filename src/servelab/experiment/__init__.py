@@ -155,7 +155,7 @@ class RoundsSection:
     """A sequential plan (`sweep.repeats: {min, max, budget_s}`): rounds until every claim is
     decided (servelab.analysis.stopping)."""
 
-    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("interleave", "side_by_side")
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("interleave", "side_by_side", "slices")
 
     min: int
     max: int
@@ -165,6 +165,9 @@ class RoundsSection:
     # with interleave: every configuration's server of a round up at once, their points
     # alternating level by level (absent: None, as false; servelab.measure.sequential)
     side_by_side: bool | None = None
+    # side by side: each point sent in this many slices that alternate between the servers
+    # (A B, B A, ...; absent: None, as 1, whole points; servelab.measure.alternate)
+    slices: int | None = None
 
 
 @dataclass(frozen=True)

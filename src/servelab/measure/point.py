@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from servelab.client import OpenLoop, PointRun, Workload, run_point
+from servelab.client.closed_loop import WorkerStats
 from servelab.design.level import LevelValue
 from servelab.design.schedule import Slot
 from servelab.errors import ServelabError
@@ -94,7 +95,7 @@ def _write_point(pdir: Path, run: PointRun, info: Mapping[str, object]) -> Mappi
             "finished_epoch_ns": run.finished_epoch_ns,
             "client_cpu_s": round(run.client_cpu_s, 6),
             **workers,
-            **point_metrics(run.records),
+            **point_metrics(run.records, info.get("slices")),  # type: ignore[arg-type]
         }
     )
     write_jsonl_gz(pdir / REQUESTS_FILE, (r.to_json() for r in run.records))
@@ -245,13 +246,6 @@ class PointJob:
             return OpenLoop(schedule.offsets_ns, schedule.doc["max_in_flight"])
         return int(slot.level.value)
 
-    def send(self, slot: Slot, prompt_offset: int, label: str, run: PointRun) -> None:
-        """Send one point's requests (`load`) from workload.client_workers processes; `run`
-        fills as they end."""
-        prompts = self.prompts[prompt_offset : prompt_offset + self.requests(slot)]
-        workers = self.workload.client_workers
-        run_point(self.client, prompts, self.load(slot), label, run, workers=workers)
-
     def measure(
         self, slot: Slot, prompt_offset: int, progress: str, again: Again | None = None
     ) -> Mapping[str, object]:
@@ -259,67 +253,156 @@ class PointJob:
         cut short is kept as incomplete, and a server that died ends the job. `again`: a
         re-measure of a disturbed point, into <point>/attempt-<N>/ (servelab.measure.remeasure).
         Returns the point's point.json."""
-        sc, server = self.sc, self.session.server
-        final = (
-            self.folder(slot) if again is None else attempt_dir(self.folder(slot), again.attempt)
-        )
-        partial = final.with_name(final.name + ".partial")
+        point = self.open(slot, prompt_offset, again)
+        try:
+            point.start()
+            point.send()
+        except BaseException as exc:
+            point.interrupted(exc)
+            raise
+        return point.close(progress)
+
+    def open(
+        self,
+        slot: Slot,
+        prompt_offset: int,
+        again: Again | None = None,
+        siblings: tuple[int, ...] = (),
+    ) -> OpenPoint:
+        """A point to measure (`OpenPoint`); `siblings`: the process roots of the servers its
+        slices alternate with, whose CPU its telemetry reads as theirs."""
+        final = self.folder(slot)
+        if again is not None:
+            final = attempt_dir(final, again.attempt)
         info = self.point_info(slot, prompt_offset) | ({} if again is None else again.info())
-        run = PointRun()
-        label = f"{sc}-r{slot.repeat:02d}-{self.folder(slot).name}"
+        label = f"{self.sc}-r{slot.repeat:02d}-{self.folder(slot).name}"
         if again is not None:
             label += f"-{final.name}"
         # Telemetry: samplers run around the point and write telemetry.jsonl beside it, also for
         # a point cut short; their summary over the point's window goes into point.json.
+        server = self.session.server.telemetry_process()
         tel = PointTelemetry(
-            self.telemetry, server.telemetry_process(), self.client.base_url, gpus=self.gpus
+            self.telemetry, server, self.client.base_url, gpus=self.gpus, siblings=siblings
         )
+        return OpenPoint(self, slot, prompt_offset, final, info, label, tel)
+
+
+@dataclass
+class OpenPoint:
+    """A point on its way: its folder (`<point>.partial/` until it is complete), the requests
+    it has measured so far, its telemetry. `PointJob.measure` sends it whole; a side-by-side
+    round sends a pair of points in slices that alternate between their servers
+    (servelab.measure.alternate), and `slices` keeps each slice's window (point.json)."""
+
+    job: PointJob
+    slot: Slot
+    offset: int
+    final: Path
+    info: dict[str, object]
+    label: str
+    tel: PointTelemetry
+    run: PointRun = field(default_factory=PointRun)
+    slices: list[list[int]] = field(default_factory=list)
+
+    @property
+    def partial(self) -> Path:
+        return self.final.with_name(self.final.name + ".partial")
+
+    def start(self) -> None:
+        # made first: an interrupt once the folder exists keeps it as incomplete
+        self.partial.mkdir(parents=True, exist_ok=True)
+        self.tel.start()
+
+    def send(self, part: tuple[int, int] | None = None) -> None:
+        """Send the point's requests, all of them, or its items [lo, hi) as one slice; `run`
+        fills as they end, also when a stop signal cuts the slice short."""
+        job = self.job
+        prompts = job.prompts[self.offset : self.offset + job.requests(self.slot)]
+        workers, load = job.workload.client_workers, job.load(self.slot)
+        if part is None:
+            run_point(job.client, prompts, load, self.label, self.run, workers=workers)
+            return
+        lo, hi = part
+        one = PointRun()
+        label = f"{self.label}-s{len(self.slices):02d}"
         try:
-            # made inside the try: an interrupt once the folder exists keeps it as incomplete
-            partial.mkdir(parents=True, exist_ok=True)
-            with tel:
-                self.send(slot, prompt_offset, label, run)
-        except BaseException as exc:
-            partial.mkdir(parents=True, exist_ok=True)
-            info["telemetry"] = tel.finish(
-                partial, run.started_epoch_ns, run.finished_epoch_ns, _output_tokens(run)
-            )
-            _write_point(
-                partial,
-                run,
-                {
-                    **info,
-                    "status": "incomplete",
-                    "error": f"interrupted: {type(exc).__name__} {exc}".strip(),
-                },
-            )
-            kept = keep_incomplete(partial)
-            self.say(
-                f"[{sc}] point rep{slot.repeat:02d} {slot.name()} interrupted; "
-                f"{len(run.records)} finished requests kept in {kept} (marked incomplete)"
-            )
-            raise
-        info["telemetry"] = tel.finish(
-            partial, run.started_epoch_ns, run.finished_epoch_ns, _output_tokens(run)
+            run_point(job.client, prompts[lo:hi], load, label, one, workers=workers)
+        finally:
+            self._add(one)
+
+    def _add(self, one: PointRun) -> None:
+        """One slice's run into the point's: its records, CPU and window."""
+        run = self.run
+        run.records.extend(one.records)
+        run.records.sort(key=lambda r: r.request_id)
+        run.started_epoch_ns = run.started_epoch_ns or one.started_epoch_ns
+        run.finished_epoch_ns = one.finished_epoch_ns or run.finished_epoch_ns
+        run.client_cpu_s += one.client_cpu_s
+        run.workers = add_workers(run.workers, one.workers)
+        self.slices.append([one.started_epoch_ns, one.finished_epoch_ns])
+
+    def _info(self, status: dict[str, object]) -> dict[str, object]:
+        return {**self.info, **({"slices": self.slices} if self.slices else {}), **status}
+
+    def _telemetry(self) -> None:
+        run = self.run
+        self.info["telemetry"] = self.tel.finish(
+            self.partial, run.started_epoch_ns, run.finished_epoch_ns, _output_tokens(run)
         )
+
+    def interrupted(self, exc: BaseException) -> None:
+        """Keep what a point cut short measured, as incomplete, and say where."""
+        self.partial.mkdir(parents=True, exist_ok=True)
+        self._telemetry()
+        error = f"interrupted: {type(exc).__name__} {exc}".strip()
+        _write_point(self.partial, self.run, self._info({"status": "incomplete", "error": error}))
+        kept = keep_incomplete(self.partial)
+        self.job.say(
+            f"[{self.job.sc}] point rep{self.slot.repeat:02d} {self.slot.name()} interrupted; "
+            f"{len(self.run.records)} finished requests kept in {kept} (marked incomplete)"
+        )
+
+    def close(self, progress: str) -> Mapping[str, object]:
+        """Its telemetry's summary, and the point complete (renamed to its folder); a server
+        that died during it keeps it as incomplete and ends the job."""
+        job, slot, run = self.job, self.slot, self.run
+        sc, server = job.sc, job.session.server
+        self._telemetry()
         if not server.alive_after(run.records):
             gone = server.gone_text()
-            _write_point(
-                partial,
-                run,
-                {**info, "status": "incomplete", "error": f"server {gone} during the point"},
-            )
-            kept = keep_incomplete(partial)
+            error = f"server {gone} during the point"
+            _write_point(self.partial, run, self._info({"status": "incomplete", "error": error}))
+            kept = keep_incomplete(self.partial)
             raise ServelabError(
                 f"[{sc}] the server {gone} during point rep{slot.repeat:02d} "
                 f"{slot.name()}; the point is kept as {kept} (incomplete), completed "
-                f"points stay in {self.paths.raw_config(sc)}; rerun to measure the rest. Last "
+                f"points stay in {job.paths.raw_config(sc)}; rerun to measure the rest. Last "
                 f"lines of {server.log_path}:\n{server.log_tail()}"
             )
-        point = _write_point(partial, run, {**info, "status": "complete"})
-        os.replace(partial, final)  # final cannot exist: only missing points are measured
-        self.say(
+        point = _write_point(self.partial, run, self._info({"status": "complete"}))
+        os.replace(self.partial, self.final)  # final cannot exist: only missing points are measured
+        sliced = f", {len(self.slices)} slices" if self.slices else ""
+        job.say(
             f"[{sc}] {progress} rep{slot.repeat:02d} {slot.name():<6} "
-            f"{_summary_line(point)} ({point['duration']:.1f} s)"
+            f"{_summary_line(point)} ({point['duration']:.1f} s{sliced})"
         )
         return point
+
+
+def add_workers(mine: list[WorkerStats], more: list[WorkerStats]) -> list[WorkerStats]:
+    """Client processes' entries (PointRun.workers) of two slices of a point, summed by
+    process: requests, CPU and wall seconds, and busy share = CPU / wall."""
+    if not mine:
+        return list(more)
+    out: list[WorkerStats] = []
+    for a, b in zip(mine, more, strict=False):
+        cpu, wall = a["cpu_s"] + b["cpu_s"], a["wall_s"] + b["wall_s"]
+        out.append(
+            {
+                "requests": a["requests"] + b["requests"],
+                "cpu_s": cpu,
+                "wall_s": wall,
+                "busy": cpu / wall if wall > 0 else 0.0,
+            }
+        )
+    return out

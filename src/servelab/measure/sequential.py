@@ -32,7 +32,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import TypedDict, TypeVar
 
 from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.groups import Groups
@@ -53,7 +53,8 @@ from servelab.experiment import Experiment
 from servelab.job import MeasureJob, Say
 from servelab.launch.server import raise_on_signals
 from servelab.launch.session import serve_together
-from servelab.measure.sweep import SweepJob, next_launch_index
+from servelab.measure.alternate import alternate
+from servelab.measure.sweep import Live, SweepJob, next_launch_index
 from servelab.store.records import LaunchRecord
 
 # a point named in a comparison claim
@@ -253,6 +254,7 @@ def side_by_side(measure_job: MeasureJob, jobs: list[SweepJob], k: int) -> dict[
     points a host check found disturbed are measured again. Every configuration's plan."""
     planned = {job.sc: job.missing(k) for job in jobs}
     active = [job for job in jobs if planned[job.sc][2]]
+    slices = (measure_job.exp.sweep.rounds.slices or 1) if measure_job.exp.sweep.rounds else 1
     if active:
         starts = [job.prepare(next_launch_index(job.server_dir)) for job in active]
         logs = [job.paths.server_log(job.sc) for job in active]
@@ -264,11 +266,11 @@ def side_by_side(measure_job: MeasureJob, jobs: list[SweepJob], k: int) -> dict[
                 for job, st, session in zip(active, starts, sessions, strict=True)
             ]
             todo = {live.job.sc: planned[live.job.sc][1] for live in lives}
-            for p in range(max(len(t) for t in todo.values())):
-                for live in lives if p % 2 == 0 else lives[::-1]:
-                    mine = todo[live.job.sc]
-                    if p < len(mine):
-                        live.measure(mine[p], f"{p + 1}/{len(mine)}")
+            n = max(len(t) for t in todo.values())
+            for p in range(n):
+                here = [live for live in in_turn(lives, p + 1) if p < len(todo[live.job.sc])]
+                slots = [todo[live.job.sc][p] for live in here]
+                measure_level(here, slots, f"{p + 1}/{n}", slices)
             for live in lives:
                 live.finish()
         for live in lives:
@@ -276,7 +278,26 @@ def side_by_side(measure_job: MeasureJob, jobs: list[SweepJob], k: int) -> dict[
     return {sc: plan[0] for sc, plan in planned.items()}
 
 
-def in_turn(jobs: list[SweepJob], k: int) -> list[SweepJob]:
+def measure_level(here: list[Live], slots: list[Slot], progress: str, slices: int) -> None:
+    """The points at one position of a side-by-side round, one per launch in `here` (in the
+    position's turn): one after another, or, with `slices` > 1 and the same level on every
+    side, in slices that alternate between the servers (servelab.measure.alternate)."""
+    if slices > 1 and len(here) > 1 and len({slot.level for slot in slots}) == 1:
+        pids = [live.pid() for live in here]
+        points = [
+            live.open(slot, tuple(q for q in pids if q is not None and q != pids[i]))
+            for i, (live, slot) in enumerate(zip(here, slots, strict=True))
+        ]
+        alternate(points, slices, progress)
+        return
+    for live, slot in zip(here, slots, strict=True):
+        live.measure(slot, progress)
+
+
+T = TypeVar("T")
+
+
+def in_turn(jobs: list[T], k: int) -> list[T]:
     """The configurations' order in round k of an interleaved plan: as listed in odd rounds,
     reversed in even ones (A B, B A, A B, ...), so that neither is always measured first."""
     return jobs if k % 2 else jobs[::-1]

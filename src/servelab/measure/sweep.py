@@ -44,7 +44,7 @@ from servelab.launch.canary import gpu_canary
 from servelab.launch.ports import choose_port
 from servelab.launch.server import ServerLaunch, raise_on_signals
 from servelab.launch.session import LaunchAdditions, Session, build_launch, serve
-from servelab.measure.point import PointJob, is_complete, keep_incomplete
+from servelab.measure.point import OpenPoint, PointJob, is_complete, keep_incomplete
 from servelab.measure.remeasure import pending, remeasure
 from servelab.measure.replay import Replay, requests_of, schedule_of
 from servelab.profile.capture import PlannedCapture, plan_capture
@@ -90,6 +90,16 @@ class Live:
 
     def measure(self, slot: Slot, label: str) -> None:
         self.points.measure(slot, self.pplan.offsets[slot.key], label)
+
+    def open(self, slot: Slot, siblings: tuple[int, ...]) -> OpenPoint:
+        """A point of this launch to send in slices (servelab.measure.alternate), beside the
+        servers whose process roots are `siblings`."""
+        return self.points.open(slot, self.pplan.offsets[slot.key], siblings=siblings)
+
+    def pid(self) -> int | None:
+        """The root of this launch's server processes (None: not sampled here)."""
+        pid = self.session.server.telemetry_process()
+        return pid if isinstance(pid, int) else None
 
     def finish(self) -> None:
         job = self.job

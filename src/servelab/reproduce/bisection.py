@@ -109,6 +109,7 @@ def step_config(exp: Experiment, q: Question, index: int) -> dict[str, Any]:
                 "max": hi,
                 "interleave": True,
                 "side_by_side": bool(plan is not None and plan.side_by_side),
+                "slices": plan.slices if plan is not None else None,
             },
         },
         "analysis": {

@@ -49,6 +49,10 @@ DEFAULT_ROUNDS = (3, 6)
 # narrows the round-to-round spread the words rest on (benchmarks/README.md, "Same-host
 # verdicts")
 WAVES_FACTOR = 4
+# side by side, a rerun sends each point in slices of this many waves that alternate between the
+# two sides' servers (sweep.repeats.slices): about 2 s at the reference's concurrencies on a
+# 2-core host, where the drift that slices cancel is slower (benchmarks/README.md, "Slices")
+SLICE_WAVES = 2
 # what a CPU server holds besides its KV cache (the model, the engine, the API server): the
 # default experiment's server peaks under 1 GiB of RSS; 2 GiB leaves room for a larger model
 SERVER_OVERHEAD_GIB = 2.0
@@ -71,6 +75,7 @@ class RerunOptions:
     # both sides' servers of a round up at once, their points alternating (sweep.repeats.
     # side_by_side); None: wherever the runtime runs on CPUs and the host's memory holds both
     side_by_side: bool | None = None
+    slices: int | None = None  # side by side: None, waves // SLICE_WAVES; 1, whole points
 
 
 @dataclass(frozen=True)
@@ -287,16 +292,26 @@ def _derived(
     together = opts.side_by_side
     if together is None:
         together = runtime.get("device", "cpu") == "cpu" and memory_holds(runtime, len(configs))
+    waves = opts.waves or WAVES_FACTOR * waves
+    slices = 1
+    if together and "rate" not in levels:
+        slices = opts.slices or max(1, waves // SLICE_WAVES)
     return {
         "experiment": name,
         "results_dir": opts.results_dir,
         "model": ref["model"],
         "runtime": runtime,
         "server": {**ref["server"], "configs": configs},
-        "workload": {**ref["workload"], "waves": opts.waves or WAVES_FACTOR * waves},
+        "workload": {**ref["workload"], "waves": waves},
         "sweep": {
             **levels,
-            "repeats": {"min": lo, "max": hi, "interleave": True, "side_by_side": together},
+            "repeats": {
+                "min": lo,
+                "max": hi,
+                "interleave": True,
+                "side_by_side": together,
+                "slices": min(slices, waves),
+            },
         },
         "telemetry": ref.get("telemetry", {}),
         "analysis": {

@@ -110,7 +110,8 @@ class PointTelemetry:
     (`config.default_section(TelemetrySection, "telemetry")` without one); `gpus` the server's
     GPUs (servelab.telemetry.gpus.server_gpus; None: every GPU NVML lists), the only ones
     sampled; `nvml` replaces the pynvml module and `powercap_root` /sys/class/powercap (tests).
-    The CPU packages' energy (RAPL) is sampled at `cpu_hz`.
+    The CPU packages' energy (RAPL) is sampled at `cpu_hz`. `siblings`: the process roots of
+    other servers kept up beside this one whose points alternate with its (HostSource).
     """
 
     def __init__(
@@ -121,8 +122,10 @@ class PointTelemetry:
         nvml: Any = None,
         gpus: GpuSelection | None = None,
         powercap_root: Path | None = None,
+        siblings: tuple[int, ...] = (),
     ) -> None:
         self.settings = settings
+        self.siblings = siblings
         self.enabled = settings.enabled
         self.server_pid = server_pid
         self.base_url = base_url
@@ -149,7 +152,10 @@ class PointTelemetry:
         self._started = True
         sources: list[tuple[Source, float]] = [
             (GpuSource(self.nvml, self.gpus), float(self.settings.gpu_hz)),
-            (HostSource(self.server_pid, self.own_cpu_s), float(self.settings.cpu_hz)),
+            (
+                HostSource(self.server_pid, self.own_cpu_s, self.siblings),
+                float(self.settings.cpu_hz),
+            ),
             (
                 ServerMetricsSource(self.base_url, float(self.settings.metrics_timeout_s)),
                 float(self.settings.metrics_hz),

@@ -47,68 +47,33 @@ def _cpu_s(times: Any) -> float:
     return float(times.user + times.system)
 
 
-class HostSource:
-    """The server's process tree, the client process and the host, each on its own.
+class ProcessTree:
+    """A process and its descendants, their CPU seconds summed since sampling began (a process
+    that starts later counts from zero; one already there from its first reading) and their
+    resident memory; the list of descendants is refreshed every TREE_REFRESH_S."""
 
-    CPU is cumulative seconds since the source opened (`*_cpu_s`) and the percent of one core
-    over the interval since the previous sample (`*_cpu_pct`, null on the first sample); the
-    host's `host_cpu_pct` (busy, steal included) and `host_steal_pct` (hypervisor steal, null
-    where the platform reports none) are of all cores. The client is this process less the
-    samplers' own threads (`telemetry_cpu_*`), which `own_cpu_s` reports.
-    """
-
-    name = "cpu"
-
-    def __init__(self, server_pid: int | str | None, own_cpu_s: Callable[[], float]) -> None:
-        # a string: why the server's processes cannot be sampled (a remote endpoint)
-        self.server_pid = server_pid
-        self.own_cpu_s = own_cpu_s
-        self._client = psutil.Process(os.getpid())
-        self._server: psutil.Process | None = None
+    def __init__(self, root: psutil.Process, opened_epoch_s: float) -> None:
+        self.root = root
+        self.opened_epoch_s = opened_epoch_s
         self._tree: dict[int, psutil.Process] = {}
         self._seen: dict[int, float] = {}
-        self._server_total = 0.0
+        self.total = 0.0
         self._tree_at = 0.0
-        self._opened_epoch_s = 0.0
-        self._client0 = 0.0
-        self._client_cpu = 0.0
-        self._own0 = 0.0
-        self._prev: tuple[float, float, float, float] | None = None
-        self._host_prev: Any = None
-        self._server_error: str | None = None
+        self._refresh(time.monotonic(), first=True)
 
-    def open(self) -> str | None:
-        self._opened_epoch_s = time.time()
-        self._client0 = _cpu_s(self._client.cpu_times())
-        self._client_cpu = 0.0
-        self._own0 = self.own_cpu_s()
-        if self.server_pid is None or isinstance(self.server_pid, str):
-            self._server_error = self.server_pid or "no server process given"
-            return None
+    def _refresh(self, now: float, first: bool = False) -> None:
+        procs = [self.root]
         try:
-            self._server = psutil.Process(self.server_pid)
-        except psutil.Error:
-            self._server_error = f"server process {self.server_pid} is gone"
-            return None
-        self._refresh_tree(time.monotonic(), first=True)
-        return None
-
-    def _refresh_tree(self, now: float, first: bool = False) -> None:
-        assert self._server is not None
-        procs = [self._server]
-        try:
-            procs += self._server.children(recursive=True)
+            procs += self.root.children(recursive=True)
         except psutil.Error:
             pass
         tree = {p.pid: self._tree.get(p.pid, p) for p in procs}
         for pid, p in tree.items():
             if pid in self._seen:
                 continue
-            # A process that started after sampling began counts from zero; one that was
-            # already there counts from its first reading.
             try:
                 base = 0.0
-                if first or p.create_time() < self._opened_epoch_s:
+                if first or p.create_time() < self.opened_epoch_s:
                     base = _cpu_s(p.cpu_times())
                 self._seen[pid] = base
             except psutil.Error:
@@ -116,13 +81,11 @@ class HostSource:
         self._tree = tree
         self._tree_at = now
 
-    def _server_reading(self, now: float) -> tuple[float | None, int | None, int]:
-        if self._server is None:
-            return None, None, 0
+    def reading(self, now: float) -> tuple[float, int, int]:
+        """(CPU seconds so far, resident bytes, processes alive); 0 processes: all gone."""
         if now - self._tree_at >= TREE_REFRESH_S:
-            self._refresh_tree(now)
-        rss = 0
-        alive = 0
+            self._refresh(now)
+        rss = alive = 0
         for pid, p in list(self._tree.items()):
             try:
                 with p.oneshot():
@@ -132,12 +95,76 @@ class HostSource:
                 self._tree.pop(pid, None)
                 continue
             alive += 1
-            self._server_total += max(0.0, cpu - self._seen.get(pid, cpu))
+            self.total += max(0.0, cpu - self._seen.get(pid, cpu))
             self._seen[pid] = cpu
+        return self.total, rss, alive
+
+    def close(self) -> None:
+        self._tree = {}
+
+
+class HostSource:
+    """The server's process tree, the client process and the host, each on its own.
+
+    CPU is cumulative seconds since the source opened (`*_cpu_s`) and the percent of one core
+    over the interval since the previous sample (`*_cpu_pct`, null on the first sample); the
+    host's `host_cpu_pct` (busy, steal included) and `host_steal_pct` (hypervisor steal, null
+    where the platform reports none) are of all cores. The client is this process less the
+    samplers' own threads (`telemetry_cpu_*`), which `own_cpu_s` reports. `siblings`: the
+    process trees of other servers this run keeps up beside the point's (a point sent in
+    slices that alternate with theirs, sweep.repeats.slices), summed as `siblings_cpu_*`, so
+    that the host's busy time they take is known rather than read as contention.
+    """
+
+    name = "cpu"
+
+    def __init__(
+        self,
+        server_pid: int | str | None,
+        own_cpu_s: Callable[[], float],
+        siblings: tuple[int, ...] = (),
+    ) -> None:
+        # a string: why the server's processes cannot be sampled (a remote endpoint)
+        self.server_pid = server_pid
+        self.own_cpu_s = own_cpu_s
+        self.sibling_pids = siblings
+        self._client = psutil.Process(os.getpid())
+        self._server: ProcessTree | None = None
+        self._siblings: list[ProcessTree] = []
+        self._client0 = 0.0
+        self._client_cpu = 0.0
+        self._own0 = 0.0
+        self._prev: tuple[float, ...] | None = None
+        self._host_prev: Any = None
+        self._server_error: str | None = None
+
+    def open(self) -> str | None:
+        opened = time.time()
+        self._client0 = _cpu_s(self._client.cpu_times())
+        self._client_cpu = 0.0
+        self._own0 = self.own_cpu_s()
+        for pid in self.sibling_pids:
+            try:
+                self._siblings.append(ProcessTree(psutil.Process(pid), opened))
+            except psutil.Error:
+                continue  # a sibling gone: its CPU is no longer on the host
+        if self.server_pid is None or isinstance(self.server_pid, str):
+            self._server_error = self.server_pid or "no server process given"
+            return None
+        try:
+            self._server = ProcessTree(psutil.Process(self.server_pid), opened)
+        except psutil.Error:
+            self._server_error = f"server process {self.server_pid} is gone"
+        return None
+
+    def _server_reading(self, now: float) -> tuple[float | None, int | None, int]:
+        if self._server is None:
+            return None, None, 0
+        total, rss, alive = self._server.reading(now)
         if not alive:
             self._server_error = f"server process {self.server_pid} is gone"
             return None, None, 0
-        return self._server_total, rss, alive
+        return total, rss, alive
 
     def read(self) -> list[Sample]:
         epoch_ns = time.time_ns()
@@ -169,9 +196,14 @@ class HostSource:
             "host_mem_pct": float(mem.percent),
         }
         self._host_prev = host
+        pairs = [("server_cpu_pct", server_cpu), ("client_cpu_pct", client_cpu)]
+        pairs.append(("telemetry_cpu_pct", own))
+        if self._siblings:
+            rec["siblings_cpu_s"] = sum(t.reading(now)[0] for t in self._siblings)
+            pairs.append(("siblings_cpu_pct", rec["siblings_cpu_s"]))
         prev = self._prev
-        cur = (now, server_cpu if server_cpu is not None else -1.0, client_cpu, own)
-        for key, i in (("server_cpu_pct", 1), ("client_cpu_pct", 2), ("telemetry_cpu_pct", 3)):
+        cur = (now, *(v if v is not None else -1.0 for _, v in pairs))
+        for i, (key, _) in enumerate(pairs, start=1):
             ok = prev is not None and cur[0] > prev[0] and prev[i] >= 0 and cur[i] >= 0
             rec[key] = 100.0 * (cur[i] - prev[i]) / (cur[0] - prev[0]) if ok and prev else None
         self._prev = cur
@@ -180,7 +212,9 @@ class HostSource:
         return [rec]
 
     def close(self) -> None:
-        self._tree = {}
+        for tree in [self._server, *self._siblings]:
+            if tree is not None:
+                tree.close()
 
 
 def _host_busy_pct(before: Any, after: Any) -> float | None:

@@ -38,8 +38,8 @@ GPU_FIELDS: tuple[GpuField, ...] = (
     "power_w",
     "temp_c",
 )
-CpuSeconds = Literal["server_cpu_s", "client_cpu_s", "telemetry_cpu_s"]
-CpuPercent = Literal["server_cpu_pct", "client_cpu_pct", "telemetry_cpu_pct"]
+CpuSeconds = Literal["server_cpu_s", "client_cpu_s", "telemetry_cpu_s", "siblings_cpu_s"]
+CpuPercent = Literal["server_cpu_pct", "client_cpu_pct", "telemetry_cpu_pct", "siblings_cpu_pct"]
 CpuGauge = Literal[
     "host_cpu_pct", "host_steal_pct", "server_rss_bytes", "client_rss_bytes", "host_mem_used_bytes"
 ]
@@ -48,6 +48,9 @@ CPU_CUMULATIVE: tuple[tuple[CpuSeconds, CpuPercent], ...] = (
     ("client_cpu_s", "client_cpu_pct"),
     ("telemetry_cpu_s", "telemetry_cpu_pct"),
 )
+# the CPU of other servers kept up beside the point's (a point sent in slices): in the `cpu`
+# block only where it was sampled
+SIBLINGS: tuple[CpuSeconds, CpuPercent] = ("siblings_cpu_s", "siblings_cpu_pct")
 CPU_GAUGES: tuple[CpuGauge, ...] = (
     "host_cpu_pct",
     "host_steal_pct",
@@ -171,6 +174,9 @@ class CpuSummary(TypedDict, total=False):
     client_cpu_s: float | None
     telemetry_cpu_pct: SeriesStats
     telemetry_cpu_s: float | None
+    # other servers kept up beside this one (a point sent in slices): only where there are any
+    siblings_cpu_pct: SeriesStats
+    siblings_cpu_s: float | None
     host_cpu_pct: SeriesStats
     host_steal_pct: SeriesStats
     server_rss_bytes: SeriesStats
@@ -473,7 +479,8 @@ def _cpu(samples: Sequence[Sample], start: int, end: int) -> CpuSummary:
         return {"absent": reason}
     inside = in_window(samples, start, end)
     out: CpuSummary = {"samples": len(inside)}
-    for cum_key, pct_key in CPU_CUMULATIVE:
+    siblings = any(s.get("siblings_cpu_s") is not None for s in samples)
+    for cum_key, pct_key in CPU_CUMULATIVE + ((SIBLINGS,) if siblings else ()):
         used = _delta(samples, cum_key, start, end)
         span = _span_s(samples, cum_key, start, end)
         stats = series_stats(s.get(pct_key) for s in inside)

@@ -115,7 +115,7 @@ def facts_from_records(
 ) -> PointFacts:
     """servelab's layout: requests.jsonl.gz, point.json, the configuration's launch.json `args`
     and the warm-up's point.json (same server launch)."""
-    from servelab.metrics import in_flight
+    from servelab.metrics import in_flight, point_duration
 
     reqs = []
     for r in records:
@@ -141,15 +141,10 @@ def facts_from_records(
                 asked_output_tokens=r.max_tokens,
             )
         )
-    good = [r for r in records if r.ok and r.chunk_offsets_us]
-    duration = None
-    if good:
-        start = min(r.sent_epoch_ns for r in records)
-        end = max(r.sent_epoch_ns + (r.done_offset_us or 0) * 1000 for r in good)
-        duration = (end - start) / 1e9
+    slices = meta.get("slices")
+    duration = point_duration(records, slices)
     telemetry = meta.get("telemetry")
-    t0, t1 = meta.get("started_epoch_ns"), meta.get("finished_epoch_ns")
-    window = (int(t1) - int(t0)) / 1e9 if t0 and t1 and int(t1) > int(t0) else None
+    window = _window_s(meta.get("started_epoch_ns"), meta.get("finished_epoch_ns"), slices)
     overlap = None
     if warmup is not None and records and warmup.get("launch") == meta.get("launch"):
         first_send = min(r.sent_epoch_ns for r in records)
@@ -167,7 +162,7 @@ def facts_from_records(
         output_tokens=_fixed_length(meta.get("output_tokens")),
         ignore_eos=ignore_eos if isinstance(ignore_eos, bool) else None,
         server_args=server_args,
-        achieved_concurrency=in_flight(records)[0],
+        achieved_concurrency=in_flight(records, slices)[0],
         client_cpu_s=meta.get("client_cpu_s"),
         window_s=window,
         warmup_overlap_ns=overlap,
@@ -178,6 +173,14 @@ def facts_from_records(
         trace=meta.get("trace") if isinstance(meta.get("trace"), Mapping) else None,
         **_chat(meta.get("chat")),
     )
+
+
+def _window_s(t0: Any, t1: Any, slices: Any) -> float | None:
+    """The seconds the client sent a point over (its client CPU is read against them): from
+    its start to its end, or for a point sent in slices the sum of the slices' windows."""
+    if slices:
+        return sum(max(0, int(b) - int(a)) for a, b in slices) / 1e9 or None
+    return (int(t1) - int(t0)) / 1e9 if t0 and t1 and int(t1) > int(t0) else None
 
 
 def _chat(chat: Any) -> dict[str, Any]:
