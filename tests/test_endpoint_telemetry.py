@@ -19,6 +19,7 @@ from servelab.config import default_section
 from servelab.env import endpoint
 from servelab.experiment import TelemetrySection, ValiditySection
 from servelab.telemetry import PointTelemetry, server_gpus
+from servelab.telemetry.sampling import HostAccess
 
 FAST = TelemetrySection(enabled=True, gpu_hz=50, cpu_hz=50, metrics_hz=1, metrics_timeout_s=1)
 
@@ -70,9 +71,8 @@ def _sampled(tmp_path: Path, server: int | str | None) -> dict[str, Any]:
         FAST,
         server,
         None,
-        nvml=FakeNVML([device()]),
+        host=HostAccess(FakeNVML([device()]), root),
         gpus=server_gpus("gpu", None, {}, {}),
-        powercap_root=root,
     )
     with tel:
         t0 = time.time_ns()

@@ -31,6 +31,7 @@ from servelab.telemetry import (
     telemetry_columns,
 )
 from servelab.telemetry.nvml import GpuSource
+from servelab.telemetry.sampling import HostAccess
 from servelab.telemetry.sources import RaplSource
 from servelab.telemetry.summary import counter_at, counter_change
 
@@ -82,7 +83,7 @@ def test_the_points_gpu_energy_and_joules_per_output_token(tmp_path: Path) -> No
     """Only the server's GPU counts: 350 W over the point, per output token; its idle
     neighbours draw power too and are left out."""
     nvml = FakeNVML([idle(), idle(), device(power_mw=350_000), idle()])
-    tel = PointTelemetry(FAST, None, None, nvml=nvml, gpus=cuda(fake_uuid(2)))
+    tel = PointTelemetry(FAST, None, None, host=HostAccess(nvml), gpus=cuda(fake_uuid(2)))
     with tel:
         t0 = time.time_ns()
         time.sleep(0.4)
@@ -104,7 +105,7 @@ def test_the_points_gpu_energy_and_joules_per_output_token(tmp_path: Path) -> No
 
 def test_a_gpu_without_the_counter_leaves_energy_absent_with_the_reason(tmp_path: Path) -> None:
     nvml = FakeNVML([device(name="Tesla P100", arch="pascal"), device()])
-    tel = PointTelemetry(FAST, None, None, nvml=nvml, gpus=cuda("0,1"))
+    tel = PointTelemetry(FAST, None, None, host=HostAccess(nvml), gpus=cuda("0,1"))
     with tel:
         t0 = time.time_ns()
         time.sleep(0.1)
@@ -191,7 +192,7 @@ def test_rapl_unreadable_counter_is_a_reason(
 def test_a_cpu_server_s_energy_is_the_cpu_packages(tmp_path: Path) -> None:
     root = fake_powercap(tmp_path / "pc", {0: 0})
     nvml = FakeNVML([device()])  # a GPU on the host, not the server's
-    tel = PointTelemetry(FAST, None, None, nvml=nvml, gpus=CPU_SERVER, powercap_root=root)
+    tel = PointTelemetry(FAST, None, None, host=HostAccess(nvml, root), gpus=CPU_SERVER)
     with tel:
         t0 = time.time_ns()
         for k in range(1, 6):  # 20 J every 40 ms
@@ -209,7 +210,7 @@ def test_a_cpu_server_s_energy_is_the_cpu_packages(tmp_path: Path) -> None:
 
 def test_a_cpu_server_without_rapl_records_the_reason(tmp_path: Path) -> None:
     tel = PointTelemetry(
-        FAST, None, None, nvml=FakeNVML([]), gpus=CPU_SERVER, powercap_root=tmp_path / "none"
+        FAST, None, None, host=HostAccess(FakeNVML([]), tmp_path / "none"), gpus=CPU_SERVER
     )
     with tel:
         t0 = time.time_ns()

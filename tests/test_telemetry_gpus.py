@@ -35,6 +35,7 @@ from servelab.telemetry.gpus import (
     server_gpus,
 )
 from servelab.telemetry.nvml import GpuSource
+from servelab.telemetry.sampling import HostAccess
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = TelemetrySection(enabled=True, gpu_hz=50, cpu_hz=10, metrics_hz=1, metrics_timeout_s=1)
@@ -157,7 +158,7 @@ def test_a_container_server_sees_its_device_list() -> None:
 def test_only_the_servers_gpu_is_sampled(tmp_path: Path) -> None:
     """On a 4-GPU host serving on one GPU, utilization is that GPU's, not a quarter of it."""
     nvml = four_gpus(busy=2)
-    tel = PointTelemetry(FAST, None, None, nvml=nvml, gpus=cuda(fake_uuid(2)))
+    tel = PointTelemetry(FAST, None, None, host=HostAccess(nvml), gpus=cuda(fake_uuid(2)))
     with tel:
         t0 = time.time_ns()
         time.sleep(0.2)
@@ -179,7 +180,7 @@ def test_only_the_servers_gpu_is_sampled(tmp_path: Path) -> None:
 def test_several_gpus_are_reported_each(tmp_path: Path) -> None:
     nvml = FakeNVML([device(), idle(), device(util=50, power_mw=200_000), idle()])
     sel = server_gpus("gpu", _container("docker", ("0", "2")), {}, {})
-    tel = PointTelemetry(FAST, None, None, nvml=nvml, gpus=sel)
+    tel = PointTelemetry(FAST, None, None, host=HostAccess(nvml), gpus=sel)
     with tel:
         t0 = time.time_ns()
         time.sleep(0.2)
@@ -231,7 +232,7 @@ def test_a_cuda_index_in_the_default_order_is_ambiguous_and_says_so() -> None:
 
 
 def test_ambiguity_reaches_the_columns(tmp_path: Path) -> None:
-    tel = PointTelemetry(FAST, None, None, nvml=mixed_host(), gpus=cuda("0"))
+    tel = PointTelemetry(FAST, None, None, host=HostAccess(mixed_host()), gpus=cuda("0"))
     with tel:
         t0 = time.time_ns()
         time.sleep(0.1)
@@ -274,7 +275,9 @@ def test_cuda_stops_at_the_first_id_it_does_not_know() -> None:
 
 def test_a_server_without_gpu_samples_none(tmp_path: Path) -> None:
     nvml = four_gpus(busy=0)
-    tel = PointTelemetry(FAST, None, None, nvml=nvml, gpus=server_gpus("cpu", None, {}, {}))
+    tel = PointTelemetry(
+        FAST, None, None, host=HostAccess(nvml), gpus=server_gpus("cpu", None, {}, {})
+    )
     with tel:
         t0 = time.time_ns()
         time.sleep(0.1)
@@ -380,7 +383,7 @@ def test_an_8_gpu_host_serving_on_one_gpu_samples_that_gpu_alone(
     run = _container_launch(nvml, {}, monkeypatch)
     assert run.gpus == (fake_uuid(0),)
     sel = server_gpus("gpu", run, {}, {})
-    tel = PointTelemetry(FAST, None, None, nvml=nvml, gpus=sel)
+    tel = PointTelemetry(FAST, None, None, host=HostAccess(nvml), gpus=sel)
     with tel:
         t0 = time.time_ns()
         time.sleep(0.3)
@@ -414,7 +417,7 @@ def test_a_cuda_index_the_launch_turned_into_a_uuid_stays_ambiguous(
     assert d["gpus"][0]["chosen_by"] == f"UUID {nvml.nvmlDeviceGetUUID(0)}"
     assert d["ambiguous"].startswith("CUDA index 0 without CUDA_DEVICE_ORDER=PCI_BUS_ID")
     assert d["launch"]["rule"] == "CUDA_VISIBLE_DEVICES"
-    tel = PointTelemetry(FAST, None, None, nvml=mixed_host(), gpus=sel)
+    tel = PointTelemetry(FAST, None, None, host=HostAccess(mixed_host()), gpus=sel)
     with tel:
         t0 = time.time_ns()
         time.sleep(0.1)

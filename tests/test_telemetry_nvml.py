@@ -12,6 +12,7 @@ from telemetry_fakes import FakeNVML, device, fake_uuid
 from servelab.experiment import TelemetrySection
 from servelab.telemetry import PointTelemetry, read_samples
 from servelab.telemetry.nvml import GpuSource
+from servelab.telemetry.sampling import HostAccess
 
 
 def test_values_of_every_device() -> None:
@@ -74,7 +75,7 @@ def test_missing_nvidia_ml_py_is_a_reason(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_point_records_gpu_absent_with_reason(tmp_path: Path) -> None:
     cfg = TelemetrySection(enabled=True, gpu_hz=20, cpu_hz=20, metrics_hz=1, metrics_timeout_s=1)
-    tel = PointTelemetry(cfg, None, None, nvml=FakeNVML([], init_error=12))
+    tel = PointTelemetry(cfg, None, None, host=HostAccess(FakeNVML([], init_error=12)))
     with tel:
         t0 = time.time_ns()
         time.sleep(0.1)
@@ -105,7 +106,7 @@ def test_point_records_gpu_absent_with_reason(tmp_path: Path) -> None:
 def test_device_lost_mid_point_keeps_sampling_the_others(tmp_path: Path) -> None:
     nvml = FakeNVML([device(), device(util=50)])
     cfg = TelemetrySection(enabled=True, gpu_hz=50, cpu_hz=5, metrics_hz=1, metrics_timeout_s=1)
-    tel = PointTelemetry(cfg, None, None, nvml=nvml)
+    tel = PointTelemetry(cfg, None, None, host=HostAccess(nvml))
     with tel:
         t0 = time.time_ns()
         time.sleep(0.2)

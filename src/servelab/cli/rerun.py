@@ -43,7 +43,9 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--margin-pct", type=float, default=None, help="equivalence margin (10)")
     p.add_argument(
-        "--rounds", default="3:6", help="MIN:MAX rounds of the interleaved plan (default 3:6)"
+        "--rounds",
+        default="3:10",
+        help="MIN:MAX rounds of the interleaved plan (default 3:10)",
     )
     p.add_argument(
         "--waves",

@@ -43,7 +43,11 @@ from servelab.store.paths import RUNTIME_FILE
 from servelab.store.records import RuntimeRecord
 
 REFERENCE, CURRENT = "reference", "current"
-DEFAULT_ROUNDS = (3, 6)
+# rounds 3 to 10: side by side in slices, a 2-core host's spread of the log ratio was about 4%
+# at c >= 4, which 6 rounds at 1 - 2 x 0.05 / (9 rows x looks) leave just outside a 10% margin
+# and 8 to 10 bring inside it (benchmarks/README.md, "Slices"); the rounds stop at the first
+# look where every row is decided
+DEFAULT_ROUNDS = (3, 10)
 # a rerun's points are this many times longer than the reference's (workload.waves): every
 # round pays a server start per side, so a longer window costs little more wall time and
 # narrows the round-to-round spread the words rest on (benchmarks/README.md, "Same-host

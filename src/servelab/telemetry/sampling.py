@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -93,6 +94,15 @@ class Sampler:
         return not self._thread.is_alive()
 
 
+@dataclass(frozen=True)
+class HostAccess:
+    """Where the samplers read the host's hardware: `nvml` replaces the pynvml module and
+    `powercap_root` /sys/class/powercap (None: the real ones); tests give fakes."""
+
+    nvml: Any = None
+    powercap_root: Path | None = None
+
+
 class PointTelemetry:
     """Samplers running alongside one point; use as a context manager around the point.
 
@@ -109,7 +119,7 @@ class PointTelemetry:
     is the experiment's `telemetry:` section
     (`config.default_section(TelemetrySection, "telemetry")` without one); `gpus` the server's
     GPUs (servelab.telemetry.gpus.server_gpus; None: every GPU NVML lists), the only ones
-    sampled; `nvml` replaces the pynvml module and `powercap_root` /sys/class/powercap (tests).
+    sampled; `host` (tests) replaces the pynvml module and /sys/class/powercap (`HostAccess`).
     The CPU packages' energy (RAPL) is sampled at `cpu_hz`. `siblings`: the process roots of
     other servers kept up beside this one whose points alternate with its (HostSource).
     """
@@ -119,13 +129,14 @@ class PointTelemetry:
         settings: TelemetrySection,
         server_pid: int | str | None,
         base_url: str | None,
-        nvml: Any = None,
         gpus: GpuSelection | None = None,
-        powercap_root: Path | None = None,
         siblings: tuple[int, ...] = (),
+        host: HostAccess | None = None,
     ) -> None:
         self.settings = settings
         self.siblings = siblings
+        host = host or HostAccess()
+        nvml, powercap_root = host.nvml, host.powercap_root
         self.enabled = settings.enabled
         self.server_pid = server_pid
         self.base_url = base_url
