@@ -146,7 +146,28 @@ def startup_log(host: str, port: int, argv: list[str]) -> None:
     print("\n".join(lines), flush=True)
 
 
+def engine_report(argv: list[str]) -> None:
+    """What servelab's shim prints for a real vLLM (servelab.launch.engine_config), where this
+    server was started through it (`-c SHIM MODULE ...`): the settings it runs with, its
+    max_num_seqs as given (vLLM's CPU default, 256, without)."""
+    if argv[:1] != ["-c"]:
+        return
+    seqs = int(argv[argv.index("--max-num-seqs") + 1]) if "--max-num-seqs" in argv else 256
+    report = {
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": 2048,
+        "enable_chunked_prefill": True,
+        "scheduler_policy": "fcfs",
+        "enable_prefix_caching": "--no-enable-prefix-caching" not in argv,
+        "block_size": 128,
+        "dtype": "torch.float32",
+        "device": "cpu",
+    }
+    print("SERVELAB_ENGINE_CONFIG " + json.dumps(report, sort_keys=True), file=sys.stderr)
+
+
 def main(argv: list[str]) -> None:
+    engine_report(argv)
     host = argv[argv.index("--host") + 1]
     port = int(argv[argv.index("--port") + 1])
     if os.environ.get("FAKE_VLLM_SERIAL") == "1":

@@ -37,6 +37,7 @@ from servelab.env.container.gpus import (
     choose_gpus,
     image_cuda,
 )
+from servelab.env.engine_shim import SHIM
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.hostfacts.gpuids import GpuListing
@@ -152,7 +153,8 @@ def test_docker_server_command() -> None:
         "--entrypoint",
         "python3",
         PINNED,
-        "-m",
+        "-c",
+        SHIM,
         "vllm.entrypoints.openai.api_server",
         "--model",
         "/model",
@@ -184,11 +186,12 @@ def test_vllm_serve_where_the_image_has_it() -> None:
     cfg = gpu_cfg()
     cmd = sweep_launch(cfg, {**runtime_record(), "vllm_cli": True}).command()
     e = cmd.index("--entrypoint")
-    assert cmd[e : e + 8] == [
+    assert cmd[e : e + 9] == [
         "--entrypoint",
         "python3",
         PINNED,
-        "-m",
+        "-c",
+        SHIM,
         "vllm.entrypoints.cli.main",
         "serve",
         "/model",
@@ -196,8 +199,9 @@ def test_vllm_serve_where_the_image_has_it() -> None:
     ]
     assert "--model" not in cmd and "vllm.entrypoints.openai.api_server" not in cmd
     old = sweep_launch(cfg, {**runtime_record(), "vllm_cli": False}).command()
-    assert old[old.index(PINNED) + 1 : old.index(PINNED) + 5] == [
-        "-m",
+    assert old[old.index(PINNED) + 1 : old.index(PINNED) + 6] == [
+        "-c",
+        SHIM,
         "vllm.entrypoints.openai.api_server",
         "--model",
         "/model",
@@ -206,9 +210,10 @@ def test_vllm_serve_where_the_image_has_it() -> None:
     sif = "/cache/images/x.sif"
     app = sweep_launch(gpu_cfg("apptainer"), {**runtime_record("apptainer", sif), "vllm_cli": True})
     acmd = app.command()
-    assert acmd[acmd.index(sif) + 1 : acmd.index(sif) + 6] == [
+    assert acmd[acmd.index(sif) + 1 : acmd.index(sif) + 7] == [
         "python3",
-        "-m",
+        "-c",
+        SHIM,
         "vllm.entrypoints.cli.main",
         "serve",
         "/model",
@@ -221,7 +226,8 @@ def test_venv_server_command_forms() -> None:
     )
     assert ServerLaunch(**base, cli=True).command() == [  # type: ignore[arg-type]
         "/v/bin/python",
-        "-m",
+        "-c",
+        SHIM,
         "vllm.entrypoints.cli.main",
         "serve",
         "/m",
@@ -233,8 +239,9 @@ def test_venv_server_command_forms() -> None:
         "1",
         "--x",
     ]
-    assert ServerLaunch(**base).command()[1:5] == [  # type: ignore[arg-type]
-        "-m",
+    assert ServerLaunch(**base).command()[1:6] == [  # type: ignore[arg-type]
+        "-c",
+        SHIM,
         "vllm.entrypoints.openai.api_server",
         "--model",
         "/m",
@@ -312,7 +319,8 @@ def test_apptainer_server_command() -> None:
         f"{CACHE}:/var/cache/servelab-compile:rw",
         sif,
         "python3",
-        "-m",
+        "-c",
+        SHIM,
         "vllm.entrypoints.openai.api_server",
         "--model",
         "/model",
@@ -374,9 +382,10 @@ def test_nsys_runs_inside_the_container(tmp_path: Path) -> None:
     assert cmd[e : e + 3] == ["--entrypoint", NSYS, PINNED]
     assert cmd[e + 3 : e + 3 + len(wrapper) - 1] == wrapper[1:]
     server = e + 2 + len(wrapper)
-    assert cmd[server : server + 5] == [
+    assert cmd[server : server + 6] == [
         "python3",
-        "-m",
+        "-c",
+        SHIM,
         "vllm.entrypoints.openai.api_server",
         "--model",
         "/model",

@@ -158,6 +158,17 @@ def test_reduced_experiment_records_its_server_launch(reduced_experiment: Reduce
     assert cap["max_num_seqs"] == 4 and cap["non_default_args"]["max_num_seqs"] == 4
     launch = json.loads((srv / "launch.json").read_text())
     assert "--max-num-seqs" in launch["command"]
+    # the engine as vLLM resolved it, each value with its source: the shim's report of the
+    # engine config, the KV cache's blocks from /metrics (the config overrides them)
+    settings = launch["engine"]["settings"]
+    assert settings["max_num_seqs"] == {"value": 4, "source": "engine"}
+    assert settings["max_num_batched_tokens"]["source"] == "engine"
+    assert settings["max_num_batched_tokens"]["value"] >= 1024
+    assert settings["device"]["value"] == "cpu" and settings["block_size"]["value"] > 0
+    assert settings["num_gpu_blocks"]["source"] == "metrics"
+    assert settings["num_gpu_blocks"]["value"] == launch["args"]["num-gpu-blocks-override"]
+    assert launch["engine"]["departures"] == []
+    assert "SERVELAB_ENGINE_CONFIG {" in (srv / "server.log").read_text()
     # the default's server.engine_nice reached vLLM's engine core and its one worker
     assert launch["placement"]["engine_nice"] == 19 and len(launch["placement"]["engine_pids"]) == 2
     assert "Maximum concurrency" in (srv / "server.log").read_text()

@@ -46,6 +46,9 @@ def test_a100_knee_config_pins_what_a_clean_room_run_must_match() -> None:
         "gpu-memory-utilization": 0.50,
         "enable-prefix-caching": False,
         "enable-chunked-prefill": True,
+        # vLLM's choice by GPU, pinned to the A100's: an H100 would choose 1024 and 8192
+        "max-num-seqs": 256,
+        "max-num-batched-tokens": 2048,
         "tensor-parallel-size": 1,
         "seed": 0,
     }

@@ -31,6 +31,7 @@ from nsys_fixture import (
 from workflow_env import snakemake_env
 
 from servelab.config import load, validate
+from servelab.env.engine_shim import SHIM
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.profile import capture, commands
@@ -119,9 +120,10 @@ def test_gpu_config_runs_the_server_under_nsys(tmp_path: Path) -> None:
     assert cmd[:server] == nsys_profile_command(
         (out / "nsys" / "profile").resolve(), "/usr/local/bin/nsys"
     )
-    assert cmd[server : server + 3] == [
+    assert cmd[server : server + 4] == [
         "/opt/venv/bin/python",
-        "-m",
+        "-c",
+        SHIM,
         "vllm.entrypoints.openai.api_server",
     ]
     assert cmd[cmd.index("--profiler-config") + 1] == '{"profiler": "cuda"}'

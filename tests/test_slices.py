@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -272,3 +273,24 @@ def test_a_side_by_side_round_sends_each_level_pair_in_slices(
         assert x[1:3] == y[1:3] and {x[0], y[0]} == {"a", "b"}
         assert x[3] == (pids[y[0]],) and y[3] == (pids[x[0]],)
     assert [x[0] for x, _ in pairs][:4] == ["a", "b", "b", "a"]
+
+
+def test_a_server_that_died_during_a_pair_keeps_both_points_as_incomplete(
+    tmp_path: Path, two_servers: str
+) -> None:
+    a, b = side(tmp_path, two_servers, "a"), side(tmp_path, two_servers, "b")
+    dead = SimpleNamespace(
+        telemetry_process=lambda: None,
+        alive_after=lambda records: False,
+        gone_text=lambda: "exited with code 1",
+        log_path=tmp_path / "a.log",
+        log_tail=lambda: "",
+    )
+    a = replace(a, session=SimpleNamespace(server=dead))  # type: ignore[arg-type]
+    with pytest.raises(ServelabError, match="the server exited with code 1 during point"):
+        alt.alternate([a.open(SLOT, 0), b.open(SLOT, 0)], 2, "1/1")
+    for sc in ("a", "b"):
+        rep = tmp_path / "exp" / "raw" / sc / "rep01"
+        doc = json.loads((rep / "c0002.incomplete" / "point.json").read_text())
+        assert doc["status"] == "incomplete" and len(doc["slices"]) == 2
+        assert not (rep / "c0002.partial").exists() and not (rep / "c0002").exists()

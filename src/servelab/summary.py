@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
+from servelab.analysis.engine_diff import resolved_lines
 from servelab.analysis.rounds import STOPPED
 from servelab.analysis.validity import (
     PointFlags,
@@ -148,6 +149,7 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
         )
     lines += ["", summary_line(point_validity(raw, t)), *remeasured_lines(raw, t)]
     lines += canary_lines(exp_dir)
+    lines += resolved_lines(exp_dir)
     lines += same_host_lines(exp_dir)
     times = stage_times(exp_dir)
     if times:

@@ -33,9 +33,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from servelab.analysis.dataset import Dataset
+from servelab.analysis.engine_diff import engine_text, pair_engine
 from servelab.analysis.equivalence import DIFFERENT, METHOD as WORDS_METHOD, SAME, SLOWER, UNKNOWN
 from servelab.analysis.groups import Groups
 from servelab.analysis.samehost import (
@@ -87,6 +88,8 @@ class PairJson(TypedDict):
     a: RuntimeIdJson
     b: RuntimeIdJson
     rows: list[ComparedJson]
+    # the engine settings the two servers resolved differently (analysis.engine_diff)
+    engine: NotRequired[list[str]]
 
 
 class RuntimesJson(TypedDict):
@@ -190,9 +193,8 @@ def runtimes_compared(g: Groups, ds: Dataset, opts: AnalysisSection) -> Runtimes
     pairs: list[PairJson] = []
     for other, found in zip(others, words["pairs"], strict=True):
         a, b = found["a"], found["b"]
-        pairs.append(
-            {"a": ref, "b": other, "rows": [_row(g, a, b, r, opts) for r in found["rows"]]}
-        )
+        rows = [_row(g, a, b, r, opts) for r in found["rows"]]
+        pairs.append({"a": ref, "b": other, "rows": rows, "engine": pair_engine(ds.root, a, b)})
     return {
         "format_version": FORMAT_VERSION,
         "axis": g.axis,
@@ -267,6 +269,7 @@ def runtimes_section(doc: RuntimesJson | None, level_name: dict[int | float, str
             f"### Is {b} slower than {a}?",
             "",
             headline(pair["rows"], doc["margin_pct"], level_name),
+            *engine_text(pair.get("engine")),
             "",
             "| level | metric | rounds | B / A [interval] | p (unadjusted) | answer |",
             "|---|---|---|---|---|---|",

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from servelab.analysis.dataset import Dataset
+from servelab.analysis.engine_diff import engine_text, pair_engine
 from servelab.analysis.equivalence import (
     METHOD,
     UNKNOWN,
@@ -62,6 +63,8 @@ class PairJson(TypedDict):
     a: str
     b: str
     rows: list[RowJson]
+    # the engine settings the two servers resolved differently (analysis.engine_diff)
+    engine: NotRequired[list[str]]
 
 
 class SameHostJson(TypedDict):
@@ -189,7 +192,7 @@ def same_host(
         rows = [_row(g, a, b, c, m, ask) for c in levels for m in metrics]
         if not paired:
             rows = [_unpaired(r) for r in rows]
-        out.append({"a": a, "b": b, "rows": rows})
+        out.append({"a": a, "b": b, "rows": rows, "engine": pair_engine(ds.root, a, b)})
     return {
         "format_version": FORMAT_VERSION,
         "axis": g.axis,
@@ -288,6 +291,7 @@ def same_host_section(doc: SameHostJson | None, level_name: Mapping[Any, str]) -
         lines += [
             "",
             f"### {pair['b']} against {pair['a']}",
+            *engine_text(pair.get("engine")),
             "",
             "| level | metric | rounds | B speed / A [interval] | answer |",
             "|---|---|---|---|---|",

@@ -339,8 +339,11 @@ class Server:
         return start_phases(self.watch.lines if self.watch else [], self.ready_t_s)
 
     def get_json(self, path: str, timeout_s: float = 10.0) -> Any:
+        return json.loads(self.get_text(path, timeout_s))
+
+    def get_text(self, path: str, timeout_s: float = 10.0) -> str:
         with urllib.request.urlopen(f"{self.launch.base_url}{path}", timeout=timeout_s) as resp:
-            return json.loads(resp.read())
+            return str(resp.read().decode("utf-8", errors="replace"))
 
     def post_json(self, path: str, body: Mapping[str, Any] | None, timeout_s: float = 30.0) -> Any:
         """POST a JSON body (None: an empty one) and return the decoded answer (None when the

@@ -52,6 +52,8 @@ from servelab.experiment import ServerSection, WorkloadSection
 from servelab.hostfacts.cpu import CpuFacts
 from servelab.hostfacts.host import NodeFacts
 from servelab.job import MeasureJob, Say
+from servelab.launch import engine_config
+from servelab.launch.engine_config import EngineJson
 from servelab.launch.server import (
     EndpointServer,
     Placement,
@@ -213,6 +215,7 @@ class LaunchJson(TypedDict):
     container: str | None
     gpus: NotRequired[GpuChoiceJson]
     endpoint: NotRequired[EndpointFacts | dict[str, object]]
+    engine: NotRequired[EngineJson]
 
 
 def _own_command() -> str:
@@ -435,6 +438,16 @@ class Session:
             "max_num_seqs": args.get("max-num-seqs"),
         }
 
+    def engine(self, args: Mapping[str, Any]) -> EngineJson:
+        """launch.json `engine` (engine_config.record): from this launch's log and /metrics."""
+        if not self.server.launched:
+            return engine_config.record(None, "", args)
+        try:
+            scrape = self.server.get_text("/metrics")
+        except (OSError, ValueError):
+            scrape = ""
+        return engine_config.record(self.startup_log(), scrape, args)
+
     def launch_record(
         self, launch_index: int, sc: str, args: Mapping[str, Any], runtime: RuntimeRecord
     ) -> LaunchJson:
@@ -471,6 +484,7 @@ class Session:
             "runtime_image_digest": runtime.get("image_digest"),
             "container": launch.container.name if launch.container else None,
         }
+        record["engine"] = self.engine(args)
         choice = launch.container.gpu_choice if launch.container else None
         if choice is not None:  # the container's GPUs: which, why (servelab.env.container.gpus)
             record["gpus"] = choice.to_json()

@@ -39,7 +39,8 @@ def order(points: Sequence[OpenPoint], k: int) -> list[OpenPoint]:
 def alternate(points: Sequence[OpenPoint], slices: int, progress: str) -> list[object]:
     """Measure `points` (one per server, started, of one level) in `slices` slices each, in
     turn (`order`); every point complete, or, where a stop signal or a failure cuts the pair
-    short, every one kept as incomplete. Their point.json documents."""
+    short (a server that died, found as each point closes), every one not yet complete kept
+    as incomplete. Their point.json documents."""
     parts = [bounds(p.job.requests(p.slot), slices) for p in points]
     started: list[OpenPoint] = []
     try:
@@ -55,4 +56,12 @@ def alternate(points: Sequence[OpenPoint], slices: int, progress: str) -> list[o
         for p in started:
             p.interrupted(exc)
         raise
-    return [p.close(progress) for p in points]
+    docs: list[object] = []
+    for i, p in enumerate(points):
+        try:
+            docs.append(p.close(progress))
+        except BaseException as exc:  # a server that died: the points after it kept too
+            for rest in points[i + 1 :]:
+                rest.interrupted(exc)
+            raise
+    return docs

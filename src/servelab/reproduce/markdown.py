@@ -8,6 +8,7 @@ import hashlib
 import json
 from typing import Any
 
+from servelab.analysis.engine_diff import EngineDiff
 from servelab.hostfacts.compare import HostComparison
 from servelab.render import md_escape, md_table, num
 from servelab.reproduce.checks import ClaimCheck, PairCheck, PointCheck
@@ -41,6 +42,7 @@ HOST_CLASS_TEXT = {
 
 def report_markdown(r: ReproductionRecord) -> str:
     lines = _head(r)
+    lines += _engine(r["provenance"].get("engine"))
     lines += _claims(r["claims"])
     lines += _orderings(r)
     lines += _points(r["points"], r.get("fdr"))
@@ -203,6 +205,34 @@ def _host_section(host: HostComparison | None) -> list[str]:
             for u in unknown
         ]
         lines += md_table(("fact", "not recorded by", "performance-relevant"), missing)
+    return lines
+
+
+def _engine(diff: EngineDiff | None) -> list[str]:
+    """The servers as they ran, once, before any verdict row: each engine setting the two
+    sides' servers resolved differently, and the sides that recorded none."""
+    lines = ["", "## Engine settings", ""]
+    if diff is None:  # a reproduction written before they were compared
+        return []
+    if not diff["rows"] and not diff["not_recorded"]:
+        return lines + ["As the servers resolved them, no engine setting differs."]
+    effect = {True: "pinned by the arguments", False: "vLLM's own choice"}
+    blocks = "blocks orderings, knees and claims"
+    rows = [
+        (
+            md_escape(r["server_config"]),
+            r["setting"],
+            _cell_value(r["a"]),
+            _cell_value(r["b"]),
+            (blocks if r["scheduling"] and not r["pinned"] else "noted")
+            + f" ({effect[r['pinned']]})",
+        )
+        for r in diff["rows"]
+    ]
+    if rows:
+        lines += md_table(("server config", "setting", "reference", "fresh", "effect"), rows)
+    if diff["not_recorded"]:
+        lines += ["", *[f"- {md_escape(x)}" for x in diff["not_recorded"]]]
     return lines
 
 

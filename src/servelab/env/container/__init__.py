@@ -26,6 +26,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from servelab.env.container.gpus import GpuChoice, choose_gpus, image_cuda
+from servelab.env.engine_shim import shim_command
 from servelab.errors import ServelabError
 from servelab.hostfacts.gpu import COMPAT_ENV, cuda_compatibility, list_gpus
 
@@ -254,10 +255,12 @@ class ContainerRun:
 def vllm_server_command(python: str, model: str, *, cli: bool) -> list[str]:
     """The server's start: `python -m vllm.entrypoints.cli.main serve MODEL` (what `vllm serve
     MODEL` runs) when the runtime's vLLM has that entry point (cli), else the older
-    `python -m vllm.entrypoints.openai.api_server --model MODEL`."""
+    `python -m vllm.entrypoints.openai.api_server --model MODEL`; each run through the shim
+    that reports the engine settings vLLM resolved into the server's log (`python -c SHIM
+    MODULE ...`, servelab.launch.engine_config)."""
     if cli:
-        return [python, "-m", VLLM_CLI_MODULE, "serve", model]
-    return [python, "-m", VLLM_SERVER_MODULE, "--model", model]
+        return [*shim_command(python, VLLM_CLI_MODULE), "serve", model]
+    return [*shim_command(python, VLLM_SERVER_MODULE), "--model", model]
 
 
 def server_inner_command(

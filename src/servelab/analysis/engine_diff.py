@@ -1,0 +1,185 @@
+"""Two runs' servers as they ran: the engine settings each server resolved (launch.json
+`engine`, servelab.launch.engine_config), set side by side configuration by configuration.
+
+Every difference is named, with the value on each side: "max_num_batched_tokens 2048 -> 8192".
+A difference in a setting that shapes scheduling (engine_config.SCHEDULING) that neither run's
+server arguments pinned blocks the comparison of orderings, knees and claims: the two runs
+measured different servers. A difference the arguments pinned on both sides is the config's own
+change, already compared as such. A side that recorded no settings (a run made before they were
+recorded, a server servelab did not launch) says so; it does not fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypedDict
+
+from servelab.launch.engine_config import NOT_RECORDED, PINNED_BY, SCHEDULING
+from servelab.store.records import LaunchRecord
+
+Settings = Mapping[str, Mapping[str, Any]]
+
+
+class EngineRow(TypedDict):
+    """One setting of one configuration that differs between the two runs."""
+
+    server_config: str
+    setting: str
+    a: Any
+    b: Any
+    scheduling: bool
+    pinned: bool
+    text: str
+
+
+class EngineDiff(TypedDict):
+    """The two runs' resolved engine settings compared: the rows that differ, the differences
+    that block the comparison (scheduling, not pinned), and the configurations either side did
+    not record."""
+
+    rows: list[EngineRow]
+    blocking: list[str]
+    not_recorded: list[str]
+
+
+def engine_of(root: Path, sc: str) -> tuple[Settings | None, dict[str, Any]]:
+    """A configuration's resolved engine settings in a run or bundle (server/<sc>/launch.json),
+    None where none were recorded; and the server arguments it was launched with."""
+    record = LaunchRecord.read_if_present(root / "server" / sc / LaunchRecord.FILE)
+    if record is None:
+        return None, {}
+    engine = record.doc.get("engine") or {}
+    settings = engine.get("settings") if isinstance(engine, dict) else None
+    return (settings if isinstance(settings, dict) else None), dict(record.args or {})
+
+
+def _value(settings: Settings, name: str) -> Any:
+    entry = settings.get(name)
+    return entry.get("value") if isinstance(entry, Mapping) else None
+
+
+def _row(label: str, setting: str, va: Any, vb: Any, args: tuple[Any, Any]) -> EngineRow:
+    """A setting resolved differently on the two sides. `pinned`: the server arguments asked
+    for it differently, so the difference is the config's own (a change of arguments, which
+    the comparison sees as such); where both asked the same, or neither asked, the servers
+    differ where the config does not, and for a scheduling setting that blocks."""
+    flag = PINNED_BY.get(setting)
+    asked = [a.get(flag) if flag is not None else None for a in args]
+    text = f"{setting} {va} -> {vb}"
+    pinned = asked[0] != asked[1]
+    if pinned:
+        text += f" (the server arguments asked {asked[0]} and {asked[1]})"
+    elif asked[0] is not None:
+        text += f" (both asked {asked[0]}; vLLM resolved otherwise)"
+    else:
+        text += " (vLLM's own choice on each side: not pinned)"
+    return {
+        "server_config": label,
+        "setting": setting,
+        "a": va,
+        "b": vb,
+        "scheduling": setting in SCHEDULING,
+        "pinned": pinned,
+        "text": text,
+    }
+
+
+def compare_engines(
+    a_root: Path,
+    b_root: Path,
+    pairs: list[tuple[str, str]],
+    names: tuple[str, str] = ("the reference", "the fresh run"),
+) -> EngineDiff:
+    """Configuration `pairs` (a's name, b's name) of two runs, setting by setting."""
+    rows: list[EngineRow] = []
+    blocking: list[str] = []
+    missing: list[str] = []
+    for sa, sb in pairs:
+        (ea, args_a), (eb, args_b) = engine_of(a_root, sa), engine_of(b_root, sb)
+        label = sa if sa == sb else f"{sa} / {sb}"
+        for name, e in ((names[0], ea), (names[1], eb)):
+            if e is None:
+                missing.append(f"{label}: {NOT_RECORDED} in {name}")
+        if ea is None or eb is None:
+            continue
+        for setting in sorted(set(ea) | set(eb)):
+            va, vb = _value(ea, setting), _value(eb, setting)
+            if va == vb:
+                continue
+            row = _row(label, setting, va, vb, (args_a, args_b))
+            rows.append(row)
+            if row["scheduling"] and not row["pinned"]:
+                blocking.append(f"engine setting of {label}: {row['text']}")
+    return {"rows": rows, "blocking": blocking, "not_recorded": missing}
+
+
+def summary_lines(diff: EngineDiff) -> list[str]:
+    """The comparison's engine section in words: each difference once, then what was not
+    recorded; 'no engine setting differs' where both recorded the same."""
+    if not diff["rows"] and not diff["not_recorded"]:
+        return ["engine settings as the servers resolved them: none differs"]
+    lines = [f"engine setting of {r['server_config']}: {r['text']}" for r in diff["rows"]]
+    return lines + diff["not_recorded"]
+
+
+def pair_engine(root: Path, a: str, b: str) -> list[str]:
+    """What differs between two configurations of one run as their servers resolved them (an
+    A/B of runtimes, a rerun's two sides), one text each ('max_num_seqs 256 -> 1024 (vLLM's
+    own choice on each side: not pinned)'), and a side that recorded none; empty: none
+    differs."""
+    diff = compare_engines(root, root, [(a, b)], names=(a, b))
+    return [r["text"] for r in diff["rows"]] + diff["not_recorded"]
+
+
+def engine_text(lines: list[str] | None) -> list[str]:
+    """A report's words for `pair_engine`'s lines: none where they were not compared (a table
+    written before), 'none differs', or each difference."""
+    if lines is None:
+        return []
+    if not lines:
+        return ["", "Engine settings, as the two servers resolved them: none differs."]
+    return ["", "Engine settings that differ, as the two servers resolved them:", ""] + [
+        f"- {line}" for line in lines
+    ]
+
+
+# the settings the summary shows of each server, in this order
+SHOWN = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "block_size",
+    "num_gpu_blocks",
+    "kv_cache_dtype",
+    "dtype",
+    "compilation_mode",
+    "attention_backend",
+)
+
+
+def resolved_lines(root: Path) -> list[str]:
+    """The summary's engine lines: each configuration's server as it resolved its settings
+    (its latest launch), the settings resolved otherwise than its arguments asked, and the
+    configurations that recorded none."""
+    server = root / "server"
+    configs = sorted(d.name for d in server.iterdir() if d.is_dir()) if server.is_dir() else []
+    lines = []
+    for sc in configs:
+        record = LaunchRecord.read_if_present(server / sc / LaunchRecord.FILE)
+        if record is None:
+            continue
+        engine = record.doc.get("engine")
+        if not isinstance(engine, dict) or not engine.get("settings"):
+            lines.append(f"  {sc}: {NOT_RECORDED}")
+            continue
+        settings = engine["settings"]
+        shown = [f"{k} {_value(settings, k)}" for k in SHOWN if _value(settings, k) is not None]
+        lines.append(f"  {sc}: " + ", ".join(shown))
+        lines += [f"  {sc}: resolved otherwise than asked: {d}" for d in engine["departures"]]
+    return (
+        ["", "engine settings as the servers resolved them (launch.json engine):", *lines]
+        if lines
+        else []
+    )
