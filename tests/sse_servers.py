@@ -154,3 +154,21 @@ def serve_chat(server: ChatServer) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout=5)
+
+
+def serve_app(app: Any) -> Iterator[str]:
+    """Run an aiohttp application on 127.0.0.1 in a thread for the life of the generator:
+    yields its base URL."""
+    from aiohttp import web
+
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}"
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5)

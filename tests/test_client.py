@@ -7,13 +7,12 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
-from sse_servers import RawServer, serve_raw
+from sse_servers import RawServer, serve_app, serve_raw
 
 from servelab.client import (
     PointRun,
@@ -116,17 +115,7 @@ def sse_server() -> Iterator[str]:
         ("nousage", no_usage),
     ]:
         app.router.add_post(f"/{name}/v1/completions", handler)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{port}"
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=5)
+    yield from serve_app(app)
 
 
 def wl(base: str, kind: str, timeout: float = 10) -> Workload:

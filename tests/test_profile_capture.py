@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import types
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from nsys_fixture import (
     scenario_windows,
     windows_file,
 )
+from sse_servers import serve_app
 from workflow_env import snakemake_env
 
 from servelab.config import load, validate
@@ -345,21 +345,9 @@ def sse_server() -> Iterator[str]:
         )
         return resp
 
-    import asyncio
-
-    loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_post("/v1/completions", handler)
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{port}"
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
+    yield from serve_app(app)
 
 
 def test_client_emits_one_nvtx_range_per_request(

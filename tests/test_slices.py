@@ -10,7 +10,6 @@ import copy
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from sse_servers import serve_app
 from test_rounds import experiment
 from test_telemetry_gpus import FAST
 from test_validity import BUSY, DEFAULTS, by_check, rec
@@ -60,17 +60,7 @@ def two_servers() -> Iterator[str]:
     app = web.Application()
     for side in ("a", "b"):
         app.router.add_post(f"/{side}/v1/completions", stream)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{port}"
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=5)
+    yield from serve_app(app)
 
 
 def side(tmp_path: Path, base: str, sc: str, waves: int = 4) -> PointJob:
