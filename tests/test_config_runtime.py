@@ -13,10 +13,10 @@ import pytest
 from workflow_env import snakemake_here
 
 from servelab import config
+from servelab.design.schedule import in_turn
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.launch.session import build_launch
-from servelab.measure.sequential import in_turn
 from servelab.reproduce.comparison import other_runtime
 from servelab.store.records import RuntimeRecord
 

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 from sse_servers import serve_app
 from test_rounds import experiment
-from test_telemetry_gpus import FAST
+from test_telemetry_gpus import fake_point_job
 from test_validity import BUSY, DEFAULTS, by_check, rec
 
 from servelab.analysis.validity import FAILED, PASSED, check_point
@@ -33,7 +33,6 @@ from servelab.errors import ServelabError
 from servelab.measure import alternate as alt
 from servelab.measure.point import PointJob
 from servelab.metrics import in_flight, point_duration, point_metrics, sliced
-from servelab.store.paths import ExperimentPaths
 from servelab.store.request import RequestRecord
 from servelab.telemetry.sources import HostSource
 
@@ -64,31 +63,12 @@ def two_servers() -> Iterator[str]:
 
 
 def side(tmp_path: Path, base: str, sc: str, waves: int = 4) -> PointJob:
-    """A PointJob of side `sc` (its server the /<sc> path), points under tmp_path/exp."""
-    server = SimpleNamespace(telemetry_process=lambda: None, alive_after=lambda records: True)
-    return PointJob(
-        sc=sc,
-        session=SimpleNamespace(server=server),  # type: ignore[arg-type]
-        client=Workload(base_url=f"{base}/{sc}", model="m", max_tokens=TOKENS),
-        paths=ExperimentPaths(tmp_path / "exp"),
-        workload=SimpleNamespace(  # type: ignore[arg-type]
-            waves=waves,
-            input_tokens=4,
-            output_tokens=TOKENS,
-            ignore_eos=True,
-            unique_prompts=True,
-            client_workers=1,
-            dataset=None,
-            shared_prefix=None,
-            chat=None,
-        ),
-        sweep=SimpleNamespace(order="latin"),  # type: ignore[arg-type]
-        telemetry=FAST,
-        prompts=["p"] * 64,
-        launch_index=1,
-        orders={1: [2]},
-        say=lambda s: None,
-    )
+    """fake_point_job's PointJob as side `sc` (its server the /<sc> path), `waves` a point, its
+    points under tmp_path/exp."""
+    job = fake_point_job(tmp_path, None)
+    workload = SimpleNamespace(**{**vars(job.workload), "waves": waves, "output_tokens": TOKENS})
+    client = Workload(base_url=f"{base}/{sc}", model="m", max_tokens=TOKENS)
+    return replace(job, sc=sc, client=client, workload=workload, prompts=["p"] * 64)
 
 
 SLOT = Slot(repeat=1, level=Level.at_concurrency(2), position=0, run_index=0)

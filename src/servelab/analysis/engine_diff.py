@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
-from servelab.launch.engine_config import NOT_RECORDED, PINNED_BY, SCHEDULING
+from servelab.launch.engine_config import NOT_RECORDED, PINNED_BY, SCHEDULING, departures
 from servelab.store.records import LaunchRecord
 
 Settings = Mapping[str, Mapping[str, Any]]
@@ -41,6 +41,11 @@ class EngineDiff(TypedDict):
     rows: list[EngineRow]
     blocking: list[str]
     not_recorded: list[str]
+
+
+def launched_configs(root: Path) -> list[str]:
+    """The server configurations a run or bundle launched (server/<sc>/launch.json)."""
+    return sorted(f.parent.name for f in (root / "server").glob(f"*/{LaunchRecord.FILE}"))
 
 
 def engine_of(root: Path, sc: str) -> tuple[Settings | None, dict[str, Any]]:
@@ -114,15 +119,6 @@ def compare_engines(
     return {"rows": rows, "blocking": blocking, "not_recorded": missing}
 
 
-def summary_lines(diff: EngineDiff) -> list[str]:
-    """The comparison's engine section in words: each difference once, then what was not
-    recorded; 'no engine setting differs' where both recorded the same."""
-    if not diff["rows"] and not diff["not_recorded"]:
-        return ["engine settings as the servers resolved them: none differs"]
-    lines = [f"engine setting of {r['server_config']}: {r['text']}" for r in diff["rows"]]
-    return lines + diff["not_recorded"]
-
-
 def pair_engine(root: Path, a: str, b: str) -> list[str]:
     """What differs between two configurations of one run as their servers resolved them (an
     A/B of runtimes, a rerun's two sides), one text each ('max_num_seqs 256 -> 1024 (vLLM's
@@ -163,23 +159,15 @@ def resolved_lines(root: Path) -> list[str]:
     """The summary's engine lines: each configuration's server as it resolved its settings
     (its latest launch), the settings resolved otherwise than its arguments asked, and the
     configurations that recorded none."""
-    server = root / "server"
-    configs = sorted(d.name for d in server.iterdir() if d.is_dir()) if server.is_dir() else []
     lines = []
-    for sc in configs:
-        record = LaunchRecord.read_if_present(server / sc / LaunchRecord.FILE)
-        if record is None:
-            continue
-        engine = record.doc.get("engine")
-        if not isinstance(engine, dict) or not engine.get("settings"):
+    for sc in launched_configs(root):
+        settings, args = engine_of(root, sc)
+        if not settings:
             lines.append(f"  {sc}: {NOT_RECORDED}")
             continue
-        settings = engine["settings"]
         shown = [f"{k} {_value(settings, k)}" for k in SHOWN if _value(settings, k) is not None]
         lines.append(f"  {sc}: " + ", ".join(shown))
-        lines += [f"  {sc}: resolved otherwise than asked: {d}" for d in engine["departures"]]
-    return (
-        ["", "engine settings as the servers resolved them (launch.json engine):", *lines]
-        if lines
-        else []
-    )
+        lines += [f"  {sc}: resolved otherwise than asked: {d}" for d in departures(settings, args)]
+    if not lines:
+        return []
+    return ["", "engine settings as the servers resolved them (launch.json engine):", *lines]

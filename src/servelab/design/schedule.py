@@ -10,11 +10,21 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from servelab.design.level import CONCURRENCY, Level, LevelValue
 from servelab.errors import ServelabError
 
 ORDERS = ("latin", "williams", "fixed", "random")
+
+T = TypeVar("T")
+
+
+def in_turn(items: Sequence[T], k: int) -> list[T]:
+    """Items taking turns at step k: as listed in odd steps, reversed in even ones (A B, B A,
+    A B, ...), so that none always goes first: the configurations of an interleaved plan's
+    round k, a side-by-side round's pair at its k-th level, a sliced pair's k-th slice."""
+    return list(items) if k % 2 else list(items)[::-1]
 
 
 def latin(k: int, repeats: int) -> list[list[int]]:

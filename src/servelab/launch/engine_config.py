@@ -102,10 +102,8 @@ def effective(
         return None
     out = {k: {"value": report.get(k), "source": "engine"} for k in FIELDS}
     blocks = cache_info.get("num_gpu_blocks")
-    if blocks not in (None, "", "None"):
-        out["num_gpu_blocks"] = {"value": int(float(blocks)), "source": "metrics"}
-    else:
-        out["num_gpu_blocks"] = {"value": None, "source": "metrics"}
+    value = int(float(blocks)) if blocks not in (None, "", "None") else None
+    out["num_gpu_blocks"] = {"value": value, "source": "metrics"}
     out["attention_backend"] = {"value": backend, "source": "log"}
     return dict(sorted(out.items()))
 
@@ -129,8 +127,8 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def departures(settings: Mapping[str, Any], args: Mapping[str, Any]) -> list[str]:
-    """The settings whose resolved value differs from what the arguments asked: 'max_num_seqs
-    8 -> 4 (asked 8)'."""
+    """The settings whose resolved value differs from what the arguments asked: 'max_num_seqs:
+    asked 8, resolved 4'."""
     out = []
     for name, want in asked(args).items():
         got = (settings.get(name) or {}).get("value")

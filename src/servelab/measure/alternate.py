@@ -15,8 +15,9 @@ them alone (servelab.metrics.sliced), and its telemetry reads the other servers'
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from servelab.design.schedule import in_turn
 from servelab.measure.point import OpenPoint
 
 
@@ -31,32 +32,28 @@ def bounds(n: int, slices: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out if b > a]
 
 
-def order(points: Sequence[OpenPoint], k: int) -> list[OpenPoint]:
-    """Who sends slice k: as listed for even k, reversed for odd k (A B, B A, A B, ...)."""
-    return list(points) if k % 2 == 0 else list(points)[::-1]
-
-
-def alternate(points: Sequence[OpenPoint], slices: int, progress: str) -> list[object]:
-    """Measure `points` (one per server, started, of one level) in `slices` slices each, in
-    turn (`order`); every point complete, or, where a stop signal or a failure cuts the pair
-    short (a server that died, found as each point closes), every one not yet complete kept
-    as incomplete. Their point.json documents."""
-    parts = [bounds(p.job.requests(p.slot), slices) for p in points]
+def alternate(
+    points: Sequence[OpenPoint], slices: int, progress: str
+) -> list[Mapping[str, object]]:
+    """Measure `points` (one per server, of one level) in `slices` slices each, taking turns
+    (design.schedule.in_turn: A B, then B A, ...); every point complete, or, where a stop
+    signal or a failure cuts the pair short (a server that died, found as each point closes),
+    every one not yet complete kept as incomplete. Their point.json documents."""
+    parts = [(p, bounds(p.job.requests(p.slot), slices)) for p in points]
     started: list[OpenPoint] = []
     try:
         for p in points:
             started.append(p)
             p.start()
-        for k in range(max(len(b) for b in parts)):
-            for p in order(points, k):
-                mine = parts[points.index(p)]
+        for k in range(max(len(b) for _, b in parts)):
+            for p, mine in in_turn(parts, k + 1):
                 if k < len(mine):
                     p.send(mine[k])
     except BaseException as exc:
         for p in started:
             p.interrupted(exc)
         raise
-    docs: list[object] = []
+    docs: list[Mapping[str, object]] = []
     for i, p in enumerate(points):
         try:
             docs.append(p.close(progress))

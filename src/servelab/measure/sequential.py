@@ -32,7 +32,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict, TypeVar
+from typing import TypedDict
 
 from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.groups import Groups
@@ -47,7 +47,7 @@ from servelab.analysis.rounds import (
 from servelab.analysis.runtimes import runtime_ids, runtime_pairs
 from servelab.analysis.samehost import Plan, open_rows, same_host
 from servelab.analysis.stopping import RuleJson, StoppingRule
-from servelab.design.schedule import Slot
+from servelab.design.schedule import Slot, in_turn
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob, Say
@@ -292,15 +292,6 @@ def measure_level(here: list[Live], slots: list[Slot], progress: str, slices: in
         return
     for live, slot in zip(here, slots, strict=True):
         live.measure(slot, progress)
-
-
-T = TypeVar("T")
-
-
-def in_turn(jobs: list[T], k: int) -> list[T]:
-    """The configurations' order in round k of an interleaved plan: as listed in odd rounds,
-    reversed in even ones (A B, B A, A B, ...), so that neither is always measured first."""
-    return jobs if k % 2 else jobs[::-1]
 
 
 def launched(job: SweepJob, first: int, k: int) -> list[RoundLaunch]:

@@ -211,9 +211,9 @@ def _host_section(host: HostComparison | None) -> list[str]:
 def _engine(diff: EngineDiff | None) -> list[str]:
     """The servers as they ran, once, before any verdict row: each engine setting the two
     sides' servers resolved differently, and the sides that recorded none."""
-    lines = ["", "## Engine settings", ""]
     if diff is None:  # a reproduction written before they were compared
         return []
+    lines = ["", "## Engine settings", ""]
     if not diff["rows"] and not diff["not_recorded"]:
         return lines + ["As the servers resolved them, no engine setting differs."]
     effect = {True: "pinned by the arguments", False: "vLLM's own choice"}

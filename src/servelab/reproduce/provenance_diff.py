@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from servelab.analysis.engine_diff import EngineDiff, compare_engines
+from servelab.analysis.engine_diff import EngineDiff, compare_engines, launched_configs
 from servelab.evidence.documents import Provenance
 from servelab.hostfacts.compare import HostComparison
 from servelab.reproduce.sides import Side
@@ -233,7 +233,8 @@ def provenance_diff(ref: Side, new: Side, host: HostComparison) -> ProvenanceDif
     blocking = [r["field"] for r in rows if r["effect"] == "blocks" and not r["same"]]
     for f in blocking:
         flags.append(f"{f} differs: not the same experiment")
-    engine = compare_engines(ref.root, new.root, [(sc, sc) for sc in shared_configs(ref, new)])
+    both = sorted(set(launched_configs(ref.root)) & set(launched_configs(new.root)))
+    engine = compare_engines(ref.root, new.root, [(sc, sc) for sc in both])
     blocking += engine["blocking"]
     host_differs = [d["fact"] for d in host["relevant_differences"] + host["other_differences"]]
     return {
@@ -244,13 +245,3 @@ def provenance_diff(ref: Side, new: Side, host: HostComparison) -> ProvenanceDif
         "not_checked": not_checked(ref, new),
         "engine": engine,
     }
-
-
-def shared_configs(ref: Side, new: Side) -> list[str]:
-    """The server configurations both sides launched (server/<sc>/)."""
-
-    def names(side: Side) -> set[str]:
-        server = side.root / "server"
-        return {d.name for d in server.iterdir() if d.is_dir()} if server.is_dir() else set()
-
-    return sorted(names(ref) & names(new))

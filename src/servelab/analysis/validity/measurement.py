@@ -57,7 +57,7 @@ def check_contention(f: PointFacts, t: ValiditySection) -> Flag:
         return Flag("contention", NOT_CHECKED, None, limit, "no host CPU sample over the point")
     own = [block_mean(cpu, k) for k in ("server_cpu_pct", "client_cpu_pct", "telemetry_cpu_pct")]
     # the servers this one alternates with (a point sent in slices) are known, not contention
-    siblings = block_mean(cpu, "siblings_cpu_pct") if "siblings_cpu_pct" in cpu else 0.0
+    siblings = "siblings_cpu_pct" in cpu
     if cpu.get("server_error") == REMOTE:
         # a server on another host: this host's load says nothing of the server's contention
         return Flag("contention", NOT_CHECKED, None, limit, REMOTE)
@@ -67,11 +67,10 @@ def check_contention(f: PointFacts, t: ValiditySection) -> Flag:
         return Flag("contention", NOT_CHECKED, None, limit, why)
     # percent of all cores and percents of one core, as cores; sampling can put the difference
     # slightly below zero on an idle host
-    known = sum(v or 0.0 for v in own) + (siblings or 0.0)
+    known = sum(v or 0.0 for v in own) + (block_mean(cpu, "siblings_cpu_pct") or 0.0)
     other = max(0.0, host / 100.0 * int(cores) - known / 100.0)
-    said = f"{other:.2f} CPU cores busy outside the server, client and samplers"
-    if "siblings_cpu_pct" in cpu:
-        said = said.replace("server, ", "servers, ")
+    servers = "servers" if siblings else "server"
+    said = f"{other:.2f} CPU cores busy outside the {servers}, client and samplers"
     steal = block_mean(cpu, "host_steal_pct")
     if steal is not None:
         # steal counts as busy, so it is part of `other`; the two means come from different

@@ -257,7 +257,7 @@ def vllm_server_command(python: str, model: str, *, cli: bool) -> list[str]:
     MODEL` runs) when the runtime's vLLM has that entry point (cli), else the older
     `python -m vllm.entrypoints.openai.api_server --model MODEL`; each run through the shim
     that reports the engine settings vLLM resolved into the server's log (`python -c SHIM
-    MODULE ...`, servelab.launch.engine_config)."""
+    MODULE ...`, servelab.env.engine_shim)."""
     if cli:
         return [*shim_command(python, VLLM_CLI_MODULE), "serve", model]
     return [*shim_command(python, VLLM_SERVER_MODULE), "--model", model]
