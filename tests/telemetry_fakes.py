@@ -333,14 +333,16 @@ def set_rapl(root: Path, n: int, uj: int) -> None:
 
 
 @contextmanager
-def metrics_server(body: bytes | None = None, status: int = 200) -> Iterator[str]:
-    """A local HTTP server answering every GET with `body` (default: the recorded scrape)."""
-    payload = FIXTURE.read_bytes() if body is None else body
+def metrics_server(body: bytes | list[bytes] | None = None, status: int = 200) -> Iterator[str]:
+    """A local HTTP server answering every GET with `body` (default: the recorded scrape);
+    a list of bodies is answered in turn, its last one from then on."""
+    bodies = [FIXTURE.read_bytes()] if body is None else body if isinstance(body, list) else [body]
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:  # noqa: N802
+            payload = bodies.pop(0) if len(bodies) > 1 else bodies[0]
             self.send_response(status)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(payload)))

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from telemetry_fakes import FIXTURE, metrics_server
 
 from servelab.telemetry import parse_metrics
-from servelab.telemetry.sources import ServerMetricsSource, _wanted_lines
+from servelab.telemetry.sources import SETTLE_S, ServerMetricsSource, _wanted_lines
 
 
 def test_recorded_scrape_values() -> None:
@@ -154,3 +154,29 @@ def test_failed_scrapes_are_records_with_an_error() -> None:
     assert gone["source"] == "server" and gone["error"].startswith("ConnectionRefusedError")
     assert ServerMetricsSource(None, timeout_s=2.0).open() == "no server URL given"
     assert "only http" in str(ServerMetricsSource("https://x:1", timeout_s=2.0).open())
+
+
+def test_the_closing_scrape_waits_for_the_counters_to_settle() -> None:
+    def scrape(running: int, tokens: int) -> bytes:
+        return (
+            f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running {running}\n"
+            f"# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total {tokens}\n"
+        ).encode()
+
+    # the last step's tokens reach the counter just after the client got them
+    lagging = [scrape(4, 240), scrape(4, 240), scrape(0, 256)]
+    with metrics_server(lagging) as url:
+        src = ServerMetricsSource(url, timeout_s=2.0)
+        assert src.open() is None
+        (rec,) = src.read_closing()
+        src.close()
+    assert rec["generation_tokens_total"] == 256.0 and rec["running"] == 0.0
+    # a server that stays busy (a shared endpoint) is given SETTLE_S, then read as it is
+    with metrics_server(scrape(3, 100)) as url:
+        src = ServerMetricsSource(url, timeout_s=2.0)
+        assert src.open() is None
+        t0 = time.monotonic()
+        (busy,) = src.read_closing()
+        waited = time.monotonic() - t0
+        src.close()
+    assert busy["running"] == 3.0 and SETTLE_S <= waited < SETTLE_S + 1.0

@@ -54,9 +54,11 @@ class Sampler:
             target=self._run, name=f"servelab-telemetry-{source.name}", daemon=True
         )
 
-    def _tick(self) -> None:
+    def _tick(self, closing: bool = False) -> None:
+        # a source may take its closing sample its own way (the server's counters settle)
+        read = getattr(self.source, "read_closing", self.source.read) if closing else None
         try:
-            self.samples.extend(self.source.read())
+            self.samples.extend(read() if read else self.source.read())
         except Exception as exc:  # a sampler never takes the measurement down with it
             msg = f"{type(exc).__name__}: {exc}"[:300]
             self.samples.append(
@@ -75,7 +77,7 @@ class Sampler:
             if self._stop.wait(next_t - now):
                 break
             self._tick()
-        self._tick()  # the closing sample, after the point
+        self._tick(closing=True)  # the closing sample, after the point
 
     def start(self) -> None:
         self._thread.start()

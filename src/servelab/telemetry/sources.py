@@ -504,7 +504,33 @@ class ServerMetricsSource:
             }
         ]
 
+    def read_closing(self) -> list[Sample]:
+        """The closing sample, once the server's counters have settled.
+
+        vLLM adds a step's tokens and finished requests to its counters just after it has
+        streamed them, in the same update that sets its running gauge, so a scrape right after
+        the client's last token can be one step short (16 of 256 tokens were seen) and then
+        still shows requests running. Scrape again, SETTLE_GAP_S apart, until none runs, for
+        at most SETTLE_S (a shared endpoint busy with other traffic never settles); the last
+        scrape is the sample."""
+        out = self.read()
+        deadline = time.monotonic() + SETTLE_S
+        while not _settled(out) and time.monotonic() < deadline:
+            time.sleep(SETTLE_GAP_S)
+            out = self.read()
+        return out
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+SETTLE_S = 1.0
+SETTLE_GAP_S = 0.05
+
+
+def _settled(samples: list[Sample]) -> bool:
+    """A scrape that read and shows no request running (or no such gauge)."""
+    rec = samples[-1]
+    return "error" not in rec and not rec.get("running")
