@@ -487,11 +487,13 @@ def test_classification_names_the_isa_difference() -> None:
         "reference": True,
         "fresh": False,
     }
-    assert hf.host_qualifier(h) == (
-        "on a host that differs in: PyTorch CPU capability AVX512 -> AVX2, oneDNN ISA Intel "
+    assert hf.difference_names(h["relevant_differences"]) == (
+        "PyTorch CPU capability AVX512 -> AVX2, oneDNN ISA Intel "
         "AVX-512 with AMX -> Intel AVX2, ISA class avx512_bf16+amx -> avx2, avx512f, "
         "avx512_bf16, amx_bf16"
     )
+    # the verdict counts them; the comparison's table of what differs names them
+    assert hf.host_qualifier(h) == "on a host that differs in 6 performance-relevant facts"
 
 
 def test_what_is_not_performance_relevant() -> None:
@@ -520,9 +522,10 @@ def test_what_is_not_performance_relevant() -> None:
         ("cpu.cgroup_cpu_quota", "unlimited", 2.0),
         ("cpu.threads_per_core", 2, 1),
     ]
-    assert hf.host_qualifier(h) == (
-        "on a host that differs in: cgroup CPU quota unlimited -> 2.0, SMT 2 -> 1"
+    assert hf.difference_names(h["relevant_differences"]) == (
+        "cgroup CPU quota unlimited -> 2.0, SMT 2 -> 1"
     )
+    assert hf.host_qualifier(h) == "on a host that differs in 2 performance-relevant facts"
 
 
 def test_a_quota_or_frequency_stays_a_host_difference_though_both_timed_the_canary() -> None:
@@ -569,12 +572,17 @@ def test_the_v1_release_records_no_isa_facts() -> None:
     assert unknown["cpu.avx512_bf16"]["missing_in"] == ["reference"]
     assert unknown["runtime.cpu_capability"]["missing_in"] == ["reference"]
     assert "cpu.model_name" not in unknown  # v1 records "AMD EPYC" as host.cpu: same
-    q = hf.host_qualifier(h)
-    assert q.startswith(
-        "on a host not known to be equivalent: the reference does not record PyTorch CPU "
-        "capability, oneDNN ISA, ISA caps in the server env, ISA class, ISA flags, "
+    relevant = [u for u in h["unknown"] if u["relevant"]]
+    assert all(u["missing_in"] == ["reference"] for u in relevant)
+    assert hf.difference_names(relevant).startswith(
+        "PyTorch CPU capability, oneDNN ISA, ISA caps in the server env, ISA class, ISA flags"
     )
-    assert "the fresh run" not in q
+    named = len(hf.difference_names(relevant, limit=None).split(", "))  # ISA flags: one
+    assert named == 17
+    assert hf.host_qualifier(h) == (
+        f"on a host not known to be equivalent ({named} performance-relevant facts "
+        "not recorded on both sides)"
+    )
 
 
 def test_facts_neither_side_records() -> None:
@@ -590,9 +598,10 @@ def test_facts_neither_side_records() -> None:
     old = {"host": {k: v for k, v in h.items() if k != "cpu_facts"}, "runtime": {}}
     both_old = hf.compare_hosts(old, old)
     assert both_old["class"] == "unknown"  # nobody recorded the instruction set
-    q = hf.host_qualifier(both_old)
-    assert "the reference does not record" in q and "the fresh run does not record" in q
-    assert "ISA flags" in q
+    relevant = [u for u in both_old["unknown"] if u["relevant"]]
+    assert all(u["missing_in"] == ["reference", "fresh"] for u in relevant)
+    assert "ISA flags" in hf.difference_names(relevant)
+    assert hf.host_qualifier(both_old).startswith("on a host not known to be equivalent (")
     none = hf.compare_hosts(None, old)
     assert none["class"] == "unknown" and none["unknown"][0]["missing_in"] == ["reference"]
 

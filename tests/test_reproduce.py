@@ -24,6 +24,7 @@ from servelab.evidence.bundle import build_bundle
 from servelab.evidence.files import safe_extract, write_deterministic_tar
 from servelab.evidence.release import release
 from servelab.experiment import Experiment, ReproductionSection
+from servelab.hostfacts.compare import ISA_FLAGS
 from servelab.reproduce import (
     NOT_COMPARABLE,
     NOT_REPRODUCED,
@@ -475,10 +476,9 @@ def test_failure_on_a_host_without_avx512_names_the_flags(
     r = compare(spr_reference, new, out=out)
     assert r["verdict"] == NOT_REPRODUCED  # the verdict itself does not change
     assert r["host"]["class"] == "differs"
+    # the verdict says what kind of host; the differences are named once, in their table
     assert r["verdict_text"] == (
-        "NOT REPRODUCED on a host that differs in: PyTorch CPU capability AVX512 -> AVX2, "
-        "oneDNN ISA Intel AVX-512 with AMX -> Intel AVX2, ISA class avx512_bf16+amx -> avx2, "
-        "avx512f, avx512_bf16"
+        "NOT REPRODUCED on a host that differs in 5 performance-relevant facts"
     )
     diffs = {d["fact"]: d for d in r["host"]["relevant_differences"]}
     assert diffs["cpu.avx512_bf16"] == {
@@ -489,16 +489,24 @@ def test_failure_on_a_host_without_avx512_names_the_flags(
     }
     assert r["host"]["other_differences"] == [] and r["host"]["unknown"] == []
     claim = next(c for c in r["claims"] if c["claim"] == CLAIMS[0])
-    assert claim["host"] == r["verdict_text"]
+    assert "host" not in claim  # each row says only its own verdict
     lines = verdict_lines(r)
     assert lines[0].startswith(
-        "reproduction: NOT REPRODUCED on a host that differs in: PyTorch CPU capability"
+        "reproduction: NOT REPRODUCED on a host that differs in 5 performance-relevant facts ("
     )
-    assert f"  claim {CLAIMS[0]!r}: NOT REPRODUCED on a host that differs in:" in lines[1]
+    assert lines[1] == (
+        "  differs: host: PyTorch CPU capability AVX512 -> AVX2, oneDNN ISA Intel AVX-512 with "
+        "AMX -> Intel AVX2, ISA class avx512_bf16+amx -> avx2, avx512f, avx512_bf16"
+    )
+    assert lines[2].startswith(f"  claim {CLAIMS[0]!r}: NOT REPRODUCED (reference ")
     text = (out / "report.md").read_text()
-    assert "**Verdict: NOT REPRODUCED on a host that differs in: " in text
+    assert "**Verdict: NOT REPRODUCED on a host that differs in 5 performance-relevant " in text
+    assert text.count("avx512_bf16+amx") == 1  # said once, in the table of what differs
+    assert text.index("## What differs") < text.index("## Claims")
     assert "Host class: **differs**" in text
-    assert "| cpu.avx512_bf16 | true | false | yes |" in text
+    assert "| host | cpu.avx512_bf16 | true | false | performance-relevant |" in text
+    claims = text[text.index("## Claims") : text.index("## Orderings")]
+    assert "| NOT REPRODUCED |" in claims and "host" not in claims
     assert read_json(out / "reproduction.json")["host"]["class"] == "differs"
 
 
@@ -609,10 +617,12 @@ def test_reproduced_on_a_differing_host_lists_the_differences(
     )
     assert r["verdict"] == REPRODUCED
     assert r["host"]["class"] == "differs"
-    assert r["verdict_text"].startswith("REPRODUCED on a host that differs in: ")
-    assert r["verdict_text"].endswith("avx512f, avx512_bf16")
-    assert all(c["host"] == r["verdict_text"] for c in r["claims"])
-    assert verdict_lines(r)[0].startswith(f"reproduction: {r['verdict_text']} (all ")
+    assert r["verdict_text"] == "REPRODUCED on a host that differs in 5 performance-relevant facts"
+    assert all("host" not in c for c in r["claims"])
+    lines = verdict_lines(r)
+    assert lines[0].startswith(f"reproduction: {r['verdict_text']} (all ")
+    assert lines[1].startswith("  differs: host: PyTorch CPU capability AVX512 -> AVX2, ")
+    assert lines[1].endswith("avx512f, avx512_bf16")
 
 
 def test_reference_without_host_facts_says_what_is_unknown(tmp_path: Path) -> None:
@@ -627,12 +637,15 @@ def test_reference_without_host_facts_says_what_is_unknown(tmp_path: Path) -> No
     unknown = {u["fact"] for u in h["unknown"] if u["relevant"]}
     assert {"cpu.avx512_bf16", "cpu.isa_class", "runtime.cpu_capability", "cpu.family"} <= unknown
     assert all(u["missing_in"] == ["reference"] for u in h["unknown"])
-    assert r["verdict_text"].startswith(
-        "NOT REPRODUCED on a host not known to be equivalent: the reference does not record "
-        "PyTorch CPU capability, oneDNN ISA, ISA caps in the server env, ISA class, ISA flags, "
+    shorts = {u["short"] for u in h["unknown"] if u["relevant"]}
+    named = len(shorts - set(ISA_FLAGS)) + 1  # every ISA flag counts as one fact
+    assert r["verdict_text"] == (
+        f"NOT REPRODUCED on a host not known to be equivalent ({named} performance-relevant "
+        "facts not recorded on both sides)"
     )
     assert "regression" not in r["verdict_text"] and "equivalent host" not in r["verdict_text"]
-    assert "Not recorded on both sides" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "| host | runtime.cpu_capability | not recorded | AVX2 | cannot be compared, " in report
 
 
 def test_a_fresh_point_that_fails_validity_leaves_its_claims_not_comparable(
@@ -762,8 +775,8 @@ def test_an_unpinned_scheduling_default_that_changed_is_not_comparable(tmp_path:
     assert all(c["verdict"] == NOT_COMPARABLE for c in r["claims"])
     report = (tmp_path / "out" / "report.md").read_text()
     head, _, rest = report.partition("## Claims")
-    assert "## Engine settings" in head and "max_num_batched_tokens" in head
-    assert "max_num_batched_tokens" not in rest.split("## Provenance")[0]  # said once
+    assert "## What differs" in head and "| engine | a100: max_num_batched_tokens |" in head
+    assert "max_num_batched_tokens" not in rest  # said once
     # pinned by the server arguments, both resolved alike: nothing blocks; a setting that
     # does not shape scheduling is named, and blocks nothing
     pinned = {"max-num-seqs": 8, "max-num-batched-tokens": 2048}

@@ -347,6 +347,17 @@ def test_reproduction_page_compares_claim_by_claim(
     for c in record["claims"]:
         assert c["claim"] in page
     assert f"Host class: {record['host']['class']}" in page
+    # what differs is said once, before the claims, and the claims say only their verdicts
+    differs = page.index("Every host fact, engine setting and runtime field that differs")
+    claims = page.index("Every claim of the reference")
+    assert differs < claims
+    assert "runtime pipeline.git_commit" in page[differs:claims]
+    # v6 and v5 were made before the servers' engine settings were recorded: said, no failure
+    assert (
+        "max-num-seqs-8: effective configuration not recorded in the reference or the fresh run"
+        in page[differs:claims]
+    )
+    assert page.count(record["verdict_text"]) == 1
     # v5 and v6 record no host-speed canary; the point tests are under Benjamini-Hochberg
     assert (
         "Host speed: not recorded (neither the reference nor the fresh run measured the canary)."

@@ -143,6 +143,19 @@ def test_every_consecutive_pair_has_a_verdict_per_point(history: dict[str, Any])
             assert pair["host"]["class"] != "differs"
 
 
+def test_the_history_names_the_engine_settings_releases_did_not_record(
+    history: dict[str, Any],
+) -> None:
+    """The committed releases were made before the servers' engine settings were recorded:
+    each pair says so per configuration, and that alone makes no pair not comparable."""
+    pair = next(p for p in history["pairs"] if (p["before"], p["after"]) == ("v7", "v8"))
+    assert pair["engine"] == [
+        "max-num-seqs-1: effective configuration not recorded in v7 or v8",
+        "max-num-seqs-8: effective configuration not recorded in v7 or v8",
+    ]
+    assert "engine" not in str(pair["why_not"])
+
+
 def test_v6_to_v7_is_not_comparable_and_names_the_cpu(history: dict[str, Any]) -> None:
     pair = next(p for p in history["pairs"] if (p["before"], p["after"]) == ("v6", "v7"))
     assert pair["comparable"] is False

@@ -103,9 +103,9 @@ def compare_engines(
     for sa, sb in pairs:
         (ea, args_a), (eb, args_b) = engine_of(a_root, sa), engine_of(b_root, sb)
         label = sa if sa == sb else f"{sa} / {sb}"
-        for name, e in ((names[0], ea), (names[1], eb)):
-            if e is None:
-                missing.append(f"{label}: {NOT_RECORDED} in {name}")
+        absent = [name for name, e in zip(names, (ea, eb), strict=True) if e is None]
+        if absent:
+            missing.append(f"{label}: {NOT_RECORDED} in {' or '.join(absent)}")
         if ea is None or eb is None:
             continue
         for setting in sorted(set(ea) | set(eb)):

@@ -324,36 +324,47 @@ def _label(row: Mapping[str, Any]) -> str:
     return f"{row['short']} {a} -> {b}" if scalar and "reference" in row else str(row["short"])
 
 
-def _names(rows: Sequence[Mapping[str, Any]], limit: int = 10) -> str:
+def _grouped(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The rows' labels, every ISA flag at once as one "ISA flags"."""
     shorts = [_label(r) for r in rows]
     flags = [f for f in ISA_FLAGS if f in shorts]
     if len(flags) == len(ISA_FLAGS):  # all of them: one name
         at = shorts.index(flags[0])
         shorts = [s for s in shorts if s not in flags]
         shorts.insert(at, "ISA flags")
-    more = f" and {len(shorts) - limit} more" if len(shorts) > limit else ""
-    return ", ".join(shorts[:limit]) + more
+    return shorts
 
 
-def difference_names(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Differences as a verdict names them: "avx512f, CPU model 85 -> 143" (every ISA flag at
-    once as "ISA flags", ten at most)."""
-    return _names(rows)
+def _names(rows: Sequence[Mapping[str, Any]], limit: int | None = 10) -> str:
+    shorts = _grouped(rows)
+    if limit is None or len(shorts) <= limit:
+        return ", ".join(shorts)
+    return ", ".join(shorts[:limit]) + f" and {len(shorts) - limit} more"
+
+
+def difference_names(rows: Sequence[Mapping[str, Any]], limit: int | None = 10) -> str:
+    """Differences named in a line: "avx512f, CPU model 85 -> 143" (every ISA flag at once as
+    "ISA flags"; `limit` at most, then "and N more"; None: all)."""
+    return _names(rows, limit)
 
 
 def host_qualifier(host: Mapping[str, Any]) -> str:
-    """How the verdict names the host: "on a host that differs in: avx512_bf16, avx512f",
-    "on an equivalent host", "on the same host or an identical one", or what is unknown."""
+    """How the verdict names the host, in a few words: "on a host that differs in 2
+    performance-relevant facts", "on an equivalent host", "on the same host or an identical
+    one", or how many relevant facts a side does not record. The facts themselves are named
+    once, in the comparison's table of what differs (servelab.reproduce.differences)."""
     cls = host["class"]
     if cls == "differs":
-        return "on a host that differs in: " + _names(host["relevant_differences"])
+        return f"on a host that differs in {_facts(host['relevant_differences'])}"
     if cls == "equivalent":
         return "on an equivalent host (no performance-relevant difference)"
     if cls == "identical":
         return "on the same host or an identical one (no host fact differs)"
-    parts = []
-    for side, label in (("reference", "the reference"), ("fresh", "the fresh run")):
-        rows = [u for u in host["unknown"] if u["relevant"] and side in u["missing_in"]]
-        if rows:
-            parts.append(f"{label} does not record {_names(rows)}")
-    return "on a host not known to be equivalent: " + "; ".join(parts)
+    missing = [u for u in host["unknown"] if u["relevant"]]
+    return f"on a host not known to be equivalent ({_facts(missing)} not recorded on both sides)"
+
+
+def _facts(rows: Sequence[Mapping[str, Any]]) -> str:
+    """ "3 performance-relevant facts" (all the ISA flags count as one)."""
+    n = len(_grouped(rows))
+    return f"{n} performance-relevant fact" + ("" if n == 1 else "s")

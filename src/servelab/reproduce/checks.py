@@ -96,7 +96,8 @@ class ChainRow(TypedDict):
 class ClaimCheck(TypedDict):
     """A claim of reproduction.json `claims`: its verdict on both sides and the reproduction's
     verdict; `as_measured` the verdict before a blocking provenance difference made it NOT
-    COMPARABLE, `host` the verdict with the host it was reached on."""
+    COMPARABLE; `host`, in reproductions made before the host was said once for the whole
+    comparison, the verdict with the host it was reached on (read, no longer written)."""
 
     claim: str
     reference_verdict: str

@@ -209,9 +209,6 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> ReproductionR
             row["as_measured"] = row["verdict"]
             row["verdict"] = NOT_COMPARABLE
     host["qualifier"] = host_qualifier(host)
-    for row in claims_checked:
-        if row["verdict"] != NOT_COMPARABLE:
-            row["host"] = _qualified(row["verdict"], host)
     checked: list[Mapping[str, object]] = [*pairs, *claims_checked, *points]
     failed = [c for c in checked if c.get("judged", True) and c["verdict"] == NOT_REPRODUCED]
     settings: Settings = {

@@ -1,6 +1,6 @@
 """The Markdown report of a comparison (report.md beside reproduction.json): the verdict and
-what was judged, then one section each for the claims, the orderings, the points, the host
-and the provenance."""
+what was judged, what differs between the two sides (once), then one section each for the
+claims, the orderings, the points and the host's speed."""
 
 from __future__ import annotations
 
@@ -8,11 +8,9 @@ import hashlib
 import json
 from typing import Any
 
-from servelab.analysis.engine_diff import EngineDiff
-from servelab.hostfacts.compare import HostComparison
 from servelab.render import md_escape, md_table, num
 from servelab.reproduce.checks import ClaimCheck, PairCheck, PointCheck
-from servelab.reproduce.provenance_diff import ProvenanceDiff
+from servelab.reproduce.differences import differences, unrecorded_engines
 from servelab.reproduce.records import Fdr, ReproductionRecord
 from servelab.reproduce.verdict import (
     attribution_text,
@@ -31,6 +29,7 @@ SHORT = {
 }
 # the point metrics the report shows (reproduction.json has them all)
 REPORTED_POINT_METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
+CLEAN_ROOM = "Nothing that must match differs, and the fresh run is on another host."
 HOST_CLASS_TEXT = {
     "differs": "a performance-relevant host fact differs",
     "equivalent": "only facts that do not affect performance differ",
@@ -42,13 +41,11 @@ HOST_CLASS_TEXT = {
 
 def report_markdown(r: ReproductionRecord) -> str:
     lines = _head(r)
-    lines += _engine(r["provenance"].get("engine"))
+    lines += _differences(r)
     lines += _claims(r["claims"])
     lines += _orderings(r)
     lines += _points(r["points"], r.get("fdr"))
-    lines += _host_section(r.get("host"))
     lines += _host_speed_section(r)
-    lines += _provenance(r["provenance"])
     return "\n".join(lines) + "\n"
 
 
@@ -177,79 +174,36 @@ def _host_speed_section(r: ReproductionRecord) -> list[str]:
     return ["", "## Host speed", "", f"Host speed: {speed}."]
 
 
-def _host_section(host: HostComparison | None) -> list[str]:
-    if host is None:
-        return []
-    lines = [
-        "",
-        "## Host",
-        "",
-        f"Host class: **{host['class']}** ({HOST_CLASS_TEXT[host['class']]}); "
-        "docs/reproduce.md says which facts are performance-relevant and why.",
-    ]
-    differences = [(d, "yes") for d in host["relevant_differences"]]
-    differences += [
-        (d, "no" + (f" ({d['note']})" if d.get("note") else "")) for d in host["other_differences"]
-    ]
-    if differences:
-        rows = [
-            (d["fact"], _cell_value(d["reference"]), _cell_value(d["fresh"]), rel)
-            for d, rel in differences
-        ]
-        lines += ["", *md_table(("fact", "reference", "fresh", "performance-relevant"), rows)]
-    unknown = host["unknown"]
-    if unknown:
-        lines += ["", "Not recorded on both sides (cannot be compared):", ""]
-        missing = [
-            (u["fact"], ", ".join(u["missing_in"]), "yes" if u["relevant"] else "no")
-            for u in unknown
-        ]
-        lines += md_table(("fact", "not recorded by", "performance-relevant"), missing)
-    return lines
-
-
-def _engine(diff: EngineDiff | None) -> list[str]:
-    """The servers as they ran, once, before any verdict row: each engine setting the two
-    sides' servers resolved differently, and the sides that recorded none."""
-    if diff is None:  # a reproduction written before they were compared
-        return []
-    lines = ["", "## Engine settings", ""]
-    if not diff["rows"] and not diff["not_recorded"]:
-        return lines + ["As the servers resolved them, no engine setting differs."]
-    effect = {True: "pinned by the arguments", False: "vLLM's own choice"}
-    blocks = "blocks orderings, knees and claims"
+def _differences(r: ReproductionRecord) -> list[str]:
+    """What differs between the two sides, once, before any verdict row: the host's class,
+    what keeps the fresh run from being a clean room, then one table of the host facts, the
+    engine settings as the servers resolved them, and the runtime and setup fields."""
+    lines = ["", "## What differs", ""]
+    host, prov = r.get("host"), r["provenance"]
+    if host is not None:
+        lines.append(
+            f"Host class: **{host['class']}** ({HOST_CLASS_TEXT[host['class']]}); "
+            "docs/reproduce.md says which facts are performance-relevant and why."
+        )
+    flags = [f"- **{f}**" for f in prov["not_clean_room"]]
+    lines += ["", *(flags or [f"- {CLEAN_ROOM}"])]
     rows = [
         (
-            md_escape(r["server_config"]),
-            r["setting"],
-            _cell_value(r["a"]),
-            _cell_value(r["b"]),
-            (blocks if r["scheduling"] and not r["pinned"] else "noted")
-            + f" ({effect[r['pinned']]})",
+            d["kind"],
+            md_escape(d["what"]),
+            _cell_value(d["reference"]),
+            _cell_value(d["fresh"]),
+            d["effect"],
         )
-        for r in diff["rows"]
+        for d in differences(r)
     ]
     if rows:
-        lines += md_table(("server config", "setting", "reference", "fresh", "effect"), rows)
-    if diff["not_recorded"]:
-        lines += ["", *[f"- {md_escape(x)}" for x in diff["not_recorded"]]]
-    return lines
-
-
-def _provenance(prov: ProvenanceDiff) -> list[str]:
-    lines = ["", "## Provenance", ""]
-    if prov["not_clean_room"]:
-        lines += [f"- **{f}**" for f in prov["not_clean_room"]]
+        lines += ["", *md_table(("kind", "what", "reference", "fresh", "effect"), rows)]
     else:
-        lines.append("- Nothing that must match differs, and the fresh run is on another host.")
-    effect = {"blocks": "not comparable", "note": "noted"}
-    rows = [
-        (f["field"], _cell_value(f["reference"]), _cell_value(f["fresh"]), effect[f["effect"]])
-        for f in prov["fields"]
-        if not f["same"]
-    ]
-    if rows:
-        lines += ["", *md_table(("field", "reference", "fresh", "effect"), rows)]
+        lines += ["", "No recorded host fact, engine setting or runtime field differs."]
+    engines = unrecorded_engines(r)
+    if engines:
+        lines += ["", *[f"- {md_escape(x)}" for x in engines]]
     unchecked = prov.get("not_checked") or []
     if unchecked:
         lines += ["", "Could not be checked (a server servelab did not launch):", ""]

@@ -7,6 +7,7 @@ from typing import Any
 
 from servelab.analysis.hostspeed import AS_HOST, BEYOND_HOST, HOST_NOT_RECORDED, UNCHANGED, UNKNOWN
 from servelab.reproduce.checks import NOT_REPRODUCED, REPRODUCED, ClaimCheck, PointCheck
+from servelab.reproduce.differences import differences_line
 from servelab.reproduce.records import ReproductionRecord
 
 
@@ -17,7 +18,9 @@ def verdict_text(r: ReproductionRecord) -> str:
 
 
 def claim_verdict_text(c: ClaimCheck) -> str:
-    return str(c.get("host") or c["verdict"])
+    """A claim's own verdict: the host it was reached on is said once, for the whole
+    comparison (reproductions made before that also wrote it into each claim's `host`)."""
+    return str(c["verdict"])
 
 
 def signed_pct(x: Any) -> str:
@@ -68,7 +71,8 @@ def host_speed_text(r: ReproductionRecord) -> str | None:
 
 
 def verdict_lines(r: ReproductionRecord) -> list[str]:
-    """What `servelab compare` and the workflow print: the verdict, then one line per check
+    """What `servelab compare` and the workflow print: the verdict, what differs (once), then
+    one line per check
     that did not reproduce (a point's with its change against the host's speed) and per
     claim, the host's speed (when recorded, or when the verdict is NOT REPRODUCED) and what
     keeps the fresh run from being a clean room."""
@@ -77,6 +81,9 @@ def verdict_lines(r: ReproductionRecord) -> list[str]:
         f"reproduction: {verdict_text(r)} ({r['why']}; {c['reproduced']} reproduced, "
         f"{c['not_reproduced']} not reproduced, {c['not_comparable']} not comparable)"
     ]
+    differs = differences_line(r)
+    if differs is not None:
+        lines.append(f"  differs: {differs}")
     for cl in r["claims"]:
         lines.append(
             f"  claim {cl['claim']!r}: {claim_verdict_text(cl)} "

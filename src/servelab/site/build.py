@@ -321,11 +321,10 @@ def _reproduction(site: Site, rp: ReproductionDir, built: list[BuiltRelease]) ->
         error = str(exc).replace(f"{rp.path}/", "")
     toc = [
         ("verdict", "Verdict"),
+        ("differs", "What differs"),
         ("claims", "Claims"),
         ("orderings", "Orderings"),
         ("points", "Points"),
-        ("host", "Host"),
-        ("provenance", "Provenance"),
     ]
     title = f"Reproduction {rp.name}"
     crumbs = [("Evidence", layout.href(page, layout.INDEX)), (title, None)]

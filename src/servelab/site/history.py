@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.dataset import load_dataset
+from servelab.analysis.engine_diff import compare_engines, launched_configs
 from servelab.analysis.equivalence import DEFAULT_MARGIN_PCT
 from servelab.analysis.hostspeed import (
     AS_HOST,
@@ -306,6 +307,19 @@ def _changed(before: _Release, after: _Release, host: HostComparison) -> list[st
     return [b for b in blocking if b in UNDER_TEST]
 
 
+def _engine(before: _Release, after: _Release) -> list[str]:
+    """Every engine setting the two releases' servers resolved differently, configuration by
+    configuration, and the configurations a release did not record (servelab.analysis.
+    engine_diff); one that shapes scheduling and was not pinned also makes the pair not
+    comparable (through provenance_diff's blocking)."""
+    if before.side is None or after.side is None:
+        return []
+    a, b = before.side.root, after.side.root
+    both = sorted(set(launched_configs(a)) & set(launched_configs(b)))
+    diff = compare_engines(a, b, [(sc, sc) for sc in both], names=(before.tag, after.tag))
+    return [f"{r['server_config']}: {r['text']}" for r in diff["rows"]] + diff["not_recorded"]
+
+
 def _why_not(before: _Release, after: _Release, host: HostComparison) -> list[str]:
     """Why a verdict between two consecutive releases would mean nothing, one phrase each."""
     broken = [r for r in (before, after) if r.error is not None]
@@ -422,11 +436,14 @@ def _pair(before: _Release, after: _Release) -> Pair:
         "comparable": not why,
         "why_not": "; ".join(why) if why else None,
         "changed": _changed(before, after, host),
+        "engine": _engine(before, after),
         "host": {
             "class": host["class"],
             "relevant_differences": difference_names(relevant) if relevant else None,
             "other_differences": difference_names(other) if other else None,
-            "qualifier": host_qualifier(host),
+            # a pair is one line: the differences named in it
+            "qualifier": host_qualifier(host)
+            + (f": {difference_names(relevant)}" if relevant else ""),
         },
         "host_speed": _host_speed(before, after) if not why else None,
         "fdr": {"method": "Benjamini-Hochberg", "q": FDR_Q, "tests": tested} if not why else None,

@@ -137,6 +137,9 @@ class Pair(TypedDict):
     # what changed that the history judges (site.history.UNDER_TEST: server arguments, runtime,
     # vLLM release); a change beyond the host's speed is theirs or the code's
     changed: list[str]
+    # the engine settings the two releases' servers resolved differently, and the
+    # configurations a release did not record (servelab.analysis.engine_diff)
+    engine: list[str]
     host: PairHost
     host_speed: HostSpeedRecord | None
     fdr: Fdr | None

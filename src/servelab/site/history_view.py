@@ -156,6 +156,7 @@ class PairView(TypedDict):
     comparable: bool
     why_not: str | None
     changed: str | None
+    engine: list[str]
     host: list[str]
     host_speed: str | None
     fdr: str | None
@@ -357,6 +358,7 @@ def _pair(pair: Pair, metrics: list[str]) -> PairView:
         "comparable": bool(pair.get("comparable")),
         "why_not": _words(pair.get("why_not")),
         "changed": ", ".join(str(c) for c in pair.get("changed") or []) or None,
+        "engine": [str(e) for e in pair.get("engine") or []],
         "host": host_words(pair.get("host")),
         "host_speed": _host_speed_words(pair),
         "fdr": _fdr_words(pair),

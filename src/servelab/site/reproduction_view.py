@@ -1,6 +1,7 @@
 """One reproduction (reproduction.json, docs/reproduce.md) as its page shows it: the overall
-verdict with the host it was reached on, claim by claim reference against fresh, the judged
-orderings, the points, and the host and provenance differences that explain a difference."""
+verdict with the host it was reached on, what differs between the two sides (once: host facts,
+engine settings, runtime), claim by claim reference against fresh, the judged orderings and the
+points."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ import json
 from collections.abc import Callable
 from typing import Any, TypedDict
 
-from servelab.hostfacts.compare import HostComparison
 from servelab.reproduce.checks import PairCheck
+from servelab.reproduce.differences import differences, unrecorded_engines
 from servelab.reproduce.markdown import HOST_CLASS_TEXT, REPORTED_POINT_METRICS, SHORT
-from servelab.reproduce.provenance_diff import ProvenanceDiff
 from servelab.reproduce.records import Counts, Fdr, ReproductionRecord, Settings
 from servelab.reproduce.sides import SideFacts
 from servelab.reproduce.verdict import (
@@ -25,7 +25,6 @@ from servelab.site import values
 
 # a value longer than this is shown folded, its start as the summary
 LONG = 60
-EFFECT = {"blocks": "not comparable", "note": "noted"}
 
 # (experiment, tag, tarball sha256 or None) -> the site path of that release's page, if any
 FindRelease = Callable[[str | None, str | None, str | None], str | None]
@@ -90,43 +89,27 @@ class PointView(TypedDict):
 
 
 class DifferenceView(TypedDict):
-    fact: str
-    short: str
-    reference: Cell
-    fresh: Cell
-    relevant: str
+    """One row of what differs (servelab.reproduce.differences): host fact, engine setting
+    or runtime field."""
 
-
-class UnknownView(TypedDict):
-    fact: str
-    missing_in: str
-    relevant: str
-
-
-# the hosts compared: the class, in words, every difference and every unknown fact (`class`
-# is a keyword: the functional syntax)
-HostView = TypedDict(
-    "HostView",
-    {
-        "class": str,
-        "class_text": str,
-        "qualifier": str,
-        "differences": list[DifferenceView],
-        "unknown": list[UnknownView],
-    },
-)
-
-
-class FieldView(TypedDict):
-    field: str
+    kind: str
+    what: str
     reference: Cell
     fresh: Cell
     effect: str
+    css: str
 
 
-class ProvenanceView(TypedDict):
+class DiffersView(TypedDict):
+    """What differs between the two sides, once: the host's class in words, what keeps the
+    fresh run from being a clean room, the rows, and what could not be compared."""
+
+    host_class: str | None
+    class_text: str
     not_clean_room: list[str]
-    fields: list[FieldView]
+    rows: list[DifferenceView]
+    unrecorded: list[str]
+    not_checked: list[str]
 
 
 class ReproductionView(TypedDict):
@@ -145,10 +128,9 @@ class ReproductionView(TypedDict):
     orderings: list[OrderingView]
     chains: list[ChainView]
     points: list[PointView]
-    host: HostView | None
+    differs: DiffersView
     host_speed: str | None
     fdr: str | None
-    provenance: ProvenanceView
 
 
 def cell(v: Any) -> Cell:
@@ -246,53 +228,27 @@ def _points(r: ReproductionRecord) -> list[PointView]:
     return rows
 
 
-def _host(host: HostComparison | None) -> HostView | None:
-    """The hosts compared: the class in words, every difference (performance-relevant or
-    not) and every fact one side does not record."""
-    if host is None:
-        return None
-    rows = [(d, "yes") for d in host["relevant_differences"]]
-    rows += [
-        (d, "no" + (f" ({d['note']})" if d.get("note") else "")) for d in host["other_differences"]
-    ]
+def _differs(r: ReproductionRecord) -> DiffersView:
+    """What differs, as report.md says it (servelab.reproduce.differences)."""
+    host = r.get("host")
+    prov = r["provenance"]
     return {
-        "class": str(host["class"]),
-        "class_text": HOST_CLASS_TEXT.get(host["class"], ""),
-        "qualifier": str(host["qualifier"]),
-        "differences": [
+        "host_class": None if host is None else str(host["class"]),
+        "class_text": "" if host is None else HOST_CLASS_TEXT.get(host["class"], ""),
+        "not_clean_room": [str(f) for f in prov["not_clean_room"]],
+        "rows": [
             {
-                "fact": str(d["fact"]),
-                "short": str(d.get("short")),
+                "kind": d["kind"],
+                "what": d["what"],
                 "reference": cell(d["reference"]),
                 "fresh": cell(d["fresh"]),
-                "relevant": relevant,
+                "effect": d["effect"],
+                "css": "v-not-comparable" if d["blocks"] else "",
             }
-            for d, relevant in rows
+            for d in differences(r)
         ],
-        "unknown": [
-            {
-                "fact": str(u["fact"]),
-                "missing_in": ", ".join(u["missing_in"]),
-                "relevant": "yes" if u["relevant"] else "no",
-            }
-            for u in host["unknown"]
-        ],
-    }
-
-
-def _provenance(prov: ProvenanceDiff) -> ProvenanceView:
-    return {
-        "not_clean_room": [str(f) for f in prov["not_clean_room"]],
-        "fields": [
-            {
-                "field": str(f["field"]),
-                "reference": cell(f.get("reference")),
-                "fresh": cell(f.get("fresh")),
-                "effect": EFFECT.get(f.get("effect"), str(f.get("effect"))),
-            }
-            for f in prov["fields"]
-            if not f.get("same")
-        ],
+        "unrecorded": unrecorded_engines(r),
+        "not_checked": [str(x) for x in prov.get("not_checked") or []],
     }
 
 
@@ -335,10 +291,9 @@ def reproduction_view(r: ReproductionRecord, find: FindRelease) -> ReproductionV
         "orderings": _orderings(r),
         "chains": _chains(r),
         "points": _points(r),
-        "host": _host(r.get("host")),
+        "differs": _differs(r),
         "host_speed": host_speed_text(r),
         "fdr": _fdr(r.get("fdr")),
-        "provenance": _provenance(r["provenance"]),
     }
 
 
