@@ -111,7 +111,8 @@ class FakeNVML:
     first. The total energy counter (mJ since the "driver" loaded) grows by `power_mw` x time
     on `clock` (time.monotonic by default); a pre-Volta `arch` has none (NotSupported); the
     compute capability is the `arch`'s (CAPABILITY). `migs` maps MIG device UUIDs to their
-    GPU's NVML index. A key `raise_<call>` makes that call raise FakeNVMLError(code); `lost`
+    GPU's NVML index. `clock_events` is the clock event reasons mask (0: none). A key
+    `raise_<call>` makes that call raise FakeNVMLError(code); `lost`
     makes every call lose the device. The driver is `driver`, supporting CUDA `driver_cuda`
     (NVML's integer: 12040 is 12.4)."""
 
@@ -265,6 +266,9 @@ class FakeNVML:
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
         assert sensor == self.NVML_TEMPERATURE_GPU
         return int(self._dev(h, "temp")["temp_c"])
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
+        return int(self._dev(h, "events").get("clock_events", 0))
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
         d = self._dev(h, "energy")

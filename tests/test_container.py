@@ -97,6 +97,18 @@ def host_without_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", no_nvml())
 
 
+def with_choice(
+    cfg: Experiment, runtime: dict[str, Any], environ: dict[str, str], nvml: FakeNVML
+) -> dict[str, Any]:
+    """The runtime record as the runtime stage writes it on the host of `nvml`, from a job
+    environment `environ`: with the GPUs every launch takes (`gpu_choice`) on a GPU runtime."""
+    from servelab.env.runtime.gpu import container_gpus
+
+    if cfg.runtime.device != "gpu" or "gpu_choice" in runtime:
+        return runtime
+    return {**runtime, "gpu_choice": container_gpus(cfg.runtime, environ, nvml).to_json()}
+
+
 def sweep_launch(
     cfg: Experiment,
     runtime: dict[str, Any],
@@ -105,7 +117,8 @@ def sweep_launch(
     order: str | None = None,
 ) -> ServerLaunch:
     """What the sweep launches for one server (fixed paths, CUDA_VISIBLE_DEVICES and
-    CUDA_DEVICE_ORDER as given; the host's GPUs those of `nvml`, none by default)."""
+    CUDA_DEVICE_ORDER as given; the host's GPUs those of `nvml`, none by default), after the
+    runtime stage chose its GPUs there (unless `runtime` holds a choice already)."""
     drop = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["SERVELAB_CACHE"] = "/cache/servelab"  # where the compile caches are kept
@@ -113,10 +126,12 @@ def sweep_launch(
         env["CUDA_VISIBLE_DEVICES"] = cuda
     if order is not None:
         env["CUDA_DEVICE_ORDER"] = order
-    job = measure_job(cfg, Path("/work/results/knee"), model_dir=MODEL, runtime=runtime)
+    host = nvml or no_nvml()
+    recorded = with_choice(cfg, runtime, env, host)
+    job = measure_job(cfg, Path("/work/results/knee"), model_dir=MODEL, runtime=recorded)
     with (
         mock.patch.dict(os.environ, env, clear=True),
-        mock.patch.dict(sys.modules, {"pynvml": nvml or no_nvml()}),
+        mock.patch.dict(sys.modules, {"pynvml": host}),
     ):
         return build_launch(job, "tp1", port=8123)
 
@@ -251,7 +266,7 @@ def test_venv_server_command_forms() -> None:
 def test_container_name_is_stable_per_results_folder() -> None:
     cfg = gpu_cfg()
     knee, other = Path("/work/results/knee"), Path("/other/results/knee")
-    where = {"model_dir": Path("/m"), "runtime": runtime_record()}
+    where = {"model_dir": Path("/m"), "runtime": with_choice(cfg, runtime_record(), {}, no_nvml())}
     a = container_run_for(measure_job(cfg, knee, **where), "tp1", purpose="sweep")
     b = container_run_for(measure_job(cfg, knee, **where), "tp1", purpose="sweep")
     c = container_run_for(measure_job(cfg, other, **where), "tp1", purpose="sweep")
@@ -374,7 +389,8 @@ def test_secret_env_values_stay_off_the_command_line() -> None:
 def test_nsys_runs_inside_the_container(tmp_path: Path) -> None:
     out = tmp_path / "results" / "knee" / "profile" / "tp1"
     model = tmp_path / "model"
-    job = measure_job(gpu_cfg(), out.parents[1], model_dir=model, runtime=runtime_record())
+    runtime = with_choice(gpu_cfg(), runtime_record(), {}, no_nvml())
+    job = measure_job(gpu_cfg(), out.parents[1], model_dir=model, runtime=runtime)
     launch = profiled_launch(capture_job(job, "tp1", "nsys", NSYS), "config", 8200)
     cmd = launch.command()
     e = cmd.index("--entrypoint")
@@ -406,7 +422,7 @@ def test_the_hosts_nsys_is_mounted_into_the_profiling_launch_only(tmp_path: Path
     assert mount == Mount(host_dir, CONTAINER_NSYS_ROOT, True)
     assert inside == f"{CONTAINER_NSYS_ROOT}/target-linux-x64/nsys"
     cfg = gpu_cfg()
-    runtime = {**runtime_record(), "nsys": None}
+    runtime = {**with_choice(cfg, runtime_record(), {}, no_nvml()), "nsys": None}
     job = measure_job(cfg, tmp_path / "results" / "knee", runtime=runtime)
     launch = profiled_launch(capture_job(job, "tp1", "nsys", inside, mount), "config", 8200)
     cmd = launch.command()
@@ -760,13 +776,75 @@ def test_a_container_whose_first_removal_fails_is_removed_and_checked_gone(
 def test_a_container_that_cannot_be_removed_is_said_with_the_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import servelab.launch.server as server
+    import servelab.launch.containers as containers
 
-    monkeypatch.setattr(server, "REMOVE_WITHIN_S", 0.2)
-    monkeypatch.setattr(server, "REMOVE_RETRY_S", 0.05)
+    monkeypatch.setattr(containers, "REMOVE_WITHIN_S", 0.2)
+    monkeypatch.setattr(containers, "REMOVE_RETRY_S", 0.05)
     engine = Engine(removed_on=0)
     assert container_server(engine, tmp_path).remove() is False
     assert engine.rms >= 2
     err = capsys.readouterr().err
     assert "container servelab-e2e-mns4-sweep-x is still there" in err
     assert "podman rm --force servelab-e2e-mns4-sweep-x" in err
+
+
+# --- one GPU choice per run ----------------------------------------------------------------
+
+
+def test_every_launch_of_the_run_takes_the_runtime_stages_gpu_choice() -> None:
+    """The runtime stage chooses the least-used GPU once (NVML index 2 here) and records it by
+    UUID with its index; later the host's memory use changes (GPU 2 now busy, GPU 5 idle), and
+    the sweep's launch, its GPU canary and the profiling pass all still get GPU 2: they take
+    the record, they do not choose again."""
+    from servelab.env.runtime.gpu import container_gpus
+    from servelab.hostfacts.gpucanary import GpuWork
+    from servelab.launch.canary import gpu_canary_command
+
+    cfg = gpu_cfg()
+    choice = container_gpus(cfg.runtime, {}, eight_gpus())
+    assert choice.ids == (fake_uuid(2),) and choice.indices == (2,)
+    assert choice.to_json()["indices"] == [2]
+    runtime = {**runtime_record(), "gpu_choice": choice.to_json()}
+    later = [30 * 2**30, 4 * 2**30, 40 * 2**30, 2**30, 2**30, 0, 2**30, 2**30]
+    busy = FakeNVML([idle(mem_used=u) for u in later])
+    sweep = sweep_launch(cfg, runtime, nvml=busy)
+    again = sweep_launch(cfg, runtime, nvml=busy)
+    for launch in (sweep, again):
+        assert gpus_of(launch) == f'"device={fake_uuid(2)}"'
+        recorded = choice_of(launch)
+        assert recorded.rule == LEAST_MEMORY and recorded.indices == (2,)
+        assert recorded.cuda is not None  # the driver against the image, read at the launch
+    canary, _ = gpu_canary_command(sweep, GpuWork())
+    assert canary[canary.index("--gpus") + 1] == f'"device={fake_uuid(2)}"'
+    with mock.patch.dict(sys.modules, {"pynvml": busy}):
+        job = measure_job(cfg, Path("/work/results/knee"), model_dir=MODEL, runtime=runtime)
+        profiled = profiled_launch(capture_job(job, "tp1", "nsys", NSYS), "config", 8200)
+    assert gpus_of(profiled) == f'"device={fake_uuid(2)}"'
+
+
+def test_a_recorded_gpu_the_host_no_longer_has_stops_the_launch_in_one_line() -> None:
+    cfg = gpu_cfg()
+    gone = "GPU-5e1ab999-7d2c-4f1e-9a3b-0000deadbeef"
+    recorded = GpuChoice((gone,), LEAST_MEMORY, "least used then", indices=(3,))
+    runtime = {**runtime_record(), "gpu_choice": recorded.to_json()}
+    with pytest.raises(ServelabError) as err:
+        sweep_launch(cfg, runtime, nvml=eight_gpus())
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(
+        f"/work/results/knee/runtime/runtime.json: gpu_choice names GPU {gone} (NVML index 3 "
+        "when chosen), which NVML does not list on this host (0 GPU-"
+    )
+    assert text.endswith("re-run the runtime stage to choose this host's GPUs")
+    # where NVML cannot list the GPUs now there is nothing to check against: as recorded
+    as_recorded = sweep_launch(cfg, runtime, nvml=no_nvml())
+    assert gpus_of(as_recorded) == f'"device={gone}"'
+
+
+def test_a_runtime_record_without_a_gpu_choice_asks_for_the_runtime_stage() -> None:
+    with pytest.raises(ServelabError) as err:
+        sweep_launch(gpu_cfg(), {**runtime_record(), "gpu_choice": None}, nvml=eight_gpus())
+    assert str(err.value) == (
+        "/work/results/knee/runtime/runtime.json: records no GPU choice (gpu_choice), which "
+        "every launch of the run takes; re-run the runtime stage to choose the GPUs"
+    )

@@ -22,14 +22,18 @@ def key_paths(node: dict, prefix: str = "") -> list[str]:
 
 
 def test_every_config_key_is_documented(repo: Path) -> None:
-    schema = load_schema(repo / "config" / "schema" / "config.schema.yaml")  # $refs inlined
+    schema = load_schema(
+        repo / "src" / "servelab" / "schemas" / "config.schema.yaml"
+    )  # $refs inlined
     doc = (repo / "docs" / "config.md").read_text()
     missing = [k for k in key_paths(schema) if f"`{k}`" not in doc]
     assert not missing, f"docs/config.md lacks: {missing}"
 
 
 def test_every_schema_property_has_type_description_default(repo: Path) -> None:
-    schema = load_schema(repo / "config" / "schema" / "config.schema.yaml")  # $refs inlined
+    schema = load_schema(
+        repo / "src" / "servelab" / "schemas" / "config.schema.yaml"
+    )  # $refs inlined
 
     def check(node: dict, path: str) -> list[str]:
         bad = []

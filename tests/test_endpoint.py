@@ -144,7 +144,7 @@ def test_endpoint_keys_are_refused_for_a_launched_server(
 
 
 def test_the_schema_describes_the_endpoint_keys(repo: Path) -> None:
-    schema = yaml.safe_load((repo / "config/schema/config.schema.yaml").read_text())
+    schema = yaml.safe_load((repo / "src/servelab/schemas/config.schema.yaml").read_text())
     rt = schema["properties"]["runtime"]["properties"]
     assert "endpoint" in rt["kind"]["enum"] and "endpoint" in rt["kind"]["description"]
     for key in ("url", "served_model"):

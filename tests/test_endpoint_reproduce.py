@@ -5,14 +5,15 @@ that need the server's arguments, and the bundle's provenance of such a run."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from servelab.analysis.proposals import with_proposal
 from servelab.evidence.bundle import _endpoint
 from servelab.evidence.crate import _model_dependency, _runtime_dependency
 from servelab.evidence.release import unpinned_reasons
-from servelab.reproduce.markdown import _provenance
+from servelab.reproduce.markdown import _differences
 from servelab.reproduce.provenance_diff import not_checked, provenance_diff
+from servelab.reproduce.records import ReproductionRecord
 from servelab.reproduce.sides import Side
 
 HOST = {"class": "unknown", "relevant_differences": [], "other_differences": []}
@@ -105,12 +106,13 @@ def test_another_served_model_blocks_the_comparison() -> None:
 def test_launched_runs_have_nothing_unchecked() -> None:
     diff = provenance_diff(side(launched_provenance()), side(launched_provenance()), HOST)
     assert diff["not_checked"] == []
-    assert not any("did not launch" in line for line in _provenance(diff))
+    lines = _differences(cast(ReproductionRecord, {"provenance": diff}))
+    assert not any("did not launch" in line for line in lines)
 
 
 def test_the_report_lists_what_could_not_be_checked() -> None:
     diff = provenance_diff(side(endpoint_provenance()), side(endpoint_provenance()), HOST)
-    lines = _provenance(diff)
+    lines = _differences(cast(ReproductionRecord, {"provenance": diff}))
     at = lines.index("Could not be checked (a server servelab did not launch):")
     assert lines[at + 2].startswith("- runtime lock or image: the reference's server at")
     assert len([x for x in lines[at + 2 :] if x.startswith("- ")]) == len(diff["not_checked"])

@@ -6,6 +6,7 @@ under the CPU runtime's PyTorch where one is installed; tests marked `gpu` time 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -30,6 +31,7 @@ from servelab.hostfacts.gpucanary import (
     parse_gpu_canary,
     script_args,
 )
+from servelab.hostfacts.gpustate import GpuState
 from servelab.hostfacts.timing import Timing
 from servelab.launch.canary import gpu_canary, gpu_canary_command
 from servelab.launch.server import ServerLaunch
@@ -305,7 +307,7 @@ class cuda:
 def test_the_script_times_the_work_it_is_given(tmp_path: Path) -> None:
     (tmp_path / "torch.py").write_text(FAKE_TORCH)
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    work = GpuWork(matmul_n=64, matmul_iters=3, copy_mib=1, copies=2, repeats=3)
+    work = GpuWork(matmul_n=64, matmul_iters=3, copy_mib=1, copies=2, repeats=3, warmup_s=0.1)
     found = measure_gpu([sys.executable, *script_args(work)], env, work)
     assert isinstance(found, GpuCanary), found
     assert found.device == "Fake GPU" and found.matmul.repeats == 3 and found.work == work
@@ -400,3 +402,346 @@ def test_the_summary_validity_and_provenance_say_the_gpu_canary(tmp_path: Path) 
     assert provenance["a"]["gpu"]["drift"] == "moved" and provenance["a"]["drift"] == "steady"
     assert provenance["b"]["gpu"] == {"present": False, "reason": "no CUDA"}
     assert "gpu" not in provenance["c"]
+
+
+# --- warmed up by time, the GPU's state beside the timings -------------------------------------
+
+# A stand-in pynvml module (nvidia-ml-py) for the script's subprocess: telemetry_fakes.FakeNVML
+# with one GPU at 1410 MHz, 62 °C, 300 W, slowing itself for heat (sw_thermal_slowdown, 0x20).
+FAKE_PYNVML = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from telemetry_fakes import FakeNVML, device
+_nvml = FakeNVML([device(sm_mhz=1410, temp_c=62, power_mw=300_000, clock_events=0x20 | 0x4)])
+def __getattr__(name):
+    return getattr(_nvml, name)
+"""
+
+
+def fake_runtime(tmp_path: Path, pynvml: str | None = FAKE_PYNVML) -> dict[str, str]:
+    """The environment of a runtime whose PyTorch is FAKE_TORCH and whose pynvml is `pynvml`
+    (None: it is not importable)."""
+    (tmp_path / "torch.py").write_text(FAKE_TORCH)
+    (tmp_path / "pynvml.py").write_text(
+        pynvml if pynvml is not None else "raise ImportError('No module named pynvml')\n"
+    )
+    return {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+
+def test_the_canary_warms_up_by_time_and_records_the_gpus_state_under_load(
+    tmp_path: Path,
+) -> None:
+    """The work runs untimed until warmup_s have passed (not one pass: a cold burst reads a
+    boost clock), then the repeats; the GPU's state is read after the warm-up and after the
+    repeats, and a throttled GPU is said in the canary's line."""
+    work = GpuWork(matmul_n=64, matmul_iters=3, copy_mib=1, copies=2, repeats=3, warmup_s=0.3)
+    found = measure_gpu([sys.executable, *script_args(work)], fake_runtime(tmp_path), work)
+    assert isinstance(found, GpuCanary), found
+    assert found.warmup is not None and found.warmup["seconds"] >= 0.3
+    assert found.warmup["passes"] > 1  # one fake pass takes about 1 ms
+    assert [s.at for s in found.states] == ["after_warmup", "after_repeats"]
+    state = found.states[-1]
+    assert (state.sm_clock_mhz, state.temperature_c, state.power_w) == (1410, 62, 300.0)
+    assert state.clock_event_reasons == 0x24
+    assert state.clock_events == ["sw_power_cap", "sw_thermal_slowdown"]
+    assert found.line().endswith(
+        "(Fake GPU); SM clock 1410 MHz, 62 °C, 300 W, throttled: sw_power_cap, sw_thermal_slowdown"
+    )
+    doc = json.loads(json.dumps(found.to_json()))
+    assert doc["gpu_state"][1]["clock_events"] == ["sw_power_cap", "sw_thermal_slowdown"]
+    assert doc["work"]["warmup_s"] == 0.3 and doc["warmup"]["passes"] == found.warmup["passes"]
+    assert GpuCanary.from_json(doc) == found
+    moved = RunGpuCanary.of(found, found)
+    assert moved.line().endswith(
+        "; throttled before: sw_power_cap, sw_thermal_slowdown; throttled after: sw_power_cap, "
+        "sw_thermal_slowdown"
+    )
+    import jsonschema
+
+    from servelab.store.jsonio import load_schema
+
+    validator = jsonschema.Draft202012Validator(load_schema("run")["properties"]["canary"])
+    recorded = {**run_json(None, 0)["canary"], "gpu": moved.to_json()}
+    assert list(validator.iter_errors(json.loads(json.dumps(recorded)))) == []
+
+
+def test_without_pynvml_in_the_runtime_the_canary_is_timed_and_says_why_no_state(
+    tmp_path: Path,
+) -> None:
+    work = GpuWork(matmul_n=64, matmul_iters=3, copy_mib=1, copies=2, repeats=3, warmup_s=0.0)
+    env = fake_runtime(tmp_path, pynvml=None)
+    found = measure_gpu([sys.executable, *script_args(work)], env, work)
+    assert isinstance(found, GpuCanary), found
+    assert found.states == () and found.warmup is not None and found.warmup["passes"] == 1
+    assert found.state_reason is not None
+    assert found.state_reason.startswith("pynvml (nvidia-ml-py) is not importable in the runtime")
+    assert "; GPU state not read: pynvml (nvidia-ml-py) is not importable" in found.line()
+    assert GpuCanary.from_json(json.loads(json.dumps(found.to_json()))) == found
+
+
+def nvml_state_script() -> dict[str, Any]:
+    """The script's NVML part (nvml_open, gpu_state), run here as the runtime runs it."""
+    from servelab.hostfacts.gpustate import NVML_STATE_SCRIPT
+
+    names: dict[str, Any] = {}
+    exec(NVML_STATE_SCRIPT, names)  # noqa: S102 - the script's own code, as the runtime runs it
+    return names
+
+
+def test_the_script_finds_pytorchs_gpu_among_nvmls_by_uuid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a host of several GPUs (a venv shows them all) the state is that of the GPU PyTorch
+    times: found by the UUID PyTorch gives, without the "GPU-" NVML puts first."""
+    from types import SimpleNamespace
+
+    from telemetry_fakes import FakeNVML, device, fake_uuid, idle
+
+    nvml = FakeNVML([idle(), device(sm_mhz=1755, temp_c=70, power_mw=410_000)])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    props = SimpleNamespace(uuid=fake_uuid(1).removeprefix("GPU-"))
+    torch = SimpleNamespace(cuda=SimpleNamespace(get_device_properties=lambda dev: props))
+    script = nvml_state_script()
+    found, handle = script["nvml_open"](torch, 0)
+    assert found is nvml and handle == 1
+    state = GpuState.from_json(script["gpu_state"](nvml, handle, "after_repeats"))
+    assert (state.sm_clock_mhz, state.power_w, state.throttled) == (1755, 410.0, [])
+    assert state.line() == "SM clock 1755 MHz, 70 °C, 410 W, not throttled"
+    # a PyTorch that names no UUID on a host of two GPUs: which one is not guessed
+    blind = SimpleNamespace(cuda=SimpleNamespace(get_device_properties=lambda dev: None))
+    none, why = script["nvml_open"](blind, 0)
+    assert none is None and "NVML lists several GPUs" in why
+
+
+def test_an_older_pynvml_gives_the_throttle_reasons_and_a_refused_reading_is_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from telemetry_fakes import FakeNVML, device
+
+    class OlderNVML(FakeNVML):
+        """pynvml before the clock "event" names: only ...ThrottleReasons."""
+
+        nvmlDeviceGetCurrentClocksEventReasons = None
+
+        def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
+            return 0x40 | 0x1000  # hw_thermal_slowdown and a bit servelab has no name for
+
+    nvml = OlderNVML([device(raise_power=3)])  # the power reading: Not Supported
+    state = GpuState.from_json(nvml_state_script()["gpu_state"](nvml, 0, "after_warmup"))
+    assert state.clock_events == ["hw_thermal_slowdown", "bit_0x1000"]
+    assert state.throttled == ["hw_thermal_slowdown"]
+    assert state.power_w is None and "Not Supported" in state.errors["power_w"]
+    assert state.line() == "SM clock 1980 MHz, 61 °C, ?, throttled: hw_thermal_slowdown"
+    assert GpuState.from_json(state.to_json()) == state
+
+
+def test_a_canary_recorded_before_the_warmup_was_timed_keeps_its_work_id() -> None:
+    """Old canaries' work has no warmup_s: it reads as 0 (one untimed pass) with the id it was
+    recorded with, another id than today's warmed work, so the two are not compared."""
+    old = GpuWork(warmup_s=0.0)
+    doc = old.to_json()
+    assert "warmup_s" not in doc
+    params = {k: v for k, v in doc.items() if k != "id"}
+    assert doc["id"] == hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
+    assert GpuWork.from_json(doc) == old and old.id != WORK.id
+    recorded = {**timed(0.034, 2700, old).to_json()}
+    for key in ("warmup", "gpu_state", "gpu_state_reason"):
+        assert key not in recorded
+    again = GpuCanary.from_json(recorded)
+    assert again.warmup is None and again.states == () and again.state_reason is None
+    assert again.line() == timed(0.034, 2700, old).line()
+
+
+# --- what a killed job left on the GPU, and a canary that hangs --------------------------------
+
+
+class GpuEngine:
+    """A scripted docker for the GPU canary: containers named in `there` exist until `rm`
+    removes them (unless `stuck`); `run` answers `answer`, or raises the timeout. Every call
+    is kept."""
+
+    def __init__(
+        self, there: set[str], answer: str = "", *, hang: bool = False, stuck: bool = False
+    ) -> None:
+        self.there, self.answer, self.hang, self.stuck = set(there), answer, hang, stuck
+        self.calls: list[list[str]] = []
+
+    def __call__(self, cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append(cmd)
+        verb, name = cmd[1], cmd[-1]
+        if verb == "run":
+            if self.hang:
+                raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+            return subprocess.CompletedProcess(cmd, 0, self.answer, "")
+        if verb == "rm":
+            if not self.stuck:
+                self.there.discard(name)
+            return subprocess.CompletedProcess(cmd, 0 if not self.stuck else 1, "", "busy")
+        code = 0 if name in self.there else 1  # container inspect
+        return subprocess.CompletedProcess(cmd, code, "abc\n" if code == 0 else "", "")
+
+
+BOX = ContainerRun("docker", "docker", "img@sha256:ab", "servelab-e-m-sweep", ("GPU-1",))
+
+
+def test_what_a_killed_job_left_on_the_gpu_is_removed_before_the_canary_is_timed() -> None:
+    """A vLLM container of the server's name (a job killed outright) would share the GPU with
+    the canary: it is removed, checked gone, and so is one of the canary's own name, before
+    the canary runs."""
+    engine = GpuEngine(
+        {"servelab-e-m-sweep", "servelab-e-m-sweep-canary"}, answer([0.03] * 5, [0.02] * 5)
+    )
+    measure = gpu_canary(launch(BOX), "gpu", run=engine)
+    assert measure is not None and isinstance(measure(), GpuCanary)
+    name, box = "servelab-e-m-sweep", "servelab-e-m-sweep-canary"
+    assert [c[1:] for c in engine.calls[:4]] == [
+        ["rm", "--force", name],
+        ["container", "inspect", "--format", "{{.Id}}", name],
+        ["rm", "--force", box],
+        ["container", "inspect", "--format", "{{.Id}}", box],
+    ]
+    assert engine.calls[4][1] == "run" and not engine.there
+
+
+def test_a_container_that_stays_on_the_gpu_leaves_the_canary_untimed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import servelab.launch.containers as containers
+
+    monkeypatch.setattr(containers, "REMOVE_WITHIN_S", 0.1)
+    monkeypatch.setattr(containers, "REMOVE_RETRY_S", 0.02)
+    engine = GpuEngine({"servelab-e-m-sweep"}, stuck=True)
+    measure = gpu_canary(launch(BOX), "gpu", run=engine)
+    assert measure is not None
+    found = measure()
+    assert isinstance(found, GpuAbsent)
+    assert found.reason == (
+        "container servelab-e-m-sweep, left by an earlier job, is still there: run "
+        "`docker rm --force servelab-e-m-sweep`"
+    )
+    assert not any(c[1] == "run" for c in engine.calls)  # not timed beside it
+
+
+def test_a_canary_that_times_out_has_its_container_removed() -> None:
+    """Killing `docker run` on the timeout leaves the container on the GPU: it is removed by
+    name, and the reason says so."""
+    engine = GpuEngine(set(), hang=True)
+    measure = gpu_canary(launch(BOX), "gpu", run=engine)
+    assert measure is not None
+    found = measure()
+    assert isinstance(found, GpuAbsent)
+    assert found.reason == (
+        "the GPU canary gave no answer within 600 s; its container was removed "
+        "(`docker rm --force servelab-e-m-sweep-canary`)"
+    )
+    assert engine.calls[-1] == ["docker", "rm", "--force", "servelab-e-m-sweep-canary"]
+    # the removal itself fails: said, with the command that removes it
+    stuck = GpuEngine(set(), hang=True, stuck=True)
+    cleanup = ["docker", "rm", "--force", "x-canary"]
+    said = measure_gpu(["docker", "run"], None, WORK, stuck, 5, remove=cleanup)
+    assert isinstance(said, GpuAbsent) and said.reason == (
+        "the GPU canary gave no answer within 5 s; its container could not be removed (exit 1: "
+        "busy): run `docker rm --force x-canary`"
+    )
+    # a venv's canary is the runner's child: the timeout kills it, nothing else to remove
+    venv, calls = runner(raises=subprocess.TimeoutExpired("python", 600))
+    plain = gpu_canary(launch(), "gpu", run=venv)
+    assert plain is not None and plain() == GpuAbsent("the GPU canary gave no answer within 600 s")
+    assert len(calls) == 1
+
+
+def test_a_sweep_job_times_the_gpu_canary_under_the_measuring_server_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process asking for the host's measuring-server lock while the GPU canary runs,
+    before the launch and after it, finds it held by this job; the launch is handed the same
+    lock, held (the job never waits for itself), and it is free again once the job is done."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    import yaml
+    from experiment_fixtures import measure_job
+    from test_hostlock import run_waiter
+
+    from servelab.config import validate
+    from servelab.launch.hostlock import MeasuringLock
+    from servelab.measure import sweep as sweep_mod
+    from servelab.store.paths import measuring_lock_path
+
+    monkeypatch.setenv("SERVELAB_LOCK_DIR", str(tmp_path / "locks"))
+    seen: list[tuple[int, str]] = []
+
+    def another_process_asks() -> GpuAbsent:  # the GPU canary, while it runs
+        code, got = run_waiter(measuring_lock_path(), 0.2)
+        seen.append((code, str(got.get("error"))))
+        return GpuAbsent("a stand-in")
+
+    handed: list[bool] = []
+
+    @contextmanager
+    def serve(*args: Any, lock: MeasuringLock | None = None) -> Any:
+        handed.append(lock is not None and lock.held)
+        yield None
+
+    monkeypatch.setattr(sweep_mod, "gpu_canary", lambda launch, device: another_process_asks)
+    monkeypatch.setattr(sweep_mod, "serve", serve)
+    monkeypatch.setattr(sweep_mod, "choose_port", lambda host, port, say: 8000)
+    monkeypatch.setattr(sweep_mod, "build_launch", lambda job, sc, **kw: launch())
+
+    def on_launch(job: Any, session: Any, start: Any, slots: Any, todo: Any) -> Any:
+        return SimpleNamespace(start=start, measured=0, again=0, finish=lambda: None)
+
+    monkeypatch.setattr(sweep_mod.SweepJob, "on_launch", on_launch)
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/config.yaml").read_text())
+    exp = validate(raw, "test")
+    cpu = canary.CpuCanary(
+        Timing("s", 0.085, 0.084, 0.086, 3), Timing("GB/s", 5.0, 4.9, 5.1, 3), 7, 600_000, 64
+    )
+    times = canary.CanaryTimes(measure=lambda: cpu)
+    job = sweep_mod.SweepJob(measure_job(exp, tmp_path), exp.server.names[0], canary=times)
+    job.measure([], [], 1)
+    assert handed == [True]
+    assert [code for code, _ in seen] == [3, 3]  # before the launch and after it: held
+    assert all(f"pid {os.getpid()} (" in error for _, error in seen)
+    with MeasuringLock(1, lambda s: None) as again:
+        assert again.record()["holder"] is None
+
+
+def gpu_run(torch_version: str | None, cuda: str | None, matmul_s: float = 0.034) -> dict[str, Any]:
+    """run.json of a GPU runtime whose canary ran with PyTorch `torch_version` built for
+    CUDA `cuda` (None: not recorded)."""
+    from dataclasses import replace
+
+    built = replace(timed(matmul_s, 2700), torch_version=torch_version, cuda=cuda)
+    doc = run_json(None, 0)
+    doc["canary"]["gpu"] = RunGpuCanary.of(built, built).to_json()
+    return doc
+
+
+def test_gpu_canaries_of_other_pytorch_or_cuda_builds_give_no_host_ratio() -> None:
+    """Another image's cuBLAS is no host speed: two runs' GPU canaries compare only where both
+    ran with the same PyTorch and CUDA builds; otherwise the comparison names the builds and
+    gives no ratio, and canaries that did not record their build are not compared either."""
+    from servelab.analysis.hostspeed import why_no_ratio
+
+    old = host_speed({"a": gpu_run("2.5.1+cu124", "12.4")})
+    new = host_speed({"a": gpu_run("2.6.0+cu126", "12.6", 0.068)})
+    assert why_no_ratio(old, new) == "host speed not comparable: torch 2.5.1+cu124 -> 2.6.0+cu126"
+    assert host_ratio(old, new) is None
+    same = host_speed({"a": gpu_run("2.5.1+cu124", "12.4", 0.068)})
+    assert why_no_ratio(old, same) is None
+    ratio = host_ratio(old, same)
+    assert ratio is not None and ratio.parts == "gpu" and ratio.compute == pytest.approx(0.5)
+    # a version that does not name its CUDA: the CUDA is named beside it
+    other_cuda = host_speed({"a": gpu_run("2.6.0", "12.8")})
+    assert why_no_ratio(host_speed({"a": gpu_run("2.6.0", "12.6")}), other_cuda) == (
+        "host speed not comparable: torch 2.6.0 (CUDA 12.6) -> 2.6.0 (CUDA 12.8)"
+    )
+    unrecorded = host_speed({"a": gpu_run(None, None)})
+    assert why_no_ratio(unrecorded, new, ("the reference", "the fresh run")) == (
+        "host speed not comparable (build not recorded in the reference)"
+    )
+    assert host_ratio(unrecorded, new) is None
+    speed = host_speed({"a": gpu_run("2.5.1+cu124", "12.4")})
+    assert speed is not None and speed.gpu is not None
+    assert speed.gpu.builds == ("2.5.1+cu124",) and "builds" not in speed.to_json()["gpu"]

@@ -1,4 +1,4 @@
-"""One measuring server per host: the host's measuring-server lock (session.MeasuringLock),
+"""One measuring server per host: the host's measuring-server lock (hostlock.MeasuringLock),
 taken by every process that starts a measuring server (session.serve), waited for by the next
 one, released when its holder ends, however it ends."""
 
@@ -17,9 +17,10 @@ import pytest
 
 from servelab.errors import ServelabError
 from servelab.experiment import ServerSection
+from servelab.launch.hostlock import MeasuringLock
 from servelab.launch.ports import free_port
 from servelab.launch.server import ServerLaunch
-from servelab.launch.session import MeasuringLock, serve
+from servelab.launch.session import serve
 from servelab.store.paths import measuring_lock_path
 
 TESTS = Path(__file__).resolve().parent
@@ -28,7 +29,7 @@ HOLDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from servelab.launch.session import MeasuringLock
+    from servelab.launch.hostlock import MeasuringLock
     lock = MeasuringLock(60, lambda s: None, Path(sys.argv[1]))
     lock.acquire()
     print("held", flush=True)
@@ -45,7 +46,7 @@ WAITER = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from servelab.launch.session import MeasuringLock
+    from servelab.launch.hostlock import MeasuringLock
     notes = []
     def note(line):
         notes.append(line)

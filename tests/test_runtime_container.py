@@ -325,6 +325,7 @@ def test_sweep_runs_the_server_in_the_container_and_stops_it(
     gpus = launch["gpus"]
     assert gpus["ids"] == [cmd[cmd.index("--gpus") + 1].strip('"').removeprefix("device=")]
     assert gpus["rule"] and gpus["origin"]
+    assert gpus["ids"] == runtime["gpu_choice"]["ids"]  # the runtime stage's choice for the run
     calls = engine.calls()
     runs = [i for i, c in enumerate(calls) if c[0] == "run" and name in c]
     assert len(runs) == 1
@@ -334,11 +335,22 @@ def test_sweep_runs_the_server_in_the_container_and_stops_it(
         ["container", "inspect", "--format", "{{.Id}}", name],
     ]
     # the GPU canary: in the image with the server's GPU, before the start and after the stop
-    canary = [c for c in calls if f"{name}-canary" in c]
+    box = f"{name}-canary"
+    canary = [c for c in calls if c[0] == "run" and box in c]
     assert len(canary) == 2 and all(
         c[c.index("--gpus") + 1] == cmd[cmd.index("--gpus") + 1] for c in canary
     )
-    after = [c for c in calls[runs[0] + 1 :] if c not in canary]
+    # each timed only once what a killed job left on the GPU is gone: the stale container of
+    # the server's name (removed before anything was timed), then one of the canary's
+    first = calls.index(canary[0])
+    assert calls[first - 4 : first] == [
+        ["rm", "--force", name],
+        ["container", "inspect", "--format", "{{.Id}}", name],
+        ["rm", "--force", box],
+        ["container", "inspect", "--format", "{{.Id}}", box],
+    ]
+    assert calls.index(["rm", "--force", name]) == first - 4
+    after = [c for c in calls[runs[0] + 1 :] if box not in c]
     assert ["stop", "-t", "10", name] in after and after[-2] == ["rm", "--force", name]
     assert after[-1] == ["container", "inspect", "--format", "{{.Id}}", name]  # gone
     assert not any("--time" in c for c in calls)  # deprecated in docker's CLI

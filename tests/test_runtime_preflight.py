@@ -359,3 +359,26 @@ def test_the_preflight_checks_the_gpus_the_container_launch_will_get() -> None:
     venv = SimpleNamespace(kind="venv", gpus=1, gpu_devices=None)
     assert server_gpus(venv, {"CUDA_VISIBLE_DEVICES": "1"}, nvml) == ("1",)  # type: ignore[arg-type]
     assert server_gpus(venv, {}, nvml) == "all"  # type: ignore[arg-type]
+
+
+def test_the_runtime_stage_records_the_gpus_every_launch_takes(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """The stage chooses the container's GPUs once for the run (none named: the least memory
+    in use) and records them in runtime.json by UUID, with their NVML index and why; its probe
+    ran with them."""
+    image_torch(engine, "2.9.1+cu126", "12.6", CU126)
+    said: list[str] = []
+    nvml = UsedNVML((20000, 10), V100, A100)
+    rec = runtime_stage(config(tmp_path), said.append, nvml=nvml)
+    uuid = "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
+    choice = rec["gpu_choice"]
+    assert choice["ids"] == [uuid] and choice["indices"] == [1]
+    assert choice["rule"] == "least_memory_used" and choice["chosen_by"] == [
+        "NVML index 1, 10 MiB in use"
+    ]
+    assert any(line.startswith(f"runtime: GPUs {uuid} for every launch (") for line in said)
+    probe = [c for c in engine.calls() if c[0] == "run"][-1]
+    assert probe[probe.index("--gpus") + 1] == f'"device={uuid}"'
+    schema = json.loads((REPO / "src/servelab/schemas/runtime.schema.json").read_text())
+    jsonschema.validate(rec, schema)

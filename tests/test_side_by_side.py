@@ -58,7 +58,7 @@ def stub_side_by_side(
     monkeypatch: pytest.MonkeyPatch, clock: Clock, *, own_runtimes: bool = False
 ) -> tuple[list[tuple[str, int, int]], list[list[str]]]:
     """The servers and the points stubbed: `prepare` writes the launch's launch.json (READY's
-    start), `serve_together` moves the clock by the longest start of the servers it starts at
+    start), `serve_together` (handed the measuring-server lock, held) moves the clock by the longest start of the servers it starts at
     once (recorded in `together`), each point by its duration. The order the points were
     measured in, and which servers were up together. `own_runtimes`: each configuration's
     launches record a lock of its own, as two vLLM releases' would."""
@@ -86,7 +86,11 @@ def stub_side_by_side(
         return Start(job.sc, 8000, launch_index, None, None, clock.now)  # type: ignore[arg-type]
 
     @contextmanager
-    def serve_together(starts: Any, settings: Any, say: Any) -> Iterator[list[str]]:
+    def serve_together(
+        starts: Any, settings: Any, say: Any, *, lock: Any = None
+    ) -> Iterator[list[str]]:
+        # handed the measuring-server lock held since before the host canaries of the round
+        assert lock is not None and lock.held
         names = [sc for sc, _ in starts]
         together.append(names)
         clock.now += max(READY[(sc, index[sc])] for sc in names) + OTHER_S

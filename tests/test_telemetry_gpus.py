@@ -362,13 +362,15 @@ def _container_launch(
     """The docker container of a runtime.gpus `gpus` server launched from `environ` on the host
     of `nvml`, as the sweep builds it."""
     from experiment_fixtures import measure_job
-    from test_container import PINNED, gpu_cfg, runtime_record
+    from test_container import PINNED, gpu_cfg, runtime_record, with_choice
 
     from servelab.env.container import container_run_for
 
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    job = measure_job(gpu_cfg(gpus=gpus), Path("/r/knee"), runtime=runtime_record())
-    run = container_run_for(job, "tp1", purpose="sweep", environ=environ)
+    cfg = gpu_cfg(gpus=gpus)
+    recorded = with_choice(cfg, runtime_record(), environ, nvml)  # the runtime stage's choice
+    job = measure_job(cfg, Path("/r/knee"), runtime=recorded)
+    run = container_run_for(job, "tp1", purpose="sweep")
     assert run is not None and run.image == PINNED
     return run
 

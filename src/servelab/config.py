@@ -1,4 +1,4 @@
-"""Experiment configuration: YAML validated against config/schema/config.schema.yaml.
+"""Experiment configuration: YAML validated against schemas/config.schema.yaml (package data).
 
 Defaults come from the schema, so the schema is the one place where a key, its type, its
 default and its description live. Errors name the file, the key path and what is allowed.
@@ -24,7 +24,7 @@ from servelab.experiment import Experiment, RuntimeSection, section_from_dict
 _S = TypeVar("_S")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "config.schema.yaml"
 # A value the config's author must fill in: "<set: HINT>", e.g. "<set: its 40-hex commit>".
 PLACEHOLDER = re.compile(r"^<set:\s*(?P<hint>.+?)\s*>$", re.I)
 COMMIT = re.compile(r"^[0-9a-f]{40}$")

@@ -11,7 +11,11 @@ A run records its host-speed canary (hostfacts.canary) in each configuration's r
   from a bootstrap over both runs' timings (analysis.canaryboot). Where both runs timed the GPU
   canary (a GPU runtime's `canary.gpu`) of the same work, from its matmul seconds and
   device-copy bandwidth instead (`parts` "gpu"): a GPU server's speed is its GPU's; the CPU
-  canary's ratio is then kept beside it (`cpu`), since the server's CPU side runs on the host;
+  canary's ratio is then kept beside it (`cpu`), since the server's CPU side runs on the host.
+  Only where both ran with the same PyTorch and CUDA builds (`GpuSpeed.builds`): another build's
+  cuBLAS is no host speed, so two builds give no ratio, "host speed not comparable: torch
+  2.5.1+cu124 -> 2.6.0+cu126", and canaries recorded without their build "host speed not
+  comparable (build not recorded in ...)" (`why_no_ratio`);
 - `attribute(...)`: one point's change of a metric (after / before, with its confidence
   interval and whether the test called it real) against that ratio, by the gate below.
 
@@ -25,7 +29,8 @@ arithmetic: every ratio both intervals allow). With the equivalence margin m
 (analysis.equivalence):
 
 - unchanged: the test did not call a change;
-- host speed not recorded: a change, but a run has no canary (or canaries of other work);
+- host speed not recorded: a change, but a run has no canary (or canaries of other work, or
+  GPU canaries of other PyTorch or CUDA builds);
 - unknown (the canary cannot tell): either run's canary drift is `unsteady` or `moved`; or
   the host ratio's interval is wider than twice the margin (high / low > (1 + m)^2); or, on a
   GPU runtime, the CPU canary's ratio interval is not inside the margin (the host's CPU side
@@ -54,6 +59,7 @@ from servelab.analysis.canaryboot import Record, as_ratios, log_ratio, repeats_o
 from servelab.analysis.equivalence import DEFAULT_MARGIN_PCT, DIFFERENT, FASTER, SAME, word_for
 from servelab.analysis.stats import Ratio
 from servelab.errors import ServelabError
+from servelab.hostfacts.gpucanary import build_text
 from servelab.store.paths import ExperimentPaths
 from servelab.store.records import RunRecord
 
@@ -62,6 +68,8 @@ AS_HOST = "changed as much as the host's speed did (not attributed to the code)"
 UNKNOWN = "unknown: the canary cannot tell the host's speed from the code's"
 UNCHANGED = "unchanged"
 HOST_NOT_RECORDED = "host speed not recorded"
+# two runs' GPU canaries ran with other PyTorch or CUDA builds, or did not record theirs
+HOST_NOT_COMPARABLE = "host speed not comparable"
 ANSWERS = (BEYOND_HOST, AS_HOST, UNKNOWN, UNCHANGED, HOST_NOT_RECORDED)
 # the metrics that scale with the host's speed (a host x times faster: about x times more);
 # every other point metric is a latency, which scales inversely
@@ -96,7 +104,8 @@ class Span:
 class GpuSpeed:
     """A run's GPU speed: the GPU canary's matmul seconds (lower is faster) and device-copy
     GB/s (higher is faster), over `canaries` timings of the work `work` (its id); `records`
-    each timing's repeats, `drift` each configuration's GPU drift verdict."""
+    each timing's repeats, `drift` each configuration's GPU drift verdict, `builds` the PyTorch
+    and CUDA builds the timings ran with (gpucanary.build_text; None: one not recorded)."""
 
     matmul_s: Span
     copy_gbs: Span
@@ -104,6 +113,7 @@ class GpuSpeed:
     work: str
     records: tuple[Record, ...] = ()
     drift: tuple[str, ...] = ()
+    builds: tuple[str | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,8 @@ class HostSpeed:
         if self.gpu is None:  # a CPU runtime's: as before the GPU canary was recorded
             del out["gpu"]
         else:
-            out["gpu"] = {k: v for k, v in out["gpu"].items() if k not in ("records", "drift")}
+            kept = ("records", "drift", "builds")
+            out["gpu"] = {k: v for k, v in out["gpu"].items() if k not in kept}
         return out
 
 
@@ -289,7 +300,17 @@ def _gpu_speed(docs: list[tuple[str, Mapping[str, Any]]]) -> GpuSpeed | None:
         )
     records = _records(parts, ("matmul", "copy"))
     matmul, copy = _span(parts, "matmul"), _span(parts, "copy")
-    return GpuSpeed(matmul, copy, len(parts), works.pop(), records, tuple(drift))
+    builds = {_build(c) for _, c in parts}
+    ordered = tuple(sorted(builds, key=lambda b: (b is None, b or "")))
+    return GpuSpeed(matmul, copy, len(parts), works.pop(), records, tuple(drift), ordered)
+
+
+def _build(c: Mapping[str, Any]) -> str | None:
+    """A GPU canary's PyTorch and CUDA builds in words, None where it did not record them."""
+    version, cuda = c.get("torch_version"), c.get("cuda")
+    return build_text(
+        version if isinstance(version, str) else None, cuda if isinstance(cuda, str) else None
+    )
 
 
 def read_host_speed(root: Path) -> HostSpeed | None:
@@ -316,6 +337,25 @@ def why_no_ratio(
         return (
             f"{HOST_NOT_RECORDED} comparably: the canaries of {names[0]} and {names[1]} "
             "time different work"
+        )
+    bg, ag = before.gpu, after.gpu
+    if bg is not None and ag is not None and bg.work == ag.work:
+        return why_other_builds(bg, ag, names)
+    return None
+
+
+def why_other_builds(before: GpuSpeed, after: GpuSpeed, names: tuple[str, str]) -> str | None:
+    """Why two runs' GPU canaries of the same work do not compare (None: they do): they ran
+    with other PyTorch or CUDA builds (another cuBLAS is no host speed), or a run's did not
+    record its build."""
+    unrecorded = [n for n, g in zip(names, (before, after), strict=True) if None in g.builds]
+    if unrecorded or not before.builds or not after.builds:
+        where = " and ".join(unrecorded or names)
+        return f"{HOST_NOT_COMPARABLE} (build not recorded in {where})"
+    if before.builds != after.builds:
+        return (
+            f"{HOST_NOT_COMPARABLE}: torch {', '.join(str(b) for b in before.builds)} -> "
+            f"{', '.join(str(b) for b in after.builds)}"
         )
     return None
 

@@ -50,8 +50,8 @@ from servelab.store.records import (
 
 FORMAT_VERSION = 1
 # runtime.json keys carried into provenance.json: the first five always (venv), the others when
-# present (containers: the engine, the image and the digest actually run, vLLM in it; isa: the
-# CPU instruction set PyTorch and oneDNN use in the runtime)
+# present (containers: the engine, the image and the digest actually run, vLLM in it, the GPUs
+# chosen for the run; isa: the CPU instruction set PyTorch and oneDNN use in the runtime)
 RUNTIME_KEYS = (
     "kind",
     "lock",
@@ -67,6 +67,8 @@ RUNTIME_KEYS = (
     "vllm_version",
     "nsys_version",
     "isa",
+    # a GPU container runtime: the GPUs every launch of the run was given (ids, indices, why)
+    "gpu_choice",
     # runtime.kind endpoint: the server as it described itself (servelab.env.endpoint.probe)
     "launched",
     "url",
@@ -86,7 +88,7 @@ WORKFLOW_FILES = [
     "Snakefile",
     "rules/*.smk",
     "scripts/*.py",
-    "config/schema/*.yaml",
+    "src/servelab/schemas/config.schema.yaml",
     "profiles/default/config.yaml",
 ]
 

@@ -1,10 +1,11 @@
 """The typed experiment: the validated config as a frozen dataclass tree.
 
 `config.validate()` fills the schema's defaults, checks the result and returns an
-`Experiment` built from it. The schema (config/schema/config.schema.yaml) stays the only place
-a default is written: these classes declare fields without defaults, and `Experiment.from_dict`
-refuses a dict that lacks one (it takes validated dicts only). `to_dict()` gives back the
-resolved dict it was built from, for Snakemake params and the resolved config in provenance.
+`Experiment` built from it. The schema (src/servelab/schemas/config.schema.yaml) stays the
+only place a default is written: these classes declare fields without defaults, and
+`Experiment.from_dict` refuses a dict that lacks one (it takes validated dicts only). `to_dict()`
+gives back the resolved dict it was built from, for Snakemake params and the resolved config in
+provenance.
 
 Sections mirror the schema's top-level keys; a field's name is its key. Free-form maps (vLLM
 arguments, environment variables) are read-only mappings; lists are tuples.

@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +33,7 @@ from servelab.env.compilecache import CompileCache
 from servelab.env.container import ContainerRun, server_inner_command, vllm_server_command
 from servelab.env.endpoint import EndpointFacts, ServerProcess
 from servelab.errors import ServelabError
+from servelab.launch.containers import Runner, container_exists, engine_call, remove_container
 from servelab.launch.serverlog import start_phases
 
 if TYPE_CHECKING:
@@ -386,12 +386,6 @@ class Server:
         self.stop()
 
 
-Runner = Callable[..., "subprocess.CompletedProcess[str]"]
-# how long a stopped server's container is removed for, and the pause between tries
-REMOVE_WITHIN_S = 60.0
-REMOVE_RETRY_S = 0.5
-
-
 class ContainerServer(Server):
     """A server in a docker or podman container (apptainer needs nothing more than Server):
     a stale container of the same name is removed before the start, and stopping stops the
@@ -414,13 +408,7 @@ class ContainerServer(Server):
 
     def _engine(self, cmd: list[str] | None, timeout_s: float = 60.0) -> str | None:
         """Run an engine command; None when it fails (a container already gone is fine)."""
-        if cmd is None:
-            return None
-        try:
-            proc = self._run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return str(proc.stdout) if proc.returncode == 0 else None
+        return engine_call(self._run, cmd, timeout_s)
 
     def start(self) -> None:
         self.remove()
@@ -428,24 +416,11 @@ class ContainerServer(Server):
         super().start()
 
     def exists(self) -> bool:
-        cmd = self.container.exists_command()
-        return cmd is not None and self._engine(cmd, 20) is not None
+        return container_exists(self.container, self._run)
 
     def remove(self) -> bool:
-        """Remove the container, checked gone (True) and tried again until REMOVE_WITHIN_S:
-        an `rm --force` that meets `run --rm`'s own removal under way can fail and leave it.
-        One still there then is said on stderr, with the command that removes it."""
-        deadline = time.monotonic() + REMOVE_WITHIN_S
-        while True:
-            self._engine(self.container.remove_command(), REMOVE_WITHIN_S)
-            if not self.exists():
-                return True
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(REMOVE_RETRY_S)
-        rm = " ".join(self.container.remove_command() or [])
-        print(f"servelab: container {self.container.name} is still there: `{rm}`", file=sys.stderr)
-        return False
+        """Remove the container, checked gone (`remove_container`)."""
+        return remove_container(self.container, self._run)
 
     def telemetry_pid(self) -> int | None:
         """The container's init as the host sees it (its children are vLLM), else the client."""

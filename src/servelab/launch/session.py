@@ -9,29 +9,22 @@ runtime, the container it runs in. The profile capture adds its profiler to the 
 (`nsys profile ...`), folders the server writes into and, in a container, read-only mounts
 (the host's Nsight Systems). The server starts as `vllm serve MODEL` when the runtime's vLLM
 has that entry point (runtime.json "vllm_cli"), else with the older api_server module.
-`serve` takes the host's measuring-server lock (`MeasuringLock`: one measuring server per
-host), starts the server, waits until it is ready, lowers its engine's priority and always
-stops it; the `Session` it yields gives the client settings, the server's max-model-len, the
-lines this launch added to the server log, where its start went (`start`) and what the lock
-made it wait (`lock`). The prompts a launch sends are built by servelab.workload.promptset.
+`serve` takes the host's measuring-server lock (`MeasuringLock`, servelab.launch.hostlock: one
+measuring server per host), or is handed it held, starts the server, waits until it is ready,
+lowers its engine's priority and always stops it; the `Session` it yields gives the client
+settings, the server's max-model-len, the lines this launch added to the server log, where its
+start went (`start`) and what the lock made it wait (`lock`). The prompts a launch sends are
+built by servelab.workload.promptset.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
-import errno
-import fcntl
-import json
-import os
-import platform
-import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from servelab import hostfacts
 from servelab.client import Workload
@@ -54,6 +47,7 @@ from servelab.hostfacts.host import NodeFacts
 from servelab.job import MeasureJob, Say
 from servelab.launch import engine_config
 from servelab.launch.engine_config import EngineJson
+from servelab.launch.hostlock import MeasuringLock
 from servelab.launch.server import (
     EndpointServer,
     Placement,
@@ -64,7 +58,6 @@ from servelab.launch.server import (
 )
 from servelab.launch.serverlog import CapacityFacts, parse_capacity, start_line
 from servelab.redact import redact_argv, redact_env
-from servelab.store.paths import measuring_lock_path
 from servelab.store.records import RuntimeRecord
 
 
@@ -97,7 +90,6 @@ def server_container(
         purpose=purpose,
         mounts=(*(Mount(str(p.resolve()), str(p.resolve()), False) for p in writable), *mounts),
         gpus=gpus,
-        environ=os.environ,
     )
 
 
@@ -169,20 +161,6 @@ def endpoint_launch(job: MeasureJob, additions: LaunchAdditions | None = None) -
     )
 
 
-# --- one measuring server per host ----------------------------------------------------------
-
-# this process's lock paths, while it holds them
-_HELD: set[str] = set()
-
-
-class LockRecord(TypedDict):
-    """launch.json's `lock` (`MeasuringLock.record`)."""
-
-    path: str
-    waited_s: float
-    holder: dict[str, object] | None
-
-
 class LaunchCapacity(CapacityFacts):
     """capacity.json of a server servelab launched (`Session.capacity`)."""
 
@@ -216,164 +194,6 @@ class LaunchJson(TypedDict):
     gpus: NotRequired[GpuChoiceJson]
     endpoint: NotRequired[EndpointFacts | dict[str, object]]
     engine: NotRequired[EngineJson]
-
-
-def _own_command() -> str:
-    """This process's command line, as `ps` shows it."""
-    try:
-        raw = Path("/proc/self/cmdline").read_bytes()
-        args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
-    except OSError:
-        args = [sys.executable, *sys.argv]
-    return " ".join(args or sys.argv)
-
-
-def _holder_text(holder: Mapping[str, Any] | None) -> str:
-    if not holder:
-        return "a process that has not said which (the lock file is empty)"
-    command = " ".join(str(holder.get("command") or "?").split())
-    if len(command) > 200:
-        command = command[:197] + "..."
-    return f"pid {holder.get('pid')} ({command}), since {holder.get('since')}"
-
-
-class MeasuringLock:
-    """The host's measuring-server lock: one measuring server on a host at a time.
-
-    Two measurements on one host measure each other (two `snakemake` invocations, or a test
-    run beside an experiment). Every process that starts a measuring server, a sweep's launch
-    or the profiling pass's, holds this lock from before the server starts until it has stopped
-    (`serve` takes it). It is an flock on `path` (paths.measuring_lock_path(): in the servelab
-    cache, per host), so the kernel releases it when its process ends, however it ends: a job
-    killed outright leaves no stale lock. The holder writes its pid, command line and since when
-    into the file; a process that finds the lock taken waits, says so at once and every
-    `note_every_s` naming the holder, and gives up after `timeout_s` (server.lock_timeout_s)
-    with one line naming the holder and what to do.
-
-    A process that already holds the lock and asks for it again (a server started while one
-    it started still runs) fails at once: it would wait for itself. Another process waits: a
-    test session that keeps one server running across tests (a module-scoped fixture) while a
-    test starts another in a subprocess (a `snakemake` run) makes that subprocess wait until
-    the fixture's server stops, or time out. That is the lock doing its work, not a hang: stop
-    the long-lived server first, or let the tests run one measuring server at a time.
-    """
-
-    def __init__(
-        self,
-        timeout_s: float,
-        say: Say = print,
-        path: Path | None = None,
-        *,
-        poll_s: float = 0.5,
-        note_every_s: float = 15.0,
-    ) -> None:
-        self.path = path or measuring_lock_path()
-        self.timeout_s = timeout_s
-        self.say = say
-        self.poll_s = poll_s
-        self.note_every_s = note_every_s
-        self.waited_s = 0.0
-        self.holder: dict[str, object] | None = None  # who held it while this process waited
-        self._fh: IO[str] | None = None
-
-    def holder_info(self) -> dict[str, object] | None:
-        """What the holder wrote into the lock file (None when it is empty or unreadable)."""
-        try:
-            text = self.path.read_text(encoding="utf-8")
-            info = json.loads(text) if text.strip() else None
-        except (OSError, ValueError):
-            return None
-        return info if isinstance(info, dict) else None
-
-    def acquire(self) -> LockRecord:
-        """Wait for the lock (up to timeout_s), take it and write who holds it; the record of
-        launch.json's `lock`."""
-        key = str(self.path.resolve())
-        if key in _HELD:
-            raise ServelabError(
-                f"this process (pid {os.getpid()}) already holds {self.path}: a measuring "
-                "server it started still runs; stop it before starting another"
-            )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
-        t0 = time.monotonic()
-        last_note: float | None = None
-        try:
-            while True:
-                try:
-                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                        raise ServelabError(
-                            f"cannot lock {self.path} ({exc.strerror}); set SERVELAB_LOCK_DIR "
-                            "to a folder on a local file system"
-                        ) from None
-                now = time.monotonic()
-                self.holder = self.holder_info() or self.holder
-                if now - t0 >= self.timeout_s:
-                    raise ServelabError(
-                        f"another measuring server runs on this host: "
-                        f"{_holder_text(self.holder)} holds {self.path}; gave up after "
-                        f"{now - t0:.0f} s (server.lock_timeout_s {self.timeout_s:g}); let it "
-                        "finish or stop it, then run again"
-                    )
-                if last_note is None or now - last_note >= self.note_every_s:
-                    self.say(
-                        f"server: waiting for the host's measuring-server lock {self.path}, "
-                        f"held by {_holder_text(self.holder)} ({now - t0:.0f} s so far, "
-                        f"server.lock_timeout_s {self.timeout_s:g})"
-                    )
-                    last_note = now
-                time.sleep(self.poll_s)
-        except BaseException:
-            fh.close()
-            raise
-        self.waited_s = time.monotonic() - t0
-        now_local = datetime.datetime.now().astimezone()
-        info = {
-            "pid": os.getpid(),
-            "command": _own_command(),
-            "since": now_local.isoformat(timespec="seconds"),
-            "host": platform.node(),
-        }
-        fh.seek(0)
-        fh.truncate()
-        fh.write(json.dumps(info) + "\n")
-        fh.flush()
-        self._fh = fh
-        _HELD.add(key)
-        if self.holder is not None:
-            self.say(f"server: measuring-server lock taken after {self.waited_s:.0f} s")
-        return self.record()
-
-    def record(self) -> LockRecord:
-        """launch.json's `lock`: the lock file, the seconds waited for it and who held it
-        while this process waited (null when it was free)."""
-        holder = None
-        if self.holder is not None:
-            holder = {k: self.holder.get(k) for k in ("pid", "command", "since")}
-        return {"path": str(self.path), "waited_s": round(self.waited_s, 3), "holder": holder}
-
-    def release(self) -> None:
-        fh, self._fh = self._fh, None
-        if fh is None:
-            return
-        _HELD.discard(str(self.path.resolve()))
-        with contextlib.suppress(OSError):
-            fh.seek(0)
-            fh.truncate()
-            fh.flush()
-        with contextlib.suppress(OSError):
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-        fh.close()
-
-    def __enter__(self) -> MeasuringLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 @dataclass(frozen=True)
@@ -502,17 +322,35 @@ def serve(
     say: Say,
     *,
     fresh_log: bool = False,
+    lock: MeasuringLock | None = None,
 ) -> Iterator[Session]:
     """Take the host's measuring-server lock (MeasuringLock, server.lock_timeout_s), start the
     server (its output appended to log_path, or in a fresh log), wait until it is ready, lower
     its engine's priority (server.engine_nice), and stop it on the way out, whatever happens
-    inside; the lock is released once the server has stopped."""
+    inside; the lock is released once the server has stopped. `lock`: the lock, already held
+    by the caller, who releases it (a sweep job's, held over its host-speed canary too)."""
     if launch.endpoint is not None:
-        with _attach(launch, log_path, settings, say) as session:
+        with _attach(launch, log_path, settings, say, lock) as session:
             yield session
         return
-    with serve_together([(launch, log_path)], settings, say, fresh_log=fresh_log) as sessions:
+    together = serve_together([(launch, log_path)], settings, say, fresh_log=fresh_log, lock=lock)
+    with together as sessions:
         yield sessions[0]
+
+
+@contextmanager
+def measuring_lock(
+    settings: ServerSection, say: Say, held: MeasuringLock | None = None
+) -> Iterator[MeasuringLock]:
+    """`held` where the caller holds the lock already (and releases it), else the host's
+    measuring-server lock, taken here (server.lock_timeout_s) and released on the way out."""
+    if held is not None:
+        if not held.held:
+            raise ValueError(f"the measuring-server lock {held.path} handed over is not held")
+        yield held
+        return
+    with MeasuringLock(settings.lock_timeout_s, say) as lock:
+        yield lock
 
 
 @contextmanager
@@ -522,19 +360,21 @@ def serve_together(
     say: Say,
     *,
     fresh_log: bool = False,
+    lock: MeasuringLock | None = None,
 ) -> Iterator[list[Session]]:
     """`serve` for several servers at once (a side-by-side round, sweep.repeats.side_by_side):
-    one measuring-server lock for all of them, every server started before any is waited for
-    (their starts overlap), each waited until ready and its engine's priority lowered, and
-    every one stopped on the way out, whatever happens inside. A Session's `ready_s` is its
-    own server's time from start to ready. Servers servelab did not launch are refused."""
+    one measuring-server lock for all of them (`lock`, held by the caller, or taken here),
+    every server started before any is waited for (their starts overlap), each waited until
+    ready and its engine's priority lowered, and every one stopped on the way out, whatever
+    happens inside. A Session's `ready_s` is its own server's time from start to ready. Servers
+    servelab did not launch are refused."""
     for launch, _ in starts:
         if launch.endpoint is not None:
             raise ServelabError(
                 f"{launch.base_url}: a server servelab did not launch (runtime.kind endpoint) "
                 "cannot be started beside another; set sweep.repeats.side_by_side: false"
             )
-    with MeasuringLock(settings.lock_timeout_s, say) as lock, contextlib.ExitStack() as stack:
+    with measuring_lock(settings, say, lock) as held, contextlib.ExitStack() as stack:
         begun: list[tuple[ServerLaunch, Server, int, Any]] = []
         for launch, log_path in starts:
             if fresh_log:
@@ -562,7 +402,7 @@ def serve_together(
                     placement,
                     log_offset,
                     start=start,
-                    lock=lock.record(),
+                    lock=held.record(),
                     compile_cache=cache_state,
                 )
             )
@@ -571,13 +411,17 @@ def serve_together(
 
 @contextmanager
 def _attach(
-    launch: ServerLaunch, log_path: Path, settings: ServerSection, say: Say
+    launch: ServerLaunch,
+    log_path: Path,
+    settings: ServerSection,
+    say: Say,
+    lock: MeasuringLock | None = None,
 ) -> Iterator[Session]:
     """`serve` for a server servelab did not launch (runtime.kind endpoint): the host's
     measuring-server lock as for any measurement (the client measures on this host), then
     nothing started: the server must answer and serve the launch's model (one line naming
     runtime.url or runtime.served_model otherwise); nothing is stopped on the way out."""
-    with MeasuringLock(settings.lock_timeout_s, say) as lock:
+    with measuring_lock(settings, say, lock) as held:
         server = EndpointServer(launch, log_path)
         server.start()
         facts = server.attach()
@@ -588,4 +432,4 @@ def _attach(
             f"{facts.get('vllm_version') or 'version unknown'}; {where}"
         )
         placement = server.lower_engine_priority(0, say)
-        yield Session(server, launch, 0.0, placement, 0, lock=lock.record())
+        yield Session(server, launch, 0.0, placement, 0, lock=held.record())

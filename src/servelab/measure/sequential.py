@@ -51,6 +51,7 @@ from servelab.design.schedule import Slot, in_turn
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob, Say
+from servelab.launch.hostlock import MeasuringLock
 from servelab.launch.server import raise_on_signals
 from servelab.launch.session import serve_together
 from servelab.measure.alternate import alternate
@@ -256,26 +257,37 @@ def side_by_side(measure_job: MeasureJob, jobs: list[SweepJob], k: int) -> dict[
     active = [job for job in jobs if planned[job.sc][2]]
     slices = (measure_job.exp.sweep.rounds.slices or 1) if measure_job.exp.sweep.rounds else 1
     if active:
-        starts = [job.prepare(next_launch_index(job.server_dir)) for job in active]
-        logs = [job.paths.server_log(job.sc) for job in active]
-        where = [(st.launch, log) for st, log in zip(starts, logs, strict=True)]
         exp = measure_job.exp
-        with serve_together(where, exp.server, measure_job.say) as sessions:
-            lives = [
-                job.on_launch(session, st, planned[job.sc][0], planned[job.sc][1])
-                for job, st, session in zip(active, starts, sessions, strict=True)
-            ]
-            todo = {live.job.sc: planned[live.job.sc][1] for live in lives}
-            n = max(len(t) for t in todo.values())
-            for p in range(n):
-                here = [live for live in in_turn(lives, p + 1) if p < len(todo[live.job.sc])]
-                slots = [todo[live.job.sc][p] for live in here]
-                measure_level(here, slots, f"{p + 1}/{n}", slices)
+        # held over the host canaries before and after the launches too (SweepJob.measure)
+        with MeasuringLock(exp.server.lock_timeout_s, measure_job.say) as lock:
+            starts = [job.prepare(next_launch_index(job.server_dir)) for job in active]
+            logs = [job.paths.server_log(job.sc) for job in active]
+            where = [(st.launch, log) for st, log in zip(starts, logs, strict=True)]
+            with serve_together(where, exp.server, measure_job.say, lock=lock) as sessions:
+                lives = [
+                    job.on_launch(session, st, planned[job.sc][0], planned[job.sc][1])
+                    for job, st, session in zip(active, starts, sessions, strict=True)
+                ]
+                measure_side_by_side(lives, planned, slices)
             for live in lives:
-                live.finish()
-        for live in lives:
-            live.job.stopped(live)
+                live.job.stopped(live)
     return {sc: plan[0] for sc, plan in planned.items()}
+
+
+def measure_side_by_side(
+    lives: list[Live], planned: dict[str, tuple[list[Slot], list[Slot], bool]], slices: int
+) -> None:
+    """The points of a side-by-side round on its launches, position by position, each
+    launch's position in the round's balanced turn; then each launch's points a host check
+    found disturbed measured again."""
+    todo = {live.job.sc: planned[live.job.sc][1] for live in lives}
+    n = max(len(t) for t in todo.values())
+    for p in range(n):
+        here = [live for live in in_turn(lives, p + 1) if p < len(todo[live.job.sc])]
+        slots = [todo[live.job.sc][p] for live in here]
+        measure_level(here, slots, f"{p + 1}/{n}", slices)
+    for live in lives:
+        live.finish()
 
 
 def measure_level(here: list[Live], slots: list[Slot], progress: str, slices: int) -> None:

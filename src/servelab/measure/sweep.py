@@ -41,6 +41,7 @@ from servelab.hostfacts.canary import CanaryTimes
 from servelab.hostfacts.gpucanary import GpuMeasure
 from servelab.job import ConfigJob, MeasureJob
 from servelab.launch.canary import gpu_canary
+from servelab.launch.hostlock import MeasuringLock
 from servelab.launch.ports import choose_port
 from servelab.launch.server import ServerLaunch, raise_on_signals
 from servelab.launch.session import LaunchAdditions, Session, build_launch, serve
@@ -144,18 +145,23 @@ class SweepJob(ConfigJob):
 
     def measure(self, slots: list[Slot], todo: list[Slot], launch_index: int) -> None:
         """One server launch: its capacity and launch records, the prompts, the warm-up, then
-        every point still to measure."""
-        start = self.prepare(launch_index)
-        with serve(start.launch, self.paths.server_log(self.sc), self.exp.server, self.note) as s:
-            live = self.on_launch(s, start, slots, todo)
-            for k, slot in enumerate(todo, 1):
-                live.measure(slot, f"{k}/{len(todo)}")
-            live.finish()
-        self.stopped(live)
+        every point still to measure. The host's measuring-server lock is held from before the
+        host canary that precedes the launch until after the one that follows it."""
+        with MeasuringLock(self.exp.server.lock_timeout_s, self.note) as lock:
+            start = self.prepare(launch_index)
+            log = self.paths.server_log(self.sc)
+            with serve(start.launch, log, self.exp.server, self.note, lock=lock) as s:
+                live = self.on_launch(s, start, slots, todo)
+                for k, slot in enumerate(todo, 1):
+                    live.measure(slot, f"{k}/{len(todo)}")
+                live.finish()
+            self.stopped(live)
 
     def prepare(self, launch_index: int) -> Start:
         """What a launch needs before its server starts: a port, the profiler's additions, the
-        launch itself, and the host canary timed before the job's first launch."""
+        launch itself, and the host canary timed before the job's first launch (with the host's
+        measuring-server lock held: no other measuring server shares the host meanwhile, and
+        the GPU canary first removes what a killed job left on the launch's GPUs)."""
         exp = self.exp
         port = choose_port(exp.server.host, exp.server.port, self.note)
         interface, additions = self.profiler_setup()
@@ -184,7 +190,8 @@ class SweepJob(ConfigJob):
         return Live(self, session, start, points, pplan, slots, len(todo))
 
     def stopped(self, live: Live) -> None:
-        """The launch's server has stopped: the host canary after it, and what it measured."""
+        """The launch's server has stopped: the host canary after it (the lock still held),
+        and what it measured."""
         took = f"{time.monotonic() - live.start.t0:.1f} s"
         for line in self.canary.after_launch(live.start.gpu):
             self.note(f"host canary after: {line}")

@@ -124,7 +124,7 @@ MEASURING_LOCK = "measuring-server.lock"
 
 
 def measuring_lock_path() -> Path:
-    """The host's measuring-server lock (servelab.launch.session.MeasuringLock):
+    """The host's measuring-server lock (servelab.launch.hostlock.MeasuringLock):
     $SERVELAB_LOCK_DIR/measuring-server.lock, else <cache>/locks/<host>/measuring-server.lock
     in default_cache_dir(), whatever an experiment's runtime.cache_dir says. The host's name is
     in the path because a cache may be shared by the nodes of a cluster (docs/cluster.md), and

@@ -6,7 +6,8 @@ tests check those argv without an engine. The IO (pulling, inspecting, probing) 
 servelab.env.runtime; launching and stopping in servelab.launch.server.
 
 A GPU server's container gets exactly the GPUs it is meant to have, named by UUID where NVML
-lists the host's GPUs (servelab.env.container.gpus.choose_gpus), and records which and why
+lists the host's GPUs: those the runtime stage chose once for the run (runtime.json's
+`gpu_choice`, servelab.env.container.gpus), checked still there, and records which and why
 (`ContainerRun.gpu_choice`), with the driver against the image's CUDA version.
 
 Images are pinned by digest. docker and podman run `name@sha256:<digest>` (the tag in the
@@ -18,14 +19,13 @@ a path means the same inside and outside.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from servelab.env.container.gpus import GpuChoice, choose_gpus, image_cuda
+from servelab.env.container.gpus import GpuChoice, image_cuda, recorded_choice
 from servelab.env.engine_shim import shim_command
 from servelab.errors import ServelabError
 from servelab.hostfacts.gpu import COMPAT_ENV, cuda_compatibility, list_gpus
@@ -392,15 +392,15 @@ def container_run_for(
     purpose: str,
     mounts: Sequence[Mount] = (),
     gpus: bool = True,
-    environ: Mapping[str, str] | None = None,
 ) -> ContainerRun | None:
     """The container a server (or a helper such as `nsys export`) runs in; None for a venv.
 
     The job's model folder is mounted read-only at /model; then `mounts` (the folders the
     server writes into, at their own path, and e.g. the host's Nsight Systems, for the
     profiling pass) and runtime.mounts. Its name is the same for the same job of the same
-    results folder. A GPU server (`gpus`, runtime.device gpu) gets the GPUs `choose_gpus`
-    picks from the host's (NVML) and `environ` (the job's environment, default os.environ)."""
+    results folder. A GPU server (`gpus`, runtime.device gpu) gets the GPUs the runtime stage
+    chose for the run (runtime.json's `gpu_choice`; one line naming the file and what to do
+    where it holds none, or names a GPU NVML no longer lists on this host)."""
     runtime = job.runtime_of(server_config)
     if not runtime.in_container:
         return None
@@ -416,9 +416,10 @@ def container_run_for(
     choice = None
     if gpus and rt.device == "gpu":
         listing = list_gpus()
-        choice = choose_gpus(
-            rt.gpu_devices, rt.gpus, os.environ if environ is None else environ, listing
-        )
+        # the run's one choice, in the shared runtime record (a configuration with a runtime
+        # of its own is given the same GPUs)
+        where = str(job.paths.runtime_record)
+        choice = recorded_choice(job.runtime.get("gpu_choice"), listing, where)
         enabled = str(rt.env.get(COMPAT_ENV, "")).strip().lower() in ("1", "true")
         version, source = image_cuda(runtime.doc, settings.image.tag)
         cuda = cuda_compatibility(listing.driver, listing.driver_cuda, version, source, enabled)

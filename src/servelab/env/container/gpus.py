@@ -14,14 +14,20 @@
 Where NVML cannot list the GPUs the ids go as given (CUDA indices marked ambiguous), and with
 none named, NVML indices 0 to runtime.gpus - 1. Pure: the host's GPUs come in as a GpuListing
 (servelab.hostfacts.gpu.list_gpus).
+
+The choice is made once per run, by the runtime stage (servelab.env.runtime.gpu), and kept in
+runtime.json's `gpu_choice` with each GPU's NVML index at the time (`with_indices`); every launch
+of the run, its host-speed canary and its profiling pass take that record (`recorded_choice`),
+which refuses a UUID the host no longer has, rather than choosing again: the least-used GPUs of
+one moment are not those of the next, and a run's launches must all measure the same GPUs.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypedDict
+from dataclasses import dataclass, replace
+from typing import Any, NotRequired, TypedDict, cast
 
 from servelab.errors import ServelabError
 from servelab.hostfacts.gpu import CudaCompatibility
@@ -61,6 +67,7 @@ class GpuChoiceJson(TypedDict):
     chosen_by: list[str]
     ambiguous: str | None
     cuda: CudaCompatibility | None
+    indices: NotRequired[list[int | None]]
 
 
 @dataclass(frozen=True)
@@ -68,8 +75,9 @@ class GpuChoice:
     """The GPUs a launch gives its container: `ids` (what the engine is given: UUIDs where NVML
     lists the host's GPUs; empty: every GPU), `rule` (CONFIGURED, CUDA_VISIBLE, LEAST_MEMORY,
     FIRST_INDICES, EVERY_GPU), `origin` (why these, in words), `chosen_by` (per id, how it was
-    found), `ambiguous` (why an id may not be the GPU meant) and `cuda` (the driver against the
-    image's CUDA: servelab.hostfacts.gpu.cuda_compatibility)."""
+    found), `ambiguous` (why an id may not be the GPU meant), `cuda` (the driver against the
+    image's CUDA: servelab.hostfacts.gpu.cuda_compatibility) and `indices` (each id's NVML index
+    when it was chosen, None where NVML did not list it; empty: not looked up)."""
 
     ids: tuple[str, ...]
     rule: str
@@ -77,6 +85,7 @@ class GpuChoice:
     chosen_by: tuple[str, ...] = ()
     ambiguous: str | None = None
     cuda: CudaCompatibility | None = None
+    indices: tuple[int | None, ...] = ()
 
     @property
     def gpus(self) -> str | tuple[str, ...]:
@@ -84,7 +93,7 @@ class GpuChoice:
         return self.ids if self.ids else "all"
 
     def to_json(self) -> GpuChoiceJson:
-        return {
+        out: GpuChoiceJson = {
             "rule": self.rule,
             "ids": list(self.ids),
             "origin": self.origin,
@@ -92,6 +101,55 @@ class GpuChoice:
             "ambiguous": self.ambiguous,
             "cuda": self.cuda.copy() if self.cuda is not None else None,
         }
+        if self.indices:
+            out["indices"] = list(self.indices)
+        return out
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> GpuChoice:
+        """A recorded choice (runtime.json's `gpu_choice`, launch.json's `gpus`)."""
+        cuda = doc.get("cuda")
+        return cls(
+            tuple(str(i) for i in doc["ids"]),
+            str(doc["rule"]),
+            str(doc["origin"]),
+            tuple(str(c) for c in doc.get("chosen_by") or ()),
+            None if doc.get("ambiguous") is None else str(doc["ambiguous"]),
+            cast(CudaCompatibility, dict(cuda)) if isinstance(cuda, Mapping) else None,
+            tuple(None if i is None else int(i) for i in doc.get("indices") or ()),
+        )
+
+
+def with_indices(choice: GpuChoice, listing: GpuListing) -> GpuChoice:
+    """The choice with each id's NVML index in `listing` (None for an id it does not list: a
+    MIG id, an id given as written where NVML could not list the GPUs)."""
+    by_uuid = {g.uuid: g.index for g in listing.gpus if g.uuid}
+    return replace(choice, indices=tuple(by_uuid.get(i) for i in choice.ids))
+
+
+def recorded_choice(doc: Any, listing: GpuListing, where: str) -> GpuChoice:
+    """The runtime stage's choice (`doc`, runtime.json's `gpu_choice`; `where` names that file)
+    checked against the host's GPUs now: every UUID it names must still be listed (where NVML
+    lists the GPUs). Raises one line when the record holds no choice or names a GPU the host
+    does not have: re-run the runtime stage."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("ids"), list):
+        raise ServelabError(
+            f"{where}: records no GPU choice (gpu_choice), which every launch of the run takes; "
+            "re-run the runtime stage to choose the GPUs"
+        )
+    choice = GpuChoice.from_json(doc)
+    if listing.reason is not None:
+        return choice
+    here = {g.uuid for g in listing.gpus if g.uuid}
+    for k, uid in enumerate(choice.ids):
+        if uid.upper().startswith("GPU-") and uid not in here:
+            was = choice.indices[k] if k < len(choice.indices) else None
+            at = f" (NVML index {was} when chosen)" if was is not None else ""
+            raise ServelabError(
+                f"{where}: gpu_choice names GPU {uid}{at}, which NVML does not list on this "
+                f"host ({_listed(listing)}); re-run the runtime stage to choose this host's GPUs"
+            )
+    return choice
 
 
 def choose_gpus(

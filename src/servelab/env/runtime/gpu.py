@@ -4,8 +4,10 @@ A server that cannot (an image whose PyTorch has no kernels for the GPU, a quant
 kernels need a newer GPU) fails only after a start of up to server.startup_timeout_s, once per
 server configuration. The runtime stage finds out first:
 
-- each GPU the server will get (in a container, the launch's choice by UUID: server_gpus),
-  and its compute capability, from NVML on this host (servelab.hostfacts.gpu_facts);
+- each GPU the server will get (in a container, chosen here once for the whole run by UUID,
+  `container_gpus`, and kept in runtime.json's `gpu_choice`: every launch, host-speed canary
+  and profiling pass of the run takes that choice), and its compute capability, from NVML on
+  this host (servelab.hostfacts.gpu_facts);
 - the runtime's PyTorch build, asked in the runtime itself with the server's GPUs and
   runtime.env (in a container: a `python3 -c` run in the image): its version, the CUDA version
   it was built with (torch.version.cuda) and the architectures it holds kernels for (what
@@ -15,7 +17,8 @@ server configuration. The runtime stage finds out first:
   server's start), else QUANT_MIN_CAPABILITY.
 
 A GPU that cannot run either stops the stage with one line naming the GPU, its compute
-capability and what to change. The facts go into runtime.json (`torch_build`, `gpu_check`).
+capability and what to change. The facts go into runtime.json (`torch_build`, `gpu_check`,
+and in a container `gpu_choice`).
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from servelab.env.container import ENGINES, ContainerRun
-from servelab.env.container.gpus import choose_gpus
+from servelab.env.container.gpus import GpuChoice, GpuChoiceJson, choose_gpus, with_indices
 from servelab.env.runtime.tools import Runner, call, last_line
 from servelab.errors import ServelabError
 from servelab.experiment import RuntimeSection, ServerSection
@@ -134,12 +137,13 @@ class GpuCheckRecord(TypedDict):
 
 
 class Preflight(TypedDict):
-    """The GPU pre-flight's part of runtime.json (`preflight`)."""
+    """The GPU pre-flight's part of runtime.json (`preflight`); `gpu_choice` in a container."""
 
     torch_build: TorchBuild
     torch_cuda: str | None
     image_cuda: str | None
     gpu_check: GpuCheckRecord
+    gpu_choice: NotRequired[GpuChoiceJson]
 
 
 class GpuFields(TypedDict, total=False):
@@ -149,6 +153,7 @@ class GpuFields(TypedDict, total=False):
     torch_cuda: str | None
     image_cuda: str | None
     gpu_check: GpuCheckRecord
+    gpu_choice: GpuChoiceJson
 
 
 @dataclass(frozen=True)
@@ -323,16 +328,23 @@ def refusal(
     )
 
 
+def container_gpus(rt: RuntimeSection, environ: Mapping[str, str], nvml: Any = None) -> GpuChoice:
+    """The GPUs every launch of the run gives its container, chosen once, here
+    (servelab.env.container.gpus.choose_gpus: runtime.gpu_devices, else the job's
+    CUDA_VISIBLE_DEVICES, else the runtime.gpus GPUs with the least memory in use), by UUID,
+    with each one's NVML index now."""
+    listing = list_gpus(nvml)
+    return with_indices(choose_gpus(rt.gpu_devices, rt.gpus, environ, listing), listing)
+
+
 def server_gpus(
     rt: RuntimeSection, environ: Mapping[str, str], nvml: Any = None
 ) -> str | tuple[str, ...]:
-    """The GPUs the pre-flight looks at and gives its probe. In a container, the ones the
-    launch will give it (servelab.env.container.gpus.choose_gpus: runtime.gpu_devices, else the
-    job's CUDA_VISIBLE_DEVICES, else the runtime.gpus GPUs with the least memory in use), by
-    UUID; in a venv, the job's CUDA_VISIBLE_DEVICES (as a cluster scheduler sets it), else
-    "all"."""
+    """The GPUs the pre-flight looks at and gives its probe. In a container, the ones every
+    launch will give it (`container_gpus`), by UUID; in a venv, the job's CUDA_VISIBLE_DEVICES
+    (as a cluster scheduler sets it), else "all"."""
     if rt.kind in ENGINES:
-        return choose_gpus(rt.gpu_devices, rt.gpus, environ, list_gpus(nvml)).gpus
+        return container_gpus(rt, environ, nvml).gpus
     if rt.gpu_devices:
         return tuple(str(g) for g in rt.gpu_devices)
     visible = [g.strip() for g in (environ.get("CUDA_VISIBLE_DEVICES") or "").split(",")]
@@ -426,11 +438,15 @@ def preflight(
     vllm: str | None,
     say: Callable[[str], None],
 ) -> Preflight:
-    """The runtime stage's GPU pre-flight (a GPU runtime): runtime.json's torch_build and
-    gpu_check; raises (one line) when a GPU cannot run the runtime. vllm: the runtime's vLLM
-    version, for the messages."""
+    """The runtime stage's GPU pre-flight (a GPU runtime): runtime.json's torch_build,
+    gpu_check and, in a container, gpu_choice (the GPUs every launch of the run is given);
+    raises (one line) when a GPU cannot run the runtime. vllm: the runtime's vLLM version, for
+    the messages."""
     uses = quantizations(server)
-    selection = server_gpus(rt, os.environ, nvml)
+    choice = container_gpus(rt, os.environ, nvml) if rt.kind in ENGINES else None
+    selection = choice.gpus if choice is not None else server_gpus(rt, os.environ, nvml)
+    if choice is not None:
+        say(f"runtime: GPUs {', '.join(choice.ids) or 'all'} for every launch ({choice.origin})")
     probe = ask(selection, [u.method for u in uses])
     arch = " ".join(probe.get("arch_list") or []) or "no architecture it names"
     say(
@@ -439,9 +455,12 @@ def preflight(
         + (f" ({probe['error']})" if probe.get("error") else "")
     )
     check = GpuCheck(probe, tuple(resolve(uses, probe, vllm)), selection, nvml)
-    return {
+    out: Preflight = {
         "torch_build": torch_build(probe),
         "torch_cuda": probe.get("cuda"),
         "image_cuda": probe.get("image_cuda"),
         "gpu_check": check_gpus(check, say),
     }
+    if choice is not None:
+        out["gpu_choice"] = choice.to_json()
+    return out

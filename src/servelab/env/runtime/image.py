@@ -23,6 +23,7 @@ from servelab.env.container import (
     digests_of,
     probe_command,
 )
+from servelab.env.container.gpus import GpuChoiceJson
 from servelab.env.runtime.gpu import (
     GpuCheckRecord,
     GpuFields,
@@ -106,6 +107,7 @@ class ContainerRecord(ImageFacts, ProbeFacts):
     lock_sha256: None
     torch_build: NotRequired[TorchBuild]
     gpu_check: NotRequired[GpuCheckRecord]
+    gpu_choice: NotRequired[GpuChoiceJson]  # the GPUs every launch of the run is given
     host_nsys: NotRequired[HostNsysJson | None]
     host_nsys_reason: NotRequired[str | None]
     host_nsys_in_image: NotRequired[NsysInImage]
@@ -370,6 +372,8 @@ def ensure_container(
             "image_cuda": probe["image_cuda"] or found["image_cuda"],
             "gpu_check": found["gpu_check"],
         }
+        if "gpu_choice" in found:  # the GPUs every launch of the run is given
+            gpu["gpu_choice"] = found["gpu_choice"]
     nsys: NsysFields = {}
     if not probe["nsys"] and wants_nsys(rt, profile):
         nsys = {**_host_nsys(base, profile, tools, say)}
