@@ -745,3 +745,12 @@ def test_gpu_canaries_of_other_pytorch_or_cuda_builds_give_no_host_ratio() -> No
     speed = host_speed({"a": gpu_run("2.5.1+cu124", "12.4")})
     assert speed is not None and speed.gpu is not None
     assert speed.gpu.builds == ("2.5.1+cu124",) and "builds" not in speed.to_json()["gpu"]
+    # how a report words it: not "not recorded", the builds named as they are
+    from servelab.analysis.hostspeed import no_speed_words
+
+    said = why_no_ratio(old, new)
+    assert no_speed_words(said) == said
+    assert no_speed_words(None) == "not recorded"
+    assert no_speed_words("host speed not recorded: neither measured it") == (
+        "not recorded (neither measured it)"
+    )

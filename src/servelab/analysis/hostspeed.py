@@ -71,6 +71,19 @@ HOST_NOT_RECORDED = "host speed not recorded"
 # two runs' GPU canaries ran with other PyTorch or CUDA builds, or did not record theirs
 HOST_NOT_COMPARABLE = "host speed not comparable"
 ANSWERS = (BEYOND_HOST, AS_HOST, UNKNOWN, UNCHANGED, HOST_NOT_RECORDED)
+
+
+def no_speed_words(why_not: object) -> str:
+    """Why two runs have no host-speed ratio, in the words a report shows: "not recorded",
+    "not recorded (neither ... measured the canary)", or, for canaries of other builds, "host
+    speed not comparable: torch A -> B" as it is."""
+    why = str(why_not or HOST_NOT_RECORDED)
+    if why.startswith(HOST_NOT_COMPARABLE):
+        return why
+    rest = why.removeprefix(HOST_NOT_RECORDED).strip(": ")
+    return "not recorded" + (f" ({rest})" if rest else "")
+
+
 # the metrics that scale with the host's speed (a host x times faster: about x times more);
 # every other point metric is a latency, which scales inversely
 SCALES_WITH_SPEED = frozenset({"output_throughput", "request_throughput", "total_token_throughput"})

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from servelab.analysis.hostspeed import AS_HOST, BEYOND_HOST, HOST_NOT_RECORDED, UNCHANGED, UNKNOWN
+from servelab.analysis.hostspeed import (
+    AS_HOST,
+    BEYOND_HOST,
+    HOST_NOT_RECORDED,
+    UNCHANGED,
+    UNKNOWN,
+    no_speed_words,
+)
 from servelab.reproduce.checks import NOT_REPRODUCED, REPRODUCED, ClaimCheck, PointCheck
 from servelab.reproduce.differences import differences_line
 from servelab.reproduce.records import ReproductionRecord
@@ -52,8 +59,7 @@ def host_speed_text(r: ReproductionRecord) -> str | None:
     if not isinstance(hs, dict):
         return None
     if not hs.get("recorded"):
-        why = str(hs.get("why_not") or HOST_NOT_RECORDED).removeprefix(HOST_NOT_RECORDED)
-        return "not recorded" + (f" ({why.lstrip(': ')})" if why.strip(": ") else "")
+        return no_speed_words(hs.get("why_not"))
     moved = "moved" if hs.get("moved") else "did not move beyond its noise"
     gpu = hs.get("parts") == "gpu"  # the GPU canary's parts: a GPU server's speed is its GPU's
     compute, copy = ("GPU matmul", "device copy") if gpu else ("compute", "copy bandwidth")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NotRequired, Protocol, TypedDict
 
 from servelab.analysis.changepoints import CHANGED
+from servelab.analysis.hostspeed import no_speed_words
 from servelab.design.level import LevelValue
 from servelab.site import values
 from servelab.site.history_changes import point_words, run_words, series_answer
@@ -309,11 +310,9 @@ def _host_speed_words(pair: Pair) -> str | None:
     if not isinstance(hs, dict):
         return None
     if not hs.get("recorded"):
-        why = str(hs.get("why_not") or HOST_NOT_RECORDED).removeprefix(HOST_NOT_RECORDED)
         return (
-            f"not recorded{' (' + why.lstrip(': ') + ')' if why.strip(': ') else ''}: a change "
-            "between these releases may be the host's speed as well as the code's, and is not "
-            "attributed to the code."
+            f"{no_speed_words(hs.get('why_not'))}: a change between these releases may be the "
+            "host's speed as well as the code's, and is not attributed to the code."
         )
     ratio, low, high = (values.number(hs.get(k)) for k in ("ratio", "low", "high"))
     moved = "moved" if hs.get("moved") else "did not move beyond its noise"
