@@ -115,6 +115,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         )
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The code-shape prompts (tests/code_shape.py), listed at the end of the run: a function or
+    module over a limit is a prompt to look at, not a failure."""
+    if hasattr(terminalreporter.config, "workerinput"):
+        return
+    from code_shape import prompts
+
+    found = prompts()
+    terminalreporter.section(f"code shape: {len(found)} prompts to look at", sep="-")
+    for line in found:
+        terminalreporter.write_line(line)
+
+
 @pytest.fixture(autouse=True)
 def host_lock(request: pytest.FixtureRequest) -> Iterator[None]:
     """The host's test lock: shared for every test, exclusive for a quiet one. A quiet test
