@@ -120,9 +120,10 @@ def unrecorded_engines(r: ReproductionRecord) -> list[str]:
 
 
 def differences_line(r: ReproductionRecord) -> str | None:
-    """The differences that bear on the verdicts, in one line for the terminal, each named
-    once: "host: avx512f, ISA class avx512_bf16+amx -> avx2; engine: mns8: max_num_seqs 256 ->
-    1024; runtime: vllm_version 0.31.0 -> 0.32.0" (None: none)."""
+    """The differences in one line for the terminal, each named once: the performance-relevant
+    host facts, every engine setting and every runtime field that differs ("host: avx512f, ISA
+    class avx512_bf16+amx -> avx2; engine: mns8: max_num_seqs 256 -> 1024; runtime:
+    vllm_version 0.31.0 -> 0.32.0"; None: none)."""
     parts = []
     host = r.get("host")
     if host is not None and host["relevant_differences"]:
