@@ -44,7 +44,7 @@ def test_published_knee_is_called_real_with_three_repeats(tmp_path: Path) -> Non
     assert float(pair["mean_rel_diff_pct"]) == pytest.approx(4.66, abs=0.05)
     assert float(pair["p_value"]) < 0.01
     knee = json.loads((tmp_path / "out" / "knee.json").read_text())
-    assert len(knee) == 1 and knee[0]["reason"] == res["knee"][0]["reason"]
+    assert len(knee) == 1 and knee[0]["reason"] == res.knee[0]["reason"]
     assert (
         knee[0]["concurrency"] == 128 and "falls at 256 in every repeat (3/3)" in knee[0]["reason"]
     )
@@ -53,7 +53,7 @@ def test_published_knee_is_called_real_with_three_repeats(tmp_path: Path) -> Non
     assert float(dom[0]["output_throughput_delta_pct"]) == pytest.approx(-4.46, abs=0.05)
     verdicts = [c["verdict"] for c in json.loads((tmp_path / "out" / "claims.json").read_text())]
     assert verdicts == ["holds", "holds", "holds", "fails"]
-    kinds = {(d["kind"], str(d.get("concurrency"))) for d in res["diagnoses"]}
+    kinds = {(d["kind"], str(d.get("concurrency"))) for d in res.diagnoses}
     assert ("dominated", "256") in kinds and ("past_knee", "[256]") in kinds
     assert not any(k == "serialized" for k, _ in kinds)
 
@@ -92,14 +92,14 @@ def test_serialized_and_kv_headroom(tmp_path: Path) -> None:
         analysis_section({"claims": ["serialized(config=mns1)", "serialized(config=mns12)"]}),
         figures=False,
     )
-    by = {(d["kind"], d["server_config"]): d for d in res["diagnoses"]}
+    by = {(d["kind"], d["server_config"]): d for d in res.diagnoses}
     assert ("serialized", "mns1") in by and ("serialized", "mns12") not in by
     kv = by[("kv_headroom_unused", "mns1")]
     assert kv["suggested_max_num_seqs"] == 12
     assert "12.9" in kv["suggestion"]
     assert ("kv_headroom_unused", "mns12") not in by
     assert by[("serialized", "mns1")]["evidence"]["max_num_seqs"] == 1
-    assert [c["verdict"] for c in res["claims"]] == ["holds", "fails"]
+    assert [c["verdict"] for c in res.claims] == ["holds", "fails"]
     assert "serialized" in (tmp_path / "out" / "report.md").read_text()
 
 
@@ -109,7 +109,7 @@ def test_non_monotonic_valley(tmp_path: Path) -> None:
     cap = {"non_default_args": {"max_num_seqs": 12, "cudagraph_capture_sizes": [1, 2]}}
     exp = servelab_tree(tmp_path / "exp", {"v100": spec}, {"v100": cap})
     res = analyze(exp, tmp_path / "out", figures=False)
-    nm = [d for d in res["diagnoses"] if d["kind"] == "non_monotonic"]
+    nm = [d for d in res.diagnoses if d["kind"] == "non_monotonic"]
     assert len(nm) == 1
     assert nm[0]["concurrency"] == 3 and nm[0]["capture_sizes"] == [1, 2]
     assert nm[0]["evidence"]["lower_concurrency"] == 2
@@ -118,10 +118,10 @@ def test_non_monotonic_valley(tmp_path: Path) -> None:
 def test_one_repeat_has_no_ci_and_is_not_testable(tmp_path: Path) -> None:
     exp = servelab_tree(tmp_path / "exp", {"x": {1: [(100.0, 10.0)], 2: [(150.0, 12.0)]}})
     res = analyze(exp, tmp_path / "out", figures=False)
-    s = {(r["concurrency"], r["metric"]): r for r in res["summary"]}
+    s = {(r["concurrency"], r["metric"]): r for r in res.summary}
     t = s[(1, "output_throughput")]
     assert t["n"] == 1 and t["ci95_low"] is None and t["sd"] is None and t["cv_pct"] is None
-    p = next(r for r in res["paired"] if r["metric"] == "output_throughput")
+    p = next(r for r in res.paired if r["metric"] == "output_throughput")
     assert p["verdict"] == "not testable: n = 1" and p["p_value"] is None
     assert "n/a (1 repeat)" in (tmp_path / "out" / "report.md").read_text()
 
@@ -131,7 +131,7 @@ def test_failed_requests_and_point_without_success(tmp_path: Path) -> None:
     servelab_point(exp, "x", 1, 2, 100.0, 10.0, n=4, failed=1)
     servelab_point(exp, "x", 1, 4, 100.0, 10.0, n=4, failed=4)
     res = analyze(exp, tmp_path / "out", figures=False)
-    pts = {p["concurrency"]: p for p in res["points"]}
+    pts = {p["concurrency"]: p for p in res.points}
     assert (pts[2]["completed"], pts[2]["failed"]) == (3, 1)
     assert pts[2]["output_throughput"] == pytest.approx(100.0)
     assert pts[4]["completed"] == 0 and pts[4]["mean_ttft_ms"] is None
@@ -174,13 +174,13 @@ def test_vllm_bench_layout_matches_servelab_layout(tmp_path: Path) -> None:
         analysis_section({"claims": ["throughput[c=128] > throughput[c=256]"]}),
         figures=False,
     )
-    p128 = [p for p in res["points"] if p["concurrency"] == 128]
+    p128 = [p for p in res.points if p["concurrency"] == 128]
     assert [round(p["output_throughput"], 6) for p in p128] == [4990.0, 5005.0, 4994.0]
     assert p128[0]["mean_ttft_ms"] == pytest.approx(420.0)
     # e2el derived from ttft + itls when latencies are missing
     assert p128[0]["mean_e2el_ms"] == pytest.approx(2 * 128 * 50 / 4990.0 * 1000, rel=1e-6)
-    assert res["claims"][0]["verdict"] == "holds"
-    assert res["knee"][0]["concurrency"] == 128
+    assert res.claims[0]["verdict"] == "holds"
+    assert res.knee[0]["concurrency"] == 128
 
 
 def test_slo_capacity_and_goodput(tmp_path: Path) -> None:
@@ -199,7 +199,7 @@ def test_slo_capacity_and_goodput(tmp_path: Path) -> None:
     assert p64["goodput_req_s"] == pytest.approx(
         describe([4240 / 100, 4255 / 100, 4272 / 100]).mean
     )
-    assert res["slo"]["capacity"]["a100"]["concurrency"] == 128
+    assert res.slo["capacity"]["a100"]["concurrency"] == 128
 
 
 def test_an_unknown_slo_is_a_config_error(repo: Path) -> None:
@@ -246,6 +246,21 @@ def test_outputs_are_byte_identical_across_runs(tmp_path: Path) -> None:
     assert "<dc:date>" not in svg and "Matplotlib v" not in svg
 
 
+def test_the_analysis_names_every_file_it_writes(tmp_path: Path) -> None:
+    """The typed result says which file each table goes to: the rules' ANALYSIS_TABLES and
+    validity.json always, the others only where they apply (and only those are written)."""
+    from servelab.store.paths import ANALYSIS_TABLES, VALIDITY_TABLE
+
+    exp = servelab_tree(tmp_path / "exp", {"a100": KNEE_SPEC})
+    res = analyze(exp, tmp_path / "out", analysis_section({"slo": {"p99_ttft_ms": 500.0}}), False)
+    always = {*res.csv_tables(), *res.json_tables()}
+    assert always == {*ANALYSIS_TABLES, VALIDITY_TABLE}
+    written = {p.name for p in (tmp_path / "out").glob("*.*") if p.suffix in (".csv", ".json")}
+    applies = {name for name, doc in res.only_where().items() if doc is not None}
+    assert applies == {"slo.json"} and written == always | applies
+    assert res.rounds is None and res.same_host is None and res.turns is None
+
+
 def test_unknown_layout_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ServelabError, match="neither servelab raw data"):
         load_dataset(tmp_path)
@@ -256,6 +271,6 @@ def test_serialized_over_the_widest_flat_span(tmp_path: Path) -> None:
     spec = {1: [(40.0, 50.0)] * 3, **{c: [(45.5, 100.0 * c)] * 3 for c in (2, 4, 8, 16)}}
     exp = servelab_tree(tmp_path / "exp", {"mns1": spec})
     res = analyze(exp, tmp_path / "out", figures=False)
-    ser = [d for d in res["diagnoses"] if d["kind"] == "serialized"]
+    ser = [d for d in res.diagnoses if d["kind"] == "serialized"]
     assert len(ser) == 1 and ser[0]["evidence"]["concurrency_span"] == [2, 16]
     assert ser[0]["evidence"]["throughput_spread_pct"] < 1.0

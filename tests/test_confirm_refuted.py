@@ -24,6 +24,7 @@ import yaml
 from experiment_fixtures import measure_job
 
 from servelab.analysis.pipeline import analyze
+from servelab.analysis.result import Analysis
 from servelab.config import validate
 from servelab.confirm import plan_confirmation
 from servelab.experiment import Experiment
@@ -90,11 +91,11 @@ def diagnosing_config(tmp_path: Path) -> dict[str, Any]:
     return validate(raw, "test").to_dict()
 
 
-def invalid(results: dict[str, Any]) -> list[tuple[str, int, int, list[dict[str, Any]]]]:
+def invalid(results: Analysis) -> list[tuple[str, int, int, list[dict[str, Any]]]]:
     """The points a validity check failed, each with the checks it did not pass."""
     return [
         (p["server_config"], p["repeat"], p["concurrency"], failed)
-        for p in results["validity"]["points"]
+        for p in results.validity["points"]
         if (failed := [c for c in p["checks"] if c["status"] == "failed"]) or not p["valid"]
     ]
 
@@ -133,7 +134,7 @@ def test_a_server_that_does_not_batch_refutes_the_proposal(
     assert cap["max_concurrency"] == 8.5 and cap["max_concurrency_tokens_per_request"] == 1024
     results = analyze(root, root / "analysis", job.exp.analysis, figures=False)
     assert invalid(results) == []
-    kinds = {d["kind"]: d for d in results["diagnoses"]}
+    kinds = {d["kind"]: d for d in results.diagnoses}
     assert "kv_headroom_unused" in kinds, sorted(kinds)
     proposal = kinds["kv_headroom_unused"]["proposal"]
     assert proposal["change"] == {"max-num-seqs": 8} and proposal["tryable"] is True
@@ -144,7 +145,7 @@ def test_a_server_that_does_not_batch_refutes_the_proposal(
     bundle = root / "bundle"
     bundle.mkdir()
     (bundle / "manifest.json").write_text('{"experiment": "serial-fake"}\n')
-    plan = plan_confirmation(cfg, results["diagnoses"], bundle)
+    plan = plan_confirmation(cfg, results.diagnoses, bundle)
     assert plan.config is not None and [p["config"] for p in plan.tried] == [PROPOSED]
     assert "kv_headroom_unused" in plan.tried[0]["diagnoses"]
     assert plan.config["experiment"] == "serial-fake-confirm"
@@ -168,7 +169,7 @@ def test_a_server_that_does_not_batch_refutes_the_proposal(
     assert cap["non_default_args"]["max_num_seqs"] == 8  # the server ran with the change
     results = analyze(croot, croot / "analysis", confirm.exp.analysis, figures=False)
     assert invalid(results) == []
-    (p,) = results["confirmation"]["proposals"]
+    (p,) = results.confirmation["proposals"]
     (claim,) = p["claims"]
     (effect,) = p["effects"]
     said = f"{p['verdict']} {claim} {effect}"
@@ -192,7 +193,7 @@ def test_a_server_that_does_not_batch_refutes_the_proposal(
     run = run_sweep(other, PROPOSED)
     assert run["status"] == "complete" and run["points"] == 3
     results = analyze(broot, broot / "analysis", other.exp.analysis, figures=False)
-    (p,) = results["confirmation"]["proposals"]
+    (p,) = results.confirmation["proposals"]
     (effect,) = p["effects"]
     assert p["verdict"] == "confirmed" and p["claims"][0]["verdict"] == "holds", p
     assert effect["throughput_ratio"] > 2.5, effect

@@ -18,6 +18,7 @@ import yaml
 
 from servelab.analysis.claims import VERDICTS
 from servelab.analysis.pipeline import analysis_section, analyze, load_dataset
+from servelab.analysis.result import Analysis
 from servelab.evidence.files import safe_extract
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import node_facts
@@ -81,7 +82,7 @@ def outputs(out: Path) -> dict[str, bytes]:
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))}
 
 
-def run(exp: Path, opts: AnalysisSection, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def run(exp: Path, opts: AnalysisSection, out: Path) -> tuple[Analysis, dict[str, Any]]:
     results = analyze(exp, out, opts, figures=False)
     claims = {c["claim"]: c for c in json.loads((out / "claims.json").read_text())}
     jsonschema.validate(list(claims.values()), load_schema("claims"))
@@ -103,7 +104,7 @@ def test_one_node_leaves_every_output_byte_for_byte(
     exp = experiment(release, tmp_path, {sc: same for sc in CONFIGS})
     assert set(load_dataset(exp).nodes) == set(CONFIGS)
     results, _ = run(exp, opts, tmp_path / "out")
-    assert "hosts_differ" not in results
+    assert results.hosts_differ is None
     assert outputs(tmp_path / "out") == outputs(plain)
     for table in sorted((release / "tables").iterdir()):  # the released tables themselves
         assert (plain / table.name).read_bytes() == table.read_bytes(), table.name
@@ -138,7 +139,7 @@ def test_two_hosts_alike_keep_the_verdicts_and_name_the_hosts(
         want = ["kernel"] if cls == "equivalent" else []
         assert claims[claim]["hosts"] == {"a": a, "b": b, "class": cls, "differences": want}
     assert "hosts" not in claims[SERIALIZED] and "hosts" not in claims[WITHIN]
-    assert results["hosts_differ"] == {"max-num-seqs-1": "vm1", "max-num-seqs-8": "vm2"}
+    assert results.hosts_differ == {"max-num-seqs-1": "vm1", "max-num-seqs-8": "vm2"}
     report = (tmp_path / "out" / "report.md").read_text()
     assert (
         "- Server configurations were measured on different hosts: max-num-seqs-1 on vm1, "

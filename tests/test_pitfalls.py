@@ -432,7 +432,7 @@ def test_an_itl_only_flag_keeps_ttft_and_throughput_in_the_tables(tmp_path: Path
     res = analyze(
         exp, tmp_path / "out", default_section(AnalysisSection, "analysis"), figures=False
     )
-    n = {r["metric"]: r["n"] for r in res["summary"]}
+    n = {r["metric"]: r["n"] for r in res.summary}
     assert n["mean_itl_ms"] == 2 and n["mean_ttft_ms"] == 3 and n["output_throughput"] == 3
 
 

@@ -92,7 +92,7 @@ def test_a_dip_outside_the_captured_graphs_proposes_capture_sizes(tmp_path: Path
         tmp_path / "v100-mns12", V100_MNS12, server_log=v100_server_log(12, [1, 2])
     )
     res = analyze(root, tmp_path / "out", figures=False)
-    (dip,) = _kind(res["diagnoses"], "non_monotonic")
+    (dip,) = _kind(res.diagnoses, "non_monotonic")
     p = dip["proposal"]
     assert json.loads(p["change"]["compilation-config"]) == {
         "cudagraph_capture_sizes": [1, 2, 3, 4, 6, 8, 12]
@@ -101,7 +101,7 @@ def test_a_dip_outside_the_captured_graphs_proposes_capture_sizes(tmp_path: Path
     assert p["claims"] == [
         "throughput[config=v100-mns12.capture-12,c=3] > throughput[config=v100-mns12,c=3]"
     ]
-    assert not _kind(res["diagnoses"], "kv_headroom_unused")  # 12 already uses the 12.90x
+    assert not _kind(res.diagnoses, "kv_headroom_unused")  # 12 already uses the 12.90x
 
 
 def test_diagnoses_without_a_remedy_say_why(tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ def test_diagnoses_without_a_remedy_say_why(tmp_path: Path) -> None:
         tmp_path / "exp", {"x": spec}, {"x": {"non_default_args": {"max_num_seqs": 1}}}
     )
     res = analyze(exp, tmp_path / "out", figures=False)
-    (ser,) = _kind(res["diagnoses"], "serialized")
+    (ser,) = _kind(res.diagnoses, "serialized")
     assert "proposal" not in ser
     assert "does not say how many sequences the KV cache fits" in ser["no_remedy"]
     report = (tmp_path / "out" / "report.md").read_text()
@@ -126,7 +126,7 @@ def test_a_proposal_with_no_level_to_judge_is_not_tryable(tmp_path: Path) -> Non
     cap = parse_capacity(v100_server_log(2, [1, 2]))
     exp = servelab_tree(tmp_path / "exp", {"x": spec}, {"x": cap})
     res = analyze(exp, tmp_path / "out", figures=False)
-    (kv,) = _kind(res["diagnoses"], "kv_headroom_unused")
+    (kv,) = _kind(res.diagnoses, "kv_headroom_unused")
     p = kv["proposal"]
     assert p["change"] == {"max-num-seqs": 12} and p["concurrency"] == [] and p["claims"] == []
     assert p["tryable"] is False and "no measured concurrency reaches 6" in p["not_tried"]
@@ -161,7 +161,7 @@ def _diagnosed(tmp_path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], Pa
     bundle = root / "bundle"
     bundle.mkdir()
     (bundle / "manifest.json").write_text('{"files": []}\n')
-    return cfg, res["diagnoses"], bundle
+    return cfg, res.diagnoses, bundle
 
 
 def test_the_confirmation_measures_both_side_by_side(tmp_path: Path) -> None:
@@ -321,7 +321,7 @@ def test_a_confirmation_analysis_judges_each_proposal(tmp_path: Path) -> None:
     res = analyze(root, tmp_path / "out", analysis, figures=False)
     conf = read_json(tmp_path / "out" / "confirmation.json")
     jsonschema.Draft202012Validator(load_schema("confirmation")).validate(conf)
-    assert conf["proposals"][0]["verdict"] == res["confirmation"]["proposals"][0]["verdict"]
+    assert conf["proposals"][0]["verdict"] == res.confirmation["proposals"][0]["verdict"]
     (p,) = conf["proposals"]
     assert p["verdict"] == "confirmed"
     assert [e["concurrency"] for e in p["effects"]] == [4, 8, 16]
@@ -337,4 +337,4 @@ def test_a_confirmation_analysis_judges_each_proposal(tmp_path: Path) -> None:
     flat = tmp_path / "flat"
     servelab_tree(flat, {"max-num-seqs-1": before, "max-num-seqs-1.max-num-seqs-8": before})
     res = analyze(flat, tmp_path / "out2", analysis, figures=False)
-    assert res["confirmation"]["proposals"][0]["verdict"] == "refuted"
+    assert res.confirmation["proposals"][0]["verdict"] == "refuted"

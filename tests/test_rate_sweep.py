@@ -251,9 +251,9 @@ def test_an_open_loop_tree_is_analysed_by_rate(tmp_path: Path) -> None:
     ]
     out = tmp_path / "analysis"
     results = analyze(exp, out, _analysis(claims), figures=False)
-    verdicts = [c["verdict"] for c in results["claims"]]
+    verdicts = [c["verdict"] for c in results.claims]
     assert verdicts == ["holds", "holds", "holds", "fails", "holds"]
-    bound = results["claims"][2]["evidence"]
+    bound = results.claims[2]["evidence"]
     assert bound["a"]["rate"] == 1.0 and bound["confidence_bounds"][1] < 50
     header = (out / "points.csv").read_text().splitlines()[0].split(",")
     assert header[:3] == ["server_config", "repeat", "rate"]
@@ -265,7 +265,7 @@ def test_an_open_loop_tree_is_analysed_by_rate(tmp_path: Path) -> None:
     assert "achieved_concurrency" not in names and "max_send_slip_ms" in validity["thresholds"]
     assert validity["points"][0]["rate"] == 1.0
     assert all(p["valid"] for p in validity["points"])
-    assert results["knee"][0]["server_config"] == "a" and "rate" in results["knee"][0]
+    assert results.knee[0]["server_config"] == "a" and "rate" in results.knee[0]
     report = (out / "report.md").read_text()
     assert "## Throughput by request rate" in report and "R1 vs R2" in report
 

@@ -97,14 +97,14 @@ def test_the_analysis_uses_the_remeasure_and_every_claim_is_judged(tmp_path: Pat
     claims = ["throughput[c=2] > throughput[c=1]"]
     section = analysis_section({"claims": claims})
     before = analyze(exp, tmp_path / "before", section, figures=False)
-    assert before["claims"][0]["verdict"] == "invalid"
+    assert before.claims[0]["verdict"] == "invalid"
     dest = remeasured_point(exp, "x", 2, 1, 102.0, QUIET)
     jsonschema.Draft202012Validator(load_schema("point")).validate(read_json(dest / "point.json"))
     (raw,) = [p for p in load_points(exp) if p.remeasures]
     used, choice = use_attempt(raw, DEFAULTS)
     assert used.folder == dest and choice is not None and choice.attempt == 2
     res = analyze(exp, tmp_path / "out", section, figures=False)
-    assert [c["verdict"] for c in res["claims"]] == ["holds"]
+    assert [c["verdict"] for c in res.claims] == ["holds"]
     validity = json.loads((tmp_path / "out" / "validity.json").read_text())
     jsonschema.Draft202012Validator(load_schema("validity")).validate(validity)
     row = next(p for p in validity["points"] if (p["repeat"], p["concurrency"]) == (2, 1))
@@ -136,7 +136,7 @@ def test_a_point_disturbed_every_time_stays_flagged(tmp_path: Path) -> None:
             servelab_point(exp, "x", rep, c, 100.0 * c, 20.0, n=4, telemetry=tel)
     remeasured_point(exp, "x", 2, 1, 90.0, BUSY)
     res = analyze(exp, tmp_path / "out", analysis_section({}), figures=False)
-    row = next(p for p in res["validity"]["points"] if (p["repeat"], p["concurrency"]) == (2, 1))
+    row = next(p for p in res.validity["points"] if (p["repeat"], p["concurrency"]) == (2, 1))
     assert row["valid"] is False and row["record"]["attempt"] == 1
     assert row["record"]["reason"].startswith("every attempt disturbed")
 
@@ -242,7 +242,7 @@ def test_a_repeat_measured_again_whole_is_read_from_one_attempt(tmp_path: Path) 
     assert c2 is not None and c2.reason.endswith("attempt 2 of each of its points used")
     assert "disturbed" not in c2.reason  # its own attempt 1 passed
     res = analyze(exp, tmp_path / "out", analysis_section({}), figures=False)
-    rows = {(p["repeat"], p["concurrency"]): p for p in res["validity"]["points"]}
+    rows = {(p["repeat"], p["concurrency"]): p for p in res.validity["points"]}
     assert rows[2, 2]["record"]["attempt"] == 2 and rows[2, 1]["record"]["attempt"] == 2
     points = (tmp_path / "out" / "points.csv").read_text().splitlines()
     head = points[0].split(",")

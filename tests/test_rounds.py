@@ -105,7 +105,7 @@ def test_looks_decide_a_clear_claim_and_leave_a_null_one_open(tmp_path: Path) ->
     exp = sequential_tree(tmp_path, 5, rule, "maximum")
     opts = experiment(tmp_path, [CLEAR, NULL, SHAPE]).analysis
     res = analyze(exp, tmp_path / "out", opts, figures=False)
-    by = {c["claim"]: c for c in res["claims"]}
+    by = {c["claim"]: c for c in res.claims}
     clear = by[CLEAR]
     # decided at the first look, and it keeps that look's verdict and evidence
     assert clear["verdict"] == "holds"
@@ -134,7 +134,7 @@ def test_looks_decide_a_clear_claim_and_leave_a_null_one_open(tmp_path: Path) ->
     assert f"`{CLEAR}`: holds (t = " in report
     # the same bytes again: a pure function of the raw data
     again = analyze(exp, tmp_path / "out2", opts, figures=False)
-    assert again["rounds"] == res["rounds"]
+    assert again.rounds == res.rounds
     assert (tmp_path / "out2" / "claims.json").read_bytes() == (
         tmp_path / "out" / "claims.json"
     ).read_bytes()
@@ -148,8 +148,8 @@ def test_a_fixed_design_has_no_looks(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "rounds.json").write_text("{}")  # stale, from a sequential run
     res = analyze(exp, tmp_path / "out", opts, figures=False)
-    assert "rounds" not in res and not (tmp_path / "out" / "rounds.json").exists()
-    assert "sequential" not in res["claims"][0]["evidence"]
+    assert res.rounds is None and not (tmp_path / "out" / "rounds.json").exists()
+    assert "sequential" not in res.claims[0]["evidence"]
     assert "## Rounds" not in (tmp_path / "out" / "report.md").read_text()
 
 
@@ -232,7 +232,7 @@ def test_a_budget_stops_before_the_next_round_would_overrun_it(
     assert rec["stopped"] == "budget" and rec["rounds"] == 3
     assert said[-1] == "stopped after round 3: the time budget"
     res = analyze(tmp_path / "seq", tmp_path / "out", experiment(tmp_path, [NULL]).analysis)
-    assert res["claims"][0]["reason"] == "inconclusive: open after 3 rounds (the time budget)"
+    assert res.claims[0]["reason"] == "inconclusive: open after 3 rounds (the time budget)"
 
 
 def test_a_reproduction_judges_each_side_with_its_own_rule(tmp_path: Path) -> None:
@@ -287,8 +287,8 @@ def test_a_reference_adds_the_orderings_a_reproduction_will_judge(
     assert kinds == {claim: "claim", **{q: "ordering" for q in expected}}
     assert rec["stopped"] == "decided" and rec["looks"][-1]["open"] == 0
     res = analyze(tmp_path / "seq", tmp_path / "out", exp.analysis, figures=False)
-    assert [c["claim"] for c in res["claims"]] == [claim]
-    assert res["rounds"]["orderings"] == expected and res["rounds"]["looks"] == rec["looks"]
+    assert [c["claim"] for c in res.claims] == [claim]
+    assert res.rounds["orderings"] == expected and res.rounds["looks"] == rec["looks"]
 
 
 def test_the_sweep_does_not_read_the_reference() -> None:

@@ -112,7 +112,7 @@ def ab_tree(
 
 def compared(tmp: Path, exp: Path) -> dict[str, Any]:
     res = analyze(exp, tmp / "out", analysis_section({}), figures=False)
-    doc: dict[str, Any] = res["runtimes"]
+    doc: dict[str, Any] = res.runtimes
     return doc
 
 

@@ -26,7 +26,7 @@ UNTESTED = "1 repeat: not tested"
 
 
 def _by_kind(res: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    return [d for d in res["diagnoses"] if d["kind"] == kind]
+    return [d for d in res.diagnoses if d["kind"] == kind]
 
 
 def _schema_valid(out: Path) -> None:
@@ -148,12 +148,12 @@ def test_knee_that_falls_carries_its_test(tmp_path: Path) -> None:
 
     exp = servelab_tree(tmp_path / "exp", {"a100": KNEE_SPEC})
     res = analyze(exp, tmp_path / "out", figures=False)
-    level = res["knee"][0]["evidence_level"]
+    level = res.knee[0]["evidence_level"]
     assert level["tested"] is True and level["repeats"] == 3 and level["p_value"] < 0.01
     one = {c: v[:1] for c, v in KNEE_SPEC.items()}
     exp1 = servelab_tree(tmp_path / "exp1", {"a100": one})
     res1 = analyze(exp1, tmp_path / "out1", figures=False)
-    k = res1["knee"][0]
+    k = res1.knee[0]
     assert k["concurrency"] == 128 and k["reason"].endswith("falls at 256 (1 repeat)")
     assert k["evidence_level"]["label"] == UNTESTED
     past = _by_kind(res1, "past_knee")[0]
@@ -209,7 +209,7 @@ def test_every_diagnosis_has_an_evidence_level_and_the_same_bytes(tmp_path: Path
     for i in range(2):
         out = tmp_path / f"out{i}"
         res = analyze(root, out, figures=False)
-        for d in res["diagnoses"]:
+        for d in res.diagnoses:
             level = d["evidence_level"]
             # never tested without a test's p
             assert not level["tested"] or level["p_value"] is not None

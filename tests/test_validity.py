@@ -261,10 +261,10 @@ def test_burst_point_leaves_latency_out_but_keeps_throughput(tmp_path: Path) -> 
     cols = next(csv.reader(open(tmp_path / "out" / "points.csv")))
     assert cols[4:6] == ["valid", "invalid_reasons"]
     # the paired test names the reason instead of testing 2 repeats or "not testable"
-    tpot = next(r for r in res["paired"] if r["metric"] == "mean_tpot_ms")
+    tpot = next(r for r in res.paired if r["metric"] == "mean_tpot_ms")
     assert tpot["verdict"] == f"invalid: rep02 c=1 x: {BURST_SAID}"
     assert tpot["p_value"] is None and tpot["n"] == 2
-    tput = next(r for r in res["paired"] if r["metric"] == "output_throughput")
+    tput = next(r for r in res.paired if r["metric"] == "output_throughput")
     assert tput["verdict"] == "a < b" and tput["n"] == 3
 
 
@@ -274,10 +274,10 @@ def test_contention_leaves_every_metric_out(tmp_path: Path) -> None:
         servelab_point(exp, "x", rep, 1, 100.0, 20.0, n=4, telemetry=tel)
         servelab_point(exp, "x", rep, 2, 180.0, 25.0, n=4, telemetry=QUIET)
     res = analyze(exp, tmp_path / "out", figures=False)
-    s = {(r["concurrency"], r["metric"]): r["n"] for r in res["summary"]}
+    s = {(r["concurrency"], r["metric"]): r["n"] for r in res.summary}
     assert s[(1, "output_throughput")] == 2 and s[(1, "mean_ttft_ms")] == 2
     assert s[(1, "duration")] == 2 and s[(2, "output_throughput")] == 3
-    bad = next(p for p in res["points"] if (p["concurrency"], p["repeat"]) == (1, 2))
+    bad = next(p for p in res.points if (p["concurrency"], p["repeat"]) == (1, 2))
     assert bad["valid"] is False and bad["invalid_reasons"].startswith("contention: 0.76 CPU")
 
 
@@ -310,7 +310,7 @@ def test_claims_over_invalid_points_read_invalid(tmp_path: Path) -> None:
     assert got[claims[2]]["verdict"] == "holds"
     # the knee reads p99 TTFT at every level
     assert got[claims[3]]["verdict"] == "invalid"
-    jsonschema.Draft202012Validator(load_schema("claims")).validate(res["claims"])
+    jsonschema.Draft202012Validator(load_schema("claims")).validate(res.claims)
     report = (tmp_path / "out" / "report.md").read_text()
     assert f"| `{claims[0]}` | invalid: rep02 c=1 x: {BURST_SAID} |" in report
 
@@ -353,7 +353,7 @@ def test_thresholds_are_analysis_options(tmp_path: Path) -> None:
     lax = analysis_section({"validity": {"max_burst_share": 0.25}})
     assert all(p.valid for p in load_dataset(exp, validity=lax.validity).points)
     res = analyze(exp, tmp_path / "out", lax, figures=False)
-    s = {r["metric"]: r["n"] for r in res["summary"]}
+    s = {r["metric"]: r["n"] for r in res.summary}
     assert s["mean_ttft_ms"] == 3
 
 
@@ -437,7 +437,7 @@ def test_recorded_fixture_analyses_end_to_end(fixtures: Path, tmp_path: Path) ->
     exp = tmp_path / "exp"
     shutil.copytree(fixtures / "validity", exp)
     res = analyze(exp, tmp_path / "out", figures=False)
-    by = {(p["repeat"], p["concurrency"]): p for p in res["points"]}
+    by = {(p["repeat"], p["concurrency"]): p for p in res.points}
     assert by[(1, 1)]["valid"] is True
     assert by[(2, 2)]["invalid_reasons"] == (
         "streaming: 4 of 8 requests delivered in one read (limit 5%)"

@@ -168,7 +168,7 @@ def test_a_rate_tree_is_analysed_by_rate(tmp_path: Path) -> None:
     ]
     out = tmp_path / "out"
     res = analyze(root, out, analysis_section({"claims": claims}), figures=False)
-    assert [c["verdict"] for c in res["claims"]] == ["holds", "holds", "fails"]
+    assert [c["verdict"] for c in res.claims] == ["holds", "holds", "fails"]
     header = (out / "points.csv").read_text().splitlines()[0].split(",")
     assert header[:3] == ["server_config", "repeat", "rate"] and "concurrency" not in header
     first = (out / "points.csv").read_text().splitlines()[1].split(",")

@@ -9,7 +9,8 @@ where telemetry measured it (GPUs)."""
 from __future__ import annotations
 
 import math
-from typing import Any, TypedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 from servelab.analysis.diagnosis_records import Change
 from servelab.analysis.groups import Groups
@@ -17,6 +18,9 @@ from servelab.analysis.proposals import change_words
 from servelab.analysis.stats import describe
 from servelab.experiment import ConfirmsProposal, ConfirmsSection, NotTriedJson
 from servelab.render import md_table, num
+
+if TYPE_CHECKING:
+    from servelab.analysis.claims import ClaimVerdict
 
 # what a proposal's effect reports, before and after (energy only where it was measured)
 EFFECT_METRICS = ("output_throughput", "mean_ttft_ms", "p99_ttft_ms", "joules_per_output_token")
@@ -109,7 +113,7 @@ def _effect(g: Groups, p: ConfirmsProposal, c: int) -> Effect:
 
 
 def confirmation(
-    g: Groups, claims: list[dict[str, Any]], confirms: ConfirmsSection
+    g: Groups, claims: Sequence[ClaimVerdict], confirms: ConfirmsSection
 ) -> ConfirmationRecord:
     """confirmation.json: the diagnosing experiment and each proposal's verdict, claims and
     effects, then the proposals that were not tried."""

@@ -14,6 +14,7 @@ from servelab.analysis.groups import Groups, PairedRow
 from servelab.analysis.knee import Knee, knee_level
 from servelab.analysis.proposals import proposal_line
 from servelab.analysis.replay_report import replay_section
+from servelab.analysis.result import Analysis
 from servelab.analysis.rounds import rounds_section
 from servelab.analysis.runtimes import runtimes_section
 from servelab.analysis.samehost import same_host_section
@@ -97,7 +98,7 @@ def cpu_line(f: CpuInfo) -> str:
 def _host_section(host: dict[str, Any], nodes: dict[str, str] | None = None) -> list[str]:
     """The measuring host's CPU and instruction sets, and what the server runtime computes
     with: what explains a difference from another host (docs/reproduce.md); `nodes`
-    (results["hosts_differ"]): the host of each server config, when they were several."""
+    (Analysis.hosts_differ): the host of each server config, when they were several."""
     hosts: dict[str, CpuInfo] = host.get("hosts") or {}
     isa, endpoints = host.get("runtime_isa"), host.get("endpoints") or {}
     if not hosts and not isa and not nodes and not endpoints:
@@ -143,7 +144,7 @@ def _host_section(host: dict[str, Any], nodes: dict[str, str] | None = None) -> 
 def server_starts(root: Path) -> dict[str, StartRecord]:
     """The `start` record (serverlog.start_phases) of the latest launch of every sweep
     (server/<sc>/launch.json) and profiling pass (profile/<sc>/capture.json) under `root`, keyed
-    `sweep <sc>` / `profile <sc>`, for results["starts"]; a file that has none (raw data written
+    `sweep <sc>` / `profile <sc>`, for Analysis.starts; a file that has none (raw data written
     before it was recorded) or cannot be read is left out, so the report of such data has no
     Server starts section and stays as it was."""
     out: dict[str, StartRecord] = {}
@@ -221,7 +222,7 @@ def _skipped_section(skipped: list[dict[str, str]]) -> list[str]:
     return lines
 
 
-def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list[str]) -> str:
+def render_report(g: Groups, result: Analysis, layout: str, figures: list[str]) -> str:
     """report.md: one function per section, in the order the report reads."""
     lines = [
         "# servelab analysis",
@@ -229,29 +230,29 @@ def render_report(g: Groups, results: dict[str, Any], layout: str, figures: list
         f"Source layout: {layout}. Every number below is computed from the raw requests.",
         "",
     ]
-    lines += _host_section(results.get("host") or {}, results.get("hosts_differ"))
-    lines += _starts_section(results.get("starts") or {})
-    lines += _skipped_section(results.get("skipped") or [])
+    lines += _host_section(dict(result.host), result.hosts_differ)
+    lines += _starts_section(result.starts or {})
+    lines += _skipped_section(result.skipped or [])
     lines += _validity_section(g)
     lines += replay_section(g)
     lines += _throughput_section(g)
-    lines += turns_section(results.get("turns") or {}, g.axis)
+    lines += turns_section(result.turns or {}, g.axis)
     if any("utilization_pct" in p.metrics for pts in g.by.values() for p in pts.values()):
         lines += _telemetry_section(g)
-    lines += _paired_section(g, results["paired"])
-    lines += _knee_section(results["knee"], g.axis)
-    lines += _dominance_section(results["dominance"], g.axis)
-    lines += _slo_section(results.get("slo"), g.axis)
-    lines += _search_section(results.get("search") or {})
-    lines += _diagnoses_section(results["diagnoses"], g.axis)
-    lines += _claims_section(results["claims"])
+    lines += _paired_section(g, result.paired)
+    lines += _knee_section(result.knee, g.axis)
+    lines += _dominance_section(result.dominance, g.axis)
+    lines += _slo_section(result.slo, g.axis)
+    lines += _search_section(result.search or {})
+    lines += _diagnoses_section(result.diagnoses, g.axis)
+    lines += _claims_section(result.claims)
     names = {c: g.level_name(c) for (_, c) in g.by}
-    lines += runtimes_section(results.get("runtimes"), names)
-    lines += same_host_section(results.get("same_host"), names)
-    if results.get("confirmation") is not None:
-        lines += confirmation_section(results["confirmation"])
-    if results.get("rounds") is not None:
-        lines += ["", *rounds_section(results["rounds"])]
+    lines += runtimes_section(result.runtimes, names)
+    lines += same_host_section(result.same_host, names)
+    if result.confirmation is not None:
+        lines += confirmation_section(result.confirmation)
+    if result.rounds is not None:
+        lines += ["", *rounds_section(result.rounds)]
     lines += _figures_section(figures)
     return "\n".join(lines) + "\n"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, TypedDict
 
 from servelab.analysis.claims import ClaimVerdict, Findings, evaluate_claims
 from servelab.analysis.confirmation import confirmation
@@ -24,6 +24,7 @@ from servelab.analysis.groups import (
 )
 from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
 from servelab.analysis.markdown import server_starts
+from servelab.analysis.result import Analysis
 from servelab.analysis.rounds import RoundsRecord, sequential_claims
 from servelab.analysis.runtimes import runtimes_compared
 from servelab.analysis.samehost import same_host
@@ -41,13 +42,6 @@ from servelab.render import write_csv
 from servelab.store.jsonio import write_json
 from servelab.store.paths import (
     ANALYSIS_REPORT,
-    ANALYSIS_TABLES,
-    CONFIRMATION_TABLE,
-    ROUNDS_TABLE,
-    SAME_HOST_TABLE,
-    SLO_TABLE,
-    TURNS_TABLE,
-    VALIDITY_TABLE,
     ExperimentPaths,
     search_figure_name,
 )
@@ -108,53 +102,61 @@ def analyze(
     name: str | None = None,
     figures: bool = True,
     skip_damaged: bool = False,
-) -> dict[str, Any]:
+) -> Analysis:
     """Every table, verdict and figure of the points under `root` into `out`; `analysis`:
     the experiment's analysis section (the schema's defaults when None). The raw data is
     read, and checked, before anything is written: damaged raw data raises and leaves `out`
-    as it was. With `skip_damaged`, damaged points are left out and listed in
-    `results["skipped"]` and the report. Server configs measured on more than one node are
-    named in `results["hosts_differ"]` (config -> hostname) and the report's Host section."""
+    as it was. With `skip_damaged`, damaged points are left out and listed in the result's
+    `skipped` and the report. Server configs measured on more than one node are named in its
+    `hosts_differ` (config -> hostname) and the report's Host section."""
     opts = analysis or default_section(AnalysisSection, "analysis")
     ds = load_dataset(root, name, opts.validity, skip_damaged=skip_damaged)
     g = Groups(ds)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {
-        "points": points_table(ds),
-        "summary": summary_table(g),
-        "paired": paired_table(g, opts),
-        "knee": knee(g, opts),
-        "dominance": dominance(g),
-        "slo": slo_capacity(g, opts),
-        "validity": validity_json(g.point_flags(), opts.validity, g.point_records()),
-        # a server servelab did not launch: what it said of itself (endpoint.report_facts)
-        "host": {"hosts": ds.hosts, "runtime_isa": ds.runtime_isa, **report_facts(ds.capacity)},
-    }
+    validity = validity_json(g.point_flags(), opts.validity, g.point_records())
     if ds.canaries:  # only where the sweep recorded the host-speed canary
-        results["validity"]["host_speed"] = host_speed_json(ds.canaries)
+        validity["host_speed"] = host_speed_json(ds.canaries)
     searches = searches_of(ds)
-    results.update(_notes(ds, root, searches))
-    results["diagnoses"] = diagnoses(g, ds, results["knee"], results["dominance"], opts)
-    results.update(_claims(g, ds, opts, results))
-    runtimes = runtimes_compared(g, ds, opts)
-    if runtimes is not None:  # configurations on their own runtimes (another vLLM release)
-        results["runtimes"] = runtimes
-    if opts.compare:  # pairs compared on this host in three words (a rerun)
-        results["same_host"] = same_host(ds, opts.compare, opts.margin_pct, opts.alpha)
-    if opts.confirms is not None:  # a confirmation experiment: a verdict per proposal
-        results["confirmation"] = confirmation(g, results["claims"], opts.confirms)
-    _write_tables(out, ds, results)
-    fig_names = _figures(g, ds, results["dominance"], out, searches) if figures else []
+    notes = _notes(ds, root, searches)
+    knees, dominated = knee(g, opts), dominance(g)
+    diagnosed = diagnoses(g, ds, knees, dominated, opts)
+    found = Findings(knees, dominated, diagnosed, notes.get("search", {}))
+    claims, rounds = _claims(g, ds, opts, found)
+    result = Analysis(
+        points=points_table(ds),
+        summary=summary_table(g),
+        paired=paired_table(g, opts),
+        knee=knees,
+        dominance=dominated,
+        validity=validity,
+        # a server servelab did not launch: what it said of itself (endpoint.report_facts)
+        host={"hosts": ds.hosts, "runtime_isa": ds.runtime_isa, **report_facts(ds.capacity)},
+        diagnoses=diagnosed,
+        claims=claims,
+        slo=slo_capacity(g, opts),
+        rounds=rounds,
+        # configurations on their own runtimes (another vLLM release)
+        runtimes=runtimes_compared(g, ds, opts),
+        # pairs compared on this host in three words (a rerun)
+        same_host=same_host(ds, opts.compare, opts.margin_pct, opts.alpha)
+        if opts.compare
+        else None,
+        # a confirmation experiment: a verdict per proposal
+        confirmation=confirmation(g, claims, opts.confirms) if opts.confirms is not None else None,
+        **notes,
+    )
+    _write_tables(out, ds, result)
+    fig_names = _figures(g, ds, dominated, out, searches) if figures else []
     from servelab.analysis.markdown import render_report
 
     (out / ANALYSIS_REPORT).write_text(
-        render_report(g, results, ds.layout, fig_names), encoding="utf-8"
+        render_report(g, result, ds.layout, fig_names), encoding="utf-8"
     )
-    return results
+    return result
 
 
 class Notes(TypedDict, total=False):
-    """The results' entries present only where they apply (`_notes`): the damaged data
+    """The analysis's entries present only where they apply (`_notes`): the damaged data
     skipped, the hosts of configs measured on several nodes, the searches, the sweeps' server
     starts, the chat points' turns."""
 
@@ -165,15 +167,8 @@ class Notes(TypedDict, total=False):
     turns: dict[str, list[dict[str, Any]]]
 
 
-class ClaimsPart(TypedDict):
-    """The claims' verdicts and, for a sequential sweep, its looks (`_claims`)."""
-
-    claims: list[ClaimVerdict]
-    rounds: NotRequired[RoundsRecord]
-
-
 def _notes(ds: Dataset, root: Path, searches: dict[str, SearchResult]) -> Notes:
-    """The results' entries present only where they apply, so that the outputs of data that
+    """The analysis's entries present only where they apply, so that the outputs of data that
     has none stay byte for byte: the damaged data skipped, the hosts of configs measured on
     several nodes, the sweeps' server starts."""
     notes: Notes = {}
@@ -207,47 +202,36 @@ def _notes(ds: Dataset, root: Path, searches: dict[str, SearchResult]) -> Notes:
     return notes
 
 
-def _claims(g: Groups, ds: Dataset, opts: AnalysisSection, results: dict[str, Any]) -> ClaimsPart:
-    """The claims' verdicts (`claims`) and, for a sequential sweep, its looks (`rounds`)."""
+def _claims(
+    g: Groups, ds: Dataset, opts: AnalysisSection, found: Findings
+) -> tuple[list[ClaimVerdict], RoundsRecord | None]:
+    """The claims' verdicts and, for a sequential sweep, its looks (None otherwise)."""
     if ds.sequential is not None:
         # a sequential sweep: its claims as its stopping rule decided them, look by look
         rule = StoppingRule.from_json(ds.sequential["rule"])
-        claims, rounds = sequential_claims(ds, opts, rule, ds.sequential.get("stopped"))
-        return {"claims": claims, "rounds": rounds}
-    found = Findings(
-        results["knee"], results["dominance"], results["diagnoses"], results.get("search", {})
-    )
-    return {"claims": evaluate_claims(g, opts, found, ds.nodes)}
+        return sequential_claims(ds, opts, rule, ds.sequential.get("stopped"))
+    return evaluate_claims(g, opts, found, ds.nodes), None
 
 
-def _write_tables(out: Path, ds: Dataset, results: dict[str, Any]) -> None:
+def _write_tables(out: Path, ds: Dataset, result: Analysis) -> None:
     """The tables and verdicts of ANALYSIS_TABLES, validity.json, and slo.json, rounds.json,
-    turns.json and confirmation.json where they apply (an earlier one removed where they do not)."""
+    turns.json, confirmation.json and same_host.json where they apply (an earlier one removed
+    where they do not)."""
     blocks = [p.extra["telemetry"] for p in ds.points if "telemetry" in p.extra]
     axis = axis_of(ds)
     columns = {
-        "points": [*with_axis(POINTS_COLUMNS, axis), *telemetry_table_columns(blocks)],
-        "summary": with_axis(SUMMARY_COLUMNS, axis),
-        "paired": PAIRED_COLUMNS,
-        "dominance": with_axis(DOMINANCE_COLUMNS, axis),
+        "points.csv": [*with_axis(POINTS_COLUMNS, axis), *telemetry_table_columns(blocks)],
+        "summary.csv": with_axis(SUMMARY_COLUMNS, axis),
+        "paired.csv": PAIRED_COLUMNS,
+        "dominance.csv": with_axis(DOMINANCE_COLUMNS, axis),
     }
-    for table in ANALYSIS_TABLES:  # points.csv, knee.json, ...: the results of that name
-        key, suffix = table.rsplit(".", 1)
-        if suffix == "csv":
-            write_csv(out / table, columns[key], results[key])
-        else:
-            write_json(out / table, results[key])
-    write_json(out / VALIDITY_TABLE, results["validity"])
-    only_where = (
-        (SLO_TABLE, "slo"),
-        (ROUNDS_TABLE, "rounds"),
-        (TURNS_TABLE, "turns"),
-        (CONFIRMATION_TABLE, "confirmation"),
-        (SAME_HOST_TABLE, "same_host"),
-    )
-    for table, key in only_where:  # only where they apply
-        if results.get(key) is not None:
-            write_json(out / table, results[key])
+    for table, rows in result.csv_tables().items():
+        write_csv(out / table, columns[table], rows)
+    for table, doc in result.json_tables().items():
+        write_json(out / table, doc)
+    for table, only in result.only_where().items():  # only where they apply
+        if only is not None:
+            write_json(out / table, only)
         elif (out / table).exists():
             (out / table).unlink()
 

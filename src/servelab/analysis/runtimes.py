@@ -22,7 +22,7 @@ of the two runtimes (pseudo-replication), so every row is UNKNOWN with that reas
 config validation refuses such an experiment: env.config_runtime). A run on one runtime has
 no comparison.
 
-runtimes.json format 2 (results["runtimes"]): format 1's keys keep their names; `answer` is
+runtimes.json format 2 (Analysis.runtimes): format 1's keys keep their names; `answer` is
 the word ("SAME", "DIFFERENT (slower)", "UNKNOWN"), `ratio`, `ci_low` and `ci_high` are B / A
 with the family interval; the words' own fields (`word`, `direction`, `speed`, `low`, `high`,
 `rounds_needed`, `why`) and the family's (`method`, `margin_pct`, `decisions`, `looks`,

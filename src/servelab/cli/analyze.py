@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from servelab.analysis.result import Analysis
 
 
 def add_parser(sub: Any) -> None:
@@ -50,16 +53,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_results(args: argparse.Namespace, results: dict[str, Any]) -> None:
+def _print_results(args: argparse.Namespace, results: Analysis) -> None:
     """The counts, then one line per skipped file, diagnosis (and its proposal) and claim."""
     from servelab.analysis.diagnoses import diagnosis_line
     from servelab.analysis.proposals import proposal_line
 
     print(
-        f"{args.out}: {len(results['points'])} points, {len(results['diagnoses'])} diagnoses, "
-        f"{len(results['claims'])} claims"
+        f"{args.out}: {len(results.points)} points, {len(results.diagnoses)} diagnoses, "
+        f"{len(results.claims)} claims"
     )
-    skipped = results.get("skipped") or []
+    skipped = results.skipped or []
     if skipped:
         print(
             f"  skipped {len(skipped)} damaged point(s) or file(s) (listed in report.md; "
@@ -67,10 +70,10 @@ def _print_results(args: argparse.Namespace, results: dict[str, Any]) -> None:
         )
     for sk in skipped:
         print(f"  skipped {sk.get('point') or sk['file']}: {sk['reason']}")
-    for d in results["diagnoses"]:
+    for d in results.diagnoses:
         print(f"  {diagnosis_line(d)}")
         line = proposal_line(d)
         if line is not None:
             print(f"    {line}")
-    for c in results["claims"]:
+    for c in results.claims:
         print(f"  claim {c['verdict']}: {c['claim']}")
