@@ -40,9 +40,10 @@ def first_output_chunk(
     if not empty_chunks:
         return 0 if n_chunks else None
     skip = set(empty_chunks)
-    known = chunk_tokens is not None and len(chunk_tokens) == n_chunks
+    # the tokens per chunk, where there is a count for each chunk
+    tokens = chunk_tokens if chunk_tokens is not None and len(chunk_tokens) == n_chunks else None
     for i in range(n_chunks):
-        if i not in skip or (known and chunk_tokens[i] > 0):  # type: ignore[index]
+        if i not in skip or (tokens is not None and tokens[i] > 0):
             return i
     return None
 

@@ -110,6 +110,7 @@ def figure_style(**overrides: Any) -> Iterator[None]:
     import matplotlib
 
     rc: dict[str, object] = {**FIGURE_RC, **overrides}
+    # matplotlib's stubs take only its literal rc names as keys; it checks the names when set
     with matplotlib.rc_context(rc):  # type: ignore[arg-type]
         yield
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NotRequired, TypedDict, cast
+from typing import Any, Literal, NotRequired, TypedDict, cast, overload
 
 from servelab.analysis.dataset import Point
 from servelab.analysis.diagnosis_records import Diagnosis, level_of
@@ -200,9 +200,21 @@ def cross_node(
     return hosts, f"{NOT_COMPARABLE}: measured on different hosts: {names}, which differ in: {why}"
 
 
+@overload
+def _selector(
+    text: str, claim: str, g: Groups, need_c: Literal[True] = ...
+) -> tuple[str, LevelValue]: ...
+
+
+@overload
+def _selector(text: str, claim: str, g: Groups, need_c: bool) -> tuple[str, LevelValue | None]: ...
+
+
 def _selector(
     text: str, claim: str, g: Groups, need_c: bool = True
 ) -> tuple[str, LevelValue | None]:
+    """A claim's point selector: its config and level; the level is None only where it is
+    not needed (`need_c` false) and not given."""
     parts = dict(p.split("=", 1) for p in (x.strip() for x in text.split(",")) if "=" in p)
     level_key = "rate" if g.open_loop else "c"
     keys = set(parts) - {level_key, "config"}
@@ -314,10 +326,10 @@ def _comparison(
         )
     sa, ca = _selector(sel_a, claim, g)
     sb, cb = _selector(sel_b, claim, g)
-    lost = _claim_left_out(g, [(sa, ca), (sb, cb)], [metric_a])  # type: ignore[list-item]
+    lost = _claim_left_out(g, [(sa, ca), (sb, cb)], [metric_a])
     if lost:
         return _invalid_claim(claim, lost)
-    va, vb = g.pair(sa, ca, sb, cb, metric_a)  # type: ignore[arg-type]
+    va, vb = g.pair(sa, ca, sb, cb, metric_a)
     k = float(factor) if factor else 1.0
     kb = [k * x for x in vb]
     threshold = 0.0 if factor else analysis.threshold_pct
@@ -390,7 +402,6 @@ def _bound(
             f"analysis.claims: {claim!r}: bound one metric of {', '.join(SUMMARY_METRICS)}"
         )
     sc, level = _selector(sel, claim, g)
-    assert level is not None
     lost = _claim_left_out(g, [(sc, level)], [metric])
     if lost:
         return _invalid_claim(claim, lost)

@@ -369,8 +369,10 @@ def vllm_bench_files(root: Path) -> list[BenchFile]:
     """Every benchmark.json of a vllm-bench tree, by repeat, then folder name; a tree that holds
     both concurrency_<CCC> and rate_<R> folders is a one-line error (one sweep per root)."""
     files, axes = [], set()
-    for rep_dir in sorted(d for d in root.glob("rep_*") if d.is_dir() and VLLM_REP.match(d.name)):
-        rep = int(VLLM_REP.match(rep_dir.name).group(1))  # type: ignore[union-attr]
+    # the repeat folders, each with its name's match of VLLM_REP
+    reps = {d: rm for d in root.glob("rep_*") if d.is_dir() and (rm := VLLM_REP.match(d.name))}
+    for rep_dir in sorted(reps):
+        rep = int(reps[rep_dir].group(1))
         for d in sorted(rep_dir.iterdir()):
             for axis, pattern in (("concurrency", VLLM_CONC), ("rate", VLLM_RATE)):
                 m = pattern.match(d.name)

@@ -80,12 +80,12 @@ def _next(ev: KneeEvidence, axis: str, level: LevelValue) -> KneeEvidence:
 
 @dataclass(frozen=True)
 class _Curve:
-    """One configuration's throughput curve: its levels with throughput, their means and
-    their p99 TTFT means."""
+    """One configuration's throughput curve: its levels with throughput, their throughput
+    means and the p99 TTFT means of every level."""
 
     sc: str
     usable: list[LevelValue]
-    means: dict[LevelValue, float | None]
+    means: dict[LevelValue, float]
     p99: dict[LevelValue, float | None]
 
 
@@ -93,11 +93,13 @@ def knee(g: Groups, analysis: AnalysisSection) -> list[Knee]:
     out: list[Knee] = []
     for sc in g.configs:
         lv = g.levels(sc)
-        means = {c: g.mean(sc, c, "output_throughput") for c in lv}
+        all_means = {c: g.mean(sc, c, "output_throughput") for c in lv}
         p99 = {c: g.mean(sc, c, "p99_ttft_ms") for c in lv}
         axis = g.axis
         word = "request rate" if g.open_loop else "concurrency"
-        usable = [c for c in lv if means[c] is not None]
+        # the levels with a throughput mean, in level order
+        means = {c: m for c, m in all_means.items() if m is not None}
+        usable = list(means)
         entry: Knee = {
             "server_config": sc,
             "reason": "",
@@ -141,7 +143,7 @@ def _peak(g: Groups, curve: _Curve, entry: Knee, analysis: AnalysisSection) -> b
     ev: KneeEvidence = {"peak_throughput": means[best]}
     entry["evidence"] = _next(ev, axis, nxt)
     ev["next_throughput"] = means[nxt]
-    ev["change_pct"] = 100.0 * (means[nxt] / means[best] - 1)  # type: ignore[operator]
+    ev["change_pct"] = 100.0 * (means[nxt] / means[best] - 1)
     ev["repeats_falling"] = f"{len(va)}/{len(va)}"
     return True
 
@@ -153,9 +155,10 @@ def _plateau(g: Groups, curve: _Curve, entry: Knee, analysis: AnalysisSection) -
     word = "request rate" if g.open_loop else "concurrency"
     for i, lo in enumerate(usable[:-1]):
         hi = usable[i + 1]
-        later_best = max(means[c] for c in usable[i + 1 :])  # type: ignore[type-var]
-        gain = 100.0 * (later_best / means[lo] - 1) if means[lo] else math.inf  # type: ignore[operator]
-        grows = p99[hi] is not None and p99[lo] is not None and p99[hi] > p99[lo]  # type: ignore[operator]
+        later_best = max(means[c] for c in usable[i + 1 :])
+        gain = 100.0 * (later_best / means[lo] - 1) if means[lo] else math.inf
+        p99_lo, p99_hi = p99[lo], p99[hi]
+        grows = p99_hi is not None and p99_lo is not None and p99_hi > p99_lo
         if gain < analysis.plateau_pct and grows:
             _at(entry, axis, lo)
             entry["reason"] = (
@@ -165,8 +168,8 @@ def _plateau(g: Groups, curve: _Curve, entry: Knee, analysis: AnalysisSection) -
             )
             ev: KneeEvidence = {"throughput": means[lo], "best_later_gain_pct": gain}
             entry["evidence"] = _next(ev, axis, hi)
-            ev["p99_ttft_ms"] = p99[lo]
-            ev["next_p99_ttft_ms"] = p99[hi]
+            ev["p99_ttft_ms"] = p99_lo
+            ev["next_p99_ttft_ms"] = p99_hi
             return
     entry["reason"] = (
         f"no knee: throughput still rises up to the highest {word} measured ({usable[-1]})"
@@ -176,20 +179,31 @@ def _plateau(g: Groups, curve: _Curve, entry: Knee, analysis: AnalysisSection) -
 def dominance(g: Groups) -> list[dict[str, Any]]:
     rows = []
     for sc in g.configs:
-        lv = g.levels(sc)
-        vals = {c: {m: g.mean(sc, c, m) for m, _ in DOMINANCE} for c in lv}
-        for c in lv:
-            for d in lv:
-                if c == d or any(v is None for v in (*vals[c].values(), *vals[d].values())):
+        # the levels with a mean of every DOMINANCE metric, in level order
+        vals = {c: ms for c in g.levels(sc) if (ms := _dominance_means(g, sc, c)) is not None}
+        for c in vals:
+            for d in vals:
+                if c == d:
                     continue
-                better_eq = all(sign * (vals[d][m] - vals[c][m]) >= 0 for m, sign in DOMINANCE)  # type: ignore[operator]
-                strictly = any(sign * (vals[d][m] - vals[c][m]) > 0 for m, sign in DOMINANCE)  # type: ignore[operator]
+                better_eq = all(sign * (vals[d][m] - vals[c][m]) >= 0 for m, sign in DOMINANCE)
+                strictly = any(sign * (vals[d][m] - vals[c][m]) > 0 for m, sign in DOMINANCE)
                 if better_eq and strictly:
                     row: dict[str, Any] = {"server_config": sc, g.axis: c, "dominated_by": d}
                     for m, _ in DOMINANCE:
                         row[f"{m}_delta_pct"] = _pct(vals[c][m], vals[d][m])
                     rows.append(row)
     return rows
+
+
+def _dominance_means(g: Groups, sc: str, c: LevelValue) -> dict[str, float] | None:
+    """The level's mean of each DOMINANCE metric, by metric; None when one has no mean."""
+    out: dict[str, float] = {}
+    for m, _ in DOMINANCE:
+        v = g.mean(sc, c, m)
+        if v is None:
+            return None
+        out[m] = v
+    return out
 
 
 def _pct(x: float | None, ref: float | None) -> float | None:

@@ -17,8 +17,9 @@ from servelab.analysis.search import SearchResult  # noqa: E402
 from servelab.render import figure_style, save_figure  # noqa: E402
 
 SEARCH_FIGURE = "search_path"
-_MET = {"marker": "o", "color": "C2", "label": "meets the SLO"}
-_FAILED = {"marker": "X", "color": "C3", "label": "fails the SLO"}
+# how the steps that met the SLO and those that failed it are drawn: (marker, color, label)
+_MET = ("o", "C2", "meets the SLO")
+_FAILED = ("X", "C3", "fails the SLO")
 
 
 def search_path(result: SearchResult) -> Figure:
@@ -31,10 +32,10 @@ def search_path(result: SearchResult) -> Figure:
     orders = [s.order for s in steps]
     rates = [s.rate for s in steps]
     ax.plot(orders, rates, color="0.6", linewidth=1, zorder=2)
-    for style, meets in ((_MET, True), (_FAILED, False)):
+    for (marker, color, label), meets in ((_MET, True), (_FAILED, False)):
         xs = [s.order for s in steps if s.meets is meets]
         ys = [s.rate for s in steps if s.meets is meets]
-        ax.scatter(xs, ys, s=40, zorder=4, **style)  # type: ignore[arg-type]
+        ax.scatter(xs, ys, s=40, zorder=4, marker=marker, color=color, label=label)
     for s in steps:
         ax.annotate(
             f"{s.rate:g}", (s.order, s.rate), textcoords="offset points", xytext=(5, 4), fontsize=7

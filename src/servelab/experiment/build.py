@@ -26,8 +26,10 @@ def _build(cls: type[_T], data: Any, where: str) -> _T:
     if not isinstance(data, Mapping):
         raise ServelabError(f"config {where or '(top level)'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
+    if not dataclasses.is_dataclass(cls):  # the error dataclasses.fields raises for it
+        raise TypeError("must be called with a dataclass type or instance")
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(cls):
         if f.name.startswith("_"):
             continue
         key = f"{where}.{f.name}" if where else f.name
@@ -54,8 +56,8 @@ def _value(hint: Any, value: Any, where: str) -> Any:
         return _value(inner[0], value, where) if len(inner) == 1 else value
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)  # the schema's "number": 2 and 2.0 are the same setting
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value, where)  # type: ignore[arg-type]
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
     if origin is tuple:
         item = typing.get_args(hint)[0]
         return tuple(_value(item, v, f"{where}[{i}]") for i, v in enumerate(value))

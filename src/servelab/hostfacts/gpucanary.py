@@ -139,7 +139,9 @@ except Exception as exc:
 )
 
 
-class GpuWorkJson(TypedDict):
+class GpuParamsJson(TypedDict):
+    """The GPU canary's work parameters (GpuWork.params)."""
+
     matmul_n: int
     dtype: str
     matmul_iters: int
@@ -148,6 +150,11 @@ class GpuWorkJson(TypedDict):
     repeats: int
     seed: int
     warmup_s: NotRequired[float]  # absent: one untimed pass of each (canaries before WARMUP_S)
+
+
+class GpuWorkJson(GpuParamsJson):
+    """The work parameters and their hash (GpuWork.id)."""
+
     id: str
 
 
@@ -210,13 +217,21 @@ class GpuWork:
         text = json.dumps(self.params(), sort_keys=True)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
-    def params(self) -> dict[str, int | str | float]:
+    def params(self) -> GpuParamsJson:
         """The work's parameters by name, in GPU_CANARY_SCRIPT's argument order; without
         warmup_s when it is 0, so that a canary recorded before the warm-up was timed keeps
         its id."""
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        if not self.warmup_s:
-            del out["warmup_s"]
+        out: GpuParamsJson = {
+            "matmul_n": self.matmul_n,
+            "dtype": self.dtype,
+            "matmul_iters": self.matmul_iters,
+            "copy_mib": self.copy_mib,
+            "copies": self.copies,
+            "repeats": self.repeats,
+            "seed": self.seed,
+        }
+        if self.warmup_s:
+            out["warmup_s"] = self.warmup_s
         return out
 
     def args(self) -> list[str]:
@@ -234,7 +249,7 @@ class GpuWork:
         return 2.0 * self.copy_mib * 1024 * 1024 * self.copies / 1e9
 
     def to_json(self) -> GpuWorkJson:
-        return {**self.params(), "id": self.id}  # type: ignore[typeddict-item]
+        return {**self.params(), "id": self.id}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> GpuWork:

@@ -84,7 +84,15 @@ def keep_incomplete(partial: Path) -> Path:
     return dest
 
 
-def _write_point(pdir: Path, run: PointRun, info: Mapping[str, object]) -> Mapping[str, object]:
+def _write_point(
+    pdir: Path,
+    run: PointRun,
+    info: Mapping[str, object],
+    slices: Sequence[Sequence[int]] | None = None,
+) -> Mapping[str, object]:
+    """Write a point's point.json (`info`, then its run's times and metrics) and requests into
+    `pdir`; `slices`: the windows of a point sent in slices, which its duration and concurrency
+    are measured over (info's `slices`)."""
     # more than one client process (workload.client_workers): what each sent and how busy it
     # was; a point sent from the sweep's own process records none
     workers = {"client_workers": run.workers} if len(run.workers) > 1 else {}
@@ -95,7 +103,7 @@ def _write_point(pdir: Path, run: PointRun, info: Mapping[str, object]) -> Mappi
             "finished_epoch_ns": run.finished_epoch_ns,
             "client_cpu_s": round(run.client_cpu_s, 6),
             **workers,
-            **point_metrics(run.records, info.get("slices")),  # type: ignore[arg-type]
+            **point_metrics(run.records, slices),
         }
     )
     write_jsonl_gz(pdir / REQUESTS_FILE, (r.to_json() for r in run.records))
@@ -344,6 +352,11 @@ class OpenPoint:
     def _info(self, status: dict[str, object]) -> dict[str, object]:
         return {**self.info, **({"slices": self.slices} if self.slices else {}), **status}
 
+    def _write(self, status: dict[str, object]) -> Mapping[str, object]:
+        """Write the point into its partial folder with `status` (point.json and its
+        requests)."""
+        return _write_point(self.partial, self.run, self._info(status), self.slices or None)
+
     def _telemetry(self) -> None:
         run = self.run
         self.info["telemetry"] = self.tel.finish(
@@ -355,7 +368,7 @@ class OpenPoint:
         self.partial.mkdir(parents=True, exist_ok=True)
         self._telemetry()
         error = f"interrupted: {type(exc).__name__} {exc}".strip()
-        _write_point(self.partial, self.run, self._info({"status": "incomplete", "error": error}))
+        self._write({"status": "incomplete", "error": error})
         kept = keep_incomplete(self.partial)
         self.job.say(
             f"[{self.job.sc}] point rep{self.slot.repeat:02d} {self.slot.name()} interrupted; "
@@ -371,7 +384,7 @@ class OpenPoint:
         if not server.alive_after(run.records):
             gone = server.gone_text()
             error = f"server {gone} during the point"
-            _write_point(self.partial, run, self._info({"status": "incomplete", "error": error}))
+            self._write({"status": "incomplete", "error": error})
             kept = keep_incomplete(self.partial)
             raise ServelabError(
                 f"[{sc}] the server {gone} during point rep{slot.repeat:02d} "
@@ -379,7 +392,7 @@ class OpenPoint:
                 f"points stay in {job.paths.raw_config(sc)}; rerun to measure the rest. Last "
                 f"lines of {server.log_path}:\n{server.log_tail()}"
             )
-        point = _write_point(self.partial, run, self._info({"status": "complete"}))
+        point = self._write({"status": "complete"})
         os.replace(self.partial, self.final)  # final cannot exist: only missing points are measured
         sliced = f", {len(self.slices)} slices" if self.slices else ""
         job.say(

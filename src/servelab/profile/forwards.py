@@ -215,26 +215,28 @@ def find_steady(pops: Sequence[int | None], band: float) -> tuple[int, int] | No
     top = max(known)
     start = next(i for i, p in enumerate(pops) if p is not None and p * (1 + band) >= top)
     best: tuple[int, float, int, int] | None = None  # (length, mean, -first, last)
+    # an unknown population as 0: it breaks the run, so the window [lo, hi] never holds one
+    vals = [0 if p is None else p for p in pops]
     lo = start
     maxq: deque[int] = deque()
     minq: deque[int] = deque()
     total = 0
-    for hi in range(start, len(pops)):
-        p = pops[hi]
-        if p is None or p <= 0:
+    for hi in range(start, len(vals)):
+        p = vals[hi]
+        if p <= 0:
             lo, total = hi + 1, 0
             maxq.clear()
             minq.clear()
             continue
-        while maxq and pops[maxq[-1]] <= p:  # type: ignore[operator]
+        while maxq and vals[maxq[-1]] <= p:
             maxq.pop()
         maxq.append(hi)
-        while minq and pops[minq[-1]] >= p:  # type: ignore[operator]
+        while minq and vals[minq[-1]] >= p:
             minq.pop()
         minq.append(hi)
         total += p
-        while pops[maxq[0]] > (1 + band) * pops[minq[0]]:  # type: ignore[operator]
-            total -= pops[lo]  # type: ignore[operator]
+        while vals[maxq[0]] > (1 + band) * vals[minq[0]]:
+            total -= vals[lo]
             lo += 1
             if maxq[0] < lo:
                 maxq.popleft()

@@ -18,6 +18,7 @@ process asked for. These checks say whether it did:
 from __future__ import annotations
 
 import bisect
+from typing import NamedTuple
 
 from servelab.analysis.validity.facts import PointFacts, RequestFacts
 from servelab.analysis.validity.flags import (
@@ -34,8 +35,28 @@ NOT_OPEN = "not an open-loop point"
 SLIP_PCT = 90  # send_slip reads this percentile of the sends' slips (nearest rank)
 
 
-def _sent(requests: tuple[RequestFacts, ...]) -> list[RequestFacts]:
-    return [r for r in requests if r.scheduled_ns is not None and r.send_slip_us is not None]
+class _Send(NamedTuple):
+    """A request's open-loop times: its scheduled send (epoch ns), how late it was sent (µs)
+    and when it ended (epoch ns; None when it never started)."""
+
+    scheduled_ns: int
+    slip_us: int
+    end_ns: int | None
+
+    @property
+    def sent_ns(self) -> int:
+        """When it was actually sent (epoch ns)."""
+        return self.scheduled_ns + self.slip_us * 1000
+
+
+def _sent(requests: tuple[RequestFacts, ...]) -> list[_Send]:
+    """The open-loop times of the requests that have them (a scheduled send and its slip), in
+    order."""
+    return [
+        _Send(int(r.scheduled_ns), int(r.send_slip_us), r.end_ns)
+        for r in requests
+        if r.scheduled_ns is not None and r.send_slip_us is not None
+    ]
 
 
 def achieved_rate(sends_s: list[float]) -> float | None:
@@ -54,14 +75,11 @@ def held_by_cap(f: PointFacts) -> list[bool]:
     cap = (f.arrival or {}).get("max_in_flight")
     if not cap:
         return [False] * len(reqs)
-    sends = sorted(int(r.scheduled_ns) + int(r.send_slip_us) * 1000 for r in reqs)  # type: ignore[arg-type]
-    ends = sorted(
-        r.end_ns if r.end_ns is not None else int(r.scheduled_ns) + int(r.send_slip_us) * 1000  # type: ignore[arg-type]
-        for r in reqs
-    )
+    sends = sorted(r.sent_ns for r in reqs)
+    ends = sorted(r.end_ns if r.end_ns is not None else r.sent_ns for r in reqs)
     out = []
     for r in reqs:
-        due = int(r.scheduled_ns)  # type: ignore[arg-type]
+        due = r.scheduled_ns
         in_flight = bisect.bisect_right(sends, due) - bisect.bisect_right(ends, due)
         out.append(in_flight >= int(cap))
     return out
@@ -73,7 +91,7 @@ def check_arrival_rate(f: PointFacts, t: ValiditySection) -> Flag:
         return Flag("arrival_rate", NOT_CHECKED, None, limit, NOT_OPEN)
     reqs = _sent(f.requests)
     scheduled = (f.arrival or {}).get("scheduled_rate")
-    sends = sorted((int(r.scheduled_ns) + int(r.send_slip_us) * 1000) / 1e9 for r in reqs)  # type: ignore[arg-type]
+    sends = sorted(r.sent_ns / 1e9 for r in reqs)
     achieved = achieved_rate(sends)
     if not scheduled or achieved is None:
         why = "fewer than two requests sent at different times, or no schedule recorded"
@@ -94,7 +112,7 @@ def check_send_slip(f: PointFacts, t: ValiditySection) -> Flag:
         return Flag("send_slip", NOT_CHECKED, None, limit, NOT_OPEN)
     reqs = _sent(f.requests)
     held = held_by_cap(f)
-    slips = sorted(int(r.send_slip_us) / 1000.0 for r, h in zip(reqs, held, strict=True) if not h)  # type: ignore[arg-type]
+    slips = sorted(r.slip_us / 1000.0 for r, h in zip(reqs, held, strict=True) if not h)
     if not slips:
         why = "no send time recorded" if not reqs else "every request waited for the cap"
         return Flag("send_slip", NOT_CHECKED, None, limit, why)
