@@ -122,13 +122,13 @@ def test_two_configurations_of_one_run_name_what_their_servers_resolved_apart(
     """An A/B of two vLLM releases with the same arguments: the default one changed is named,
     with both values; the summary shows each server as it ran and what it did not do of what
     it was asked; a configuration without a record says so."""
-    from servelab.analysis.engine_diff import engine_text, pair_engine, resolved_lines
+    from servelab.analysis.engine_diff import engine_text, launches_of, pair_engine, resolved_lines
 
     old = {"max_num_seqs": 256, "max_num_batched_tokens": 2048, "block_size": 128}
     write_launch(tmp_path, "vllm-0.31", old, **{"max-num-seqs": 256})
     write_launch(tmp_path, "vllm-0.32", {**old, "max_num_batched_tokens": 4096, "max_num_seqs": 8},
                  **{"max-num-seqs": 256})  # fmt: skip
-    lines = pair_engine(tmp_path, "vllm-0.31", "vllm-0.32")
+    lines = pair_engine(launches_of(tmp_path), "vllm-0.31", "vllm-0.32")
     assert lines == [
         "max_num_batched_tokens 2048 -> 4096 (vLLM's own choice on each side: not pinned)",
         "max_num_seqs 256 -> 8 (both asked 256; vLLM resolved otherwise)",
@@ -142,6 +142,6 @@ def test_two_configurations_of_one_run_name_what_their_servers_resolved_apart(
     )
     write_launch(tmp_path, "old", None)
     assert "  old: effective configuration not recorded" in resolved_lines(tmp_path)
-    assert pair_engine(tmp_path, "old", "vllm-0.32") == [
+    assert pair_engine(launches_of(tmp_path), "old", "vllm-0.32") == [
         "old / vllm-0.32: effective configuration not recorded in old"
     ]

@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from servelab.analysis.markdown import _starts_section, server_starts
+from servelab.analysis.dataset import server_starts
+from servelab.analysis.markdown import _starts_section
 from servelab.launch.server import Server, ServerLaunch, StartWatch
 from servelab.launch.serverlog import PHASE_NAMES, start_line, start_phases
 

@@ -16,7 +16,6 @@ from servelab.analysis.turns import (
     CONVERSATION_COLUMNS,
     TURN_COLUMNS,
     TurnPoint,
-    read_turn_points,
     turn_tables,
     turns_of,
     turns_section,
@@ -187,26 +186,26 @@ def test_read_from_a_raw_tree(tmp_path: Path) -> None:
     servelab_point(exp, "sc", 1, 4, 100.0, 10.0)  # a point of plain prompts: no chat block
     servelab_point(exp, "sc", 2, 4, 100.0, 10.0)
     ds = load_dataset(exp)
-    points = read_turn_points(exp, ds)
+    points = ds.turn_points
     assert [(p.server_config, p.level, p.repeat, len(p.records)) for p in points] == [
         ("sc", 2, 1, 4), ("sc", 2, 2, 4)
     ]  # fmt: skip
     assert not any(p.left_out for p in points)
-    tables = turns_of(exp, ds)
+    tables = turns_of(ds)
     assert [(r["concurrency"], r["turn"], r["requests"]) for r in tables["turns"]] == [
         (2, 1, 4), (2, 2, 4)
     ]  # fmt: skip
     assert [r["mean_ttft_ms"] for r in tables["turns"]] == pytest.approx([15.0, 35.0])
     assert [r["concurrency"] for r in tables["conversations"]] == [2]
     # a pure function of the raw data: the same bytes again
-    assert dumps(turns_of(exp, load_dataset(exp))) == dumps(tables)
+    assert dumps(turns_of(load_dataset(exp))) == dumps(tables)
     json.loads(dumps(tables))
 
 
 def test_a_tree_without_chat_points_gives_nothing(tmp_path: Path) -> None:
     exp = tmp_path / "exp"
     servelab_point(exp, "sc", 1, 4, 100.0, 10.0)
-    assert turns_of(exp, load_dataset(exp)) == {}
+    assert turns_of(load_dataset(exp)) == {}
 
 
 def test_a_raw_point_validity_leaves_out_is_counted(tmp_path: Path) -> None:
@@ -221,7 +220,7 @@ def test_a_raw_point_validity_leaves_out_is_counted(tmp_path: Path) -> None:
     write_jsonl_gz(point / "requests.jsonl.gz", rows)
     ds = load_dataset(exp)
     assert not ds.points[0].valid
-    tables = turns_of(exp, ds)
+    tables = turns_of(ds)
     assert tables["turns"] == []
     (c,) = tables["conversations"]
     assert (c["repeats"], c["left_out"], c["conversations"]) == (0, 1, 0)

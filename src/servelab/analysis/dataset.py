@@ -13,11 +13,12 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
+from servelab.analysis.search import SearchResult, read_search
 from servelab.analysis.stopping import StoppingRule
 from servelab.analysis.validity import (
     FAILED,
@@ -38,16 +39,22 @@ from servelab.analysis.validity.flags import number_text
 from servelab.analysis.validity.openloop import achieved_rate
 from servelab.client import RequestRecord
 from servelab.config import default_section
-from servelab.design.level import RATE, Level
+from servelab.design.level import RATE, Level, LevelValue
 from servelab.errors import ServelabError
 from servelab.experiment import ValiditySection
 from servelab.hostfacts.canary import RunCanary, run_canaries
-from servelab.launch.serverlog import parse_capacity
+from servelab.launch.serverlog import StartRecord, parse_capacity
 from servelab.metrics import assemble, point_metrics, request_latencies
 from servelab.store.jsonio import read_json
 from servelab.store.paths import SERVER_LOG, ExperimentPaths
 from servelab.store.rawdata import DamagedRawData, RawPoint, Skipped, load_points
-from servelab.store.records import CapacityRecord, LaunchRecord, RunRecord, RuntimeRecord
+from servelab.store.records import (
+    CapacityRecord,
+    LaunchRecord,
+    RunRecord,
+    RuntimeRecord,
+    launch_files,
+)
 from servelab.telemetry.columns import telemetry_columns
 
 VLLM_REP = re.compile(r"^rep_(\d+)$")
@@ -85,8 +92,25 @@ class Point:
         return point_name(self.server_config, self.repeat, self.level.value, self.level.axis)
 
 
+@dataclass(frozen=True)
+class TurnPoint:
+    """One measured chat point's requests, as the per-turn tables (servelab.analysis.turns)
+    read them. `left_out`: a failed validity check leaves its TTFT out of the statistics; it
+    is then only counted."""
+
+    server_config: str
+    level: LevelValue
+    repeat: int
+    records: Sequence[RequestRecord]
+    left_out: bool = False
+
+
 @dataclass
 class Dataset:
+    """Everything the analysis reads of one run, read once (`load_dataset`): its points, and
+    the per-configuration records beside them. No other part of the analysis opens the run's
+    raw files (tests/test_analysis_reads.py)."""
+
     layout: str  # "servelab" | "vllm-bench"
     root: Path
     points: list[Point]
@@ -109,6 +133,14 @@ class Dataset:
     # the host-speed canary of each server config's sweep job (run.json `canary`); no entry
     # where the raw data has none (written before it was recorded)
     canaries: dict[str, RunCanary] = field(default_factory=dict)
+    # each configuration's launch.json (its latest launch); none in a vllm-bench tree
+    launches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # where each sweep's and profiling pass's latest server start went (`server_starts`)
+    starts: dict[str, StartRecord] = field(default_factory=dict)
+    # each configuration's SLO capacity search (raw/<sc>/search/search.json), where one ran
+    searches: dict[str, SearchResult] = field(default_factory=dict)
+    # the chat points (point.json `chat`), with their requests, for the per-turn tables
+    turn_points: list[TurnPoint] = field(default_factory=list)
 
     def configs(self) -> list[str]:
         return sorted({p.server_config for p in self.points})
@@ -184,6 +216,7 @@ def _point(
 
 def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -> Dataset:
     points = []
+    turns: list[TurnPoint] = []
     skipped: list[Skipped] = []
     # a re-measured point: the attempt the host checks leave (validity.json `record`); a
     # repeat measured again whole, one attempt throughout
@@ -195,7 +228,13 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
                 raise
             skipped.append(Skipped(raw.folder, exc))
             continue
-        points.append(_point(raw, recs, t, choice))
+        point = _point(raw, recs, t, choice)
+        points.append(point)
+        if "chat" in raw.meta:
+            left_out = bool(point.left_out("mean_ttft_ms"))
+            turns.append(
+                TurnPoint(point.server_config, raw.level.value, point.repeat, recs, left_out)
+            )
     if skipped and not points:
         raise ServelabError(
             f"{root}: all {len(skipped)} points are damaged, nothing left to analyse; "
@@ -212,7 +251,7 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
             # per configuration, not per point: its points stay; what needs the facts (the
             # --max-num-seqs and CUDA graph capture sizes the diagnoses weigh) reads "unknown"
             skipped.append(Skipped(cap, exc, f"the capacity facts of {cap.parent.name}"))
-    hosts, nodes = {}, {}
+    hosts, nodes, launches = {}, {}, {}
     for lj in paths.launch_files():
         try:
             launch = LaunchRecord.read(lj)
@@ -223,6 +262,7 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
             if not any(s.reason == str(exc) for s in skipped):
                 skipped.append(Skipped(lj, exc, f"the host facts of {lj.parent.name}"))
             continue
+        launches[lj.parent.name] = dict(launch.doc)
         facts, node = launch.cpu_facts, launch.node
         if facts is not None:
             hosts[lj.parent.name] = facts
@@ -244,7 +284,28 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
         _sequential(root, skipped if skip_damaged else None),
         # a damaged run.json is the sequential record's to report (_sequential)
         run_canaries(paths, skip_damaged=True),
+        launches,
+        server_starts(root),
+        {p.parent.parent.name: read_search(p) for p in paths.search_files()},
+        turns,
     )
+
+
+def server_starts(root: Path) -> dict[str, StartRecord]:
+    """The `start` record (serverlog.start_phases) of the latest launch of every sweep
+    (server/<sc>/launch.json) and profiling pass (profile/<sc>/capture.json) under `root`, keyed
+    `sweep <sc>` / `profile <sc>`; a file that has none (raw data written before it was
+    recorded) or cannot be read is left out, so the report of such data has no Server starts
+    section and stays as it was."""
+    out: dict[str, StartRecord] = {}
+    for kind, path, record in launch_files(ExperimentPaths(root)):
+        try:
+            start = record.read(path).get("start")
+        except ServelabError:
+            continue  # damaged: the raw-data checks name it
+        if isinstance(start, dict) and isinstance(start.get("phases"), list):
+            out[f"{kind} {path.parent.name}"] = cast(StartRecord, start)
+    return out
 
 
 def _sequential(root: Path, skipped: list[Skipped] | None) -> dict[str, Any] | None:

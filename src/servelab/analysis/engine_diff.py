@@ -48,15 +48,34 @@ def launched_configs(root: Path) -> list[str]:
     return sorted(f.parent.name for f in (root / "server").glob(f"*/{LaunchRecord.FILE}"))
 
 
-def engine_of(root: Path, sc: str) -> tuple[Settings | None, dict[str, Any]]:
-    """A configuration's resolved engine settings in a run or bundle (server/<sc>/launch.json),
-    None where none were recorded; and the server arguments it was launched with."""
-    record = LaunchRecord.read_if_present(root / "server" / sc / LaunchRecord.FILE)
-    if record is None:
+# each configuration's launch.json, by configuration (servelab.analysis.dataset.Dataset.launches
+# within an analysis, `launches_of` for a run or bundle read from another)
+Launches = Mapping[str, Mapping[str, Any]]
+
+
+def launches_of(root: Path) -> dict[str, dict[str, Any]]:
+    """The launch.json of each configuration a run or bundle launched (server/<sc>/), for the
+    comparisons of one run with another (a reproduction, the history, the summary)."""
+    out: dict[str, dict[str, Any]] = {}
+    for sc in launched_configs(root):
+        record = LaunchRecord.read_if_present(root / "server" / sc / LaunchRecord.FILE)
+        if record is not None:
+            out[sc] = dict(record.doc)
+    return out
+
+
+def engine_of(launches: Launches, sc: str) -> tuple[Settings | None, dict[str, Any]]:
+    """A configuration's resolved engine settings (its launch.json `engine`), None where none
+    were recorded; and the server arguments it was launched with."""
+    doc = launches.get(sc)
+    if doc is None:
         return None, {}
-    engine = record.doc.get("engine") or {}
+    engine = doc.get("engine") or {}
     settings = engine.get("settings") if isinstance(engine, dict) else None
-    return (settings if isinstance(settings, dict) else None), dict(record.args or {})
+    args = doc.get("args")
+    return (settings if isinstance(settings, dict) else None), dict(
+        args if isinstance(args, dict) else {}
+    )
 
 
 def _value(settings: Settings, name: str) -> Any:
@@ -91,8 +110,8 @@ def _row(label: str, setting: str, va: Any, vb: Any, args: tuple[Any, Any]) -> E
 
 
 def compare_engines(
-    a_root: Path,
-    b_root: Path,
+    a_launches: Launches,
+    b_launches: Launches,
     pairs: list[tuple[str, str]],
     names: tuple[str, str] = ("the reference", "the fresh run"),
 ) -> EngineDiff:
@@ -101,7 +120,7 @@ def compare_engines(
     blocking: list[str] = []
     missing: list[str] = []
     for sa, sb in pairs:
-        (ea, args_a), (eb, args_b) = engine_of(a_root, sa), engine_of(b_root, sb)
+        (ea, args_a), (eb, args_b) = engine_of(a_launches, sa), engine_of(b_launches, sb)
         label = sa if sa == sb else f"{sa} / {sb}"
         absent = [name for name, e in zip(names, (ea, eb), strict=True) if e is None]
         if absent:
@@ -119,12 +138,12 @@ def compare_engines(
     return {"rows": rows, "blocking": blocking, "not_recorded": missing}
 
 
-def pair_engine(root: Path, a: str, b: str) -> list[str]:
+def pair_engine(launches: Launches, a: str, b: str) -> list[str]:
     """What differs between two configurations of one run as their servers resolved them (an
     A/B of runtimes, a rerun's two sides), one text each ('max_num_seqs 256 -> 1024 (vLLM's
     own choice on each side: not pinned)'), and a side that recorded none; empty: none
     differs."""
-    diff = compare_engines(root, root, [(a, b)], names=(a, b))
+    diff = compare_engines(launches, launches, [(a, b)], names=(a, b))
     return [r["text"] for r in diff["rows"]] + diff["not_recorded"]
 
 
@@ -160,8 +179,9 @@ def resolved_lines(root: Path) -> list[str]:
     (its latest launch), the settings resolved otherwise than its arguments asked, and the
     configurations that recorded none."""
     lines = []
+    launches = launches_of(root)
     for sc in launched_configs(root):
-        settings, args = engine_of(root, sc)
+        settings, args = engine_of(launches, sc)
         if not settings:
             lines.append(f"  {sc}: {NOT_RECORDED}")
             continue

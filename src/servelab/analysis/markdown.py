@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from servelab.analysis.claims import ClaimVerdict
 from servelab.analysis.confirmation import confirmation_section
@@ -33,13 +32,11 @@ from servelab.analysis.validity import (
     counts,
 )
 from servelab.env.endpoint import report_line
-from servelab.errors import ServelabError
 from servelab.hostfacts import ISA_FLAGS
 from servelab.hostfacts.cpu import CpuInfo
 from servelab.launch.serverlog import PHASE_NAMES, StartRecord
 from servelab.render import md_table, num
-from servelab.store.paths import TELEMETRY_FIGURE, ExperimentPaths
-from servelab.store.records import launch_files
+from servelab.store.paths import TELEMETRY_FIGURE
 
 
 def _ms(x: float | None) -> str:
@@ -139,23 +136,6 @@ def _host_section(host: dict[str, Any], nodes: dict[str, str] | None = None) -> 
             + "."
         )
     return lines + [""]
-
-
-def server_starts(root: Path) -> dict[str, StartRecord]:
-    """The `start` record (serverlog.start_phases) of the latest launch of every sweep
-    (server/<sc>/launch.json) and profiling pass (profile/<sc>/capture.json) under `root`, keyed
-    `sweep <sc>` / `profile <sc>`, for Analysis.starts; a file that has none (raw data written
-    before it was recorded) or cannot be read is left out, so the report of such data has no
-    Server starts section and stays as it was."""
-    out: dict[str, StartRecord] = {}
-    for kind, path, record in launch_files(ExperimentPaths(root)):
-        try:
-            start = record.read(path).get("start")
-        except ServelabError:
-            continue  # damaged: the raw-data checks name it
-        if isinstance(start, dict) and isinstance(start.get("phases"), list):
-            out[f"{kind} {path.parent.name}"] = cast(StartRecord, start)
-    return out
 
 
 def _starts_section(starts: dict[str, StartRecord]) -> list[str]:

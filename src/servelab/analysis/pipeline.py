@@ -23,12 +23,11 @@ from servelab.analysis.groups import (
     with_axis,
 )
 from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
-from servelab.analysis.markdown import server_starts
 from servelab.analysis.result import Analysis
 from servelab.analysis.rounds import RoundsRecord, sequential_claims
 from servelab.analysis.runtimes import runtimes_compared
 from servelab.analysis.samehost import same_host
-from servelab.analysis.search import SearchResult, read_search
+from servelab.analysis.search import SearchResult
 from servelab.analysis.search_records import SearchJson
 from servelab.analysis.slo import slo_capacity
 from servelab.analysis.stopping import StoppingRule
@@ -42,7 +41,6 @@ from servelab.render import write_csv
 from servelab.store.jsonio import write_json
 from servelab.store.paths import (
     ANALYSIS_REPORT,
-    ExperimentPaths,
     search_figure_name,
 )
 from servelab.store.rawdata import relative
@@ -192,11 +190,11 @@ def _notes(ds: Dataset, root: Path, searches: dict[str, SearchResult]) -> Notes:
         # where each sweep's server start went; only the sweeps' launches, which the analysis
         # depends on (a profiling pass may not have run yet), and only when recorded: the
         # report of older raw data stays byte for byte
-        starts = {k: v for k, v in server_starts(root).items() if k.startswith("sweep ")}
+        starts = {k: v for k, v in ds.starts.items() if k.startswith("sweep ")}
         if starts:
             notes["starts"] = starts
         # multi-turn chat points: TTFT by turn and their conversations (turns.json)
-        turns = turns_of(root, ds)
+        turns = turns_of(ds)
         if turns:
             notes["turns"] = turns
     return notes
@@ -239,10 +237,7 @@ def _write_tables(out: Path, ds: Dataset, result: Analysis) -> None:
 def searches_of(ds: Dataset) -> dict[str, SearchResult]:
     """Each configuration's SLO capacity search (raw/<sc>/search/search.json), where one ran;
     none in a vllm-bench tree."""
-    if ds.layout != "servelab":
-        return {}
-    paths = ExperimentPaths(ds.root)
-    return {p.parent.parent.name: read_search(p) for p in paths.search_files()}
+    return ds.searches
 
 
 def _figures(

@@ -32,7 +32,6 @@ with the family interval; the words' own fields (`word`, `direction`, `speed`, `
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from servelab.analysis.dataset import Dataset
@@ -53,8 +52,6 @@ from servelab.analysis.samehost import (
 )
 from servelab.analysis.stats import paired
 from servelab.experiment import AnalysisSection, ComparePair
-from servelab.store.paths import ExperimentPaths
-from servelab.store.records import LaunchRecord
 
 FORMAT_VERSION = 2
 METHOD = f"{WORDS_METHOD}; p: the paired t-test at alpha, unadjusted, for information"
@@ -106,16 +103,13 @@ class RuntimesJson(TypedDict):
     pairs: list[PairJson]
 
 
-def runtime_ids(
-    root: Path, configs: list[str], capacity: Mapping[str, Mapping[str, Any]]
-) -> list[RuntimeIdJson]:
+def runtime_ids(ds: Dataset, configs: list[str]) -> list[RuntimeIdJson]:
     """Each configuration's runtime (from its launch.json) and vLLM release (its capacity
-    facts, as the dataset read them: none where capacity.json is missing or damaged)."""
-    paths = ExperimentPaths(root)
+    facts), as the dataset read them: none where the file is missing or damaged."""
     out: list[RuntimeIdJson] = []
     for sc in configs:
-        launch = LaunchRecord.read_if_present(paths.launch(sc))
-        facts = capacity.get(sc) or {}  # capacity.json (CapacityRecord.vllm_version's rule)
+        launch = ds.launches.get(sc)
+        facts = ds.capacity.get(sc) or {}  # capacity.json (CapacityRecord.vllm_version's rule)
         version = facts.get("version_endpoint") or facts.get("version")
         lock = launch.get("runtime_lock_sha256") if launch else None
         digest = launch.get("runtime_image_digest") if launch else None
@@ -180,7 +174,7 @@ def _row(g: Groups, a: str, b: str, r: RowJson, opts: AnalysisSection) -> Compar
 
 def runtimes_compared(g: Groups, ds: Dataset, opts: AnalysisSection) -> RuntimesJson | None:
     """The comparison of the run's runtimes (None: every configuration ran on one)."""
-    ids = runtime_ids(ds.root, list(g.configs), ds.capacity)
+    ids = runtime_ids(ds, list(g.configs))
     asked = runtime_pairs(ids)
     if not asked:
         return None
@@ -194,7 +188,7 @@ def runtimes_compared(g: Groups, ds: Dataset, opts: AnalysisSection) -> Runtimes
     for other, found in zip(others, words["pairs"], strict=True):
         a, b = found["a"], found["b"]
         rows = [_row(g, a, b, r, opts) for r in found["rows"]]
-        pairs.append({"a": ref, "b": other, "rows": rows, "engine": pair_engine(ds.root, a, b)})
+        pairs.append({"a": ref, "b": other, "rows": rows, "engine": pair_engine(ds.launches, a, b)})
     return {
         "format_version": FORMAT_VERSION,
         "axis": g.axis,

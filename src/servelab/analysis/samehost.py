@@ -192,7 +192,7 @@ def same_host(
         rows = [_row(g, a, b, c, m, ask) for c in levels for m in metrics]
         if not paired:
             rows = [_unpaired(r) for r in rows]
-        out.append({"a": a, "b": b, "rows": rows, "engine": pair_engine(ds.root, a, b)})
+        out.append({"a": a, "b": b, "rows": rows, "engine": pair_engine(ds.launches, a, b)})
     return {
         "format_version": FORMAT_VERSION,
         "axis": g.axis,

@@ -8,9 +8,9 @@ raw data without them gives nothing (`{}`), and the analysis writes no turns.jso
 
 - `turn_tables(points, axis)`: the rows, a pure function of the points' requests (in the order
   given, which the reader keeps in folder order: same raw data, same rows);
-- `read_turn_points(root, ds)`: those points from servelab's raw layout, as the analysis reads
-  them (only the points the dataset kept; a point whose TTFT a failed validity check leaves out
-  of the statistics is counted in `left_out` and contributes nothing else);
+- `turns_of(ds)`: the tables of the chat points the dataset read (Dataset.turn_points: only the
+  points it kept; a point whose TTFT a failed validity check leaves out of the statistics is
+  counted in `left_out` and contributes nothing else);
 - `turns_section(tables, axis)`: the report's "TTFT by turn" section.
 
 TTFT and TPOT are those of every table (servelab.metrics.request_latencies: TTFT at the first
@@ -21,19 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypedDict
 
 import numpy as np
 
-from servelab.analysis.dataset import Dataset
+from servelab.analysis.dataset import Dataset, TurnPoint
 from servelab.analysis.groups import axis_of
-from servelab.analysis.validity import use_attempts
 from servelab.client import RequestRecord
 from servelab.design.level import LevelValue
 from servelab.metrics import request_end_ns, request_latencies
 from servelab.render import md_table, num
-from servelab.store.rawdata import load_points
 
 # the columns of turns.json's two tables (the level's column named for the sweep's axis)
 TURN_COLUMNS = (
@@ -64,45 +61,12 @@ CONVERSATION_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class TurnPoint:
-    """One measured point's requests, as the per-turn tables read them. `left_out`: a failed
-    validity check leaves its TTFT out of the statistics; it is then only counted."""
-
-    server_config: str
-    level: LevelValue
-    repeat: int
-    records: Sequence[RequestRecord]
-    left_out: bool = False
-
-
-def read_turn_points(root: Path, ds: Dataset) -> list[TurnPoint]:
-    """The chat points of `ds` (servelab's layout: vllm-bench trees have none), in folder
-    order, with their requests. Only a point whose point.json has a `chat` block is read
-    (the requests of other points are not read twice); a point the dataset left out
-    (skip_damaged) is left out here too."""
-    if ds.layout != "servelab":
-        return []
-    kept = {(p.server_config, p.repeat, p.level.value): p for p in ds.points}
-    out = []
-    # a re-measured point: the attempt used (a repeat measured again whole, one throughout)
-    for raw, _ in use_attempts(load_points(root, skipped=[]), ds.validity):
-        meta = raw.meta
-        if "chat" not in meta:
-            continue
-        level = raw.level.value
-        point = kept.get((raw.server_config, int(meta["repeat"]), level))
-        if point is None:
-            continue
-        records = raw.records()
-        left_out = bool(point.left_out("mean_ttft_ms"))
-        out.append(TurnPoint(point.server_config, level, point.repeat, records, left_out))
-    return out
-
-
-def turns_of(root: Path, ds: Dataset) -> dict[str, list[dict[str, Any]]]:
-    """turns.json for the dataset: `turn_tables` of its chat points ({} without any)."""
-    return turn_tables(read_turn_points(root, ds), axis_of(ds))
+def turns_of(ds: Dataset) -> dict[str, list[dict[str, Any]]]:
+    """turns.json for the dataset: `turn_tables` of its chat points ({} without any), as the
+    dataset read them (Dataset.turn_points: only the points it kept; a point whose TTFT a
+    failed validity check leaves out of the statistics is counted in `left_out` and contributes
+    nothing else)."""
+    return turn_tables(ds.turn_points, axis_of(ds))
 
 
 @dataclass

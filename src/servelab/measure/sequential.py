@@ -239,9 +239,7 @@ def compared_open(
     DIFFERENT."""
     a = exp.analysis
     # the pairs runtimes_compared asks, in its order of the configurations
-    pairs = list(a.compare) or runtime_pairs(
-        runtime_ids(ds.root, list(Groups(ds).configs), ds.capacity)
-    )
+    pairs = list(a.compare) or runtime_pairs(runtime_ids(ds, list(Groups(ds).configs)))
     doc = same_host(ds, pairs, a.margin_pct, a.alpha, Plan(rule.looks, interleave))
     return open_rows(doc), sum(len(p["rows"]) for p in doc["pairs"]) if doc else 0
 

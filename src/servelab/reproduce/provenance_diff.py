@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from servelab.analysis.engine_diff import EngineDiff, compare_engines, launched_configs
+from servelab.analysis.engine_diff import EngineDiff, compare_engines, launches_of
 from servelab.evidence.documents import Provenance
 from servelab.hostfacts.compare import HostComparison
 from servelab.reproduce.sides import Side
@@ -233,8 +233,8 @@ def provenance_diff(ref: Side, new: Side, host: HostComparison) -> ProvenanceDif
     blocking = [r["field"] for r in rows if r["effect"] == "blocks" and not r["same"]]
     for f in blocking:
         flags.append(f"{f} differs: not the same experiment")
-    both = sorted(set(launched_configs(ref.root)) & set(launched_configs(new.root)))
-    engine = compare_engines(ref.root, new.root, [(sc, sc) for sc in both])
+    ra, na = launches_of(ref.root), launches_of(new.root)
+    engine = compare_engines(ra, na, [(sc, sc) for sc in sorted(set(ra) & set(na))])
     blocking += engine["blocking"]
     host_differs = [d["fact"] for d in host["relevant_differences"] + host["other_differences"]]
     return {

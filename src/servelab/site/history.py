@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.dataset import load_dataset
-from servelab.analysis.engine_diff import compare_engines, launched_configs
+from servelab.analysis.engine_diff import compare_engines, launches_of
 from servelab.analysis.equivalence import DEFAULT_MARGIN_PCT
 from servelab.analysis.hostspeed import (
     AS_HOST,
@@ -314,9 +314,9 @@ def _engine(before: _Release, after: _Release) -> list[str]:
     comparable (through provenance_diff's blocking)."""
     if before.side is None or after.side is None:
         return []
-    a, b = before.side.root, after.side.root
-    both = sorted(set(launched_configs(a)) & set(launched_configs(b)))
-    diff = compare_engines(a, b, [(sc, sc) for sc in both], names=(before.tag, after.tag))
+    a, b = launches_of(before.side.root), launches_of(after.side.root)
+    both = [(sc, sc) for sc in sorted(set(a) & set(b))]
+    diff = compare_engines(a, b, both, names=(before.tag, after.tag))
     return [f"{r['server_config']}: {r['text']}" for r in diff["rows"]] + diff["not_recorded"]
 
 
