@@ -3,8 +3,7 @@ import os
 import re
 import sys
 
-from servelab.config import merge as _merge
-from servelab.config import read_file as _read_file
+from servelab.config import read_sources as _read_sources
 from servelab.config import validate as _validate
 from servelab.workload.datasets import check_local_pin as _check_local_pin
 from servelab.workload.trace import check_local_pin as _check_trace_pin
@@ -23,10 +22,7 @@ _sources = [str(p) for p in (workflow.overwrite_configfiles or ["config/config.y
 try:
     _raw = dict(config)
     if workflow.overwrite_configfiles:
-        _raw = {}
-        for _file in workflow.overwrite_configfiles:
-            _raw = _merge(_raw, _read_file(_file) or {})
-        _raw = _merge(_raw, dict(workflow.config_settings.config))
+        _raw = _read_sources(workflow.overwrite_configfiles, workflow.config_settings.config)
 except ServelabError as _exc:
     sys.exit(f"config error: {_exc}")
 # Options of the `release` target (--config release_tag=TAG [release_allow_unpinned=true]) are

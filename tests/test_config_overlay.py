@@ -99,6 +99,26 @@ def test_load_and_a_campaign_read_an_overlay(tmp_path: Path) -> None:
     assert config.validate(entry.config).to_dict() == exp.to_dict()
 
 
+def test_several_sources_merge_in_order_then_the_settings(tmp_path: Path) -> None:
+    """read_sources, as the workflow reads --configfile A --configfile B --config K=V: each
+    file (its overlays resolved) merged over the one before, then the settings on top."""
+    a = write(tmp_path / "a.yaml", {"experiment": "a", "server": {"args": {"x": 1, "y": 2}}})
+    b = write(tmp_path / "b.yaml", {"server": {"args": {"y": 3}}, "sweep": {"concurrency": [1]}})
+    raw = config.read_sources([a, b], {"sweep": {"concurrency": [2, 4]}})
+    assert raw == {
+        "experiment": "a",
+        "server": {"args": {"x": 1, "y": 3}},
+        "sweep": {"concurrency": [2, 4]},
+    }
+    sweep = EXPERIMENTS / "max-num-seqs-sweep.yaml"  # extends ../config.yaml
+    assert config.read_sources([sweep]) == config.read_file(sweep)
+    listed = tmp_path / "l.yaml"
+    listed.write_text("- 1\n")
+    assert config.read_sources([listed]) == [1]  # one file as written: validate() names it
+    with pytest.raises(ServelabError, match=r"l\.yaml: not a mapping of config keys"):
+        config.read_sources([a, listed])
+
+
 def test_every_nullable_key_defaults_to_null() -> None:
     """So a key an overlay sets to null, removed and given the schema's default, is null
     wherever null is allowed (docs/config.md, "Overlays")."""

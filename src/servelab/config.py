@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -530,10 +530,25 @@ def _check_search(cfg: dict[str, Any], source: str) -> None:
 
 
 def load(path: Path, overrides: dict[str, Any] | None = None) -> Experiment:
-    raw = read_file(path)
-    if overrides:
-        raw = merge(raw or {}, overrides)
-    return validate(raw, str(path))
+    return validate(read_sources([path], overrides), str(path))
+
+
+def read_sources(files: Sequence[str | Path], settings: Mapping[str, Any] | None = None) -> Any:
+    """An experiment as it is given: each file read as `read_file` reads it (its `extends:`
+    overlays resolved), each merged over the one before (Snakemake's --configfile, in order),
+    then `settings` (--config's values) over them; the one place where a config's sources
+    become one dict, for the workflow and the commands alike."""
+    docs = [read_file(Path(f)) for f in files]
+    if len(docs) == 1 and not settings and not isinstance(docs[0], dict):
+        return docs[0]  # as written: validate() says what is wrong with it
+    raw: dict[str, Any] = {}
+    for f, doc in zip(files, docs, strict=True):
+        if doc is not None and not isinstance(doc, dict):
+            raise ServelabError(
+                f"{f}: not a mapping of config keys; write the keys of docs/config.md"
+            )
+        raw = merge(raw, doc or {})
+    return merge(raw, dict(settings)) if settings else raw
 
 
 def read_file(path: Path) -> Any:
