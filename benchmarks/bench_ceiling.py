@@ -44,12 +44,14 @@ def fetch_sends(port: int) -> dict[str, Any]:
 
 def servelab_child(base_url: str, c: int, n: int, tokens: int) -> None:
     """Run inside the pinned child: one closed-loop point, records as JSON on stdout."""
-    from servelab.client import Workload, run_point
+    from servelab.client import RequestSettings, run_point
 
     # Warm up first (imports, code paths, the resolver's threads), as the long-lived vLLM
     # worker is warm after its first job; the warm-up requests are not analysed.
-    run_point(Workload(base_url=base_url, model="fixture", max_tokens=16), ["x"] * c, c, "warm")
-    w = Workload(base_url=base_url, model="fixture", max_tokens=tokens)
+    run_point(
+        RequestSettings(base_url=base_url, model="fixture", max_tokens=16), ["x"] * c, c, "warm"
+    )
+    w = RequestSettings(base_url=base_url, model="fixture", max_tokens=tokens)
     pr = run_point(w, ["x"] * n, c, f"sl-c{c}")
     recs = [r.to_json() for r in pr.records]
     print(json.dumps({"client_cpu_s": pr.client_cpu_s, "requests": recs}))

@@ -27,7 +27,7 @@ from pathlib import Path
 from _common import start_fixture
 
 import servelab.client
-from servelab.client import RequestRecord, ResponseParser, Workload, run_point
+from servelab.client import RequestRecord, RequestSettings, ResponseParser, run_point
 from servelab.launch.ports import free_port
 
 CHUNKS = 20_000
@@ -97,9 +97,11 @@ def client_us_per_token(rounds: int, concurrency: int = 64, tokens: int = 48_000
     out = []
     try:
         base = f"http://127.0.0.1:{port}"
-        run_point(Workload(base_url=base, model="fixture", max_tokens=16), ["x"] * 8, 8, "warm")
+        run_point(
+            RequestSettings(base_url=base, model="fixture", max_tokens=16), ["x"] * 8, 8, "warm"
+        )
         for r in range(rounds):
-            w = Workload(base_url=base, model="fixture", max_tokens=per_request)
+            w = RequestSettings(base_url=base, model="fixture", max_tokens=per_request)
             pr = run_point(w, ["x"] * (2 * concurrency), concurrency, f"b{r}")
             got = sum(len(x.chunk_offsets_us) for x in pr.records if x.ok)
             if got != per_request * 2 * concurrency:

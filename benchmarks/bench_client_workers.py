@@ -45,14 +45,14 @@ def _pct(xs: list[float], q: float) -> float:
 
 def servelab_child(argv: list[str]) -> None:
     """closed BASE C N TOKENS WORKERS | open BASE RATE N TOKENS WORKERS: one point, as JSON."""
-    from servelab.client import OpenLoop, Workload, run_point
+    from servelab.client import OpenLoop, RequestSettings, run_point
     from servelab.design.arrivals import ArrivalProcess
 
     kind, base = argv[0], argv[1]
     n, tokens, workers = int(argv[3]), int(argv[4]), int(argv[5])
     # warm up the process's own code paths first, as bench_ceiling.py does (not analysed)
-    run_point(Workload(base_url=base, model="fixture", max_tokens=16), ["x"] * 8, 8, "warm")
-    w = Workload(base_url=base, model="fixture", max_tokens=tokens)
+    run_point(RequestSettings(base_url=base, model="fixture", max_tokens=16), ["x"] * 8, 8, "warm")
+    w = RequestSettings(base_url=base, model="fixture", max_tokens=tokens)
     if kind == "closed":
         c = int(argv[2])
         pr = run_point(w, ["x"] * n, c, f"sl-w{workers}", workers=workers)

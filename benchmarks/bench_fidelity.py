@@ -18,7 +18,7 @@ from typing import Any
 
 from _common import VllmClient, spread, tiny_model, venv_python, vllm_argv, workdir
 
-from servelab.client import Workload, run_point
+from servelab.client import RequestSettings, run_point
 from servelab.launch.ports import free_port
 from servelab.launch.server import Server, ServerLaunch
 from servelab.metrics import point_metrics
@@ -58,7 +58,7 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
             seed=a.seed,
             input_tokens=a.input_tokens,
         )
-        w = Workload(base_url=launch.base_url, model=SERVED, max_tokens=a.output_tokens)
+        w = RequestSettings(base_url=launch.base_url, model=SERVED, max_tokens=a.output_tokens)
         run_point(w, prompts[:16], 8, "warmup")
         vllm.run(vllm_argv(launch.base_url, model, SERVED, 8, 16, a.input_tokens,
                            a.output_tokens, a.seed))  # fmt: skip

@@ -1,4 +1,4 @@
-"""The stopping rule of sequential rounds (servelab.analysis.stopping), simulated with the
+"""The stopping rule of sequential rounds (servelab.design.stopping), simulated with the
 product's own loop over the looks (stopping.run_looks, which the sweep and the analysis run).
 
 a. Error rate under no true effect: the share of simulated studies in which a question gets a
@@ -33,7 +33,7 @@ from scipy import stats as sps
 
 from servelab.analysis.claims import ALIASES
 from servelab.analysis.rounds import open_claims
-from servelab.analysis.stopping import (
+from servelab.design.stopping import (
     OPEN,
     Entry,
     StoppingRule,

@@ -21,7 +21,7 @@ from servelab.client import (
     PointRun,
     Prompt,
     RequestRecord,
-    Workload,
+    RequestSettings,
     run_point,
 )
 from servelab.client.chat import Talk, chat_target, turn_id
@@ -40,8 +40,8 @@ def chat() -> Iterator[tuple[str, ChatServer]]:
         yield base, server
 
 
-def wl(base: str, think_s: float = 0.0, **kw: Any) -> Workload:
-    return Workload(base, "m", TOKENS, request_timeout_s=10, think_time_s=think_s, **kw)
+def wl(base: str, think_s: float = 0.0, **kw: Any) -> RequestSettings:
+    return RequestSettings(base, "m", TOKENS, request_timeout_s=10, think_time_s=think_s, **kw)
 
 
 def conv(n: int, turns: int = 3, system: str | None = "be brief", fail: int = 0) -> Conversation:
@@ -94,7 +94,7 @@ def test_chat_target_and_payload() -> None:
     plain = json.loads(_chat_payload(wl("http://h", ignore_eos=False), messages, Prompt("hi")))
     assert plain["max_tokens"] == TOKENS and "ignore_eos" not in plain
     with pytest.raises(ValueError, match="no max_tokens"):
-        _chat_payload(Workload("http://h", "m", None), messages, Prompt("hi"))
+        _chat_payload(RequestSettings("http://h", "m", None), messages, Prompt("hi"))
 
 
 def test_turn_ids_sort_by_conversation_then_turn() -> None:

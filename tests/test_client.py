@@ -17,8 +17,8 @@ from sse_servers import RawServer, serve_app, serve_raw
 from servelab.client import (
     PointRun,
     RequestRecord,
+    RequestSettings,
     ResponseParser,
-    Workload,
     _payload,
     run_point,
 )
@@ -118,8 +118,10 @@ def sse_server() -> Iterator[str]:
     yield from serve_app(app)
 
 
-def wl(base: str, kind: str, timeout: float = 10) -> Workload:
-    return Workload(base_url=f"{base}/{kind}", model="m", max_tokens=4, request_timeout_s=timeout)
+def wl(base: str, kind: str, timeout: float = 10) -> RequestSettings:
+    return RequestSettings(
+        base_url=f"{base}/{kind}", model="m", max_tokens=4, request_timeout_s=timeout
+    )
 
 
 def test_good_stream_records_every_chunk(sse_server: str) -> None:
@@ -163,7 +165,7 @@ def test_queued_us_is_the_wait_in_the_client(sse_server: str) -> None:
 
 
 def test_payload_asks_for_usage_in_every_chunk() -> None:
-    body = json.loads(_payload(Workload("http://h", "m", 4), "p"))
+    body = json.loads(_payload(RequestSettings("http://h", "m", 4), "p"))
     assert body["stream_options"] == STREAM_OPTIONS
     assert body["stream"] is True and body["ignore_eos"] is True
 
@@ -203,7 +205,7 @@ def test_connection_refused_is_a_failed_request() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = PointRun()
-    run_point(Workload(f"http://127.0.0.1:{port}", "m", 4), ["p", "q"], 2, "t", out)
+    run_point(RequestSettings(f"http://127.0.0.1:{port}", "m", 4), ["p", "q"], 2, "t", out)
     assert len(out.records) == 2 and all(not r.ok and r.http_status is None for r in out.records)
     assert all("Connect" in (r.error or "") for r in out.records)
 
@@ -558,10 +560,10 @@ def test_runs_on_uvloop_and_on_asyncio_alike(
 
 STOP_SCRIPT = """
 import sys
-from servelab.client import PointRun, Workload, run_point
+from servelab.client import PointRun, RequestSettings, run_point
 from servelab.launch.server import raise_on_signals
 raise_on_signals()
-w = Workload(base_url=sys.argv[1], model="m", max_tokens=4, request_timeout_s=30)
+w = RequestSettings(base_url=sys.argv[1], model="m", max_tokens=4, request_timeout_s=30)
 out = PointRun()
 print("started", flush=True)
 try:

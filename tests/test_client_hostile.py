@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from sse_servers import RawServer, serve_raw
 
-from servelab.client import RequestRecord, ResponseParser, Workload, run_point
+from servelab.client import RequestRecord, RequestSettings, ResponseParser, run_point
 from servelab.client.parser import MAX_EVENT, MAX_HEAD
 
 T0 = 1_000_000_000
@@ -313,7 +313,7 @@ def run(
     base: str, srv: RawServer, name: str, script: list[bytes | float], n: int = 2
 ) -> list[RequestRecord]:
     srv.scripts[f"/{name}/v1/completions"] = script
-    w = Workload(base_url=f"{base}/{name}", model="m", max_tokens=4, request_timeout_s=10)
+    w = RequestSettings(base_url=f"{base}/{name}", model="m", max_tokens=4, request_timeout_s=10)
     return run_point(w, ["p"] * n, 1, name).records
 
 

@@ -16,7 +16,7 @@ import pytest
 from queue_server import serve_queue
 
 import servelab.client.workers as workers_mod
-from servelab.client import OpenLoop, PointRun, RequestRecord, Workload, run_point
+from servelab.client import OpenLoop, PointRun, RequestRecord, RequestSettings, run_point
 from servelab.client.workers import Share, SharedCount, worker_count
 from servelab.design.arrivals import ArrivalProcess
 from servelab.launch.ports import free_port
@@ -57,8 +57,8 @@ def streams() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-def wl(base: str, tokens: int = 1) -> Workload:
-    return Workload(base_url=base, model="m", max_tokens=tokens, request_timeout_s=30)
+def wl(base: str, tokens: int = 1) -> RequestSettings:
+    return RequestSettings(base_url=base, model="m", max_tokens=tokens, request_timeout_s=30)
 
 
 def ids(label: str, n: int) -> list[str]:
@@ -244,10 +244,10 @@ def taken(queue: str) -> int:
 STOP_SCRIPT = """
 import sys
 from servelab.design.arrivals import ArrivalProcess
-from servelab.client import OpenLoop, PointRun, Workload, run_point
+from servelab.client import OpenLoop, PointRun, RequestSettings, run_point
 from servelab.launch.server import raise_on_signals
 raise_on_signals()
-w = Workload(base_url=sys.argv[1], model="m", max_tokens=1, request_timeout_s=30)
+w = RequestSettings(base_url=sys.argv[1], model="m", max_tokens=1, request_timeout_s=30)
 out = PointRun()
 n = 400
 print("started", flush=True)

@@ -17,7 +17,7 @@ from servelab.client import (
     OpenLoop,
     PointRun,
     RequestRecord,
-    Workload,
+    RequestSettings,
     run_open_loop,
     run_point,
 )
@@ -34,8 +34,8 @@ def queue() -> Iterator[str]:
         yield base
 
 
-def wl(base: str) -> Workload:
-    return Workload(base_url=base, model="m", max_tokens=1, request_timeout_s=30)
+def wl(base: str) -> RequestSettings:
+    return RequestSettings(base_url=base, model="m", max_tokens=1, request_timeout_s=30)
 
 
 def constant(rate: float, n: int, cap: int | None = None) -> OpenLoop:

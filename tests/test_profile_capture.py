@@ -353,7 +353,7 @@ def sse_server() -> Iterator[str]:
 def test_client_emits_one_nvtx_range_per_request(
     fake_nvtx: list[tuple[Any, ...]], sse_server: str
 ) -> None:
-    w = capture.Workload(base_url=sse_server, model="m", max_tokens=2)
+    w = capture.RequestSettings(base_url=sse_server, model="m", max_tokens=2)
     run = capture.run_diagnostic_point(w, ["p0", "p1", "p2"], 2, "c0002")
     assert [r.ok for r in run.records] == [True, True, True]
     assert run.started_epoch_ns < run.finished_epoch_ns
@@ -369,7 +369,7 @@ def test_without_nvtx_the_client_runs_unchanged(
 ) -> None:
     monkeypatch.setitem(sys.modules, "nvtx", None)  # import fails
     assert not capture.NvtxRanges("c0001").active
-    w = capture.Workload(base_url=sse_server, model="m", max_tokens=2)
+    w = capture.RequestSettings(base_url=sse_server, model="m", max_tokens=2)
     run = capture.run_diagnostic_point(w, ["p0"], 1, "c0001")
     assert run.records[0].ok and run.records[0].request_id == "c0001-00000"
 

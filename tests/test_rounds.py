@@ -19,9 +19,9 @@ from analysis_fixtures import servelab_point
 from experiment_fixtures import measure_job
 
 from servelab.analysis.pipeline import analyze, load_dataset
-from servelab.analysis.stopping import StoppingRule
 from servelab.config import validate
 from servelab.design.schedule import plan
+from servelab.design.stopping import StoppingRule
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, RoundsSection
 from servelab.measure import sequential as rounds_mod

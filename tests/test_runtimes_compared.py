@@ -19,7 +19,7 @@ from analysis_fixtures import servelab_point
 from servelab.analysis.equivalence import family_alpha
 from servelab.analysis.pipeline import analysis_section, analyze
 from servelab.analysis.runtimes import FORMAT_VERSION, headline, runtimes_section
-from servelab.analysis.stopping import StoppingRule
+from servelab.design.stopping import StoppingRule
 from servelab.store.jsonio import read_json, write_json
 
 REPO = Path(__file__).resolve().parents[1]

@@ -23,8 +23,8 @@ from servelab.analysis.equivalence import (
 )
 from servelab.analysis.pipeline import analyze
 from servelab.analysis.samehost import NOT_INTERLEAVED, Plan, open_rows, same_host
-from servelab.analysis.stopping import StoppingRule
 from servelab.config import default_section
+from servelab.design.stopping import StoppingRule
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection, ComparePair
 from servelab.store.jsonio import load_schema, read_json, write_json

@@ -19,7 +19,7 @@ from servelab.analysis.search import (
     search_rate,
     slo_attainment,
 )
-from servelab.client import OpenLoop, Workload, run_point
+from servelab.client import OpenLoop, RequestSettings, run_point
 from servelab.design.arrivals import ArrivalProcess
 
 # its answer is measured timing (a queue of 25-ms services): alone on the host (`quiet`,
@@ -65,7 +65,7 @@ def test_the_search_finds_the_capacity_of_a_known_server(queue: str) -> None:
     lo_true = 1 / SERVICE_S
     hi_true = threshold_rate(SERVICE_S, BOUND_MS / 1e3, N, TARGET)
     assert 40 < hi_true < 41.6
-    w = Workload(base_url=queue, model="m", max_tokens=1, request_timeout_s=30)
+    w = RequestSettings(base_url=queue, model="m", max_tokens=1, request_timeout_s=30)
     bounds = SloBounds(e2el_ms=BOUND_MS)
 
     def measure(rate: float) -> RateOutcome:

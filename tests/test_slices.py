@@ -25,7 +25,7 @@ from test_telemetry_gpus import fake_point_job
 from test_validity import BUSY, DEFAULTS, by_check, rec
 
 from servelab.analysis.validity import FAILED, PASSED, check_point
-from servelab.client import Workload
+from servelab.client import RequestSettings
 from servelab.config import validate
 from servelab.design.level import Level
 from servelab.design.schedule import Slot
@@ -67,7 +67,7 @@ def side(tmp_path: Path, base: str, sc: str, waves: int = 4) -> PointJob:
     points under tmp_path/exp."""
     job = fake_point_job(tmp_path, None)
     workload = SimpleNamespace(**{**vars(job.workload), "waves": waves, "output_tokens": TOKENS})
-    client = Workload(base_url=f"{base}/{sc}", model="m", max_tokens=TOKENS)
+    client = RequestSettings(base_url=f"{base}/{sc}", model="m", max_tokens=TOKENS)
     return replace(job, sc=sc, client=client, workload=workload, prompts=["p"] * 64)
 
 

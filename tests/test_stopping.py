@@ -1,4 +1,4 @@
-"""The stopping rule of sequential rounds (servelab.analysis.stopping): the test at one look,
+"""The stopping rule of sequential rounds (servelab.design.stopping): the test at one look,
 the one loop over the looks, and the simulation of the rule running that loop."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from scipy import stats as sps
 from servelab.analysis.dataset import load_dataset
 from servelab.analysis.groups import Groups
 from servelab.analysis.rounds import looks
-from servelab.analysis.stopping import (
+from servelab.config import validate
+from servelab.design.stopping import (
     OPEN,
     StoppingRule,
     claim_verdict,
@@ -25,7 +26,6 @@ from servelab.analysis.stopping import (
     run_looks,
     sequential_test,
 )
-from servelab.config import validate
 from servelab.errors import ServelabError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,13 +17,6 @@ from servelab.analysis.diagnosis_records import Diagnosis, level_of
 from servelab.analysis.groups import SUMMARY_METRICS, Groups, hit_order, invalid_text
 from servelab.analysis.knee import DOMINANCE, Knee, knee_level
 from servelab.analysis.stats import describe, one_sided_bounds, paired
-from servelab.analysis.stopping import (
-    LookEvidence,
-    StoppingRule,
-    claim_verdict,
-    look_evidence,
-    sequential_test,
-)
 from servelab.analysis.validity import Flag
 from servelab.claims_syntax import (
     BOUND as _BOUND,
@@ -33,6 +26,13 @@ from servelab.claims_syntax import (
     parse_claim,
 )
 from servelab.design.level import LevelValue
+from servelab.design.stopping import (
+    LookEvidence,
+    StoppingRule,
+    claim_verdict,
+    look_evidence,
+    sequential_test,
+)
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import compare_hosts, difference_names
@@ -285,7 +285,7 @@ def evaluate_claims(
     """Every claim of `analysis.claims` with its verdict and evidence; `nodes`: the node each
     server config was measured on (Dataset.nodes), which a comparison across configs names.
     `look`: a sequential sweep's stopping rule and the round whose look this is: comparisons
-    are then tested by the rule (analysis.stopping), and one it leaves open is inconclusive."""
+    are then tested by the rule (design.stopping), and one it leaves open is inconclusive."""
     out: list[ClaimVerdict] = []
     for claim in analysis.claims:
         try:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, TypedDict, cast
 
 from servelab.analysis.search import SearchResult, read_search
-from servelab.analysis.stopping import StoppingRule
 from servelab.analysis.validity import (
     FAILED,
     NOT_CHECKED,
@@ -40,6 +39,7 @@ from servelab.analysis.validity.openloop import achieved_rate
 from servelab.client import RequestRecord
 from servelab.config import default_section
 from servelab.design.level import RATE, Level, LevelValue
+from servelab.design.stopping import StoppingRule
 from servelab.errors import ServelabError
 from servelab.experiment import ValiditySection
 from servelab.hostfacts.canary import RunCanary, run_canaries

@@ -30,10 +30,10 @@ from servelab.analysis.samehost import same_host
 from servelab.analysis.search import SearchResult
 from servelab.analysis.search_records import SearchJson
 from servelab.analysis.slo import slo_capacity
-from servelab.analysis.stopping import StoppingRule
 from servelab.analysis.turns import turns_of
 from servelab.analysis.validity import host_speed_json, validity_json
 from servelab.config import default_section, merge
+from servelab.design.stopping import StoppingRule
 from servelab.env.endpoint import report_facts
 from servelab.experiment import AnalysisSection, section_from_dict
 from servelab.launch.serverlog import StartRecord

@@ -1,6 +1,6 @@
 """The looks of a sequential sweep (rounds.json): after each round from `min` on, every claim
 re-evaluated on the rounds so far, its comparisons tested by the stopping rule
-(analysis.stopping).
+(design.stopping).
 
 A comparison decided at a look keeps that look's verdict and evidence; one still open after
 the last round is `inconclusive`, saying how many rounds were spent and why measuring stopped.
@@ -29,7 +29,7 @@ from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.diagnosis_records import Diagnosis
 from servelab.analysis.groups import Groups
 from servelab.analysis.knee import Knee, dominance, knee
-from servelab.analysis.stopping import (
+from servelab.design.stopping import (
     RuleJson,
     SequentialTestJson,
     StoppingRule,
@@ -91,7 +91,7 @@ def looks(
     ds: Dataset, analysis: AnalysisSection, rule: StoppingRule, rounds: int | None = None
 ) -> list[list[ClaimVerdict]]:
     """Every look from `rule.min_rounds` to the rounds measured (or `rounds`), each the claims'
-    entries as claims.json has them (analysis.stopping.run_looks: a comparison decided earlier
+    entries as claims.json has them (design.stopping.run_looks: a comparison decided earlier
     keeps its entry)."""
     last = rounds_measured(ds) if rounds is None else rounds
     return run_looks(rule, last, lambda k: claims_at(ds, analysis, rule, k))

@@ -19,7 +19,7 @@ The package, by concern: `record` (RequestRecord, one request's fields), `prompt
 one request sends; Conversation, a multi-turn chat; Item, either), `parser` (the HTTP/1.1
 response and its SSE events, completions and chat chunks), `connection` (one keep-alive
 connection), `chat` (what each turn of a conversation sends, and its records), `closed_loop`
-(the concurrency driver: Workload, PointRun, run_closed_loop), `open_loop` (the
+(the concurrency driver: RequestSettings, PointRun, run_closed_loop), `open_loop` (the
 arrival-schedule driver: OpenLoop, run_open_loop), `workers` (running a point, in this process
 or spread over worker processes: run_point, for either loop) and `signals` (stop signals cancel
 a point).
@@ -28,7 +28,7 @@ a point).
 from servelab.client.closed_loop import (
     PointRun,
     RequestMarks,
-    Workload,
+    RequestSettings,
     _payload as _payload,
     run_closed_loop,
 )
@@ -53,7 +53,7 @@ __all__ = [
     "RequestMarks",
     "RequestRecord",
     "ResponseParser",
-    "Workload",
+    "RequestSettings",
     "run_closed_loop",
     "run_open_loop",
     "run_point",

@@ -30,7 +30,12 @@ from servelab.store.request import RequestRecord
 
 
 @dataclass(frozen=True)
-class Workload:
+class RequestSettings:
+    """How each request of a point is sent: the server's URL and served model, the tokens to
+    generate (`max_tokens`, or each prompt's own), whether to ignore EOS, the temperature, the
+    per-request timeout, and a conversation's think time between turns. What is sent (the
+    prompts) and at what concurrency or rate are given beside it."""
+
     base_url: str
     model: str
     max_tokens: int | None  # None: every prompt gives its own (Prompt.max_tokens)
@@ -77,14 +82,14 @@ class Clock:
         return self.epoch0 + (mono_ns - self.mono0)
 
 
-def _payload(w: Workload, prompt: PromptLike) -> bytes:
+def _payload(w: RequestSettings, prompt: PromptLike) -> bytes:
     """The body of a completions request."""
     if isinstance(prompt, Prompt):
         return _body(w, {"prompt": prompt.text}, prompt.max_tokens)
     return _body(w, {"prompt": prompt}, None)
 
 
-def _chat_payload(w: Workload, messages: list[dict[str, str]], turn: Prompt) -> bytes:
+def _chat_payload(w: RequestSettings, messages: list[dict[str, str]], turn: Prompt) -> bytes:
     """The body of a chat completions request: one turn, with the conversation so far."""
     return _body(w, {"messages": messages}, turn.max_tokens)
 
@@ -114,12 +119,12 @@ class RequestBody(RequestInput, IgnoreEos):
     stream_options: dict[str, bool]
 
 
-def _body(w: Workload, what: RequestInput, own_max_tokens: int | None) -> bytes:
+def _body(w: RequestSettings, what: RequestInput, own_max_tokens: int | None) -> bytes:
     """A request's body: `what` (its prompt or messages) and the workload's settings, with the
     prompt's own max_tokens where it gives one."""
     max_tokens = own_max_tokens if own_max_tokens is not None else w.max_tokens
     if max_tokens is None:
-        raise ValueError("no max_tokens: give Workload.max_tokens or the prompt's own")
+        raise ValueError("no max_tokens: give RequestSettings.max_tokens or the prompt's own")
     body: RequestBody = {
         "model": w.model,
         **what,
@@ -187,7 +192,7 @@ class Sender:
 
     target: Target
     view: memoryview
-    w: Workload
+    w: RequestSettings
     clock: Clock
 
     async def one(
@@ -303,7 +308,7 @@ class Sender:
 
 
 async def run_closed_loop(
-    w: Workload,
+    w: RequestSettings,
     prompts: Sequence[Item],
     concurrency: int,
     label: str,

@@ -29,9 +29,9 @@ from servelab.client.closed_loop import (
     Clock,
     PointRun,
     RequestMarks,
+    RequestSettings,
     Sender,
     Sink,
-    Workload,
     sleep_until,
     worker_stats,
 )
@@ -100,7 +100,7 @@ class IdleConnections:
 
 
 async def run_open_loop(
-    w: Workload,
+    w: RequestSettings,
     prompts: Sequence[Item],
     plan: OpenLoop,
     label: str,

@@ -54,9 +54,9 @@ from servelab.client.closed_loop import (
     Clock,
     PointRun,
     RequestMarks,
+    RequestSettings,
     Sender,
     Sink,
-    Workload,
     keep_slots_busy,
     run_closed_loop,
     sleep_until,
@@ -90,7 +90,7 @@ class Share:
     items it sends, `prompts` and `offsets_ns` theirs, `slots` its cap (None: no cap). An item
     is a prompt or a conversation, whose turns its worker sends."""
 
-    w: Workload
+    w: RequestSettings
     label: str
     prompts: tuple[Item, ...]
     slots: int | None
@@ -110,7 +110,7 @@ class PointOptions(TypedDict, total=False):
 
 
 def run_point(
-    w: Workload,
+    w: RequestSettings,
     prompts: Sequence[Item],
     load: int | OpenLoop,
     label: str,
@@ -152,7 +152,7 @@ def _split(total: int, n: int) -> list[int]:
 
 
 def spread_closed_loop(
-    w: Workload,
+    w: RequestSettings,
     prompts: Sequence[Item],
     concurrency: int,
     label: str,
@@ -175,7 +175,7 @@ def spread_closed_loop(
 
 
 def spread_open_loop(
-    w: Workload,
+    w: RequestSettings,
     prompts: Sequence[Item],
     plan: OpenLoop,
     label: str,

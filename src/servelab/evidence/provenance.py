@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, Required, TypedDict
 
 from servelab import __version__
 from servelab.analysis.pipeline import ANALYSIS_VERSION
@@ -72,7 +72,7 @@ class GpuHostSpeed(TypedDict, total=False):
     """A GPU runtime's GPU canary in a `host_speed` entry: the medians before and after and
     the drift's verdict, or `present` false and why it was not timed."""
 
-    present: bool
+    present: Required[bool]
     reason: str
     before: dict[str, float]
     after: dict[str, float]

@@ -154,7 +154,7 @@ class ServerSection:
 @dataclass(frozen=True)
 class RoundsSection:
     """A sequential plan (`sweep.repeats: {min, max, budget_s}`): rounds until every claim is
-    decided (servelab.analysis.stopping)."""
+    decided (servelab.design.stopping)."""
 
     ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("interleave", "side_by_side", "slices")
 

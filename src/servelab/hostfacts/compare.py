@@ -226,17 +226,28 @@ def _decisive(u: Mapping[str, Any]) -> bool:
     return len(u["missing_in"]) == 1 or isa
 
 
-class FactRow(TypedDict):
-    """One fact of a host comparison: a difference (both values; `note` where within the
-    margin) or an unknown (`relevant`, the sides that do not record it, and what each says)."""
+class DifferenceRow(TypedDict):
+    """A fact of a host comparison that differs: both values; `note` where within the
+    margin."""
 
     fact: str
     short: str
-    relevant: NotRequired[bool]
-    missing_in: NotRequired[list[str]]
+    reference: Any
+    fresh: Any
+    note: NotRequired[str]
+
+
+class UnknownRow(TypedDict):
+    """A fact of a host comparison not recorded on both sides: whether it is relevant, the
+    sides that do not record it and what each says (absent where neither side's facts are
+    known)."""
+
+    fact: str
+    short: str
+    relevant: bool
+    missing_in: list[str]
     reference: NotRequired[Any]
     fresh: NotRequired[Any]
-    note: NotRequired[str]
 
 
 # `class` is a keyword: the functional syntax
@@ -244,9 +255,9 @@ HostComparison = TypedDict(
     "HostComparison",
     {
         "class": str,
-        "relevant_differences": list[FactRow],
-        "other_differences": list[FactRow],
-        "unknown": list[FactRow],
+        "relevant_differences": list[DifferenceRow],
+        "other_differences": list[DifferenceRow],
+        "unknown": list[UnknownRow],
         "qualifier": NotRequired[str],  # reproduction.json's verdict text (host_qualifier)
     },
 )

@@ -27,7 +27,7 @@ import json
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, Required, TypedDict
 
 from servelab.hostfacts.gpustate import NVML_STATE_SCRIPT, GpuState, GpuStateJson
 from servelab.hostfacts.timing import (
@@ -189,7 +189,7 @@ class GpuDriftJson(TypedDict):
 class RunGpuCanaryJson(TypedDict, total=False):
     """run.json's `canary.gpu`: present with before, after and drift; else the reason."""
 
-    present: bool
+    present: Required[bool]
     reason: str
     before: GpuCanaryJson
     after: GpuCanaryJson

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from servelab.env.engine_shim import FIELDS, MARK
 
@@ -137,12 +137,13 @@ def departures(settings: Mapping[str, Any], args: Mapping[str, Any]) -> list[str
     return out
 
 
-class EngineJson(TypedDict, total=False):
-    """launch.json `engine` (`record`)."""
+class EngineJson(TypedDict):
+    """launch.json `engine` (`record`): the settings, the departures from what the arguments
+    asked and, where the server reported no settings, why."""
 
     settings: dict[str, dict[str, Any]] | None
     departures: list[str]
-    why: str
+    why: NotRequired[str]
 
 
 def record(log: str | None, scrape: str, args: Mapping[str, Any]) -> EngineJson:

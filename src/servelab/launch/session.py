@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from servelab import hostfacts
-from servelab.client import Workload
+from servelab.client import RequestSettings
 from servelab.config import args_to_cli
 from servelab.env.compilecache import compile_cache_for
 from servelab.env.container import ContainerRun, Mount, container_run_for
@@ -220,9 +220,9 @@ class Session:
         data = self.server.log_path.read_bytes()[self.log_offset :]
         return data.decode("utf-8", errors="replace")
 
-    def client(self, wl: WorkloadSection) -> Workload:
+    def client(self, wl: WorkloadSection) -> RequestSettings:
         """The client's settings for this server."""
-        return Workload(
+        return RequestSettings(
             base_url=self.launch.base_url,
             model=self.launch.served_name,
             # None: every prompt carries its own (client.Prompt: drawn lengths, a dataset)

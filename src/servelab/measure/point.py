@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
-from servelab.client import OpenLoop, PointRun, Workload, run_point
+from servelab.client import OpenLoop, PointRun, RequestSettings, run_point
 from servelab.client.closed_loop import WorkerStats
 from servelab.design.level import LevelValue
 from servelab.design.schedule import Slot
@@ -132,7 +132,7 @@ class PointJob:
 
     sc: str
     session: Session
-    client: Workload
+    client: RequestSettings
     paths: ExperimentPaths  # points go to raw/<sc>/rep<RR>/c<CCCC>, the warm-up to raw/<sc>/warmup
     workload: WorkloadSection
     sweep: SweepSection

@@ -46,8 +46,8 @@ from servelab.analysis.rounds import (
 )
 from servelab.analysis.runtimes import runtime_ids, runtime_pairs
 from servelab.analysis.samehost import Plan, open_rows, same_host
-from servelab.analysis.stopping import RuleJson, StoppingRule
 from servelab.design.schedule import Slot, in_turn
+from servelab.design.stopping import RuleJson, StoppingRule
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob, Say

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servelab.client import PointRun, Workload, run_point
+from servelab.client import PointRun, RequestSettings, run_point
 from servelab.env.container import ContainerRun, Mount
 from servelab.env.runtime import NSYS_GLOBS, find_host_nsys
 from servelab.errors import ServelabError
@@ -110,7 +110,7 @@ class NvtxRanges:
 
 
 def run_diagnostic_point(
-    w: Workload, prompts: Sequence[Item], concurrency: int, label: str
+    w: RequestSettings, prompts: Sequence[Item], concurrency: int, label: str
 ) -> PointRun:
     """A closed-loop point with an NVTX range around every request (when nvtx is importable)."""
     return run_point(w, prompts, concurrency, label, marks=NvtxRanges(label))
@@ -463,7 +463,7 @@ class CapturePoints:
 
     job: CaptureJob
     session: Session
-    client: Workload
+    client: RequestSettings
     interface: str  # config | env: how vLLM's profiler is driven
     warm_up: bool = True  # profile.warmup_requests first (not after a sweep on this launch)
 

@@ -126,7 +126,7 @@ class WindowEntry(TypedDict):
     requests: int | None
     length_us: float
     coverage: float | None
-    tokens_source: str | None
+    tokens_source: str
     active_fraction: dict[str, float]
     idle_gpus: NotRequired[list[str]]
     families: dict[str, FamilyRow]

@@ -25,8 +25,8 @@ from servelab.analysis.pipeline import searches_of
 from servelab.analysis.rounds import sequential_claims
 from servelab.analysis.search_records import SearchJson
 from servelab.analysis.stats import benjamini_hochberg, describe, ratio_ci, two_sample
-from servelab.analysis.stopping import StoppingRule
 from servelab.design.level import LevelValue
+from servelab.design.stopping import StoppingRule
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection, ReproductionSection
 
