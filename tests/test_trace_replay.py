@@ -22,7 +22,7 @@ from servelab.analysis.validity.facts import PointFacts
 from servelab.config import default_section
 from servelab.errors import ServelabError
 from servelab.experiment import TraceSection, ValiditySection
-from servelab.measure.replay import Replay
+from servelab.measure.sending import Replay
 from servelab.reproduce.comparison import _config_trace, other_trace
 from servelab.store.records import ArrivalsRecord
 from servelab.workload.trace import read_trace, schedule_ns, window

@@ -29,7 +29,7 @@ from servelab.experiment import (
 )
 from servelab.job import Say
 from servelab.launch.session import Session
-from servelab.measure.replay import Replay
+from servelab.measure.sending import Replay
 from servelab.metrics import point_metrics
 from servelab.store.jsonio import write_jsonl_gz
 from servelab.store.paths import REQUESTS_FILE, ExperimentPaths, attempt_dir
@@ -235,7 +235,7 @@ class PointJob:
         return out
 
     def trace_info(self, slot: Slot) -> WorkloadBlocks:
-        """point.json `trace` (servelab.measure.replay); none without a trace."""
+        """point.json `trace` (servelab.measure.sending); none without a trace."""
         if self.replay is None:
             return WorkloadBlocks()
         return WorkloadBlocks(trace=self.replay.point_block(float(slot.level.value)))

@@ -45,7 +45,7 @@ from servelab.launch.ports import choose_port
 from servelab.launch.server import ServerLaunch, raise_on_signals
 from servelab.launch.session import Session, build_launch, serve
 from servelab.measure.point import PointJob, is_complete
-from servelab.measure.replay import Replay, schedule_of
+from servelab.measure.sending import Replay, schedule_of
 from servelab.measure.sweep import SweepJob, next_launch_index
 from servelab.store.paths import DATASET_FILE, PROMPTS_FILE
 from servelab.store.rawdata import RawPoint

@@ -47,7 +47,7 @@ from servelab.launch.server import ServerLaunch, raise_on_signals
 from servelab.launch.session import LaunchAdditions, Session, build_launch, serve
 from servelab.measure.point import OpenPoint, PointJob, is_complete, keep_incomplete
 from servelab.measure.remeasure import pending, remeasure
-from servelab.measure.replay import Replay, requests_of, schedule_of
+from servelab.measure.sending import Replay, requests_of, schedule_of
 from servelab.profile.capture import PlannedCapture, plan_capture
 from servelab.profile.plan import on_sweep_launch
 from servelab.store.records import (

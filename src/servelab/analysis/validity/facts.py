@@ -88,7 +88,7 @@ class PointFacts:
     chat_turns: int | None = None
     think_time_s: float | None = None
     # point.json `trace`: a trace replay's window, time scale and the reuse it implies
-    # (servelab.measure.replay); None for any other workload
+    # (servelab.measure.sending); None for any other workload
     trace: Mapping[str, Any] | None = None
 
     @property

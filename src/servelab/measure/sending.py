@@ -1,7 +1,8 @@
-"""How many requests a point sends and on which schedule (`requests_of`, `schedule_of`), and
-a trace replay's points (workload.trace, servelab.workload.trace): what one launch replays
-(`Replay`: the window, filtered to its server), each rate's send schedule and what a point
-records of the trace.
+"""What every point sends: how many requests (`requests_of`) and, at a request rate, on which
+schedule (`schedule_of`: the sweep's arrival process, or a trace's timestamps); and a trace
+replay's points (workload.trace, servelab.workload.trace): what one launch replays (`Replay`:
+the window, filtered to its server), each rate's send schedule and what a point records of
+the trace.
 
 A trace point's level is a request rate (sweep.rate): its time scale is the window's recorded
 rate over the level, so every rate replays the same requests, k times faster at k times the
