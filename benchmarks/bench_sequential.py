@@ -33,6 +33,8 @@ from scipy import stats as sps
 
 from servelab.analysis.claims import ALIASES
 from servelab.analysis.rounds import open_claims
+from servelab.claims_syntax import CMP
+from servelab.config import load_yaml
 from servelab.design.stopping import (
     OPEN,
     Entry,
@@ -43,8 +45,6 @@ from servelab.design.stopping import (
     run_looks,
     sequential_test,
 )
-from servelab.claims_syntax import CMP
-from servelab.config import load_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 RELEASES = ROOT / "evidence" / "quickstart-cpu"

@@ -53,6 +53,34 @@ def test_a_minimal_endpoint_config_takes_the_endpoint_defaults() -> None:
     assert exp.profile.enabled is False
     assert (exp.model.source, exp.model.served_name) == ("endpoint", "served")
     assert dict(exp.runtime.env) == {} and exp.runtime.compile_cache is False
+    assert exp.server.engine_nice == 0
+
+
+def test_the_endpoint_defaults_are_the_schema_s() -> None:
+    """Each default an endpoint config takes in place of a launched server's is written once,
+    beside that default, as the schema's x-endpoint-default."""
+    from servelab.config import ENDPOINT_DEFAULT, load_schema
+
+    props = load_schema()["properties"]
+    found = {
+        (section, key): sub[ENDPOINT_DEFAULT]
+        for section in ("runtime", "server", "profile")
+        for key, sub in props[section]["properties"].items()
+        if ENDPOINT_DEFAULT in sub
+    }
+    assert found == {
+        ("runtime", "compile_cache"): False,
+        ("runtime", "env"): {},
+        ("server", "engine_nice"): 0,
+        ("server", "configs"): [{"name": "endpoint"}],
+        ("profile", "enabled"): False,
+    }
+    resolved = validate(endpoint_config()).to_dict()
+    taken = {(s, k): resolved[s][k] for s, k in found}
+    taken["server", "configs"] = [{"name": c["name"]} for c in taken["server", "configs"]]
+    assert taken == found  # (each configuration then gets its own defaults, args {})
+    launched = validate({"sweep": {"concurrency": [1]}, "server": {"configs": [{"name": "a"}]}})
+    assert launched.runtime.compile_cache is True and launched.server.engine_nice == 19
 
 
 def test_a_resolved_endpoint_config_validates_as_it_was_resolved() -> None:

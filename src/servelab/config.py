@@ -56,16 +56,23 @@ def key_path(parts: Any) -> str:
     return out or "(top level)"
 
 
-def _apply_defaults(schema: dict[str, Any], data: Any) -> Any:
-    """Fill missing properties from schema defaults, recursing into objects and array items."""
+# a property's default where runtime.kind is endpoint (a server servelab did not launch), in
+# place of its `default`: the schema holds both
+ENDPOINT_DEFAULT = "x-endpoint-default"
+
+
+def _apply_defaults(schema: dict[str, Any], data: Any, endpoint: bool = False) -> Any:
+    """Fill missing properties from schema defaults (an endpoint config's own, ENDPOINT_DEFAULT,
+    where a property has one), recursing into objects and array items."""
     if isinstance(data, dict) and "properties" in schema:
         for name, sub in schema["properties"].items():
-            if name not in data and "default" in sub:
-                data[name] = copy.deepcopy(sub["default"])
+            key = ENDPOINT_DEFAULT if endpoint and ENDPOINT_DEFAULT in sub else "default"
+            if name not in data and key in sub:
+                data[name] = copy.deepcopy(sub[key])
             if name in data:
-                data[name] = _apply_defaults(sub, data[name])
+                data[name] = _apply_defaults(sub, data[name], endpoint)
     elif isinstance(data, list) and isinstance(schema.get("items"), dict):
-        return [_apply_defaults(schema["items"], item) for item in data]
+        return [_apply_defaults(schema["items"], item, endpoint) for item in data]
     return data
 
 
@@ -133,8 +140,8 @@ def resolve(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH
     _check_workload_as_written(config, source)
     endpoint_config.check_written(config, source, _endpoint_defaults(schema))
     data = copy.deepcopy(config) if config is not None else {}
-    endpoint_config.fill_defaults(data)  # runtime.kind endpoint: defaults that depend on it
-    data = _apply_defaults(schema, data)
+    endpoint_config.derive_model(data)  # runtime.kind endpoint: the model is the server's
+    data = _apply_defaults(schema, data, endpoint_config.is_endpoint(data))
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(
         validator.iter_errors(data), key=lambda e: (len(e.path), list(map(str, e.path)))
@@ -148,10 +155,10 @@ def resolve(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH
 
 
 def _endpoint_defaults(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema's defaults of the sections an endpoint config is checked against as written
-    (servelab.env.endpoint_config.check_written)."""
+    """The schema's defaults, an endpoint's where they differ, of the sections an endpoint
+    config is checked against as written (servelab.env.endpoint_config.check_written)."""
     return {
-        key: _apply_defaults(schema["properties"][key], {})
+        key: _apply_defaults(schema["properties"][key], {}, endpoint=True)
         for key in ("runtime", "server", "model")
     }
 

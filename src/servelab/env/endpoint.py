@@ -15,7 +15,7 @@ null, never guessed.
   `endpoint`, capacity.json).
 - `is_local_host`, `listening_pid`, `server_process`: where the telemetry finds the server's
   CPU (a local URL: the process listening on the port and its tree; elsewhere: absent, and why).
-The config rules for an endpoint (`check_written`, `fill_defaults`) are in
+The config rules for an endpoint (`check_written`, `derive_model`) are in
 servelab.env.endpoint_config.
 """
 

@@ -1,12 +1,11 @@
 """The config as written for a server servelab did not launch (`runtime.kind: endpoint`):
 `check_written` refuses, in one line naming the key, what only a launched server takes (server
 arguments, launch settings, a second configuration, a model to build, a profiling pass), and
-`fill_defaults` gives such a config the defaults that depend on its kind (servelab.config
-calls both)."""
+`derive_model` makes its model the server's (servelab.config calls both; the defaults that
+differ for an endpoint are the schema's, `x-endpoint-default`)."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +17,6 @@ from servelab.errors import ServelabError
 RUNTIME_KEYS = ("kind", "url", "served_model", "device", "cache_dir")
 # server keys that configure a launch
 LAUNCH_KEYS = ("host", "port", "startup_timeout_s", "shutdown_timeout_s", "engine_nice")
-# what fill_defaults gives an endpoint's runtime and server in place of the schema's defaults
-RUNTIME_FILLED = {"env": {}, "compile_cache": False}
-SERVER_FILLED = {"engine_nice": 0}  # servelab changes no priority of a server it did not start
 _ABSENT = object()
 
 
@@ -149,12 +145,8 @@ def check_written(
                 "runtime.kind: endpoint (with runtime.url), or another model.source"
             )
         return
-    rt = Written("runtime", rt.data, {**rt.defaults, **RUNTIME_FILLED})
     _check_runtime_written(rt, source)
-    server = _section(config, "server", defaults)
-    _check_server_written(
-        Written("server", server.data, {**server.defaults, **SERVER_FILLED}), source
-    )
+    _check_server_written(_section(config, "server", defaults), source)
     _check_model_written(model, rt.data.get("served_model"), source)
     if _section(config, "profile", defaults).data.get("enabled") is True:
         raise ServelabError(
@@ -164,25 +156,21 @@ def check_written(
         )
 
 
-def fill_defaults(config: dict[str, Any]) -> None:
-    """The defaults of an endpoint config that depend on runtime.kind (in place, before the
-    schema's): one configuration named `endpoint`, no profiling pass, the model as the server
-    serves it (model.source endpoint, model.served_name runtime.served_model), and no
-    environment or compile cache for a server servelab does not start (RUNTIME_FILLED)."""
-    rt = config.get("runtime")
-    if not isinstance(rt, dict) or rt.get("kind") != KIND:
+def is_endpoint(config: Any) -> bool:
+    """Whether a config (as written) measures a server servelab did not launch."""
+    rt = config.get("runtime") if isinstance(config, dict) else None
+    return isinstance(rt, dict) and rt.get("kind") == KIND
+
+
+def derive_model(config: dict[str, Any]) -> None:
+    """An endpoint config's model is the server's (in place): model.source endpoint and
+    model.served_name runtime.served_model. Its defaults that differ from a launched server's
+    (one configuration named `endpoint`, no profiling pass, no environment, compile cache or
+    priority for a server servelab does not start) are the schema's, `x-endpoint-default`
+    (servelab.config.ENDPOINT_DEFAULT)."""
+    if not is_endpoint(config):
         return
-    server = config.setdefault("server", {})
-    if isinstance(server, dict):
-        server.setdefault("configs", [{"name": DEFAULT_CONFIG}])
-        for name, filled in SERVER_FILLED.items():
-            server.setdefault(name, filled)
-    profile = config.setdefault("profile", {})
-    if isinstance(profile, dict):
-        profile.setdefault("enabled", False)
     model = config.setdefault("model", {})
     if isinstance(model, dict):
         model["source"] = KIND
-        model["served_name"] = rt.get("served_model")
-    for key, value in RUNTIME_FILLED.items():
-        rt.setdefault(key, copy.deepcopy(value))
+        model["served_name"] = config["runtime"].get("served_model")
