@@ -59,13 +59,16 @@ def test_cpu_profile_pass_end_to_end(reduced_experiment: ReducedRun) -> None:
     assert c1["forwards"]["violations"] == 0 and c4["forwards"]["violations"] == 0
     assert c1["steady"]["population_mean"] == 1.0
     # at c=4 the batch is what the host let the client keep in flight: 4 on an idle host, 1
-    # beside two busy loops (each request served alone); either way at most --max-num-seqs
-    # and what the window's tokens over its forwards say
+    # beside two busy loops (each request served alone); either way at most --max-num-seqs.
+    # The steady run holds no more tokens than the window's (a loaded host can leave it a
+    # part of the window, e.g. 31 forwards of 3); where it is the window's every decode
+    # forward, it holds them all
     steady4 = c4["steady"]
     assert 1.0 <= steady4["population_mean"] <= 4.0
-    assert steady4["population_mean"] == pytest.approx(
-        c4["output_tokens"] / steady4["forwards"], rel=0.1
-    )
+    held = steady4["population_mean"] * steady4["forwards"]
+    assert held <= c4["output_tokens"] * 1.1
+    if steady4["forwards"] >= c4["forwards"]["count"] - 2:  # all but the prefills
+        assert held == pytest.approx(c4["output_tokens"], rel=0.1)
     # c1's batch is 1, so the ratio c4 / c1 is c4's batch: 4 on an idle host
     ratio = prof["ratios"][0]["population_ratio"]
     assert ratio == pytest.approx(steady4["population_mean"] / c1["steady"]["population_mean"])

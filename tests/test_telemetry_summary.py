@@ -94,7 +94,6 @@ def test_prefix_cache_and_finished_request_counters_over_the_window() -> None:
         )
 
     samples = [at(0, 100, 0, 2), at(1, 228, 0, 3), at(2, 484, 64, 5), at(3, 740, 64, 7)]
-    samples.append(at(4, 900, 96, 9))  # after the point: left out
     s = summarize(samples, *window(1, 3))["server"]
     assert s["prefix_cache_queries"] == 512.0
     assert s["prefix_cache_hits"] == 64.0
@@ -106,6 +105,18 @@ def test_prefix_cache_and_finished_request_counters_over_the_window() -> None:
     # a server that does not export them (older samples): null, not zero
     old = summarize([server(t, 1, 0, 10 * t) for t in (0, 1, 2)], *window(0, 2))["server"]
     assert old["prefix_cache_queries"] is None and old["requests_finished"] is None
+
+
+def test_the_server_counters_run_to_the_closing_scrape() -> None:
+    """A periodic scrape just after the point can miss its last step (vLLM counts a step's
+    tokens just after streaming them): the server's counters and histograms run to the closing
+    scrape, taken once they settled; the token rate stays over the nearest samples."""
+    samples = [server(0, 0, 0, 0, requests_finished_total=0)]
+    samples.append(server(2.01, 4, 0, 240, requests_finished_total=7))  # one step short
+    samples.append(server(2.3, 0, 0, 256, requests_finished_total=8))  # the closing scrape
+    s = summarize(samples, *window(0, 2))["server"]
+    assert s["generation_tokens"] == 256.0 and s["requests_finished"] == 8.0
+    assert s["generation_tokens_per_s"] == pytest.approx(256 / 2.01)
 
 
 def test_counters_without_a_sample_before_the_start_use_the_first() -> None:

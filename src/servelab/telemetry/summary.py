@@ -242,29 +242,36 @@ def in_window(samples: Iterable[Sample], start_ns: int, end_ns: int) -> list[Sam
 
 
 def bracket(
-    samples: Sequence[Sample], key: str, start_ns: int, end_ns: int
+    samples: Sequence[Sample], key: str, start_ns: int, end_ns: int, closing: bool = False
 ) -> tuple[Sample, Sample] | None:
     """The samples that bracket the window for `key`: the last at or before the start (else
-    the first there is) and the first at or after the end (else the last there is)."""
+    the first there is) and the first at or after the end (else the last there is); with
+    `closing`, the last at or after the end: the closing sample, which for the server's
+    counters is taken once they have settled (ServerMetricsSource.read_closing), where a
+    periodic scrape just after the point can still miss its last step."""
     have = sorted((s for s in samples if s.get(key) is not None), key=lambda s: int(s["epoch_ns"]))
     if not have or end_ns < start_ns:
         return None
     before = [s for s in have if int(s["epoch_ns"]) <= start_ns]
     after = [s for s in have if int(s["epoch_ns"]) >= end_ns]
     first = before[-1] if before else have[0]
-    last = after[0] if after else have[-1]
+    last = (after[-1] if closing else after[0]) if after else have[-1]
     if int(last["epoch_ns"]) < int(first["epoch_ns"]):
         return None
     return first, last
 
 
-def _delta(samples: Sequence[Sample], key: str, start_ns: int, end_ns: int) -> float | None:
-    b = bracket(samples, key, start_ns, end_ns)
+def _delta(
+    samples: Sequence[Sample], key: str, start_ns: int, end_ns: int, closing: bool = False
+) -> float | None:
+    b = bracket(samples, key, start_ns, end_ns, closing)
     return None if b is None else float(b[1][key]) - float(b[0][key])
 
 
-def _span_s(samples: Sequence[Sample], key: str, start_ns: int, end_ns: int) -> float | None:
-    b = bracket(samples, key, start_ns, end_ns)
+def _span_s(
+    samples: Sequence[Sample], key: str, start_ns: int, end_ns: int, closing: bool = False
+) -> float | None:
+    b = bracket(samples, key, start_ns, end_ns, closing)
     return None if b is None else (int(b[1]["epoch_ns"]) - int(b[0]["epoch_ns"])) / 1e9
 
 
@@ -538,13 +545,15 @@ def _server(samples: Sequence[Sample], start: int, end: int) -> ServerSummary:
         out[gauge] = series_stats(s.get(gauge) for s in inside)
     waiting = [float(s["waiting"]) for s in inside if s.get("waiting") is not None]
     out["waiting_fraction"] = sum(1 for w in waiting if w > 0) / len(waiting) if waiting else None
+    # the server's counters and histograms up to the closing scrape, taken once they settled
     for raw_key, counter in SERVER_COUNTERS:
-        out[counter] = _delta(good, raw_key, start, end)
+        out[counter] = _delta(good, raw_key, start, end, closing=True)
+    # over the nearest samples: the settled closing scrape can come up to a second later
     span = _span_s(good, "generation_tokens_total", start, end)
     gen = out["generation_tokens"]
     out["generation_tokens_per_s"] = gen / span if gen is not None and span else None
     for raw_key, histogram in SERVER_HISTOGRAMS:
-        b = bracket(good, raw_key, start, end)
+        b = bracket(good, raw_key, start, end, closing=True)
         out[histogram] = (
             _histogram_delta(b[0][raw_key], b[1][raw_key])
             if b is not None
