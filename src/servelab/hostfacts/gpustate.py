@@ -44,7 +44,6 @@ THROTTLING = frozenset(
         "hw_power_brake_slowdown",
     }
 )
-AFTER_WARMUP, AFTER_REPEATS = "after_warmup", "after_repeats"  # GpuState.at
 
 # Part of the GPU canary's script (hostfacts.gpucanary.GPU_CANARY_SCRIPT), run in the runtime's
 # Python: `nvml_open(torch, dev)` finds the NVML device of PyTorch's `dev` (by its UUID, else its
@@ -145,7 +144,7 @@ def _number(value: Any) -> float | None:
 
 @dataclass(frozen=True)
 class GpuState:
-    """The GPU's state at one moment of the canary (`at`: AFTER_WARMUP, AFTER_REPEATS): SM
+    """The GPU's state at one moment of the canary (`at`: after_warmup, after_repeats): SM
     clock (MHz), temperature (°C), power draw (W) and NVML's clock event reasons (the raw mask);
     each None where NVML did not give it, and why in `errors`."""
 

@@ -29,8 +29,6 @@ from servelab.hostfacts.gpucanary import (
 from servelab.launch.containers import remove_container
 from servelab.launch.server import ServerLaunch
 
-NAMED_ENGINES = ("docker", "podman")  # engines whose containers outlive their client
-
 
 def canary_container(launch: ServerLaunch) -> ContainerRun | None:
     """The container the GPU canary runs in: the launch's, named `<name>-canary`, passed the
@@ -55,11 +53,12 @@ def gpu_canary_command(launch: ServerLaunch, work: GpuWork) -> tuple[list[str], 
 
 
 def clear_gpu(launch: ServerLaunch, run: Runner = subprocess.run) -> str | None:
-    """Remove the containers a killed job may have left on the launch's GPUs (docker, podman:
-    the server's name and the canary's), each checked gone; None when none is left, else why
-    the canary must not be timed."""
+    """Remove the containers a killed job may have left on the launch's GPUs (the server's name
+    and the canary's), each checked gone; None when none is left, else why the canary must not
+    be timed. An apptainer run leaves no named container (`remove_container` has nothing to
+    do)."""
     box = canary_container(launch)
-    if launch.container is None or box is None or box.engine not in NAMED_ENGINES:
+    if launch.container is None or box is None:
         return None
     for c in (launch.container, box):
         if not remove_container(c, run):

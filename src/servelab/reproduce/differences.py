@@ -128,8 +128,9 @@ def differences_line(r: ReproductionRecord) -> str | None:
     host = r.get("host")
     if host is not None and host["relevant_differences"]:
         parts.append("host: " + difference_names(host["relevant_differences"], limit=None))
+    rows_of = differences(r)
     for kind, label in ((ENGINE, "engine"), (RUNTIME, "runtime")):
-        rows = [d for d in differences(r) if d["kind"] == kind]
+        rows = [d for d in rows_of if d["kind"] == kind]
         if rows:
             parts.append(f"{label}: " + ", ".join(_text(d) for d in rows))
     return "; ".join(parts) or None

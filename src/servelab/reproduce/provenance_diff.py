@@ -177,9 +177,15 @@ def not_checked(ref: Side, new: Side) -> list[str]:
     return lines
 
 
-def provenance_diff(ref: Side, new: Side, host: HostComparison) -> ProvenanceDiff:
+def provenance_diff(
+    ref: Side,
+    new: Side,
+    host: HostComparison,
+    names: tuple[str, str] = ("the reference", "the fresh run"),
+) -> ProvenanceDiff:
     """Field by field: what differs, and whether it stops the comparison being clean-room.
-    `host` is the hosts' comparison (`compare_hosts`), whose differing facts are listed too."""
+    `host` is the hosts' comparison (`compare_hosts`), whose differing facts are listed too;
+    `names`, the two sides as the engine settings' comparison names them."""
     rows: list[FieldRow] = []
     flags: list[str] = []
     if ref.provenance is None or new.provenance is None:
@@ -234,7 +240,7 @@ def provenance_diff(ref: Side, new: Side, host: HostComparison) -> ProvenanceDif
     for f in blocking:
         flags.append(f"{f} differs: not the same experiment")
     ra, na = launches_of(ref.root), launches_of(new.root)
-    engine = compare_engines(ra, na, [(sc, sc) for sc in sorted(set(ra) & set(na))])
+    engine = compare_engines(ra, na, [(sc, sc) for sc in sorted(set(ra) & set(na))], names)
     blocking += engine["blocking"]
     host_differs = [d["fact"] for d in host["relevant_differences"] + host["other_differences"]]
     return {

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.dataset import load_dataset
-from servelab.analysis.engine_diff import compare_engines, launches_of
 from servelab.analysis.equivalence import DEFAULT_MARGIN_PCT
 from servelab.analysis.hostspeed import (
     AS_HOST,
@@ -55,7 +54,7 @@ from servelab.hostfacts import compare_hosts, difference_names, host_qualifier
 from servelab.hostfacts.compare import HostComparison
 from servelab.reproduce.checks import POINT_METRICS, Analysed, analyse
 from servelab.reproduce.comparison import other_dataset
-from servelab.reproduce.provenance_diff import provenance_diff
+from servelab.reproduce.provenance_diff import ProvenanceDiff, provenance_diff
 from servelab.reproduce.records import HostSpeedRecord, host_speed_json
 from servelab.reproduce.sides import Side, bundle_side, open_side, refusal
 from servelab.site.check import CheckedRelease
@@ -299,41 +298,37 @@ UNDER_TEST = (
 )
 
 
-def _changed(before: _Release, after: _Release, host: HostComparison) -> list[str]:
+def _changed(prov: ProvenanceDiff | None) -> list[str]:
     """What changed between two releases that the history judges (UNDER_TEST)."""
-    if before.side is None or after.side is None:
-        return []
-    blocking = provenance_diff(before.side, after.side, host)["blocking"]
-    return [b for b in blocking if b in UNDER_TEST]
+    return [b for b in prov["blocking"] if b in UNDER_TEST] if prov is not None else []
 
 
-def _engine(before: _Release, after: _Release) -> list[str]:
+def _engine(prov: ProvenanceDiff | None) -> list[str]:
     """Every engine setting the two releases' servers resolved differently, configuration by
     configuration, and the configurations a release did not record (servelab.analysis.
-    engine_diff); one that shapes scheduling and was not pinned also makes the pair not
-    comparable (through provenance_diff's blocking)."""
-    if before.side is None or after.side is None:
+    engine_diff, in the provenance diff); one that shapes scheduling and was not pinned also
+    makes the pair not comparable (through the diff's blocking)."""
+    if prov is None:
         return []
-    a, b = launches_of(before.side.root), launches_of(after.side.root)
-    both = [(sc, sc) for sc in sorted(set(a) & set(b))]
-    diff = compare_engines(a, b, both, names=(before.tag, after.tag))
+    diff = prov["engine"]
     return [f"{r['server_config']}: {r['text']}" for r in diff["rows"]] + diff["not_recorded"]
 
 
-def _why_not(before: _Release, after: _Release, host: HostComparison) -> list[str]:
+def _why_not(
+    before: _Release, after: _Release, host: HostComparison, prov: ProvenanceDiff | None
+) -> list[str]:
     """Why a verdict between two consecutive releases would mean nothing, one phrase each."""
     broken = [r for r in (before, after) if r.error is not None]
     if broken:
         return [f"{r.tag} {r.error}" for r in broken]
-    assert before.side is not None and after.side is not None
+    assert prov is not None
     why = []
     if host["class"] == "differs":
         why.append(
             f"the hosts differ ({host_class(before.provenance)} -> "
             f"{host_class(after.provenance)}) in: {difference_names(host['relevant_differences'])}"
         )
-    blocking = provenance_diff(before.side, after.side, host)["blocking"]
-    blocking = [b for b in blocking if b not in UNDER_TEST]
+    blocking = [b for b in prov["blocking"] if b not in UNDER_TEST]
     if blocking:
         why.append("the setup differs: " + ", ".join(blocking))
     data = other_dataset(
@@ -421,7 +416,10 @@ def _host_speed(before: _Release, after: _Release) -> HostSpeedRecord:
 
 def _pair(before: _Release, after: _Release) -> Pair:
     host = compare_hosts(before.provenance, after.provenance)
-    why = _why_not(before, after, host)
+    prov = None  # the two sides' provenance, field by field (both opened: once per pair)
+    if before.side is not None and after.side is not None:
+        prov = provenance_diff(before.side, after.side, host, (before.tag, after.tag))
+    why = _why_not(before, after, host, prov)
     keys = [k for k in _keys([before, after]) if _repeats(before, k) or _repeats(after, k)]
     relevant, other = host["relevant_differences"], host["other_differences"]
     if why:
@@ -435,8 +433,8 @@ def _pair(before: _Release, after: _Release) -> Pair:
         "after": after.tag,
         "comparable": not why,
         "why_not": "; ".join(why) if why else None,
-        "changed": _changed(before, after, host),
-        "engine": _engine(before, after),
+        "changed": _changed(prov),
+        "engine": _engine(prov),
         "host": {
             "class": host["class"],
             "relevant_differences": difference_names(relevant) if relevant else None,
