@@ -50,6 +50,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "redact",
         "design",
         "errors",
+        "documents",
     ),
 }
 ORDER = {unit: i for i, unit in enumerate(u for units in LAYERS.values() for u in units)}
