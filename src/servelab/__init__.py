@@ -7,7 +7,7 @@ first use, so that `import servelab.<module>` does not load pandas and the analy
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["__version__", "points", "requests"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in ("points", "requests"):
         from servelab import dataframes
 

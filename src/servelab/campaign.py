@@ -20,9 +20,10 @@ import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
-from servelab.config import load_yaml, read_file, resolve
+from servelab.config import load_yaml, read_file, validate
+from servelab.documents import JsonObject
 from servelab.errors import ServelabError
 from servelab.render import md_table, write_csv
 from servelab.store.paths import ExperimentPaths
@@ -59,7 +60,7 @@ CAMPAIGN_COLUMNS = (
 @dataclass(frozen=True)
 class CampaignExperiment:
     source: Path  # the experiment file
-    config: dict[str, Any]  # as written (the workflow validates it again, as for one experiment)
+    config: JsonObject  # as written (the workflow validates it again, as for one experiment)
     experiment: str
     exp_dir: Path  # <results_dir>/<experiment>
 
@@ -109,24 +110,27 @@ def load_campaign(path: Path, base: Path | None = None) -> Campaign:
     files = data.get("experiments")
     if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
         raise ServelabError(f"{path}: experiments: list the experiment files, one or more")
+    entries = [str(f) for f in files]  # each a string (checked above)
     root = base or Path.cwd()
     experiments: list[CampaignExperiment] = []
     seen: dict[Path, Path] = {}
-    for i, entry in enumerate(files):
+    for i, entry in enumerate(entries):
         source = Path(entry)
         full = source if source.is_absolute() else root / source
         if not full.is_file():
             raise ServelabError(f"{path}: experiments[{i}]: {entry}: file not found")
         raw = read_file(full)
-        resolved = resolve(raw, source=str(source))
-        exp_dir = Path(resolved["results_dir"]) / resolved["experiment"]
+        exp = validate(raw, source=str(source))
+        if not isinstance(raw, dict):  # validate() refuses any other experiment file
+            raise ServelabError(f"{source}: not a mapping of config keys")
+        exp_dir = Path(exp.results_dir) / exp.experiment
         if exp_dir in seen:
             raise ServelabError(
                 f"{path}: experiments[{i}]: {entry} writes to {exp_dir}, as {seen[exp_dir]} does; "
                 "give one of them another `experiment:` name"
             )
         seen[exp_dir] = source
-        experiments.append(CampaignExperiment(source, raw, resolved["experiment"], exp_dir))
+        experiments.append(CampaignExperiment(source, raw, exp.experiment, exp_dir))
     results_dir = data.get("results_dir", "results")
     if not isinstance(results_dir, str) or not results_dir:
         raise ServelabError(f"{path}: results_dir: {results_dir!r} is not a folder name")
@@ -138,8 +142,9 @@ def _hosts(exp_dir: Path) -> dict[str, str]:
     out = {}
     for lj in ExperimentPaths(exp_dir).launch_files():
         node = LaunchRecord.read(lj).node
-        if node is not None and isinstance(node.get("hostname"), str):
-            out[lj.parent.name] = node["hostname"]
+        hostname = node.get("hostname") if node is not None else None
+        if isinstance(hostname, str):
+            out[lj.parent.name] = hostname
     return out
 
 
@@ -203,7 +208,7 @@ def campaign_rows(experiments: list[tuple[str, Path]]) -> list[CampaignRow]:
     return rows
 
 
-def _cell(v: Any) -> str:
+def _cell(v: float | str | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 

@@ -9,17 +9,27 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import yaml
 
+from servelab.documents import JsonObject, JsonValue
 from servelab.env import endpoint, endpoint_config
 from servelab.env.config_runtime import check_config_runtimes, check_side_by_side, check_slices
 from servelab.env.config_trace import check_trace, check_trace_as_written
 from servelab.errors import ServelabError
-from servelab.experiment import Experiment, RuntimeSection, section_from_dict
+from servelab.experiment import (
+    Experiment,
+    Lengths,
+    RuntimeSection,
+    ServerSection,
+    section_from_dict,
+)
+
+if TYPE_CHECKING:
+    import jsonschema
 
 _S = TypeVar("_S")
 
@@ -38,9 +48,10 @@ HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def load_yaml(path: Path) -> Any:
+def load_yaml(path: Path) -> JsonValue:
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)  # noqa: S506
+        doc: JsonValue = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)  # noqa: S506
+        return doc
     except FileNotFoundError:
         raise ServelabError(f"{path}: file not found") from None
     except yaml.YAMLError as exc:
@@ -49,7 +60,7 @@ def load_yaml(path: Path) -> Any:
         raise ServelabError(f"{path}: not valid YAML{where}") from None
 
 
-def key_path(parts: Any) -> str:
+def key_path(parts: Iterable[str | int]) -> str:
     out = ""
     for p in parts:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
@@ -61,56 +72,79 @@ def key_path(parts: Any) -> str:
 ENDPOINT_DEFAULT = "x-endpoint-default"
 
 
-def _apply_defaults(schema: dict[str, Any], data: Any, endpoint: bool = False) -> Any:
+def _obj(node: JsonValue) -> JsonObject:
+    """`node` where the document's shape was checked to hold an object there (the schema, a
+    config the schema has validated); TypeError where it does not."""
+    if not isinstance(node, dict):
+        raise TypeError(f"expected a JSON object, got {node!r}")
+    return node
+
+
+def _properties(schema: JsonObject) -> dict[str, JsonObject]:
+    """A schema object's `properties`: each property's schema by name."""
+    return {name: _obj(sub) for name, sub in _obj(schema.get("properties", {})).items()}
+
+
+def _apply_defaults(schema: JsonObject, data: JsonValue, endpoint: bool = False) -> JsonValue:
     """Fill missing properties from schema defaults (an endpoint config's own, ENDPOINT_DEFAULT,
     where a property has one), recursing into objects and array items."""
+    items = schema.get("items")
     if isinstance(data, dict) and "properties" in schema:
-        for name, sub in schema["properties"].items():
+        for name, sub in _properties(schema).items():
             key = ENDPOINT_DEFAULT if endpoint and ENDPOINT_DEFAULT in sub else "default"
             if name not in data and key in sub:
                 data[name] = copy.deepcopy(sub[key])
             if name in data:
                 data[name] = _apply_defaults(sub, data[name], endpoint)
-    elif isinstance(data, list) and isinstance(schema.get("items"), dict):
-        return [_apply_defaults(schema["items"], item, endpoint) for item in data]
+    elif isinstance(data, list) and isinstance(items, dict):
+        return [_apply_defaults(items, item, endpoint) for item in data]
     return data
 
 
-def load_schema(schema_path: Path = SCHEMA_PATH) -> dict[str, Any]:
+def _defaults_of(schema: JsonObject, endpoint: bool = False) -> JsonObject:
+    """An object of the schema `schema` with every property that has a default at it."""
+    data: JsonObject = {}
+    _apply_defaults(schema, data, endpoint)  # fills `data` in place
+    return data
+
+
+def load_schema(schema_path: Path = SCHEMA_PATH) -> JsonObject:
     """The config schema with each `$ref` to one of its `$defs` replaced by the definition (the
     referring node's own keys, its description or default, kept over the definition's): the
     form whose `properties` hold every key's default."""
-    raw: dict[str, Any] = load_yaml(schema_path)
-    return dict(_inline_refs(raw, raw.get("$defs", {})))
+    raw = _obj(load_yaml(schema_path))
+    return dict(_inline_object(raw, _obj(raw.get("$defs", {}))))
 
 
-def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
+def _inline_refs(node: JsonValue, defs: JsonObject) -> JsonValue:
     if isinstance(node, list):
         return [_inline_refs(v, defs) for v in node]
     if not isinstance(node, dict):
         return node
+    return _inline_object(node, defs)
+
+
+def _inline_object(node: JsonObject, defs: JsonObject) -> JsonObject:
     out = {k: _inline_refs(v, defs) for k, v in node.items() if k not in ("$ref", "$defs")}
     ref = node.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        return {**_inline_refs(defs[ref.removeprefix("#/$defs/")], defs), **out}
+        return {**_inline_object(_obj(defs[ref.removeprefix("#/$defs/")]), defs), **out}
     return out
 
 
 @functools.cache
-def _schema(schema_path: Path = SCHEMA_PATH) -> dict[str, Any]:
+def _schema(schema_path: Path = SCHEMA_PATH) -> JsonObject:
     return load_schema(schema_path)
 
 
-def schema_defaults(*path: str) -> dict[str, Any]:
+def schema_defaults(*path: str) -> JsonObject:
     """The schema's defaults of the properties of the object at `path`, e.g.
     schema_defaults("analysis", "validity"): for code that runs without a validated config."""
     node = _schema()
     for name in path:
-        node = node["properties"][name]
+        node = _properties(node)[name]
     return {
-        k: copy.deepcopy(sub["default"])
-        for k, sub in node.get("properties", {}).items()
-        if "default" in sub
+        k: copy.deepcopy(sub["default"]) for k, sub in _properties(node).items() if "default" in sub
     }
 
 
@@ -119,29 +153,32 @@ def default_section(cls: type[_S], *path: str) -> _S:
     experiment config, e.g. default_section(AnalysisSection, "analysis")."""
     node = _schema()
     for name in path:
-        node = node["properties"][name]
-    return section_from_dict(cls, _apply_defaults(node, {}), ".".join(path))
+        node = _properties(node)[name]
+    return section_from_dict(cls, _defaults_of(node), ".".join(path))
 
 
-def validate(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH) -> Experiment:
-    """Validate; return the typed experiment, built from a copy with defaults filled in.
-    Raise ServelabError on the first error."""
+def validate(config: object, source: str = "config", schema_path: Path = SCHEMA_PATH) -> Experiment:
+    """Validate `config`, an experiment as given (read from its files or built by a caller: any
+    value, what is wrong with it the error); return the typed experiment, built from a copy
+    with defaults filled in. Raise ServelabError on the first error."""
     return Experiment.from_dict(resolve(config, source, schema_path))
 
 
-def resolve(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH) -> dict[str, Any]:
-    """Validate; return a copy with defaults filled in, as a plain dict. Raise ServelabError
-    on the first error."""
+def resolve(config: object, source: str = "config", schema_path: Path = SCHEMA_PATH) -> JsonObject:
+    """Validate `config` (as `validate` takes it); return a copy with defaults filled in, as a
+    plain dict. Raise ServelabError on the first error."""
     import jsonschema
 
     schema = load_schema(schema_path)
     _check_placeholders(config, source)
     _check_sweep_axis(config, source)
     _check_workload_as_written(config, source)
-    endpoint_config.check_written(config, source, _endpoint_defaults(schema))
+    if isinstance(config, dict):  # check_written checks a mapping of config keys only
+        endpoint_config.check_written(config, source, _endpoint_defaults(schema))
     data = copy.deepcopy(config) if config is not None else {}
-    endpoint_config.derive_model(data)  # runtime.kind endpoint: the model is the server's
-    data = _apply_defaults(schema, data, endpoint_config.is_endpoint(data))
+    if isinstance(data, dict):  # anything else: the schema says what is wrong with it
+        endpoint_config.derive_model(data)  # runtime.kind endpoint: the model is the server's
+        data = _apply_defaults(schema, data, endpoint_config.is_endpoint(data))
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(
         validator.iter_errors(data), key=lambda e: (len(e.path), list(map(str, e.path)))
@@ -149,21 +186,24 @@ def resolve(config: Any, source: str = "config", schema_path: Path = SCHEMA_PATH
     if errors:
         err = errors[0]
         raise ServelabError(f"{source}: {key_path(err.absolute_path)}: {_describe(err)}")
-    _check_semantics(data, source)
-    _resolve(data)
-    return dict(data)
+    if not isinstance(data, dict):  # the schema's top level is an object
+        raise TypeError(f"expected a JSON object, got {data!r}")
+    cfg: JsonObject = data
+    _check_semantics(cfg, source)
+    _resolve(cfg)
+    return dict(cfg)
 
 
-def _endpoint_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+def _endpoint_defaults(schema: JsonObject) -> dict[str, JsonObject]:
     """The schema's defaults, an endpoint's where they differ, of the sections an endpoint
     config is checked against as written (servelab.env.endpoint_config.check_written)."""
     return {
-        key: _apply_defaults(schema["properties"][key], {}, endpoint=True)
+        key: _defaults_of(_properties(schema)[key], endpoint=True)
         for key in ("runtime", "server", "model")
     }
 
 
-def placeholders(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[str, str]]:
+def placeholders(node: object, path: tuple[str | int, ...] = ()) -> list[tuple[str, str]]:
     """(key path, hint) of every "<set: HINT>" value, in document order."""
     out: list[tuple[str, str]] = []
     if isinstance(node, dict):
@@ -179,7 +219,7 @@ def placeholders(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[str, str]]
     return out
 
 
-def _check_placeholders(config: Any, source: str) -> None:
+def _check_placeholders(config: object, source: str) -> None:
     """One line naming every value still to be pinned, and what to set it to."""
     found = placeholders(config)
     if not found:
@@ -193,14 +233,14 @@ def _check_placeholders(config: Any, source: str) -> None:
     raise ServelabError(f"{source}: {names} {verb} not pinned: set {todo}")
 
 
-def _resolve(cfg: dict[str, Any]) -> None:
+def _resolve(cfg: JsonObject) -> None:
     """Defaults that depend on other keys."""
-    model = cfg["model"]
+    model = _obj(cfg["model"])
     if model.get("served_name") is None:
         model["served_name"] = model["repo"] if model["source"] == "hf" else "servelab-tiny"
 
 
-def _describe(err: Any) -> str:
+def _describe(err: jsonschema.exceptions.ValidationError) -> str:
     if err.validator == "additionalProperties":
         allowed = sorted(err.schema.get("properties", {}))
         return f"{err.message}; allowed keys: {', '.join(allowed)}" if allowed else err.message
@@ -217,7 +257,7 @@ def _describe(err: Any) -> str:
     return str(err.message)
 
 
-def _check_model(model: dict[str, Any], source: str) -> None:
+def _check_model(model: JsonObject, source: str) -> None:
     if model["source"] != "hf":
         for key in ("repo", "revision", "local_dir", "allow_patterns"):
             if model.get(key) is not None:
@@ -232,7 +272,7 @@ def _check_model(model: dict[str, Any], source: str) -> None:
             f"{source}: model.repo: model.source hf needs a repository, e.g. "
             "Qwen/Qwen2.5-3B-Instruct"
         )
-    if not HF_REPO.match(repo):
+    if not isinstance(repo, str) or not HF_REPO.match(repo):
         raise ServelabError(
             f"{source}: model.repo: {repo!r} is not a Hugging Face repository id (ORG/NAME)"
         )
@@ -241,7 +281,7 @@ def _check_model(model: dict[str, Any], source: str) -> None:
             f"{source}: model.revision: not set; pin the commit: set model.revision to the "
             f"40-hex commit sha of {repo} (huggingface.co/{repo}/commits/main lists them)"
         )
-    if not COMMIT.match(rev):
+    if not isinstance(rev, str) or not COMMIT.match(rev):
         raise ServelabError(
             f"{source}: model.revision: {rev!r} is not a commit (a branch or tag name moves); "
             f"pin the commit: set model.revision to the full 40-hex commit sha of {repo} "
@@ -249,13 +289,13 @@ def _check_model(model: dict[str, Any], source: str) -> None:
         )
 
 
-def _check_runtime(cfg: dict[str, Any], source: str) -> None:
+def _check_runtime(cfg: JsonObject, source: str) -> None:
     from servelab.env.container import ContainerSettings
 
-    rt = cfg["runtime"]
+    rt = _obj(cfg["runtime"])
     container_keys = ("image", "image_sha256", "gpu_devices", "shm_size")
     check_config_runtimes(cfg, source)
-    plan = cfg["sweep"]["repeats"]
+    plan = _obj(cfg["sweep"])["repeats"]
     if isinstance(plan, dict):
         for key in ("interleave", "side_by_side", "slices"):
             if plan.get(key, 0) is None:
@@ -298,38 +338,46 @@ def _check_runtime(cfg: dict[str, Any], source: str) -> None:
                 f"{source}: runtime.image_sha256: only for a .sif image; the digest in "
                 "runtime.image pins this one - remove runtime.image_sha256"
             )
-        if sha is not None and not re.match(r"^[0-9a-f]{64}$", sha):
+        if sha is not None and not (isinstance(sha, str) and re.match(r"^[0-9a-f]{64}$", sha)):
             raise ServelabError(
                 f"{source}: runtime.image_sha256: {sha!r} is not 64 lowercase hex digits"
             )
-    if rt["device"] == "gpu":
-        devices = rt.get("gpu_devices")
-        if devices is not None and rt["gpus"] > len(devices):
+    runtime = section_from_dict(RuntimeSection, rt, "runtime")
+    if runtime.device == "gpu":
+        devices = runtime.gpu_devices
+        if devices is not None and runtime.gpus > len(devices):
             raise ServelabError(
                 f"{source}: runtime.gpu_devices lists {len(devices)} GPU(s) but runtime.gpus "
-                f"is {rt['gpus']}; list at least runtime.gpus devices"
+                f"is {runtime.gpus}; list at least runtime.gpus devices"
             )
-        for c in cfg["server"]["configs"]:
-            tp = {**cfg["server"]["args"], **c["args"]}.get("tensor-parallel-size", 1)
-            if isinstance(tp, int) and rt["gpus"] and tp > rt["gpus"]:
+        server = _server(cfg)
+        for c in server.configs:
+            tp = {**server.args, **c.args}.get("tensor-parallel-size", 1)
+            if isinstance(tp, int) and runtime.gpus and tp > runtime.gpus:
                 raise ServelabError(
-                    f"{source}: server config {c['name']!r}: tensor-parallel-size {tp} needs "
-                    f"runtime.gpus >= {tp} (it is {rt['gpus']})"
+                    f"{source}: server config {c.name!r}: tensor-parallel-size {tp} needs "
+                    f"runtime.gpus >= {tp} (it is {runtime.gpus})"
                 )
 
 
-def _check_semantics(cfg: dict[str, Any], source: str) -> None:
-    _check_model(cfg["model"], source)
+def _server(cfg: JsonObject) -> ServerSection:
+    """The validated config's server section, typed."""
+    return section_from_dict(ServerSection, _obj(cfg["server"]), "server")
+
+
+def _check_semantics(cfg: JsonObject, source: str) -> None:
+    _check_model(_obj(cfg["model"]), source)
     _check_runtime(cfg, source)
-    names = [c["name"] for c in cfg["server"]["configs"]]
+    server = _server(cfg)
+    names = server.names
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ServelabError(
             f"{source}: server.configs: name {dupes[0]!r} is used twice; names must differ"
         )
     reserved = {"host", "port", "model", "served-model-name"}
-    for where, args in [("server.args", cfg["server"]["args"])] + [
-        (f"server.configs[{i}].args", c["args"]) for i, c in enumerate(cfg["server"]["configs"])
+    for where, args in [("server.args", server.args)] + [
+        (f"server.configs[{i}].args", c.args) for i, c in enumerate(server.configs)
     ]:
         for key in args:
             if key.startswith("-") or "_" in key:
@@ -341,17 +389,18 @@ def _check_semantics(cfg: dict[str, Any], source: str) -> None:
                 raise ServelabError(
                     f"{source}: {where}.{key}: servelab sets --{key} itself; remove it"
                 )
-    _check_rates(cfg["sweep"], source)
+    _check_rates(_obj(cfg["sweep"]), source)
     _check_search(cfg, source)
     # absent unless given, as before these keys existed
     if cfg.get("confirm", 0) is None:
         del cfg["confirm"]
-    if cfg["analysis"].get("confirms", 0) is None:
-        del cfg["analysis"]["confirms"]
-    repeats = cfg["sweep"]["repeats"]
+    analysis = _obj(cfg["analysis"])
+    if analysis.get("confirms", 0) is None:
+        del analysis["confirms"]
+    repeats = _obj(cfg["sweep"])["repeats"]
     if isinstance(repeats, dict):
         repeats.setdefault("budget_s", None)  # a default inside oneOf is not filled in
-        if repeats["max"] < repeats["min"]:
+        if _number(repeats["max"]) < _number(repeats["min"]):
             raise ServelabError(
                 f"{source}: sweep.repeats: max ({repeats['max']}) is below min "
                 f"({repeats['min']}); give max >= min"
@@ -359,13 +408,13 @@ def _check_semantics(cfg: dict[str, Any], source: str) -> None:
     from servelab.claims_syntax import parse_claim
 
     for where in ("analysis", "reproduction"):
-        for i, claim in enumerate(cfg[where]["claims"]):
+        for i, claim in enumerate(_list(_obj(cfg[where])["claims"])):
             try:
-                parse_claim(claim)
+                parse_claim(str(claim))
             except ServelabError as exc:
                 raise ServelabError(f"{source}: {where}.claims[{i}]: {exc}") from None
     ref = cfg.get("reference")
-    if ref is not None and not Path(ref).exists():
+    if ref is not None and not Path(str(ref)).exists():
         raise ServelabError(
             f"{source}: reference: {ref!r} not found (relative to {Path.cwd()}); give a release "
             "folder evidence/<experiment>/<tag>, its .tar.gz or a bundle folder"
@@ -373,19 +422,33 @@ def _check_semantics(cfg: dict[str, Any], source: str) -> None:
     _check_workload(cfg, source)
 
 
-def _largest(lengths: Any) -> int:
+def _number(value: JsonValue) -> float:
+    """A number of a config the schema has validated; TypeError where it is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {value!r}")
+    return value
+
+
+def _list(value: JsonValue) -> list[JsonValue]:
+    """A list of a config the schema has validated; TypeError where it is not one."""
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {value!r}")
+    return value
+
+
+def _largest(lengths: JsonValue, where: str) -> int:
     """The longest length workload.input_tokens / output_tokens can draw."""
     if isinstance(lengths, int):
         return lengths
-    return int(max(lengths["values"])) if "values" in lengths else int(lengths["max"])
+    return section_from_dict(Lengths, _obj(lengths), where).largest
 
 
-def _check_workload(cfg: dict[str, Any], source: str) -> None:
+def _check_workload(cfg: JsonObject, source: str) -> None:
     """Lengths a request may ask fit the server's max-model-len (a chat's last turn carries
     every earlier one), and a {min, max} range is not upside down. With a dataset, which gives
     the lengths, the resolved config holds no input_tokens nor output_tokens (the schema's
     defaults are dropped)."""
-    wu = cfg["workload"]
+    wu = _obj(cfg["workload"])
     for key in ("dataset", "shared_prefix", "chat"):
         if wu.get(key, 0) is None:
             del wu[key]  # absent, as before these keys existed
@@ -393,6 +456,7 @@ def _check_workload(cfg: dict[str, Any], source: str) -> None:
         return  # a trace's requests are filtered to fit (servelab.workload.trace)
     ds = wu.get("dataset")
     if ds is not None:
+        ds = _obj(ds)
         if ("path" in ds) == ("hub" in ds):
             raise ServelabError(
                 f"{source}: workload.dataset: give path (with its sha256) or hub, "
@@ -407,17 +471,21 @@ def _check_workload(cfg: dict[str, Any], source: str) -> None:
             raise ServelabError(
                 f"{source}: workload.{key}: give min and max (a uniform draw) or values, not both"
             )
-        if isinstance(v, dict) and "min" in v and v["max"] < v["min"]:
+        if isinstance(v, dict) and "min" in v and _number(v["max"]) < _number(v["min"]):
             raise ServelabError(
                 f"{source}: workload.{key}: max ({v['max']}) is below min ({v['min']}); "
                 "give max >= min"
             )
-    model_len = cfg["server"]["args"].get("max-model-len")
+    model_len = _obj(_obj(cfg["server"])["args"]).get("max-model-len")
     if not isinstance(model_len, int):
         return
-    turns = wu["chat"]["turns"] if wu.get("chat") else 1
-    prefix = wu["shared_prefix"]["prefix_tokens"] if wu.get("shared_prefix") else 0
-    need = prefix + turns * (_largest(wu["input_tokens"]) + _largest(wu["output_tokens"]))
+    chat, shared = wu.get("chat"), wu.get("shared_prefix")
+    turns = int(_number(_obj(chat)["turns"])) if chat else 1
+    prefix = int(_number(_obj(shared)["prefix_tokens"])) if shared else 0
+    longest = _largest(wu["input_tokens"], "workload.input_tokens") + _largest(
+        wu["output_tokens"], "workload.output_tokens"
+    )
+    need = prefix + turns * longest
     if need > model_len:
         what = "input_tokens + output_tokens"
         if prefix:
@@ -430,7 +498,7 @@ def _check_workload(cfg: dict[str, Any], source: str) -> None:
         )
 
 
-def _check_workload_as_written(config: Any, source: str) -> None:
+def _check_workload_as_written(config: object, source: str) -> None:
     """In the config as written: a dataset gives the prompts (no input_tokens), and a chat
     is synthetic."""
     wu = config.get("workload") if isinstance(config, dict) else None
@@ -469,7 +537,7 @@ def _check_workload_as_written(config: Any, source: str) -> None:
         )
 
 
-def _check_sweep_axis(config: Any, source: str) -> None:
+def _check_sweep_axis(config: object, source: str) -> None:
     """In the config as written: sweep.concurrency or sweep.rate, not both; sweep.arrival
     with rates only."""
     sweep = config.get("sweep") if isinstance(config, dict) else None
@@ -490,25 +558,25 @@ def _check_sweep_axis(config: Any, source: str) -> None:
                 )
 
 
-def _check_rates(sweep: dict[str, Any], source: str) -> None:
+def _check_rates(sweep: JsonObject, source: str) -> None:
     """A sweep over rates: rates to the thousandth, burstiness for gamma only. A sweep over
     concurrency holds no arrival section (the schema's default is dropped: its resolved
     config stays as it was before rates existed)."""
     if sweep.get("rate") is None:
         sweep.pop("arrival", None)
         return
-    for i, r in enumerate(sweep["rate"]):
-        if round(float(r), 3) != float(r):
+    for i, r in enumerate(_list(sweep["rate"])):
+        if round(_number(r), 3) != _number(r):
             raise ServelabError(
                 f"{source}: sweep.rate[{i}]: {r!r} has more than three decimals; round it "
                 "(points are named by rate to the thousandth)"
             )
-    _check_arrival(sweep["arrival"], "sweep.arrival", source)
+    _check_arrival(_obj(sweep["arrival"]), "sweep.arrival", source)
 
 
-def _check_arrival(arrival: dict[str, Any], where: str, source: str) -> None:
+def _check_arrival(arrival: JsonObject, where: str, source: str) -> None:
     """An arrival section (sweep.arrival, search.arrival): burstiness for gamma only."""
-    if arrival["process"] != "gamma" and float(arrival["burstiness"]) != 1:
+    if arrival["process"] != "gamma" and _number(arrival["burstiness"]) != 1:
         raise ServelabError(
             f"{source}: {where}.burstiness: {arrival['burstiness']!r} applies to "
             f"process gamma only; set process: gamma, or remove burstiness for "
@@ -516,31 +584,33 @@ def _check_arrival(arrival: dict[str, Any], where: str, source: str) -> None:
         )
 
 
-def _check_search(cfg: dict[str, Any], source: str) -> None:
+def _check_search(cfg: JsonObject, source: str) -> None:
     """search: bounds to search with, configurations that exist, burstiness for gamma only."""
-    search = cfg["search"]
+    search = _obj(cfg["search"])
     if not search["enabled"]:
         return
-    if all(v is None for v in cfg["analysis"]["slo"].values()):
+    if all(v is None for v in _obj(_obj(cfg["analysis"])["slo"]).values()):
         raise ServelabError(
             f"{source}: search.enabled: the search needs a bound: set at least one of "
             "analysis.slo.p99_ttft_ms, p99_tpot_ms, p99_e2el_ms (each a per-request bound there)"
         )
-    names = [c["name"] for c in cfg["server"]["configs"]]
-    for i, name in enumerate(search["server_configs"] or []):
+    names = _server(cfg).names
+    for i, name in enumerate(_list(search["server_configs"] or [])):
         if name not in names:
             raise ServelabError(
                 f"{source}: search.server_configs[{i}]: {name!r} is not in server.configs "
                 f"({', '.join(names)})"
             )
-    _check_arrival(search["arrival"], "search.arrival", source)
+    _check_arrival(_obj(search["arrival"]), "search.arrival", source)
 
 
-def load(path: Path, overrides: dict[str, Any] | None = None) -> Experiment:
+def load(path: Path, overrides: Mapping[str, JsonValue] | None = None) -> Experiment:
     return validate(read_sources([path], overrides), str(path))
 
 
-def read_sources(files: Sequence[str | Path], settings: Mapping[str, Any] | None = None) -> Any:
+def read_sources(
+    files: Sequence[str | Path], settings: Mapping[str, JsonValue] | None = None
+) -> JsonValue:
     """An experiment as it is given: each file read as `read_file` reads it (its `extends:`
     overlays resolved), each merged over the one before (Snakemake's --configfile, in order),
     then `settings` (--config's values) over them; the one place where a config's sources
@@ -548,24 +618,26 @@ def read_sources(files: Sequence[str | Path], settings: Mapping[str, Any] | None
     docs = [read_file(Path(f)) for f in files]
     if len(docs) == 1 and not settings and not isinstance(docs[0], dict):
         return docs[0]  # as written: validate() says what is wrong with it
-    raw: dict[str, Any] = {}
+    raw: JsonObject = {}
     for f, doc in zip(files, docs, strict=True):
-        if doc is not None and not isinstance(doc, dict):
+        if doc is None:
+            continue  # an empty file: no keys
+        if not isinstance(doc, dict):
             raise ServelabError(
                 f"{f}: not a mapping of config keys; write the keys of docs/config.md"
             )
-        raw = merge(raw, doc or {})
+        raw = merge(raw, doc)
     return merge(raw, dict(settings)) if settings else raw
 
 
-def read_file(path: Path) -> Any:
+def read_file(path: Path) -> JsonValue:
     """An experiment file as servelab reads it: where it names another in `extends:` (a path
     relative to its own folder), that file's keys with this one's laid over them by overlay()
     (docs/config.md, "Overlays"); any other file as written."""
     return _read_overlay(Path(path), ())
 
 
-def _read_overlay(path: Path, chain: tuple[Path, ...]) -> Any:
+def _read_overlay(path: Path, chain: tuple[Path, ...]) -> JsonValue:
     raw = load_yaml(path)
     if not isinstance(raw, dict) or EXTENDS not in raw:
         return raw
@@ -589,7 +661,7 @@ def _read_overlay(path: Path, chain: tuple[Path, ...]) -> Any:
     return overlay(under, raw)
 
 
-def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def overlay(base: JsonObject, over: JsonObject) -> JsonObject:
     """`over` laid over `base`: mappings key by key, a list or a value replaced whole, and a
     key set to null removed (it takes the schema's default, null wherever null is allowed)."""
     out = copy.deepcopy(base)
@@ -597,16 +669,18 @@ def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         if v is None:
             out.pop(k, None)
         elif isinstance(v, dict):
-            out[k] = overlay(out[k] if isinstance(out.get(k), dict) else {}, v)
+            under = out.get(k)
+            out[k] = overlay(under if isinstance(under, dict) else {}, v)
         else:
             out[k] = copy.deepcopy(v)
     return out
 
 
-def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def merge(base: JsonObject, over: Mapping[str, JsonValue]) -> JsonObject:
     out = copy.deepcopy(base)
     for k, v in over.items():
-        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        under = out.get(k)
+        out[k] = merge(under, v) if isinstance(v, dict) and isinstance(under, dict) else v
     return out
 
 

@@ -18,12 +18,15 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from types import FrameType
+from typing import NotRequired, TypedDict
 
 from servelab.analysis.diagnosis_records import Change, Diagnosis, Proposal
 from servelab.analysis.proposals import change_words, proposal_line
 from servelab.config import validate
+from servelab.documents import JsonObject
 from servelab.errors import ServelabError
+from servelab.experiment import ArgValue, Experiment
 from servelab.store.hashing import sha256_file
 
 CONFIRM_SUFFIX = "-confirm"  # the confirmation of experiment X is experiment X-confirm
@@ -73,7 +76,7 @@ class Plan:
     be measured), the proposals it measures (analysis.confirms.proposals) and those it does
     not, each with the reason."""
 
-    config: dict[str, Any] | None
+    config: JsonObject | None
     tried: list[Tried]
     not_tried: list[NotTried]
 
@@ -118,14 +121,30 @@ def _words(p: Proposal) -> str:
     return f"operate at {'request rate' if axis == 'rate' else axis} {at:g}"
 
 
-def _merged_args(base: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
+class ServerConfigEntry(TypedDict):
+    """A server configuration of the derived experiment (server.configs[])."""
+
+    name: str
+    args: dict[str, ArgValue]
+
+
+def _section(cfg: Mapping[str, object], key: str) -> dict[str, object]:
+    """A section of a resolved config (an object: the schema says so), to set keys of."""
+    section = cfg[key]
+    if not isinstance(section, dict):
+        raise TypeError(f"config {key}: expected a mapping, got {section!r}")
+    return section
+
+
+def _merged_args(base: Mapping[str, ArgValue], change: Change) -> dict[str, ArgValue]:
     """The diagnosed configuration's arguments with the change: a compilation config is merged
     key by key into one the configuration already gives."""
     out = dict(base)
     for k, v in change.items():
-        if k == "compilation-config" and isinstance(out.get(k), str):
+        given = out.get(k)
+        if k == "compilation-config" and isinstance(given, str):
             try:
-                merged = {**json.loads(out[k]), **json.loads(str(v))}
+                merged = {**json.loads(given), **json.loads(str(v))}
             except json.JSONDecodeError:
                 merged = json.loads(str(v))
             out[k] = json.dumps(merged, separators=(",", ":"))
@@ -135,49 +154,48 @@ def _merged_args(base: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str
 
 
 def _why_not(
-    p: Proposal, config: Mapping[str, Any], configs: Mapping[str, Mapping[str, Any]]
+    p: Proposal, exp: Experiment, configs: Mapping[str, Mapping[str, ArgValue]]
 ) -> str | None:
     """Why a proposal cannot be measured by a confirmation of this experiment, or None."""
     if not p.get("tryable"):
         return str(p.get("not_tried") or "the proposal says it cannot be tried")
     if p["server_config"] not in configs:
         return f"{p['server_config']!r} is not a server configuration of this experiment"
-    if config["sweep"].get("rate") is not None:
+    if exp.sweep.rate is not None:
         return "a sweep over request rates: a confirmation measures a concurrency sweep"
     change = p["change"]
-    if "compilation-config" in change and config["runtime"]["device"] != "gpu":
+    if "compilation-config" in change and exp.runtime.device != "gpu":
         return (
-            "CUDA graph capture sizes need a GPU runtime (runtime.device is "
-            f"{config['runtime']['device']})"
+            f"CUDA graph capture sizes need a GPU runtime (runtime.device is {exp.runtime.device})"
         )
-    args = {**config["server"]["args"], **configs[p["server_config"]]}
+    args = {**exp.server.args, **configs[p["server_config"]]}
     if all(args.get(k) == v for k, v in change.items()):
         return f"{p['server_config']} already runs with {_words(p)}"
     return None
 
 
 def plan_confirmation(
-    config: Mapping[str, Any],
+    config: JsonObject,
     diagnoses: Sequence[Diagnosis],
     bundle: Path,
     max_proposals: int | None = None,
 ) -> Plan:
     """The confirmation of the experiment `config` (its resolved config) from its
     diagnoses.json and its bundle folder (named by the sha256 of its manifest.json)."""
-    if config.get("reference") or config["analysis"].get("confirms"):
-        what = "a reproduction" if config.get("reference") else "a confirmation"
+    exp = Experiment.from_dict(config)
+    if exp.reference or exp.analysis.confirms:
+        what = "a reproduction" if exp.reference else "a confirmation"
         raise ServelabError(
-            f"{config['experiment']}: confirm: this experiment is {what}; confirm the "
+            f"{exp.experiment}: confirm: this experiment is {what}; confirm the "
             "experiment it was made from"
         )
-    limit = max_proposals or (config.get("confirm") or {}).get(
-        "max_proposals", DEFAULT_MAX_PROPOSALS
-    )
-    configs = {c["name"]: dict(c.get("args") or {}) for c in config["server"]["configs"]}
+    given = exp.confirm.max_proposals if exp.confirm is not None else DEFAULT_MAX_PROPOSALS
+    limit = max_proposals or given
+    configs = {c.name: dict(c.args) for c in exp.server.configs}
     tried: list[Tried] = []
     not_tried: list[NotTried] = []
     for kinds, p in _grouped(diagnoses):
-        reason = _why_not(p, config, configs)
+        reason = _why_not(p, exp, configs)
         if reason is None and len(tried) >= limit:
             reason = f"over confirm.max_proposals ({limit}): confirm it in a later run"
         if reason is not None:
@@ -213,19 +231,19 @@ def plan_confirmation(
 
 
 def _derive(
-    config: Mapping[str, Any],
+    config: JsonObject,
     tried: list[Tried],
     not_tried: list[NotTried],
     bundle: Path,
     manifest_sha256: str,
-    configs: Mapping[str, Mapping[str, Any]],
-) -> dict[str, Any]:
+    configs: Mapping[str, Mapping[str, ArgValue]],
+) -> JsonObject:
     """The confirmation experiment's config, validated: the original's with the diagnosed and
     proposed configurations, the judged concurrencies, the proposals' claims and
     analysis.confirms; no profiling pass, search, reference or confirm section."""
-    cfg = copy.deepcopy(dict(config))
+    cfg: dict[str, object] = copy.deepcopy(dict(config))
     cfg["experiment"] = f"{config['experiment']}{CONFIRM_SUFFIX}"
-    server_configs: list[dict[str, Any]] = []
+    server_configs: list[ServerConfigEntry] = []
     for p in tried:
         if p["server_config"] not in [c["name"] for c in server_configs]:
             server_configs.append(
@@ -234,9 +252,9 @@ def _derive(
         server_configs.append(
             {"name": p["config"], "args": _merged_args(configs[p["server_config"]], p["change"])}
         )
-    cfg["server"]["configs"] = server_configs
-    cfg["sweep"]["concurrency"] = sorted({c for p in tried for c in p["concurrency"]})
-    analysis = cfg["analysis"]
+    _section(cfg, "server")["configs"] = server_configs
+    _section(cfg, "sweep")["concurrency"] = sorted({c for p in tried for c in p["concurrency"]})
+    analysis = _section(cfg, "analysis")
     analysis["claims"] = [c for p in tried for c in p["claims"]]
     analysis["pairs"] = []  # they name the original's configurations and levels
     analysis["confirms"] = {
@@ -246,9 +264,9 @@ def _derive(
         "proposals": tried,
         "not_tried": not_tried,
     }
-    cfg["profile"]["enabled"] = False
+    _section(cfg, "profile")["enabled"] = False
     if cfg.get("search"):
-        cfg["search"]["enabled"] = False
+        _section(cfg, "search")["enabled"] = False
     cfg["reference"] = None
     cfg.pop("confirm", None)
     source = f"the confirmation of {config['experiment']}"
@@ -271,7 +289,7 @@ def write_config(plan: Plan, path: Path) -> None:
     import yaml
 
     assert plan.config is not None
-    conf = plan.config["analysis"]["confirms"]
+    conf = _section(_section(plan.config, "analysis"), "confirms")
     head = [
         f"# The confirmation of {conf['experiment']}: written by `snakemake --cores all confirm`",
         f"# from its diagnoses (bundle {conf['bundle']}, manifest sha256",
@@ -323,7 +341,7 @@ def _run_workflow(cmd: list[str], log: Path, say: Callable[[str], None]) -> int:
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
 
-        def stop(signum: int, frame: Any) -> None:
+        def stop(signum: int, frame: FrameType | None) -> None:
             proc.send_signal(signal.SIGTERM)
 
         previous = signal.signal(signal.SIGTERM, stop)
@@ -372,7 +390,7 @@ def check_executor(executor: str, cfg_path: Path) -> None:
 
 
 def run_confirm(
-    config: Mapping[str, Any],
+    config: JsonObject,
     diagnoses: Path,
     bundle: Path,
     record: Path,
@@ -390,7 +408,7 @@ def run_confirm(
     plan = plan_confirmation(config, read_json(diagnoses), bundle)
     folder = record.parent
     out: ConfirmRecord = {
-        "experiment": config["experiment"],
+        "experiment": str(config["experiment"]),
         "bundle": str(bundle),
         "tried": plan.tried,
         "not_tried": plan.not_tried,
@@ -411,7 +429,7 @@ def run_confirm(
     say(f"confirm: running {plan.config['experiment']}: {' '.join(cmd[2:])}")
     rc = _run_workflow(cmd, folder / "logs" / "confirm-workflow.log", say)
     out["config"] = str(cfg_path)
-    out["confirmation"] = plan.config["experiment"]
+    out["confirmation"] = str(plan.config["experiment"])
     table = folder / "analysis" / "confirmation.json"
     if rc != 0 or not table.is_file():
         write_json(record, {**out, "status": "failed", "exit_status": rc})

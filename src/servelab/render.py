@@ -22,19 +22,22 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 MISSING = "-"
 
 
-def num(x: Any, spec: str = ",.2f", missing: str = MISSING) -> str:
+def num(x: object, spec: str = ",.2f", missing: str = MISSING) -> str:
     """`format(x, spec)`, or `missing` for None and NaN."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return missing
     return format(x, spec)
 
 
-def cell(value: Any, digits: int = 6) -> str:
+def cell(value: object, digits: int = 6) -> str:
     """One CSV cell: empty for None, true/false, floats to `digits` significant digits,
     lists space-separated."""
     if value is None:
@@ -50,7 +53,7 @@ def cell(value: Any, digits: int = 6) -> str:
 
 def csv_text(
     columns: Sequence[str],
-    rows: Iterable[Mapping[str, Any] | Sequence[Any]],
+    rows: Iterable[Mapping[str, object] | Sequence[object]],
     digits: int = 6,
 ) -> str:
     """A header line and one line per row; a row is a mapping (read by column name) or a
@@ -67,7 +70,7 @@ def csv_text(
 def write_csv(
     path: Path,
     columns: Sequence[str],
-    rows: Iterable[Mapping[str, Any] | Sequence[Any]],
+    rows: Iterable[Mapping[str, object] | Sequence[object]],
     digits: int = 6,
 ) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,7 +81,7 @@ def md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -> list[str]:
+def md_table(header: Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> list[str]:
     """Lines of a Markdown table. `align` has one letter per column, "l" or "r" (default
     "l" for all); cells are written with str()."""
     rule = "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header), "l"))
@@ -105,7 +108,7 @@ MEAN_CI_CAPTION = "mean, 95% CI; dots: each repeat"
 
 
 @contextmanager
-def figure_style(**overrides: Any) -> Iterator[None]:
+def figure_style(**overrides: object) -> Iterator[None]:
     """matplotlib settings for servelab's figures (FIGURE_RC, then `overrides`)."""
     import matplotlib
 
@@ -116,7 +119,7 @@ def figure_style(**overrides: Any) -> Iterator[None]:
 
 
 def save_figure(
-    fig: Any, out_dir: Path, name: str, formats: Sequence[str] = FIGURE_FORMATS
+    fig: Figure, out_dir: Path, name: str, formats: Sequence[str] = FIGURE_FORMATS
 ) -> list[Path]:
     """Write `fig` as <out_dir>/<name>.<format> for each format, without dates or versions,
     and close it."""
@@ -132,7 +135,7 @@ def save_figure(
     return paths
 
 
-def figure_bytes(fig: Any, fmt: str = "svg") -> bytes:
+def figure_bytes(fig: Figure, fmt: str = "svg") -> bytes:
     """`fig` in one format, as `save_figure` writes it, and close it (for a caller that
     embeds the figure rather than writing a file)."""
     import matplotlib.pyplot as plt

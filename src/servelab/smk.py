@@ -9,11 +9,12 @@ from __future__ import annotations
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Protocol, TextIO
 
+from servelab.documents import JsonValue
 from servelab.env.model import model_dir
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
@@ -22,6 +23,22 @@ from servelab.store.paths import ExperimentPaths
 from servelab.store.records import RuntimeRecord
 
 WATCH_INTERVAL_S = 1.0
+
+
+class Named(Protocol):
+    """A rule's params or input files (a Snakemake named list): each entry by its name."""
+
+    def __getattr__(self, name: str) -> str: ...
+
+
+class Snakemake(Protocol):
+    """What servelab reads of a `script:` job's `snakemake` object: the workflow's validated
+    config, the rule's params and input files by name, and its log files."""
+
+    config: Mapping[str, JsonValue]
+    params: Named
+    input: Named
+    log: Sequence[str]
 
 
 def _workflow_ancestor() -> int | None:
@@ -76,13 +93,13 @@ class _Tee:
             s.flush()
 
 
-def experiment(smk: Any) -> tuple[Experiment, ExperimentPaths]:
+def experiment(smk: Snakemake) -> tuple[Experiment, ExperimentPaths]:
     """The typed experiment (built from the workflow's validated config) and its folders
     (the rule's `params.exp`)."""
     return Experiment.from_dict(smk.config), ExperimentPaths(Path(smk.params.exp))
 
 
-def measure_job(smk: Any, say: Callable[[str], None]) -> MeasureJob:
+def measure_job(smk: Snakemake, say: Callable[[str], None]) -> MeasureJob:
     """A measuring rule's job: the experiment and its folders, the model's folder
     (`input.model`), the runtime record (`input.runtime`, runtime.json), those of the
     configurations with their own runtime (`input.config_runtimes`, runtime/<sc>/runtime.json)
@@ -98,7 +115,7 @@ def measure_job(smk: Any, say: Callable[[str], None]) -> MeasureJob:
 
 
 @contextmanager
-def job(smk: Any, stage: str) -> Iterator[Callable[[str], None]]:
+def job(smk: Snakemake, stage: str) -> Iterator[Callable[[str], None]]:
     log_path = smk.log[0] if len(smk.log) else None
     log: TextIO = open(log_path, "w", encoding="utf-8") if log_path else sys.stderr  # noqa: SIM115
     say = _Tee(sys.stdout, log) if log_path else _Tee(sys.stdout)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import csv
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from servelab.analysis.engine_diff import resolved_lines
 from servelab.analysis.rounds import STOPPED
@@ -22,6 +23,7 @@ from servelab.analysis.validity import (
 )
 from servelab.config import default_section
 from servelab.design.level import Level, LevelValue
+from servelab.documents import JsonObject, JsonValue
 from servelab.experiment import ValiditySection
 from servelab.hostfacts.canary import run_canaries
 from servelab.launch.serverlog import start_line
@@ -34,9 +36,35 @@ from servelab.store.records import CaptureRecord, LaunchRecord, Record, RunRecor
 # lock, or an image pull) and fetches the model, both cached for every later run.
 SETUP_STAGES = ("runtime", "model")
 
+# a point's point.json, as read
+PointDoc = Mapping[str, JsonValue]
+
 
 def _mean(xs: list[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
+
+
+def _num(value: JsonValue) -> float:
+    """A number of a record (TypeError where it is not one), as it is (an int stays an int)."""
+    if not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {value!r}")
+    return value
+
+
+def _seconds(value: JsonValue) -> float:
+    """Seconds a record gives, 0.0 where it gives none (null, absent)."""
+    return float(_num(value)) if value else 0.0
+
+
+def _items(value: JsonValue) -> list[JsonValue]:
+    """The entries of a record's list ([] where there is none)."""
+    return value if isinstance(value, list) else []
+
+
+def _waited(record: JsonObject) -> float:
+    """A launch's wait for the measuring-server lock (launch.json, capture.json lock.waited_s)."""
+    lock = record.get("lock")
+    return _seconds(lock.get("waited_s") if isinstance(lock, dict) else None)
 
 
 class SummaryRow(TypedDict):
@@ -53,15 +81,15 @@ class SummaryRow(TypedDict):
     failed: int
 
 
-def summary_rows(points: list[dict[str, Any]]) -> list[SummaryRow]:
+def summary_rows(points: Sequence[PointDoc]) -> list[SummaryRow]:
     """Per configuration and level (`concurrency`: a concurrency or a request rate)."""
-    groups: dict[tuple[str, LevelValue], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, LevelValue], list[PointDoc]] = defaultdict(list)
     for p in points:
-        groups[(p["server_config"], Level.from_record(p).value)].append(p)
+        groups[(str(p["server_config"]), Level.from_record(p).value)].append(p)
     rows: list[SummaryRow] = []
     for (sc, conc), ps in sorted(groups.items()):
-        tput = [p["output_throughput"] for p in ps if p.get("output_throughput") is not None]
-        ttft = [p["mean_ttft_ms"] for p in ps if p.get("mean_ttft_ms") is not None]
+        tput = [_num(p["output_throughput"]) for p in ps if p.get("output_throughput") is not None]
+        ttft = [_num(p["mean_ttft_ms"]) for p in ps if p.get("mean_ttft_ms") is not None]
         rows.append(
             {
                 "server_config": sc,
@@ -71,7 +99,7 @@ def summary_rows(points: list[dict[str, Any]]) -> list[SummaryRow]:
                 "output_throughput_min": min(tput) if tput else None,
                 "output_throughput_max": max(tput) if tput else None,
                 "mean_ttft_ms": _mean(ttft),
-                "failed": sum(int(p.get("failed", 0)) for p in ps),
+                "failed": sum(int(_num(p.get("failed", 0))) for p in ps),
             }
         )
     return rows
@@ -211,7 +239,7 @@ def canary_lines(exp_dir: Path) -> list[str]:
     ] + lines
 
 
-def _launch(path: Path, record: type[Record]) -> dict[str, Any]:
+def _launch(path: Path, record: type[Record]) -> JsonObject:
     """A launch.json or capture.json, read by its record type ({} when there is none)."""
     found = record.read_if_present(path)
     return found.doc if found is not None else {}
@@ -222,7 +250,7 @@ def _ready_s(path: Path, record: type[Record]) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _launches(exp_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+def _launches(exp_dir: Path) -> list[tuple[str, JsonObject]]:
     """(stage, record) of the latest server launch of every sweep and profiling pass."""
     out = []
     for kind, path, record_type in launch_files(ExperimentPaths(exp_dir)):
@@ -238,8 +266,9 @@ def on_sweep_captures(exp_dir: Path) -> dict[str, float]:
     out = {}
     for path in ExperimentPaths(exp_dir).capture_files():
         record = _launch(path, CaptureRecord)
-        if record.get("launch") == "sweep" and isinstance(record.get("job_wall_s"), int | float):
-            out[f"sweep-{path.parent.name}"] = float(record["job_wall_s"])
+        wall = record.get("job_wall_s")
+        if record.get("launch") == "sweep" and isinstance(wall, int | float):
+            out[f"sweep-{path.parent.name}"] = float(wall)
     return out
 
 
@@ -255,7 +284,7 @@ def start_lines(exp_dir: Path) -> list[str]:
         start = record.get("start")
         if not isinstance(start, dict) or not start.get("phases"):
             continue
-        waited = (record.get("lock") or {}).get("waited_s") or 0.0
+        waited = _waited(record)
         lock = (
             f" (after {waited:.0f} s waiting for the measuring-server lock)" if waited >= 1 else ""
         )
@@ -263,7 +292,7 @@ def start_lines(exp_dir: Path) -> list[str]:
     return ["server starts (latest launch of each), seconds per phase:", *lines] if lines else []
 
 
-def wall_line(exp_dir: Path, times: dict[str, float], points: list[dict[str, Any]]) -> str | None:
+def wall_line(exp_dir: Path, times: dict[str, float], points: Sequence[PointDoc]) -> str | None:
     """The experiment's wall time against the sum of its measured windows: `wall 412 s for
     256 s of measured windows: 1.61x (server starts 120 s, profiling pass 60 s, rest 36 s)`.
     The wall time is the sum of the Snakemake stages' times (benchmarks/*.tsv), first-run setup
@@ -281,7 +310,7 @@ def wall_line(exp_dir: Path, times: dict[str, float], points: list[dict[str, Any
     if not stages:
         return None
     wall = sum(stages.values())
-    windows = sum(float(p.get("duration") or 0.0) for p in points)
+    windows = sum(_seconds(p.get("duration")) for p in points)
     starts, waited, waits = sweep_starts(exp_dir, points, sequential="sweep" in stages)
     profiling = sum(v - waited.get(k, 0.0) for k, v in stages.items() if k.startswith("profile-"))
     profiling += sum(v for k, v in on_sweep_captures(exp_dir).items() if k in stages)
@@ -312,7 +341,7 @@ def wall_line(exp_dir: Path, times: dict[str, float], points: list[dict[str, Any
 
 
 def sweep_starts(
-    exp_dir: Path, points: list[dict[str, Any]], *, sequential: bool
+    exp_dir: Path, points: Sequence[PointDoc], *, sequential: bool
 ) -> tuple[float, dict[str, float], float]:
     """The sweeps' server starts (s), each launch's wait for the measuring-server lock keyed
     by its stage (`sweep-<sc>`, `profile-<sc>`), and every wait summed. A fixed design: each
@@ -322,24 +351,18 @@ def sweep_starts(
     launches = _launches(exp_dir)
     seq = sequential_record(exp_dir) if sequential else None
     if seq is None:
-        starts = sum(float(r["ready_s"]) for stage, r in launches if stage.startswith("sweep-"))
-        waited = {
-            stage: float((r.get("lock") or {}).get("waited_s") or 0.0) for stage, r in launches
-        }
+        starts = sum(
+            float(_num(r["ready_s"])) for stage, r in launches if stage.startswith("sweep-")
+        )
+        waited = {stage: _waited(r) for stage, r in launches}
         return starts, waited, sum(waited.values())
     rounds = round_launches(exp_dir, seq, points)
     starts = starts_wall(rounds, together=bool(seq.get("side_by_side")))
-    waited = {
-        stage: float((r.get("lock") or {}).get("waited_s") or 0.0)
-        for stage, r in launches
-        if not stage.startswith("sweep-")
-    }
+    waited = {stage: _waited(r) for stage, r in launches if not stage.startswith("sweep-")}
     return starts, waited, sum(waited.values()) + sum(launch.waited_s for launch in rounds)
 
 
-def time_breakdown(
-    exp_dir: Path, times: dict[str, float], points: list[dict[str, Any]]
-) -> list[str]:
+def time_breakdown(exp_dir: Path, times: dict[str, float], points: Sequence[PointDoc]) -> list[str]:
     """Where the time of the measuring stages went on this host: server starts, measured
     points and the rest (prompts, warm-up, shutdown) per sweep, a sequential sweep's round by
     round (`rounds_breakdown`); server start per profiling pass. Times move between hosts (a
@@ -351,8 +374,8 @@ def time_breakdown(
     durations: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     for p in points:
-        durations[p["server_config"]] += float(p.get("duration") or 0.0)
-        counts[p["server_config"]] += 1
+        durations[str(p["server_config"])] += _seconds(p.get("duration"))
+        counts[str(p["server_config"])] += 1
     on_sweep = on_sweep_captures(exp_dir)
     for stage, total in sorted(times.items()):
         kind, _, sc = stage.partition("-")
@@ -395,7 +418,7 @@ class RoundStep:
     first: int
     last: int
     seconds: float | None
-    look: dict[str, Any] | None
+    look: JsonObject | None
 
     @property
     def label(self) -> str:
@@ -428,7 +451,7 @@ class RoundLaunch:
         )
 
 
-def sequential_record(exp_dir: Path) -> dict[str, Any] | None:
+def sequential_record(exp_dir: Path) -> JsonObject | None:
     """The sequential sweep's record (run.json `sequential`, the same in every
     configuration's); None for a fixed number of repeats."""
     for path in ExperimentPaths(exp_dir).run_files():
@@ -438,49 +461,57 @@ def sequential_record(exp_dir: Path) -> dict[str, Any] | None:
     return None
 
 
-def round_steps(seq: dict[str, Any]) -> list[RoundStep]:
+def _rounds_of(entries: JsonValue) -> dict[int, JsonObject]:
+    """A record's entries per round (`looks`, `compared`: each names its `round`)."""
+    out: dict[int, JsonObject] = {}
+    for e in _items(entries):
+        if isinstance(e, dict) and isinstance(e.get("round"), int):
+            out[int(_num(e["round"]))] = e
+    return out
+
+
+def round_steps(seq: JsonObject) -> list[RoundStep]:
     """The steps of rounds the record says were measured: rounds 1 to `min`, then one round
     each up to `rounds`, with their `round_s` and looks."""
-    rounds = int(seq.get("rounds") or 0)
-    lowest = min(int((seq.get("rule") or {}).get("min_rounds") or 1), rounds)
+    rounds = int(_num(seq.get("rounds") or 0))
+    rule = seq.get("rule")
+    lowest = min(
+        int(_num((rule.get("min_rounds") if isinstance(rule, dict) else None) or 1)), rounds
+    )
     spans = ([(1, lowest)] if lowest >= 1 else []) + [(k, k) for k in range(lowest + 1, rounds + 1)]
-    round_s = [float(x) for x in seq.get("round_s") or [] if isinstance(x, int | float)]
-    looks = {
-        int(look["round"]): look
-        for look in seq.get("looks") or []
-        if isinstance(look, dict) and isinstance(look.get("round"), int)
-    }
+    round_s = [float(x) for x in _items(seq.get("round_s")) if isinstance(x, int | float)]
+    looks = _rounds_of(seq.get("looks"))
     return [
         RoundStep(a, b, round_s[i] if i < len(round_s) else None, looks.get(b))
         for i, (a, b) in enumerate(spans)
     ]
 
 
-def round_launches(
-    exp_dir: Path, seq: dict[str, Any], points: list[dict[str, Any]]
-) -> list[RoundLaunch]:
+def _recorded_launch(e: JsonObject) -> RoundLaunch:
+    """A launch as the sequential record's `launches` holds it."""
+    launch, ready = e.get("launch"), e.get("ready_s")
+    return RoundLaunch(
+        int(_num(e["round"])),
+        str(e["server_config"]),
+        launch if isinstance(launch, int) else None,
+        float(ready) if isinstance(ready, int | float) else None,
+        _seconds(e.get("lock_waited_s")),
+    )
+
+
+def round_launches(exp_dir: Path, seq: JsonObject, points: Sequence[PointDoc]) -> list[RoundLaunch]:
     """Every server launch of the sweep, with the round of the look after it: the record's
     `launches`; in raw data from before it kept them, each step's launches from its points'
     `launch`, the start known for each configuration's latest launch alone (launch.json)."""
     recorded = seq.get("launches")
     if isinstance(recorded, list):
-        return [
-            RoundLaunch(
-                int(e["round"]),
-                str(e["server_config"]),
-                e.get("launch") if isinstance(e.get("launch"), int) else None,
-                float(e["ready_s"]) if isinstance(e.get("ready_s"), int | float) else None,
-                float(e.get("lock_waited_s") or 0.0),
-            )
-            for e in recorded
-            if isinstance(e, dict)
-        ]
+        return [_recorded_launch(e) for e in recorded if isinstance(e, dict)]
     last_of = {r: step.last for step in round_steps(seq) for r in range(step.first, step.last + 1)}
     seen: dict[tuple[str, int], int] = {}
     for p in points:
-        k = last_of.get(int(p.get("repeat") or 0))
-        if k is not None and isinstance(p.get("launch"), int):
-            key = (str(p["server_config"]), int(p["launch"]))
+        k, launch = last_of.get(int(_num(p.get("repeat") or 0))), p.get("launch")
+        if k is not None and isinstance(launch, int):
+            key = (str(p["server_config"]), int(launch))
             seen[key] = min(k, seen.get(key, k))
     paths, out = ExperimentPaths(exp_dir), []
     for (sc, n), k in sorted(seen.items(), key=lambda item: (item[1], item[0])):
@@ -506,13 +537,13 @@ def starts_wall(launches: list[RoundLaunch], *, together: bool) -> float:
 
 
 def _spent(
-    launches: list[RoundLaunch], points: list[dict[str, Any]], detail: bool, together: bool
+    launches: list[RoundLaunch], points: Sequence[PointDoc], detail: bool, together: bool
 ) -> tuple[str, float]:
     """`2 server starts 61.3 s (a #1 30.1 s, b #1 31.2 s) + 30 points 290.0 s` (the launches
     named with `detail`), and the seconds it accounts for; side by side (`together`), the
     starts' wall time, `2 server starts side by side 31.2 s (...)`."""
     starts = starts_wall(launches, together=together)
-    measured = sum(float(p.get("duration") or 0.0) for p in points)
+    measured = sum(_seconds(p.get("duration")) for p in points)
     n, unknown = len(launches), sum(1 for launch in launches if launch.ready_s is None)
     text = f"{n} server start{'s' if n > 1 else ''}" if n else "no server start"
     if n > 1 and together:
@@ -526,20 +557,21 @@ def _spent(
     return f"{text} + {len(points)} points {measured:.1f} s", starts + measured
 
 
-def _look(look: dict[str, Any] | None, compared: dict[str, Any] | None = None) -> str:
+def _look(look: JsonObject | None, compared: JsonObject | None = None) -> str:
     """`look after round 4: 7 of 9 questions decided, 2 open`: the claims (and orderings) of
     the look, and the rows of analysis.compare it asked (`compared`, where recorded)."""
     if look is None:
         return "no look recorded"
-    decided, still = int(look.get("decided") or 0), int(look.get("open") or 0)
+    decided, still = int(_num(look.get("decided") or 0)), int(_num(look.get("open") or 0))
     if compared is not None:
-        asked, unknown = int(compared.get("asked") or 0), int(compared.get("open") or 0)
+        asked = int(_num(compared.get("asked") or 0))
+        unknown = int(_num(compared.get("open") or 0))
         decided, still = decided + asked - unknown, still + unknown
     text = f"look after round {look.get('round')}: {decided} of {decided + still} questions decided"
     return text + (f", {still} open" if still else "")
 
 
-def rounds_breakdown(exp_dir: Path, total: float, points: list[dict[str, Any]]) -> list[str]:
+def rounds_breakdown(exp_dir: Path, total: float, points: Sequence[PointDoc]) -> list[str]:
     """A sequential sweep's stage: its server starts, points and the rest, then per step of
     rounds its launches with their starts, its points with their measured time, the rest and
     the look after it, then the looks and the rest of the job."""
@@ -549,11 +581,7 @@ def rounds_breakdown(exp_dir: Path, total: float, points: list[dict[str, Any]]) 
     steps = round_steps(seq)
     launches = round_launches(exp_dir, seq, points)
     together = bool(seq.get("side_by_side"))
-    compared = {
-        int(c["round"]): c
-        for c in seq.get("compared") or []
-        if isinstance(c, dict) and isinstance(c.get("round"), int)
-    }
+    compared = _rounds_of(seq.get("compared"))
     spent, known = _spent(launches, points, detail=False, together=together)
     stopped = seq.get("stopped")
     lines = [
@@ -561,7 +589,7 @@ def rounds_breakdown(exp_dir: Path, total: float, points: list[dict[str, Any]]) 
         f"{seq.get('rounds')} rounds, stopped: {STOPPED.get(str(stopped), stopped)}"
     ]
     for step in steps:
-        mine = [p for p in points if step.first <= int(p.get("repeat") or 0) <= step.last]
+        mine = [p for p in points if step.first <= int(_num(p.get("repeat") or 0)) <= step.last]
         spent, known = _spent(
             [x for x in launches if x.round == step.last], mine, detail=True, together=together
         )

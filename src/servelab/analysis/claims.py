@@ -15,7 +15,8 @@ from typing import Any, Literal, NotRequired, TypedDict, cast, overload
 from servelab.analysis.dataset import Point
 from servelab.analysis.diagnosis_records import Diagnosis, level_of
 from servelab.analysis.groups import SUMMARY_METRICS, Groups, hit_order, invalid_text
-from servelab.analysis.knee import DOMINANCE, Knee, knee_level
+from servelab.analysis.knee import DOMINANCE, DominanceRow, Knee, knee_level
+from servelab.analysis.search_records import SearchJson
 from servelab.analysis.stats import describe, one_sided_bounds, paired
 from servelab.analysis.validity import Flag
 from servelab.claims_syntax import (
@@ -36,6 +37,7 @@ from servelab.design.stopping import (
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import compare_hosts, difference_names
+from servelab.hostfacts.host import NodeFacts
 
 NOT_COMPARABLE = "not comparable"
 # every verdict a claim can get (claims.schema.json, docs/analysis.md)
@@ -171,9 +173,7 @@ def _invalid_claim(claim: str, hits: list[tuple[Point, Flag]]) -> ClaimVerdict:
     }
 
 
-def cross_node(
-    nodes: Mapping[str, Mapping[str, Any]], sa: str, sb: str
-) -> tuple[Hosts, str | None] | None:
+def cross_node(nodes: Mapping[str, NodeFacts], sa: str, sb: str) -> tuple[Hosts, str | None] | None:
     """The hosts of a comparison of server configs `sa` and `sb` when they were measured on
     different nodes (a different hostname, or the same one with a performance-relevant host
     fact changed), and the reason it is not comparable when their host facts differ
@@ -269,17 +269,17 @@ class Findings:
     diagnoses (diagnoses.json)."""
 
     knees: list[Knee]
-    dominated: list[dict[str, Any]]
+    dominated: list[DominanceRow]
     diagnoses: list[Diagnosis]
     # each configuration's SLO capacity search (search.json), where one ran
-    searches: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    searches: Mapping[str, SearchJson] = field(default_factory=dict)
 
 
 def evaluate_claims(
     g: Groups,
     analysis: AnalysisSection,
     found: Findings,
-    nodes: Mapping[str, Mapping[str, Any]] | None = None,
+    nodes: Mapping[str, NodeFacts] | None = None,
     look: tuple[StoppingRule, int] | None = None,
 ) -> list[ClaimVerdict]:
     """Every claim of `analysis.claims` with its verdict and evidence; `nodes`: the node each
@@ -311,7 +311,7 @@ def _comparison(
     parts: tuple[str, ...],
     g: Groups,
     analysis: AnalysisSection,
-    nodes: Mapping[str, Mapping[str, Any]],
+    nodes: Mapping[str, NodeFacts],
     look: tuple[StoppingRule, int] | None,
 ) -> ClaimVerdict:
     """A comparison claim (`parts`: claims_syntax.CMP's groups): the paired test of one metric

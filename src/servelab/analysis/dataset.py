@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import NotRequired, TypedDict, cast
 
 from servelab.analysis.search import SearchResult, read_search
 from servelab.analysis.validity import (
@@ -34,17 +34,22 @@ from servelab.analysis.validity import (
     removing,
     use_attempts,
 )
+from servelab.analysis.validity.attempts import RecordJson
+from servelab.analysis.validity.facts import BenchJson
 from servelab.analysis.validity.flags import number_text
 from servelab.analysis.validity.openloop import achieved_rate
 from servelab.client import RequestRecord
 from servelab.config import default_section
 from servelab.design.level import RATE, Level, LevelValue
-from servelab.design.stopping import StoppingRule
+from servelab.design.stopping import RuleJson, StoppingRule
 from servelab.errors import ServelabError
 from servelab.experiment import ValiditySection
 from servelab.hostfacts.canary import RunCanary, run_canaries
+from servelab.hostfacts.cpu import CpuFacts
+from servelab.hostfacts.host import NodeFacts
+from servelab.hostfacts.isa import IsaRecord
 from servelab.launch.serverlog import StartRecord, parse_capacity
-from servelab.metrics import assemble, point_metrics, request_latencies
+from servelab.metrics import PointMetrics, assemble, point_metrics, request_latencies
 from servelab.store.jsonio import read_json
 from servelab.store.paths import SERVER_LOG, ExperimentPaths
 from servelab.store.rawdata import DamagedRawData, RawPoint, Skipped, load_points
@@ -55,7 +60,7 @@ from servelab.store.records import (
     RuntimeRecord,
     launch_files,
 )
-from servelab.telemetry.columns import telemetry_columns
+from servelab.telemetry.columns import Cell, telemetry_columns
 
 VLLM_REP = re.compile(r"^rep_(\d+)$")
 VLLM_CONC = re.compile(r"^concurrency_(\d+)$")
@@ -64,17 +69,30 @@ VLLM_TREE = "rep_<NN>/concurrency_<CCC>/benchmark.json or rep_<NN>/rate_<R>/benc
 NOT_BY_BENCH = "not recorded by vllm bench"
 
 
+class PointExtra(TypedDict, total=False):
+    """What a point carries beside its metrics: point.json's `launch` (which server launch
+    measured it), `telemetry` and `trace` blocks; of a point measured more than once, the
+    attempt the statistics use (validity.json `record`); a vllm-bench rate point's `arrival`."""
+
+    launch: int
+    telemetry: Mapping[str, object]
+    trace: Mapping[str, object]
+    record: RecordJson
+    arrival: Arrival
+
+
 @dataclass
 class Point:
     server_config: str
     repeat: int
     level: Level  # its concurrency, or an open-loop point's request rate (sweep.rate)
-    metrics: dict[str, Any]
+    # servelab.metrics' point metrics, client_cpu_s, and the telemetry columns
+    metrics: Mapping[str, Cell]
     position: int | None = None
     ttfts_ms: list[float] = field(default_factory=list)
     # per successful request: (ttft, tpot or None, e2el), ms; for goodput under SLOs
     per_request: list[tuple[float, float | None, float]] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: PointExtra = field(default_factory=lambda: PointExtra())
     # validity checks (analysis/validity/): a failed one leaves the metrics it affects out of
     # every statistic; `metrics` keeps the raw values
     checks: tuple[Flag, ...] = ()
@@ -90,6 +108,32 @@ class Point:
     @property
     def label(self) -> str:
         return point_name(self.server_config, self.repeat, self.level.value, self.level.axis)
+
+
+class SequentialSweep(TypedDict):
+    """What the analysis reads of run.json's `sequential` (a sequential sweep's record,
+    servelab.measure.sequential's SequentialRecord): the stopping rule, why measuring
+    stopped, and the orderings judged beside the claims."""
+
+    rule: RuleJson
+    stopped: str
+    orderings: NotRequired[list[str]]
+
+
+class Capacity(TypedDict, total=False):
+    """What the analysis reads of a configuration's capacity.json (servelab's layout, schema
+    checked: LaunchCapacity or EndpointCapacity) or of a vllm-bench tree's server.log
+    (`parse_capacity`); a fact an older servelab did not record is absent."""
+
+    launched: bool  # False: a server servelab did not launch (runtime.kind endpoint)
+    non_default_args: dict[str, object] | None
+    max_num_seqs: object  # --max-num-seqs, as given
+    max_concurrency: float | None
+    max_concurrency_tokens_per_request: int | None
+    kv_cache_tokens: int | None
+    cudagraph_capture_sizes: list[int] | None
+    cudagraph_capture_sizes_source: str | None
+    cudagraph_mode: str | None
 
 
 @dataclass(frozen=True)
@@ -114,27 +158,27 @@ class Dataset:
     layout: str  # "servelab" | "vllm-bench"
     root: Path
     points: list[Point]
-    capacity: dict[str, dict[str, Any]]  # server_config -> capacity facts (may be empty)
+    capacity: dict[str, Capacity]  # server_config -> capacity facts (may be empty)
     # the thresholds the points were checked with
     validity: ValiditySection
     # the measuring host per server config (launch.json cpu_facts) and what the runtime
     # computes with (runtime/runtime.json isa); empty where the raw data has none
-    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    runtime_isa: dict[str, Any] | None = None
+    hosts: dict[str, CpuFacts] = field(default_factory=dict)
+    runtime_isa: IsaRecord | None = None
     # points and per-configuration files left out by skip_damaged, each with why (empty
     # unless something was skipped)
     skipped: list[Skipped] = field(default_factory=list)
     # the node each server config was measured on (launch.json node: hostname, slurm_job_id,
     # host); no entry where the raw data has none (written before it was recorded)
-    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    nodes: dict[str, NodeFacts] = field(default_factory=dict)
     # a sequential sweep's record (run.json `sequential`: the stopping rule, the rounds, why it
     # stopped); None for a fixed number of repeats
-    sequential: dict[str, Any] | None = None
+    sequential: SequentialSweep | None = None
     # the host-speed canary of each server config's sweep job (run.json `canary`); no entry
     # where the raw data has none (written before it was recorded)
     canaries: dict[str, RunCanary] = field(default_factory=dict)
     # each configuration's launch.json (its latest launch); none in a vllm-bench tree
-    launches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    launches: dict[str, Mapping[str, object]] = field(default_factory=dict)
     # where each sweep's and profiling pass's latest server start went (`server_starts`)
     starts: dict[str, StartRecord] = field(default_factory=dict)
     # each configuration's SLO capacity search (raw/<sc>/search/search.json), where one ran
@@ -196,10 +240,20 @@ def _point(
     columns; the validity flags; `choice`, for a point measured more than once."""
     meta = raw.meta
     ttfts, per = _per_request(recs)
-    metrics: dict[str, object] = dict(point_metrics(recs, meta.get("slices")))
+    metrics: dict[str, Cell] = dict(point_metrics(recs, meta.get("slices")))
     metrics["client_cpu_s"] = meta.get("client_cpu_s")
     if "telemetry" in meta:
         metrics.update(telemetry_columns(meta["telemetry"]))
+    # point.json's launch, telemetry and trace, where it has them; the attempt used
+    extra = PointExtra()
+    if "launch" in meta:
+        extra["launch"] = meta["launch"]
+    if "telemetry" in meta:
+        extra["telemetry"] = meta["telemetry"]
+    if "trace" in meta:
+        extra["trace"] = meta["trace"]
+    if choice is not None:
+        extra["record"] = choice.to_json()
     return Point(
         server_config=meta["server_config"],
         repeat=int(meta["repeat"]),
@@ -208,8 +262,7 @@ def _point(
         position=meta.get("position"),
         ttfts_ms=ttfts,
         per_request=per,
-        extra={k: meta[k] for k in ("launch", "telemetry", "trace") if k in meta}
-        | ({} if choice is None else {"record": choice.to_json()}),
+        extra=extra,
         checks=check_point(recs, meta, t, raw.server_args, raw.warmup),
     )
 
@@ -240,18 +293,21 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
             f"{root}: all {len(skipped)} points are damaged, nothing left to analyse; "
             f"the first: {min(skipped, key=lambda s: s.path).reason}"
         )
-    capacity = {}
+    capacity: dict[str, Capacity] = {}
     paths = ExperimentPaths(root)
     for cap in paths.capacity_files():
         try:
-            capacity[cap.parent.name] = CapacityRecord.read(cap).doc
+            doc: object = CapacityRecord.read(cap).doc  # as its schema has checked it
+            capacity[cap.parent.name] = cast(Capacity, doc)
         except DamagedRawData as exc:
             if not skip_damaged:
                 raise
             # per configuration, not per point: its points stay; what needs the facts (the
             # --max-num-seqs and CUDA graph capture sizes the diagnoses weigh) reads "unknown"
             skipped.append(Skipped(cap, exc, f"the capacity facts of {cap.parent.name}"))
-    hosts, nodes, launches = {}, {}, {}
+    hosts: dict[str, CpuFacts] = {}
+    nodes: dict[str, NodeFacts] = {}
+    launches: dict[str, Mapping[str, object]] = {}
     for lj in paths.launch_files():
         try:
             launch = LaunchRecord.read(lj)
@@ -263,13 +319,15 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
                 skipped.append(Skipped(lj, exc, f"the host facts of {lj.parent.name}"))
             continue
         launches[lj.parent.name] = dict(launch.doc)
-        facts, node = launch.cpu_facts, launch.node
+        # launch.json's, as its schema has checked them (whatever type its reader gives)
+        facts: object = launch.cpu_facts
+        node: object = launch.node
         if facts is not None:
-            hosts[lj.parent.name] = facts
+            hosts[lj.parent.name] = cast(CpuFacts, facts)
         if node is not None:
-            nodes[lj.parent.name] = node
+            nodes[lj.parent.name] = cast(NodeFacts, node)
     runtime = RuntimeRecord.read_if_present(paths.runtime_record)
-    isa = runtime.isa if runtime is not None else None
+    isa: object = runtime.isa if runtime is not None else None
     skipped.sort(key=lambda s: s.path)
     return Dataset(
         "servelab",
@@ -278,7 +336,7 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
         capacity,
         t,
         hosts,
-        isa if isinstance(isa, dict) else None,
+        cast(IsaRecord, isa) if isinstance(isa, dict) else None,
         skipped,
         nodes,
         _sequential(root, skipped if skip_damaged else None),
@@ -308,13 +366,14 @@ def server_starts(root: Path) -> dict[str, StartRecord]:
     return out
 
 
-def _sequential(root: Path, skipped: list[Skipped] | None) -> dict[str, Any] | None:
+def _sequential(root: Path, skipped: list[Skipped] | None) -> SequentialSweep | None:
     """The sequential record of the sweep (every run.json of a sequential sweep carries the
     same one); None for a fixed number of repeats or where no run.json was written. A damaged
     run.json raises, or with `skipped` is listed there and passed over."""
     for rj in ExperimentPaths(root).run_files():
         try:
-            seq = RunRecord.read(rj).sequential
+            # run.json's, as its schema has checked it (whatever type its reader gives)
+            seq: object = RunRecord.read(rj).sequential
         except DamagedRawData as exc:
             if skipped is None:
                 raise
@@ -325,17 +384,17 @@ def _sequential(root: Path, skipped: list[Skipped] | None) -> dict[str, Any] | N
                 StoppingRule.from_json(seq["rule"])
             except ServelabError as exc:
                 raise ServelabError(f"{rj}: sequential.rule.method: {exc}") from None
-            return seq
+            return cast(SequentialSweep, seq)
     return None
 
 
-def _s_to_ms(xs: list[Any]) -> list[float]:
+def _s_to_ms(xs: list[float]) -> list[float]:
     return [float(x) * 1000.0 for x in xs]
 
 
 def vllm_bench_metrics(
-    bench: dict[str, Any], source: str
-) -> tuple[dict[str, Any], list[float], list[tuple[float, float | None, float]]]:
+    bench: BenchJson, source: str
+) -> tuple[PointMetrics, list[float], list[tuple[float, float | None, float]]]:
     """Metrics of one benchmark.json, from its per-request lists, with servelab's definitions."""
     for key in ("ttfts", "itls", "output_lens", "duration"):
         if key not in bench:
@@ -390,11 +449,11 @@ class BenchFile:
     axis: str  # "concurrency" | "rate"
     folder_level: str  # the level as the folder spells it
 
-    def concurrency(self, bench: Mapping[str, Any]) -> int:
+    def concurrency(self, bench: BenchJson) -> int:
         """A concurrency point's level: benchmark.json's max_concurrency, else the folder's."""
         return int(bench.get("max_concurrency") or self.folder_level)
 
-    def rate(self, bench: Mapping[str, Any]) -> float:
+    def rate(self, bench: BenchJson) -> float:
         """A rate point's level: benchmark.json's request_rate, else the folder's; a finite
         rate above 0, or a one-line error (vLLM's default rate, inf, sends every request at
         once: that is no rate point)."""
@@ -419,7 +478,7 @@ class BenchFile:
             raise ServelabError(f"{self.path}: request rate {given!r} is not above 0")
         return rate
 
-    def level(self, bench: Mapping[str, Any]) -> Level:
+    def level(self, bench: BenchJson) -> Level:
         """The point's concurrency or request rate (as `axis` says)."""
         if self.axis == RATE:
             return Level.at_rate(self.rate(bench))
@@ -459,7 +518,7 @@ class Arrival(TypedDict):
     requests: int
 
 
-def bench_arrival(bench: Mapping[str, Any]) -> Arrival:
+def bench_arrival(bench: BenchJson) -> Arrival:
     """A rate point's arrival process as far as benchmark.json records it: `process` (gamma
     gaps of shape `burstiness`, vLLM's default 1: poisson; an infinite one: constant),
     `burstiness` (1 for poisson and constant, as servelab records them), `max_in_flight`
@@ -476,7 +535,7 @@ def bench_arrival(bench: Mapping[str, Any]) -> Arrival:
     }
 
 
-def _bench_ends(bench: Mapping[str, Any], sends: list[float]) -> list[float]:
+def _bench_ends(bench: BenchJson, sends: list[float]) -> list[float]:
     """Each request's end on the clock of `start_times` (s): its send plus `latencies`, else
     plus TTFT and the ITLs (a failed request: its send)."""
     n = len(sends)
@@ -491,7 +550,7 @@ def _bench_ends(bench: Mapping[str, Any], sends: list[float]) -> list[float]:
     ]
 
 
-def _bench_arrival_rate(bench: Mapping[str, Any], rate: float, t: ValiditySection) -> Flag:
+def _bench_arrival_rate(bench: BenchJson, rate: float, t: ValiditySection) -> Flag:
     """arrival_rate from vllm bench's send times (`start_times`, after any wait for a slot)
     against the target: vLLM records no schedule, but scales its drawn gaps so that request N
     of N is due at N/R s, and its first send then differs from 1/R by sampling alone."""
@@ -513,7 +572,7 @@ def _bench_arrival_rate(bench: Mapping[str, Any], rate: float, t: ValiditySectio
     return Flag("arrival_rate", PASSED, off, limit, said)
 
 
-def _bench_cap_reached(bench: Mapping[str, Any], cap: int | None) -> Flag:
+def _bench_cap_reached(bench: BenchJson, cap: int | None) -> Flag:
     """cap_reached from vllm bench's send times and waits for a slot (`queue_times`): a request
     was held when, as its schedule released it (its send less its wait), `cap` requests were
     sent and not ended."""
@@ -541,7 +600,7 @@ def _bench_cap_reached(bench: Mapping[str, Any], cap: int | None) -> Flag:
     return Flag("cap_reached", PASSED, 0.0, None, f"no request waited for one of the {cap} slots")
 
 
-def bench_checks(bench: Mapping[str, Any], level: Level, t: ValiditySection) -> tuple[Flag, ...]:
+def bench_checks(bench: BenchJson, level: Level, t: ValiditySection) -> tuple[Flag, ...]:
     """Every check on one benchmark.json. A rate point's open-loop checks read what vllm bench
     records: the send times and waits for a slot (`start_times`, `queue_times`, in newer
     versions), never the scheduled send times, so `send_slip` is not checked."""
@@ -567,7 +626,7 @@ def bench_checks(bench: Mapping[str, Any], level: Level, t: ValiditySection) -> 
 def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
     points = []
     for f in vllm_bench_files(root):
-        bench = read_json(f.path)
+        bench: BenchJson = read_json(f.path)
         metrics, ttfts, per = vllm_bench_metrics(bench, str(f.path))
         level = f.level(bench)
         points.append(
@@ -584,8 +643,9 @@ def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
         )
     if not points:
         raise ServelabError(f"{root}: no {VLLM_TREE} found")
-    capacity: dict[str, dict[str, Any]] = {}
+    capacity: dict[str, Capacity] = {}
     log = root / SERVER_LOG
     if log.exists():
-        capacity[name] = dict(parse_capacity(log.read_text(encoding="utf-8", errors="replace")))
+        facts: object = dict(parse_capacity(log.read_text(encoding="utf-8", errors="replace")))
+        capacity[name] = cast(Capacity, facts)
     return Dataset("vllm-bench", root, points, capacity, t)

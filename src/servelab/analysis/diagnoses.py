@@ -9,11 +9,11 @@ what the data show, labelled "1 repeat: not tested", rather than being dropped."
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
-from servelab.analysis.dataset import Dataset
+from servelab.analysis.dataset import Capacity, Dataset
 from servelab.analysis.diagnosis_records import (
     CaptureFit,
     Diagnosis,
@@ -23,9 +23,10 @@ from servelab.analysis.diagnosis_records import (
     level_of,
 )
 from servelab.analysis.groups import Groups
-from servelab.analysis.knee import DOMINANCE, Knee, knee_level
+from servelab.analysis.knee import DOMINANCE, DominanceRow, Knee, dominance_levels, knee_level
 from servelab.analysis.proposals import launched, max_num_seqs, not_launched, with_proposal
 from servelab.analysis.stats import EvidenceLevel, evidence_level, paired
+from servelab.design.level import LevelValue
 from servelab.experiment import AnalysisSection
 from servelab.launch.serverlog import parse_capture_sizes
 
@@ -41,7 +42,7 @@ def _at_level(d: Diagnosis, axis: str, level: int | float | list[int] | list[flo
     return d
 
 
-def _repeats(g: Groups, sc: str, levels: list[int], metrics: list[str]) -> int:
+def _repeats(g: Groups, sc: str, levels: Sequence[LevelValue], metrics: list[str]) -> int:
     """The fewest repeats a statistic over these levels and metrics rests on."""
     return min((len(g.values(sc, c, m)) for c in levels for m in metrics), default=0)
 
@@ -53,7 +54,7 @@ def diagnosis_line(d: Diagnosis) -> str:
     at = level_of(d, axis)
     where = f" {key}{at}" if at is not None else ""
     if d["kind"] == "dominated":
-        where += f" by {key}{cast(dict[str, Any], d['evidence'])['dominated_by']}"
+        where += f" by {key}{cast(DominanceRow, d['evidence'])['dominated_by']}"
     text = f"{d['kind']}: {d['server_config']}{where} ({d['evidence_level']['label']})"
     if d.get("capture_explanation"):
         text += f"; {d['capture_explanation']}"
@@ -67,7 +68,7 @@ class _Config:
 
     g: Groups
     sc: str
-    cap: dict[str, Any]  # capacity.json
+    cap: Capacity  # capacity.json
     levels: list[int]
     means: dict[int, float]
     analysis: AnalysisSection
@@ -229,40 +230,33 @@ def _past_knee(g: Groups, knees: list[Knee]) -> list[Diagnosis]:
     return out
 
 
-def _dominated(g: Groups, dominated: list[dict[str, Any]]) -> list[Diagnosis]:
+def _dominated(g: Groups, dominated: list[DominanceRow]) -> list[Diagnosis]:
     """Each dominated point (knee.dominance), with the repeats its comparison rests on."""
     word = "request rate" if g.open_loop else "concurrency"
     return [_dominated_one(g, d, word) for d in dominated]
 
 
-def _dominated_one(g: Groups, d: dict[str, Any], word: str) -> Diagnosis:
+def _dominated_one(g: Groups, d: DominanceRow, word: str) -> Diagnosis:
     """One dominated point (a row of knee.dominance) as a diagnosis."""
     axis = g.axis
+    sc, (at, by) = str(d["server_config"]), dominance_levels(d, axis)
     out: Diagnosis = {
         "kind": "dominated",
-        "server_config": d["server_config"],
+        "server_config": sc,
         "evidence": d,
-        "evidence_level": evidence_level(
-            _repeats(
-                g,
-                d["server_config"],
-                [d[axis], d["dominated_by"]],
-                [m for m, _ in DOMINANCE],
-            )
-        ),
+        "evidence_level": evidence_level(_repeats(g, sc, [at, by], [m for m, _ in DOMINANCE])),
         "suggestion": (
-            f"{word} {d['dominated_by']} is at least as good on "
-            "throughput, TTFT and TPOT: do not operate here"
+            f"{word} {by} is at least as good on throughput, TTFT and TPOT: do not operate here"
         ),
     }
-    return _at_level(out, axis, d[axis])
+    return _at_level(out, axis, at)
 
 
 def diagnoses(
     g: Groups,
     ds: Dataset,
     knees: list[Knee],
-    dominated: list[dict[str, Any]],
+    dominated: list[DominanceRow],
     analysis: AnalysisSection,
 ) -> list[Diagnosis]:
     """Every diagnosis: per server config what each of CONFIG_CHECKS finds, then the levels
@@ -359,7 +353,7 @@ def _dip(
     return None
 
 
-def _capture_sizes(cap: dict[str, Any]) -> tuple[list[int] | None, str | None]:
+def _capture_sizes(cap: Capacity) -> tuple[list[int] | None, str | None]:
     """The capture sizes capacity.json records; for one written before it recorded them, what
     the non-default arguments asked for."""
     if "cudagraph_capture_sizes" in cap:
@@ -380,7 +374,7 @@ def _batch(g: Groups, sc: str, c: int, mns: int | None) -> tuple[int, str]:
     return c, "concurrency"
 
 
-def _capture_fit(g: Groups, sc: str, cap: dict[str, Any], c: int, ref: int) -> CaptureFit:
+def _capture_fit(g: Groups, sc: str, cap: Capacity, c: int, ref: int) -> CaptureFit:
     """Whether the dip's batch size is outside the CUDA graphs the server captured, in words
     (`capture_explanation`) and as `outside_capture_sizes` (None when the log does not say)."""
     sizes, source = _capture_sizes(cap)

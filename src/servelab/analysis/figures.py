@@ -13,10 +13,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.container import ErrorbarContainer  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from servelab.analysis.groups import Groups  # noqa: E402
+from servelab.analysis.knee import DominanceRow  # noqa: E402
 from servelab.analysis.stats import describe  # noqa: E402
 from servelab.design.level import LevelValue  # noqa: E402
 from servelab.render import (  # noqa: E402
@@ -29,7 +31,7 @@ from servelab.render import (  # noqa: E402
 from servelab.store.paths import FIGURES  # noqa: E402
 
 # A point's valid repeats: repeat -> value (Groups.values).
-Repeats = Mapping[Any, float]
+Repeats = Mapping[int, float]
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float, float] | None:
@@ -56,7 +58,12 @@ class _Marks:
 
 
 def _draw(
-    ax: Any, marks: _Marks, label: str | None, color: str | None, connect: bool
+    # Any: the styles (servelab.render) are keyword dicts matplotlib's stubs cannot check
+    ax: Any,
+    marks: _Marks,
+    label: str | None,
+    color: str | None,
+    connect: bool,
 ) -> ErrorbarContainer | None:
     if marks.dots:
         ax.scatter([d[0] for d in marks.dots], [d[1] for d in marks.dots], **REPEAT_DOT_STYLE)
@@ -76,7 +83,7 @@ def _draw(
 
 
 def means_with_ci(
-    ax: Any,
+    ax: Axes,
     xs: Sequence[float],
     repeats: Sequence[Repeats],
     label: str | None = None,
@@ -101,7 +108,7 @@ def means_with_ci(
 
 
 def means_with_ci_2d(
-    ax: Any,
+    ax: Axes,
     x_repeats: Sequence[Repeats],
     y_repeats: Sequence[Repeats],
     label: str | None = None,
@@ -126,14 +133,14 @@ def means_with_ci_2d(
     return _draw(ax, marks, label, color, True)
 
 
-def _legend(ax: Any) -> None:
+def _legend(ax: Axes) -> None:
     """The axes' legend, when something on it has a label: a figure whose every point lacks a
     valid repeat draws no mean, and gets no empty legend box."""
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
 
 
-def _levels_axis(ax: Any, levels: list[LevelValue]) -> None:
+def _levels_axis(ax: Axes, levels: list[LevelValue]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels)
     ax.set_xticklabels([f"{c:g}" if isinstance(c, float) else str(c) for c in levels])
@@ -162,7 +169,7 @@ def throughput_vs_concurrency(g: Groups) -> Figure:
     return fig
 
 
-def latency_throughput(g: Groups, dominated: list[dict[str, Any]]) -> Figure:
+def latency_throughput(g: Groups, dominated: list[DominanceRow]) -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(9.6, 4.0))
     dom = {(d["server_config"], d[g.axis]) for d in dominated}
     for ax, metric, label in (
@@ -256,7 +263,7 @@ def configs_side_by_side(g: Groups) -> Figure:
     return fig
 
 
-def render_all(g: Groups, dominated: list[dict[str, Any]], out_dir: Path) -> list[Path]:
+def render_all(g: Groups, dominated: list[DominanceRow], out_dir: Path) -> list[Path]:
     """The analysis figures (paths.FIGURES), .svg and .png each."""
     draw = {
         "throughput_vs_concurrency": lambda: throughput_vs_concurrency(g),

@@ -9,15 +9,16 @@ affecting it is left out there; `invalid_text` says which and why wherever a ver
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from servelab.analysis.dataset import Dataset, Point
 from servelab.analysis.stats import describe, paired
 from servelab.analysis.validity import BY_NAME, Flag, PointFlags, failed, level_name
+from servelab.analysis.validity.attempts import RecordJson
 from servelab.design.level import LevelValue
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
-from servelab.telemetry.columns import telemetry_columns
+from servelab.telemetry.columns import Cell, telemetry_columns
 
 POINT_METRICS = (
     [
@@ -155,10 +156,11 @@ class Groups:
         return sorted(c for (s, c) in self.by if s == sc)
 
     def values(self, sc: str, c: LevelValue, metric: str) -> dict[int, float]:
+        """The repeats' values of a numeric `metric` that count, by repeat."""
         return {
-            r: p.metrics[metric]
+            r: v
             for r, p in self.by.get((sc, c), {}).items()
-            if p.metrics.get(metric) is not None and not p.left_out(metric)
+            if isinstance(v := p.metrics.get(metric), int | float) and not p.left_out(metric)
         }
 
     def valid_points(self, sc: str, c: LevelValue, metric: str) -> list[Point]:
@@ -177,7 +179,7 @@ class Groups:
             for r, p in sorted(reps.items())
         ]
 
-    def point_records(self) -> dict[tuple[str, int, LevelValue], dict[str, Any]]:
+    def point_records(self) -> dict[tuple[str, int, LevelValue], RecordJson]:
         """Of each point measured more than once: which attempt is used and why (validity.json
         `record`)."""
         return {
@@ -198,10 +200,11 @@ class Groups:
         return [va[r] for r in reps], [vb[r] for r in reps]
 
 
-def points_table(ds: Dataset) -> list[dict[str, Any]]:
+def points_table(ds: Dataset) -> list[dict[str, Cell]]:
+    """points.csv's rows: a column each (its level's named for the sweep's axis)."""
     rows = []
     for p in sorted(ds.points, key=lambda p: (p.server_config, p.level.value, p.repeat)):
-        row: dict[str, Any] = {
+        row: dict[str, Cell] = {
             "server_config": p.server_config,
             "repeat": p.repeat,
             **p.level.to_json(),
@@ -216,8 +219,9 @@ def points_table(ds: Dataset) -> list[dict[str, Any]]:
     return rows
 
 
-def summary_table(g: Groups) -> list[dict[str, Any]]:
-    rows = []
+def summary_table(g: Groups) -> list[dict[str, Cell]]:
+    """summary.csv's rows: a column each (the level's named for the sweep's axis)."""
+    rows: list[dict[str, Cell]] = []
     for sc in g.configs:
         for c in g.levels(sc):
             for m in SUMMARY_METRICS:

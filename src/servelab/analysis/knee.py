@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from servelab.analysis.groups import Groups
 from servelab.analysis.stats import EvidenceLevel, evidence_level, paired
@@ -27,6 +27,16 @@ DOMINANCE_COLUMNS = (
     "dominated_by",
     *(f"{m}_delta_pct" for m, _ in DOMINANCE),
 )
+# a row of dominance.csv (DOMINANCE_COLUMNS): the server config, the level dominated (keyed by
+# the sweep's axis, "concurrency" or "rate"), the level dominating it and each metric's delta
+DominanceRow = dict[str, str | LevelValue | None]
+
+
+def dominance_levels(row: DominanceRow, axis: str) -> tuple[LevelValue, LevelValue]:
+    """A dominance row's level and the level that dominates it."""
+    at, by = row[axis], row["dominated_by"]
+    assert isinstance(at, int | float) and isinstance(by, int | float)
+    return at, by
 
 
 class KneeEvidence(TypedDict, total=False):
@@ -176,7 +186,7 @@ def _plateau(g: Groups, curve: _Curve, entry: Knee, analysis: AnalysisSection) -
     )
 
 
-def dominance(g: Groups) -> list[dict[str, Any]]:
+def dominance(g: Groups) -> list[DominanceRow]:
     rows = []
     for sc in g.configs:
         # the levels with a mean of every DOMINANCE metric, in level order
@@ -188,7 +198,7 @@ def dominance(g: Groups) -> list[dict[str, Any]]:
                 better_eq = all(sign * (vals[d][m] - vals[c][m]) >= 0 for m, sign in DOMINANCE)
                 strictly = any(sign * (vals[d][m] - vals[c][m]) > 0 for m, sign in DOMINANCE)
                 if better_eq and strictly:
-                    row: dict[str, Any] = {"server_config": sc, g.axis: c, "dominated_by": d}
+                    row: DominanceRow = {"server_config": sc, g.axis: c, "dominated_by": d}
                     for m, _ in DOMINANCE:
                         row[f"{m}_delta_pct"] = _pct(vals[c][m], vals[d][m])
                     rows.append(row)

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from collections.abc import Mapping
 
 from servelab.analysis.claims import ClaimVerdict
 from servelab.analysis.confirmation import confirmation_section
 from servelab.analysis.diagnosis_records import Diagnosis, level_of
 from servelab.analysis.groups import Groups, PairedRow
-from servelab.analysis.knee import Knee, knee_level
+from servelab.analysis.knee import DominanceRow, Knee, knee_level
 from servelab.analysis.proposals import proposal_line
 from servelab.analysis.replay_report import replay_section
-from servelab.analysis.result import Analysis
+from servelab.analysis.result import Analysis, HostPart
 from servelab.analysis.rounds import rounds_section
 from servelab.analysis.runtimes import runtimes_section
 from servelab.analysis.samehost import same_host_section
 from servelab.analysis.search_records import SearchJson, StepJson
+from servelab.analysis.slo import SloJson
 from servelab.analysis.stats import describe
 from servelab.analysis.turns import turns_section
 from servelab.analysis.validity import (
@@ -92,11 +93,11 @@ def cpu_line(f: CpuInfo) -> str:
     )
 
 
-def _host_section(host: dict[str, Any], nodes: dict[str, str] | None = None) -> list[str]:
+def _host_section(host: HostPart, nodes: dict[str, str] | None = None) -> list[str]:
     """The measuring host's CPU and instruction sets, and what the server runtime computes
     with: what explains a difference from another host (docs/reproduce.md); `nodes`
     (Analysis.hosts_differ): the host of each server config, when they were several."""
-    hosts: dict[str, CpuInfo] = host.get("hosts") or {}
+    hosts: Mapping[str, CpuInfo] = host.get("hosts") or {}
     isa, endpoints = host.get("runtime_isa"), host.get("endpoints") or {}
     if not hosts and not isa and not nodes and not endpoints:
         return []
@@ -210,7 +211,7 @@ def render_report(g: Groups, result: Analysis, layout: str, figures: list[str]) 
         f"Source layout: {layout}. Every number below is computed from the raw requests.",
         "",
     ]
-    lines += _host_section(dict(result.host), result.hosts_differ)
+    lines += _host_section(result.host, result.hosts_differ)
     lines += _starts_section(result.starts or {})
     lines += _skipped_section(result.skipped or [])
     lines += _validity_section(g)
@@ -301,7 +302,7 @@ def _knee_section(knees: list[Knee], axis: str) -> list[str]:
     return lines
 
 
-def _dominance_section(dominance: list[dict[str, Any]], axis: str) -> list[str]:
+def _dominance_section(dominance: list[DominanceRow], axis: str) -> list[str]:
     """The dominated operating points (dominance.csv), each against the point dominating it."""
     lines = ["", "## Dominated operating points", ""]
     for d in dominance:
@@ -315,7 +316,7 @@ def _dominance_section(dominance: list[dict[str, Any]], axis: str) -> list[str]:
     return lines if dominance else [*lines, "- none"]
 
 
-def _slo_section(s: dict[str, Any] | None, axis: str) -> list[str]:
+def _slo_section(s: SloJson | None, axis: str) -> list[str]:
     """The SLO and each config's capacity under it (slo.json); no section without an SLO."""
     if not s:
         return []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from servelab.analysis.claims import ClaimVerdict, Findings, evaluate_claims
 from servelab.analysis.confirmation import confirmation
@@ -22,7 +22,7 @@ from servelab.analysis.groups import (
     summary_table,
     with_axis,
 )
-from servelab.analysis.knee import DOMINANCE_COLUMNS, dominance, knee
+from servelab.analysis.knee import DOMINANCE_COLUMNS, DominanceRow, dominance, knee
 from servelab.analysis.result import Analysis
 from servelab.analysis.rounds import RoundsRecord, sequential_claims
 from servelab.analysis.runtimes import runtimes_compared
@@ -30,10 +30,11 @@ from servelab.analysis.samehost import same_host
 from servelab.analysis.search import SearchResult
 from servelab.analysis.search_records import SearchJson
 from servelab.analysis.slo import slo_capacity
-from servelab.analysis.turns import turns_of
+from servelab.analysis.turns import TurnRow, turns_of
 from servelab.analysis.validity import host_speed_json, validity_json
 from servelab.config import default_section, merge
 from servelab.design.stopping import StoppingRule
+from servelab.documents import JsonValue
 from servelab.env.endpoint import report_facts
 from servelab.experiment import AnalysisSection, section_from_dict
 from servelab.launch.serverlog import StartRecord
@@ -67,7 +68,7 @@ __all__ = [
 ANALYSIS_VERSION = 7
 
 
-def analysis_section(recorded: Mapping[str, Any] | None) -> AnalysisSection:
+def analysis_section(recorded: Mapping[str, JsonValue] | None) -> AnalysisSection:
     """The `analysis:` section of a recorded config (a bundle's config.resolved.yaml, written
     by this servelab or an older one that lacked newer keys) filled over the schema's
     defaults; the schema's defaults where there is none."""
@@ -162,7 +163,7 @@ class Notes(TypedDict, total=False):
     hosts_differ: dict[str, str]
     search: dict[str, SearchJson]
     starts: dict[str, StartRecord]
-    turns: dict[str, list[dict[str, Any]]]
+    turns: dict[str, list[TurnRow]]
 
 
 def _notes(ds: Dataset, root: Path, searches: dict[str, SearchResult]) -> Notes:
@@ -243,7 +244,7 @@ def searches_of(ds: Dataset) -> dict[str, SearchResult]:
 def _figures(
     g: Groups,
     ds: Dataset,
-    dominated: list[dict[str, Any]],
+    dominated: list[DominanceRow],
     out: Path,
     searches: dict[str, SearchResult],
 ) -> list[str]:

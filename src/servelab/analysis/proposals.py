@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, cast
+from typing import cast
 
+from servelab.analysis.dataset import Capacity
 from servelab.analysis.diagnosis_records import (
     Change,
     Diagnosis,
@@ -30,6 +31,7 @@ from servelab.analysis.diagnosis_records import (
     Proposal,
 )
 from servelab.analysis.groups import Groups
+from servelab.analysis.knee import DominanceRow, dominance_levels
 
 PROPOSED_MIN_RATIO = 1.5  # the throughput factor a max-num-seqs proposal claims
 
@@ -45,12 +47,12 @@ def not_launched(fact: str) -> str:
     )
 
 
-def launched(cap: dict[str, Any]) -> bool:
+def launched(cap: Capacity) -> bool:
     """Whether servelab launched the server capacity.json describes (older ones: it did)."""
     return cap.get("launched") is not False
 
 
-def max_num_seqs(cap: dict[str, Any]) -> int | None:
+def max_num_seqs(cap: Capacity) -> int | None:
     """--max-num-seqs as capacity.json records it (the non-default arguments first)."""
     nd = cap.get("non_default_args") or {}
     for v in (nd.get("max_num_seqs"), cap.get("max_num_seqs")):
@@ -84,7 +86,7 @@ def _levels_words(levels: list[int]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def _max_num_seqs(d: Diagnosis, cap: dict[str, Any], g: Groups) -> Proposal | NoRemedy:
+def _max_num_seqs(d: Diagnosis, cap: Capacity, g: Groups) -> Proposal | NoRemedy:
     """serialized / kv_headroom_unused: raise --max-num-seqs to what the KV cache fits."""
     sc = d["server_config"]
     old = max_num_seqs(cap)
@@ -143,7 +145,7 @@ def _max_num_seqs(d: Diagnosis, cap: dict[str, Any], g: Groups) -> Proposal | No
     return out
 
 
-def _capture_sizes(d: Diagnosis, cap: dict[str, Any], g: Groups) -> Proposal | NoRemedy:
+def _capture_sizes(d: Diagnosis, cap: Capacity, g: Groups) -> Proposal | NoRemedy:
     """non_monotonic: capture CUDA graphs for the measured batches the captured sizes miss."""
     if not launched(cap):
         return {"no_remedy": not_launched("the list of CUDA graph capture sizes")}
@@ -179,7 +181,7 @@ def _operating_point(d: Diagnosis, axis: str) -> Proposal:
     at = (
         cast(PastKneeEvidence, d["evidence"])["knee"]
         if d["kind"] == "past_knee"
-        else cast(dict[str, Any], d["evidence"])["dominated_by"]
+        else dominance_levels(cast(DominanceRow, d["evidence"]), axis)[1]
     )
     word = "request rate" if axis == "rate" else "concurrency"
     return {
@@ -193,7 +195,7 @@ def _operating_point(d: Diagnosis, axis: str) -> Proposal:
     }
 
 
-def with_proposal(d: Diagnosis, cap: dict[str, Any], g: Groups) -> Diagnosis:
+def with_proposal(d: Diagnosis, cap: Capacity, g: Groups) -> Diagnosis:
     """The diagnosis with its `proposal`, or with `no_remedy` (why there is none)."""
     kind = d["kind"]
     if kind in ("serialized", "kv_headroom_unused"):

@@ -7,10 +7,11 @@ no section (no lines) for any other workload."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from servelab.analysis.groups import Groups
 from servelab.analysis.validity import Flag
+from servelab.analysis.validity.facts import number
+from servelab.analysis.validity.flags import block
 from servelab.render import md_table
 
 
@@ -27,7 +28,7 @@ def _value(flags: Sequence[Flag], check: str) -> float | None:
 
 
 def replay_section(g: Groups) -> list[str]:
-    rows: list[list[Any]] = []
+    rows: list[list[object]] = []
     for (sc, c), reps in sorted(g.by.items()):
         points = [p for _, p in sorted(reps.items()) if isinstance(p.extra.get("trace"), dict)]
         if not points:
@@ -35,15 +36,15 @@ def replay_section(g: Groups) -> list[str]:
         trace = points[0].extra["trace"]
         slips = [_value(p.checks, "send_slip") for p in points]
         reuse = [_value(p.checks, "trace_reuse") for p in points]
-        window = trace.get("window") or {}
+        window = block(trace, "window")
         rows.append(
             [
                 sc,
                 f"{float(c):g}",
-                f"{float(trace['time_scale']):.3g}",
+                f"{number(trace['time_scale']):.3g}",
                 f"{window.get('requests')} of {window.get('in_window')}",
                 _span(slips, ".1f"),
-                (trace.get("reuse") or {}).get("reused_tokens"),
+                block(trace, "reuse").get("reused_tokens"),
                 _span(reuse, ".2f"),
             ]
         )

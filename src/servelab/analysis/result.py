@@ -10,18 +10,24 @@ then not written.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from servelab.analysis.claims import ClaimVerdict
 from servelab.analysis.confirmation import ConfirmationRecord
 from servelab.analysis.diagnosis_records import Diagnosis
 from servelab.analysis.groups import PairedRow
-from servelab.analysis.knee import Knee
+from servelab.analysis.knee import DominanceRow, Knee
 from servelab.analysis.rounds import RoundsRecord
 from servelab.analysis.runtimes import RuntimesJson
 from servelab.analysis.samehost import SameHostJson
 from servelab.analysis.search_records import SearchJson
+from servelab.analysis.slo import SloJson
+from servelab.analysis.turns import TurnRow
+from servelab.analysis.validity.results import ValidityJson
+from servelab.hostfacts.cpu import CpuFacts
+from servelab.hostfacts.isa import IsaRecord
 from servelab.launch.serverlog import StartRecord
 from servelab.store.paths import (
     CONFIRMATION_TABLE,
@@ -31,6 +37,7 @@ from servelab.store.paths import (
     TURNS_TABLE,
     VALIDITY_TABLE,
 )
+from servelab.telemetry.columns import Cell
 
 
 class HostPart(TypedDict, total=False):
@@ -38,8 +45,8 @@ class HostPart(TypedDict, total=False):
     instruction set (`runtime_isa`), and what a server servelab did not launch said of itself
     (`endpoints`, servelab.env.endpoint.report_facts)."""
 
-    hosts: Any
-    runtime_isa: Any
+    hosts: dict[str, CpuFacts]
+    runtime_isa: IsaRecord | None
     endpoints: dict[str, dict[str, object]]
 
 
@@ -56,16 +63,16 @@ class Analysis:
     SLO capacity searches (`search`), the sweeps' server starts (`starts`) and the chat points'
     turns (`turns`)."""
 
-    points: list[dict[str, Any]]
-    summary: list[dict[str, Any]]
+    points: list[dict[str, Cell]]
+    summary: list[dict[str, Cell]]
     paired: list[PairedRow]
     knee: list[Knee]
-    dominance: list[dict[str, Any]]
-    validity: dict[str, Any]
+    dominance: list[DominanceRow]
+    validity: ValidityJson
     host: HostPart
     diagnoses: list[Diagnosis]
     claims: list[ClaimVerdict]
-    slo: dict[str, Any] | None = None
+    slo: SloJson | None = None
     rounds: RoundsRecord | None = None
     runtimes: RuntimesJson | None = None
     same_host: SameHostJson | None = None
@@ -74,9 +81,9 @@ class Analysis:
     hosts_differ: dict[str, str] | None = None
     search: dict[str, SearchJson] | None = None
     starts: dict[str, StartRecord] | None = None
-    turns: dict[str, list[dict[str, Any]]] | None = None
+    turns: dict[str, list[TurnRow]] | None = None
 
-    def csv_tables(self) -> dict[str, list[Any]]:
+    def csv_tables(self) -> dict[str, Sequence[Mapping[str, object]]]:
         """The CSV tables, by file name (store.paths.ANALYSIS_TABLES' .csv ones)."""
         return {
             "points.csv": self.points,
@@ -85,7 +92,7 @@ class Analysis:
             "dominance.csv": self.dominance,
         }
 
-    def json_tables(self) -> dict[str, Any]:
+    def json_tables(self) -> dict[str, object]:
         """The JSON verdicts written for every run, by file name (ANALYSIS_TABLES' .json ones,
         and validity.json)."""
         return {
@@ -95,7 +102,7 @@ class Analysis:
             VALIDITY_TABLE: self.validity,
         }
 
-    def only_where(self) -> dict[str, Any]:
+    def only_where(self) -> dict[str, object]:
         """The JSON files written only where they apply, by file name (None: not written, and
         an earlier one removed)."""
         return {

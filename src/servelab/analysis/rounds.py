@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 from servelab.analysis.claims import ClaimVerdict, Findings, evaluate_claims, sequential_of
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.diagnosis_records import Diagnosis
 from servelab.analysis.groups import Groups
-from servelab.analysis.knee import Knee, dominance, knee
+from servelab.analysis.knee import DominanceRow, Knee, dominance, knee
 from servelab.design.stopping import (
     RuleJson,
     SequentialTestJson,
@@ -156,7 +156,8 @@ def sequential_claims(
     """claims.json (the last look, open comparisons inconclusive with the rounds spent) and
     rounds.json (the rule, every look, why measuring stopped: `stopped` as the sweep recorded
     it, else read off the looks)."""
-    orderings = [str(q) for q in (ds.sequential or {}).get("orderings", [])]
+    recorded = ds.sequential.get("orderings", []) if ds.sequential else []
+    orderings = [str(q) for q in recorded]
     orderings = [q for q in orderings if q not in analysis.claims]
     rows = looks(ds, asked_with(analysis, orderings), rule)
     n = rounds_measured(ds)
@@ -190,7 +191,7 @@ def sequential_claims(
 
 def _shapes(
     ds: Dataset, analysis: AnalysisSection
-) -> tuple[list[Knee], list[dict[str, Any]], list[Diagnosis]]:
+) -> tuple[list[Knee], list[DominanceRow], list[Diagnosis]]:
     g = Groups(ds)
     kn, dom = knee(g, analysis), dominance(g)
     return kn, dom, diagnoses(g, ds, kn, dom, analysis)

@@ -98,7 +98,7 @@ def interleaved(ds: Dataset, configs: Sequence[str]) -> bool:
     if not ds.sequential:
         return False
     for sc in configs:
-        rounds: dict[Any, set[int]] = {}
+        rounds: dict[int | None, set[int]] = {}
         for p in ds.points:
             if p.server_config == sc:
                 rounds.setdefault(p.extra.get("launch"), set()).add(p.repeat)

@@ -4,19 +4,29 @@ limits, the requests per second that meet them one by one, and the best level th
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any
+from typing import TypedDict
 
 from servelab.analysis.groups import Groups
 from servelab.analysis.stats import describe
 from servelab.experiment import AnalysisSection, SloSection
 
 
-def slo_capacity(g: Groups, analysis: AnalysisSection) -> dict[str, Any] | None:
+class SloJson(TypedDict):
+    """slo.json: the SLO's limits by metric; per level of each configuration (its level keyed
+    by the sweep's axis) whether every repeat meets them, its goodput and throughput; per
+    configuration the best level that meets them (None, with the reason, where none does)."""
+
+    slo: dict[str, float]
+    points: list[dict[str, str | bool | float | None]]
+    capacity: dict[str, dict[str, str | float | None]]
+
+
+def slo_capacity(g: Groups, analysis: AnalysisSection) -> SloJson | None:
     if not analysis.slo.any:
         return None
     limits = slo_limits(analysis.slo)
-    points = []
-    capacity: dict[str, Any] = {}
+    points: list[dict[str, str | bool | float | None]] = []
+    capacity: dict[str, dict[str, str | float | None]] = {}
     for sc in g.configs:
         best: tuple[float, int | float] | None = None
         for c in g.levels(sc):
@@ -28,12 +38,13 @@ def slo_capacity(g: Groups, analysis: AnalysisSection) -> dict[str, Any] | None:
             goodputs = []
             for _r, p in sorted(reps.items()):
                 meets = all(
-                    p.metrics.get(k) is not None and p.metrics[k] <= v for k, v in limits.items()
+                    isinstance(m := p.metrics.get(k), int | float) and m <= v
+                    for k, v in limits.items()
                 )
                 meets_all &= meets
                 good = sum(1 for t, tp, e in p.per_request if _request_meets(t, tp, e, limits))
                 dur = p.metrics.get("duration") or 0
-                goodputs.append(good / dur if dur > 0 else 0.0)
+                goodputs.append(good / dur if isinstance(dur, int | float) and dur > 0 else 0.0)
             tput = g.mean(sc, c, "output_throughput")
             points.append(
                 {

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import numpy as np
 
@@ -61,7 +61,12 @@ CONVERSATION_COLUMNS = (
 )
 
 
-def turns_of(ds: Dataset) -> dict[str, list[dict[str, Any]]]:
+# a row of turns.json's `turns` or `conversations`: the config, the level (keyed by the sweep's
+# axis), the repeats and those left out, and TurnStats or ConversationStats
+TurnRow = dict[str, object]
+
+
+def turns_of(ds: Dataset) -> dict[str, list[TurnRow]]:
     """turns.json for the dataset: `turn_tables` of its chat points ({} without any), as the
     dataset read them (Dataset.turn_points: only the points it kept; a point whose TTFT a
     failed validity check leaves out of the statistics is counted in `left_out` and contributes
@@ -80,9 +85,7 @@ class _Level:
     conversations: dict[tuple[int, int], list[RequestRecord]]  # (repeat, conversation)
 
 
-def turn_tables(
-    points: Iterable[TurnPoint], axis: str = "concurrency"
-) -> dict[str, list[dict[str, Any]]]:
+def turn_tables(points: Iterable[TurnPoint], axis: str = "concurrency") -> dict[str, list[TurnRow]]:
     """`turns`: one row per server config, level and turn (TURN_COLUMNS); `conversations`: one
     row per server config and level (CONVERSATION_COLUMNS); the level's column is named
     `axis`. Rows sorted by config, level and turn. {} when no request carries a turn."""
@@ -102,10 +105,11 @@ def turn_tables(
             g.conversations.setdefault((p.repeat, r.conversation or 0), []).append(r)
     if not levels:
         return {}
-    turns, conversations = [], []
+    turns: list[TurnRow] = []
+    conversations: list[TurnRow] = []
     for (sc, level), g in sorted(levels.items()):
-        head = {"server_config": sc, axis: level, "repeats": len(g.repeats),
-                "left_out": len(g.left_out)}  # fmt: skip
+        head: TurnRow = {"server_config": sc, axis: level, "repeats": len(g.repeats),
+                         "left_out": len(g.left_out)}  # fmt: skip
         for k in sorted(g.turns):
             turns.append({**head, "turn": k, **_turn_stats(g.turns[k])})
         conversations.append({**head, **_conversation_stats(list(g.conversations.values()))})
@@ -184,18 +188,18 @@ def _conversation_stats(conversations: Sequence[Sequence[RequestRecord]]) -> Con
 _LEVEL_HEADER = {"concurrency": "Concurrency", "rate": "Rate (req/s)"}
 
 
-def _ms(x: float | None) -> str:
+def _ms(x: object) -> str:
     """A latency in ms, or in s from one second on (as the report's other tables)."""
-    if x is None:
+    if not isinstance(x, int | float):
         return num(x)
     return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
 
 
-def _s(x: float | None) -> str:
-    return num(x) if x is None else f"{x:.2f} s"
+def _s(x: object) -> str:
+    return f"{x:.2f} s" if isinstance(x, int | float) else num(x)
 
 
-def turns_section(tables: dict[str, list[dict[str, Any]]], axis: str) -> list[str]:
+def turns_section(tables: dict[str, list[TurnRow]], axis: str) -> list[str]:
     """report.md's "TTFT by turn": per server config, a row per level and turn, then its
     conversations; no section (no lines) without chat points. Its lines end with a blank one,
     as the throughput section's, which it follows."""
@@ -211,7 +215,7 @@ def turns_section(tables: dict[str, list[dict[str, Any]]], axis: str) -> list[st
         "whose TTFT a failed validity check leaves out is only counted).",
         "",
     ]
-    configs = sorted({r["server_config"] for r in tables["conversations"]})
+    configs = sorted({str(r["server_config"]) for r in tables["conversations"]})
     for sc in configs:
         rows = [
             [

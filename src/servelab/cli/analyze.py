@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from servelab.analysis.result import Analysis
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the verb on the top-level subparsers."""
     a = sub.add_parser("analyze", help="tables, verdicts, figures and report.md from raw data")
     a.add_argument(

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 EXIT_BY_VERDICT = {"REPRODUCED": 0, "NOT REPRODUCED": 1, "NOT COMPARABLE": 3}
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the verb on the top-level subparsers."""
     cp = sub.add_parser(
         "compare",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from servelab.errors import ServelabError
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from servelab.profile.trace_analysis import TraceOptions
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `servelab profile analyze` on the top-level subparsers."""
     p = sub.add_parser("profile", help="profile traces: analyze an nsys or torch-profiler trace")
     psub = p.add_subparsers(dest="profile_command", required=True)

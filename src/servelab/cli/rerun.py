@@ -10,12 +10,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import yaml
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the verb on the top-level subparsers."""
     p = sub.add_parser(
         "rerun",
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from servelab.config import read_file, resolve
     from servelab.errors import ServelabError
     from servelab.reproduce.rerun import RerunOptions, experiment_name, header, rerun_config
-    from servelab.reproduce.sides import open_side
+    from servelab.reproduce.sides import ResolvedConfig, open_side
 
     repo = Path.cwd()
     if not (repo / "Snakefile").is_file():
@@ -109,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         side_by_side=False if args.one_at_a_time else None,
         slices=args.slices,
     )
-    this = resolve(read_file(Path(args.configfile)), args.configfile)
+    # resolved: checked against config.schema.yaml
+    this = cast(ResolvedConfig, resolve(read_file(Path(args.configfile)), args.configfile))
     with tempfile.TemporaryDirectory(prefix="servelab-rerun-") as work:
         reference = open_side(Path(args.reference), Path(work) / "ref", "reference")
         current = (

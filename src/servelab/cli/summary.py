@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from servelab.errors import ServelabError
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the verb on the top-level subparsers."""
     s = sub.add_parser("summary", help="print the summary table of results/<experiment>")
     s.add_argument("experiment_dir")

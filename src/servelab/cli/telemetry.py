@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `servelab telemetry summarize` on the top-level subparsers."""
     t = sub.add_parser("telemetry", help="telemetry recorded alongside every point")
     tsub = t.add_subparsers(dest="telemetry_command", required=True)

@@ -21,7 +21,6 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +31,7 @@ KINDS = ("poisson", "gamma", "constant")
 _MAX_OFFSET_NS = 2**62  # about 146 years: far beyond any point, well inside int64
 
 
-def _positive(v: Any) -> bool:
+def _positive(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
@@ -108,7 +107,7 @@ def _check_span(last_ns: float, n: int, rate: float) -> None:
         )
 
 
-def _check_count(n: Any) -> None:
+def _check_count(n: object) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ServelabError(f"a schedule of {n!r} requests: give a count from 0 up")
 

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 CONCURRENCY = "concurrency"
 RATE = "rate"
 AXES = (CONCURRENCY, RATE)
 
 LevelValue = int | float  # a level's number: a concurrency (int) or a rate (float, req/s)
+
+
+def _number(value: object, key: str) -> LevelValue:
+    """A record's level, a number."""
+    if not isinstance(value, int | float):
+        raise TypeError(f"{key}: {value!r} is not a number")
+    return value
 
 
 @dataclass(frozen=True, order=True)
@@ -51,14 +57,14 @@ class Level:
         return cls.at_rate(value) if axis == RATE else cls(axis, int(value))
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> Level:
+    def from_record(cls, record: Mapping[str, object]) -> Level:
         """The level a record gives (point.json, a slot of run.json's plan): its `rate` when it
         has one that is not null (an open-loop point), else its `concurrency` (KeyError when it
-        has neither)."""
+        has neither; TypeError where the one it has is not a number)."""
         rate = record.get(RATE)
         if rate is not None:
-            return cls.at_rate(rate)
-        return cls.at_concurrency(record[CONCURRENCY])
+            return cls.at_rate(_number(rate, RATE))
+        return cls.at_concurrency(int(_number(record[CONCURRENCY], CONCURRENCY)))
 
     @property
     def is_rate(self) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, TypeVar
+from typing import TypedDict, TypeVar
 
 import numpy as np
 from scipy import stats as sps
@@ -95,7 +95,7 @@ class StoppingRule:
         }
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> StoppingRule:
+    def from_json(cls, d: Mapping[str, object]) -> StoppingRule:
         """The rule a run.json records; one this servelab does not implement is an error (its
         verdicts would not be the ones the sweep stopped on)."""
         if d.get("method") != METHOD:
@@ -103,12 +103,20 @@ class StoppingRule:
                 f"the sweep was stopped by {d.get('method')!r}; this servelab implements "
                 f"{METHOD!r}: analyse it with the servelab that measured it"
             )
+        budget_s = d.get("budget_s")
         return cls(
-            int(d["min_rounds"]),
-            int(d["max_rounds"]),
-            float(d["alpha"]),
-            None if d.get("budget_s") is None else float(d["budget_s"]),
+            int(_number(d["min_rounds"])),
+            int(_number(d["max_rounds"])),
+            float(_number(d["alpha"])),
+            None if budget_s is None else float(_number(budget_s)),
         )
+
+
+def _number(value: object) -> float:
+    """A number of a recorded rule (TypeError where it is not one)."""
+    if not isinstance(value, int | float):
+        raise TypeError(f"a stopping rule's {value!r} is not a number")
+    return value
 
 
 @dataclass(frozen=True)
@@ -164,11 +172,25 @@ def sequential_test(
     return SequentialTest(n, mean, se, n - 1, t, p, look_alpha, verdict)
 
 
-# a claim's entry as claims.json has it: `claim`, `verdict`, `evidence` (a comparison tested
-# at a look carries the test in `evidence.sequential`, with the round of the look)
-Entry = dict[str, Any]
-# the entries run_looks keeps: claims.json's (analysis.claims.ClaimVerdict), or any of that shape
-AnEntry = TypeVar("AnEntry", bound=Mapping[str, Any])
+class LookTested(TypedDict):
+    """A comparison's `evidence` at a look: its test (`look_evidence`)."""
+
+    sequential: LookEvidence
+
+
+class Entry(TypedDict):
+    """A comparison's entry at a look, as claims.json has it (analysis.claims.ClaimVerdict,
+    with more evidence): the claim, its verdict and the test of the look."""
+
+    claim: str
+    verdict: str
+    evidence: LookTested
+
+
+# the entries run_looks keeps: a claim's entry as claims.json has it (analysis.claims.
+# ClaimVerdict: `claim`, `verdict`, `evidence`; a comparison tested at a look carries the test
+# in `evidence.sequential`, with the round of the look), or any of that shape (Entry)
+AnEntry = TypeVar("AnEntry", bound=Mapping[str, object])
 
 
 def claim_verdict(op: str, test_verdict: str) -> str:
@@ -184,13 +206,13 @@ def look_evidence(k: int, test: SequentialTest) -> LookEvidence:
     return {"round": k, **test.to_json()}
 
 
-def is_open(entry: Mapping[str, Any]) -> bool:
+def is_open(entry: Mapping[str, object]) -> bool:
     """A comparison the look's test left undecided (a claim judged otherwise is never open)."""
     ev = entry.get("evidence")
     return entry["verdict"] == "inconclusive" and isinstance(ev, Mapping) and "sequential" in ev
 
 
-def is_decided(entry: Mapping[str, Any]) -> bool:
+def is_decided(entry: Mapping[str, object]) -> bool:
     """A comparison the look's test decided: it keeps this entry at every later look."""
     ev = entry.get("evidence")
     return isinstance(ev, Mapping) and "sequential" in ev and not is_open(entry)
@@ -207,7 +229,7 @@ def run_looks(
     for k in range(rule.min_rounds, min(rounds, rule.max_rounds) + 1):
         row = []
         for entry in look(k):
-            name = entry["claim"]
+            name = str(entry["claim"])
             if name in kept:
                 entry = kept[name]
             elif is_decided(entry):

@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from servelab.env.container import Mount
 from servelab.store.paths import default_cache_dir
@@ -33,7 +33,7 @@ CONTAINER_ROOT = "/var/cache/servelab-compile"
 SUBDIRS = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "inductor"}
 
 
-def runtime_key(runtime: Mapping[str, Any]) -> str | None:
+def runtime_key(runtime: Mapping[str, object]) -> str | None:
     """The runtime's identity for the cache folder: venv-<lock sha256[:16]> or
     image-<digest[:16]>; None when the record carries neither (nothing to key on)."""
     if runtime.get("kind") == "container":
@@ -97,7 +97,7 @@ class CompileCache:
 
 
 def compile_cache_for(
-    runtime: Mapping[str, Any], cache_dir: Path | None = None
+    runtime: Mapping[str, object], cache_dir: Path | None = None
 ) -> CompileCache | None:
     """The runtime's compile-cache folder in servelab's cache (cache_dir, else the default
     cache); None when the runtime has no key."""

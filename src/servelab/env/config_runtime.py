@@ -18,11 +18,11 @@ refused before anything is measured.
 
 from __future__ import annotations
 
-from typing import Any
-
+from servelab.documents import JsonObject, JsonValue
 from servelab.env.container import ENGINES, parse_image
 from servelab.env.endpoint import KIND as ENDPOINT_KIND
 from servelab.errors import ServelabError
+from servelab.store.jsonio import as_list, as_object
 
 # vLLM arguments that change the model served, or its numbers: a configuration with its own
 # runtime takes them from server.args, as every other configuration does
@@ -40,15 +40,18 @@ MODEL_ARGS = (
 )
 
 
-def check_config_runtimes(cfg: dict[str, Any], source: str) -> None:
+def check_config_runtimes(cfg: JsonObject, source: str) -> None:
     """Refuse, in one line, a configuration's own runtime that does not fit runtime.kind, or
-    that comes with server arguments changing the model."""
-    kind = cfg["runtime"]["kind"]
-    for i, c in enumerate(cfg["server"]["configs"]):
-        own = c.get("runtime")
-        if own is None:  # absent, as in a config written before configurations had one
+    that comes with server arguments changing the model (`cfg`: the config the schema has
+    validated)."""
+    kind = as_object(cfg["runtime"])["kind"]
+    for i, config in enumerate(as_list(as_object(cfg["server"])["configs"])):
+        c = as_object(config)
+        found = c.get("runtime")
+        if found is None:  # absent, as in a config written before configurations had one
             c.pop("runtime", None)
             continue
+        own = as_object(found)
         for key in [k for k, v in own.items() if v is None]:
             del own[key]
         where = f"{source}: server.configs[{i}].runtime"
@@ -68,12 +71,13 @@ def check_config_runtimes(cfg: dict[str, Any], source: str) -> None:
                     f"{where}: runtime.kind {kind} takes `image` (pinned by digest) and, for a "
                     ".sif file, `image_sha256`; not `lock`"
                 )
-            ref = parse_image(own["image"], kind, where=f"{where}.image")
+            image, engine = own["image"], str(kind)  # the schema's: a string or null, an enum
+            ref = parse_image(image if isinstance(image, str) else None, engine, f"{where}.image")
             if ref.sif is not None and not own.get("image_sha256"):
                 raise ServelabError(
                     f"{where}.image_sha256: set it to the sha256 of {ref.sif} to pin the .sif image"
                 )
-        changed = [a for a in MODEL_ARGS if a in (c.get("args") or {})]
+        changed = [a for a in MODEL_ARGS if a in as_object(c.get("args") or {})]
         if changed:
             raise ServelabError(
                 f"{where}: configuration {c['name']!r} has its own runtime and sets {changed[0]} "
@@ -83,25 +87,25 @@ def check_config_runtimes(cfg: dict[str, Any], source: str) -> None:
     check_interleaved(cfg, source)
 
 
-def runtime_key(cfg: dict[str, Any], c: dict[str, Any]) -> tuple[str, ...]:
+def runtime_key(cfg: JsonObject, c: JsonObject) -> tuple[str, ...]:
     """What tells a configuration's runtime from another's: its own lock or image, else
     runtime's (the same lock or image named twice is one runtime)."""
-    rt, own = cfg["runtime"], c.get("runtime") or {}
+    rt, own = as_object(cfg["runtime"]), as_object(c.get("runtime") or {})
     if "lock" in own or "image" in own:
         return (str(own.get("lock")), str(own.get("image")), str(own.get("image_sha256")))
     return (str(rt.get("lock")), str(rt.get("image")), str(rt.get("image_sha256")))
 
 
-def check_interleaved(cfg: dict[str, Any], source: str) -> None:
+def check_interleaved(cfg: JsonObject, source: str) -> None:
     """Refuse, in one line, server configurations on different runtimes measured without
     `sweep.repeats.interleave: true`: their rounds would not pair up."""
-    configs = cfg["server"]["configs"]
-    first: dict[tuple[str, ...], str] = {}
+    configs = [as_object(c) for c in as_list(as_object(cfg["server"])["configs"])]
+    first: dict[tuple[str, ...], JsonValue] = {}  # runtime -> its first configuration's name
     for c in configs:
         first.setdefault(runtime_key(cfg, c), c["name"])
     if len(first) < 2:
         return
-    plan = cfg["sweep"]["repeats"]
+    plan = as_object(cfg["sweep"])["repeats"]
     if isinstance(plan, dict) and plan.get("interleave") is True:
         return
     a, b = list(first.values())[:2]
@@ -112,7 +116,7 @@ def check_interleaved(cfg: dict[str, Any], source: str) -> None:
     )
 
 
-def check_side_by_side(plan: dict[str, Any], rt: dict[str, Any], source: str) -> None:
+def check_side_by_side(plan: JsonObject, rt: JsonObject, source: str) -> None:
     """sweep.repeats.side_by_side: only in an interleaved plan, and only for servers servelab
     launches on CPUs (two servers on one GPU would share its memory); one line otherwise."""
     if not plan.get("side_by_side"):
@@ -131,24 +135,27 @@ def check_side_by_side(plan: dict[str, Any], rt: dict[str, Any], source: str) ->
         )
 
 
-def check_slices(cfg: dict[str, Any], source: str) -> None:
+def check_slices(cfg: JsonObject, source: str) -> None:
     """sweep.repeats.slices: only side by side, with closed-loop levels, and no more slices
     than workload.waves (each slice at least one wave of the point's concurrency)."""
-    slices = cfg["sweep"]["repeats"].get("slices") or 1
+    sweep = as_object(cfg["sweep"])
+    repeats = as_object(sweep["repeats"])
+    slices = repeats.get("slices") or 1
     if slices == 1:
         return
     key = f"{source}: sweep.repeats.slices {slices}"
-    if not cfg["sweep"]["repeats"].get("side_by_side"):
+    if not repeats.get("side_by_side"):
         raise ServelabError(
             f"{key} alternates a point's slices between servers kept up together; set "
             "sweep.repeats.side_by_side: true, or remove slices"
         )
-    if cfg["sweep"].get("rate") is not None:
+    if sweep.get("rate") is not None:
         raise ServelabError(
             f"{key} cuts a closed loop's prompts; a rate's arrival schedule is sent whole: "
             "remove slices, or give sweep.concurrency"
         )
-    waves = int(cfg["workload"]["waves"])
+    waves = as_object(cfg["workload"])["waves"]
+    assert isinstance(slices, int) and isinstance(waves, int)  # the schema's integers
     if slices > waves:
         raise ServelabError(
             f"{key} is more than workload.waves {waves}: a slice needs at least one wave of "

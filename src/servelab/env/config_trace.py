@@ -4,9 +4,9 @@ one). Each refusal is one line naming the key."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from servelab.documents import JsonObject
 from servelab.errors import ServelabError
+from servelab.store.jsonio import as_object
 
 # workload keys a trace replaces: it gives every request's lengths and its prefix sharing
 NOT_WITH_TRACE = ("dataset", "shared_prefix", "chat")
@@ -14,7 +14,7 @@ NOT_WITH_TRACE = ("dataset", "shared_prefix", "chat")
 TRACE_THRESHOLDS = ("min_trace_reuse", "max_trace_missing_pct")
 
 
-def check_trace_as_written(wu: dict[str, Any], source: str) -> None:
+def check_trace_as_written(wu: JsonObject, source: str) -> None:
     """In the config as written: a trace by path has its sha256, and gives the lengths (no
     input_tokens, output_tokens) and the prompts (no dataset, shared prefix or chat)."""
     tr = wu.get("trace")
@@ -38,20 +38,21 @@ def check_trace_as_written(wu: dict[str, Any], source: str) -> None:
             )
 
 
-def check_trace(cfg: dict[str, Any], source: str) -> bool:
+def check_trace(cfg: JsonObject, source: str) -> bool:
     """The resolved config: an absent trace is dropped (resolved configs stay as they were);
     a trace needs sweep.rate and unique prompts, and the config then holds no input_tokens
     nor output_tokens. True when there is a trace."""
-    validity = cfg["analysis"]["validity"]
+    validity = as_object(as_object(cfg["analysis"])["validity"])
     for key in TRACE_THRESHOLDS:
         if validity.get(key, 0) is None:
             del validity[key]  # absent unless given: resolved configs stay as they were
-    wu = cfg["workload"]
+    wu = as_object(cfg["workload"])
     if wu.get("trace", 0) is None:
         del wu["trace"]
-    tr = wu.get("trace")
-    if tr is None:
+    found = wu.get("trace")
+    if found is None:
         return False
+    tr = as_object(found)
     if ("path" in tr) == ("hub" in tr):
         raise ServelabError(
             f"{source}: workload.trace: give path (with its sha256) or hub, "
@@ -59,7 +60,7 @@ def check_trace(cfg: dict[str, Any], source: str) -> bool:
         )
     if tr.get("duration_s", 0) is None:
         del tr["duration_s"]
-    if cfg["sweep"].get("rate") is None:
+    if as_object(cfg["sweep"]).get("rate") is None:
         raise ServelabError(
             f"{source}: workload.trace: a trace is replayed on its own schedule, an open loop; "
             "give sweep.rate (each rate a time scale of the trace) instead of sweep.concurrency"

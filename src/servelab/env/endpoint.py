@@ -388,7 +388,7 @@ class EndpointsFacts(TypedDict, total=False):
     endpoints: dict[str, dict[str, object]]
 
 
-def report_facts(capacity: Mapping[str, Mapping[str, Any]]) -> EndpointsFacts:
+def report_facts(capacity: Mapping[str, Mapping[str, object]]) -> EndpointsFacts:
     """The analysis's `host.endpoints`: each configuration measured on a server servelab did
     not launch (capacity.json `launched` false) with what it said of itself; nothing when
     every server was launched (the results of such data stay as they were)."""
@@ -396,7 +396,7 @@ def report_facts(capacity: Mapping[str, Mapping[str, Any]]) -> EndpointsFacts:
     return {"endpoints": found} if found else {}
 
 
-def report_line(cap: Mapping[str, Any]) -> str:
+def report_line(cap: Mapping[str, object]) -> str:
     """One configuration's running server, in words, for the report's Host section."""
     local = cap.get("local")
     where = (

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from servelab.documents import JsonObject, JsonValue
 from servelab.env.endpoint import DEFAULT_CONFIG, KIND, parse_url
 from servelab.errors import ServelabError
 
@@ -27,8 +27,8 @@ class Written:
     in, is checked as the config it was resolved from)."""
 
     name: str
-    data: Mapping[str, Any]
-    defaults: Mapping[str, Any]
+    data: Mapping[str, JsonValue]
+    defaults: Mapping[str, JsonValue]
 
     def given(self, key: str) -> bool:
         return key in self.data and self.data[key] != self.defaults.get(key, _ABSENT)
@@ -37,7 +37,9 @@ class Written:
         return [k for k in self.data if self.given(k)]
 
 
-def _section(config: Mapping[str, Any], key: str, defaults: Mapping[str, Any]) -> Written:
+def _section(
+    config: Mapping[str, JsonValue], key: str, defaults: Mapping[str, Mapping[str, JsonValue]]
+) -> Written:
     value = config.get(key)
     data = value if isinstance(value, Mapping) else {}
     return Written(key, data, defaults.get(key) or {})
@@ -101,7 +103,7 @@ def _check_server_written(server: Written, source: str) -> None:
 MODEL_IGNORED = ("tiny",)
 
 
-def _check_model_written(model: Written, served: Any, source: str) -> None:
+def _check_model_written(model: Written, served: JsonValue, source: str) -> None:
     for key in model.keys():
         if key == "source" and model.data[key] in (KIND, "tiny"):
             continue
@@ -117,7 +119,9 @@ def _check_model_written(model: Written, served: Any, source: str) -> None:
 
 
 def check_written(
-    config: Any, source: str, defaults: Mapping[str, Mapping[str, Any]] | None = None
+    config: JsonValue,
+    source: str,
+    defaults: Mapping[str, Mapping[str, JsonValue]] | None = None,
 ) -> None:
     """The config as written (a key at its default, as `defaults` gives them per section,
     counts as not written: a resolved config passes as the config it was resolved from): for
@@ -156,21 +160,22 @@ def check_written(
         )
 
 
-def is_endpoint(config: Any) -> bool:
+def is_endpoint(config: JsonValue) -> bool:
     """Whether a config (as written) measures a server servelab did not launch."""
     rt = config.get("runtime") if isinstance(config, dict) else None
     return isinstance(rt, dict) and rt.get("kind") == KIND
 
 
-def derive_model(config: dict[str, Any]) -> None:
+def derive_model(config: JsonObject) -> None:
     """An endpoint config's model is the server's (in place): model.source endpoint and
     model.served_name runtime.served_model. Its defaults that differ from a launched server's
     (one configuration named `endpoint`, no profiling pass, no environment, compile cache or
     priority for a server servelab does not start) are the schema's, `x-endpoint-default`
     (servelab.config.ENDPOINT_DEFAULT)."""
-    if not is_endpoint(config):
+    rt = config.get("runtime")
+    if not isinstance(rt, dict) or rt.get("kind") != KIND:  # not is_endpoint(config)
         return
     model = config.setdefault("model", {})
     if isinstance(model, dict):
         model["source"] = KIND
-        model["served_name"] = config["runtime"].get("served_model")
+        model["served_name"] = rt.get("served_model")

@@ -35,7 +35,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Literal, Protocol, TypedDict
 
 import numpy as np
 
@@ -173,7 +173,50 @@ def tree_digest(digests: dict[str, str]) -> str:
     return hashlib.sha256(lines.encode("utf-8")).hexdigest()
 
 
-def build_tiny(spec: TinySpec, out_dir: Path) -> dict[str, Any]:
+class TinyModelRecord(TypedDict):
+    """servelab-model.json of a tiny model (`build_tiny`)."""
+
+    source: Literal["tiny"]
+    path: str
+    spec: dict[str, object]  # dataclasses.asdict(TinySpec)
+    vocab_size: int
+    revision: str
+    tree_sha256: str
+    files: dict[str, str]
+
+
+class HfModelRecord(TypedDict):
+    """servelab-model.json of a hub model (`build_hf`)."""
+
+    source: Literal["hf"]
+    repo: str
+    revision: str
+    allow_patterns: list[str] | None
+    path: str
+    files: dict[str, str]
+    tree_sha256: str
+    bytes: int
+    checked: dict[str, int]
+
+
+class EndpointModelRecord(TypedDict):
+    """servelab-model.json of the model a running server serves (`build_endpoint_model`)."""
+
+    source: Literal["endpoint"]
+    path: str
+    url: str
+    served_model: str
+    model: dict[str, object]
+    revision: None
+    files: dict[str, str]
+    tree_sha256: None
+    vocab_ids: list[int]
+
+
+ModelRecord = TinyModelRecord | HfModelRecord | EndpointModelRecord
+
+
+def build_tiny(spec: TinySpec, out_dir: Path) -> TinyModelRecord:
     """Write the tiny model into out_dir and return its record (written as servelab-model.json)."""
     from safetensors.numpy import save_file
 
@@ -205,7 +248,7 @@ def build_tiny(spec: TinySpec, out_dir: Path) -> dict[str, Any]:
     )
     save_file(_weights(spec, vocab), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     digests = file_digests(out_dir)
-    record = {
+    record: TinyModelRecord = {
         "source": "tiny",
         "path": ".",
         "spec": dataclasses.asdict(spec),
@@ -225,7 +268,7 @@ def tiny_cache_root(cache_dir: Path | None) -> Path:
 
 def build_tiny_shared(
     spec: TinySpec, out_dir: Path, cache_dir: Path | None = None
-) -> dict[str, Any]:
+) -> TinyModelRecord:
     """Build the tiny model into the shared model cache, in the folder its digest names
     (tiny_cache_root/<tree sha256 [:16]>), and write its record, whose `path` is that folder,
     into out_dir. The model is built afresh each time (about a second) and compared with a
@@ -464,7 +507,7 @@ def build_hf(
     cache_dir: Path | None = None,
     hub: Hub | None = None,
     say: Callable[[str], None] = print,
-) -> dict[str, Any]:
+) -> HfModelRecord:
     """Download (or reuse) the pinned commit and write its record into out_dir."""
     import fcntl
 
@@ -481,7 +524,7 @@ def build_hf(
     with open(folder.parent / f".{folder.name}.lock", "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)  # one download per folder, also across jobs
         if _reusable(folder, repo, revision, patterns):
-            record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+            record: HfModelRecord = json.loads((folder / RECORD).read_text(encoding="utf-8"))
             say(f"model: reusing {repo}@{revision[:12]} in {folder} (every file re-hashed)")
         else:
             hub = hub or HfHub.from_env()
@@ -516,7 +559,7 @@ def build_hf(
             )
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / RECORD, record)
-    return dict(record)
+    return record.copy()
 
 
 # --- source endpoint: the model a running server serves ----------------------------------
@@ -544,7 +587,7 @@ def word_ids(tokenize: Callable[[str], list[int]]) -> list[int]:
 
 def build_endpoint_model(
     runtime: RuntimeSection, out_dir: Path, say: Callable[[str], None] = print
-) -> dict[str, Any]:
+) -> EndpointModelRecord:
     """source endpoint: nothing is built or downloaded. The record says what the server at
     runtime.url serves as runtime.served_model (its /v1/models entry: id, root,
     max_model_len) and the token ids synthetic prompts draw from (`vocab_ids`, by the
@@ -555,8 +598,8 @@ def build_endpoint_model(
     base, served = endpoint.parse_url(runtime.url).base, runtime.served_model
     entry = endpoint.served_entry(base, served, endpoint.list_models(base))
     vocab = word_ids(lambda text: endpoint.token_ids(base, served, text))
-    record = {
-        "source": endpoint.KIND,
+    record: EndpointModelRecord = {
+        "source": "endpoint",  # endpoint.KIND
         "path": ".",
         "url": base,
         "served_model": served,
@@ -583,7 +626,7 @@ def build_model(
     hub: Hub | None = None,
     say: Callable[[str], None] = print,
     runtime: RuntimeSection | None = None,
-) -> dict[str, Any]:
+) -> ModelRecord:
     """Materialize the configured model (the `model` stage); the record goes into out_dir.
     source endpoint (runtime.kind endpoint, `runtime`) builds nothing: it records the model
     the server serves."""

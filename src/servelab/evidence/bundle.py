@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import yaml
 
+from servelab.documents import JsonObject, JsonValue
 from servelab.env.endpoint import KIND as ENDPOINT, NOT_LAUNCHED
 from servelab.env.model import RECORD as MODEL_RECORD
 from servelab.errors import ServelabError
@@ -36,6 +37,7 @@ from servelab.evidence.provenance import (
 from servelab.evidence.replay import trace_part
 from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
 from servelab.experiment import ConfirmsSection, Experiment
+from servelab.hostfacts.host import HostFacts
 from servelab.store.hashing import pinned_bytes, sha256_file
 from servelab.store.jsonio import read_json, write_json
 from servelab.store.paths import ANALYSIS_REPORT, POINT_FILE, SERVER_LOG, ExperimentPaths
@@ -47,6 +49,9 @@ from servelab.store.records import (
     RuntimeRecord,
     WarmupRecord,
 )
+
+if TYPE_CHECKING:
+    from servelab.measure.sequential import SequentialRecord
 
 FORMAT_VERSION = 1
 # runtime.json keys carried into provenance.json: the first five always (venv), the others when
@@ -170,7 +175,7 @@ def build_bundle(
     repo: Path,
     *,
     leave_out: Collection[str] = (),
-    host: dict[str, Any] | None = None,
+    host: HostFacts | None = None,
 ) -> Manifest:
     """Assemble, describe and validate the bundle of the experiment in `paths` into `out`
     (replaced if present). `repo`: the checkout whose workflow files are copied. The resolved
@@ -279,8 +284,8 @@ def _provenance(
     paths: ExperimentPaths,
     out: Path,
     repo: Path,
-    config: dict[str, Any],
-    host: dict[str, Any] | None,
+    config: dict[str, object],
+    host: HostFacts | None,
 ) -> Provenance:
     """provenance.json: the model, the runtime, the servers (as bundled in `out`), the host,
     the pipeline, the optional parts, the config and when the measurement ran."""
@@ -314,7 +319,7 @@ def _provenance(
     }
 
 
-def _endpoint(runtime: dict[str, Any]) -> EndpointPart:
+def _endpoint(runtime: Mapping[str, object]) -> EndpointPart:
     """A run on a server servelab did not launch (runtime.kind endpoint): `endpoint`, its URL
     and served model, marked not launched by servelab, and what servelab therefore does not
     pin; nothing for any other run."""
@@ -322,8 +327,8 @@ def _endpoint(runtime: dict[str, Any]) -> EndpointPart:
         return {}
     return {
         "endpoint": {
-            "url": runtime.get("url"),
-            "served_model": runtime.get("served_model"),
+            "url": _text(runtime.get("url")),
+            "served_model": _text(runtime.get("served_model")),
             "launched": False,
             "note": f"{NOT_LAUNCHED}: {UNPINNED}",
         }
@@ -333,8 +338,8 @@ def _endpoint(runtime: dict[str, Any]) -> EndpointPart:
 def _dataset(paths: ExperimentPaths) -> DatasetPart:
     """A dataset workload's file (path or hub file, revision, sha256) and what each server
     configuration sampled from it (raw/<sc>/dataset.json less the file); one file for all."""
-    file: Any = None
-    samples: dict[str, dict[str, Any]] = {}
+    file: JsonValue = None
+    samples: dict[str, JsonObject] = {}
     for sc_dir in sorted(p for p in paths.raw.iterdir() if p.is_dir()):
         path = paths.dataset(sc_dir.name)
         if not path.exists():
@@ -343,7 +348,7 @@ def _dataset(paths: ExperimentPaths) -> DatasetPart:
         if file is not None and record.get("file") != file:
             raise ServelabError(
                 f"{path}: sampled from another dataset file than the other configurations "
-                f"({record.get('file', {}).get('sha256')} vs {file.get('sha256')}); measure "
+                f"({record.get('file', {}).get('sha256')} vs {_sha256_of(file)}); measure "
                 "every configuration on one dataset"
             )
         file = record.get("file")
@@ -353,12 +358,23 @@ def _dataset(paths: ExperimentPaths) -> DatasetPart:
     return {"dataset": {"file": file, "samples": samples}}
 
 
+def _text(value: object) -> str | None:
+    """runtime.json's url or served model (a string; None where it has none)."""
+    return value if isinstance(value, str) else None
+
+
+def _sha256_of(file: JsonValue) -> JsonValue:
+    """dataset.json's `file`'s sha256."""
+    return file.get("sha256") if isinstance(file, dict) else None
+
+
 def _stopping_rule(paths: ExperimentPaths) -> StoppingRulePart:
     """A sequential sweep's stopping rule, its parameters, the rounds measured and why it
     stopped (run.json `sequential`); nothing for a fixed number of repeats."""
     for run in paths.run_files():
-        seq = RunRecord.read(run).sequential
-        if seq is not None:
+        found = RunRecord.read(run).sequential
+        if found is not None:
+            seq = cast("SequentialRecord", found)  # as run.json's schema has checked it
             return {
                 "stopping_rule": {
                     **seq["rule"],

@@ -6,8 +6,9 @@ written from provenance.json's facts by `build_bundle` (servelab.evidence.bundle
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from servelab.env.endpoint import KIND as ENDPOINT, NOT_LAUNCHED
 from servelab.evidence.documents import Dependency, ModelFacts, Provenance
@@ -15,10 +16,17 @@ from servelab.evidence.files import walk_files
 from servelab.store.hashing import sha256_file
 from servelab.store.jsonio import write_json
 
+if TYPE_CHECKING:
+    from rocrate.model.contextentity import ContextEntity
+    from rocrate.model.file import File
+    from rocrate.rocrate import ROCrate
+
 UNLISTED = {"manifest.json", "SHA256SUMS"}  # they describe the others
 
 
-def write_ro_crate(out: Path, experiment: str, prov: Provenance, runtime: dict[str, Any]) -> None:
+def write_ro_crate(
+    out: Path, experiment: str, prov: Provenance, runtime: Mapping[str, object]
+) -> None:
     """A Workflow Run Crate: the workflow, one CreateAction per stage, inputs and outputs."""
     from rocrate.rocrate import ROCrate
 
@@ -41,8 +49,8 @@ def write_ro_crate(out: Path, experiment: str, prov: Provenance, runtime: dict[s
 
 
 def _crate_software(
-    crate: Any, out: Path, prov: Provenance, runtime: dict[str, Any]
-) -> tuple[Any, Any]:
+    crate: ROCrate, out: Path, prov: Provenance, runtime: Mapping[str, object]
+) -> tuple[File, ContextEntity]:
     """The crate's workflow (the Snakefile, in Snakemake, its main entity) and the server
     software (vLLM in its runtime)."""
     from rocrate.model.contextentity import ContextEntity
@@ -84,7 +92,7 @@ def _crate_software(
     return workflow, server_sw
 
 
-def _crate_files(crate: Any, out: Path, prefix: str) -> list[Any]:
+def _crate_files(crate: ROCrate, out: Path, prefix: str) -> list[File]:
     """The files under `prefix` of the bundle `out`, added to the crate."""
     out_files = []
     for rel in walk_files(out / prefix) if (out / prefix).is_dir() else []:
@@ -94,7 +102,9 @@ def _crate_files(crate: Any, out: Path, prefix: str) -> list[Any]:
     return out_files
 
 
-def _crate_actions(crate: Any, out: Path, prov: Provenance, workflow: Any, server_sw: Any) -> None:
+def _crate_actions(
+    crate: ROCrate, out: Path, prov: Provenance, workflow: File, server_sw: ContextEntity
+) -> None:
     """One CreateAction per stage: model, runtime, a sweep per server configuration, the
     analysis; each with what it used and what it made."""
     model_files = _crate_files(crate, out, "model")
@@ -135,7 +145,7 @@ def _crate_actions(crate: Any, out: Path, prov: Provenance, workflow: Any, serve
     )
 
 
-def _runtime_description(runtime: dict[str, Any]) -> str:
+def _runtime_description(runtime: Mapping[str, object]) -> str:
     if runtime.get("kind") == ENDPOINT:
         return f"runtime: the server at {runtime.get('url')}, {NOT_LAUNCHED}"
     if runtime.get("kind") == "container":
@@ -144,7 +154,7 @@ def _runtime_description(runtime: dict[str, Any]) -> str:
     return f"runtime: {runtime.get('kind')} from lock sha256 {runtime.get('lock_sha256')}"
 
 
-def _runtime_dependency(rt: dict[str, Any]) -> Dependency:
+def _runtime_dependency(rt: Mapping[str, object]) -> Dependency:
     """The runtime as an in-toto resolved dependency: the lock, or the image by digest; a
     server servelab did not launch by its URL alone (no digest: nothing pinned)."""
     if rt.get("kind") == ENDPOINT:
@@ -153,12 +163,17 @@ def _runtime_dependency(rt: dict[str, Any]) -> Dependency:
         digest = str(rt.get("image_digest") or "").removeprefix("sha256:")
         return {
             "uri": f"servelab-runtime-image:{rt.get('image_ref')}",
-            "digest": {"sha256": digest or rt.get("image_sha256")},
+            "digest": {"sha256": digest or _text(rt.get("image_sha256"))},
         }
     return {
         "uri": f"servelab-runtime-lock:{rt['lock']}",
-        "digest": {"sha256": rt["lock_sha256"]},
+        "digest": {"sha256": _text(rt["lock_sha256"])},
     }
+
+
+def _text(value: object) -> str | None:
+    """A runtime record's sha256 (a string; None where it records none)."""
+    return value if isinstance(value, str) else None
 
 
 def _model_dependency(model: ModelFacts) -> Dependency:

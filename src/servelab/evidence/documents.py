@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
+from servelab.design.stopping import RuleJson
+from servelab.documents import JsonObject, JsonValue
 from servelab.evidence.provenance import ConfigRuntimesPart, HostSpeedPart, PipelineFacts
 from servelab.experiment import NotTriedJson
 from servelab.hostfacts.host import HostFacts
@@ -40,17 +42,31 @@ class ModelFacts(TypedDict):
     source: str
     repo: str | None
     revision: str | None
-    files: list[Any]
+    files: dict[str, str]
     url: NotRequired[str]
     served_model: NotRequired[str]
-    model: NotRequired[str]
+    model: NotRequired[JsonObject]
+
+
+class ModelRecordFacts(TypedDict):
+    """What `model_facts` reads of the model record (model.json, model.schema.json): its
+    source, repo, revision and files' sha256 by path; a source endpoint's url, served model and
+    the server's /v1/models entry (`model`)."""
+
+    source: str
+    repo: NotRequired[str | None]
+    revision: str | None
+    files: dict[str, str]
+    url: NotRequired[str]
+    served_model: NotRequired[str]
+    model: NotRequired[JsonObject]
 
 
 # a source endpoint's model: as the server described it (nothing pinned)
 SERVED: tuple[Literal["url", "served_model", "model"], ...] = ("url", "served_model", "model")
 
 
-def model_facts(model: dict[str, Any]) -> ModelFacts:
+def model_facts(model: ModelRecordFacts) -> ModelFacts:
     """provenance.json `model` from the model record (model.json)."""
     facts: ModelFacts = {
         "source": model["source"],
@@ -72,7 +88,7 @@ class ServerFacts(TypedDict):
     command: list[str] | None
     env: dict[str, str] | None
     args: list[str] | None
-    resolved_args: dict[str, Any] | None
+    resolved_args: JsonObject | None
     vllm_version: str | None
 
 
@@ -89,8 +105,8 @@ class DatasetFacts(TypedDict):
     """provenance.json `dataset`: the dataset file and what each configuration sampled from
     it (raw/<sc>/dataset.json less the file)."""
 
-    file: Any
-    samples: dict[str, dict[str, Any]]
+    file: JsonValue
+    samples: dict[str, JsonObject]
 
 
 class ConfirmedChange(TypedDict):
@@ -100,7 +116,7 @@ class ConfirmedChange(TypedDict):
     diagnoses: list[str]
     server_config: str
     config: str
-    change: dict[str, str | int]
+    change: dict[str, str | int | float | bool]
 
 
 class ConfirmsFacts(TypedDict):
@@ -128,14 +144,22 @@ class DatasetPart(TypedDict, total=False):
 class TracePart(TypedDict, total=False):
     """provenance.json's `trace`, for a trace replay (servelab.evidence.replay)."""
 
-    trace: dict[str, Any]
+    trace: JsonObject
+
+
+class StoppingRuleFacts(RuleJson):
+    """provenance.json `stopping_rule`: run.json's rule, the rounds measured and why it stopped
+    (run.json `sequential`)."""
+
+    rounds: int
+    stopped: str
 
 
 class StoppingRulePart(TypedDict, total=False):
     """provenance.json's `stopping_rule`, for a sequential sweep: run.json's rule, with the
     rounds measured and why it stopped."""
 
-    stopping_rule: dict[str, Any]
+    stopping_rule: StoppingRuleFacts
 
 
 class ConfirmsPart(TypedDict, total=False):

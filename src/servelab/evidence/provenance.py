@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NotRequired, Required, TypedDict
+from typing import NotRequired, Required, TypedDict
 
 from servelab import __version__
 from servelab.analysis.pipeline import ANALYSIS_VERSION
@@ -59,11 +60,14 @@ def pipeline_facts(repo: Path) -> PipelineFacts:
     }
 
 
-def redacted_config(cfg: dict[str, Any]) -> dict[str, Any]:
+def redacted_config(cfg: Mapping[str, object]) -> dict[str, object]:
+    """The resolved config `cfg` with its runtime.env's secrets redacted (servelab.redact)."""
     out = dict(cfg)
-    runtime = dict(out.get("runtime", {}))
-    if "env" in runtime:
-        runtime["env"] = redact_env(runtime["env"])
+    section = out.get("runtime", {})
+    runtime: dict[str, object] = dict(section) if isinstance(section, Mapping) else {}
+    env = runtime.get("env")
+    if isinstance(env, Mapping):
+        runtime["env"] = redact_env(env)
     out["runtime"] = runtime
     return out
 

@@ -6,8 +6,7 @@ must have replayed the same file and window."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from servelab.documents import JsonObject
 from servelab.errors import ServelabError
 from servelab.evidence.documents import TracePart
 from servelab.store.jsonio import read_json
@@ -17,14 +16,14 @@ from servelab.store.records import ArrivalsRecord
 
 def trace_part(paths: ExperimentPaths) -> TracePart:
     """The trace a run replayed, from raw/<sc>/trace.json and its arrivals; nothing without."""
-    found: dict[str, Any] | None = None
-    scales: dict[str, float] = {}
+    found: JsonObject | None = None
+    scales: JsonObject = {}  # each rate measured (as %g) -> its time scale
     for sc_dir in sorted(p for p in paths.raw.iterdir() if p.is_dir()):
         path = paths.trace(sc_dir.name)
         if not path.exists():
             continue
         record = read_json(path)
-        ident = {k: record.get(k) for k in ("file", "window", "block_tokens", "seed")}
+        ident: JsonObject = {k: record.get(k) for k in ("file", "window", "block_tokens", "seed")}
         if found is not None and ident != found:
             raise ServelabError(
                 f"{path}: replayed another trace or window than the other configurations; "

@@ -11,10 +11,10 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from servelab.documents import JsonObject
 from servelab.errors import ServelabError
 from servelab.evidence.bundle import bundle_path
 from servelab.evidence.documents import ConfirmsFacts, Manifest, Provenance
@@ -132,7 +132,7 @@ class Verification:
     diagnosing: Path | None = None
     diagnosing_failures: list[str] = field(default_factory=list)
     manifest_sha256: str | None = None
-    release: dict[str, Any] | None = None
+    release: JsonObject | None = None
     copies: int = 0
 
 
@@ -183,7 +183,7 @@ class ReleaseFolder:
     failure, one line each naming the file."""
 
     folder: Path
-    release: dict[str, Any]
+    release: JsonObject
     root: Path | None
     copies: int
     failures: list[str]
@@ -225,7 +225,7 @@ def check_release_folder(path: Path, workdir: Path, do_rebuild: bool = False) ->
     return ReleaseFolder(path, rel, root, copies, failures)
 
 
-def _read_release(path: Path) -> tuple[dict[str, Any], str | None, list[str]]:
+def _read_release(path: Path) -> tuple[JsonObject, str | None, list[str]]:
     """release.json and the tarball it names (a file name in the folder), or a failure."""
     file = path / RELEASE_FILE
     try:
@@ -303,7 +303,7 @@ def _check_copies(path: Path, name: str, root: Path) -> tuple[list[str], int]:
     return failures, copies
 
 
-def _check_names(path: Path, rel: dict[str, Any], name: str, root: Path) -> list[str]:
+def _check_names(path: Path, rel: JsonObject, name: str, root: Path) -> list[str]:
     """release.json's experiment is the bundle's (provenance.json), its tag the tarball's."""
     failures = []
     try:

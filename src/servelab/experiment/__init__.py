@@ -19,9 +19,10 @@ import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TypeAlias, TypedDict
 
 from servelab.design.level import CONCURRENCY, RATE, LevelValue
+from servelab.documents import JsonObject, JsonValue
 from servelab.errors import ServelabError
 from servelab.experiment.build import _build, section_from_dict as section_from_dict
 from servelab.experiment.workload import (  # re-exported: servelab.experiment names them all
@@ -37,6 +38,10 @@ from servelab.experiment.workload import (  # re-exported: servelab.experiment n
     WarmupSection as WarmupSection,
     WorkloadSection as WorkloadSection,
 )
+
+# a vLLM argument's value (server.args, a configuration's args, a proposal's change): true
+# gives --flag, false --no-flag, any other value --flag VALUE (config.args_to_cli)
+ArgValue: TypeAlias = str | int | float | bool
 
 
 @dataclass(frozen=True)
@@ -77,11 +82,11 @@ class RuntimeSection:
     image: str | None
     image_sha256: str | None
     gpu_devices: tuple[str | int, ...] | None
-    mounts: tuple[Any, ...]
+    mounts: tuple[str, ...]
     network: str
     shm_size: str | None
     extra_args: tuple[str, ...]
-    env: Mapping[str, Any]
+    env: Mapping[str, str]
     compile_cache: bool
     url: str | None  # kind endpoint: the server's base URL
     served_model: str | None  # kind endpoint: the model it serves
@@ -113,7 +118,7 @@ class ServerConfig:
     ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("runtime",)
 
     name: str
-    args: Mapping[str, Any]
+    args: Mapping[str, ArgValue]
     runtime: ConfigRuntime | None
 
 
@@ -125,14 +130,14 @@ class ServerSection:
     shutdown_timeout_s: float
     lock_timeout_s: float
     engine_nice: int
-    args: Mapping[str, Any]
+    args: Mapping[str, ArgValue]
     configs: tuple[ServerConfig, ...]
 
     @property
     def names(self) -> list[str]:
         return [c.name for c in self.configs]
 
-    def args_of(self, name: str) -> dict[str, object]:
+    def args_of(self, name: str) -> dict[str, ArgValue]:
         """Resolved vLLM arguments of one server configuration (shared args, then its own)."""
         for c in self.configs:
             if c.name == name:
@@ -266,7 +271,7 @@ class BisectVersion:
     lock: str | None
     image: str | None
     image_sha256: str | None
-    args: Mapping[str, Any]
+    args: Mapping[str, ArgValue]
 
 
 @dataclass(frozen=True)
@@ -320,7 +325,7 @@ class ConfirmsProposal:
     diagnoses: tuple[str, ...]
     server_config: str  # the diagnosed configuration
     config: str  # the proposed one: the diagnosed one with `change`
-    change: Mapping[str, Any]
+    change: Mapping[str, int | str]  # as the proposal gives it (diagnosis_records.Change)
     concurrency: tuple[int, ...]
     claims: tuple[str, ...]
     expected: str
@@ -462,7 +467,7 @@ class Experiment:
     confirm: ConfirmSection | None = None
     # a bisection's (servelab bisect): absent or null everywhere else
     bisect: BisectSection | None = None
-    _source: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _source: Mapping[str, JsonValue] = field(default_factory=dict, repr=False, compare=False)
 
     ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("search", "confirm", "bisect")
 
@@ -490,12 +495,12 @@ class Experiment:
         return dataclasses.replace(self.runtime, image=own.image, image_sha256=own.image_sha256)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Experiment:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> Experiment:
         """The typed view of a validated config dict (`config.validate` makes one)."""
         exp = _build(cls, data, "")
         object.__setattr__(exp, "_source", copy.deepcopy(dict(data)))
         return exp
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The resolved config as a plain dict (a copy), key order as validated."""
         return copy.deepcopy(dict(self._source))

@@ -8,27 +8,26 @@ import copy
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from servelab.errors import ServelabError
 
 _T = typing.TypeVar("_T")
 
 
-def section_from_dict(cls: type[_T], data: Mapping[str, Any], where: str) -> _T:
+def section_from_dict(cls: type[_T], data: Mapping[str, object], where: str) -> _T:
     """One section from its validated dict, e.g. `section_from_dict(ValiditySection,
     d, "analysis.validity")`."""
     return _build(cls, data, where)
 
 
-def _build(cls: type[_T], data: Any, where: str) -> _T:
+def _build(cls: type[_T], data: object, where: str) -> _T:
     if not isinstance(data, Mapping):
         raise ServelabError(f"config {where or '(top level)'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     if not dataclasses.is_dataclass(cls):  # the error dataclasses.fields raises for it
         raise TypeError("must be called with a dataclass type or instance")
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for f in dataclasses.fields(cls):
         if f.name.startswith("_"):
             continue
@@ -45,7 +44,7 @@ def _build(cls: type[_T], data: Any, where: str) -> _T:
     return cls(**kwargs)
 
 
-def _value(hint: Any, value: Any, where: str) -> Any:
+def _value(hint: object, value: object, where: str) -> object:
     origin = typing.get_origin(hint)
     if origin in (types.UnionType, typing.Union):
         if value is None:
@@ -59,8 +58,12 @@ def _value(hint: Any, value: Any, where: str) -> Any:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value, where)
     if origin is tuple:
+        if not isinstance(value, Iterable):
+            raise ServelabError(f"config {where}: expected a list, got {value!r}")
         item = typing.get_args(hint)[0]
         return tuple(_value(item, v, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is not None and issubclass(origin, Mapping):
+        if not isinstance(value, Mapping):
+            raise ServelabError(f"config {where}: expected a mapping, got {value!r}")
         return types.MappingProxyType(copy.deepcopy(dict(value)))
     return value

@@ -19,9 +19,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict, cast
 
 from servelab.hostfacts.gpucanary import (
     GpuAbsent,
@@ -105,7 +105,7 @@ class CpuCanary:
         }
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> CpuCanary:
+    def from_json(cls, doc: CpuCanaryJson) -> CpuCanary:
         return cls(
             Timing.from_json(doc["compute"]),
             Timing.from_json(doc["bandwidth"]),
@@ -262,7 +262,7 @@ class Drift:
         }
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Drift:
+    def from_json(cls, doc: DriftJson) -> Drift:
         return cls(
             PartDrift.from_json(doc["compute"]),
             PartDrift.from_json(doc["bandwidth"]),
@@ -307,7 +307,7 @@ class RunCanary:
         return out
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> RunCanary:
+    def from_json(cls, doc: RunCanaryJson) -> RunCanary:
         gpu = doc.get("gpu")
         return cls(
             CpuCanary.from_json(doc["before"]),
@@ -394,5 +394,6 @@ def run_canaries(paths: ExperimentPaths, skip_damaged: bool = False) -> dict[str
                 raise
             continue
         if doc is not None:
-            out[rj.parent.name] = RunCanary.from_json(doc)
+            # RunRecord.read checked it against run.schema.json
+            out[rj.parent.name] = RunCanary.from_json(cast(RunCanaryJson, doc))
     return out

@@ -5,7 +5,7 @@ uses for the result."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Final, NotRequired, TypedDict
 
 from servelab.hostfacts.cpu import ISA_FLAGS
 
@@ -21,26 +21,34 @@ class _Missing:
         return "MISSING"
 
 
-MISSING: Any = _Missing()
-_NA: Any = type("_NotApplicable", (), {"__repr__": lambda self: "N/A"})()
+class _NotApplicable:
+    """A fact that does not apply to the run (the runtime's CPU ISA on a GPU run)."""
 
-Getter = Callable[[Mapping[str, Any]], Any]
+    def __repr__(self) -> str:
+        return "N/A"
 
 
-def _host(p: Mapping[str, Any]) -> Mapping[str, Any]:
+MISSING: Final = _Missing()
+_NA: Final = _NotApplicable()
+# A fact as a getter reads it from a provenance record: the recorded JSON value, compared
+# only by equality (and by _near), or MISSING or _NA.
+Getter = Callable[[Mapping[str, object]], object]
+
+
+def _host(p: Mapping[str, object]) -> Mapping[str, object]:
     h = p.get("host")
     return h if isinstance(h, Mapping) else {}
 
 
-def _key(p: Mapping[str, Any], key: str) -> Any:
+def _key(p: Mapping[str, object], key: str) -> object:
     h = _host(p)
     return h[key] if key in h else MISSING
 
 
-def _cpu(key: str, none: Any = None) -> Getter:
+def _cpu(key: str, none: object = None) -> Getter:
     """A cpu_facts key; `none` is what a recorded None means (None: the host could not say)."""
 
-    def get(p: Mapping[str, Any]) -> Any:
+    def get(p: Mapping[str, object]) -> object:
         cf = _host(p).get("cpu_facts")
         if not isinstance(cf, Mapping) or key not in cf:
             return MISSING
@@ -50,32 +58,32 @@ def _cpu(key: str, none: Any = None) -> Getter:
 
 
 def _flag(name: str) -> Getter:
-    def get(p: Mapping[str, Any]) -> Any:
+    def get(p: Mapping[str, object]) -> object:
         flags = _cpu("flags")(p)
         return flags.get(name, MISSING) if isinstance(flags, Mapping) else flags
 
     return get
 
 
-def _model_name(p: Mapping[str, Any]) -> Any:
+def _model_name(p: Mapping[str, object]) -> object:
     name = _cpu("model_name")(p)
     return _key(p, "cpu") if name is MISSING or name is None else name
 
 
-def _frequency(p: Mapping[str, Any]) -> Any:
+def _frequency(p: Mapping[str, object]) -> object:
     top, now = _cpu("max_mhz")(p), _cpu("mhz")(p)
     if top is MISSING and now is MISSING:
         return MISSING
     return top if top not in (None, MISSING) else (None if now is MISSING else now)
 
 
-def _near(a: Any, b: Any) -> bool:
+def _near(a: object, b: object) -> bool:
     if not isinstance(a, int | float) or not isinstance(b, int | float) or not b:
         return bool(a == b)
     return abs(100.0 * (a / b - 1.0)) <= FREQUENCY_MARGIN_PCT
 
 
-def _gpus(p: Mapping[str, Any]) -> Any:
+def _gpus(p: Mapping[str, object]) -> list[object] | _Missing:
     g = _host(p).get("gpus")
     return g if isinstance(g, list) else MISSING
 
@@ -83,29 +91,30 @@ def _gpus(p: Mapping[str, Any]) -> Any:
 def _per_gpu(key: str) -> Getter:
     """The value of every GPU in index order ([] with no GPU)."""
 
-    def get(p: Mapping[str, Any]) -> Any:
+    def get(p: Mapping[str, object]) -> object:
         gpus = _gpus(p)
-        if gpus is MISSING or not gpus:
-            return gpus if gpus is MISSING else []
-        if any(not isinstance(g, Mapping) or key not in g for g in gpus):
+        if isinstance(gpus, _Missing) or not gpus:
+            return gpus if isinstance(gpus, _Missing) else []
+        recorded = [g for g in gpus if isinstance(g, Mapping) and key in g]
+        if len(recorded) < len(gpus):
             return MISSING
-        values = [g[key] for g in gpus]
+        values = [g[key] for g in recorded]
         return None if all(v is None for v in values) else values
 
     return get
 
 
-def _cuda(p: Mapping[str, Any]) -> Any:
+def _cuda(p: Mapping[str, object]) -> object:
     gpus = _gpus(p)
-    if gpus is MISSING or not gpus:
-        return gpus if gpus is MISSING else []
+    if isinstance(gpus, _Missing) or not gpus:
+        return gpus if isinstance(gpus, _Missing) else []
     return _key(p, "cuda")
 
 
-def _pairs(p: Mapping[str, Any]) -> Any:
+def _pairs(p: Mapping[str, object]) -> object:
     gpus = _gpus(p)
-    if gpus is MISSING or len(gpus) < 2:
-        return gpus if gpus is MISSING else []
+    if isinstance(gpus, _Missing) or len(gpus) < 2:
+        return gpus if isinstance(gpus, _Missing) else []
     pairs = _host(p).get("gpu_topology")
     if not isinstance(pairs, list):
         return MISSING
@@ -120,11 +129,12 @@ def _runtime_isa(key: str) -> Getter:
     """What the server runtime reported (CPU runs only: on a GPU the CPU ISA is not what
     computes)."""
 
-    def get(p: Mapping[str, Any]) -> Any:
+    def get(p: Mapping[str, object]) -> object:
         gpus = _gpus(p)
         if isinstance(gpus, list) and gpus:
             return _NA
-        isa = (p.get("runtime") or {}).get("isa")
+        runtime = p.get("runtime") or {}
+        isa = runtime.get("isa") if isinstance(runtime, Mapping) else None
         if not isinstance(isa, Mapping):
             return MISSING
         return isa.get(key)
@@ -132,15 +142,15 @@ def _runtime_isa(key: str) -> Getter:
     return get
 
 
-def _env_caps(p: Mapping[str, Any]) -> Any:
+def _env_caps(p: Mapping[str, object]) -> object:
     value = _runtime_isa("env")(p)
     return {} if value is None else value
 
 
-_Same = Callable[[Any, Any], bool]
+_Same = Callable[[object, object], bool]
 
 
-def _eq(a: Any, b: Any) -> bool:
+def _eq(a: object, b: object) -> bool:
     return bool(a == b)
 
 
@@ -211,11 +221,11 @@ HOST_CLASSES = ("identical", "equivalent", "differs", "unknown")
 # not use every core, busy loops beside it), so it cannot stand in for the fact.
 
 
-def _json(v: Any) -> Any:
+def _json(v: object) -> object:
     return None if v is MISSING or v is _NA else v
 
 
-def _decisive(u: Mapping[str, Any]) -> bool:
+def _decisive(u: UnknownRow) -> bool:
     """An unknown that keeps two hosts from being called equivalent: a relevant fact one side
     records and the other does not, or the CPU's instruction set recorded by neither (two
     bundles from before it was recorded). A fact neither side records, such as the runtime's
@@ -263,7 +273,9 @@ HostComparison = TypedDict(
 )
 
 
-def compare_hosts(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> HostComparison:
+def compare_hosts(
+    ref: Mapping[str, object] | None, new: Mapping[str, object] | None
+) -> HostComparison:
     """Classify every host-fact difference between two provenance records.
 
     class: differs (a performance-relevant fact differs), unknown (none known to differ, but a
@@ -325,7 +337,7 @@ def compare_hosts(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
     return out
 
 
-def _label(row: Mapping[str, Any]) -> str:
+def _label(row: Mapping[str, object]) -> str:
     """A flag by its name; a short scalar with both values ("logical CPUs 2 -> 4")."""
     a, b = row.get("reference"), row.get("fresh")
     scalar = all(
@@ -335,7 +347,7 @@ def _label(row: Mapping[str, Any]) -> str:
     return f"{row['short']} {a} -> {b}" if scalar and "reference" in row else str(row["short"])
 
 
-def _grouped(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _grouped(rows: Sequence[Mapping[str, object]]) -> list[str]:
     """The rows' labels, every ISA flag at once as one "ISA flags"."""
     shorts = [_label(r) for r in rows]
     flags = [f for f in ISA_FLAGS if f in shorts]
@@ -346,20 +358,20 @@ def _grouped(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return shorts
 
 
-def _names(rows: Sequence[Mapping[str, Any]], limit: int | None = 10) -> str:
+def _names(rows: Sequence[Mapping[str, object]], limit: int | None = 10) -> str:
     shorts = _grouped(rows)
     if limit is None or len(shorts) <= limit:
         return ", ".join(shorts)
     return ", ".join(shorts[:limit]) + f" and {len(shorts) - limit} more"
 
 
-def difference_names(rows: Sequence[Mapping[str, Any]], limit: int | None = 10) -> str:
+def difference_names(rows: Sequence[Mapping[str, object]], limit: int | None = 10) -> str:
     """Differences named in a line: "avx512f, CPU model 85 -> 143" (every ISA flag at once as
     "ISA flags"; `limit` at most, then "and N more"; None: all)."""
     return _names(rows, limit)
 
 
-def host_qualifier(host: Mapping[str, Any]) -> str:
+def host_qualifier(host: HostComparison) -> str:
     """How the verdict names the host, in a few words: "on a host that differs in 2
     performance-relevant facts", "on an equivalent host", "on the same host or an identical
     one", or how many relevant facts a side does not record. The facts themselves are named
@@ -375,7 +387,7 @@ def host_qualifier(host: Mapping[str, Any]) -> str:
     return f"on a host not known to be equivalent ({_facts(missing)} not recorded on both sides)"
 
 
-def _facts(rows: Sequence[Mapping[str, Any]]) -> str:
+def _facts(rows: Sequence[Mapping[str, object]]) -> str:
     """ "3 performance-relevant facts" (all the ISA flags count as one)."""
     n = len(_grouped(rows))
     return f"{n} performance-relevant fact" + ("" if n == 1 else "s")

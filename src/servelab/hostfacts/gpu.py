@@ -27,7 +27,7 @@ T = TypeVar("T")
 TOPOLOGY = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
 
 
-def _text(v: Any) -> str:
+def _text(v: object) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
@@ -131,12 +131,14 @@ def reading_facts(compute_capability: str | None) -> GpuReadings:
 
 
 class _Query:
-    """Calls into NVML where any failure is a None, so one unsupported query loses one fact."""
+    """Calls into NVML where any failure is a None, so one unsupported query loses one fact.
+    `nvml` is the pynvml module (untyped; a stand-in in tests): `convert` reads what it
+    returns."""
 
     def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
 
-    def __call__(self, func: str, *args: Any, convert: Callable[[Any], Any] = lambda v: v) -> Any:
+    def __call__(self, func: str, *args: object, convert: Callable[[Any], T]) -> T | None:
         try:
             return convert(getattr(self.nvml, func)(*args))
         except Exception:  # an NVMLError, a missing function, an odd value: the fact is unknown
@@ -146,22 +148,22 @@ class _Query:
         return int(getattr(self.nvml, name, default))
 
 
-def _mode(v: Any) -> bool:
+def _mode(v: int | list[int] | tuple[int, ...]) -> bool:
     current = v[0] if isinstance(v, list | tuple) else v
     return bool(int(current))
 
 
-def _nvlinks(q: _Query, h: Any) -> int | None:
+def _nvlinks(q: _Query, h: object) -> int | None:
     active = 0
     for link in range(q.const("NVML_NVLINK_MAX_LINKS", 18)):
-        state = q("nvmlDeviceGetNvLinkState", h, link)
+        state = q("nvmlDeviceGetNvLinkState", h, link, convert=bool)
         if state is None:
             return active or (None if link == 0 else 0)
-        active += int(bool(state))
+        active += int(state)
     return active
 
 
-def _gpu(q: _Query, h: Any, index: int, driver: tuple[str | None, str | None]) -> GpuFacts:
+def _gpu(q: _Query, h: object, index: int, driver: tuple[str | None, str | None]) -> GpuFacts:
     sm, mem = q.const("NVML_CLOCK_SM", 1), q.const("NVML_CLOCK_MEM", 2)
     total = q("nvmlDeviceGetMemoryInfo", h, convert=lambda m: int(m.total))
     cc = q("nvmlDeviceGetCudaComputeCapability", h, convert=lambda v: f"{v[0]}.{v[1]}")
@@ -195,7 +197,7 @@ def _gpu(q: _Query, h: Any, index: int, driver: tuple[str | None, str | None]) -
     }
 
 
-def _topology(q: _Query, handles: list[Any]) -> list[GpuPair]:
+def _topology(q: _Query, handles: list[object]) -> list[GpuPair]:
     nvlink_cap = q.const("NVML_P2P_CAPS_INDEX_NVLINK", 2)
     ok = q.const("NVML_P2P_STATUS_OK", 0)
     pairs: list[GpuPair] = []
@@ -214,7 +216,7 @@ def _topology(q: _Query, handles: list[Any]) -> list[GpuPair]:
     return pairs
 
 
-def _with_nvml(nvml: Any, use: Callable[[_Query, list[Any]], T]) -> T | str:
+def _with_nvml(nvml: Any, use: Callable[[_Query, list[object]], T]) -> T | str:
     """`use(query, handles)` with NVML initialized and shut down after; or why it cannot run:
     no pynvml, no NVML, no GPU. `nvml` replaces the pynvml module (tests)."""
     if nvml is None:
@@ -253,7 +255,7 @@ def gpu_facts(nvml: Any = None) -> HostGpus:
     driver supports, "gpu_topology": [per pair of GPUs]}. `nvml` replaces the pynvml module
     (tests)."""
 
-    def read(q: _Query, handles: list[Any]) -> HostGpus:
+    def read(q: _Query, handles: list[object]) -> HostGpus:
         driver = _driver(q)
         return {
             "gpus": [_gpu(q, h, i, driver) for i, h in enumerate(handles)],
@@ -272,7 +274,7 @@ def list_gpus(nvml: Any = None) -> GpuListing:
     """The host's GPUs as NVML lists them, each with its UUID, PCI bus id, name and the memory
     in use now, and the driver; `reason` says why there are none. Never raises."""
 
-    def read(q: _Query, handles: list[Any]) -> GpuListing:
+    def read(q: _Query, handles: list[object]) -> GpuListing:
         driver, cuda = _driver(q)
         gpus = tuple(
             NvmlGpu(

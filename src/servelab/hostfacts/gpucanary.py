@@ -27,7 +27,7 @@ import json
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NotRequired, Required, TypedDict
+from typing import NotRequired, Required, TypedDict, cast
 
 from servelab.hostfacts.gpustate import NVML_STATE_SCRIPT, GpuState, GpuStateJson
 from servelab.hostfacts.timing import (
@@ -252,7 +252,7 @@ class GpuWork:
         return {**self.params(), "id": self.id}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> GpuWork:
+    def from_json(cls, doc: GpuParamsJson) -> GpuWork:
         return cls(
             int(doc["matmul_n"]),
             str(doc["dtype"]),
@@ -307,7 +307,7 @@ class GpuCanary:
         return out
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> GpuCanary:
+    def from_json(cls, doc: GpuCanaryJson) -> GpuCanary:
         """A recorded timing, or the script's answer; what canaries recorded before the
         warm-up and the GPU's state were kept reads as not known."""
         warm = doc.get("warmup")
@@ -375,7 +375,7 @@ class GpuAbsent:
     reason: str
 
 
-def _seconds(values: Any, name: str) -> list[float]:
+def _seconds(values: object, name: str) -> list[float]:
     if not isinstance(values, list) or not values:
         raise ValueError(f"{name} is not a list of seconds")
     out = [float(v) for v in values]
@@ -401,7 +401,8 @@ def parse_gpu_canary(text: str, work: GpuWork) -> GpuCanary | GpuAbsent | None:
             rates = [work.repeat_gb / s for s in _seconds(doc.get("copy_s"), "copy_s")]
             copy = summary(rates, "GB/s")
             timing = {"matmul": matmul.to_json(), "copy": copy.to_json(), "work": doc["work"]}
-            return GpuCanary.from_json({**doc, **timing})
+            # the answer with its timings summarized: a damaged one raises, caught below
+            return GpuCanary.from_json(cast(GpuCanaryJson, {**doc, **timing}))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return GpuAbsent(f"the GPU canary's answer is damaged: {exc}")
     return None
@@ -479,7 +480,7 @@ class GpuDrift:
         }
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> GpuDrift:
+    def from_json(cls, doc: GpuDriftJson) -> GpuDrift:
         return cls(
             PartDrift.from_json(doc["matmul"]),
             PartDrift.from_json(doc["copy"]),
@@ -535,7 +536,7 @@ class RunGpuCanary:
         }
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> RunGpuCanary:
+    def from_json(cls, doc: RunGpuCanaryJson) -> RunGpuCanary:
         if not doc.get("present"):
             return cls(None, None, None, str(doc.get("reason") or ""))
         return cls(

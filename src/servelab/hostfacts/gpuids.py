@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TypedDict
 
 ALL = "all"  # every GPU the host has (nothing narrows the server's view)
 NONE = "none"  # the server has no GPU (a CPU runtime, an empty CUDA_VISIBLE_DEVICES)
@@ -66,7 +66,7 @@ class GpuSelection:
     pci_bus_id_order: bool = False
     origin: str = ""
     ambiguous: str | None = None
-    launch: Mapping[str, Any] | None = None
+    launch: Mapping[str, object] | None = None
 
     def to_json(self) -> GpuSelectionJson:
         order = None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 # NVML's clock event (throttle) reason bits, nvml.h's nvmlClocksEventReason* and
 # nvmlClocksThrottleReason*, by the names the records use
@@ -136,7 +136,7 @@ def clock_events(mask: int | None) -> list[str]:
     return [CLOCK_EVENTS.get(bit, f"bit_{bit:#x}") for bit in bits]
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
@@ -179,7 +179,7 @@ class GpuState:
         return out
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> GpuState:
+    def from_json(cls, doc: Mapping[str, object]) -> GpuState:
         """A reading as the script prints it or a record keeps it; a value of the wrong type
         reads as not given."""
         sm, temp = _number(doc.get("sm_clock_mhz")), _number(doc.get("temperature_c"))

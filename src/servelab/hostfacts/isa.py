@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import TypedDict
 
 # Environment variables that cap the instruction set PyTorch and oneDNN use.
 ISA_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
@@ -113,7 +113,7 @@ def runtime_isa(python: str, env: Mapping[str, str], timeout: float = 300.0) -> 
     return rec
 
 
-def describe_isa(rec: Mapping[str, Any]) -> str:
+def describe_isa(rec: IsaRecord) -> str:
     """One line: "CPU ISA in use: PyTorch AVX2, oneDNN Intel AVX2 (capped by ...)"."""
     if rec.get("cpu_capability") is None and rec.get("onednn_isa") is None:
         return f"CPU ISA in use: unknown ({rec.get('error') or 'not reported'})"

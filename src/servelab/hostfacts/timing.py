@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 DRIFT_FLOOR = 0.05
 NOISE_FACTOR = 3.0
@@ -63,7 +63,7 @@ class Timing:
         return out
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Timing:
+    def from_json(cls, doc: TimingJson) -> Timing:
         kept = doc.get("timings")
         return cls(
             str(doc["unit"]),
@@ -96,7 +96,7 @@ class PartDrift:
         return {"change": self.change, "threshold": self.threshold, "verdict": self.verdict}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> PartDrift:
+    def from_json(cls, doc: PartDriftJson) -> PartDrift:
         return cls(float(doc["change"]), float(doc["threshold"]), str(doc["verdict"]))
 
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
+from servelab.documents import JsonObject, JsonValue
 from servelab.env.engine_shim import FIELDS, MARK
 
 NOT_RECORDED = "effective configuration not recorded"
@@ -71,15 +72,15 @@ _INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.M)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def from_log(log: str) -> tuple[dict[str, Any] | None, str | None]:
+def from_log(log: str) -> tuple[JsonObject | None, str | None]:
     """The shim's report in a server log (its last one: a restarted server's), and the
     attention backend the log names; (None, ...) where the shim reported nothing."""
-    report = None
+    report: JsonObject | None = None
     for line in log.splitlines():
         at = line.find(MARK)
         if at >= 0:
             try:
-                doc = json.loads(line[at + len(MARK) :])
+                doc: JsonValue = json.loads(line[at + len(MARK) :])
             except json.JSONDecodeError:
                 continue
             report = doc if isinstance(doc, dict) else report
@@ -93,14 +94,21 @@ def from_metrics(text: str) -> dict[str, str]:
     return dict(_LABEL.findall(m.group("labels"))) if m else {}
 
 
+class Setting(TypedDict):
+    """One setting of launch.json `engine.settings`: its value, and where it was read."""
+
+    value: JsonValue
+    source: Literal["engine", "metrics", "log"]
+
+
 def effective(
-    report: Mapping[str, Any] | None, backend: str | None, cache_info: Mapping[str, str]
-) -> dict[str, dict[str, Any]] | None:
+    report: Mapping[str, JsonValue] | None, backend: str | None, cache_info: Mapping[str, str]
+) -> dict[str, Setting] | None:
     """launch.json `engine.settings`: each setting's value and its source (engine, metrics,
     log); None where the shim reported nothing (a server that was not started through it)."""
     if report is None:
         return None
-    out = {k: {"value": report.get(k), "source": "engine"} for k in FIELDS}
+    out: dict[str, Setting] = {k: {"value": report.get(k), "source": "engine"} for k in FIELDS}
     blocks = cache_info.get("num_gpu_blocks")
     value = int(float(blocks)) if blocks not in (None, "", "None") else None
     out["num_gpu_blocks"] = {"value": value, "source": "metrics"}
@@ -108,25 +116,29 @@ def effective(
     return dict(sorted(out.items()))
 
 
-def asked(args: Mapping[str, Any]) -> dict[str, Any]:
+def asked(args: Mapping[str, object]) -> dict[str, object]:
     """What the server's arguments asked of each setting (only those they set)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for name, flag in PINNED_BY.items():
         if flag in args:
             out[name] = args[flag]
     return out
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return bool(a) == bool(b) if b is not None and a is not None else a == b
     try:
-        return float(a) == float(b)
-    except (TypeError, ValueError):
-        return str(a).lower().removeprefix("torch.") == str(b).lower().removeprefix("torch.")
+        if isinstance(a, str | int | float) and isinstance(b, str | int | float):
+            return float(a) == float(b)
+    except ValueError:
+        pass
+    return str(a).lower().removeprefix("torch.") == str(b).lower().removeprefix("torch.")
 
 
-def departures(settings: Mapping[str, Any], args: Mapping[str, Any]) -> list[str]:
+def departures(
+    settings: Mapping[str, Mapping[str, object]], args: Mapping[str, object]
+) -> list[str]:
     """The settings whose resolved value differs from what the arguments asked: 'max_num_seqs:
     asked 8, resolved 4'."""
     out = []
@@ -141,12 +153,12 @@ class EngineJson(TypedDict):
     """launch.json `engine` (`record`): the settings, the departures from what the arguments
     asked and, where the server reported no settings, why."""
 
-    settings: dict[str, dict[str, Any]] | None
+    settings: dict[str, Setting] | None
     departures: list[str]
     why: NotRequired[str]
 
 
-def record(log: str | None, scrape: str, args: Mapping[str, Any]) -> EngineJson:
+def record(log: str | None, scrape: str, args: Mapping[str, object]) -> EngineJson:
     """launch.json `engine` of a launch: the settings its server resolved, each with its
     source, from its log (None: a server servelab did not launch, which has none of
     servelab's) and a /metrics scrape, and those it resolved otherwise than `args` asked; for

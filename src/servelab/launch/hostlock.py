@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any, TypedDict
+from typing import IO, TypedDict
 
 from servelab.errors import ServelabError
 from servelab.job import Say
@@ -43,7 +43,7 @@ def _own_command() -> str:
     return " ".join(args or sys.argv)
 
 
-def _holder_text(holder: Mapping[str, Any] | None) -> str:
+def _holder_text(holder: Mapping[str, object] | None) -> str:
     if not holder:
         return "a process that has not said which (the lock file is empty)"
     command = " ".join(str(holder.get("command") or "?").split())

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
+from servelab.documents import JsonValue
 from servelab.env.compilecache import CompileCache
 from servelab.env.container import ContainerRun, server_inner_command, vllm_server_command
 from servelab.env.endpoint import EndpointFacts, ServerProcess
@@ -338,14 +339,17 @@ class Server:
         """Where this start went (`start_phases`: a StartRecord); launch.json's `start`."""
         return start_phases(self.watch.lines if self.watch else [], self.ready_t_s)
 
-    def get_json(self, path: str, timeout_s: float = 10.0) -> Any:
-        return json.loads(self.get_text(path, timeout_s))
+    def get_json(self, path: str, timeout_s: float = 10.0) -> JsonValue:
+        answer: JsonValue = json.loads(self.get_text(path, timeout_s))
+        return answer
 
     def get_text(self, path: str, timeout_s: float = 10.0) -> str:
         with urllib.request.urlopen(f"{self.launch.base_url}{path}", timeout=timeout_s) as resp:
             return str(resp.read().decode("utf-8", errors="replace"))
 
-    def post_json(self, path: str, body: Mapping[str, Any] | None, timeout_s: float = 30.0) -> Any:
+    def post_json(
+        self, path: str, body: Mapping[str, object] | None, timeout_s: float = 30.0
+    ) -> Any:
         """POST a JSON body (None: an empty one) and return the decoded answer (None when the
         answer is empty, as vLLM's /start_profile and /stop_profile give)."""
         req = urllib.request.Request(

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 # --- capacity facts from the startup log -------------------------------------------------
 
@@ -109,7 +109,7 @@ def _args_dict(text: str) -> dict[str, object] | None:
         if key is None:
             return None
         try:
-            value: Any = ast.literal_eval(v)
+            value: object = ast.literal_eval(v)
         except ValueError:
             value = ast.get_source_segment(text, v)
         out[str(key)] = _jsonable(value)
@@ -152,7 +152,9 @@ def _size_list(text: str) -> list[int] | None:
     return sorted({int(x) for x in re.findall(r"\d+", text)})
 
 
-def parse_capture_sizes(log_text: str, non_default_args: Mapping[str, Any] | None) -> CaptureSizes:
+def parse_capture_sizes(
+    log_text: str, non_default_args: Mapping[str, object] | None
+) -> CaptureSizes:
     """The CUDA graph capture sizes the engine used, ascending (`cudagraph_capture_sizes`;
     [] when it captured none, None when the log does not say), where they were read
     (`cudagraph_capture_sizes_source`: `compilation_config` from the engine's configuration,
@@ -184,8 +186,9 @@ def parse_capture_sizes(log_text: str, non_default_args: Mapping[str, Any] | Non
         cc = non_default_args.get("compilation_config")
         if asked is None and isinstance(cc, Mapping):
             asked = cc.get("cudagraph_capture_sizes")
-        if isinstance(asked, list) and all(isinstance(x, int) for x in asked):
-            sizes, source = sorted(set(asked)), "non_default_args"
+        asked_ints = [x for x in asked if isinstance(x, int)] if isinstance(asked, list) else []
+        if isinstance(asked, list) and len(asked_ints) == len(asked):
+            sizes, source = sorted(set(asked_ints)), "non_default_args"
     for m in _MODE_SET_RE.finditer(log_text):
         mode = m.group(1)
     capped: int | None = None
@@ -201,7 +204,7 @@ def parse_capture_sizes(log_text: str, non_default_args: Mapping[str, Any] | Non
     }
 
 
-def _jsonable(v: Any) -> Any:
+def _jsonable(v: object) -> object:
     try:
         json.dumps(v)
         return v
@@ -380,13 +383,14 @@ def start_phases(lines: Iterable[tuple[float, str]], ready_t_s: float | None) ->
     }
 
 
-def start_line(start: Mapping[str, Any]) -> str:
+def start_line(start: Mapping[str, object]) -> str:
     """One line for a start record: `start 44.1 s: import 7.0, config 7.2, ..., compile 22.0
     (cache miss), ...`; the phases that were not seen are left out."""
     ready = start.get("ready_t_s")
     parts = []
-    for p in start.get("phases") or []:
-        if p.get("duration_s") is None:
+    phases = start.get("phases")
+    for p in phases if isinstance(phases, list) else []:
+        if not isinstance(p, Mapping) or p.get("duration_s") is None:
             continue
         text = f"{p['phase']} {p['duration_s']:.1f}"
         if p["phase"] == "compile" and start.get("compile_cache"):

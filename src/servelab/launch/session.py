@@ -29,7 +29,7 @@ from typing import Any, NotRequired, TypedDict
 from servelab import hostfacts
 from servelab.client import RequestSettings
 from servelab.config import args_to_cli
-from servelab.env.compilecache import compile_cache_for
+from servelab.env.compilecache import CacheFiles, compile_cache_for
 from servelab.env.container import ContainerRun, Mount, container_run_for
 from servelab.env.container.gpus import GpuChoiceJson
 from servelab.env.endpoint import (
@@ -58,6 +58,7 @@ from servelab.launch.server import (
 )
 from servelab.launch.serverlog import CapacityFacts, parse_capacity, start_line
 from servelab.redact import redact_argv, redact_env
+from servelab.store.jsonio import as_object
 from servelab.store.records import RuntimeRecord
 
 
@@ -206,11 +207,11 @@ class Session:
     placement: Placement  # what lowering the engine's priority did (launch.json)
     log_offset: int  # where this launch's lines start in the server log
     # where the start went (serverlog.start_phases; launch.json `start`)
-    start: Mapping[str, Any] = field(default_factory=dict)
+    start: Mapping[str, object] = field(default_factory=dict)
     # what the host's measuring-server lock made it wait (MeasuringLock.record; `lock`)
-    lock: Mapping[str, Any] = field(default_factory=dict)
+    lock: Mapping[str, object] = field(default_factory=dict)
     # the compile caches before the start (CompileCache.state; `compile_cache`), None: not kept
-    compile_cache: Mapping[str, Any] | None = None
+    compile_cache: Mapping[str, str | bool | CacheFiles] | None = None
 
     def startup_log(self) -> str:
         """What this launch has written to the server log so far ("" for a server servelab
@@ -236,16 +237,17 @@ class Session:
     def max_model_len(self) -> int | None:
         """The longest sequence (prompt + output) this server takes, as it says on /v1/models;
         None when it does not say."""
-        models = self.server.get_json("/v1/models").get("data") or []
-        models = [m for m in models if isinstance(m, dict)]
+        data = as_object(self.server.get_json("/v1/models")).get("data")
+        models = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
         # the served model's entry first (a running server may serve several)
         models.sort(key=lambda m: m.get("id") != self.launch.served_name)
         for m in models:
-            if isinstance(m.get("max_model_len"), int):
-                return int(m["max_model_len"])
+            length = m.get("max_model_len")
+            if isinstance(length, int):
+                return int(length)
         return None
 
-    def capacity(self, args: Mapping[str, Any]) -> LaunchCapacity | EndpointCapacity:
+    def capacity(self, args: Mapping[str, object]) -> LaunchCapacity | EndpointCapacity:
         """capacity.json's facts of this launch: from its startup log, /version and its
         arguments (`args`: --max-num-seqs); for a server servelab did not launch, from what it
         exposes (endpoint.capacity_facts: its arguments unknown)."""
@@ -254,11 +256,11 @@ class Session:
         capacity = parse_capacity(self.startup_log())
         return {
             **capacity,
-            "version_endpoint": self.server.get_json("/version").get("version"),
+            "version_endpoint": as_object(self.server.get_json("/version")).get("version"),
             "max_num_seqs": args.get("max-num-seqs"),
         }
 
-    def engine(self, args: Mapping[str, Any]) -> EngineJson:
+    def engine(self, args: Mapping[str, object]) -> EngineJson:
         """launch.json `engine` (engine_config.record): from this launch's log and /metrics."""
         if not self.server.launched:
             return engine_config.record(None, "", args)
@@ -269,7 +271,7 @@ class Session:
         return engine_config.record(self.startup_log(), scrape, args)
 
     def launch_record(
-        self, launch_index: int, sc: str, args: Mapping[str, Any], runtime: RuntimeRecord
+        self, launch_index: int, sc: str, args: Mapping[str, object], runtime: RuntimeRecord
     ) -> LaunchJson:
         """launch.json of this launch (index `launch_index` of configuration `sc`, its vLLM
         arguments `args`, the runtime it ran in). A server servelab did not launch: no
@@ -375,7 +377,9 @@ def serve_together(
                 "cannot be started beside another; set sweep.repeats.side_by_side: false"
             )
     with measuring_lock(settings, say, lock) as held, contextlib.ExitStack() as stack:
-        begun: list[tuple[ServerLaunch, Server, int, Any]] = []
+        begun: list[
+            tuple[ServerLaunch, Server, int, dict[str, str | bool | CacheFiles] | None]
+        ] = []
         for launch, log_path in starts:
             if fresh_log:
                 log_path.unlink(missing_ok=True)

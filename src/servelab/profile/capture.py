@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.client import PointRun, RequestSettings, run_point
+from servelab.documents import JsonValue
 from servelab.env.container import ContainerRun, Mount
 from servelab.env.runtime import NSYS_GLOBS, find_host_nsys
 from servelab.errors import ServelabError
@@ -84,6 +85,7 @@ class NvtxRanges:
     payload = request index); a no-op when the nvtx package is not importable."""
 
     def __init__(self, label: str) -> None:
+        # the nvtx package's (untyped) domain and registered string
         self.domain: Any = None
         self.message: Any = None
         try:
@@ -98,13 +100,13 @@ class NvtxRanges:
     def active(self) -> bool:
         return self.domain is not None and self.message is not None
 
-    def start(self, index: int) -> Any:
+    def start(self, index: int) -> object:
         if not self.active:
             return None
         attrs = self.domain.get_event_attributes(message=self.message, payload=index)
         return self.domain.start_range(attrs)
 
-    def end(self, range_id: Any) -> None:
+    def end(self, range_id: object) -> None:
         if self.active and range_id is not None:
             self.domain.end_range(range_id)
 
@@ -117,7 +119,7 @@ def run_diagnostic_point(
 
 
 def _profiler_request(
-    server: Server, path: str, body: Mapping[str, Any] | None, timeout_s: float
+    server: Server, path: str, body: Mapping[str, object] | None, timeout_s: float
 ) -> None:
     """POST to vLLM's /start_profile or /stop_profile; a refusal or a failure is one line."""
     try:
@@ -159,7 +161,7 @@ def run_profile(
     *,
     which: Which = shutil.which,
     nsys_globs: Sequence[str] = NSYS_GLOBS,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Capture one server configuration on a launch of its own (profile.launch own, and
     every nsys capture); writes capture.json last (the job's output).
 
@@ -178,7 +180,7 @@ class PlannedCapture:
     (the tool and why), and the job that captures it (None: not profiled, the record is
     complete). `finish` runs the capture and writes capture.json."""
 
-    record: dict[str, Any]
+    record: dict[str, object]  # capture.json, as it is written
     job: CaptureJob | None
     t0: float  # when the job started (time.monotonic)
     out: Path
@@ -197,7 +199,7 @@ class PlannedCapture:
             traces=[],
         )
 
-    def finish(self, capture: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
+    def finish(self, capture: Callable[[], dict[str, object]] | None) -> dict[str, object]:
         """Run `capture` (the fields it adds to capture.json) and write capture.json."""
         if self.job is not None and capture is not None and "status" not in self.record:
             try:
@@ -231,7 +233,7 @@ def plan_capture(
         job.runtime_of(sc).doc,
         lambda: find_host_nsys(p.nsys, which, nsys_globs),
     )
-    record: dict[str, Any] = {
+    record: dict[str, object] = {
         "format_version": CaptureRecord.FORMAT_VERSION,
         "server_config": sc,
         "tool": decision.tool,
@@ -313,7 +315,7 @@ class CaptureJob(ConfigJob):
             mounts=self.mounts,
         )
 
-    def capture(self) -> dict[str, Any]:
+    def capture(self) -> dict[str, object]:
         """Serve the profiled server on a launch of its own, capture every point, export the
         trace; the fields of capture.json this job adds."""
         tool = self.tool
@@ -369,7 +371,7 @@ class CaptureJob(ConfigJob):
 
     def capture_on_sweep(
         self, session: Session, launch: ServerLaunch, interface: str, *, warm: bool
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """Capture every point on the sweep's own launch (profile.launch: sweep), after its
         last measured point: the server was started with `additions` and its profiler left
         idle until now. `warm`: the sweep measured points on this launch, which warmed it up,
@@ -404,11 +406,11 @@ class CaptureJob(ConfigJob):
 
     def finish(
         self, windows: list[Window], rows: list[PointRow], traces: list[str], t0: float
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """windows.json, and the fields of capture.json every capture has (the launch's as
         `launched` kept them)."""
         shutil.rmtree(self.raw_dir, ignore_errors=True)
-        top: dict[str, Any] = {"server_config": self.sc, "tool": self.tool}
+        top: dict[str, JsonValue] = {"server_config": self.sc, "tool": self.tool}
         top["client_nvtx_emitted"] = nvtx_available()
         if self.tool == "nsys":
             top["point_gap_s"] = POINT_GAP_S

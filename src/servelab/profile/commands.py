@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from servelab.env.container import Mount
 from servelab.env.runtime import ask_runtime
@@ -137,14 +137,14 @@ def vllm_interface(python: str) -> str:
     return "env" if ask_runtime(python, code) == "False" else "config"
 
 
-def profiler_interface(profile: ProfileSection, runtime: Mapping[str, Any]) -> str:
+def profiler_interface(profile: ProfileSection, runtime: Mapping[str, object]) -> str:
     """profile.vllm_interface, or for auto what the runtime's vLLM has: in a container the
     runtime stage looked inside the image (runtime.json "profiler_config"); a venv is asked."""
     if profile.vllm_interface != "auto":
         return profile.vllm_interface
     if runtime.get("kind") == "container":
         return "env" if runtime.get("profiler_config") is False else "config"
-    return vllm_interface(runtime["python"])
+    return vllm_interface(str(runtime["python"]))
 
 
 def profiler_additions(

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Literal, NamedTuple
 
 from servelab.errors import ServelabError
 from servelab.profile.records import RatioRow, Steady
@@ -284,7 +284,9 @@ def ratios(order: Sequence[str], steady: Mapping[str, Steady | None]) -> list[Ra
     return out
 
 
-def _ratio(num: Mapping[str, Any] | None, den: Mapping[str, Any] | None, key: str) -> float | None:
+def _ratio(
+    num: Steady | None, den: Steady | None, key: Literal["population_mean", "kernel_us_mean"]
+) -> float | None:
     if not num or not den or not den.get(key) or num.get(key) is None:
         return None
     return float(num[key]) / float(den[key])

@@ -12,14 +12,25 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from servelab.env.container import ENGINES, Mount, nsys_mount
 from servelab.env.runtime import NSYS_GLOBS, HostNsys, nsys_candidates
+from servelab.env.runtime.nsys import HostNsysJson
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, ProfileSection
 
 TOOLS = ("auto", "torch", "nsys", "none")
+
+
+class NsysUseJson(TypedDict):
+    """capture.json's `nsys` (`NsysUse.to_json`)."""
+
+    executable: str
+    source: str
+    version: str | None
+    mount: str | None
+    host: HostNsysJson | None
 
 
 @dataclass(frozen=True)
@@ -30,15 +41,15 @@ class NsysUse:
     source: str  # image | host
     version: str | None = None
     mount: Mount | None = None  # in a container: the host's install folder, read-only
-    host: Mapping[str, Any] | None = None  # HostNsys.to_json() when it is the host's
+    host: HostNsysJson | None = None  # HostNsys.to_json() when it is the host's
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> NsysUseJson:
         return {
             "executable": self.executable,
             "source": self.source,
             "version": self.version,
             "mount": self.mount.spec() if self.mount else None,
-            "host": dict(self.host) if self.host is not None else None,
+            "host": {**self.host} if self.host is not None else None,
         }
 
 
@@ -150,7 +161,7 @@ def on_sweep_launch(exp: Experiment, plan: Mapping[str, Decision] | None = None)
 def for_runtime(
     decision: Decision,
     profile: ProfileSection,
-    runtime: Mapping[str, Any],
+    runtime: Mapping[str, object],
     host: Callable[[], HostNsys | str],
 ) -> Decision:
     """The plan's decision, with the Nsight Systems it runs: in a container the image's
@@ -161,7 +172,8 @@ def for_runtime(
         return decision
     container = runtime.get("kind") == "container"
     if container and runtime.get("nsys"):
-        use = NsysUse(str(runtime["nsys"]), "image", runtime.get("nsys_version"))
+        version = runtime.get("nsys_version")
+        use = NsysUse(str(runtime["nsys"]), "image", None if version is None else str(version))
         return Decision("nsys", note=decision.note, nsys=use)
     found = host()
     why: str

@@ -11,7 +11,7 @@ a reader may meet a profile.json written before them.
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 
 class FamilyRow(TypedDict):
@@ -316,8 +316,8 @@ class Progress(TypedDict, total=False):
     command: list[str]
     env: dict[str, str]
     ready_s: float
-    start: dict[str, Any]
-    lock: dict[str, Any]
+    start: dict[str, object]
+    lock: dict[str, object]
     points: list[PointRow]
     nsys_report: NsysReport
     report_wait_s: float

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from servelab.documents import JsonValue
 from servelab.errors import ServelabError
 from servelab.store.records import WindowsRecord
 
@@ -30,7 +30,7 @@ class Window:
     end_ns: int
     clock: str
     output_tokens: int | None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, JsonValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,8 @@ class ResolvedWindow:
         return self.hi - self.lo
 
 
-def parse_windows(data: Any, source: str) -> list[Window]:
-    if not isinstance(data, dict) or not isinstance(data.get("windows"), list):
+def parse_windows(data: JsonValue, source: str) -> list[Window]:
+    if not isinstance(data, dict) or not isinstance(windows := data.get("windows"), list):
         raise ServelabError(f'{source}: expected {{"windows": [...]}}')
     version = data.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
@@ -61,7 +61,7 @@ def parse_windows(data: Any, source: str) -> list[Window]:
             f"{FORMAT_VERSION}); recapture or upgrade servelab"
         )
     out: list[Window] = []
-    for i, w in enumerate(data["windows"]):
+    for i, w in enumerate(windows):
         where = f"{source}: windows[{i}]"
         if not isinstance(w, dict):
             raise ServelabError(f"{where}: expected an object")
@@ -73,7 +73,7 @@ def parse_windows(data: Any, source: str) -> list[Window]:
             raise ServelabError(f"{where}.label: expected a non-empty string")
         if not isinstance(start, int) or not isinstance(end, int) or end <= start:
             raise ServelabError(f"{where}: start_ns and end_ns must be integers, start < end")
-        if clock not in CLOCKS:
+        if not isinstance(clock, str) or clock not in CLOCKS:
             raise ServelabError(f"{where}.clock: {clock!r} is not one of {', '.join(CLOCKS)}")
         tokens = w.get("output_tokens")
         if tokens is not None and (not isinstance(tokens, int) or tokens < 0):
@@ -92,7 +92,7 @@ def load_windows(path: Path) -> list[Window]:
     return parse_windows(WindowsRecord.read(path).doc, str(path))
 
 
-def windows_json(windows: Sequence[Window], **top: Any) -> dict[str, Any]:
+def windows_json(windows: Sequence[Window], **top: JsonValue) -> dict[str, object]:
     """windows.json: the windows and the capture's top-level facts (`top`). Its
     `client_nvtx_emitted` says whether the client emitted NVTX ranges (the nvtx package
     imported), not whether a trace holds them: the client runs on the host, outside the

@@ -21,9 +21,9 @@ import math
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import yaml
 
@@ -31,6 +31,7 @@ from servelab.analysis.bisect import BisectionJson, Question, StepAnswer, bisect
 from servelab.errors import ServelabError
 from servelab.experiment import BisectSection, BisectVersion, Experiment
 from servelab.reproduce.rerun import Runtime
+from servelab.reproduce.sides import ResolvedConfig, ServerConfigJson
 from servelab.store.jsonio import read_json, write_json
 from servelab.store.paths import SAME_HOST_TABLE
 
@@ -70,11 +71,10 @@ def level_of(exp: Experiment, b: BisectSection) -> float:
     return float(b.level)
 
 
-def _own(v: BisectVersion, base: dict[str, Any]) -> dict[str, Any]:
+def _own(v: BisectVersion, rt: Mapping[str, object]) -> ServerConfigJson:
     """A setup as a server configuration of a step: its name, arguments and runtime (only
-    where it differs from the experiment's)."""
-    entry: dict[str, Any] = {"name": v.name, "args": dict(v.args)}
-    rt = base["runtime"]
+    where it differs from the experiment's, `rt`)."""
+    entry: ServerConfigJson = {"name": v.name, "args": dict(v.args)}
     if v.lock is not None and v.lock != rt.get("lock"):
         entry["runtime"] = Runtime(lock=v.lock).as_config()
     elif v.image is not None and v.image != rt.get("image"):
@@ -86,21 +86,27 @@ def step_name(exp: Experiment, q: Question, index: int) -> str:
     return f"{exp.name}-{index:02d}-{q.versions[index]}"
 
 
-def step_config(exp: Experiment, q: Question, index: int) -> dict[str, Any]:
+def step_config(exp: Experiment, q: Question, index: int) -> dict[str, object]:
     """The experiment of the step measuring setup `index` against the good end."""
     b = exp.bisect
     assert b is not None
-    base = copy.deepcopy(exp.to_dict())
+    base = cast(ResolvedConfig, copy.deepcopy(exp.to_dict()))  # resolved: the schema's
     good, other = b.versions[q.good], b.versions[index]
     plan = exp.sweep.rounds
     lo, hi = (plan.min, plan.max) if plan is not None else DEFAULT_ROUNDS
     axis = exp.sweep.axis
     level = int(q.level) if axis == "concurrency" else q.level
     base.pop("bisect", None)
+    analysis: dict[str, object] = {
+        **base["analysis"],
+        "claims": [],
+        "pairs": [],
+        "compare": [{"a": good.name, "b": other.name, "metrics": [q.metric]}],
+    }
     return {
         **base,
         "experiment": step_name(exp, q, index),
-        "server": {**base["server"], "configs": [_own(good, base), _own(other, base)]},
+        "server": {**base["server"], "configs": [_own(v, base["runtime"]) for v in (good, other)]},
         "sweep": {
             **{k: v for k, v in base["sweep"].items() if k not in ("concurrency", "rate")},
             axis: [level],
@@ -112,12 +118,7 @@ def step_config(exp: Experiment, q: Question, index: int) -> dict[str, Any]:
                 "slices": plan.slices if plan is not None else None,
             },
         },
-        "analysis": {
-            **base["analysis"],
-            "claims": [],
-            "pairs": [],
-            "compare": [{"a": good.name, "b": other.name, "metrics": [q.metric]}],
-        },
+        "analysis": analysis,
         "profile": {**base["profile"], "enabled": False},
         "reference": None,
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from servelab.analysis.claims import (
     NOT_COMPARABLE as CLAIM_NOT_COMPARABLE,
@@ -20,7 +20,7 @@ from servelab.analysis.diagnoses import diagnoses
 from servelab.analysis.diagnosis_records import Diagnosis
 from servelab.analysis.groups import PAIRED_METRICS, Groups, PairedRow, paired_table
 from servelab.analysis.hostspeed import Gate, HostRatio, attribute
-from servelab.analysis.knee import Knee, dominance, knee
+from servelab.analysis.knee import DominanceRow, Knee, dominance, knee
 from servelab.analysis.pipeline import searches_of
 from servelab.analysis.rounds import sequential_claims
 from servelab.analysis.search_records import SearchJson
@@ -116,7 +116,7 @@ class Analysed:
     g: Groups
     paired: list[PairedRow]
     knee: list[Knee]
-    dominance: list[dict[str, Any]]
+    dominance: list[DominanceRow]
     diagnoses: list[Diagnosis]
     # each configuration's SLO capacity search (search.json), for slo_capacity claims
     searches: dict[str, SearchJson] = field(default_factory=dict)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from servelab.analysis.dataset import load_dataset
 from servelab.analysis.equivalence import DEFAULT_MARGIN_PCT
@@ -23,7 +22,9 @@ from servelab.analysis.hostspeed import (
 )
 from servelab.claims_syntax import parse_claim
 from servelab.config import default_section
+from servelab.documents import JsonObject
 from servelab.errors import ServelabError
+from servelab.evidence.documents import DatasetFacts, Provenance
 from servelab.evidence.schemas import validate_file
 from servelab.experiment import AnalysisSection, Experiment, ReproductionSection
 from servelab.hostfacts import compare_hosts, host_qualifier
@@ -94,19 +95,25 @@ def _overall(blocking: list[str], judged: list[str]) -> tuple[str, str]:
     return REPRODUCED, f"all {len(judged)} checks reproduced"
 
 
-def _dataset_text(d: Mapping[str, Any] | None) -> str:
+def _fields(v: object) -> Mapping[str, object]:
+    """A block of a provenance or a config (a dataset or trace file, a window, a hub file) as
+    its fields; none where it is absent."""
+    return v if isinstance(v, Mapping) else {}
+
+
+def _dataset_text(d: DatasetFacts | None) -> str:
     if not d:
         return "synthetic prompts"
-    f = d.get("file") or {}
+    f = _fields(d.get("file"))
     name = f.get("path") or f"{f.get('repo_id')}/{f.get('filename')}"
     return f"dataset {name} (sha256 {str(f.get('sha256'))[:12]})"
 
 
-def other_dataset(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> str | None:
+def other_dataset(ref: DatasetFacts | None, new: DatasetFacts | None) -> str | None:
     """Why two sides' prompts (provenance.json `dataset`) are not from the same dataset file,
     in one line; None when they are, or both are synthetic."""
-    a = (ref or {}).get("file", {}).get("sha256") if ref else None
-    b = (new or {}).get("file", {}).get("sha256") if new else None
+    a = _fields(ref.get("file")).get("sha256") if ref else None
+    b = _fields(new.get("file")).get("sha256") if new else None
     if a == b:
         return None
     return (
@@ -115,10 +122,10 @@ def other_dataset(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
     )
 
 
-def _trace_text(t: Mapping[str, Any] | None) -> str:
+def _trace_text(t: JsonObject | None) -> str:
     if not t:
         return "no trace"
-    f, w = t.get("file") or {}, t.get("window") or {}
+    f, w = _fields(t.get("file")), _fields(t.get("window"))
     name = f.get("path") or f"{f.get('repo_id')}/{f.get('filename')}"
     return (
         f"trace {name} (sha256 {str(f.get('sha256'))[:12]}, window {w.get('start_s')} s "
@@ -126,16 +133,16 @@ def _trace_text(t: Mapping[str, Any] | None) -> str:
     )
 
 
-def other_trace(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> str | None:
+def other_trace(ref: JsonObject | None, new: JsonObject | None) -> str | None:
     """Why two sides (provenance.json `trace`) did not replay the same trace window, in one
     line: another file, or another window (start, duration); None when they did, or neither
     replayed a trace."""
 
-    def key(t: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+    def key(t: JsonObject | None) -> tuple[object, ...] | None:
         if not t:
             return None
-        w = t.get("window") or {}
-        return ((t.get("file") or {}).get("sha256"), w.get("start_s"), w.get("duration_s"))
+        w = _fields(t.get("window"))
+        return (_fields(t.get("file")).get("sha256"), w.get("start_s"), w.get("duration_s"))
 
     if key(ref) == key(new):
         return None
@@ -145,7 +152,7 @@ def other_trace(ref: Mapping[str, Any] | None, new: Mapping[str, Any] | None) ->
     )
 
 
-def _runtime_of(prov: Mapping[str, Any], sc: str) -> tuple[str | None, str | None]:
+def _runtime_of(prov: Provenance, sc: str) -> tuple[str | None, str | None]:
     """A configuration's runtime in a side's provenance: its own (`config_runtimes`) or the
     shared one, as (lock sha256 or image digest, vLLM release)."""
     own = (prov.get("config_runtimes") or {}).get(sc)
@@ -154,7 +161,7 @@ def _runtime_of(prov: Mapping[str, Any], sc: str) -> tuple[str | None, str | Non
     return rt.get("lock_sha256") or rt.get("image_digest"), version
 
 
-def other_runtime(ref: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+def other_runtime(ref: Provenance, new: Provenance) -> str | None:
     """Why a configuration that has a runtime of its own on either side (server.configs[].runtime)
     may not be compared across the two runs, in one line: it ran on another runtime on the
     other side. None when every such configuration ran on the same runtime on both."""
@@ -366,14 +373,14 @@ def reproduce_experiment(exp: Experiment, paths: ExperimentPaths) -> Reproductio
     return compare(Path(exp.reference), paths.bundle, exp.reproduction, paths.reproduction)
 
 
-def _config_dataset(ref: Mapping[str, Any] | None, spec: Mapping[str, Any] | None) -> str | None:
+def _config_dataset(ref: DatasetFacts | None, spec: Mapping[str, object] | None) -> str | None:
     """Why the dataset a config names (workload.dataset) is not the reference's, in one line;
     None when it is (the same sha256, or the same hub file and revision), or both are
     synthetic."""
     if not ref and not spec:
         return None
-    f = (ref or {}).get("file") or {}
-    hub = (spec or {}).get("hub") or {}
+    f = _fields(ref.get("file")) if ref else {}
+    hub = _fields((spec or {}).get("hub"))
     pinned = (spec or {}).get("sha256")
     keys = ("repo_id", "filename", "revision")
     if ref and spec:
@@ -382,7 +389,7 @@ def _config_dataset(ref: Mapping[str, Any] | None, spec: Mapping[str, Any] | Non
     mine = "synthetic prompts"
     if spec:
         name = spec.get("path") or f"{hub.get('repo_id')}/{hub.get('filename')}"
-        mine = f"dataset {name}" + (f" (sha256 {pinned[:12]})" if pinned else "")
+        mine = f"dataset {name}" + (f" (sha256 {str(pinned)[:12]})" if pinned else "")
     return (
         f"the reference was measured on {_dataset_text(ref)}, this config samples {mine}: a "
         "reproduction on another dataset is not compared; pin the reference's dataset in "
@@ -390,33 +397,47 @@ def _config_dataset(ref: Mapping[str, Any] | None, spec: Mapping[str, Any] | Non
     )
 
 
-def _config_trace(ref: Mapping[str, Any] | None, spec: Mapping[str, Any] | None) -> str | None:
+def _config_trace(ref: JsonObject | None, spec: Mapping[str, object] | None) -> str | None:
     """Why the trace window a config replays (workload.trace) is not the reference's, in one
     line; None when it is (the pinned sha256, or the hub file, and the window's start and
     duration), or neither replays a trace."""
     if not ref and not spec:
         return None
-    f, w = (ref or {}).get("file") or {}, (ref or {}).get("window") or {}
+    f, w = _fields((ref or {}).get("file")), _fields((ref or {}).get("window"))
     if ref and spec:
-        hub, pinned = spec.get("hub") or {}, spec.get("sha256")
+        hub, pinned = _fields(spec.get("hub")), spec.get("sha256")
         keys = ("repo_id", "filename", "revision")
         same = pinned == f.get("sha256") if pinned else all(hub.get(k) == f.get(k) for k in keys)
-        start, duration = float(spec.get("start_s", 0)), spec.get("duration_s")
+        start, duration = _start_s(spec), spec.get("duration_s")
         if same and start == w.get("start_s") and duration in (None, w.get("duration_s")):
             return None
     mine = "no trace"
     if spec:
-        hub = spec.get("hub") or {}
+        hub = _fields(spec.get("hub"))
         name = spec.get("path") or f"{hub.get('repo_id')}/{hub.get('filename')}"
         mine = (
             f"trace {name} (sha256 {str(spec.get('sha256'))[:12]}, window "
-            f"{float(spec.get('start_s', 0))} s + {spec.get('duration_s')} s)"
+            f"{_start_s(spec)} s + {spec.get('duration_s')} s)"
         )
     return (
         f"the reference replayed {_trace_text(ref)}, this config replays {mine}: a "
         "reproduction on another trace or window is not compared; pin the reference's trace "
         "and window in workload.trace"
     )
+
+
+def _spec(workload: Mapping[str, object], key: str) -> Mapping[str, object] | None:
+    """The config's workload.dataset or workload.trace; None where it sets none."""
+    spec = workload.get(key)
+    return spec if isinstance(spec, Mapping) else None
+
+
+def _start_s(spec: Mapping[str, object]) -> float:
+    """workload.trace.start_s: where the replayed window starts (0 where unset)."""
+    start = spec.get("start_s", 0)
+    if not isinstance(start, int | float | str):
+        raise ServelabError(f"workload.trace.start_s: {start!r} is not a number of seconds")
+    return float(start)
 
 
 def reference_orderings(path: Path, s: ReproductionSection) -> list[str]:
@@ -428,15 +449,15 @@ def reference_orderings(path: Path, s: ReproductionSection) -> list[str]:
         return ordering_claims(analyse(load_dataset(side.root, validity=opts.validity), opts), s)
 
 
-def check_reference(path: Path, workload: Mapping[str, Any] | None = None) -> str:
+def check_reference(path: Path, workload: Mapping[str, object] | None = None) -> str:
     """Open and verify a reference (for the workflow's start); one line describing it. With
     the experiment's resolved `workload`, a reference measured on another dataset (or on
     synthetic prompts where this config samples a dataset, or the reverse) is refused."""
     with tempfile.TemporaryDirectory(prefix="servelab-reference-") as tmp:
         side = open_side(path, Path(tmp), "reference")
         if workload is not None and side.provenance is not None:
-            why = _config_dataset(side.provenance.get("dataset"), workload.get("dataset"))
-            why = why or _config_trace(side.provenance.get("trace"), workload.get("trace"))
+            why = _config_dataset(side.provenance.get("dataset"), _spec(workload, "dataset"))
+            why = why or _config_trace(side.provenance.get("trace"), _spec(workload, "trace"))
             if why is not None:
                 raise ServelabError(f"{path}: {why}")
         if side.kind in ("experiment", "vllm-bench"):

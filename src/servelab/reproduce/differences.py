@@ -6,9 +6,12 @@ class, and each claim, ordering and point row only its own verdict."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
+from servelab.analysis.engine_diff import EngineDiff
 from servelab.hostfacts import difference_names
+from servelab.hostfacts.compare import DifferenceRow as HostDifference, HostComparison
+from servelab.reproduce.provenance_diff import FieldRow
 from servelab.reproduce.records import ReproductionRecord
 
 HOST, ENGINE, RUNTIME = "host", "engine", "runtime"
@@ -22,14 +25,14 @@ class DifferenceRow(TypedDict):
 
     kind: str
     what: str
-    reference: Any
-    fresh: Any
+    reference: object
+    fresh: object
     effect: str
     blocks: bool
 
 
-def _host_rows(host: Any) -> list[DifferenceRow]:
-    if not isinstance(host, dict):
+def _host_rows(host: HostComparison | None) -> list[DifferenceRow]:
+    if host is None:
         return []
     rows: list[DifferenceRow] = []
     for d in host.get("relevant_differences", []):
@@ -53,7 +56,9 @@ def _host_rows(host: Any) -> list[DifferenceRow]:
     return rows
 
 
-def _row(kind: str, what: str, d: Any, effect: str, blocks: bool = False) -> DifferenceRow:
+def _row(
+    kind: str, what: str, d: HostDifference | FieldRow, effect: str, blocks: bool = False
+) -> DifferenceRow:
     return {
         "kind": kind,
         "what": what,
@@ -64,8 +69,8 @@ def _row(kind: str, what: str, d: Any, effect: str, blocks: bool = False) -> Dif
     }
 
 
-def _engine_rows(engine: Any) -> list[DifferenceRow]:
-    if not isinstance(engine, dict):
+def _engine_rows(engine: EngineDiff | None) -> list[DifferenceRow]:
+    if engine is None:
         return []
     rows: list[DifferenceRow] = []
     for r in engine.get("rows", []):
@@ -85,7 +90,7 @@ def _engine_rows(engine: Any) -> list[DifferenceRow]:
     return rows
 
 
-def _runtime_rows(fields: list[Any]) -> list[DifferenceRow]:
+def _runtime_rows(fields: list[FieldRow]) -> list[DifferenceRow]:
     return [
         _row(
             RUNTIME,

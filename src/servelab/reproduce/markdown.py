@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 from servelab.render import md_escape, md_table, num
 from servelab.reproduce.checks import ClaimCheck, PairCheck, PointCheck
@@ -211,7 +210,7 @@ def _differences(r: ReproductionRecord) -> list[str]:
     return lines
 
 
-def _cell_value(v: Any) -> str:
+def _cell_value(v: object) -> str:
     """A value for a table cell: JSON unless a string; a long one as its start and a hash."""
     text = json.dumps(v, sort_keys=True) if not isinstance(v, str) else v
     if len(text) > 60:

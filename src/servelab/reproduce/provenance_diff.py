@@ -7,8 +7,8 @@ noted field is reported. Values are compared as each side recorded them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypedDict
+from collections.abc import Callable, Mapping
+from typing import TypedDict, TypeVar
 
 from servelab.analysis.engine_diff import EngineDiff, compare_engines, launches_of
 from servelab.evidence.documents import Provenance
@@ -21,8 +21,8 @@ class FieldRow(TypedDict):
     whether they are the same and the effect of a difference ("blocks" or "note")."""
 
     field: str
-    reference: Any
-    fresh: Any
+    reference: object
+    fresh: object
     same: bool
     effect: str
 
@@ -52,13 +52,17 @@ class EndpointSide(TypedDict):
     local: bool | None
 
 
+# what a field of the provenance diff reads of a side's provenance (None: not recorded)
+Getter = Callable[[Provenance], object]
+
+
 # (field, getter) pairs; a difference in one of these makes the comparison NOT COMPARABLE.
-def _gpu_models(p: Provenance) -> Any:
+def _gpu_models(p: Provenance) -> list[str] | None:
     gpus = p.get("host", {}).get("gpus") or []
     return sorted(str(g.get("name")) for g in gpus) or None
 
 
-def _image_digest(p: Provenance) -> Any:
+def _image_digest(p: Provenance) -> object:
     rt = p.get("runtime", {})
     for key in ("image_digest", "digest", "image_id"):
         if rt.get(key):
@@ -67,9 +71,9 @@ def _image_digest(p: Provenance) -> Any:
     return image.split("@", 1)[1] if "@" in image else None
 
 
-def _cfg(section: str, *keys: str) -> Any:
-    def get(p: Provenance) -> Any:
-        v: Any = (p.get("config") or {}).get(section)
+def _cfg(section: str, *keys: str) -> Getter:
+    def get(p: Provenance) -> object:
+        v: object = (p.get("config") or {}).get(section)
         for k in keys:
             v = v.get(k) if isinstance(v, dict) else None
         return v
@@ -77,9 +81,9 @@ def _cfg(section: str, *keys: str) -> Any:
     return get
 
 
-def _at(*keys: str) -> Any:
-    def get(p: Provenance) -> Any:
-        v: Any = p
+def _at(*keys: str) -> Getter:
+    def get(p: Provenance) -> object:
+        v: object = p
         for k in keys:
             v = v.get(k) if isinstance(v, dict) else None
         return v
@@ -91,14 +95,14 @@ def _at(*keys: str) -> Any:
 NOTED_WORKLOAD_KEYS = frozenset({"unique_prompts"})
 
 
-def _workload(p: Provenance) -> Any:
+def _workload(p: Provenance) -> object:
     w = _cfg("workload")(p)
     if not isinstance(w, dict):
         return w
     return {k: v for k, v in w.items() if k not in NOTED_WORKLOAD_KEYS}
 
 
-BLOCKING: list[tuple[str, Any]] = [
+BLOCKING: list[tuple[str, Getter]] = [
     ("model.source", _at("model", "source")),
     ("model.repo", _at("model", "repo")),
     # a running server's model (runtime.kind endpoint): the name it serves
@@ -118,7 +122,7 @@ BLOCKING: list[tuple[str, Any]] = [
     ("config.sweep.arrival", _cfg("sweep", "arrival")),
 ]
 # Worth knowing, not blocking.
-NOTES: list[tuple[str, Any]] = [
+NOTES: list[tuple[str, Getter]] = [
     ("pipeline.git_commit", _at("pipeline", "git_commit")),
     ("pipeline.servelab_version", _at("pipeline", "servelab_version")),
     ("pipeline.snakemake_version", _at("pipeline", "snakemake_version")),
@@ -135,18 +139,32 @@ NOTES: list[tuple[str, Any]] = [
 def endpoint_of(side: Side) -> EndpointSide | None:
     """A side measured on a server servelab did not launch (runtime.kind endpoint): its URL,
     served model and what the server said of its model; None for any other side."""
-    prov: Mapping[str, Any] = side.provenance or {}
-    runtime = prov.get("runtime") or (side.config or {}).get("runtime") or {}
+    prov, cfg = side.provenance, side.config
+    runtime = _fields((prov and prov.get("runtime")) or (cfg and cfg.get("runtime")))
     if runtime.get("kind") != "endpoint":
         return None
-    model = (prov.get("model") or {}).get("model") or runtime.get("model") or {}
+    model = _fields((prov and prov.get("model", {}).get("model")) or runtime.get("model"))
     return {
-        "url": runtime.get("url"),
-        "served_model": runtime.get("served_model"),
-        "root": model.get("root"),
-        "max_model_len": model.get("max_model_len"),
-        "local": runtime.get("local"),
+        "url": _of(str, runtime.get("url")),
+        "served_model": _of(str, runtime.get("served_model")),
+        "root": _of(str, model.get("root")),
+        "max_model_len": _of(int, model.get("max_model_len")),
+        "local": _of(bool, runtime.get("local")),
     }
+
+
+_T = TypeVar("_T")
+
+
+def _fields(v: object) -> Mapping[str, object]:
+    """A block of a side's provenance or config (its runtime, its served model) as its fields;
+    none where it is absent."""
+    return v if isinstance(v, Mapping) else {}
+
+
+def _of(kind: type[_T], v: object) -> _T | None:
+    """A recorded value of the type its document declares; None where it is absent."""
+    return v if isinstance(v, kind) else None
 
 
 def not_checked(ref: Side, new: Side) -> list[str]:
@@ -196,13 +214,13 @@ def provenance_diff(
             "model, runtime and host cannot be compared"
         )
         for key in sorted(set(ref.bench_facts) | set(new.bench_facts)):
-            a, b = ref.bench_facts.get(key), new.bench_facts.get(key)
+            x, y = ref.bench_facts.get(key), new.bench_facts.get(key)
             rows.append(
                 {
                     "field": f"benchmark.{key}",
-                    "reference": a,
-                    "fresh": b,
-                    "same": a == b,
+                    "reference": x,
+                    "fresh": y,
+                    "same": x == y,
                     "effect": "blocks" if key != "label" else "note",
                 }
             )
@@ -232,10 +250,9 @@ def provenance_diff(
                 "runtime, arguments and model files could not be checked (not_checked)"
             )
     if ref.release is not None and ref.release.get("pinned") is False:
-        flags.append(
-            "the reference release is marked unpinned: "
-            + "; ".join(ref.release.get("unpinned_reasons") or [])
-        )
+        reasons = ref.release.get("unpinned_reasons")
+        listed = reasons if isinstance(reasons, list) else []
+        flags.append("the reference release is marked unpinned: " + "; ".join(map(str, listed)))
     blocking = [r["field"] for r in rows if r["effect"] == "blocks" and not r["same"]]
     for f in blocking:
         flags.append(f"{f} differs: not the same experiment")

@@ -29,15 +29,24 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import psutil
 
 from servelab.analysis.equivalence import DEFAULT_MARGIN_PCT
+from servelab.documents import JsonObject, JsonValue
 from servelab.errors import ServelabError
-from servelab.reproduce.sides import Side
+from servelab.reproduce.sides import (
+    ArgValue,
+    ConfigRuntimeJson,
+    ResolvedConfig,
+    ServerConfigJson,
+    ServerJson,
+    Side,
+)
 from servelab.store.hashing import pinned_bytes
 from servelab.store.paths import RUNTIME_FILE
 from servelab.store.records import RuntimeRecord
@@ -82,6 +91,24 @@ class RerunOptions:
     slices: int | None = None  # side by side: None, waves // SLICE_WAVES; 1, whole points
 
 
+class RerunConfig(TypedDict):
+    """The experiment config `rerun_config` derives (rerun.yaml): the reference's sections,
+    its server configurations doubled (reference-x, current-x), each point's waves, the
+    interleaved rounds and the comparison of each pair."""
+
+    experiment: str
+    results_dir: str
+    model: JsonValue
+    runtime: dict[str, object]
+    server: ServerJson
+    workload: JsonObject
+    sweep: JsonObject
+    telemetry: JsonValue
+    analysis: dict[str, object]
+    profile: dict[str, bool]
+    reference: None
+
+
 @dataclass(frozen=True)
 class Runtime:
     """A side's runtime as the derived config names it: a lock path (venv) or an image."""
@@ -91,10 +118,10 @@ class Runtime:
     image: str | None = None
     image_sha256: str | None = None
 
-    def as_config(self) -> dict[str, Any]:
+    def as_config(self) -> ConfigRuntimeJson:
         if self.lock is not None:
             return {"lock": self.lock}
-        out: dict[str, Any] = {"image": self.image}
+        out: ConfigRuntimeJson = {"image": self.image}
         if self.image_sha256:
             out["image_sha256"] = self.image_sha256
         return out
@@ -143,7 +170,7 @@ def _recorded_lock(side: Side, sc: str | None) -> tuple[str, str]:
     return Path(str(name)).name, str(want)
 
 
-def _runtime(side: Side, cfg: dict[str, Any], sc: str, out: Path, repo: Path) -> Runtime:
+def _runtime(side: Side, cfg: ResolvedConfig, sc: str, out: Path, repo: Path) -> Runtime:
     """Configuration `sc`'s runtime on `side`: its lock written under `out`/locks, or its image."""
     rt = cfg["runtime"]
     own = next((c.get("runtime") for c in cfg["server"]["configs"] if c["name"] == sc), None)
@@ -169,7 +196,7 @@ def _runtime(side: Side, cfg: dict[str, Any], sc: str, out: Path, repo: Path) ->
     return Runtime(lock=str(dest), lock_sha256=sha)
 
 
-def _model(cfg: dict[str, Any], given: str) -> dict[str, Any]:
+def _model(cfg: ResolvedConfig, given: str) -> JsonObject:
     model = cfg.get("model")
     if not isinstance(model, dict) or not model.get("source"):
         raise ServelabError(f"{given}: config.resolved.yaml records no model recipe (model.source)")
@@ -178,13 +205,15 @@ def _model(cfg: dict[str, Any], given: str) -> dict[str, Any]:
     return model
 
 
-def _args(cfg: dict[str, Any], sc: str) -> dict[str, Any]:
+def _args(cfg: ResolvedConfig, sc: str) -> dict[str, ArgValue]:
     """Configuration `sc`'s server arguments: the shared ones with its own over them."""
     own = next(c for c in cfg["server"]["configs"] if c["name"] == sc)
     return {**(cfg["server"].get("args") or {}), **(own.get("args") or {})}
 
 
-def _own_args(full: dict[str, Any], shared: dict[str, Any], given: str, sc: str) -> dict[str, Any]:
+def _own_args(
+    full: dict[str, ArgValue], shared: dict[str, ArgValue], given: str, sc: str
+) -> dict[str, ArgValue]:
     dropped = sorted(k for k in shared if k not in full)
     if dropped:
         raise ServelabError(
@@ -194,7 +223,7 @@ def _own_args(full: dict[str, Any], shared: dict[str, Any], given: str, sc: str)
     return {k: v for k, v in full.items() if k not in shared or shared[k] != v}
 
 
-def _current_config(current: Side | None, this: dict[str, Any]) -> dict[str, Any]:
+def _current_config(current: Side | None, this: ResolvedConfig) -> ResolvedConfig:
     if current is None:
         return copy.deepcopy(this)
     if not current.config:
@@ -205,11 +234,11 @@ def _current_config(current: Side | None, this: dict[str, Any]) -> dict[str, Any
 def rerun_config(
     reference: Side,
     current: Side | None,
-    this_checkout: dict[str, Any],
+    this_checkout: ResolvedConfig,
     out: Path,
     repo: Path,
     opts: RerunOptions = RerunOptions(),
-) -> dict[str, Any]:
+) -> RerunConfig:
     """The experiment config that re-runs `reference` beside `current` (None: the reference's
     servers on `this_checkout`'s runtime, the current experiment config resolved); locks are
     written under `out`. See the module docstring for what each side contributes."""
@@ -236,7 +265,7 @@ def rerun_config(
         )
     cur_names = [c["name"] for c in cur["server"]["configs"]]
     shared = dict(ref["server"].get("args") or {})
-    configs: list[dict[str, Any]] = []
+    configs: list[ServerConfigJson] = []
     pairs: list[dict[str, str]] = []
     runtimes: list[Runtime] = []
     for sc in chosen:
@@ -265,7 +294,7 @@ def rerun_config(
     return _derived(ref, configs, pairs, runtimes[0], opts, reference)
 
 
-def _this_runtime(cfg: dict[str, Any], repo: Path) -> Runtime:
+def _this_runtime(cfg: ResolvedConfig, repo: Path) -> Runtime:
     rt = cfg["runtime"]
     if rt.get("kind") == "endpoint":
         raise ServelabError(
@@ -281,16 +310,17 @@ def _this_runtime(cfg: dict[str, Any], repo: Path) -> Runtime:
 
 
 def _derived(
-    ref: dict[str, Any],
-    configs: list[dict[str, Any]],
+    ref: ResolvedConfig,
+    configs: list[ServerConfigJson],
     pairs: list[dict[str, str]],
     first: Runtime,
     opts: RerunOptions,
     reference: Side,
-) -> dict[str, Any]:
+) -> RerunConfig:
     name = experiment_name(reference, opts)
     levels = {k: v for k, v in ref["sweep"].items() if k in ("concurrency", "rate")}
-    waves = int(ref["workload"].get("waves") or 1)
+    recorded = ref["workload"].get("waves")
+    waves = int(recorded) if isinstance(recorded, int | float) and recorded else 1
     runtime = {**ref["runtime"], **first.as_config()}
     lo, hi = opts.rounds
     together = opts.side_by_side
@@ -329,14 +359,15 @@ def _derived(
     }
 
 
-def memory_holds(runtime: dict[str, Any], servers: int) -> bool:
+def memory_holds(runtime: Mapping[str, object], servers: int) -> bool:
     """Whether this host's available memory holds `servers` CPU servers at once: each its KV
     cache (runtime.env VLLM_CPU_KVCACHE_SPACE GiB, vLLM's default 4 where unset) and
     SERVER_OVERHEAD_GIB for the model, the engine and the API server; false where the
     available memory cannot be read."""
-    env = runtime.get("env") or {}
+    env = runtime.get("env")
+    space = env.get("VLLM_CPU_KVCACHE_SPACE") if isinstance(env, Mapping) else None
     try:
-        kv_gib = float(env.get("VLLM_CPU_KVCACHE_SPACE") or 4)
+        kv_gib = float(space) if isinstance(space, str | int | float) and space else 4.0
     except ValueError:
         kv_gib = 4.0
     available = available_memory_bytes()
@@ -355,8 +386,8 @@ def available_memory_bytes() -> int | None:
 
 def experiment_name(reference: Side, opts: RerunOptions) -> str:
     """The derived experiment's name: the option's, else rerun-<the reference's experiment>."""
-    prov: dict[str, Any] = dict(reference.provenance or {})
-    exp = prov.get("experiment") or (reference.config or {}).get("experiment") or "reference"
+    prov, cfg = reference.provenance, reference.config
+    exp = (prov and prov.get("experiment")) or (cfg and cfg.get("experiment")) or "reference"
     return opts.name or f"rerun-{exp}"
 
 

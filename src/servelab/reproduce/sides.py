@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, Required, TypedDict
 
 import yaml
 
 from servelab.analysis.dataset import detect_layout, vllm_bench_files
 from servelab.analysis.pipeline import analysis_section
+from servelab.documents import JsonObject, JsonValue
 from servelab.errors import ServelabError
 from servelab.evidence.documents import Provenance
 from servelab.evidence.files import safe_extract
@@ -27,6 +28,77 @@ from servelab.store.jsonio import read_json
 # what a vllm-bench tree says about its setup (BENCH_FACTS): names, and numbers for a tree at
 # request rates (an infinite burstiness as "inf")
 BenchFacts = dict[str, str | float]
+
+# a vLLM argument's value in a config (server.args, server.configs[].args)
+ArgValue = str | int | float | bool
+# a configuration's own runtime (server.configs[].runtime): lock, image, image_sha256, each a
+# string or null
+ConfigRuntimeJson = dict[str, str | None]
+
+
+class ServerConfigJson(TypedDict, total=False):
+    """A server configuration of a config (server.configs[]): its name, its arguments over the
+    shared ones and its own runtime, if any."""
+
+    name: Required[str]
+    args: dict[str, ArgValue]
+    runtime: ConfigRuntimeJson | None
+
+
+class ServerJson(TypedDict, total=False):
+    """A config's `server` section (config.schema.yaml)."""
+
+    host: str
+    port: int
+    startup_timeout_s: float
+    shutdown_timeout_s: float
+    lock_timeout_s: float
+    engine_nice: int
+    args: dict[str, ArgValue]
+    configs: list[ServerConfigJson]
+
+
+class RuntimeJson(TypedDict, total=False):
+    """A config's `runtime` section (config.schema.yaml)."""
+
+    kind: str
+    url: str | None
+    served_model: str | None
+    lock: str
+    cache_dir: str | None
+    compile_cache: bool
+    device: str
+    gpus: int
+    image: str | None
+    image_sha256: str | None
+    gpu_devices: list[JsonValue] | None
+    mounts: list[JsonValue]
+    network: str
+    shm_size: str | None
+    extra_args: list[str]
+    env: dict[str, str]
+
+
+class ResolvedConfig(TypedDict, total=False):
+    """A resolved experiment config (config.resolved.yaml, checked against config.schema.yaml
+    when it was resolved): the sections servelab.reproduce reads typed, the others as the JSON
+    objects they are."""
+
+    experiment: str
+    results_dir: str
+    model: JsonObject
+    runtime: RuntimeJson
+    server: ServerJson
+    workload: JsonObject
+    sweep: JsonObject
+    telemetry: JsonObject
+    analysis: JsonObject
+    reference: str | None
+    reproduction: JsonObject
+    bisect: JsonObject
+    confirm: JsonObject
+    search: JsonObject
+    profile: JsonObject
 
 
 class SideFacts(TypedDict):
@@ -50,9 +122,9 @@ class Side:
     given: str
     kind: str  # release | tarball | bundle | experiment | vllm-bench
     root: Path
-    config: dict[str, Any] | None = None
+    config: ResolvedConfig | None = None
     provenance: Provenance | None = None
-    release: dict[str, Any] | None = None
+    release: JsonObject | None = None
     bench_facts: BenchFacts = field(default_factory=dict)
 
     @property
@@ -65,9 +137,10 @@ class Side:
     def describe(self) -> SideFacts:
         out: SideFacts = {"path": self.given, "kind": self.kind}
         if self.release:
-            out["tag"] = self.release.get("tag")
-            out["tarball_sha256"] = self.release.get("tarball_sha256")
-            out["pinned"] = self.release.get("pinned")
+            tag, sha256, pinned = (self.release.get(k) for k in ("tag", "tarball_sha256", "pinned"))
+            out["tag"] = tag if isinstance(tag, str) else None
+            out["tarball_sha256"] = sha256 if isinstance(sha256, str) else None
+            out["pinned"] = pinned if isinstance(pinned, bool) else None
         if self.provenance:
             out["experiment"] = self.provenance.get("experiment")
             out["started"] = self.provenance.get("started")
@@ -93,7 +166,7 @@ def _verified(root: Path, label: Path, what: str) -> Path:
     return root
 
 
-def _open_release(path: Path, workdir: Path, what: str) -> tuple[Path, dict[str, Any]]:
+def _open_release(path: Path, workdir: Path, what: str) -> tuple[Path, JsonObject]:
     """The bundle of the release folder `path`, extracted into workdir, and its release.json,
     when the folder verifies (`check_release_folder`); refused naming the first failure."""
     checked = check_release_folder(path, workdir)
@@ -130,7 +203,7 @@ def open_side(path: Path, workdir: Path, what: str = "reference") -> Side:
     return Side(str(path), "experiment", path)
 
 
-def bundle_side(given: str, kind: str, root: Path, rel: dict[str, Any] | None) -> Side:
+def bundle_side(given: str, kind: str, root: Path, rel: JsonObject | None) -> Side:
     """The side of the bundle folder `root`, which the caller has verified (`open_side`, or
     a release folder's check, evidence.verify.check_release_folder, whose extracted bundle
     `root` is): its resolved config and provenance.json read, nothing verified again. `given`

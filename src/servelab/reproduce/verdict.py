@@ -3,8 +3,6 @@ verdict texts the report shares with them."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from servelab.analysis.hostspeed import (
     AS_HOST,
     BEYOND_HOST,
@@ -30,7 +28,7 @@ def claim_verdict_text(c: ClaimCheck) -> str:
     return str(c["verdict"])
 
 
-def signed_pct(x: Any) -> str:
+def signed_pct(x: float | None) -> str:
     """A percentage change with its sign, "-" when there is none."""
     return "-" if x is None else f"{x:+.2f}%"
 

@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from servelab.errors import ServelabError
 from servelab.evidence.files import walk_files
@@ -101,8 +101,8 @@ class Site:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, target)
 
-    def page(self, path: str, template: str, what: str, **context: Any) -> None:
-        self.write(path, pages.render(template, path, **context).encode("utf-8"))
+    def page(self, path: str, template: str, what: str, title: str, **context: object) -> None:
+        self.write(path, pages.render(template, path, title, **context).encode("utf-8"))
         self.pages.append(path)
         self.say(f"site: {path} ({what})")
 

@@ -5,12 +5,15 @@ text alternative. Same history, same bytes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from servelab.analysis.changepoints import NO_CHANGE
 from servelab.errors import ServelabError
 from servelab.render import num
 from servelab.site.history_records import History, Series, SeriesPoint
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 
 def _metric_series(history: History, metric: str) -> list[Series]:
@@ -95,7 +98,7 @@ def history_figure(history: History, metric: str) -> bytes:
         return figure_bytes(fig, "svg")
 
 
-def _history_panel(ax: Any, series: list[Series], tags: list[str], breaks: list[int]) -> None:
+def _history_panel(ax: Axes, series: list[Series], tags: list[str], breaks: list[int]) -> None:
     """One server config's levels across the releases, each level a little apart from the
     next so that their dots do not hide each other, and each line broken before every release
     in `breaks` (not comparable with the one before it)."""
@@ -134,7 +137,7 @@ def _history_panel(ax: Any, series: list[Series], tags: list[str], breaks: list[
         ax.text(0.5, 0.5, "no release analysed", ha="center", transform=ax.transAxes)
 
 
-def _change_marks(ax: Any, s: Series, at: dict[str, int], dx: float, color: str) -> bool:
+def _change_marks(ax: Axes, s: Series, at: dict[str, int], dx: float, color: str) -> bool:
     """A series' change points: an open triangle between the two releases, pointing the way
     the level went, halfway (geometrically) between their means; whether it drew one."""
     means = {p["tag"]: p["mean"] for p in s["points"]}

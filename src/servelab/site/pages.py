@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import Any
 
 import jinja2
 
@@ -25,7 +24,7 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render(template: str, page: str, title: str, **context: Any) -> str:
+def render(template: str, page: str, title: str, **context: object) -> str:
     """The page `page` (a site path) from `template`: its title, the way back to the site's
     folder for its links, and the context its template reads."""
     return (

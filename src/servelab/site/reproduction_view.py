@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from servelab.reproduce.checks import PairCheck
 from servelab.reproduce.differences import differences, unrecorded_engines
@@ -133,7 +133,7 @@ class ReproductionView(TypedDict):
     fdr: str | None
 
 
-def cell(v: Any) -> Cell:
+def cell(v: object) -> Cell:
     """A recorded value for a table cell: JSON unless a string; a long one folded."""
     text = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
     if len(text) > LONG:

@@ -38,12 +38,12 @@ def figure_key(name: str) -> tuple[int, str]:
     return (FIGURE_ORDER.index(name) if name in FIGURE_ORDER else len(FIGURE_ORDER), name)
 
 
-def number(x: Any) -> str:
+def number(x: object) -> str:
     """A measured value: two decimals with thousands separators, "-" when there is none."""
     return num(x)
 
 
-def value_text(x: Any) -> str:
+def value_text(x: object) -> str:
     """A value of a JSON record: 4 significant digits for a float, as is otherwise."""
     if x is None:
         return "none"
@@ -54,14 +54,14 @@ def value_text(x: Any) -> str:
     return str(x)
 
 
-def level(x: Any) -> str:
+def level(x: object) -> str:
     """A concurrency or request rate as the tables write it (4, 0.5)."""
     if isinstance(x, float):
         return f"{x:g}"
     return str(x)
 
 
-def level_key(x: Any) -> tuple[int, float, str]:
+def level_key(x: object) -> tuple[int, float, str]:
     """Levels in number order, anything else after them."""
     if isinstance(x, int | float) and not isinstance(x, bool):
         return (0, float(x), "")

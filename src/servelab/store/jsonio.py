@@ -11,12 +11,17 @@ import zlib
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
+from servelab.documents import JsonObject, JsonValue
 from servelab.errors import ServelabError
 
 
-def clean(value: Any) -> Any:
+@overload
+def clean(value: Mapping[str, object]) -> JsonObject: ...
+@overload
+def clean(value: object) -> JsonValue: ...
+def clean(value: object) -> JsonValue:
     """Round floats to a fixed precision and map NaN/inf to None so output is stable JSON."""
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
@@ -26,17 +31,20 @@ def clean(value: Any) -> Any:
         return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [clean(v) for v in value]
-    return value
+    if value is None or isinstance(value, str | int):
+        return value
+    # what json.dumps says of it
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def dumps(data: Any, indent: int | None = 2) -> str:
+def dumps(data: object, indent: int | None = 2) -> str:
     text = json.dumps(
         clean(data), sort_keys=True, indent=indent, ensure_ascii=False, allow_nan=False
     )
     return text + "\n" if indent is not None else text
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     """Write atomically (temp file + rename) so a killed job never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -67,7 +75,22 @@ def read_json(path: Path) -> Any:
         raise DamagedFile(path, "$", f"not UTF-8 text ({exc.reason})") from None
 
 
-def write_jsonl_gz(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+def as_object(node: JsonValue) -> JsonObject:
+    """`node` where a checked document (one its schema has validated) holds an object;
+    TypeError where it does not."""
+    if not isinstance(node, dict):
+        raise TypeError(f"expected a JSON object, got {node!r}")
+    return node
+
+
+def as_list(node: JsonValue) -> list[JsonValue]:
+    """`node` where a checked document holds an array; TypeError where it does not."""
+    if not isinstance(node, list):
+        raise TypeError(f"expected a JSON array, got {node!r}")
+    return node
+
+
+def write_jsonl_gz(path: Path, rows: Iterable[Mapping[str, object]]) -> None:
     """gzip with mtime 0 and no file name in the header: the bytes depend only on the rows."""
     path.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
@@ -79,12 +102,12 @@ def write_jsonl_gz(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
-def json_object_line(path: Path, lineno: int, line: str, todo: str = "") -> dict[str, Any]:
+def json_object_line(path: Path, lineno: int, line: str, todo: str = "") -> JsonObject:
     """Line `lineno` of a JSON-lines file, which must be one JSON object; DamagedFile naming
     the line otherwise (`todo`: what to do, appended to the message)."""
     tail = f"; {todo}" if todo else ""
     try:
-        row = json.loads(line)
+        row: JsonValue = json.loads(line)
     except json.JSONDecodeError as exc:
         raise DamagedFile(path, f"line {lineno}", f"not valid JSON ({exc.msg}){tail}") from None
     if not isinstance(row, dict):
@@ -93,10 +116,10 @@ def json_object_line(path: Path, lineno: int, line: str, todo: str = "") -> dict
     return row
 
 
-def read_jsonl_gz(path: Path) -> list[dict[str, Any]]:
+def read_jsonl_gz(path: Path) -> list[JsonObject]:
     """Every row of a gzip JSON-lines file; a truncated or corrupt stream, a line that is not
     JSON or not an object: DamagedFile naming the line."""
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     lineno = 0
     try:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
@@ -114,7 +137,7 @@ def read_jsonl_gz(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def json_path(parts: Iterable[Any]) -> str:
+def json_path(parts: Iterable[str | int]) -> str:
     """A JSON path for people: ("points", 3, "ttft") -> $.points[3].ttft."""
     out = "$"
     for p in parts:
@@ -122,13 +145,15 @@ def json_path(parts: Iterable[Any]) -> str:
     return out
 
 
-def load_schema(name: str, version: int | None = None) -> dict[str, Any]:
+def load_schema(name: str, version: int | None = None) -> JsonObject:
     """The schema `name` (src/servelab/schemas/<name>.schema.json); with `version`, the schema
     of that format version of the document when it is not the current one
     (<name>.v<version>.schema.json, kept so that older bundles still verify)."""
     files = resources.files("servelab").joinpath("schemas")
-    schema: dict[str, Any] = json.loads(files.joinpath(f"{name}.schema.json").read_text("utf-8"))
-    current = schema.get("properties", {}).get("format_version", {}).get("const")
+    schema: JsonObject = json.loads(files.joinpath(f"{name}.schema.json").read_text("utf-8"))
+    properties = schema.get("properties")
+    format_version = properties.get("format_version") if isinstance(properties, dict) else None
+    current = format_version.get("const") if isinstance(format_version, dict) else None
     if version is not None and current is not None and version != current:
         older = files.joinpath(f"{name}.v{version}.schema.json")
         if older.is_file():

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.design.level import Level
+from servelab.documents import JsonObject, JsonValue
 from servelab.store.jsonio import DamagedFile, read_jsonl_gz
 from servelab.store.paths import POINT_FILE, REQUESTS_FILE, ExperimentPaths, attempt_dirs
 from servelab.store.records import (
@@ -45,15 +46,16 @@ __all__ = [
 SAID_ARGS = (("enable-prefix-caching", "vllm:cache_config_info", "enable_prefix_caching"),)
 
 
-def said_args(endpoint: Mapping[str, Any] | None) -> dict[str, bool]:
+def said_args(endpoint: JsonValue) -> dict[str, bool]:
     """The arguments a server servelab did not launch runs with, as far as it says them of
     itself (launch.json `endpoint`: its /metrics info labels), in the form of a launched
     configuration's `args`: what the validity checks read (e.g. whether prefix caching was
     asked for). A setting it does not say is left out, never guessed."""
-    info = (endpoint or {}).get("server_info") or {}
+    info = endpoint.get("server_info") if isinstance(endpoint, dict) else None
     out: dict[str, bool] = {}
     for arg, metric, label in SAID_ARGS:
-        value = (info.get(metric) or {}).get(label)
+        labels = info.get(metric) if isinstance(info, dict) else None
+        value = labels.get(label) if isinstance(labels, dict) else None
         if isinstance(value, str) and value in ("True", "False"):
             out[arg] = value == "True"
     return out
@@ -98,7 +100,7 @@ class RawPoint:
     def requests_path(self) -> Path:
         return self.folder / REQUESTS_FILE
 
-    def request_rows(self) -> list[dict[str, Any]]:
+    def request_rows(self) -> list[JsonObject]:
         """The rows of requests.jsonl.gz (an error when the file is missing; DamagedRawData
         when it is truncated or a line is not a JSON object)."""
         path = self.requests_path
@@ -166,8 +168,8 @@ def load_points(exp_dir: Path, skipped: list[Skipped] | None = None) -> list[Raw
 
 def _remeasures(
     folder: Path,
-    args: Mapping[str, Any] | None,
-    warmup: Mapping[str, Any] | None,
+    args: Mapping[str, JsonValue] | None,
+    warmup: JsonObject | None,
     skipped: list[Skipped] | None,
 ) -> tuple[RawPoint, ...]:
     """A point's complete re-measures (<point>/attempt-<N>/); a damaged one raises, or with
@@ -186,10 +188,11 @@ def _remeasures(
     return tuple(out)
 
 
-_Context = tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]
+# a configuration's launch arguments and its warm-up's point.json
+_Context = tuple[Mapping[str, JsonValue] | None, JsonObject | None]
 
 
-def _launch_args(launch: LaunchRecord | None) -> Mapping[str, Any] | None:
+def _launch_args(launch: LaunchRecord | None) -> Mapping[str, JsonValue] | None:
     """A configuration's launch arguments (launch.json `args`); for a server servelab did not
     launch (runtime.kind endpoint), what the server says of its settings instead."""
     if launch is None:

@@ -27,9 +27,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self, TypedDict
 
 from servelab.design.arrivals import ArrivalProcess, schedule_sha256, scheduled_rate
+from servelab.documents import JsonObject, JsonValue
 from servelab.errors import ServelabError
 from servelab.store.jsonio import DamagedFile, clean, json_path, load_schema, read_json, write_json
 from servelab.store.paths import (
@@ -109,7 +110,7 @@ def config_of(path: Path) -> str | None:
 _BLOCKS: dict[str, dict[str, str]] = {"measured": {"telemetry": "telemetry"}}
 
 
-def _without_required(node: Any) -> Any:
+def _without_required(node: JsonValue) -> JsonValue:
     if isinstance(node, dict):
         return {k: _without_required(v) for k, v in node.items() if k != "required"}
     if isinstance(node, list):
@@ -117,7 +118,7 @@ def _without_required(node: Any) -> Any:
     return node
 
 
-def _block_schema(name: str) -> dict[str, Any]:
+def _block_schema(name: str) -> JsonObject:
     """The schema file `name` as a property's subschema (without its own $id and $schema)."""
     return {k: v for k, v in load_schema(name).items() if k not in ("$id", "$schema")}
 
@@ -137,13 +138,16 @@ class Check:
 
 
 @functools.cache
-def _validator(check: Check) -> Callable[[Any], list[tuple[str, str]]]:
+def _validator(check: Check) -> Callable[[JsonObject], list[tuple[str, str]]]:
     """The compiled validator of a reader's Check, built once: a function from a document to
     its errors as (JSON path, message), first by path."""
     import jsonschema
 
     schema = _without_required(load_schema(check.schema))
-    properties = {**schema.get("properties", {}), **{k: {} for k in check.open}}
+    assert isinstance(schema, dict)
+    listed = schema.get("properties", {})
+    assert isinstance(listed, dict)
+    properties: JsonObject = {**listed, **{k: {} for k in check.open}}
     if check.blocks is not None:
         properties.update({k: _block_schema(v) for k, v in _BLOCKS[check.blocks].items()})
     schema["properties"] = properties
@@ -151,7 +155,7 @@ def _validator(check: Check) -> Callable[[Any], list[tuple[str, str]]]:
         schema["required"] = list(check.needs)
     v = jsonschema.Draft202012Validator(schema)
 
-    def errors(doc: Any) -> list[tuple[str, str]]:
+    def errors(doc: JsonObject) -> list[tuple[str, str]]:
         out = []
         for err in v.iter_errors(doc):
             where = json_path(err.absolute_path)
@@ -167,15 +171,16 @@ def _validator(check: Check) -> Callable[[Any], list[tuple[str, str]]]:
     return errors
 
 
-def read_raw(path: Path, todo: str | None = None) -> Any:
+def read_raw(path: Path, todo: str | None = None) -> JsonValue:
     """A raw JSON file's document, unchecked (DamagedRawData when it is not JSON)."""
     try:
-        return read_json(path)
+        doc: JsonValue = read_json(path)
     except DamagedFile as exc:
         raise DamagedRawData(path, exc.field, exc.what, todo) from None
+    return doc
 
 
-def checked(path: Path, doc: Any, check: Check) -> dict[str, Any]:
+def checked(path: Path, doc: JsonValue, check: Check) -> JsonObject:
     """`doc` (read from `path`) checked as `check` says: an object, every field present of its
     schema's type, the fields it needs present, its blocks as their schemas say
     (DamagedRawData otherwise)."""
@@ -216,7 +221,7 @@ class Record:
     TODO: ClassVar[str | None] = None
 
     @classmethod
-    def new(cls, fields: Mapping[str, Any]) -> Self:
+    def new(cls, fields: Mapping[str, object]) -> Self:
         """The record of `fields`, under this format version, to write."""
         head = {} if cls.FORMAT_VERSION is None else {"format_version": cls.FORMAT_VERSION}
         return cls({**head, **fields})
@@ -230,7 +235,7 @@ class Record:
         write_json(path, self.doc)
 
     @classmethod
-    def from_json(cls, doc: Any, path: Path) -> Self:
+    def from_json(cls, doc: JsonValue, path: Path) -> Self:
         """The record of `doc`, read from `path`, checked (DamagedRawData otherwise)."""
         return cls(checked(path, doc, cls.check()))
 
@@ -262,7 +267,7 @@ class Record:
         value = self.doc.get(key)
         return float(value) if isinstance(value, int | float) else None
 
-    def _dict(self, key: str) -> dict[str, Any] | None:
+    def _dict(self, key: str) -> JsonObject | None:
         value = self.doc.get(key)
         return value if isinstance(value, dict) else None
 
@@ -285,7 +290,7 @@ class PointRecord(Record):
     BLOCKS: ClassVar[str | None] = "measured"
 
     @classmethod
-    def from_json(cls, doc: Any, path: Path) -> Self:
+    def from_json(cls, doc: JsonValue, path: Path) -> Self:
         """A format version this servelab does not read is an error of its own; then the
         checks. A damaged telemetry block is damage of the point (skipped whole by
         --skip-damaged): the validity checks that leave a point out of the statistics read it."""
@@ -296,7 +301,11 @@ class PointRecord(Record):
                 f"({sorted(SUPPORTED_POINT_FORMATS)}); upgrade servelab or re-run the sweep"
             )
         record = super().from_json(doc, path)
-        if cls.NEEDS is POINT_NEEDS and "concurrency" not in doc and "rate" not in doc:
+        if (
+            cls.NEEDS is POINT_NEEDS
+            and "concurrency" not in record.doc
+            and "rate" not in record.doc
+        ):
             raise DamagedRawData(
                 path, "$.concurrency", "required field missing (a point has concurrency or rate)"
             )
@@ -365,13 +374,13 @@ class RunRecord(Record):
     FORMAT_VERSION = 1
 
     @property
-    def sequential(self) -> dict[str, Any] | None:
+    def sequential(self) -> JsonObject | None:
         """A sequential sweep's record (its rule, rounds and why it stopped); None for a fixed
         number of repeats."""
         return self._dict("sequential")
 
     @property
-    def canary(self) -> dict[str, Any] | None:
+    def canary(self) -> JsonObject | None:
         """The host-speed canary before the job's first launch and after its last, and their
         drift (servelab.hostfacts.canary.RunCanary.from_json reads it); None in runs written
         before it was recorded."""
@@ -391,15 +400,15 @@ class LaunchRecord(Record):
         return int(self.doc.get("launch", 0))
 
     @property
-    def args(self) -> dict[str, Any] | None:
+    def args(self) -> JsonObject | None:
         return self._dict("args")
 
     @property
-    def node(self) -> dict[str, Any] | None:
+    def node(self) -> JsonObject | None:
         return self._dict("node")
 
     @property
-    def cpu_facts(self) -> dict[str, Any] | None:
+    def cpu_facts(self) -> JsonObject | None:
         return self._dict("cpu_facts")
 
     @property
@@ -465,6 +474,18 @@ class WindowsRecord(Record):
     TODO = "re-run the profiling pass of its server configuration"
 
 
+class ArrivalSummary(TypedDict):
+    """What a point records of its schedule (point.json `arrival`): ArrivalsRecord.summary."""
+
+    process: Literal["poisson", "gamma", "constant", "trace"]
+    burstiness: float
+    seed: int
+    max_in_flight: int | None
+    requests: int
+    scheduled_rate: float | None
+    schedule_sha256: str
+
+
 @dataclass(frozen=True)
 class ArrivalsRecord(Record):
     """raw/<sc>/arrivals/r<rate>.json: the send schedule of one rate's open-loop points (every
@@ -498,7 +519,7 @@ class ArrivalsRecord(Record):
         )
 
     @classmethod
-    def from_json(cls, doc: Any, path: Path) -> Self:
+    def from_json(cls, doc: JsonValue, path: Path) -> Self:
         """Checked, and its send times checked against its sha256."""
         record = super().from_json(doc, path)
         if schedule_sha256(record.offsets_ns) != record.doc["schedule_sha256"]:
@@ -511,11 +532,14 @@ class ArrivalsRecord(Record):
     def offsets_ns(self) -> list[int]:
         return [int(t) for t in self.doc["offsets_ns"]]
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ArrivalSummary:
         """What a point records of its schedule (point.json `arrival`)."""
-        keys = ("process", "burstiness", "seed", "max_in_flight", "requests")
         return {
-            **{k: self.doc[k] for k in keys},
+            "process": self.doc["process"],
+            "burstiness": self.doc["burstiness"],
+            "seed": self.doc["seed"],
+            "max_in_flight": self.doc["max_in_flight"],
+            "requests": self.doc["requests"],
             "scheduled_rate": self.doc["scheduled_rate"],
             "schedule_sha256": self.doc["schedule_sha256"],
         }
@@ -545,7 +569,7 @@ class RuntimeRecord(Record):
         return bool(self.doc.get("vllm_cli"))
 
     @property
-    def isa(self) -> dict[str, Any] | None:
+    def isa(self) -> JsonObject | None:
         """The CPU instruction set PyTorch and oneDNN use in the runtime."""
         return self._dict("isa")
 

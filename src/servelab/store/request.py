@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
+
+from servelab.documents import JsonValue
 
 
 class RequestJson(TypedDict):
@@ -97,7 +100,7 @@ class RequestRecord:
         return d
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> RequestRecord:
+    def from_json(d: Mapping[str, JsonValue]) -> RequestRecord:
         """The record of one row of requests.jsonl; a field of the wrong type, or a required
         one missing: RecordFieldError naming the field. Cheap type checks (no jsonschema):
         they run on every row the analysis reads."""
@@ -160,7 +163,7 @@ _ONLY_WHEN_SET = (
 _KIND_TEXT = {"str": "a string", "int": "an integer", "ints": "a list", "bool": "a boolean"}
 
 
-def _is(v: Any, kind: str) -> bool:
+def _is(v: JsonValue, kind: str) -> bool:
     if kind == "int":
         return isinstance(v, int) and not isinstance(v, bool)
     if kind == "bool":

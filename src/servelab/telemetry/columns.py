@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 COLUMNS = (
     "utilization_pct",
@@ -99,9 +99,10 @@ class UtilizationRow(TypedDict):
     fraction_of_best_throughput: NotRequired[float | None]
 
 
-def table_columns(summaries: Iterable[Mapping[str, Any] | None]) -> tuple[str, ...]:
-    """The telemetry columns of a table of points with these telemetry blocks: none without
-    one, COLUMNS, and ENERGY_COLUMNS after them where a block has an `energy` summary."""
+def table_columns(summaries: Iterable[object]) -> tuple[str, ...]:
+    """The telemetry columns of a table of points with these telemetry blocks (as read: one
+    that is not an object counts as none): none without one, COLUMNS, and ENERGY_COLUMNS after
+    them where a block has an `energy` summary."""
     blocks = list(summaries)
     if not blocks:
         return ()
@@ -110,16 +111,26 @@ def table_columns(summaries: Iterable[Mapping[str, Any] | None]) -> tuple[str, .
     return COLUMNS
 
 
-def _get(d: Mapping[str, Any] | None, *path: str) -> Any:
-    cur: Any = d
+def _get(d: object, *path: str) -> Cell:
+    """The value at `path` in a block; None where the block does not have it, or has there a
+    value no column holds (a list or an object: never in a summary `summarize` writes)."""
+    cur = d
     for p in path:
         if not isinstance(cur, Mapping):
             return None
         cur = cur.get(p)
-    return cur
+    return cur if cur is None or isinstance(cur, str | int | float) else None
 
 
-def _by_device(devices: Sequence[Mapping[str, Any]], field: str) -> str | None:
+def _block(summary: Mapping[str, object], key: str) -> Mapping[str, object]:
+    """One block of the summary ({} where it has none)."""
+    block = summary.get(key) or {}
+    if not isinstance(block, Mapping):
+        raise TypeError(f"telemetry {key}: not an object")
+    return block
+
+
+def _by_device(devices: Sequence[Mapping[str, object]], field: str) -> str | None:
     vals = [_get(d, field, "mean") for d in devices]
     if not devices or all(v is None for v in vals):
         return None
@@ -127,7 +138,7 @@ def _by_device(devices: Sequence[Mapping[str, Any]], field: str) -> str | None:
 
 
 def _over_devices(
-    devices: Sequence[Mapping[str, Any]], field: str, stat: str, how: str
+    devices: Sequence[Mapping[str, object]], field: str, stat: str, how: str
 ) -> float | None:
     """One statistic of every GPU combined: their mean (`how` "mean") or the largest."""
     vals = [_get(d, field, stat) for d in devices]
@@ -137,12 +148,15 @@ def _over_devices(
     return statistics.fmean(have) if how == "mean" else max(have)
 
 
-def _gpu_columns(summary: Mapping[str, Any]) -> dict[str, Cell]:
+def _gpu_columns(summary: Mapping[str, object]) -> dict[str, Cell]:
     """The GPUs' columns: utilization, clock, memory, power and temperature over devices,
     their selection, and each device's index, UUID, utilization and power."""
-    gpu = summary.get("gpu") or {}
-    devices = gpu.get("devices") or []
-    out: dict[str, Cell] = {"gpu_absent": gpu.get("absent")}
+    gpu = _block(summary, "gpu")
+    listed = gpu.get("devices") or []
+    if not isinstance(listed, list) or not all(isinstance(d, Mapping) for d in listed):
+        raise TypeError("telemetry gpu.devices: not a list of objects")
+    devices: list[Mapping[str, object]] = listed
+    out: dict[str, Cell] = {"gpu_absent": _get(gpu, "absent")}
     out["gpu_devices"] = len(devices) if devices else None
     out["gpu_util_pct_mean"] = _over_devices(devices, "util_pct", "mean", "mean")
     out["gpu_util_pct_p95"] = _over_devices(devices, "util_pct", "p95", "max")
@@ -152,13 +166,13 @@ def _gpu_columns(summary: Mapping[str, Any]) -> dict[str, Cell]:
     out["gpu_power_w_mean"] = _over_devices(devices, "power_w", "mean", "mean")
     out["gpu_power_w_max"] = _over_devices(devices, "power_w", "max", "max")
     out["gpu_temp_c_max"] = _over_devices(devices, "temp_c", "max", "max")
-    out["telemetry_samples_gpu"] = sum(int(d.get("samples", 0)) for d in devices) or (
+    out["telemetry_samples_gpu"] = sum(int(_get(d, "samples") or 0) for d in devices) or (
         0 if devices else None
     )
     sel = gpu.get("selection")
     if isinstance(sel, Mapping):
-        out["gpu_selection"] = sel.get("origin")
-        out["gpu_selection_ambiguous"] = sel.get("ambiguous")
+        out["gpu_selection"] = _get(sel, "origin")
+        out["gpu_selection_ambiguous"] = _get(sel, "ambiguous")
     if devices:
         out["gpu_indices"] = ";".join(str(d.get("device")) for d in devices)
         out["gpu_uuids"] = ";".join(str(d.get("uuid") or "") for d in devices)
@@ -167,38 +181,38 @@ def _gpu_columns(summary: Mapping[str, Any]) -> dict[str, Cell]:
     return out
 
 
-def _energy_columns(summary: Mapping[str, Any]) -> dict[str, Cell]:
+def _energy_columns(summary: Mapping[str, object]) -> dict[str, Cell]:
     """The server's energy over the point, where the summary has an `energy` block."""
     energy = summary.get("energy")
     if not isinstance(energy, Mapping):
         return {}
     return {
-        "energy_source": energy.get("source"),
-        "energy_j": energy.get("joules"),
-        "joules_per_output_token": energy.get("joules_per_output_token"),
-        "energy_absent": energy.get("absent"),
+        "energy_source": _get(energy, "source"),
+        "energy_j": _get(energy, "joules"),
+        "joules_per_output_token": _get(energy, "joules_per_output_token"),
+        "energy_absent": _get(energy, "absent"),
     }
 
 
-def _cpu_columns(summary: Mapping[str, Any]) -> dict[str, Cell]:
+def _cpu_columns(summary: Mapping[str, object]) -> dict[str, Cell]:
     """The CPU's columns: server, client and host CPU percent, memory, samples."""
-    cpu = summary.get("cpu") or {}
+    cpu = _block(summary, "cpu")
     out: dict[str, Cell] = {}
     for who in ("server", "client", "host"):
         for stat in ("mean", "p95", "max"):
             out[f"cpu_{who}_util_pct_{stat}"] = _get(cpu, f"{who}_cpu_pct", stat)
     out["cpu_telemetry_util_pct_mean"] = _get(cpu, "telemetry_cpu_pct", "mean")
-    out["cpu_host_cpus"] = cpu.get("host_cpus")
+    out["cpu_host_cpus"] = _get(cpu, "host_cpus")
     for key in ("server_rss_bytes", "client_rss_bytes", "host_mem_used_bytes"):
         out[f"{key}_max"] = _get(cpu, key, "max")
-    out["telemetry_samples_cpu"] = cpu.get("samples")
+    out["telemetry_samples_cpu"] = _get(cpu, "samples")
     return out
 
 
-def _server_columns(summary: Mapping[str, Any]) -> dict[str, Cell]:
+def _server_columns(summary: Mapping[str, object]) -> dict[str, Cell]:
     """The server's own /metrics: its queue, KV usage, tokens, latencies, scrapes."""
-    srv = summary.get("server") or {}
-    out: dict[str, Cell] = {"server_metrics_absent": srv.get("absent")}
+    srv = _block(summary, "server")
+    out: dict[str, Cell] = {"server_metrics_absent": _get(srv, "absent")}
     for name, key in (
         ("running", "running"),
         ("waiting", "waiting"),
@@ -206,24 +220,27 @@ def _server_columns(summary: Mapping[str, Any]) -> dict[str, Cell]:
     ):
         for stat in ("mean", "p95", "max"):
             out[f"{name}_{stat}"] = _get(srv, key, stat)
-    out["waiting_fraction"] = srv.get("waiting_fraction")
-    out["preemptions"] = srv.get("preemptions")
-    out["server_generation_tokens"] = srv.get("generation_tokens")
-    out["server_generation_tokens_per_s"] = srv.get("generation_tokens_per_s")
-    out["server_prompt_tokens"] = srv.get("prompt_tokens")
-    out["server_prefix_cache_queries"] = srv.get("prefix_cache_queries")
-    out["server_prefix_cache_hits"] = srv.get("prefix_cache_hits")
-    out["server_requests_finished"] = srv.get("requests_finished")
+    for column, key in (
+        ("waiting_fraction", "waiting_fraction"),
+        ("preemptions", "preemptions"),
+        ("server_generation_tokens", "generation_tokens"),
+        ("server_generation_tokens_per_s", "generation_tokens_per_s"),
+        ("server_prompt_tokens", "prompt_tokens"),
+        ("server_prefix_cache_queries", "prefix_cache_queries"),
+        ("server_prefix_cache_hits", "prefix_cache_hits"),
+        ("server_requests_finished", "requests_finished"),
+    ):
+        out[column] = _get(srv, key)
     for name in ("ttft", "itl", "queue_time"):
         out[f"server_{name}_mean_ms"] = _get(srv, name, "mean_ms")
         out[f"server_{name}_p95_ms"] = _get(srv, name, "p95_ms")
-    out["server_scrape_errors"] = srv.get("errors")
-    out["telemetry_samples_server"] = srv.get("samples")
+    out["server_scrape_errors"] = _get(srv, "errors")
+    out["telemetry_samples_server"] = _get(srv, "samples")
     return out
 
 
 # the builders of telemetry_columns, each the columns of one block of the summary
-COLUMN_BUILDERS: tuple[Callable[[Mapping[str, Any]], dict[str, Cell]], ...] = (
+COLUMN_BUILDERS: tuple[Callable[[Mapping[str, object]], dict[str, Cell]], ...] = (
     _gpu_columns,
     _energy_columns,
     _cpu_columns,
@@ -231,7 +248,7 @@ COLUMN_BUILDERS: tuple[Callable[[Mapping[str, Any]], dict[str, Cell]], ...] = (
 )
 
 
-def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Cell]:
+def telemetry_columns(summary: Mapping[str, object] | None) -> dict[str, Cell]:
     """One point's telemetry as flat columns (always the keys of COLUMNS and ENERGY_COLUMNS;
     null when unknown), from each of COLUMN_BUILDERS.
 
@@ -258,7 +275,7 @@ def telemetry_columns(summary: Mapping[str, Any] | None) -> dict[str, Cell]:
     return out
 
 
-def utilization_pct(summary: Mapping[str, Any] | None) -> float | None:
+def utilization_pct(summary: Mapping[str, object] | None) -> float | None:
     """One point's utilization on a 0-100 scale for either kind of device: the GPU's (mean over
     devices) where GPUs were sampled, else the server process tree's CPU as a share of all the
     host's cores. Null without telemetry."""
@@ -266,7 +283,7 @@ def utilization_pct(summary: Mapping[str, Any] | None) -> float | None:
     return None if value is None else float(value)
 
 
-def utilization_vs_throughput(points: Iterable[Mapping[str, Any]]) -> list[UtilizationRow]:
+def utilization_vs_throughput(points: Iterable[Mapping[str, object]]) -> list[UtilizationRow]:
     """Per point: utilization next to output throughput and its share of the best point's.
 
     `utilization_pct` is `utilization_pct(point["telemetry"])`, 0-100 for either kind of device
@@ -276,16 +293,21 @@ def utilization_vs_throughput(points: Iterable[Mapping[str, Any]]) -> list[Utili
     """
     rows: list[UtilizationRow] = []
     for p in points:
-        cols = telemetry_columns(p.get("telemetry"))
+        telemetry = p.get("telemetry")
+        summary = telemetry if isinstance(telemetry, Mapping) else None
+        cols = telemetry_columns(summary)
         gpu = cols["gpu_util_pct_mean"]
+        sc, level, repeat, tput = (
+            p.get(k) for k in ("server_config", "concurrency", "repeat", "output_throughput")
+        )
         rows.append(
             {
-                "server_config": p.get("server_config"),
-                "concurrency": p.get("concurrency"),
-                "repeat": p.get("repeat"),
-                "output_throughput": p.get("output_throughput"),
+                "server_config": None if sc is None else str(sc),
+                "concurrency": level if isinstance(level, int | float) else None,
+                "repeat": repeat if isinstance(repeat, int) else None,
+                "output_throughput": tput if isinstance(tput, int | float) else None,
                 "utilization_source": "gpu" if gpu is not None else "cpu",
-                "utilization_pct": utilization_pct(p.get("telemetry")),
+                "utilization_pct": utilization_pct(summary),
                 "gpu_util_pct": gpu,
                 "server_cpu_pct": cols["cpu_server_util_pct_mean"],
                 "host_cpus": cols["cpu_host_cpus"],

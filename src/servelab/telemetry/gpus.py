@@ -15,7 +15,7 @@ ambiguities are explained) maps it to NVML devices.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from servelab.hostfacts.gpuids import (
     ALL,
@@ -59,7 +59,7 @@ class ChoiceLike(Protocol):
     @property
     def ambiguous(self) -> str | None: ...
 
-    def to_json(self) -> Mapping[str, Any]: ...
+    def to_json(self) -> Mapping[str, object]: ...
 
 
 class ContainerLike(Protocol):

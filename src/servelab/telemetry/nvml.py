@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from servelab.hostfacts.gpu import reading_facts
+from servelab.hostfacts.gpu import GpuReadings, reading_facts
+from servelab.hostfacts.gpuids import GpuSelectionJson
 from servelab.telemetry.gpus import (
     EVERY_GPU,
     NONE,
@@ -24,7 +25,8 @@ from servelab.telemetry.gpus import (
     resolve,
 )
 
-Sample = dict[str, Any]
+# a sample record: what one reading of a GPU gave, written as one line of telemetry.jsonl
+Sample = dict[str, object]
 
 # NVML's error codes (nvml.h); the module's own constants win when it has them.
 _NVML_ERROR_NOT_SUPPORTED = 3
@@ -32,14 +34,37 @@ _NVML_ERROR_NOT_FOUND = 6
 _NVML_ERROR_GPU_IS_LOST = 15
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class SampledGpu(GpuReadings):
+    """One GPU sampled, as `GpuSource.describe` records it."""
+
+    device: int
+    uuid: str | None
+    pci_bus_id: str | None
+    name: str
+    chosen_by: str
+    energy_counter: str | None
+    compute_capability: str | None
+
+
+class GpuSamplingRecord(GpuSelectionJson):
+    """The GPUs' selection and what NVML made of it (`GpuSource.describe`)."""
+
+    gpus_listed: int
+    ambiguous: str | None
+    unmatched: list[str]
+    driver: str | None
+    driver_cuda: str | None
+    gpus: list[SampledGpu]
 
 
 @dataclass
 class _Device:
     index: int
-    handle: Any
+    handle: object  # NVML's handle of the GPU
     name: str
     uuid: str | None
     pci_bus_id: str | None = None
@@ -126,7 +151,7 @@ class GpuSource:
             )
         return None
 
-    def _optional(self, func: str, handle: Any, attr: str | None = None) -> str | None:
+    def _optional(self, func: str, handle: object, attr: str | None = None) -> str | None:
         """A text NVML may not give (a UUID, a PCI bus id): None when it does not."""
         try:
             value = getattr(self._nvml, func)(handle)
@@ -134,7 +159,7 @@ class GpuSource:
             return None
         return _text(getattr(value, attr) if attr else value)
 
-    def _capability(self, handle: Any) -> str | None:
+    def _capability(self, handle: object) -> str | None:
         try:
             major, minor = self._nvml.nvmlDeviceGetCudaComputeCapability(handle)
         except (self._nvml.NVMLError, AttributeError, TypeError, ValueError):
@@ -170,7 +195,7 @@ class GpuSource:
             return None
         return next((d.index for d in self._listed if d.uuid == uuid), None)
 
-    def _energy_counter(self, handle: Any) -> str | None:
+    def _energy_counter(self, handle: object) -> str | None:
         nvml = self._nvml
         try:
             nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
@@ -184,7 +209,7 @@ class GpuSource:
             return f"nvmlDeviceGetTotalEnergyConsumption: {_text(exc)}"
         return None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> GpuSamplingRecord:
         """The selection (`how`, `requested`, `origin`, `launch`, ...), what NVML made of it
         (`ambiguous`: the launch's and NVML's reasons, `unmatched`), the driver (`driver`,
         `driver_cuda`) and the GPUs sampled: NVML index (`device`), `uuid`, `pci_bus_id`,
@@ -273,7 +298,7 @@ class GpuSource:
                     "sm_clock_mhz": _num(values.get("sm_clock_mhz")),
                     "mem_used_bytes": _num(mem.used) if mem is not None else None,
                     "mem_total_bytes": _num(mem.total) if mem is not None else None,
-                    "power_w": _num(power) / 1000.0 if power is not None else None,
+                    "power_w": float(power) / 1000.0 if power is not None else None,
                     "temp_c": _num(values.get("temp_c")),
                 }
             )
@@ -294,5 +319,5 @@ class GpuSource:
         self.devices = []
 
 
-def _num(value: Any) -> Any:
+def _num(value: int | float | None) -> int | float | None:
     return value if value is None else (int(value) if isinstance(value, int) else float(value))

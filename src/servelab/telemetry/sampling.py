@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from servelab.documents import JsonObject
 from servelab.env.endpoint import REMOTE
 from servelab.errors import ServelabError
 from servelab.experiment import TelemetrySection
@@ -243,13 +244,20 @@ class PointTelemetry:
         return summarize(rows, started_epoch_ns, finished_epoch_ns, output_tokens)
 
 
+def _whole(value: object) -> int:
+    """An integer field of a sample (`epoch_ns`, `device`) for ordering."""
+    if not isinstance(value, int | float | str):
+        raise TypeError(f"a sample's {value!r} is not an integer")
+    return int(value)
+
+
 def sort_samples(rows: Sequence[Sample]) -> list[Sample]:
     return sorted(
         rows,
         key=lambda r: (
-            int(r.get("epoch_ns", 0)),
+            _whole(r.get("epoch_ns", 0)),
             SOURCE_ORDER.get(str(r.get("source")), 9),
-            int(r.get("device", -1)),
+            _whole(r.get("device", -1)),
         ),
     )
 
@@ -267,11 +275,11 @@ def write_samples(path: Path, rows: Sequence[Sample]) -> None:
 SAMPLES_TODO = "re-run the sweep of the point's server configuration to sample it again"
 
 
-def read_samples(path: Path) -> list[Sample]:
+def read_samples(path: Path) -> list[JsonObject]:
     """The samples of a telemetry.jsonl, each checked as its readers use it (an object with a
     string `source` and an integer `epoch_ns`): DamagedFile naming the line and field
     otherwise."""
-    rows: list[Sample] = []
+    rows: list[JsonObject] = []
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

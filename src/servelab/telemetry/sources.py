@@ -19,11 +19,16 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import psutil
 
-Sample = dict[str, Any]
+if TYPE_CHECKING:
+    from psutil._ntuples import pcputimes, scputimes
+
+# a sample record: `source`, `epoch_ns` and what one reading gave (numbers, words, the RAPL
+# zones' joules, a histogram, the GPUs' selection), written as one line of telemetry.jsonl
+Sample = dict[str, object]
 
 
 class Source(Protocol):
@@ -43,7 +48,7 @@ class Source(Protocol):
 TREE_REFRESH_S = 2.0  # listing a process tree walks all of /proc: a few ms, so not every tick
 
 
-def _cpu_s(times: Any) -> float:
+def _cpu_s(times: pcputimes) -> float:
     return float(times.user + times.system)
 
 
@@ -135,7 +140,7 @@ class HostSource:
         self._client_cpu = 0.0
         self._own0 = 0.0
         self._prev: tuple[float, ...] | None = None
-        self._host_prev: Any = None
+        self._host_prev: scputimes | None = None
         self._server_error: str | None = None
 
     def open(self) -> str | None:
@@ -199,8 +204,9 @@ class HostSource:
         pairs = [("server_cpu_pct", server_cpu), ("client_cpu_pct", client_cpu)]
         pairs.append(("telemetry_cpu_pct", own))
         if self._siblings:
-            rec["siblings_cpu_s"] = sum(t.reading(now)[0] for t in self._siblings)
-            pairs.append(("siblings_cpu_pct", rec["siblings_cpu_s"]))
+            siblings = sum(t.reading(now)[0] for t in self._siblings)
+            rec["siblings_cpu_s"] = siblings
+            pairs.append(("siblings_cpu_pct", siblings))
         prev = self._prev
         cur = (now, *(v if v is not None else -1.0 for _, v in pairs))
         for i, (key, _) in enumerate(pairs, start=1):
@@ -217,7 +223,7 @@ class HostSource:
                 tree.close()
 
 
-def _host_busy_pct(before: Any, after: Any) -> float | None:
+def _host_busy_pct(before: scputimes | None, after: scputimes) -> float | None:
     if before is None:
         return None
     idle = (after.idle + getattr(after, "iowait", 0.0)) - (
@@ -229,7 +235,7 @@ def _host_busy_pct(before: Any, after: Any) -> float | None:
     return float(max(0.0, min(100.0, 100.0 * (1.0 - idle / total))))
 
 
-def _host_steal_pct(before: Any, after: Any) -> float | None:
+def _host_steal_pct(before: scputimes | None, after: scputimes) -> float | None:
     """Hypervisor steal (time a virtual CPU was ready to run while the hypervisor ran something
     else) as % of all cores over the interval, over the same total as `_host_busy_pct`, which
     counts it as busy. Null on the first sample and where the platform reports no steal

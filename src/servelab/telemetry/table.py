@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.render import csv_text, num
@@ -19,24 +18,29 @@ from servelab.telemetry.columns import (
 POINT_COLUMNS = ("server_config", "concurrency", "repeat", "output_throughput", "mean_ttft_ms")
 
 
-def point_rows(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def point_rows(points: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
+    """Per point.json: its POINT_COLUMNS as recorded, then its telemetry columns."""
+
+    def telemetry(p: Mapping[str, object]) -> Mapping[str, object] | None:
+        block = p.get("telemetry")
+        return block if isinstance(block, Mapping) else None
+
     rows = [
-        {**{k: p.get(k) for k in POINT_COLUMNS}, **telemetry_columns(p.get("telemetry"))}
-        for p in points
+        {**{k: p.get(k) for k in POINT_COLUMNS}, **telemetry_columns(telemetry(p))} for p in points
     ]
     rows.sort(key=lambda r: (str(r["server_config"]), r["concurrency"] or 0, r["repeat"] or 0))
     return rows
 
 
-def rows_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
+def rows_csv(rows: Sequence[Mapping[str, object]], columns: Sequence[str] = COLUMNS) -> str:
     return csv_text([*POINT_COLUMNS, *columns], rows)
 
 
-def _f(v: Any, spec: str, width: int) -> str:
+def _f(v: object, spec: str, width: int) -> str:
     return f"{num(v, spec):>{width}}"
 
 
-def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def render_table(rows: Sequence[Mapping[str, object]]) -> str:
     head = (
         f"{'server config':<18} {'conc':>4} {'rep':>3} {'tok/s':>8} {'util%':>5} {'srv CPU%':>8} "
         f"{'cli CPU%':>8} {'GPU%':>5} {'run max':>7} {'wait max':>8} {'wait frac':>9} "

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from servelab.client.prompt import Prompt
 from servelab.env.model import HubFile, HubKeys, hub_errors
@@ -62,6 +62,18 @@ CountTokens = Callable[[str], int]
 # --- the file --------------------------------------------------------------------------
 
 
+class DatasetFileJson(TypedDict):
+    """A dataset file's identity (`DatasetFile.to_json`): a path, or a file on the hub."""
+
+    source: str  # path | hub
+    path: NotRequired[str]
+    repo_id: NotRequired[str | None]
+    filename: NotRequired[str | None]
+    revision: NotRequired[str | None]
+    sha256: str
+    bytes: int
+
+
 @dataclass(frozen=True)
 class DatasetFile:
     """A pinned dataset file. `path`: the local file read (for source "path" the config's own
@@ -77,7 +89,7 @@ class DatasetFile:
     filename: str | None = None
     revision: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DatasetFileJson:
         """The file's identity, the same on every host: the config's path, or the hub's
         repository, file and commit (never the local cache path), and the content's sha256
         and size."""
@@ -540,11 +552,11 @@ def _summary(xs: Sequence[int]) -> dict[str, int | float]:
     }
 
 
-def _canonical(data: Any) -> bytes:
+def _canonical(data: object) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _digest(data: Any) -> str:
+def _digest(data: object) -> str:
     return hashlib.sha256(_canonical(data)).hexdigest()
 
 
@@ -561,30 +573,36 @@ def prompts_digest(prompts: Sequence[Prompt]) -> str:
 # --- comparing records -----------------------------------------------------------------
 
 
-def same_dataset(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+def _part(record: Mapping[str, object], key: str) -> Mapping[str, object]:
+    """A record's object at `key` ({} where it has none)."""
+    value = record.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def same_dataset(a: Mapping[str, object], b: Mapping[str, object]) -> str | None:
     """None when two dataset records (raw/<config>/dataset.json: `file` and the sample) are
     the same dataset sampled the same way: the file's sha256, the format, the seed,
     workload.dataset.output_tokens and the filter as applied (max-model-len included). Else
     the first difference, in one line. The count, and where the file came from (a path or
     the hub), do not count."""
-    sa = (a.get("file") or {}).get("sha256")
-    sb = (b.get("file") or {}).get("sha256")
+    sa = _part(a, "file").get("sha256")
+    sb = _part(b, "file").get("sha256")
     if sa != sb:
         return f"dataset sha256 {_digest_prefix(sa)} vs {_digest_prefix(sb)}"
     for key in ("format", "seed", "output_tokens"):
         if a.get(key) != b.get(key):
             return f"{key} differs: {_value(a.get(key))} vs {_value(b.get(key))}"
-    fa, fb = a.get("filter") or {}, b.get("filter") or {}
+    fa, fb = _part(a, "filter"), _part(b, "filter")
     for key in sorted(set(fa) | set(fb)):
         if fa.get(key) != fb.get(key):
             return f"filter differs: {key} {_value(fa.get(key))} vs {_value(fb.get(key))}"
     return None
 
 
-def _digest_prefix(digest: Any) -> str:
+def _digest_prefix(digest: object) -> str:
     """A sha256 as its first 12 hex digits, "none" for none."""
     return "none" if digest is None else str(digest)[:12]
 
 
-def _value(v: Any) -> str:
+def _value(v: object) -> str:
     return "none" if v is None else str(v)

@@ -18,17 +18,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from servelab.client.prompt import Conversation, Prompt, PromptLike
 from servelab.errors import ServelabError
-from servelab.experiment import Experiment, WorkloadSection
+from servelab.experiment import Experiment, Lengths, WorkloadSection
 from servelab.job import Say
 from servelab.launch.session import Session
 from servelab.store.jsonio import write_json, write_jsonl_gz
 from servelab.store.paths import TRACE_FILE
 from servelab.workload import datasets, synthetic as workload, trace
 from servelab.workload.synthetic import IntendedReuse
+from servelab.workload.trace import TraceJson
 
 Item = PromptLike | Conversation
 
@@ -38,9 +38,9 @@ class PromptSet:
     """A launch's prompts (or conversations) and, for a dataset, the sampling record."""
 
     items: list[Item]
-    dataset: dict[str, Any] | None = None
+    dataset: dict[str, object] | None = None  # dataset.json: `file`, then the sample's record
     source: str | None = None  # the dataset, in words (None: synthetic)
-    trace: dict[str, Any] | None = None  # a trace's record (raw/<sc>/trace.json)
+    trace: TraceJson | None = None  # a trace's record (raw/<sc>/trace.json)
 
     def describe(self, wl: WorkloadSection) -> str:
         """What the prompts are, for the run's progress line."""
@@ -66,7 +66,7 @@ class PromptSet:
         return what
 
 
-def _lengths_text(lengths: Any) -> str:
+def _lengths_text(lengths: int | Lengths | None) -> str:
     if lengths is None:
         return "dataset"
     if isinstance(lengths, int):
@@ -169,7 +169,7 @@ class PromptSource:
             raise ValueError(f"build_trace: {count - warm} items are not copies of the window")
         for k in range(copies):
             items += b.replay(win, f"p{k}")
-        record = {
+        record: TraceJson = {
             "format_version": trace.FORMAT_VERSION,
             "file": self.dataset.to_json(),
             "seed": wl.seed,
@@ -242,7 +242,7 @@ def write_prompts(prompts_path: Path, dataset_path: Path, pset: PromptSet) -> No
     write_jsonl_gz(prompts_path, rows(pset.items))
 
 
-def _write_trace(path: Path, record: dict[str, Any]) -> None:
+def _write_trace(path: Path, record: TraceJson) -> None:
     """raw/<sc>/trace.json; one written before with another trace, window or seed stops the
     run (`trace.same_trace`)."""
     from servelab.store.jsonio import read_json

@@ -36,18 +36,19 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from servelab.client.prompt import Prompt
+from servelab.documents import JsonObject
 from servelab.errors import ServelabError
 from servelab.experiment import DatasetFilter, DatasetSection, TraceSection
 from servelab.store.jsonio import DamagedFile, json_object_line
 from servelab.workload import datasets
-from servelab.workload.datasets import DatasetFile
+from servelab.workload.datasets import DatasetFile, DatasetFileJson
 
 FORMAT_VERSION = 1
 REASONS = ("over_model_len",)
@@ -97,7 +98,7 @@ class TraceRow:
     line: int
 
 
-def _count(row: dict[str, Any], key: str, path: Path, lineno: int, low: int) -> int:
+def _count(row: JsonObject, key: str, path: Path, lineno: int, low: int) -> int:
     v = row.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or v < low:
         raise DamagedFile(path, f"line {lineno}", f"{key}: {v!r} is not an integer >= {low}")
@@ -137,7 +138,7 @@ def read_trace(path: Path) -> list[TraceRow]:
                 ts,
                 _count(row, "input_length", path, lineno, 1),
                 _count(row, "output_length", path, lineno, 1),
-                None if ids is None else tuple(ids),
+                None if ids is None else tuple(h for h in ids if isinstance(h, int)),
                 lineno,
             )
         )
@@ -169,7 +170,7 @@ class Window:
         """The time scale that replays the window at `rate` requests per second on average."""
         return self.recorded_rate / rate
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> WindowJson:
         """What trace.json and point.json keep of the window."""
         return {
             "start_s": float(self.start_ms / 1000),
@@ -179,6 +180,40 @@ class Window:
             "rejected": dict(self.rejected),
             "recorded_rate": round(self.recorded_rate, 9),
         }
+
+
+class WindowJson(TypedDict):
+    """A window as trace.json and point.json keep it (`Window.record`)."""
+
+    start_s: float
+    duration_s: float
+    in_window: int
+    requests: int
+    rejected: dict[str, int]
+    recorded_rate: float
+
+
+class TraceJson(TypedDict):
+    """raw/<sc>/trace.json: the trace file, the seed, block_tokens, the window and the rows."""
+
+    format_version: int
+    file: DatasetFileJson
+    seed: int
+    block_tokens: int
+    window: WindowJson
+    rows: int
+
+
+class TraceReuse(TypedDict):
+    """What the trace means the prefix cache to serve over a point's requests
+    (`intended_reuse`)."""
+
+    block_tokens: int
+    requests: int
+    requests_with_reuse: int
+    reused_tokens: int
+    prompt_tokens: int
+    reuse_ratio: float | None
 
 
 def window(
@@ -244,7 +279,7 @@ def blocks_of(row: TraceRow, block_tokens: int) -> list[tuple[int, int]]:
     return out
 
 
-def intended_reuse(rows: Sequence[TraceRow], block_tokens: int) -> dict[str, Any]:
+def intended_reuse(rows: Sequence[TraceRow], block_tokens: int) -> TraceReuse:
     """What the trace means the prefix cache to serve over `rows` (a point's requests, in
     order, from an empty cache): a request's leading blocks that an earlier request sent at
     the same place (the same ids before them), each for the tokens both used."""
@@ -347,17 +382,23 @@ class TraceBuilder:
         return [self.prompt(r, i, salt) for i, r in enumerate(win.rows)]
 
 
-def same_trace(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+def _part(record: Mapping[str, object], key: str) -> Mapping[str, object]:
+    """A record's object at `key` ({} where it has none)."""
+    value = record.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def same_trace(a: Mapping[str, object], b: Mapping[str, object]) -> str | None:
     """None when two trace records (raw/<sc>/trace.json) replay the same trace the same way:
     the file's sha256, the seed, block_tokens and the window (its start, duration and the
     requests kept); else the first difference, in one line."""
-    sa, sb = (a.get("file") or {}).get("sha256"), (b.get("file") or {}).get("sha256")
+    sa, sb = _part(a, "file").get("sha256"), _part(b, "file").get("sha256")
     if sa != sb:
         return f"trace sha256 {str(sa)[:12]} vs {str(sb)[:12]}"
     for key in ("seed", "block_tokens"):
         if a.get(key) != b.get(key):
             return f"{key} differs: {a.get(key)} vs {b.get(key)}"
-    wa, wb = a.get("window") or {}, b.get("window") or {}
+    wa, wb = _part(a, "window"), _part(b, "window")
     for key in ("start_s", "duration_s", "requests"):
         if wa.get(key) != wb.get(key):
             return f"window {key} differs: {wa.get(key)} vs {wb.get(key)}"

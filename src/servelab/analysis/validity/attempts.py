@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from servelab.analysis.validity.catalog import BY_NAME
 from servelab.analysis.validity.facts import PointFacts
@@ -35,7 +35,7 @@ from servelab.store.rawdata import RawPoint
 HOST_CHECKS = ("contention",)
 
 
-def host_flags(telemetry: Mapping[str, Any] | None, t: ValiditySection) -> tuple[Flag, ...]:
+def host_flags(telemetry: object, t: ValiditySection) -> tuple[Flag, ...]:
     """The host checks of one point from its point.json `telemetry` block: what the sweep
     knows right after the point, and all the analysis' own checks read for them."""
     facts = PointFacts((), None, telemetry if isinstance(telemetry, Mapping) else None)

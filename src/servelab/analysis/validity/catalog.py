@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from servelab.analysis.validity.facts import (
     BURST_MAX_READS,
@@ -227,10 +226,10 @@ def evaluate(facts: PointFacts, t: ValiditySection) -> tuple[Flag, ...]:
 
 def check_point(
     records: Sequence[RequestRecord],
-    meta: Mapping[str, Any],
+    meta: Mapping[str, object],
     t: ValiditySection,
-    server_args: Mapping[str, Any] | None = None,
-    warmup: Mapping[str, Any] | None = None,
+    server_args: Mapping[str, object] | None = None,
+    warmup: Mapping[str, object] | None = None,
 ) -> tuple[Flag, ...]:
     """Every check on one point of servelab's layout (records, point.json, the configuration's
     launch arguments, the warm-up's point.json)."""

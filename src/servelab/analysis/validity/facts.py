@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TypedDict, cast
 
 from servelab.client import RequestRecord
 from servelab.design.level import Level
@@ -18,6 +18,29 @@ BURST_MIN_TOKENS = 4
 # vllm-bench trees keep one timestamp per chunk, not per read: chunks of one read are
 # microseconds apart, so gaps under this count as the same read
 BENCH_SAME_READ_S = 1e-4
+
+
+class BenchJson(TypedDict, total=False):
+    """A `vllm bench serve --save-result --save-detailed` benchmark.json, as far as servelab
+    reads it: per request (in send order) its TTFT, inter-token gaps and latency (s), its
+    lengths and error (empty when it succeeded), its send time and wait for a slot (s, newer
+    versions); the run's duration (s), --max-concurrency, --request-rate (a number, or as given),
+    --burstiness and --ramp-up-strategy. vLLM's file, not servelab's: none is checked beyond
+    the keys the reader needs (`vllm_bench_metrics`)."""
+
+    ttfts: list[float]
+    itls: list[list[float] | None]
+    latencies: list[float]
+    output_lens: list[int]
+    input_lens: list[int | None]
+    errors: list[str]
+    start_times: list[float]
+    queue_times: list[float]
+    duration: float
+    max_concurrency: int | None
+    request_rate: float | str | None
+    burstiness: float | None
+    ramp_up_strategy: str | None
 
 
 @dataclass(frozen=True)
@@ -53,7 +76,7 @@ class PointFacts:
 
     requests: tuple[RequestFacts, ...]
     duration_s: float | None  # first send to last completion; None when nothing completed
-    telemetry: Mapping[str, Any] | None  # point.json's `telemetry` block
+    telemetry: Mapping[str, object] | None  # point.json's `telemetry` block
     no_telemetry: str = "no telemetry recorded"
     # what the point asked for (point.json); None when not recorded. input_tokens and
     # output_tokens only when every request asked that one length (an int in point.json), not
@@ -63,7 +86,7 @@ class PointFacts:
     output_tokens: int | None = None
     ignore_eos: bool | None = None
     # the server configuration's arguments (launch.json `args`); None when not recorded
-    server_args: Mapping[str, Any] | None = None
+    server_args: Mapping[str, object] | None = None
     # time-weighted requests in flight, first send to last send (servelab.metrics)
     achieved_concurrency: float | None = None
     # client CPU seconds over the point's window, when the telemetry block lacks it
@@ -75,21 +98,21 @@ class PointFacts:
     # an open-loop point: its request rate and point.json `arrival` (the schedule's process,
     # cap, requests, own rate); None for a closed-loop point
     rate: float | None = None
-    arrival: Mapping[str, Any] | None = None
+    arrival: Mapping[str, object] | None = None
     # point.json `client_workers`: each client process's busy share (CPU over wall time);
     # None when the point was sent from one process
     worker_busy: tuple[float, ...] | None = None
     # point.json `shared_prefix`: what the workload means the prefix cache to serve (its
     # `reuse_ratio`, servelab.workload.synthetic.intended_reuse); None when the requests
     # share no prefix
-    shared_prefix: Mapping[str, Any] | None = None
+    shared_prefix: Mapping[str, object] | None = None
     # point.json `chat`: user turns per conversation and the think time between a reply and
     # the next turn (s); None when the point sent single requests
     chat_turns: int | None = None
     think_time_s: float | None = None
     # point.json `trace`: a trace replay's window, time scale and the reuse it implies
     # (servelab.measure.sending); None for any other workload
-    trace: Mapping[str, Any] | None = None
+    trace: Mapping[str, object] | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -97,11 +120,30 @@ class PointFacts:
         return self.rate is not None
 
 
-def _int_or_none(v: Any) -> int | None:
-    return None if v is None or isinstance(v, bool) else int(v)
+def number(v: object) -> float:
+    """A number a JSON block holds, as float(v) reads it; a TypeError where it is none."""
+    if isinstance(v, int | float | str):
+        return float(v)
+    raise TypeError(f"not a number: {v!r}")
 
 
-def _fixed_length(v: Any) -> int | None:
+def integer(v: object) -> int:
+    """A count a JSON block holds, as int(v) reads it; a TypeError where it is none."""
+    if isinstance(v, int | float | str):
+        return int(v)
+    raise TypeError(f"not a number: {v!r}")
+
+
+def _int_or_none(v: object) -> int | None:
+    return None if v is None or isinstance(v, bool) else integer(v)
+
+
+def _float_or_none(v: object) -> float | None:
+    """A number as point.json holds it (an int stays an int); None when absent."""
+    return v if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _fixed_length(v: object) -> int | None:
     """point.json `input_tokens` / `output_tokens` when it is one length for every request;
     None for a distribution ({min, max} or {values}) or when absent (a dataset)."""
     return v if isinstance(v, int) and not isinstance(v, bool) else None
@@ -109,9 +151,9 @@ def _fixed_length(v: Any) -> int | None:
 
 def facts_from_records(
     records: Sequence[RequestRecord],
-    meta: Mapping[str, Any],
-    server_args: Mapping[str, Any] | None = None,
-    warmup: Mapping[str, Any] | None = None,
+    meta: Mapping[str, object],
+    server_args: Mapping[str, object] | None = None,
+    warmup: Mapping[str, object] | None = None,
 ) -> PointFacts:
     """servelab's layout: requests.jsonl.gz, point.json, the configuration's launch.json `args`
     and the warm-up's point.json (same server launch)."""
@@ -141,16 +183,17 @@ def facts_from_records(
                 asked_output_tokens=r.max_tokens,
             )
         )
-    slices = meta.get("slices")
+    # point.json's, as its schema has checked it: each slice's [start, end] (ns)
+    slices = cast("list[list[int]] | None", meta.get("slices"))
     duration = point_duration(records, slices)
     telemetry = meta.get("telemetry")
     window = _window_s(meta.get("started_epoch_ns"), meta.get("finished_epoch_ns"), slices)
     overlap = None
     if warmup is not None and records and warmup.get("launch") == meta.get("launch"):
         first_send = min(r.sent_epoch_ns for r in records)
-        wend = warmup.get("finished_epoch_ns")
-        if wend is not None and int(wend) > first_send:
-            overlap = int(wend) - first_send
+        wend = _int_or_none(warmup.get("finished_epoch_ns"))
+        if wend is not None and wend > first_send:
+            overlap = wend - first_send
     ignore_eos = meta.get("ignore_eos")
     shared = meta.get("shared_prefix")
     return PointFacts(
@@ -163,27 +206,35 @@ def facts_from_records(
         ignore_eos=ignore_eos if isinstance(ignore_eos, bool) else None,
         server_args=server_args,
         achieved_concurrency=in_flight(records, slices)[0],
-        client_cpu_s=meta.get("client_cpu_s"),
+        client_cpu_s=_float_or_none(meta.get("client_cpu_s")),
         window_s=window,
         warmup_overlap_ns=overlap,
-        rate=float(meta["rate"]) if meta.get("rate") is not None else None,
-        arrival=meta.get("arrival") if isinstance(meta.get("arrival"), Mapping) else None,
+        rate=number(rate) if (rate := meta.get("rate")) is not None else None,
+        arrival=arrival if isinstance(arrival := meta.get("arrival"), Mapping) else None,
         worker_busy=_worker_busy(meta.get("client_workers")),
         shared_prefix=shared if isinstance(shared, Mapping) else None,
-        trace=meta.get("trace") if isinstance(meta.get("trace"), Mapping) else None,
+        trace=trace if isinstance(trace := meta.get("trace"), Mapping) else None,
         **_chat(meta.get("chat")),
     )
 
 
-def _window_s(t0: Any, t1: Any, slices: Any) -> float | None:
+def _window_s(t0: object, t1: object, slices: list[list[int]] | None) -> float | None:
     """The seconds the client sent a point over (its client CPU is read against them): from
     its start to its end, or for a point sent in slices the sum of the slices' windows."""
     if slices:
         return sum(max(0, int(b) - int(a)) for a, b in slices) / 1e9 or None
-    return (int(t1) - int(t0)) / 1e9 if t0 and t1 and int(t1) > int(t0) else None
+    start, end = _int_or_none(t0), _int_or_none(t1)
+    return (end - start) / 1e9 if start and end and end > start else None
 
 
-def _chat(chat: Any) -> dict[str, Any]:
+class _ChatFacts(TypedDict, total=False):
+    """PointFacts' chat_turns and think_time_s."""
+
+    chat_turns: int | None
+    think_time_s: float | None
+
+
+def _chat(chat: object) -> _ChatFacts:
     """point.json `chat` as PointFacts' chat_turns and think_time_s; nothing without it."""
     if not isinstance(chat, Mapping):
         return {}
@@ -194,7 +245,7 @@ def _chat(chat: Any) -> dict[str, Any]:
     }
 
 
-def _worker_busy(workers: Any) -> tuple[float, ...] | None:
+def _worker_busy(workers: object) -> tuple[float, ...] | None:
     if not isinstance(workers, list) or not workers:
         return None
     return tuple(float(w.get("busy") or 0.0) for w in workers if isinstance(w, Mapping))
@@ -212,9 +263,9 @@ def _open_loop_times(r: RequestRecord) -> dict[str, int | None]:
 
 
 def facts_from_bench(
-    bench: Mapping[str, Any],
+    bench: BenchJson,
     level: Level | None = None,
-    arrival: Mapping[str, Any] | None = None,
+    arrival: Mapping[str, object] | None = None,
 ) -> PointFacts:
     """A `vllm bench serve --save-detailed` benchmark.json: per-request ITLs stand in for reads
     (gaps under BENCH_SAME_READ_S join one read) and chunks; no telemetry. A run at a request

@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
+from servelab.analysis.validity.facts import number
 from servelab.experiment import ValiditySection
 
 if TYPE_CHECKING:
@@ -115,11 +116,13 @@ def share_text(x: float) -> str:
     return f"{100 * x:.3g}%"
 
 
-def block(d: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+def block(d: Mapping[str, object], key: str) -> Mapping[str, object]:
+    """A JSON block's block `key` (point.json's telemetry, trace or arrival); {} where it
+    has none."""
     v = d.get(key)
     return v if isinstance(v, Mapping) else {}
 
 
-def block_mean(d: Mapping[str, Any], key: str) -> float | None:
+def block_mean(d: Mapping[str, object], key: str) -> float | None:
     v = block(d, key).get("mean")
-    return None if v is None else float(v)
+    return None if v is None else number(v)

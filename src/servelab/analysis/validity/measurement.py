@@ -3,7 +3,13 @@ host, no failed requests, preemptions noted, a long enough point."""
 
 from __future__ import annotations
 
-from servelab.analysis.validity.facts import BURST_MAX_READS, BURST_MIN_TOKENS, PointFacts
+from servelab.analysis.validity.facts import (
+    BURST_MAX_READS,
+    BURST_MIN_TOKENS,
+    PointFacts,
+    integer,
+    number,
+)
 from servelab.analysis.validity.flags import (
     FAILED,
     NOT_CHECKED,
@@ -68,14 +74,14 @@ def check_contention(f: PointFacts, t: ValiditySection) -> Flag:
     # percent of all cores and percents of one core, as cores; sampling can put the difference
     # slightly below zero on an idle host
     known = sum(v or 0.0 for v in own) + (block_mean(cpu, "siblings_cpu_pct") or 0.0)
-    other = max(0.0, host / 100.0 * int(cores) - known / 100.0)
+    other = max(0.0, host / 100.0 * integer(cores) - known / 100.0)
     servers = "servers" if siblings else "server"
     said = f"{other:.2f} CPU cores busy outside the {servers}, client and samplers"
     steal = block_mean(cpu, "host_steal_pct")
     if steal is not None:
         # steal counts as busy, so it is part of `other`; the two means come from different
         # samples, so it is capped at `other` rather than read as more than all of it
-        said += f" ({min(other, steal / 100.0 * int(cores)):.2f} of them hypervisor steal)"
+        said += f" ({min(other, steal / 100.0 * integer(cores)):.2f} of them hypervisor steal)"
     if other > limit:
         return Flag("contention", FAILED, other, limit, f"{said} (limit {number_text(limit)})")
     return Flag("contention", PASSED, other, limit, said)
@@ -111,11 +117,11 @@ def check_restarted_requests(f: PointFacts, t: ValiditySection) -> Flag:
         if srv.get("absent"):
             why = f"no server metrics: {srv['absent']}"
         return Flag("restarted_requests", NOT_CHECKED, None, None, why)
-    if float(n) > 0:
+    if number(n) > 0:
         said = (
-            f"the server preempted requests {number_text(float(n))} times (kept: server behaviour)"
+            f"the server preempted requests {number_text(number(n))} times (kept: server behaviour)"
         )
-        return Flag("restarted_requests", NOTED, float(n), None, said)
+        return Flag("restarted_requests", NOTED, number(n), None, said)
     return Flag("restarted_requests", PASSED, 0.0, None, "no preemption")
 
 

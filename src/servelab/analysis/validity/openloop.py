@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 from typing import NamedTuple
 
-from servelab.analysis.validity.facts import PointFacts, RequestFacts
+from servelab.analysis.validity.facts import PointFacts, RequestFacts, integer, number
 from servelab.analysis.validity.flags import (
     FAILED,
     NOT_CHECKED,
@@ -81,7 +81,7 @@ def held_by_cap(f: PointFacts) -> list[bool]:
     for r in reqs:
         due = r.scheduled_ns
         in_flight = bisect.bisect_right(sends, due) - bisect.bisect_right(ends, due)
-        out.append(in_flight >= int(cap))
+        out.append(in_flight >= integer(cap))
     return out
 
 
@@ -96,9 +96,9 @@ def check_arrival_rate(f: PointFacts, t: ValiditySection) -> Flag:
     if not scheduled or achieved is None:
         why = "fewer than two requests sent at different times, or no schedule recorded"
         return Flag("arrival_rate", NOT_CHECKED, None, limit, why)
-    off = 100.0 * abs(achieved / float(scheduled) - 1.0)
+    off = 100.0 * abs(achieved / number(scheduled) - 1.0)
     said = (
-        f"requests sent at {achieved:.3g} req/s, their schedule's rate {float(scheduled):.3g} "
+        f"requests sent at {achieved:.3g} req/s, their schedule's rate {number(scheduled):.3g} "
         f"req/s (target {f.rate:g}): {off:.2g}% off"
     )
     if off > limit:

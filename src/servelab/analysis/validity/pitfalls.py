@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
 
-from servelab.analysis.validity.facts import PointFacts, RequestFacts
+from servelab.analysis.validity.facts import PointFacts, RequestFacts, integer, number
 from servelab.analysis.validity.flags import (
     FAILED,
     NOT_CHECKED,
@@ -24,7 +23,7 @@ from servelab.analysis.validity.flags import (
 from servelab.experiment import ValiditySection
 
 
-def _arg(args: Mapping[str, Any] | None, *names: str) -> Any:
+def _arg(args: Mapping[str, object] | None, *names: str) -> object:
     if not args:
         return None
     for name in names:
@@ -34,7 +33,7 @@ def _arg(args: Mapping[str, Any] | None, *names: str) -> Any:
     return None
 
 
-def tokens_per_chunk_allowed(args: Mapping[str, Any] | None) -> int:
+def tokens_per_chunk_allowed(args: Mapping[str, object] | None) -> int:
     """Tokens one streamed chunk may carry under the server's configuration: one per decode
     step, 1 + k with speculative decoding of k tokens (`num_speculative_tokens`)."""
     spec = _arg(args, "speculative-config")
@@ -47,7 +46,7 @@ def tokens_per_chunk_allowed(args: Mapping[str, Any] | None) -> int:
     if k is None:
         k = _arg(args, "num-speculative-tokens")
     try:
-        return 1 + max(0, int(k)) if k is not None else 1
+        return 1 + max(0, integer(k)) if k is not None else 1
     except (TypeError, ValueError):
         return 1
 
@@ -108,7 +107,7 @@ def check_first_token(f: PointFacts, t: ValiditySection) -> Flag:
     return Flag("first_token", PASSED, 0.0, None, "every first chunk carried output")
 
 
-def caching_asked(args: Mapping[str, Any] | None) -> bool:
+def caching_asked(args: Mapping[str, object] | None) -> bool:
     v = _arg(args, "enable-prefix-caching")
     return v is True or (isinstance(v, str) and v.lower() in ("true", "1", "yes"))
 
@@ -119,7 +118,7 @@ def served_from_cache(f: PointFacts) -> tuple[float, float, str] | None:
     srv = block(f.telemetry or {}, "server")
     queries, hits = srv.get("prefix_cache_queries"), srv.get("prefix_cache_hits")
     if queries is not None and hits is not None:
-        return float(hits), float(queries), "server counters"
+        return number(hits), number(queries), "server counters"
     cached = [r for r in f.requests if r.cached_tokens is not None]
     if not cached:
         return None
@@ -167,7 +166,7 @@ def check_prefix_cache(f: PointFacts, t: ValiditySection) -> Flag:
 
 def _intended(f: PointFacts) -> str:
     """The share of prompt tokens a shared-prefix workload means the cache to serve."""
-    intended = (f.shared_prefix or (f.trace or {}).get("reuse") or {}).get("reuse_ratio")
+    intended = (f.shared_prefix or block(f.trace or {}, "reuse")).get("reuse_ratio")
     if isinstance(intended, (int, float)):
         return f"{float(intended):.2f} intended"
     return "the share it intends is not known"
@@ -366,7 +365,7 @@ def check_client_wait(f: PointFacts, t: ValiditySection) -> Flag:
 
 def _server_block(
     f: PointFacts, name: str, key: str, limit: float | None = None
-) -> tuple[Mapping[str, Any], Flag | None]:
+) -> tuple[Mapping[str, object], Flag | None]:
     """The telemetry's server block when it has counter `key`, else the check's not-checked
     flag saying why."""
     tel = f.telemetry
@@ -390,7 +389,7 @@ def check_leftover_requests(f: PointFacts, t: ValiditySection) -> Flag:
     srv, skip = _server_block(f, "leftover_requests", "requests_finished")
     if skip is not None:
         return skip
-    server_n, client_n = float(srv["requests_finished"]), len(f.requests)
+    server_n, client_n = number(srv["requests_finished"]), len(f.requests)
     extra = server_n - client_n
     said = (
         f"the server finished {number_text(server_n)} requests during the point, "
@@ -418,10 +417,10 @@ def check_server_counts(f: PointFacts, t: ValiditySection) -> Flag:
     if skip is not None:
         return skip
     done = [r for r in f.requests if r.completed]
-    pairs = [("output", float(srv["generation_tokens"]), sum(r.output_tokens or 0 for r in done))]
+    pairs = [("output", number(srv["generation_tokens"]), sum(r.output_tokens or 0 for r in done))]
     if srv.get("prompt_tokens") is not None:
         pairs.append(
-            ("prompt", float(srv["prompt_tokens"]), sum(r.prompt_tokens or 0 for r in done))
+            ("prompt", number(srv["prompt_tokens"]), sum(r.prompt_tokens or 0 for r in done))
         )
     worst, parts = 0.0, []
     for what, server_n, client_n in pairs:

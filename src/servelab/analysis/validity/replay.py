@@ -17,7 +17,7 @@ the time scale; `arrival_rate`), two:
 
 from __future__ import annotations
 
-from servelab.analysis.validity.facts import PointFacts
+from servelab.analysis.validity.facts import PointFacts, integer
 from servelab.analysis.validity.flags import (
     FAILED,
     NOT_CHECKED,
@@ -37,7 +37,7 @@ def check_trace_reuse(f: PointFacts, t: ValiditySection) -> Flag:
     limit = threshold_of(t, "min_trace_reuse")
     if f.trace is None:
         return Flag("trace_reuse", NOT_CHECKED, None, limit, NOT_TRACE)
-    implied = int(block(f.trace, "reuse").get("reused_tokens") or 0)
+    implied = integer(block(f.trace, "reuse").get("reused_tokens") or 0)
     if not caching_asked(f.server_args):
         why = f"the configuration did not enable prefix caching (the trace implies {implied})"
         return Flag("trace_reuse", NOT_CHECKED, None, limit, why)
@@ -62,7 +62,7 @@ def check_trace_requests(f: PointFacts, t: ValiditySection) -> Flag:
     if f.trace is None:
         return Flag("trace_requests", NOT_CHECKED, None, limit, NOT_TRACE)
     window = block(f.trace, "window")
-    expected = int(window.get("in_window") or 0)
+    expected = integer(window.get("in_window") or 0)
     sent = len(f.requests)
     if not expected:
         return Flag("trace_requests", NOT_CHECKED, None, limit, "the window's count is not known")

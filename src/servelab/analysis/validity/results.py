@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import NotRequired, TypedDict
 
+from servelab.analysis.validity.attempts import RecordJson
 from servelab.analysis.validity.catalog import checks_for, failed
 from servelab.analysis.validity.flags import (
     FAILED,
@@ -20,7 +21,8 @@ from servelab.analysis.validity.flags import (
 )
 from servelab.design.level import CONCURRENCY, Level, LevelValue
 from servelab.experiment import ValiditySection
-from servelab.hostfacts.canary import RunCanary
+from servelab.hostfacts.canary import DriftJson, RunCanary
+from servelab.hostfacts.gpucanary import GpuDriftJson
 
 FORMAT_VERSION = 1
 
@@ -59,11 +61,56 @@ def counts(points: Sequence[PointFlags]) -> dict[str, dict[str, int]]:
     return out
 
 
+class CheckJson(TypedDict):
+    """validity.json's `checks[]`: a check, what it leaves out and its threshold."""
+
+    name: str
+    definition: str
+    affects: str
+    threshold_key: str | None
+    threshold: float | None
+
+
+class GpuSpeedJson(TypedDict):
+    """validity.json `host_speed.<sc>.gpu`: the GPU canary's medians and drift, or why
+    there is none."""
+
+    present: bool
+    reason: NotRequired[str | None]
+    before: NotRequired[dict[str, float]]
+    after: NotRequired[dict[str, float]]
+    drift: NotRequired[GpuDriftJson]
+
+
+class HostSpeedJson(TypedDict):
+    """validity.json `host_speed.<sc>`: the host-speed canary of a sweep job."""
+
+    status: str
+    reason: str
+    before: dict[str, float]
+    after: dict[str, float]
+    drift: DriftJson
+    gpu: NotRequired[GpuSpeedJson]
+
+
+class ValidityJson(TypedDict):
+    """validity.json: the thresholds, the checks, their counts by status, and each point's
+    flags (a row keyed by its level's axis: FlagJson checks, a RecordJson `record`); the
+    host-speed canary of each sweep job where one was recorded."""
+
+    format_version: int
+    thresholds: dict[str, float]
+    checks: list[CheckJson]
+    counts: dict[str, dict[str, int]]
+    points: list[dict[str, object]]
+    host_speed: NotRequired[dict[str, HostSpeedJson]]
+
+
 def validity_json(
     points: Sequence[PointFlags],
     t: ValiditySection,
-    records: Mapping[tuple[str, int, LevelValue], Mapping[str, Any]] | None = None,
-) -> dict[str, Any]:
+    records: Mapping[tuple[str, int, LevelValue], RecordJson] | None = None,
+) -> ValidityJson:
     """validity.json; `records`: per (server config, repeat, level) of a point measured more
     than once, which attempt its flags and statistics are of, and why (`Choice.to_json`)."""
     rec = records or {}
@@ -132,14 +179,14 @@ HOST_SPEED_WORDS = {
 }
 
 
-def host_speed_json(canaries: Mapping[str, RunCanary]) -> dict[str, Any]:
+def host_speed_json(canaries: Mapping[str, RunCanary]) -> dict[str, HostSpeedJson]:
     """validity.json `host_speed` (present only where a sweep recorded the canary): for each
     server configuration, the canary before its sweep job's first launch and after its last,
     the drift, and `noted` where it moved beyond its own noise (the host changed speed under
     the sweep) or was too noisy to call steady (docs/analysis.md, "Host speed"). Noted, not
     failed: the points stay in, and a balanced, interleaved design spreads a slow drift over
     every level alike."""
-    out: dict[str, Any] = {}
+    out: dict[str, HostSpeedJson] = {}
     for sc, canary in sorted(canaries.items()):
         verdict = canary.verdict  # the CPU canary's, or the GPU canary's where it is worse
         out[sc] = {

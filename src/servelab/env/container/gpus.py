@@ -283,7 +283,7 @@ def _to_uuid(
     return uid, f"{found_by}: {uid}", res.ambiguous is not None
 
 
-def image_cuda(runtime: Mapping[str, Any], tag: str | None) -> tuple[str | None, str | None]:
+def image_cuda(runtime: Mapping[str, object], tag: str | None) -> tuple[str | None, str | None]:
     """The CUDA version an image was built with, and where it was read: runtime.json's
     `image_cuda` (the image's CUDA_VERSION, from the runtime stage's probe), its `torch_cuda`
     (the CUDA its PyTorch was built for), else a `cuNNN` in the image's tag (cu129: 12.9)."""
