@@ -15,6 +15,10 @@ MAX_LINES = 80
 MAX_MODULE_LINES = 600
 
 
+# generated modules: their size follows what they are generated from
+GENERATED = {"documents/declared.py"}
+
+
 def parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     """Parameters of a function as its callers see them: self and cls not counted, *args and
     **kwargs counted one each."""
@@ -46,5 +50,7 @@ def prompts(src: Path = SRC) -> list[str]:
     """Every function and module of the package over a limit."""
     found = []
     for path in sorted(src.rglob("*.py")):
+        if path.relative_to(src).as_posix() in GENERATED:
+            continue
         found += oversized(path.read_text(encoding="utf-8"), path.relative_to(src).as_posix())
     return found

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from servelab.analysis.bisect import FOUND, NO_CHANGE, UNDECIDED, Question, StepAnswer, bisect
+from servelab.analysis.bisect import FOUND, NO_CHANGE, UNDECIDED, BisectQuestion, StepAnswer, bisect
 from servelab.analysis.equivalence import SAME, UNKNOWN, decide, family_alpha
 from servelab.cli import main
 from servelab.config import load, validate
@@ -55,7 +55,7 @@ def measured_step(rng: np.random.Generator, spread: float = 0.03) -> Any:
 
 def test_the_planted_change_is_found_at_its_setup() -> None:
     rng = np.random.default_rng(0)
-    q = Question(tuple(SETUPS), 0, 7, "output_throughput", 8.0, 10.0)
+    q = BisectQuestion(tuple(SETUPS), 0, 7, "output_throughput", 8.0, 10.0)
     doc = bisect(q, measured_step(rng))
     assert doc["verdict"] == FOUND and doc["first_changed"] == "s5" and doc["last_same"] == "s4"
     # the bad end first, then log2(7) halvings at most
@@ -74,7 +74,7 @@ def test_it_finds_the_planted_change_wherever_it_is() -> None:
     for where in range(1, 8):
         MNS[:] = [8] * where + [2] * (8 - where)
         try:
-            q = Question(tuple(SETUPS), 0, 7, "output_throughput", 8, 10)
+            q = BisectQuestion(tuple(SETUPS), 0, 7, "output_throughput", 8, 10)
             doc = bisect(q, measured_step(rng))
         finally:
             MNS[:] = [8, 8, 8, 8, 8, 2, 2, 2]
@@ -91,7 +91,7 @@ def fixed(words: dict[int, str]) -> Any:
 
 
 def test_an_undecided_step_ends_the_search_and_says_so() -> None:
-    q = Question(tuple(SETUPS), 0, 7, "output_throughput", 8.0, 10.0)
+    q = BisectQuestion(tuple(SETUPS), 0, 7, "output_throughput", 8.0, 10.0)
     doc = bisect(q, fixed({7: "DIFFERENT", 3: UNKNOWN}))
     assert doc["verdict"] == UNDECIDED and doc["first_changed"] is None
     assert [s["version"] for s in doc["steps"]] == ["s7", "s3"]

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any, cast
 
 from servelab.analysis.proposals import with_proposal
+from servelab.documents.declared import ReproductionRecord
 from servelab.evidence.bundle import _endpoint
 from servelab.evidence.crate import _model_dependency, _runtime_dependency
 from servelab.evidence.release import unpinned_reasons
 from servelab.reproduce.markdown import _differences
 from servelab.reproduce.provenance_diff import not_checked, provenance_diff
-from servelab.reproduce.records import ReproductionRecord
 from servelab.reproduce.sides import Side
 
 HOST = {"class": "unknown", "relevant_differences": [], "other_differences": []}

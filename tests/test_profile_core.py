@@ -184,9 +184,10 @@ def test_ratios() -> None:
         "b": {"population_mean": 8.0, "kernel_us_mean": 20.0},
         "c": None,
     }
+    # each row's attention paths are the trace analysis's to add (profile.json `ratios`)
     assert ratios(["a", "b", "c"], steady) == [
-        {"from": "a", "to": "b", "population_ratio": 8.0, "duration_ratio": 4.0},
-        {"from": "b", "to": "c", "population_ratio": None, "duration_ratio": None},
+        {"from": "a", "to": "b", "population_ratio": 8.0, "duration_ratio": 4.0, "paths": []},
+        {"from": "b", "to": "c", "population_ratio": None, "duration_ratio": None, "paths": []},
     ]
 
 

@@ -21,10 +21,11 @@ from pathlib import Path
 from types import FrameType
 from typing import NotRequired, TypedDict
 
-from servelab.analysis.diagnosis_records import Change, Diagnosis, Proposal
+from servelab.analysis.diagnosis_records import Change
 from servelab.analysis.proposals import change_words, proposal_line
 from servelab.config import validate
 from servelab.documents import JsonObject
+from servelab.documents.declared import Diagnosis, Proposal
 from servelab.errors import ServelabError
 from servelab.experiment import ArgValue, Experiment
 from servelab.store.hashing import sha256_file

@@ -428,7 +428,7 @@ class RoundStep:
 
 
 @dataclass(frozen=True)
-class RoundLaunch:
+class RoundStart:
     """A server launch of a sequential sweep: the round of the look after it, its
     configuration, its index, its start (ready_s, None where not recorded) and its wait for
     the measuring-server lock."""
@@ -487,10 +487,10 @@ def round_steps(seq: JsonObject) -> list[RoundStep]:
     ]
 
 
-def _recorded_launch(e: JsonObject) -> RoundLaunch:
+def _recorded_launch(e: JsonObject) -> RoundStart:
     """A launch as the sequential record's `launches` holds it."""
     launch, ready = e.get("launch"), e.get("ready_s")
-    return RoundLaunch(
+    return RoundStart(
         int(_num(e["round"])),
         str(e["server_config"]),
         launch if isinstance(launch, int) else None,
@@ -499,7 +499,7 @@ def _recorded_launch(e: JsonObject) -> RoundLaunch:
     )
 
 
-def round_launches(exp_dir: Path, seq: JsonObject, points: Sequence[PointDoc]) -> list[RoundLaunch]:
+def round_launches(exp_dir: Path, seq: JsonObject, points: Sequence[PointDoc]) -> list[RoundStart]:
     """Every server launch of the sweep, with the round of the look after it: the record's
     `launches`; in raw data from before it kept them, each step's launches from its points'
     `launch`, the start known for each configuration's latest launch alone (launch.json)."""
@@ -517,13 +517,13 @@ def round_launches(exp_dir: Path, seq: JsonObject, points: Sequence[PointDoc]) -
     for (sc, n), k in sorted(seen.items(), key=lambda item: (item[1], item[0])):
         latest = LaunchRecord.read_if_present(paths.launch(sc))
         if latest is not None and latest.launch == n:
-            out.append(RoundLaunch(k, sc, n, latest.ready_s, latest.lock_waited_s))
+            out.append(RoundStart(k, sc, n, latest.ready_s, latest.lock_waited_s))
         else:  # an earlier launch: launch.json keeps the latest alone
-            out.append(RoundLaunch(k, sc, n, None, 0.0))
+            out.append(RoundStart(k, sc, n, None, 0.0))
     return out
 
 
-def starts_wall(launches: list[RoundLaunch], *, together: bool) -> float:
+def starts_wall(launches: list[RoundStart], *, together: bool) -> float:
     """The wall time of the launches' starts: their sum, one after another; side by side
     (`together`: a round's servers started at once), the longest start of each round's
     launches (a configuration's n-th launch of a step was started beside the others' n-th)."""
@@ -537,7 +537,7 @@ def starts_wall(launches: list[RoundLaunch], *, together: bool) -> float:
 
 
 def _spent(
-    launches: list[RoundLaunch], points: Sequence[PointDoc], detail: bool, together: bool
+    launches: list[RoundStart], points: Sequence[PointDoc], detail: bool, together: bool
 ) -> tuple[str, float]:
     """`2 server starts 61.3 s (a #1 30.1 s, b #1 31.2 s) + 30 points 290.0 s` (the launches
     named with `detail`), and the seconds it accounts for; side by side (`together`), the

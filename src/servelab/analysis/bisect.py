@@ -47,7 +47,7 @@ class StepAnswer:
     windows_s: float | None = None  # its points' measured windows, summed
 
 
-class StepJson(TypedDict):
+class BisectStepJson(TypedDict):
     index: int
     version: str
     against: str
@@ -74,11 +74,11 @@ class BisectionJson(TypedDict):
     verdict: str  # found | no change at the bad end | unknown
     first_changed: str | None
     last_same: str | None
-    steps: list[StepJson]
+    steps: list[BisectStepJson]
 
 
 @dataclass(frozen=True)
-class Question:
+class BisectQuestion:
     """What the bisection looks for: the setups, the two ends, one metric at one level."""
 
     versions: tuple[str, ...]
@@ -90,7 +90,7 @@ class Question:
     check_bad: bool = True
 
 
-def _step_json(q: Question, index: int, a: StepAnswer) -> StepJson:
+def _step_json(q: BisectQuestion, index: int, a: StepAnswer) -> BisectStepJson:
     return {
         "index": index,
         "version": q.versions[index],
@@ -108,11 +108,11 @@ def _step_json(q: Question, index: int, a: StepAnswer) -> StepJson:
     }
 
 
-def bisect(q: Question, step: Callable[[int], StepAnswer]) -> BisectionJson:
+def bisect(q: BisectQuestion, step: Callable[[int], StepAnswer]) -> BisectionJson:
     """Search `q` with `step(i)` measuring setup i against the good end."""
     if not 0 <= q.good < q.bad < len(q.versions):
         raise ValueError(f"good ({q.good}) must come before bad ({q.bad}) in the setups")
-    steps: list[StepJson] = []
+    steps: list[BisectStepJson] = []
     lo, hi = q.good, q.bad
     verdict = FOUND
     if q.check_bad:
@@ -146,11 +146,11 @@ def bisect(q: Question, step: Callable[[int], StepAnswer]) -> BisectionJson:
     }
 
 
-def _interval(s: StepJson) -> str:
+def _interval(s: BisectStepJson) -> str:
     return interval_text(s["speed"], s["low"], s["high"])
 
 
-def _word(s: StepJson) -> str:
+def _word(s: BisectStepJson) -> str:
     return word_text(s["word"], s["direction"], s["rounds_needed"])
 
 

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict, cast, overload
 
 from servelab.analysis.dataset import Point
-from servelab.analysis.diagnosis_records import Diagnosis, level_of
+from servelab.analysis.diagnosis_records import level_of
 from servelab.analysis.groups import SUMMARY_METRICS, Groups, hit_order, invalid_text
-from servelab.analysis.knee import DOMINANCE, DominanceRow, Knee, knee_level
-from servelab.analysis.search_records import SearchJson
+from servelab.analysis.knee import DOMINANCE, DominanceRow, knee_level
 from servelab.analysis.stats import describe, one_sided_bounds, paired
 from servelab.analysis.validity import Flag
 from servelab.claims_syntax import (
@@ -34,10 +33,10 @@ from servelab.design.stopping import (
     look_evidence,
     sequential_test,
 )
+from servelab.documents.declared import ClaimVerdict, Diagnosis, Hosts, Knee, NodeFacts, SearchJson
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import compare_hosts, difference_names
-from servelab.hostfacts.host import NodeFacts
 
 NOT_COMPARABLE = "not comparable"
 # every verdict a claim can get (claims.schema.json, docs/analysis.md)
@@ -97,7 +96,6 @@ class InvalidEvidence(TypedDict):
     invalid: list[InvalidPoint]
 
 
-Hosts = TypedDict("Hosts", {"a": str, "b": str, "class": str, "differences": list[str]})
 """The hosts of a comparison of configurations measured on different nodes."""
 
 # a claim's evidence, by kind: a comparison, a bound, the points that made it invalid, the
@@ -106,18 +104,6 @@ Hosts = TypedDict("Hosts", {"a": str, "b": str, "class": str, "differences": lis
 ClaimEvidence = (
     ComparisonEvidence | BoundEvidence | InvalidEvidence | Knee | dict[str, Any] | Sequence[object]
 )
-
-
-class ClaimVerdict(TypedDict):
-    """A claim of claims.json: its verdict (one of VERDICTS), the reason of one not decided
-    (invalid, not comparable, open after the last round), the evidence and, for a
-    comparison across nodes, the hosts."""
-
-    claim: str
-    verdict: str
-    reason: NotRequired[str]
-    evidence: ClaimEvidence
-    hosts: NotRequired[Hosts]
 
 
 def sequential_of(entry: ClaimVerdict) -> LookEvidence | None:

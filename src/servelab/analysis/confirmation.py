@@ -10,20 +10,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Literal, TypedDict
 
-from servelab.analysis.diagnosis_records import Change
 from servelab.analysis.groups import Groups
 from servelab.analysis.proposals import change_words
 from servelab.analysis.stats import describe
-from servelab.experiment import ConfirmsProposal, ConfirmsSection, NotTriedJson
+from servelab.documents.declared import (
+    ConfirmationRecord,
+    Effect,
+    EffectAfter,
+    EffectBefore,
+    JudgedClaim,
+    ProposalVerdict,
+)
+from servelab.experiment import ConfirmsProposal, ConfirmsSection
 from servelab.render import md_table, num
 
 if TYPE_CHECKING:
-    from servelab.analysis.claims import ClaimVerdict
+    from servelab.documents.declared import ClaimVerdict
 
 # what a proposal's effect reports, before and after (energy only where it was measured)
-EFFECT_METRICS = ("output_throughput", "mean_ttft_ms", "p99_ttft_ms", "joules_per_output_token")
+EffectMetric = Literal[
+    "output_throughput", "mean_ttft_ms", "p99_ttft_ms", "joules_per_output_token"
+]
+EFFECT_METRICS: tuple[EffectMetric, ...] = (
+    "output_throughput",
+    "mean_ttft_ms",
+    "p99_ttft_ms",
+    "joules_per_output_token",
+)
 
 
 class Ratio(TypedDict):
@@ -32,45 +47,6 @@ class Ratio(TypedDict):
     n: int
     throughput_ratio: float | None
     ratio_ci95: list[float] | None
-
-
-class Effect(Ratio):
-    """What a change bought at one judged concurrency: EFFECT_METRICS before and after (those
-    measured on both sides), and the throughput ratio."""
-
-    concurrency: int
-    before: dict[str, float]
-    after: dict[str, float]
-
-
-class JudgedClaim(TypedDict):
-    claim: str
-    verdict: str
-
-
-class ProposalVerdict(TypedDict):
-    """One proposal's verdict, its claims and its effects (confirmation.json `proposals`)."""
-
-    id: str
-    diagnoses: list[str]
-    server_config: str
-    config: str
-    change: Change
-    expected: str
-    verdict: str
-    claims: list[JudgedClaim]
-    effects: list[Effect]
-
-
-class ConfirmationRecord(TypedDict):
-    """confirmation.json: the diagnosing experiment, each proposal's verdict, and the
-    proposals that were not tried (as analysis.confirms lists them)."""
-
-    experiment: str
-    bundle: str
-    manifest_sha256: str
-    proposals: list[ProposalVerdict]
-    not_tried: list[NotTriedJson]
 
 
 def proposal_verdict(verdicts: list[str]) -> str:
@@ -97,17 +73,18 @@ def _ratio(g: Groups, before: str, after: str, c: int) -> Ratio:
 
 
 def _effect(g: Groups, p: ConfirmsProposal, c: int) -> Effect:
-    sides: dict[str, dict[str, float]] = {"before": {}, "after": {}}
+    before: EffectBefore = {}
+    after: EffectAfter = {}
     for m in EFFECT_METRICS:
         b, a = g.mean(p.server_config, c, m), g.mean(p.config, c, m)
         if b is None or a is None:
             continue
-        sides["before"][m] = b
-        sides["after"][m] = a
+        before[m] = b
+        after[m] = a
     return {
         "concurrency": c,
-        "before": sides["before"],
-        "after": sides["after"],
+        "before": before,
+        "after": after,
         **_ratio(g, p.server_config, p.config, c),
     }
 
@@ -162,7 +139,7 @@ def verdict_line(p: ProposalVerdict) -> str:
     return f"{p['id']} {p['verdict']}: {change} on {p['server_config']}{what}"
 
 
-def _pair(e: Effect, m: str, fmt: str) -> str:
+def _pair(e: Effect, m: EffectMetric, fmt: str) -> str:
     if m not in e["before"]:
         return "-"
     return f"{num(e['before'][m], fmt)} → {num(e['after'][m], fmt)}"

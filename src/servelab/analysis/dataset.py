@@ -34,21 +34,25 @@ from servelab.analysis.validity import (
     removing,
     use_attempts,
 )
-from servelab.analysis.validity.attempts import RecordJson
 from servelab.analysis.validity.facts import BenchJson
 from servelab.analysis.validity.flags import number_text
 from servelab.analysis.validity.openloop import achieved_rate
 from servelab.client import RequestRecord
 from servelab.config import default_section
 from servelab.design.level import RATE, Level, LevelValue
-from servelab.design.stopping import RuleJson, StoppingRule
+from servelab.design.stopping import StoppingRule
+from servelab.documents.declared import (
+    CpuFacts,
+    IsaRecord,
+    NodeFacts,
+    RecordJson,
+    RuleJson,
+    StartRecord,
+)
 from servelab.errors import ServelabError
 from servelab.experiment import ValiditySection
 from servelab.hostfacts.canary import RunCanary, run_canaries
-from servelab.hostfacts.cpu import CpuFacts
-from servelab.hostfacts.host import NodeFacts
-from servelab.hostfacts.isa import IsaRecord
-from servelab.launch.serverlog import StartRecord, parse_capacity
+from servelab.launch.serverlog import parse_capacity
 from servelab.metrics import PointMetrics, assemble, point_metrics, request_latencies
 from servelab.store.jsonio import read_json
 from servelab.store.paths import SERVER_LOG, ExperimentPaths

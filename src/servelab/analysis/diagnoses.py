@@ -14,19 +14,13 @@ from dataclasses import dataclass
 from typing import cast
 
 from servelab.analysis.dataset import Capacity, Dataset
-from servelab.analysis.diagnosis_records import (
-    CaptureFit,
-    Diagnosis,
-    Dip,
-    FlatSpan,
-    UtilizationHit,
-    level_of,
-)
+from servelab.analysis.diagnosis_records import CaptureFit, Dip, FlatSpan, UtilizationHit, level_of
 from servelab.analysis.groups import Groups
-from servelab.analysis.knee import DOMINANCE, DominanceRow, Knee, dominance_levels, knee_level
+from servelab.analysis.knee import DOMINANCE, DominanceRow, dominance_levels, knee_level
 from servelab.analysis.proposals import launched, max_num_seqs, not_launched, with_proposal
-from servelab.analysis.stats import EvidenceLevel, evidence_level, paired
+from servelab.analysis.stats import evidence_level, paired
 from servelab.design.level import LevelValue
+from servelab.documents.declared import Diagnosis, EvidenceLevel, Knee
 from servelab.experiment import AnalysisSection
 from servelab.launch.serverlog import parse_capture_sizes
 
@@ -36,9 +30,9 @@ LINEAR_TOLERANCE = 1.25  # serialized: seconds per request may vary this much ac
 def _at_level(d: Diagnosis, axis: str, level: int | float | list[int] | list[float]) -> Diagnosis:
     """The diagnosis with its level on `axis` ("concurrency" or "rate")."""
     if axis == "rate":
-        d["rate"] = level
-    else:
-        d["concurrency"] = level
+        d["rate"] = [x for x in level] if isinstance(level, list) else level
+    else:  # a concurrency is a whole number
+        d["concurrency"] = [int(x) for x in level] if isinstance(level, list) else int(level)
     return d
 
 

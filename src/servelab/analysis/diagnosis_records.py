@@ -5,37 +5,20 @@ reproduction."""
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict, final
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
-from servelab.analysis.stats import EvidenceLevel
+from servelab.documents.declared import Diagnosis
 
 # a change of a server configuration: vLLM argument (without --) -> value
-Change = dict[str, int | str]
+Change = dict[str, str | float | bool]
 
 
-@final
-class Proposal(TypedDict):
-    """A diagnosis's `proposal`: a server change (`change`, the proposed `config`, the
-    concurrencies its `claims` judge) or an operating point (`operate_at`: level -> value);
-    why, what it should buy, and whether a confirmation can try it (else `not_tried`)."""
+@dataclass(frozen=True)
+class NoRemedy:
+    """Why a diagnosis has no proposal (its `no_remedy`)."""
 
-    server_config: str
-    change: NotRequired[Change]
-    config: NotRequired[str]
-    concurrency: NotRequired[list[int]]
-    claims: NotRequired[list[str]]
-    operate_at: NotRequired[dict[str, float]]
     why: str
-    expected: str
-    tryable: bool
-    not_tried: NotRequired[str]
-
-
-@final
-class NoRemedy(TypedDict):
-    """Why a diagnosis has no proposal."""
-
-    no_remedy: str
 
 
 class FlatSpan(TypedDict):
@@ -106,30 +89,6 @@ class CaptureFit(TypedDict):
 Evidence = (
     SerializedEvidence | KvEvidence | Dip | list[UtilizationHit] | PastKneeEvidence | dict[str, Any]
 )
-
-
-class Diagnosis(TypedDict):
-    """One diagnosis of diagnoses.json: its kind, configuration, level (`concurrency`, or
-    `rate` for an open loop; a list where it names several), evidence and evidence level, the
-    suggestion in words, and its proposal or why it has none (analysis.proposals)."""
-
-    kind: str
-    server_config: str
-    concurrency: NotRequired[int | float | list[int] | list[float]]
-    rate: NotRequired[int | float | list[int] | list[float]]
-    capture_sizes: NotRequired[list[int] | None]
-    capture_sizes_source: NotRequired[str | None]
-    cudagraph_mode: NotRequired[str | None]
-    batch_size: NotRequired[int]
-    batch_size_source: NotRequired[str]
-    outside_capture_sizes: NotRequired[bool | None]
-    capture_explanation: NotRequired[str]
-    suggested_max_num_seqs: NotRequired[int]
-    evidence: Evidence
-    evidence_level: EvidenceLevel
-    suggestion: str
-    proposal: NotRequired[Proposal]
-    no_remedy: NotRequired[str]
 
 
 def level_of(d: Diagnosis, axis: str) -> int | float | list[int] | list[float] | None:

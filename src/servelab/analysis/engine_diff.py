@@ -13,34 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
+from servelab.documents.declared import EngineDiff, EngineRow
 from servelab.launch.engine_config import NOT_RECORDED, PINNED_BY, SCHEDULING, departures
 from servelab.store.records import LaunchRecord
 
 Settings = Mapping[str, Mapping[str, Any]]
-
-
-class EngineRow(TypedDict):
-    """One setting of one configuration that differs between the two runs."""
-
-    server_config: str
-    setting: str
-    a: Any
-    b: Any
-    scheduling: bool
-    pinned: bool
-    text: str
-
-
-class EngineDiff(TypedDict):
-    """The two runs' resolved engine settings compared: the rows that differ, the differences
-    that block the comparison (scheduling, not pinned), and the configurations either side did
-    not record."""
-
-    rows: list[EngineRow]
-    blocking: list[str]
-    not_recorded: list[str]
 
 
 def launched_configs(root: Path) -> list[str]:

@@ -14,8 +14,8 @@ from typing import TypedDict
 from servelab.analysis.dataset import Dataset, Point
 from servelab.analysis.stats import describe, paired
 from servelab.analysis.validity import BY_NAME, Flag, PointFlags, failed, level_name
-from servelab.analysis.validity.attempts import RecordJson
 from servelab.design.level import LevelValue
+from servelab.documents.declared import RecordJson
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.telemetry.columns import Cell, telemetry_columns

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NotRequired, TypedDict
 
 from servelab.analysis.groups import Groups
-from servelab.analysis.stats import EvidenceLevel, evidence_level, paired
+from servelab.analysis.stats import evidence_level, paired
 from servelab.design.level import LevelValue
+from servelab.documents.declared import Knee, KneeEvidence
 from servelab.experiment import AnalysisSection
 
 # throughput: higher is better; latencies: lower is better
@@ -39,35 +39,6 @@ def dominance_levels(row: DominanceRow, axis: str) -> tuple[LevelValue, LevelVal
     return at, by
 
 
-class KneeEvidence(TypedDict, total=False):
-    """What a knee rests on: a peak (the next level falls in every repeat) or a plateau (no
-    later level gains plateau_pct while p99 TTFT grows); the next level is `next_concurrency`,
-    or `next_rate` for an open loop."""
-
-    peak_throughput: float | None
-    next_concurrency: LevelValue
-    next_rate: LevelValue
-    next_throughput: float | None
-    change_pct: float
-    repeats_falling: str
-    throughput: float | None
-    best_later_gain_pct: float
-    p99_ttft_ms: float | None
-    next_p99_ttft_ms: float | None
-
-
-class Knee(TypedDict):
-    """A configuration's knee (knee.json): its level (`concurrency`, or `rate` for an open
-    loop; None where there is none), why, the evidence and its level."""
-
-    server_config: str
-    concurrency: NotRequired[LevelValue | None]
-    rate: NotRequired[LevelValue | None]
-    reason: str
-    evidence: KneeEvidence
-    evidence_level: EvidenceLevel
-
-
 def knee_level(k: Knee, axis: str) -> LevelValue | None:
     """A knee's level on `axis` ("concurrency" or "rate"); None where there is no knee."""
     return k["rate"] if axis == "rate" else k["concurrency"]
@@ -76,8 +47,8 @@ def knee_level(k: Knee, axis: str) -> LevelValue | None:
 def _at(k: Knee, axis: str, level: LevelValue | None) -> None:
     if axis == "rate":
         k["rate"] = level
-    else:
-        k["concurrency"] = level
+    else:  # a concurrency is a whole number
+        k["concurrency"] = None if level is None else int(level)
 
 
 def _next(ev: KneeEvidence, axis: str, level: LevelValue) -> KneeEvidence:

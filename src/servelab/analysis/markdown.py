@@ -6,19 +6,16 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 
-from servelab.analysis.claims import ClaimVerdict
 from servelab.analysis.confirmation import confirmation_section
-from servelab.analysis.diagnosis_records import Diagnosis, level_of
+from servelab.analysis.diagnosis_records import level_of
 from servelab.analysis.groups import Groups, PairedRow
-from servelab.analysis.knee import DominanceRow, Knee, knee_level
+from servelab.analysis.knee import DominanceRow, knee_level
 from servelab.analysis.proposals import proposal_line
 from servelab.analysis.replay_report import replay_section
 from servelab.analysis.result import Analysis, HostPart
 from servelab.analysis.rounds import rounds_section
 from servelab.analysis.runtimes import runtimes_section
 from servelab.analysis.samehost import same_host_section
-from servelab.analysis.search_records import SearchJson, StepJson
-from servelab.analysis.slo import SloJson
 from servelab.analysis.stats import describe
 from servelab.analysis.turns import turns_section
 from servelab.analysis.validity import (
@@ -32,10 +29,19 @@ from servelab.analysis.validity import (
     checks_for,
     counts,
 )
+from servelab.documents.declared import (
+    ClaimVerdict,
+    CpuFacts,
+    Diagnosis,
+    Knee,
+    SearchJson,
+    SloJson,
+    StartRecord,
+    StepJson,
+)
 from servelab.env.endpoint import report_line
 from servelab.hostfacts import ISA_FLAGS
-from servelab.hostfacts.cpu import CpuInfo
-from servelab.launch.serverlog import PHASE_NAMES, StartRecord
+from servelab.launch.serverlog import PHASE_NAMES
 from servelab.render import md_table, num
 from servelab.store.paths import TELEMETRY_FIGURE
 
@@ -80,7 +86,7 @@ def _lat(g: Groups, sc: str, c: int | float, metric: str) -> str:
     return f"{text} ({kept} of {kept + lost})" if lost else text
 
 
-def cpu_line(f: CpuInfo) -> str:
+def cpu_line(f: CpuFacts) -> str:
     quota = f.get("cgroup_cpu_quota")
     return (
         f"{f.get('model_name')} ({f.get('vendor')} family {f.get('family')} model "
@@ -97,7 +103,7 @@ def _host_section(host: HostPart, nodes: dict[str, str] | None = None) -> list[s
     """The measuring host's CPU and instruction sets, and what the server runtime computes
     with: what explains a difference from another host (docs/reproduce.md); `nodes`
     (Analysis.hosts_differ): the host of each server config, when they were several."""
-    hosts: Mapping[str, CpuInfo] = host.get("hosts") or {}
+    hosts: Mapping[str, CpuFacts] = host.get("hosts") or {}
     isa, endpoints = host.get("runtime_isa"), host.get("endpoints") or {}
     if not hosts and not isa and not nodes and not endpoints:
         return []

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TypedDict
 
-from servelab.analysis.claims import ClaimVerdict, Findings, evaluate_claims
+from servelab.analysis.claims import Findings, evaluate_claims
 from servelab.analysis.confirmation import confirmation
 from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.diagnoses import diagnoses
@@ -24,20 +24,19 @@ from servelab.analysis.groups import (
 )
 from servelab.analysis.knee import DOMINANCE_COLUMNS, DominanceRow, dominance, knee
 from servelab.analysis.result import Analysis
-from servelab.analysis.rounds import RoundsRecord, sequential_claims
+from servelab.analysis.rounds import sequential_claims
 from servelab.analysis.runtimes import runtimes_compared
 from servelab.analysis.samehost import same_host
 from servelab.analysis.search import SearchResult
-from servelab.analysis.search_records import SearchJson
 from servelab.analysis.slo import slo_capacity
 from servelab.analysis.turns import TurnRow, turns_of
 from servelab.analysis.validity import host_speed_json, validity_json
 from servelab.config import default_section, merge
 from servelab.design.stopping import StoppingRule
 from servelab.documents import JsonValue
+from servelab.documents.declared import ClaimVerdict, RoundsRecord, SearchJson, StartRecord
 from servelab.env.endpoint import report_facts
 from servelab.experiment import AnalysisSection, section_from_dict
-from servelab.launch.serverlog import StartRecord
 from servelab.render import write_csv
 from servelab.store.jsonio import write_json
 from servelab.store.paths import (

@@ -24,14 +24,13 @@ from typing import cast
 from servelab.analysis.dataset import Capacity
 from servelab.analysis.diagnosis_records import (
     Change,
-    Diagnosis,
     FlatSpan,
     NoRemedy,
     PastKneeEvidence,
-    Proposal,
 )
 from servelab.analysis.groups import Groups
 from servelab.analysis.knee import DominanceRow, dominance_levels
+from servelab.documents.declared import Diagnosis, Proposal
 
 PROPOSED_MIN_RATIO = 1.5  # the throughput factor a max-num-seqs proposal claims
 
@@ -92,20 +91,20 @@ def _max_num_seqs(d: Diagnosis, cap: Capacity, g: Groups) -> Proposal | NoRemedy
     old = max_num_seqs(cap)
     fits = cap.get("max_concurrency")
     if not launched(cap):
-        return {"no_remedy": not_launched("--max-num-seqs")}
+        return NoRemedy(not_launched("--max-num-seqs"))
     if old is None:
-        return {"no_remedy": "the startup log does not report --max-num-seqs: no value to raise"}
+        return NoRemedy("the startup log does not report --max-num-seqs: no value to raise")
     if not isinstance(fits, int | float) or isinstance(fits, bool):
-        return {
-            "no_remedy": "the startup log does not say how many sequences the KV cache fits "
+        return NoRemedy(
+            "the startup log does not say how many sequences the KV cache fits "
             "(no 'Maximum concurrency' line): no --max-num-seqs to propose that it can hold"
-        }
+        )
     new = math.floor(fits)
     if new <= old:
-        return {
-            "no_remedy": f"the KV cache fits {fits:g} sequences, no more than --max-num-seqs "
+        return NoRemedy(
+            f"the KV cache fits {fits:g} sequences, no more than --max-num-seqs "
             f"{old} already allows: the limit is elsewhere"
-        }
+        )
     if d["kind"] == "serialized":
         lo, hi = cast(FlatSpan, d["evidence"])["concurrency_span"]
         diagnosed = [int(c) for c in g.levels(sc) if lo <= c <= hi]
@@ -148,12 +147,12 @@ def _max_num_seqs(d: Diagnosis, cap: Capacity, g: Groups) -> Proposal | NoRemedy
 def _capture_sizes(d: Diagnosis, cap: Capacity, g: Groups) -> Proposal | NoRemedy:
     """non_monotonic: capture CUDA graphs for the measured batches the captured sizes miss."""
     if not launched(cap):
-        return {"no_remedy": not_launched("the list of CUDA graph capture sizes")}
+        return NoRemedy(not_launched("the list of CUDA graph capture sizes"))
     if d.get("outside_capture_sizes") is not True:
-        return {
-            "no_remedy": "the CUDA graph capture sizes do not explain the dip (see "
+        return NoRemedy(
+            "the CUDA graph capture sizes do not explain the dip (see "
             "capture_explanation): no setting to change; avoid this operating point"
-        }
+        )
     sc = d["server_config"]
     sizes = [int(x) for x in cast(list[int], d["capture_sizes"])]
     mns = max_num_seqs(cap)
@@ -205,9 +204,9 @@ def with_proposal(d: Diagnosis, cap: Capacity, g: Groups) -> Diagnosis:
     elif kind in ("past_knee", "dominated"):
         found = _operating_point(d, g.axis)
     else:
-        found = NoRemedy(no_remedy=NO_REMEDY_UTILIZATION)
-    if "no_remedy" in found:
-        return {**d, "no_remedy": found["no_remedy"]}
+        found = NoRemedy(NO_REMEDY_UTILIZATION)
+    if isinstance(found, NoRemedy):
+        return {**d, "no_remedy": found.why}
     return {**d, "proposal": found}
 
 

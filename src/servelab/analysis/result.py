@@ -14,21 +14,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
-from servelab.analysis.claims import ClaimVerdict
-from servelab.analysis.confirmation import ConfirmationRecord
-from servelab.analysis.diagnosis_records import Diagnosis
 from servelab.analysis.groups import PairedRow
-from servelab.analysis.knee import DominanceRow, Knee
-from servelab.analysis.rounds import RoundsRecord
-from servelab.analysis.runtimes import RuntimesJson
-from servelab.analysis.samehost import SameHostJson
-from servelab.analysis.search_records import SearchJson
-from servelab.analysis.slo import SloJson
+from servelab.analysis.knee import DominanceRow
 from servelab.analysis.turns import TurnRow
-from servelab.analysis.validity.results import ValidityJson
-from servelab.hostfacts.cpu import CpuFacts
-from servelab.hostfacts.isa import IsaRecord
-from servelab.launch.serverlog import StartRecord
+from servelab.documents.declared import (
+    ClaimVerdict,
+    ConfirmationRecord,
+    CpuFacts,
+    Diagnosis,
+    IsaRecord,
+    Knee,
+    RoundsRecord,
+    RuntimesJson,
+    SameHostJson,
+    SearchJson,
+    SloJson,
+    StartRecord,
+    ValidityJson,
+)
 from servelab.store.paths import (
     CONFIRMATION_TABLE,
     ROUNDS_TABLE,

@@ -21,20 +21,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TypedDict, cast
+from typing import cast
 
-from servelab.analysis.claims import ClaimVerdict, Findings, evaluate_claims, sequential_of
+from servelab.analysis.claims import Findings, evaluate_claims, sequential_of
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
-from servelab.analysis.diagnosis_records import Diagnosis
 from servelab.analysis.groups import Groups
-from servelab.analysis.knee import DominanceRow, Knee, dominance, knee
-from servelab.design.stopping import (
-    RuleJson,
+from servelab.analysis.knee import DominanceRow, dominance, knee
+from servelab.design.stopping import StoppingRule, is_open, run_looks
+from servelab.documents.declared import (
+    ClaimVerdict,
+    Diagnosis,
+    Knee,
+    LookRecord,
+    Question,
+    RoundsRecord,
     SequentialTestJson,
-    StoppingRule,
-    is_open,
-    run_looks,
 )
 from servelab.experiment import AnalysisSection
 from servelab.render import md_table
@@ -45,38 +47,6 @@ STOPPED = {
     "maximum": "the plan's maximum of rounds",
     "budget": "the time budget",
 }
-
-
-class Question(TypedDict):
-    """A question at one look (a claim, or an ordering a reproduction will judge): its state,
-    verdict, the round that decided it, and the test's evidence at that round."""
-
-    claim: str
-    kind: str
-    state: str
-    verdict: str
-    decided_round: int | None
-    test: SequentialTestJson | None
-
-
-class LookRecord(TypedDict):
-    """One look as run.json and rounds.json record it (`round_record`)."""
-
-    round: int
-    decided: int
-    open: int
-    claims: list[Question]
-
-
-class RoundsRecord(TypedDict):
-    """rounds.json: the rule, the rounds measured, why measuring stopped, the orderings asked
-    beside the claims, and every look."""
-
-    rule: RuleJson
-    rounds: int
-    stopped: str
-    orderings: list[str]
-    looks: list[LookRecord]
 
 
 def rounds_measured(ds: Dataset) -> int:

@@ -32,7 +32,7 @@ with the family interval; the words' own fields (`word`, `direction`, `speed`, `
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.engine_diff import engine_text, pair_engine
@@ -43,7 +43,6 @@ from servelab.analysis.samehost import (
     METRICS,
     NOT_INTERLEAVED,
     Plan,
-    RowJson,
     family_text,
     interleaved,
     interval_text,
@@ -51,56 +50,17 @@ from servelab.analysis.samehost import (
     word_text,
 )
 from servelab.analysis.stats import paired
+from servelab.documents.declared import (
+    ComparedJson,
+    RowJson,
+    RuntimeIdJson,
+    RuntimesJson,
+    RuntimesPair,
+)
 from servelab.experiment import AnalysisSection, ComparePair
 
 FORMAT_VERSION = 2
 METHOD = f"{WORDS_METHOD}; p: the paired t-test at alpha, unadjusted, for information"
-
-
-class RuntimeIdJson(TypedDict):
-    server_config: str
-    runtime: str | None  # lock:<sha256> or image:<digest>; None where launch.json has neither
-    vllm_version: str | None
-
-
-class ComparedJson(TypedDict):
-    level: int | float
-    metric: str
-    n: int
-    ratio: float | None  # B / A, geometric mean over the paired rounds
-    ci_low: float | None  # B / A's family interval (1 - 2 x interval_alpha)
-    ci_high: float | None
-    p_value: float | None  # the paired t-test's, unadjusted: information, not the answer
-    answer: str  # SAME | DIFFERENT (faster) | DIFFERENT (slower) | UNKNOWN
-    word: str  # SAME | DIFFERENT | UNKNOWN
-    direction: str | None  # faster | slower, for DIFFERENT
-    speed: float | None  # B's speed over A's (a latency A / B): above 1, B is faster
-    low: float | None
-    high: float | None
-    rounds_needed: int | None
-    why: str | None
-
-
-class PairJson(TypedDict):
-    a: RuntimeIdJson
-    b: RuntimeIdJson
-    rows: list[ComparedJson]
-    # the engine settings the two servers resolved differently (analysis.engine_diff)
-    engine: NotRequired[list[str]]
-
-
-class RuntimesJson(TypedDict):
-    format_version: int
-    axis: str
-    method: str
-    alpha: float
-    threshold_pct: float
-    margin_pct: float
-    decisions: int
-    looks: int
-    interval_alpha: float
-    interleaved: bool
-    pairs: list[PairJson]
 
 
 def runtime_ids(ds: Dataset, configs: list[str]) -> list[RuntimeIdJson]:
@@ -184,7 +144,7 @@ def runtimes_compared(g: Groups, ds: Dataset, opts: AnalysisSection) -> Runtimes
     plan = Plan(interleaved=interleaved(ds, sides))
     words = same_host(ds, asked, opts.margin_pct, opts.alpha, plan)
     assert words is not None  # `asked` holds one pair at least: B on another runtime than A
-    pairs: list[PairJson] = []
+    pairs: list[RuntimesPair] = []
     for other, found in zip(others, words["pairs"], strict=True):
         a, b = found["a"], found["b"]
         rows = [_row(g, a, b, r, opts) for r in found["rows"]]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from typing import Any, TypedDict
 
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.engine_diff import engine_text, pair_engine
@@ -34,6 +34,7 @@ from servelab.analysis.equivalence import (
 )
 from servelab.analysis.groups import Groups, invalid_text
 from servelab.design.level import LevelValue
+from servelab.documents.declared import RowJson, SameHostJson, SameHostPair
 from servelab.errors import ServelabError
 from servelab.experiment import ComparePair
 
@@ -44,40 +45,6 @@ NOT_INTERLEAVED = (
     "not interleaved: each side's rounds ran on one launch, so they are not paired replicates; "
     "set sweep.repeats.interleave: true"
 )
-
-
-class RowJson(TypedDict):
-    level: int | float
-    metric: str
-    word: str  # SAME | DIFFERENT | UNKNOWN
-    direction: str | None  # faster | slower, for DIFFERENT
-    n: int
-    speed: float | None  # B / A in speed terms (a latency A / B): above 1, B is faster
-    low: float | None
-    high: float | None
-    rounds_needed: int | None
-    why: str | None
-
-
-class PairJson(TypedDict):
-    a: str
-    b: str
-    rows: list[RowJson]
-    # the engine settings the two servers resolved differently (analysis.engine_diff)
-    engine: NotRequired[list[str]]
-
-
-class SameHostJson(TypedDict):
-    format_version: int
-    axis: str
-    method: str
-    alpha: float
-    margin_pct: float
-    decisions: int
-    looks: int
-    interval_alpha: float
-    interleaved: bool
-    pairs: list[PairJson]
 
 
 def looks_of(ds: Dataset) -> int:
@@ -186,7 +153,7 @@ def same_host(
     each = family_alpha(alpha, decisions, looks)
     sides = sorted({n for a, b, _, _ in found for n in (a, b)})
     paired = plan.interleaved if plan.interleaved is not None else interleaved(ds, sides)
-    out: list[PairJson] = []
+    out: list[SameHostPair] = []
     for a, b, levels, metrics in found:
         ask = _Ask(margin_pct, each)
         rows = [_row(g, a, b, c, m, ask) for c in levels for m in metrics]

@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servelab.analysis.search_records import (
+from servelab.client import RequestRecord
+from servelab.documents.declared import (
     AnswerJson,
     RepeatJson,
     SearchJson,
+    SloBoundsJson,
     SpecJson,
     StepJson,
 )
-from servelab.client import RequestRecord
 from servelab.errors import ServelabError
 from servelab.metrics import request_latencies
 from servelab.store import paths
@@ -110,7 +111,7 @@ class SloBounds:
             )
         _floats(self, ("ttft_ms", "tpot_ms", "e2el_ms"))
 
-    def to_json(self) -> dict[str, float | None]:
+    def to_json(self) -> SloBoundsJson:
         return {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "e2el_ms": self.e2el_ms}
 
 

@@ -4,21 +4,11 @@ limits, the requests per second that meet them one by one, and the best level th
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import TypedDict
 
 from servelab.analysis.groups import Groups
 from servelab.analysis.stats import describe
+from servelab.documents.declared import SloJson
 from servelab.experiment import AnalysisSection, SloSection
-
-
-class SloJson(TypedDict):
-    """slo.json: the SLO's limits by metric; per level of each configuration (its level keyed
-    by the sweep's axis) whether every repeat meets them, its goodput and throughput; per
-    configuration the best level that meets them (None, with the reason, where none does)."""
-
-    slo: dict[str, float]
-    points: list[dict[str, str | bool | float | None]]
-    capacity: dict[str, dict[str, str | float | None]]
 
 
 def slo_capacity(g: Groups, analysis: AnalysisSection) -> SloJson | None:

@@ -19,10 +19,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
 
 import numpy as np
 from scipy import stats as sps
+
+from servelab.documents.declared import EvidenceLevel
 
 
 @dataclass(frozen=True)
@@ -229,15 +230,6 @@ def benjamini_hochberg(p_values: Sequence[float | None], q: float = 0.05) -> lis
         running = min(running, m * p / rank)
         out[i] = min(running, 1.0)
     return out
-
-
-class EvidenceLevel(TypedDict):
-    """What a diagnosis or a knee rests on (`evidence_level`)."""
-
-    repeats: int | None
-    tested: bool
-    p_value: float | None
-    label: str
 
 
 def evidence_level(repeats: int | None, test: Paired | None = None) -> EvidenceLevel:

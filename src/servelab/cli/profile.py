@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from servelab.errors import ServelabError
 
 if TYPE_CHECKING:
-    from servelab.profile.records import ProfileRecord
+    from servelab.documents.declared import ProfileRecord
     from servelab.profile.trace_analysis import TraceOptions
 
 

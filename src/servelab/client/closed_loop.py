@@ -26,6 +26,7 @@ from servelab.client import chat
 from servelab.client.connection import READ_SIZE, Connection, Target, perf_ns
 from servelab.client.parser import ChatResponseParser, ResponseParser
 from servelab.client.prompt import Conversation, Item, Prompt, PromptLike
+from servelab.documents.declared import WorkerStats
 from servelab.store.request import RequestRecord
 
 
@@ -44,15 +45,6 @@ class RequestSettings:
     request_timeout_s: float = 300.0
     # a conversation's pause between a reply's end and its next turn's send (seconds)
     think_time_s: float = 0.0
-
-
-class WorkerStats(TypedDict):
-    """One process's entry of PointRun.workers (`worker_stats`)."""
-
-    requests: int
-    cpu_s: float
-    wall_s: float
-    busy: float
 
 
 @dataclass

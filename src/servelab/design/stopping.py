@@ -30,34 +30,11 @@ from typing import TypedDict, TypeVar
 import numpy as np
 from scipy import stats as sps
 
+from servelab.documents.declared import RuleJson, SequentialTestJson
 from servelab.errors import ServelabError
 
 METHOD = "group-sequential paired t-test on log ratios, Bonferroni alpha spending"
 OPEN = "open"
-
-
-class RuleJson(TypedDict):
-    """A stopping rule as run.json and rounds.json record it (`StoppingRule.to_json`)."""
-
-    method: str
-    min_rounds: int
-    max_rounds: int
-    budget_s: float | None
-    alpha: float
-    look_alpha: float
-
-
-class SequentialTestJson(TypedDict):
-    """A look's test as a comparison's `evidence.sequential` records it (with its round)."""
-
-    n: int
-    mean_log_ratio: float | None
-    se: float | None
-    df: int | None
-    t: float | None
-    p_value: float | None
-    look_alpha: float
-    test_verdict: str
 
 
 class LookEvidence(SequentialTestJson):

@@ -24,8 +24,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
 
+from servelab.documents.declared import CacheFiles, CompileCacheState
 from servelab.env.container import Mount
 from servelab.store.paths import default_cache_dir
 
@@ -48,14 +48,6 @@ def runtime_key(runtime: Mapping[str, object]) -> str | None:
     return f"venv-{str(sha)[:16]}" if sha else None
 
 
-class CacheFiles(TypedDict):
-    """What one cache's folder holds (`CompileCache.state`)."""
-
-    env: str
-    files: int
-    bytes: int
-
-
 @dataclass(frozen=True)
 class CompileCache:
     """The compile-cache folder of one runtime."""
@@ -76,11 +68,10 @@ class CompileCache:
     def mount(self) -> Mount:
         return Mount(str(self.root.resolve()), CONTAINER_ROOT, read_only=False)
 
-    def state(self) -> dict[str, str | bool | CacheFiles]:
+    def state(self) -> CompileCacheState:
         """What the folder holds before a start: `key`, `path`, files and bytes per cache
         (CacheFiles, under its folder's name) and `warm` (any file at all)."""
-        out: dict[str, str | bool | CacheFiles] = {"key": self.key, "path": str(self.root)}
-        total = 0
+        caches: dict[str, CacheFiles] = {}
         for var, sub in SUBDIRS.items():
             files = size = 0
             for dirpath, _dirs, names in os.walk(self.root / sub):
@@ -90,10 +81,14 @@ class CompileCache:
                     except OSError:
                         continue
                     files += 1
-            out[sub] = {"env": var, "files": files, "bytes": size}
-            total += files
-        out["warm"] = total > 0
-        return out
+            caches[sub] = {"env": var, "files": files, "bytes": size}
+        return {
+            "key": self.key,
+            "path": str(self.root),
+            "vllm": caches["vllm"],
+            "inductor": caches["inductor"],
+            "warm": any(c["files"] for c in caches.values()),
+        }
 
 
 def compile_cache_for(

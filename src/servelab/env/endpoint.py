@@ -30,8 +30,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
+from servelab.documents.declared import CapacityJson, EndpointFacts, RuntimeJson, ServedModel
 from servelab.errors import ServelabError
 from servelab.experiment import RuntimeSection
 
@@ -144,56 +145,12 @@ class AttachFacts(TypedDict):
     launched: bool
     local: bool
     health: int | None
-    model: dict[str, object]
+    model: ServedModel
     models: list[str]
     version: dict[str, object] | None
     vllm_version: str | None
     server_info: dict[str, dict[str, str]] | None
     process_start_time_s: float | None
-
-
-class ServerProcess(TypedDict):
-    """A local server's process: its pid and command line, redacted."""
-
-    pid: int
-    command: list[str]
-
-
-class EndpointFacts(AttachFacts):
-    """launch.json's `endpoint`: what the server said of itself and, for a local URL, its
-    process (else why not: `process_reason`)."""
-
-    process: ServerProcess | None
-    process_reason: str | None
-
-
-class EndpointRecord(AttachFacts):
-    """runtime.json of runtime.kind endpoint (`probe`)."""
-
-    kind: str
-    lock: None
-    lock_sha256: None
-    python_version: str | None
-    packages: dict[str, str]
-
-
-class EndpointCapacity(TypedDict):
-    """capacity.json of a server servelab did not launch (`capacity_facts`)."""
-
-    launched: bool
-    url: object
-    served_model: object
-    local: object
-    max_model_len: object
-    kv_cache_tokens: int | None
-    kv_cache_device: None
-    max_concurrency: float | None
-    max_concurrency_tokens_per_request: object
-    non_default_args: None
-    max_num_seqs: None
-    version: None
-    version_endpoint: object
-    cache_config: dict[str, str] | None
 
 
 def list_models(base: str, timeout_s: float = PROBE_TIMEOUT_S) -> list[dict[str, object]]:
@@ -224,14 +181,13 @@ def list_models(base: str, timeout_s: float = PROBE_TIMEOUT_S) -> list[dict[str,
     return [m for m in data if isinstance(m, dict)]
 
 
-def served_entry(
-    base: str, served_model: str, models: list[dict[str, object]]
-) -> dict[str, object]:
-    """The /v1/models entry of `served_model` (its kept fields); one line naming
-    runtime.served_model, with the names the server serves, when there is none."""
+def served_entry(base: str, served_model: str, models: list[dict[str, object]]) -> ServedModel:
+    """The /v1/models entry of `served_model` (its kept fields, as the server gave them: the
+    schemas of the records it goes into check them); one line naming runtime.served_model,
+    with the names the server serves, when there is none."""
     for m in models:
         if m.get("id") == served_model:
-            return {k: m.get(k) for k in MODEL_FIELDS if k in m}
+            return cast(ServedModel, {k: m.get(k) for k in MODEL_FIELDS if k in m})
     names = ", ".join(repr(str(m.get("id"))) for m in models) or "no model"
     raise ServelabError(
         f"runtime.served_model: {served_model!r} is not served at {base} (its /v1/models lists "
@@ -304,7 +260,7 @@ def _version_text(version: Any) -> str | None:
     return str(v) if v else None
 
 
-def probe(url: str, served_model: str, timeout_s: float = PROBE_TIMEOUT_S) -> EndpointRecord:
+def probe(url: str, served_model: str, timeout_s: float = PROBE_TIMEOUT_S) -> RuntimeJson:
     """The runtime stage for an endpoint: runtime.json's record of the server at `url` serving
     `served_model` (one line naming runtime.url or runtime.served_model when it does not).
     Nothing is pinned: no lock, no image, no package servelab installed (`packages` is empty);
@@ -313,7 +269,17 @@ def probe(url: str, served_model: str, timeout_s: float = PROBE_TIMEOUT_S) -> En
     python = ((facts["server_info"] or {}).get("python_info") or {}).get("version")
     return {
         "kind": KIND,
-        **facts,
+        "url": facts["url"],
+        "served_model": facts["served_model"],
+        "launched": facts["launched"],
+        "local": facts["local"],
+        "health": facts["health"],
+        "model": facts["model"],
+        "models": facts["models"],
+        "version": facts["version"],
+        "vllm_version": facts["vllm_version"],
+        "server_info": facts["server_info"],
+        "process_start_time_s": facts["process_start_time_s"],
         "lock": None,
         "lock_sha256": None,
         "python_version": python,
@@ -321,7 +287,7 @@ def probe(url: str, served_model: str, timeout_s: float = PROBE_TIMEOUT_S) -> En
     }
 
 
-def ensure_endpoint(runtime: RuntimeSection, say: Callable[[str], None] = print) -> EndpointRecord:
+def ensure_endpoint(runtime: RuntimeSection, say: Callable[[str], None] = print) -> RuntimeJson:
     """The runtime stage for runtime.kind endpoint: probe the server (`probe`) and say what it
     is; the record is runtime.json's."""
     if runtime.url is None or runtime.served_model is None:  # config.validate requires both
@@ -351,23 +317,23 @@ def _label_float(labels: Mapping[str, str], key: str) -> float | None:
         return None
 
 
-def capacity_facts(facts: Mapping[str, Any]) -> EndpointCapacity:
+def capacity_facts(facts: EndpointFacts) -> CapacityJson:
     """capacity.json for a server servelab did not launch, from what it said of itself
     (`attach_facts`): the KV cache's tokens and the sequences of max_model_len tokens it fits
     from vllm:cache_config_info, the version from /version; no startup log, so the arguments
     (non_default_args, max_num_seqs) are unknown: null."""
-    labels = ((facts.get("server_info") or {}).get("vllm:cache_config_info")) or {}
+    labels = ((facts["server_info"] or {}).get("vllm:cache_config_info")) or {}
     tokens = _label_int(labels, "kv_cache_size_tokens")
     blocks, size = _label_int(labels, "num_gpu_blocks"), _label_int(labels, "block_size")
     if tokens is None and blocks is not None and size is not None:
         tokens = blocks * size
     conc = _label_float(labels, "kv_cache_max_concurrency")
-    model_len = (facts.get("model") or {}).get("max_model_len")
+    model_len = facts["model"].get("max_model_len")
     return {
         "launched": False,
-        "url": facts.get("url"),
-        "served_model": facts.get("served_model"),
-        "local": facts.get("local"),
+        "url": facts["url"],
+        "served_model": facts["served_model"],
+        "local": facts["local"],
         "max_model_len": model_len,
         "kv_cache_tokens": tokens,
         "kv_cache_device": None,

@@ -35,10 +35,11 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal, Protocol, TypedDict
+from typing import Protocol
 
 import numpy as np
 
+from servelab.documents.declared import ModelJson
 from servelab.env import endpoint
 from servelab.errors import ServelabError
 from servelab.experiment import ModelSection, RuntimeSection, TinySpec
@@ -173,50 +174,10 @@ def tree_digest(digests: dict[str, str]) -> str:
     return hashlib.sha256(lines.encode("utf-8")).hexdigest()
 
 
-class TinyModelRecord(TypedDict):
-    """servelab-model.json of a tiny model (`build_tiny`)."""
-
-    source: Literal["tiny"]
-    path: str
-    spec: dict[str, object]  # dataclasses.asdict(TinySpec)
-    vocab_size: int
-    revision: str
-    tree_sha256: str
-    files: dict[str, str]
+ModelRecord = ModelJson
 
 
-class HfModelRecord(TypedDict):
-    """servelab-model.json of a hub model (`build_hf`)."""
-
-    source: Literal["hf"]
-    repo: str
-    revision: str
-    allow_patterns: list[str] | None
-    path: str
-    files: dict[str, str]
-    tree_sha256: str
-    bytes: int
-    checked: dict[str, int]
-
-
-class EndpointModelRecord(TypedDict):
-    """servelab-model.json of the model a running server serves (`build_endpoint_model`)."""
-
-    source: Literal["endpoint"]
-    path: str
-    url: str
-    served_model: str
-    model: dict[str, object]
-    revision: None
-    files: dict[str, str]
-    tree_sha256: None
-    vocab_ids: list[int]
-
-
-ModelRecord = TinyModelRecord | HfModelRecord | EndpointModelRecord
-
-
-def build_tiny(spec: TinySpec, out_dir: Path) -> TinyModelRecord:
+def build_tiny(spec: TinySpec, out_dir: Path) -> ModelJson:
     """Write the tiny model into out_dir and return its record (written as servelab-model.json)."""
     from safetensors.numpy import save_file
 
@@ -248,7 +209,7 @@ def build_tiny(spec: TinySpec, out_dir: Path) -> TinyModelRecord:
     )
     save_file(_weights(spec, vocab), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     digests = file_digests(out_dir)
-    record: TinyModelRecord = {
+    record: ModelJson = {
         "source": "tiny",
         "path": ".",
         "spec": dataclasses.asdict(spec),
@@ -266,9 +227,7 @@ def tiny_cache_root(cache_dir: Path | None) -> Path:
     return (cache_dir or default_cache_dir()) / "models" / "tiny"
 
 
-def build_tiny_shared(
-    spec: TinySpec, out_dir: Path, cache_dir: Path | None = None
-) -> TinyModelRecord:
+def build_tiny_shared(spec: TinySpec, out_dir: Path, cache_dir: Path | None = None) -> ModelJson:
     """Build the tiny model into the shared model cache, in the folder its digest names
     (tiny_cache_root/<tree sha256 [:16]>), and write its record, whose `path` is that folder,
     into out_dir. The model is built afresh each time (about a second) and compared with a
@@ -279,7 +238,10 @@ def build_tiny_shared(
     staging = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     try:
         record = build_tiny(spec, staging)
-        folder = root / record["revision"][:16]
+        revision = record["revision"]
+        if revision is None:  # build_tiny names the tree by its sha256
+            raise ServelabError("model: the tiny model was built without a revision")
+        folder = root / revision[:16]
         if folder.is_dir() and file_digests(folder) != record["files"]:
             shutil.rmtree(folder)
         if not folder.is_dir():
@@ -507,7 +469,7 @@ def build_hf(
     cache_dir: Path | None = None,
     hub: Hub | None = None,
     say: Callable[[str], None] = print,
-) -> HfModelRecord:
+) -> ModelJson:
     """Download (or reuse) the pinned commit and write its record into out_dir."""
     import fcntl
 
@@ -524,7 +486,7 @@ def build_hf(
     with open(folder.parent / f".{folder.name}.lock", "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)  # one download per folder, also across jobs
         if _reusable(folder, repo, revision, patterns):
-            record: HfModelRecord = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+            record: ModelJson = json.loads((folder / RECORD).read_text(encoding="utf-8"))
             say(f"model: reusing {repo}@{revision[:12]} in {folder} (every file re-hashed)")
         else:
             hub = hub or HfHub.from_env()
@@ -587,7 +549,7 @@ def word_ids(tokenize: Callable[[str], list[int]]) -> list[int]:
 
 def build_endpoint_model(
     runtime: RuntimeSection, out_dir: Path, say: Callable[[str], None] = print
-) -> EndpointModelRecord:
+) -> ModelJson:
     """source endpoint: nothing is built or downloaded. The record says what the server at
     runtime.url serves as runtime.served_model (its /v1/models entry: id, root,
     max_model_len) and the token ids synthetic prompts draw from (`vocab_ids`, by the
@@ -598,7 +560,7 @@ def build_endpoint_model(
     base, served = endpoint.parse_url(runtime.url).base, runtime.served_model
     entry = endpoint.served_entry(base, served, endpoint.list_models(base))
     vocab = word_ids(lambda text: endpoint.token_ids(base, served, text))
-    record: EndpointModelRecord = {
+    record: ModelJson = {
         "source": "endpoint",  # endpoint.KIND
         "path": ".",
         "url": base,

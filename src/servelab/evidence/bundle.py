@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, cast
 
 import yaml
 
-from servelab.documents import JsonObject, JsonValue
+from servelab.documents import JsonValue
+from servelab.documents.declared import (
+    HostFacts,
+    Manifest,
+    ManifestEntry,
+    Provenance,
+    ProvenanceRuntime,
+)
 from servelab.env.endpoint import KIND as ENDPOINT, NOT_LAUNCHED
 from servelab.env.model import RECORD as MODEL_RECORD
 from servelab.errors import ServelabError
@@ -19,9 +26,6 @@ from servelab.evidence.documents import (
     ConfirmsPart,
     DatasetPart,
     EndpointPart,
-    Manifest,
-    ManifestEntry,
-    Provenance,
     ServerFacts,
     StoppingRulePart,
     model_facts,
@@ -37,7 +41,6 @@ from servelab.evidence.provenance import (
 from servelab.evidence.replay import trace_part
 from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
 from servelab.experiment import ConfirmsSection, Experiment
-from servelab.hostfacts.host import HostFacts
 from servelab.store.hashing import pinned_bytes, sha256_file
 from servelab.store.jsonio import read_json, write_json
 from servelab.store.paths import ANALYSIS_REPORT, POINT_FILE, SERVER_LOG, ExperimentPaths
@@ -51,7 +54,7 @@ from servelab.store.records import (
 )
 
 if TYPE_CHECKING:
-    from servelab.measure.sequential import SequentialRecord
+    from servelab.documents.declared import SequentialRecord
 
 FORMAT_VERSION = 1
 # runtime.json keys carried into provenance.json: the first five always (venv), the others when
@@ -297,9 +300,11 @@ def _provenance(
         "format_version": FORMAT_VERSION,
         "experiment": exp.name,
         "model": model_facts(model),
-        "runtime": {
-            k: runtime.get(k) for k in RUNTIME_KEYS if k in runtime or k in RUNTIME_KEYS[:5]
-        },
+        # runtime.json's keys provenance.schema.json declares for `runtime` (RUNTIME_KEYS)
+        "runtime": cast(
+            ProvenanceRuntime,
+            {k: runtime.get(k) for k in RUNTIME_KEYS if k in runtime or k in RUNTIME_KEYS[:5]},
+        ),
         "vllm_version": vllm_version,
         "servers": servers,
         "host": host_facts() if host is None else host,
@@ -325,10 +330,13 @@ def _endpoint(runtime: Mapping[str, object]) -> EndpointPart:
     pin; nothing for any other run."""
     if runtime.get("kind") != ENDPOINT:
         return {}
+    url, served = runtime.get("url"), runtime.get("served_model")
+    if not isinstance(url, str) or not isinstance(served, str):  # runtime.schema.json's
+        raise ServelabError("runtime.json: an endpoint runtime without its url and served_model")
     return {
         "endpoint": {
-            "url": _text(runtime.get("url")),
-            "served_model": _text(runtime.get("served_model")),
+            "url": url,
+            "served_model": served,
             "launched": False,
             "note": f"{NOT_LAUNCHED}: {UNPINNED}",
         }
@@ -339,7 +347,7 @@ def _dataset(paths: ExperimentPaths) -> DatasetPart:
     """A dataset workload's file (path or hub file, revision, sha256) and what each server
     configuration sampled from it (raw/<sc>/dataset.json less the file); one file for all."""
     file: JsonValue = None
-    samples: dict[str, JsonObject] = {}
+    samples: dict[str, Mapping[str, object]] = {}
     for sc_dir in sorted(p for p in paths.raw.iterdir() if p.is_dir()):
         path = paths.dataset(sc_dir.name)
         if not path.exists():

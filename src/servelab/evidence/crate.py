@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from servelab.documents.declared import ModelFacts, Provenance
 from servelab.env.endpoint import KIND as ENDPOINT, NOT_LAUNCHED
-from servelab.evidence.documents import Dependency, ModelFacts, Provenance
+from servelab.evidence.documents import Dependency
 from servelab.evidence.files import walk_files
 from servelab.store.hashing import sha256_file
 from servelab.store.jsonio import write_json

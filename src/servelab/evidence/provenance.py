@@ -6,10 +6,15 @@ import hashlib
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NotRequired, Required, TypedDict
+from typing import TypedDict
 
 from servelab import __version__
 from servelab.analysis.pipeline import ANALYSIS_VERSION
+from servelab.documents.declared import (
+    ConfigRuntimeFacts,
+    HostSpeedEntry,
+    PipelineFacts,
+)
 from servelab.hostfacts import host_facts
 from servelab.hostfacts.canary import RunCanary, run_canaries
 from servelab.redact import redact_env
@@ -24,18 +29,6 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout if proc.returncode == 0 else None
-
-
-class PipelineFacts(TypedDict):
-    """provenance.json `pipeline`: the checkout, the versions and the environment locks."""
-
-    git_commit: str | None
-    git_dirty: bool | None
-    git_diff_sha256: str | None
-    servelab_version: str
-    analysis_version: int
-    snakemake_version: str | None
-    locks: dict[str, str]
 
 
 def pipeline_facts(repo: Path) -> PipelineFacts:
@@ -72,27 +65,6 @@ def redacted_config(cfg: Mapping[str, object]) -> dict[str, object]:
     return out
 
 
-class GpuHostSpeed(TypedDict, total=False):
-    """A GPU runtime's GPU canary in a `host_speed` entry: the medians before and after and
-    the drift's verdict, or `present` false and why it was not timed."""
-
-    present: Required[bool]
-    reason: str
-    before: dict[str, float]
-    after: dict[str, float]
-    drift: str
-
-
-class HostSpeedEntry(TypedDict):
-    """One configuration's canary in provenance.json `host_speed`: the medians before its sweep
-    job's first launch and after its last, and the drift's verdict; `gpu` on a GPU runtime."""
-
-    before: dict[str, float]
-    after: dict[str, float]
-    drift: str
-    gpu: NotRequired[GpuHostSpeed]
-
-
 def _entry(c: RunCanary) -> HostSpeedEntry:
     out: HostSpeedEntry = {
         "before": c.before.medians(),
@@ -126,18 +98,6 @@ def host_speed(paths: ExperimentPaths) -> HostSpeedPart:
     nothing for runs written before it was recorded."""
     out = {sc: _entry(c) for sc, c in run_canaries(paths).items()}
     return {"host_speed": out} if out else {}
-
-
-class ConfigRuntimeFacts(TypedDict):
-    """provenance.json `config_runtimes[sc]`: the runtime of a configuration with its own
-    (server.configs[].runtime), from runtime/<sc>/runtime.json."""
-
-    kind: str | None
-    lock: str | None
-    lock_sha256: str | None
-    image_ref: str | None
-    image_digest: str | None
-    vllm_version: str | None
 
 
 class ConfigRuntimesPart(TypedDict, total=False):

@@ -6,8 +6,8 @@ import re
 import shutil
 from pathlib import Path
 
+from servelab.documents.declared import Provenance
 from servelab.errors import ServelabError
-from servelab.evidence.documents import Provenance
 from servelab.evidence.files import write_deterministic_tar
 from servelab.evidence.verify import RELEASE_COPIES, RELEASE_COPY_FOLDERS, verify
 from servelab.store.jsonio import read_json, write_json

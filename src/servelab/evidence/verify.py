@@ -15,9 +15,9 @@ from pathlib import Path
 import yaml
 
 from servelab.documents import JsonObject
+from servelab.documents.declared import ConfirmsFacts, Manifest, Provenance
 from servelab.errors import ServelabError
 from servelab.evidence.bundle import bundle_path
-from servelab.evidence.documents import ConfirmsFacts, Manifest, Provenance
 from servelab.evidence.files import release_sizes, safe_extract, walk_files
 from servelab.evidence.schemas import check_all_json
 from servelab.store.hashing import sha256_file

@@ -19,10 +19,11 @@ import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeAlias, TypedDict
+from typing import TypeAlias
 
 from servelab.design.level import CONCURRENCY, RATE, LevelValue
 from servelab.documents import JsonObject, JsonValue
+from servelab.documents.declared import NotTriedJson
 from servelab.errors import ServelabError
 from servelab.experiment.build import _build, section_from_dict as section_from_dict
 from servelab.experiment.workload import (  # re-exported: servelab.experiment names them all
@@ -330,15 +331,6 @@ class ConfirmsProposal:
     claims: tuple[str, ...]
     expected: str
     why: str
-
-
-class NotTriedJson(TypedDict):
-    """A proposal not measured (`ConfirmsNotTried.to_json`)."""
-
-    diagnoses: list[str]
-    server_config: str
-    proposal: str
-    reason: str
 
 
 @dataclass(frozen=True)

@@ -21,21 +21,18 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NotRequired, TypedDict, cast
+from typing import cast
 
-from servelab.hostfacts.gpucanary import (
-    GpuAbsent,
-    GpuCanary,
-    GpuMeasure,
-    RunGpuCanary,
-    RunGpuCanaryJson,
+from servelab.documents.declared import (
+    CpuCanaryJson,
+    DriftJson,
+    RunCanaryJson,
 )
+from servelab.hostfacts.gpucanary import GpuAbsent, GpuCanary, GpuMeasure, RunGpuCanary
 from servelab.hostfacts.timing import (
     DRIFT_FLOOR,
     PartDrift,
-    PartDriftJson,
     Timing,
-    TimingJson,
     drift_line,
     overall,
     part_drift,
@@ -57,30 +54,6 @@ REPEATS = 3
 # uses them all, so a host that gives fewer cycles (a CPU quota, another tenant on one core)
 # slows it as it slows the server; one loop alone would run on whichever core is free.
 MAX_WORKERS = 16
-
-
-class CpuCanaryJson(TypedDict):
-    compute: TimingJson
-    bandwidth: TimingJson
-    checksum: int
-    iterations: int
-    buffer_mib: int
-    workers: int
-
-
-class DriftJson(TypedDict):
-    compute: PartDriftJson
-    bandwidth: PartDriftJson
-    verdict: str
-
-
-class RunCanaryJson(TypedDict):
-    """run.json's `canary` (`gpu` on a GPU runtime only)."""
-
-    before: CpuCanaryJson
-    after: CpuCanaryJson
-    drift: DriftJson
-    gpu: NotRequired[RunGpuCanaryJson]
 
 
 @dataclass(frozen=True)

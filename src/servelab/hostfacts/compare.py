@@ -5,8 +5,9 @@ uses for the result."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, NotRequired, TypedDict
+from typing import Final
 
+from servelab.documents.declared import HostComparison, UnknownRow
 from servelab.hostfacts.cpu import ISA_FLAGS
 
 # A CPU frequency within this margin of the other host's counts as the same (turbo, rounding,
@@ -236,43 +237,6 @@ def _decisive(u: UnknownRow) -> bool:
     return len(u["missing_in"]) == 1 or isa
 
 
-class DifferenceRow(TypedDict):
-    """A fact of a host comparison that differs: both values; `note` where within the
-    margin."""
-
-    fact: str
-    short: str
-    reference: Any
-    fresh: Any
-    note: NotRequired[str]
-
-
-class UnknownRow(TypedDict):
-    """A fact of a host comparison not recorded on both sides: whether it is relevant, the
-    sides that do not record it and what each says (absent where neither side's facts are
-    known)."""
-
-    fact: str
-    short: str
-    relevant: bool
-    missing_in: list[str]
-    reference: NotRequired[Any]
-    fresh: NotRequired[Any]
-
-
-# `class` is a keyword: the functional syntax
-HostComparison = TypedDict(
-    "HostComparison",
-    {
-        "class": str,
-        "relevant_differences": list[DifferenceRow],
-        "other_differences": list[DifferenceRow],
-        "unknown": list[UnknownRow],
-        "qualifier": NotRequired[str],  # reproduction.json's verdict text (host_qualifier)
-    },
-)
-
-
 def compare_hosts(
     ref: Mapping[str, object] | None, new: Mapping[str, object] | None
 ) -> HostComparison:
@@ -286,12 +250,14 @@ def compare_hosts(
         "relevant_differences": [],
         "other_differences": [],
         "unknown": [],
+        "qualifier": "",
     }
     if ref is None or new is None:
         sides = [w for w, p in (("reference", ref), ("fresh", new)) if p is None]
         out["unknown"].append(
             {"fact": "host", "short": "host facts", "relevant": True, "missing_in": sides}
         )
+        out["qualifier"] = host_qualifier(out)
         return out
     for fact, short, relevant, get, same in HOST_FACTS:
         a, b = get(ref), get(new)
@@ -334,6 +300,7 @@ def compare_hosts(
         out["class"] = "equivalent"
     else:
         out["class"] = "identical"
+    out["qualifier"] = host_qualifier(out)
     return out
 
 

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict
 
+from servelab.documents.declared import CpuFacts
+
 # Instruction-set extensions that decide which kernels inference code can use (/proc/cpuinfo
 # names): AVX2/FMA for fp32 GEMMs, AVX-512 for wider vectors, *_bf16 / *_fp16 / AMX for native
 # half-precision matrix work, VNNI for int8.
@@ -51,17 +53,6 @@ class CpuInfo(TypedDict):
     cores_per_socket: int | None
     threads_per_core: int | None
     sockets: int | None
-
-
-class CpuFacts(CpuInfo):
-    """This host's CPU facts (`cpu_facts`; provenance.json and launch.json `cpu_facts`)."""
-
-    max_mhz: float | None
-    numa_nodes: int | None
-    affinity: str | None
-    affinity_cpus: int | None
-    cgroup_cpu_quota: float | None
-    effective_cpus: float | None
 
 
 def isa_class(flags: Mapping[str, bool]) -> str:

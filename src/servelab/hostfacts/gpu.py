@@ -21,6 +21,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, TypedDict, TypeVar
 
+from servelab.documents.declared import CudaCompatibility, GpuFacts, GpuPair
 from servelab.hostfacts.gpuids import GpuListing, NvmlGpu
 
 T = TypeVar("T")
@@ -73,43 +74,6 @@ class GpuReadings(TypedDict):
 
     power_reading: str | None
     energy_counter_update_ms: list[int] | None
-
-
-class GpuFacts(GpuReadings):
-    """One GPU as provenance.json and launch.json `gpus` record it (`gpu_facts`)."""
-
-    index: int
-    name: str | None
-    uuid: str | None
-    pci_bus_id: str | None
-    vbios: str | None
-    compute_capability: str | None
-    memory_total_bytes: int | None
-    memory: str | None
-    max_sm_clock_mhz: int | None
-    max_mem_clock_mhz: int | None
-    applied_sm_clock_mhz: int | None
-    applied_mem_clock_mhz: int | None
-    power_limit_w: float | None
-    persistence_mode: bool | None
-    mig_mode: bool | None
-    ecc_mode: bool | None
-    pcie_max_gen: int | None
-    pcie_max_width: int | None
-    pcie_gen: int | None
-    pcie_width: int | None
-    nvlinks_active: int | None
-    driver: str | None
-    cuda_driver: str | None
-
-
-class GpuPair(TypedDict):
-    """The topology between two GPUs (`gpu_topology`)."""
-
-    a: int
-    b: int
-    common_ancestor: str | None
-    nvlink: bool | None
 
 
 class HostGpus(TypedDict):
@@ -307,13 +271,6 @@ class _CudaVersions(TypedDict):
     image_cuda: str | None
     image_cuda_from: str | None
     vllm_enable_cuda_compatibility: bool  # COMPAT_ENV.lower()
-
-
-class CudaCompatibility(_CudaVersions):
-    """The driver against an image's CUDA (`cuda_compatibility`)."""
-
-    forward_compatibility: str
-    note: str
 
 
 def _major_minor(version: str | None) -> tuple[int, int] | None:

@@ -27,15 +27,14 @@ import json
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NotRequired, Required, TypedDict, cast
+from typing import NotRequired, TypedDict, cast
 
-from servelab.hostfacts.gpustate import NVML_STATE_SCRIPT, GpuState, GpuStateJson
+from servelab.documents.declared import GpuCanaryJson, PartDriftJson, RunGpuCanaryJson
+from servelab.hostfacts.gpustate import NVML_STATE_SCRIPT, GpuState
 from servelab.hostfacts.timing import (
     DRIFT_FLOOR,
     PartDrift,
-    PartDriftJson,
     Timing,
-    TimingJson,
     drift_line,
     overall,
     part_drift,
@@ -165,35 +164,10 @@ class GpuWarmupJson(TypedDict):
     passes: int
 
 
-class GpuCanaryJson(TypedDict):
-    """One timing of the GPU canary."""
-
-    work: GpuWorkJson
-    matmul: TimingJson
-    matmul_tflops: float
-    copy: TimingJson
-    device: str | None
-    torch_version: str | None
-    cuda: str | None
-    warmup: NotRequired[GpuWarmupJson]
-    gpu_state: NotRequired[list[GpuStateJson]]
-    gpu_state_reason: NotRequired[str]
-
-
 class GpuDriftJson(TypedDict):
     matmul: PartDriftJson
     copy: PartDriftJson
     verdict: str
-
-
-class RunGpuCanaryJson(TypedDict, total=False):
-    """run.json's `canary.gpu`: present with before, after and drift; else the reason."""
-
-    present: Required[bool]
-    reason: str
-    before: GpuCanaryJson
-    after: GpuCanaryJson
-    drift: GpuDriftJson
 
 
 @dataclass(frozen=True)

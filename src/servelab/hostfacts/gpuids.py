@@ -21,9 +21,11 @@ read of the host's GPUs.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
+
+from servelab.documents.declared import GpuChoiceJson
 
 ALL = "all"  # every GPU the host has (nothing narrows the server's view)
 NONE = "none"  # the server has no GPU (a CPU runtime, an empty CUDA_VISIBLE_DEVICES)
@@ -48,7 +50,7 @@ class GpuSelectionJson(TypedDict):
     namespace: str | None
     cuda_device_order: str | None
     origin: str
-    launch: dict[str, object] | None
+    launch: GpuChoiceJson | None
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class GpuSelection:
     pci_bus_id_order: bool = False
     origin: str = ""
     ambiguous: str | None = None
-    launch: Mapping[str, object] | None = None
+    launch: GpuChoiceJson | None = None
 
     def to_json(self) -> GpuSelectionJson:
         order = None
@@ -78,7 +80,7 @@ class GpuSelection:
             "namespace": self.namespace if self.how == LIST else None,
             "cuda_device_order": order,
             "origin": self.origin,
-            "launch": dict(self.launch) if self.launch is not None else None,
+            "launch": self.launch.copy() if self.launch is not None else None,
         }
 
 

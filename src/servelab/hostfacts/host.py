@@ -6,31 +6,10 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
-from typing import TypedDict
 
-from servelab.hostfacts.cpu import CpuFacts, cpu_facts
-from servelab.hostfacts.gpu import HostGpus, gpu_facts
-
-
-class HostFacts(HostGpus):
-    """The provenance host block (`host_facts`; launch.json `node.host`)."""
-
-    cpu: str
-    cores: int | None
-    memory_bytes: int
-    os: str
-    kernel: str
-    machine: str
-    python: str
-    cpu_facts: CpuFacts
-
-
-class NodeFacts(TypedDict):
-    """launch.json's `node` (`node_facts`)."""
-
-    hostname: str
-    slurm_job_id: str | None
-    host: HostFacts
+from servelab.documents.declared import HostFacts, NodeFacts
+from servelab.hostfacts.cpu import cpu_facts
+from servelab.hostfacts.gpu import gpu_facts
 
 
 def host_facts() -> HostFacts:

@@ -8,7 +8,8 @@ import os
 import re
 import subprocess
 from collections.abc import Mapping
-from typing import TypedDict
+
+from servelab.documents.declared import IsaRecord
 
 # Environment variables that cap the instruction set PyTorch and oneDNN use.
 ISA_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
@@ -44,18 +45,6 @@ print("SERVELAB-ISA " + json.dumps(out, sort_keys=True), flush=True)
 ISA_MARK = "SERVELAB-ISA "
 _ONEDNN_ISA = re.compile(r"onednn_verbose,(?:v\d+,)?info,cpu,isa:(.+)$")
 _ONEDNN_VERSION = re.compile(r"onednn_verbose,(?:v\d+,)?info,oneDNN v([0-9][0-9.]*)")
-
-
-class IsaRecord(TypedDict):
-    """runtime.json's `isa`: the instruction set the runtime's PyTorch and oneDNN use."""
-
-    cpu_capability: str | None
-    torch_version: str | None
-    onednn_isa: str | None
-    onednn_version: str | None
-    cpu_features: dict[str, bool] | None
-    env: dict[str, str]
-    error: str | None
 
 
 def parse_isa_probe(text: str) -> IsaRecord:

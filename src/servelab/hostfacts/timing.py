@@ -7,7 +7,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NotRequired, TypedDict
+
+from servelab.documents.declared import PartDriftJson, TimingJson
 
 DRIFT_FLOOR = 0.05
 NOISE_FACTOR = 3.0
@@ -15,21 +16,6 @@ NOISE_FACTOR = 3.0
 # varied while the canary ran: its drift cannot be judged ("unsteady"), and that is itself noted
 UNSTEADY_SPREAD = 0.25
 VERDICTS = ("steady", "moved", "unsteady")
-
-
-class TimingJson(TypedDict):
-    unit: str
-    median: float
-    low: float
-    high: float
-    repeats: int
-    timings: NotRequired[list[float]]
-
-
-class PartDriftJson(TypedDict):
-    change: float
-    threshold: float
-    verdict: str
 
 
 @dataclass(frozen=True)

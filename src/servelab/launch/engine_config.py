@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Literal, NotRequired, TypedDict
 
 from servelab.documents import JsonObject, JsonValue
+from servelab.documents.declared import EngineJson, Setting
 from servelab.env.engine_shim import FIELDS, MARK
 
 NOT_RECORDED = "effective configuration not recorded"
@@ -94,13 +94,6 @@ def from_metrics(text: str) -> dict[str, str]:
     return dict(_LABEL.findall(m.group("labels"))) if m else {}
 
 
-class Setting(TypedDict):
-    """One setting of launch.json `engine.settings`: its value, and where it was read."""
-
-    value: JsonValue
-    source: Literal["engine", "metrics", "log"]
-
-
 def effective(
     report: Mapping[str, JsonValue] | None, backend: str | None, cache_info: Mapping[str, str]
 ) -> dict[str, Setting] | None:
@@ -147,15 +140,6 @@ def departures(
         if got is not None and want is not True and not _same(want, got):
             out.append(f"{name}: asked {want}, resolved {got}")
     return out
-
-
-class EngineJson(TypedDict):
-    """launch.json `engine` (`record`): the settings, the departures from what the arguments
-    asked and, where the server reported no settings, why."""
-
-    settings: dict[str, Setting] | None
-    departures: list[str]
-    why: NotRequired[str]
 
 
 def record(log: str | None, scrape: str, args: Mapping[str, object]) -> EngineJson:

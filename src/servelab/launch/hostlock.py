@@ -15,22 +15,15 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TypedDict
+from typing import IO
 
+from servelab.documents.declared import LockRecord, LockRecordHolder
 from servelab.errors import ServelabError
 from servelab.job import Say
 from servelab.store.paths import measuring_lock_path
 
 # this process's lock paths, while it holds them
 _HELD: set[str] = set()
-
-
-class LockRecord(TypedDict):
-    """launch.json's `lock` (`MeasuringLock.record`)."""
-
-    path: str
-    waited_s: float
-    holder: dict[str, object] | None
 
 
 def _own_command() -> str:
@@ -172,9 +165,14 @@ class MeasuringLock:
     def record(self) -> LockRecord:
         """launch.json's `lock`: the lock file, the seconds waited for it and who held it
         while this process waited (null when it was free)."""
-        holder = None
-        if self.holder is not None:
-            holder = {k: self.holder.get(k) for k in ("pid", "command", "since")}
+        holder: LockRecordHolder | None = None
+        if self.holder is not None:  # what the holder wrote (`acquire`): its pid, command, since
+            pid, command, since = (self.holder.get(k) for k in ("pid", "command", "since"))
+            holder = {
+                "pid": pid if isinstance(pid, int) else None,
+                "command": command if isinstance(command, str) else None,
+                "since": since if isinstance(since, str) else None,
+            }
         return {"path": str(self.path), "waited_s": round(self.waited_s, 3), "holder": holder}
 
     def release(self) -> None:

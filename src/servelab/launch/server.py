@@ -27,12 +27,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from servelab.documents import JsonValue
+from servelab.documents.declared import EndpointFacts, Placement, ServerProcess, StartRecord
 from servelab.env.compilecache import CompileCache
 from servelab.env.container import ContainerRun, server_inner_command, vllm_server_command
-from servelab.env.endpoint import EndpointFacts, ServerProcess
 from servelab.errors import ServelabError
 from servelab.launch.containers import Runner, container_exists, engine_call, remove_container
 from servelab.launch.serverlog import start_phases
@@ -174,14 +174,6 @@ class ServerLaunch:
     @property
     def base_url(self) -> str:
         return self.endpoint or f"http://{self.host}:{self.port}"
-
-
-class Placement(TypedDict):
-    """launch.json's `placement`: what lowering the engine's priority did
-    (`Server.lower_engine_priority`)."""
-
-    engine_nice: int
-    engine_pids: list[int]
 
 
 class Server:
@@ -335,8 +327,8 @@ class Server:
         phase = self.watch.phase_at() if self.watch is not None else None
         return f"{sep}in its {phase} phase" if phase else ""
 
-    def start_record(self) -> Mapping[str, object]:
-        """Where this start went (`start_phases`: a StartRecord); launch.json's `start`."""
+    def start_record(self) -> StartRecord | None:
+        """Where this start went (`start_phases`); launch.json's `start`."""
         return start_phases(self.watch.lines if self.watch else [], self.ready_t_s)
 
     def get_json(self, path: str, timeout_s: float = 10.0) -> JsonValue:
@@ -517,8 +509,8 @@ class EndpointServer(Server):
     def wait_ready(self, timeout_s: float, say: Callable[[str], None] = print) -> float:
         return 0.0
 
-    def start_record(self) -> Mapping[str, object]:
-        return {}
+    def start_record(self) -> StartRecord | None:
+        return None  # no start of servelab's to time
 
     def lower_engine_priority(self, nice: int, say: Callable[[str], None] = print) -> Placement:
         return {"engine_nice": 0, "engine_pids": []}  # not servelab's server to change

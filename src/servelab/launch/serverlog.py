@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
+from servelab.documents.declared import PhaseTiming, StartRecord
+
 # --- capacity facts from the startup log -------------------------------------------------
 
 _NUM = r"([\d,]+(?:\.\d+)?)"
@@ -65,25 +67,6 @@ class _LogCapacity(TypedDict):
 
 class CapacityFacts(_LogCapacity, CaptureSizes):
     """What a server's startup log says of its capacity (`parse_capacity`; capacity.json)."""
-
-
-class PhaseTiming(TypedDict):
-    """When one phase of a server's start began and how long it lasted (`start_phases`)."""
-
-    phase: str
-    t_s: float | None
-    log_time: str | None
-    duration_s: float | None
-
-
-class StartRecord(TypedDict):
-    """Where a server start went (`start_phases`; launch.json's `start`)."""
-
-    phases: list[PhaseTiming]
-    ready_t_s: float | None
-    compile_cache: str | None
-    compile_cache_reason: str | None
-    vllm_reported_s: dict[str, float | None]
 
 
 def _num(text: str) -> float:

@@ -24,39 +24,30 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
 
 from servelab import hostfacts
 from servelab.client import RequestSettings
 from servelab.config import args_to_cli
-from servelab.env.compilecache import CacheFiles, compile_cache_for
-from servelab.env.container import ContainerRun, Mount, container_run_for
-from servelab.env.container.gpus import GpuChoiceJson
-from servelab.env.endpoint import (
-    NOT_LAUNCHED,
-    EndpointCapacity,
-    EndpointFacts,
-    capacity_facts,
-    parse_url,
+from servelab.documents.declared import (
+    CapacityJson,
+    CompileCacheState,
+    EngineJson,
+    LaunchJson,
+    LockRecord,
+    Placement,
+    StartRecord,
 )
+from servelab.env.compilecache import compile_cache_for
+from servelab.env.container import ContainerRun, Mount, container_run_for
+from servelab.env.endpoint import NOT_LAUNCHED, capacity_facts, parse_url
 from servelab.env.runtime import cache_dir_of
 from servelab.errors import ServelabError
 from servelab.experiment import ServerSection, WorkloadSection
-from servelab.hostfacts.cpu import CpuFacts
-from servelab.hostfacts.host import NodeFacts
 from servelab.job import MeasureJob, Say
 from servelab.launch import engine_config
-from servelab.launch.engine_config import EngineJson
 from servelab.launch.hostlock import MeasuringLock
-from servelab.launch.server import (
-    EndpointServer,
-    Placement,
-    Server,
-    ServerLaunch,
-    make_server,
-    wait_all_ready,
-)
-from servelab.launch.serverlog import CapacityFacts, parse_capacity, start_line
+from servelab.launch.server import EndpointServer, Server, ServerLaunch, make_server, wait_all_ready
+from servelab.launch.serverlog import parse_capacity, start_line
 from servelab.redact import redact_argv, redact_env
 from servelab.store.jsonio import as_object
 from servelab.store.records import RuntimeRecord
@@ -162,41 +153,6 @@ def endpoint_launch(job: MeasureJob, additions: LaunchAdditions | None = None) -
     )
 
 
-class LaunchCapacity(CapacityFacts):
-    """capacity.json of a server servelab launched (`Session.capacity`)."""
-
-    version_endpoint: object  # what /version says
-    max_num_seqs: object  # --max-num-seqs, as given
-
-
-class LaunchJson(TypedDict):
-    """launch.json (`Session.launch_record`; store.records.LaunchRecord reads it)."""
-
-    launch: int
-    server_config: str
-    launched: bool
-    command: list[str]
-    env: dict[str, str]
-    args: dict[str, object]
-    host: str
-    port: int
-    pid: int | None
-    started_epoch_ns: int
-    ready_s: float
-    start: NotRequired[dict[str, object]]
-    lock: dict[str, object]
-    compile_cache: Mapping[str, Any] | None
-    placement: Placement
-    cpu_facts: CpuFacts
-    node: NodeFacts
-    runtime_lock_sha256: object
-    runtime_image_digest: object
-    container: str | None
-    gpus: NotRequired[GpuChoiceJson]
-    endpoint: NotRequired[EndpointFacts | dict[str, object]]
-    engine: NotRequired[EngineJson]
-
-
 @dataclass(frozen=True)
 class Session:
     """A server that is up and ready (inside `serve`)."""
@@ -207,11 +163,11 @@ class Session:
     placement: Placement  # what lowering the engine's priority did (launch.json)
     log_offset: int  # where this launch's lines start in the server log
     # where the start went (serverlog.start_phases; launch.json `start`)
-    start: Mapping[str, object] = field(default_factory=dict)
+    start: StartRecord | None = None
     # what the host's measuring-server lock made it wait (MeasuringLock.record; `lock`)
-    lock: Mapping[str, object] = field(default_factory=dict)
+    lock: LockRecord = field(kw_only=True)
     # the compile caches before the start (CompileCache.state; `compile_cache`), None: not kept
-    compile_cache: Mapping[str, str | bool | CacheFiles] | None = None
+    compile_cache: CompileCacheState | None = None
 
     def startup_log(self) -> str:
         """What this launch has written to the server log so far ("" for a server servelab
@@ -247,17 +203,28 @@ class Session:
                 return int(length)
         return None
 
-    def capacity(self, args: Mapping[str, object]) -> LaunchCapacity | EndpointCapacity:
+    def capacity(self, args: Mapping[str, object]) -> CapacityJson:
         """capacity.json's facts of this launch: from its startup log, /version and its
         arguments (`args`: --max-num-seqs); for a server servelab did not launch, from what it
         exposes (endpoint.capacity_facts: its arguments unknown)."""
         if isinstance(self.server, EndpointServer):
-            return capacity_facts(self.server.facts or {})
-        capacity = parse_capacity(self.startup_log())
+            return capacity_facts(self.server.facts or self.server.attach())
+        log = parse_capacity(self.startup_log())
+        version = as_object(self.server.get_json("/version")).get("version")
+        seqs = args.get("max-num-seqs")
         return {
-            **capacity,
-            "version_endpoint": as_object(self.server.get_json("/version")).get("version"),
-            "max_num_seqs": args.get("max-num-seqs"),
+            "kv_cache_tokens": log["kv_cache_tokens"],
+            "kv_cache_device": log["kv_cache_device"],
+            "max_concurrency": log["max_concurrency"],
+            "max_concurrency_tokens_per_request": log["max_concurrency_tokens_per_request"],
+            "non_default_args": log["non_default_args"],
+            "version": log["version"],
+            "cudagraph_capture_sizes": log["cudagraph_capture_sizes"],
+            "cudagraph_capture_sizes_source": log["cudagraph_capture_sizes_source"],
+            "cudagraph_capture_sizes_capped_to": log["cudagraph_capture_sizes_capped_to"],
+            "cudagraph_mode": log["cudagraph_mode"],
+            "version_endpoint": version if isinstance(version, str) else None,
+            "max_num_seqs": seqs if isinstance(seqs, int) else None,
         }
 
     def engine(self, args: Mapping[str, object]) -> EngineJson:
@@ -291,10 +258,8 @@ class Session:
             "pid": server.pid,
             "started_epoch_ns": server.started_epoch_ns,
             "ready_s": round(self.ready_s, 3),
-            # where the start went: its phases from the log (serverlog.start_phases)
-            "start": dict(self.start),
             # the host's measuring-server lock: the file, the wait, who held it
-            "lock": dict(self.lock),
+            "lock": self.lock,
             # the compile caches before the start (servelab.env.compilecache)
             "compile_cache": self.compile_cache,
             "placement": self.placement,
@@ -306,13 +271,14 @@ class Session:
             "runtime_image_digest": runtime.get("image_digest"),
             "container": launch.container.name if launch.container else None,
         }
+        if self.start is not None:  # where the start went: its phases from the log
+            record["start"] = self.start
         record["engine"] = self.engine(args)
         choice = launch.container.gpu_choice if launch.container else None
         if choice is not None:  # the container's GPUs: which, why (servelab.env.container.gpus)
             record["gpus"] = choice.to_json()
         if isinstance(server, EndpointServer):
-            del record["start"]  # no start of servelab's to time
-            record["endpoint"] = server.facts or {}
+            record["endpoint"] = server.facts or server.attach()
         return record
 
 
@@ -377,9 +343,7 @@ def serve_together(
                 "cannot be started beside another; set sweep.repeats.side_by_side: false"
             )
     with measuring_lock(settings, say, lock) as held, contextlib.ExitStack() as stack:
-        begun: list[
-            tuple[ServerLaunch, Server, int, dict[str, str | bool | CacheFiles] | None]
-        ] = []
+        begun: list[tuple[ServerLaunch, Server, int, CompileCacheState | None]] = []
         for launch, log_path in starts:
             if fresh_log:
                 log_path.unlink(missing_ok=True)
@@ -396,7 +360,7 @@ def serve_together(
             # overlapping starts: each server's own time since it started, not this wait's
             ready_s = w if len(begun) == 1 else float(server.ready_t_s or w)
             start = server.start_record()
-            say(f"server ready in {ready_s:.1f} s ({start_line(start)})")
+            say(f"server ready in {ready_s:.1f} s ({start_line(start or {})})")
             placement = server.lower_engine_priority(settings.engine_nice, say)
             sessions.append(
                 Session(

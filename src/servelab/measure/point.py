@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from servelab.client import OpenLoop, PointRun, RequestSettings, run_point
-from servelab.client.closed_loop import WorkerStats
 from servelab.design.level import LevelValue
 from servelab.design.schedule import Slot
+from servelab.documents.declared import ChatBlock, DatasetBlock, IntendedReuse, WorkerStats
 from servelab.errors import ServelabError
 from servelab.experiment import (
     LengthRangeJson,
@@ -36,7 +36,6 @@ from servelab.store.paths import REQUESTS_FILE, ExperimentPaths, attempt_dir
 from servelab.store.records import ArrivalsRecord, PointRecord
 from servelab.telemetry import GpuSelection, PointTelemetry
 from servelab.workload.promptset import Item, slice_reuse
-from servelab.workload.synthetic import IntendedReuse
 
 
 @dataclass(frozen=True)
@@ -49,16 +48,6 @@ class Again:
 
     def info(self) -> dict[str, object]:
         return {"attempt": self.attempt, "remeasure_reason": self.reason}
-
-
-class DatasetBlock(TypedDict):
-    sha256: str
-    prompts_sha256: str | None
-
-
-class ChatBlock(TypedDict):
-    turns: int
-    think_time_s: float
 
 
 class WorkloadBlocks(TypedDict, total=False):

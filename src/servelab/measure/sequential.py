@@ -32,22 +32,19 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
 
 from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.groups import Groups
-from servelab.analysis.rounds import (
-    STOPPED,
-    LookRecord,
-    asked_with,
-    looks,
-    open_claims,
-    round_record,
-)
+from servelab.analysis.rounds import STOPPED, asked_with, looks, open_claims, round_record
 from servelab.analysis.runtimes import runtime_ids, runtime_pairs
 from servelab.analysis.samehost import Plan, open_rows, same_host
 from servelab.design.schedule import Slot, in_turn
-from servelab.design.stopping import RuleJson, StoppingRule
+from servelab.design.stopping import StoppingRule
+from servelab.documents.declared import (
+    ComparedLook,
+    RoundLaunch,
+    SequentialRecord,
+)
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob, Say
@@ -60,39 +57,6 @@ from servelab.store.records import LaunchRecord
 
 # a point named in a comparison claim
 CELL = re.compile(r"config=([^,\]]+),(?:c|rate)=(\d+(?:\.\d+)?)")
-
-
-class RoundLaunch(TypedDict):
-    """A server launch of a step of rounds (`launched`; the sequential record's `launches`)."""
-
-    round: int
-    server_config: str
-    launch: int
-    ready_s: float | None
-    lock_waited_s: float
-
-
-class ComparedLook(TypedDict):
-    """The rows of `analysis.compare` at one look (the sequential record's `compared`): how
-    many it asks, and how many were still UNKNOWN."""
-
-    round: int
-    asked: int
-    open: int
-
-
-class SequentialRecord(TypedDict):
-    """run.json's `sequential` (`run_rounds`)."""
-
-    rule: RuleJson  # StoppingRule.to_json
-    rounds: int
-    stopped: str
-    round_s: list[float]
-    launches: list[RoundLaunch]
-    orderings: list[str]
-    looks: list[LookRecord]
-    compared: list[ComparedLook]  # the looks this invocation made (a resumed run's later ones)
-    side_by_side: bool  # every round's servers up at once (sweep.repeats.side_by_side)
 
 
 def stopping_rule(exp: Experiment) -> StoppingRule:

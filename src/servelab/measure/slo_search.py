@@ -35,10 +35,10 @@ from servelab.analysis.search import (
     slo_attainment,
     write_search,
 )
-from servelab.analysis.search_records import SearchJson
 from servelab.analysis.validity import check_point, failed
 from servelab.design.level import Level
 from servelab.design.schedule import Slot
+from servelab.documents.declared import SearchJson
 from servelab.experiment import Experiment
 from servelab.job import MeasureJob
 from servelab.launch.ports import choose_port

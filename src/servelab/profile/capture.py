@@ -47,6 +47,7 @@ from typing import Any
 
 from servelab.client import PointRun, RequestSettings, run_point
 from servelab.documents import JsonValue
+from servelab.documents.declared import NsysReport
 from servelab.env.container import ContainerRun, Mount
 from servelab.env.runtime import NSYS_GLOBS, find_host_nsys
 from servelab.errors import ServelabError
@@ -58,7 +59,7 @@ from servelab.launch.session import LaunchAdditions, Session, build_launch, serv
 from servelab.profile.commands import profiler_additions, profiler_interface
 from servelab.profile.nsys_report import ReportWait, export_nsys
 from servelab.profile.plan import NsysUse, for_runtime, profile_plan
-from servelab.profile.records import NsysReport, PointRow, Progress
+from servelab.profile.records import PointRow, Progress
 from servelab.profile.windows import Window, windows_json
 from servelab.redact import redact_argv, redact_env
 from servelab.store.jsonio import write_jsonl_gz
@@ -343,7 +344,7 @@ class CaptureJob(ConfigJob):
                 self.progress.update(
                     {
                         "ready_s": round(session.ready_s, 3),
-                        "start": dict(session.start),
+                        "start": dict(session.start or {}),
                         "lock": dict(session.lock),
                     }
                 )
@@ -362,7 +363,7 @@ class CaptureJob(ConfigJob):
             **self.finish(windows, rows, traces, t0),
             "launch": "own",
             "ready_s": round(session.ready_s, 3),
-            "start": dict(session.start),  # as a sweep's launch.json records it
+            "start": dict(session.start or {}),  # as a sweep's launch.json records it
             "lock": dict(session.lock),
             "compile_cache": session.compile_cache,
             "placement": session.placement,

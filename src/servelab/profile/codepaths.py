@@ -35,10 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servelab.errors import ServelabError
-from servelab.profile.forwards import DIMS, Forward, find_steady
-from servelab.profile.kernels import KernelStat, per_token
-from servelab.profile.records import (
+from servelab.documents.declared import (
     AttentionPath,
     Component,
     PathRatio,
@@ -48,6 +45,9 @@ from servelab.profile.records import (
     Verdict,
     WindowEntry,
 )
+from servelab.errors import ServelabError
+from servelab.profile.forwards import DIMS, Forward, find_steady
+from servelab.profile.kernels import KernelStat, per_token
 
 SCALING_CORRELATION = 0.9  # a dimension with several values that follows the population
 MIN_SCALING_VALUES = 3  # fewer distinct values than this: a path marker, never the batch
@@ -378,6 +378,7 @@ def localise(
                     "from_us_per_token": va,
                     "to_us_per_token": vb,
                     "delta_us_per_token": delta,
+                    "share": None,  # of the summed deltas, below
                 }
             )
         known = [r["delta_us_per_token"] for r in rows]

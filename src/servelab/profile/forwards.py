@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
 
+from servelab.documents.declared import RatioRow, Steady
 from servelab.errors import ServelabError
-from servelab.profile.records import RatioRow, Steady
 from servelab.store.jsonio import read_json
 
 DIMS = ("x", "y", "z")  # grid dimensions
@@ -265,6 +265,7 @@ def steady_summary(forwards: Sequence[Forward], layers: int, band: float) -> Ste
         "kernel_us_mean": sum(f.kernel_ns for f in sel) / 1000.0 / (n * layers),
         "forward_kernel_us_mean": sum(f.kernel_ns for f in sel) / 1000.0 / n,
         "forward_span_us_mean": sum(f.end_ns - f.start_ns for f in sel) / 1000.0 / n,
+        "paths": [],  # the attention paths' steady state, which the trace's analysis adds
     }
 
 
@@ -279,6 +280,7 @@ def ratios(order: Sequence[str], steady: Mapping[str, Steady | None]) -> list[Ra
                 "to": b,
                 "population_ratio": _ratio(sb, sa, "population_mean"),
                 "duration_ratio": _ratio(sb, sa, "kernel_us_mean"),
+                "paths": [],  # each attention path's ratios, which the trace's analysis adds
             }
         )
     return out

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.documents.declared import TraceGpu
 from servelab.errors import ServelabError
-from servelab.profile.records import TraceGpu
 from servelab.store.jsonio import read_json
 
 

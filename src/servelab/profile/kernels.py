@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servelab.documents.declared import FamilyRow
 from servelab.errors import ServelabError
-from servelab.profile.records import FamilyRow, GridPathRow, KernelRow
+from servelab.profile.records import GridPathRow, KernelRow
 
 # Ordered: the first family whose pattern matches a kernel name (searched, case-insensitive)
 # takes it; "other" takes the rest. Names are matched against the demangled name, which holds

@@ -45,11 +45,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 
+from servelab.documents.declared import DeviceMap, TraceInfo
 from servelab.errors import ServelabError
 from servelab.profile.gpumatch import normal_uuid
 from servelab.profile.kernels import KernelStat
 from servelab.profile.nsys_main import NOWHERE, MainPass, MainQuery, main_pass, window_case
-from servelab.profile.records import DeviceMap, TraceInfo
 from servelab.profile.steps import StepRange, parse_step_range
 from servelab.profile.windows import ResolvedWindow, Window, to_trace_clock
 

@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.documents.declared import NsysReport
 from servelab.env.container import ContainerRun
 from servelab.errors import ServelabError
 from servelab.job import Say
 from servelab.launch.server import Server
 from servelab.profile.commands import nsys_export_command
-from servelab.profile.records import NsysReport
 
 # how long a report file's size and modification time must stay unchanged to be taken
 REPORT_SETTLE_S = 5.0

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from servelab.documents.declared import Instantiation
 from servelab.errors import ServelabError
 from servelab.profile.forwards import DIMS, ForwardGrouper, Launch, choose_dim
 from servelab.profile.gpumatch import TelemetryGpu
@@ -23,7 +24,6 @@ from servelab.profile.kernels import (
 )
 from servelab.profile.nsys import NsysTrace
 from servelab.profile.nsys_main import MainPass, MainQuery
-from servelab.profile.records import Instantiation
 from servelab.profile.stepmatch import projectable, step_groupers
 from servelab.profile.steps import StepRange
 from servelab.profile.torchtrace import TorchTrace

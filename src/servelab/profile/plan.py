@@ -12,25 +12,14 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
 
+from servelab.documents.declared import HostNsysJson, NsysUseJson
 from servelab.env.container import ENGINES, Mount, nsys_mount
 from servelab.env.runtime import NSYS_GLOBS, HostNsys, nsys_candidates
-from servelab.env.runtime.nsys import HostNsysJson
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, ProfileSection
 
 TOOLS = ("auto", "torch", "nsys", "none")
-
-
-class NsysUseJson(TypedDict):
-    """capture.json's `nsys` (`NsysUse.to_json`)."""
-
-    executable: str
-    source: str
-    version: str | None
-    mount: str | None
-    host: HostNsysJson | None
 
 
 @dataclass(frozen=True)

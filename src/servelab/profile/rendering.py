@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab import render
-from servelab.profile.records import ProfileRecord, Settings, TraceInfo, WindowEntry, us_per_token
+from servelab.documents.declared import ProfileRecord, ProfileSettings, TraceInfo, WindowEntry
+from servelab.profile.records import us_per_token
 from servelab.profile.trace_analysis import ProfileResult
 
 REPORT = "profile.md"
@@ -345,7 +346,7 @@ def _trace_section(profile: ProfileRecord) -> list[str]:
     """The trace, the layer count and the main attention kernel; the GPUs that ran kernels
     and the telemetry's GPUs they are; the instantiations when the family merges several."""
     trace = profile.get("trace") or TraceInfo()
-    settings = profile.get("settings") or Settings()
+    settings = profile.get("settings") or ProfileSettings()
     lines = [
         f"Trace: {trace.get('kind')} ({', '.join(trace.get('files', []))}), clock "
         f"{trace.get('clock')}. Layers: {settings.get('layers')} "
@@ -591,5 +592,5 @@ def _steady_path(w: WindowEntry, path: str) -> list[str]:
 
 
 def _family_order(profile: ProfileRecord) -> list[str]:
-    fams = [f[0] for f in (profile.get("settings") or Settings()).get("families") or []]
+    fams = [f[0] for f in (profile.get("settings") or ProfileSettings()).get("families") or []]
     return fams + ["other"]

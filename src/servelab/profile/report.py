@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from servelab.documents.declared import ProfileRecord
 from servelab.experiment import ProfileSection
 from servelab.profile.codepaths import parse_path_dims
 from servelab.profile.forwards import layers_from_config
 from servelab.profile.gpumatch import TelemetryGpu, telemetry_gpus
 from servelab.profile.kernels import default_families, families_from_pairs
-from servelab.profile.records import ProfileRecord
 from servelab.profile.rendering import REPORT, profile_markdown, profile_tables
 from servelab.profile.trace_analysis import (
     PROFILE_FORMAT_VERSION,

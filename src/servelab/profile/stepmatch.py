@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from servelab.documents.declared import StepsEntry, TraceInfo, WindowEntry
 from servelab.profile.codepaths import PathSplit
 from servelab.profile.forwards import Forward, ForwardGrouper, Launch
 from servelab.profile.nsys import KERNEL, RUNTIME, NsysTrace
 from servelab.profile.nsys_main import MainQuery, main_launches, main_origins, name_ids
-from servelab.profile.records import StepsEntry, TraceInfo, WindowEntry
 from servelab.profile.steps import StepIndex, StepRange
 from servelab.profile.windows import ResolvedWindow
 

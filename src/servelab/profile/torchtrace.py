@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servelab.documents.declared import TraceInfo
 from servelab.errors import ServelabError
 from servelab.profile.kernels import KernelStat
-from servelab.profile.records import TraceInfo
 from servelab.profile.windows import ResolvedWindow, Window, to_trace_clock
 
 _STEP_SIMPLE = re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")

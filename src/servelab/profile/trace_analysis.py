@@ -11,6 +11,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from servelab.documents.declared import (
+    ForwardsInfo,
+    ProfileRecord,
+    ProfileSettings,
+    RatioRow,
+    Steady,
+    TraceGpu,
+    Verdict,
+    WindowEntry,
+)
 from servelab.errors import ServelabError
 from servelab.profile.codepaths import (
     PathSplit,
@@ -31,17 +41,7 @@ from servelab.profile.passes import (
     nsys_passes,
     torch_passes,
 )
-from servelab.profile.records import (
-    ForwardsInfo,
-    KernelRow,
-    ProfileRecord,
-    RatioRow,
-    Settings,
-    Steady,
-    TraceGpu,
-    Verdict,
-    WindowEntry,
-)
+from servelab.profile.records import KernelRow
 from servelab.profile.stepmatch import nsys_steps, steps_entry
 from servelab.profile.steps import StepRange
 from servelab.profile.torchtrace import TorchTrace
@@ -190,7 +190,9 @@ def _population_name(passes: Passes, notes: list[str]) -> str | None:
     return None
 
 
-def _settings(ctx: WindowContext, dim_name: str | None, split_source: str | None) -> Settings:
+def _settings(
+    ctx: WindowContext, dim_name: str | None, split_source: str | None
+) -> ProfileSettings:
     """profile.json's settings: how the trace was analyzed."""
     opts, passes, display = ctx.opts, ctx.passes, ctx.passes.display
     return {

@@ -27,7 +27,13 @@ from typing import cast
 
 import yaml
 
-from servelab.analysis.bisect import BisectionJson, Question, StepAnswer, bisect, bisection_section
+from servelab.analysis.bisect import (
+    BisectionJson,
+    BisectQuestion,
+    StepAnswer,
+    bisect,
+    bisection_section,
+)
 from servelab.errors import ServelabError
 from servelab.experiment import BisectSection, BisectVersion, Experiment
 from servelab.reproduce.rerun import Runtime
@@ -40,7 +46,7 @@ DEFAULT_ROUNDS = (3, 6)
 Runner = Callable[[Path], int]
 
 
-def question(exp: Experiment) -> Question:
+def question(exp: Experiment) -> BisectQuestion:
     """The bisection the experiment asks, its ends and level checked, in one line each."""
     b = exp.bisect
     if b is None:
@@ -57,7 +63,7 @@ def question(exp: Experiment) -> Question:
             f"bisect.good: {b.good} is not before bisect.bad {b.bad} in bisect.versions; list "
             "the setups oldest first"
         )
-    return Question(
+    return BisectQuestion(
         tuple(names), good, bad, b.metric, level_of(exp, b), exp.analysis.margin_pct, b.check_bad
     )
 
@@ -82,11 +88,11 @@ def _own(v: BisectVersion, rt: Mapping[str, object]) -> ServerConfigJson:
     return entry
 
 
-def step_name(exp: Experiment, q: Question, index: int) -> str:
+def step_name(exp: Experiment, q: BisectQuestion, index: int) -> str:
     return f"{exp.name}-{index:02d}-{q.versions[index]}"
 
 
-def step_config(exp: Experiment, q: Question, index: int) -> dict[str, object]:
+def step_config(exp: Experiment, q: BisectQuestion, index: int) -> dict[str, object]:
     """The experiment of the step measuring setup `index` against the good end."""
     b = exp.bisect
     assert b is not None
@@ -124,7 +130,7 @@ def step_config(exp: Experiment, q: Question, index: int) -> dict[str, object]:
     }
 
 
-def read_step(root: Path, q: Question, index: int, wall_s: float | None) -> StepAnswer:
+def read_step(root: Path, q: BisectQuestion, index: int, wall_s: float | None) -> StepAnswer:
     """The step's answer from its analysis (same_host.json), one line if it has none."""
     table = root / "analysis" / SAME_HOST_TABLE
     if not table.is_file():

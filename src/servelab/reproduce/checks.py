@@ -6,27 +6,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import NotRequired, TypedDict
 
 from servelab.analysis.claims import (
     NOT_COMPARABLE as CLAIM_NOT_COMPARABLE,
-    ClaimEvidence,
-    ClaimVerdict,
     Findings,
     evaluate_claims,
 )
 from servelab.analysis.dataset import Dataset
 from servelab.analysis.diagnoses import diagnoses
-from servelab.analysis.diagnosis_records import Diagnosis
 from servelab.analysis.groups import PAIRED_METRICS, Groups, PairedRow, paired_table
 from servelab.analysis.hostspeed import Gate, HostRatio, attribute
-from servelab.analysis.knee import DominanceRow, Knee, dominance, knee
+from servelab.analysis.knee import DominanceRow, dominance, knee
 from servelab.analysis.pipeline import searches_of
 from servelab.analysis.rounds import sequential_claims
-from servelab.analysis.search_records import SearchJson
 from servelab.analysis.stats import benjamini_hochberg, describe, ratio_ci, two_sample
 from servelab.design.level import LevelValue
 from servelab.design.stopping import StoppingRule
+from servelab.documents.declared import (
+    ChainRow,
+    ClaimCheck,
+    ClaimVerdict,
+    Diagnosis,
+    Knee,
+    PairCheck,
+    PointCheck,
+    SearchJson,
+)
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection, ReproductionSection
 
@@ -35,79 +40,6 @@ NOT_REPRODUCED = "NOT REPRODUCED"
 NOT_COMPARABLE = "NOT COMPARABLE"
 POINT_METRICS = PAIRED_METRICS
 FDR_Q = 0.05  # the false discovery rate over the point tests of one comparison
-
-
-class PointCheck(TypedDict):
-    """A point of reproduction.json `points`: a metric's mean at one level on both sides, its
-    status and verdict (None where not judged); the test and the change against the host's
-    speed (`attribute_points`; absent in reproductions made before them)."""
-
-    server_config: str
-    concurrency: NotRequired[LevelValue]  # or, at request rates, `rate`
-    rate: NotRequired[LevelValue]
-    metric: str
-    reference_mean: float | None
-    fresh_mean: float | None
-    change_pct: float | None
-    reference_cv_pct: float | None
-    fresh_cv_pct: float | None
-    reference_n: int
-    fresh_n: int
-    status: str
-    verdict: str | None
-    p_value: NotRequired[float | None]
-    p_adjusted: NotRequired[float | None]
-    host_attribution: NotRequired[str | None]
-    direction: NotRequired[str | None]
-    vs_host_pct: NotRequired[float | None]
-    # for `unknown: the canary cannot tell ...`: why, and the rerun command that settles it
-    host_why: NotRequired[str | None]
-
-
-class PairCheck(TypedDict):
-    """A paired difference of reproduction.json `paired` (the judged ones: `orderings`): the
-    reference's beside the fresh run's, its status and verdict (None where not judged)."""
-
-    server_config: str
-    a: LevelValue
-    b: LevelValue
-    metric: str
-    reference_diff_pct: float | None
-    reference_agree: NotRequired[str]
-    reference_verdict: str
-    fresh_diff_pct: float | None
-    fresh_agree: NotRequired[str | None]
-    fresh_verdict: str | None
-    judged: bool
-    status: str
-    verdict: str | None
-
-
-class ChainRow(TypedDict):
-    """A config's metric over adjacent levels on both sides (reproduction.json `chains`)."""
-
-    server_config: str
-    metric: str
-    reference: str
-    fresh: str
-    same: bool
-
-
-class ClaimCheck(TypedDict):
-    """A claim of reproduction.json `claims`: its verdict on both sides and the reproduction's
-    verdict; `as_measured` the verdict before a blocking provenance difference made it NOT
-    COMPARABLE; `host`, in reproductions made before the host was said once for the whole
-    comparison, the verdict with the host it was reached on (read, no longer written)."""
-
-    claim: str
-    reference_verdict: str
-    fresh_verdict: str | None
-    reference_evidence: ClaimEvidence
-    fresh_evidence: ClaimEvidence | None
-    verdict: str
-    reason: str | None
-    as_measured: NotRequired[str]
-    host: NotRequired[str]
 
 
 @dataclass
@@ -206,8 +138,8 @@ def point_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[Poi
                 }
                 if ref.g.open_loop:
                     row["rate"] = c
-                else:
-                    row["concurrency"] = c
+                else:  # a concurrency is a whole number
+                    row["concurrency"] = int(c)
                 rows.append(row)
     return rows
 
@@ -387,7 +319,7 @@ def claim_rows(
         try:
             nc = _claim(new, opts, claim)
             fresh_verdict: str | None = nc["verdict"]
-            evidence: ClaimEvidence | None = nc["evidence"]
+            evidence: object = nc["evidence"]
             reason = None
         except ServelabError as exc:
             fresh_verdict, evidence, reason = None, None, str(exc)

@@ -22,13 +22,18 @@ from servelab.analysis.hostspeed import (
 )
 from servelab.claims_syntax import parse_claim
 from servelab.config import default_section
-from servelab.documents import JsonObject
+from servelab.documents.declared import (
+    DatasetFacts,
+    HostComparison,
+    HostSpeedRecord,
+    Provenance,
+    ReproductionRecord,
+    ReproductionSettings,
+)
 from servelab.errors import ServelabError
-from servelab.evidence.documents import DatasetFacts, Provenance
 from servelab.evidence.schemas import validate_file
 from servelab.experiment import AnalysisSection, Experiment, ReproductionSection
-from servelab.hostfacts import compare_hosts, host_qualifier
-from servelab.hostfacts.compare import HostComparison
+from servelab.hostfacts import compare_hosts
 from servelab.reproduce.checks import (
     FDR_Q,
     NOT_COMPARABLE,
@@ -46,12 +51,7 @@ from servelab.reproduce.checks import (
 )
 from servelab.reproduce.markdown import report_markdown
 from servelab.reproduce.provenance_diff import provenance_diff
-from servelab.reproduce.records import (
-    HostSpeedRecord,
-    ReproductionRecord,
-    Settings,
-    host_speed_json,
-)
+from servelab.reproduce.records import host_speed_json
 from servelab.reproduce.sides import Side, open_side
 from servelab.store.jsonio import write_json
 from servelab.store.paths import ExperimentPaths
@@ -122,7 +122,7 @@ def other_dataset(ref: DatasetFacts | None, new: DatasetFacts | None) -> str | N
     )
 
 
-def _trace_text(t: JsonObject | None) -> str:
+def _trace_text(t: Mapping[str, object] | None) -> str:
     if not t:
         return "no trace"
     f, w = _fields(t.get("file")), _fields(t.get("window"))
@@ -133,12 +133,12 @@ def _trace_text(t: JsonObject | None) -> str:
     )
 
 
-def other_trace(ref: JsonObject | None, new: JsonObject | None) -> str | None:
+def other_trace(ref: Mapping[str, object] | None, new: Mapping[str, object] | None) -> str | None:
     """Why two sides (provenance.json `trace`) did not replay the same trace window, in one
     line: another file, or another window (start, duration); None when they did, or neither
     replayed a trace."""
 
-    def key(t: JsonObject | None) -> tuple[object, ...] | None:
+    def key(t: Mapping[str, object] | None) -> tuple[object, ...] | None:
         if not t:
             return None
         w = _fields(t.get("window"))
@@ -156,9 +156,11 @@ def _runtime_of(prov: Provenance, sc: str) -> tuple[str | None, str | None]:
     """A configuration's runtime in a side's provenance: its own (`config_runtimes`) or the
     shared one, as (lock sha256 or image digest, vLLM release)."""
     own = (prov.get("config_runtimes") or {}).get(sc)
-    rt = own if own is not None else prov.get("runtime") or {}
-    version = own.get("vllm_version") if own is not None else prov.get("vllm_version")
-    return rt.get("lock_sha256") or rt.get("image_digest"), version
+    if own is not None:
+        return own.get("lock_sha256") or own.get("image_digest"), own.get("vllm_version")
+    rt = prov.get("runtime")
+    pin = (rt.get("lock_sha256") or rt.get("image_digest")) if rt is not None else None
+    return pin, prov.get("vllm_version")
 
 
 def other_runtime(ref: Provenance, new: Provenance) -> str | None:
@@ -215,10 +217,9 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> ReproductionR
         for row in claims_checked:
             row["as_measured"] = row["verdict"]
             row["verdict"] = NOT_COMPARABLE
-    host["qualifier"] = host_qualifier(host)
     checked: list[Mapping[str, object]] = [*pairs, *claims_checked, *points]
     failed = [c for c in checked if c.get("judged", True) and c["verdict"] == NOT_REPRODUCED]
-    settings: Settings = {
+    settings: ReproductionSettings = {
         # as floats: a config may write them as integers (the schema's default is 0)
         "metrics": list(s.metrics),
         "min_effect_pct": float(s.min_effect_pct),
@@ -397,7 +398,9 @@ def _config_dataset(ref: DatasetFacts | None, spec: Mapping[str, object] | None)
     )
 
 
-def _config_trace(ref: JsonObject | None, spec: Mapping[str, object] | None) -> str | None:
+def _config_trace(
+    ref: Mapping[str, object] | None, spec: Mapping[str, object] | None
+) -> str | None:
     """Why the trace window a config replays (workload.trace) is not the reference's, in one
     line; None when it is (the pinned sha256, or the hub file, and the window's start and
     duration), or neither replays a trace."""

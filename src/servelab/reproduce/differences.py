@@ -8,17 +8,20 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from servelab.analysis.engine_diff import EngineDiff
+from servelab.documents.declared import (
+    DifferenceRow as HostDifference,
+    EngineDiff,
+    FieldRow,
+    HostComparison,
+    ReproductionRecord,
+)
 from servelab.hostfacts import difference_names
-from servelab.hostfacts.compare import DifferenceRow as HostDifference, HostComparison
-from servelab.reproduce.provenance_diff import FieldRow
-from servelab.reproduce.records import ReproductionRecord
 
 HOST, ENGINE, RUNTIME = "host", "engine", "runtime"
 NOT_RECORDED_CELL = "not recorded"
 
 
-class DifferenceRow(TypedDict):
+class DiffersRow(TypedDict):
     """One difference: what kind (host, engine, runtime), what, the value on each side (as
     recorded; "not recorded" where a side has none), its effect in words, and whether it
     makes the comparison NOT COMPARABLE."""
@@ -31,10 +34,10 @@ class DifferenceRow(TypedDict):
     blocks: bool
 
 
-def _host_rows(host: HostComparison | None) -> list[DifferenceRow]:
+def _host_rows(host: HostComparison | None) -> list[DiffersRow]:
     if host is None:
         return []
-    rows: list[DifferenceRow] = []
+    rows: list[DiffersRow] = []
     for d in host.get("relevant_differences", []):
         rows.append(_row(HOST, d["fact"], d, "performance-relevant"))
     for d in host.get("other_differences", []):
@@ -58,7 +61,7 @@ def _host_rows(host: HostComparison | None) -> list[DifferenceRow]:
 
 def _row(
     kind: str, what: str, d: HostDifference | FieldRow, effect: str, blocks: bool = False
-) -> DifferenceRow:
+) -> DiffersRow:
     return {
         "kind": kind,
         "what": what,
@@ -69,10 +72,10 @@ def _row(
     }
 
 
-def _engine_rows(engine: EngineDiff | None) -> list[DifferenceRow]:
+def _engine_rows(engine: EngineDiff | None) -> list[DiffersRow]:
     if engine is None:
         return []
-    rows: list[DifferenceRow] = []
+    rows: list[DiffersRow] = []
     for r in engine.get("rows", []):
         blocks = bool(r["scheduling"] and not r["pinned"])
         why = "pinned by the arguments" if r["pinned"] else "vLLM's own choice"
@@ -90,7 +93,7 @@ def _engine_rows(engine: EngineDiff | None) -> list[DifferenceRow]:
     return rows
 
 
-def _runtime_rows(fields: list[FieldRow]) -> list[DifferenceRow]:
+def _runtime_rows(fields: list[FieldRow]) -> list[DiffersRow]:
     return [
         _row(
             RUNTIME,
@@ -104,7 +107,7 @@ def _runtime_rows(fields: list[FieldRow]) -> list[DifferenceRow]:
     ]
 
 
-def differences(r: ReproductionRecord) -> list[DifferenceRow]:
+def differences(r: ReproductionRecord) -> list[DiffersRow]:
     """Every difference between the reference and the fresh run: host facts (those that
     differ, then those a side does not record), engine settings, runtime and setup."""
     prov = r["provenance"]
@@ -141,7 +144,7 @@ def differences_line(r: ReproductionRecord) -> str | None:
     return "; ".join(parts) or None
 
 
-def _text(d: DifferenceRow) -> str:
+def _text(d: DiffersRow) -> str:
     a, b = d["reference"], d["fresh"]
     short = all(isinstance(v, str | int | float | bool) and len(str(v)) <= 24 for v in (a, b))
     return f"{d['what']} {a} -> {b}" if short else d["what"]

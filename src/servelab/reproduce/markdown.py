@@ -7,10 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 
+from servelab.documents.declared import ClaimCheck, Fdr, PairCheck, PointCheck, ReproductionRecord
 from servelab.render import md_escape, md_table, num
-from servelab.reproduce.checks import ClaimCheck, PairCheck, PointCheck
 from servelab.reproduce.differences import differences, unrecorded_engines
-from servelab.reproduce.records import Fdr, ReproductionRecord
 from servelab.reproduce.verdict import (
     attribution_text,
     claim_verdict_text,

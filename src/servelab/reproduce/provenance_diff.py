@@ -10,35 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TypedDict, TypeVar
 
-from servelab.analysis.engine_diff import EngineDiff, compare_engines, launches_of
-from servelab.evidence.documents import Provenance
-from servelab.hostfacts.compare import HostComparison
+from servelab.analysis.engine_diff import compare_engines, launches_of
+from servelab.documents.declared import (
+    FieldRow,
+    HostComparison,
+    Provenance,
+    ProvenanceDiff,
+)
 from servelab.reproduce.sides import Side
-
-
-class FieldRow(TypedDict):
-    """A field both sides record (reproduction.json `provenance.fields`): each side's value,
-    whether they are the same and the effect of a difference ("blocks" or "note")."""
-
-    field: str
-    reference: object
-    fresh: object
-    same: bool
-    effect: str
-
-
-class ProvenanceDiff(TypedDict):
-    """reproduction.json `provenance`: the fields compared, those that differ (with the hosts'
-    differing facts), those that block the comparison, what keeps the fresh run from being a
-    clean room, and what could not be checked of a server servelab did not launch."""
-
-    fields: list[FieldRow]
-    differs: list[str]
-    blocking: list[str]
-    not_clean_room: list[str]
-    not_checked: list[str]
-    # the engine settings each server resolved, configuration by configuration
-    engine: EngineDiff
 
 
 class EndpointSide(TypedDict):
@@ -63,7 +42,7 @@ def _gpu_models(p: Provenance) -> list[str] | None:
 
 
 def _image_digest(p: Provenance) -> object:
-    rt = p.get("runtime", {})
+    rt: Mapping[str, object] = p.get("runtime") or {}  # releases of any age: keys vary
     for key in ("image_digest", "digest", "image_id"):
         if rt.get(key):
             return rt[key]

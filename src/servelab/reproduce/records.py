@@ -5,38 +5,10 @@ rows are typed beside their writers: the checks' in `checks`, the provenance dif
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
-
 from servelab.analysis.hostspeed import Gate, HostRatio, gate_reason
-from servelab.hostfacts.compare import HostComparison
-from servelab.reproduce.checks import ChainRow, ClaimCheck, PairCheck, PointCheck
-from servelab.reproduce.provenance_diff import ProvenanceDiff
-from servelab.reproduce.sides import SideFacts
-
-
-class HostSpeedRecord(TypedDict):
-    """`host_speed`: whether the fresh host's speed over the reference's is recorded, why not,
-    and where it is, the ratio with its band and parts (analysis.hostspeed.HostRatio)."""
-
-    recorded: bool
-    why_not: str | None
-    ratio: NotRequired[float]
-    low: NotRequired[float]
-    high: NotRequired[float]
-    compute: NotRequired[float]
-    bandwidth: NotRequired[float]
-    moved: NotRequired[bool]
-    # "gpu" where compute and bandwidth are the GPU canary's matmul and device copy (both runs
-    # timed it on the same work); absent where they are the CPU canary's
-    parts: NotRequired[str]
-    # the worst canary drift of either run (absent where none is recorded), the CPU canary's
-    # ratio and interval beside a GPU one, the margin of the gate, why the canary cannot tell
-    # before any point is read (None: it may), and the rerun an UNKNOWN names
-    drift: NotRequired[str]
-    cpu: NotRequired[list[float]]
-    margin_pct: NotRequired[float]
-    unknown_why: NotRequired[str | None]
-    rerun: NotRequired[str]
+from servelab.documents.declared import (
+    HostSpeedRecord,
+)
 
 
 def host_speed_json(
@@ -61,58 +33,3 @@ def host_speed_json(
             out["unknown_why"] = gate_reason(ratio, gate)
             out["rerun"] = gate.rerun
     return out
-
-
-class Fdr(TypedDict):
-    """`fdr`: the false discovery control over the point tests."""
-
-    method: str
-    q: float
-    tests: int
-
-
-class Settings(TypedDict):
-    """`settings`: how strictly the fresh run had to match (the reproduction section) and the
-    reference's analysis thresholds; `axis` "rate" for sweeps over request rates."""
-
-    metrics: list[str]
-    min_effect_pct: float
-    require_significance: bool
-    tolerance_pct: float | None
-    tolerance_metrics: list[str]
-    threshold_pct: float
-    alpha: float
-    axis: NotRequired[str]
-
-
-class Counts(TypedDict):
-    """`counts`: how many checks were judged, and how many of each verdict."""
-
-    checks: int
-    reproduced: int
-    not_reproduced: int
-    not_comparable: int
-
-
-class ReproductionRecord(TypedDict):
-    """reproduction.json. `verdict_text`, `host`, `host_speed` and `fdr` are absent in
-    reproductions made before they were recorded (their readers say so)."""
-
-    format_version: int
-    verdict: str
-    verdict_text: NotRequired[str]
-    why: str
-    host: NotRequired[HostComparison]
-    host_speed: NotRequired[HostSpeedRecord]
-    fdr: NotRequired[Fdr]
-    reference: SideFacts
-    fresh: SideFacts
-    settings: Settings
-    notes: list[str]
-    claims: list[ClaimCheck]
-    orderings: list[PairCheck]
-    chains: list[ChainRow]
-    paired: list[PairCheck]
-    points: list[PointCheck]
-    provenance: ProvenanceDiff
-    counts: Counts

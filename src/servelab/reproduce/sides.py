@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NotRequired, Required, TypedDict
+from typing import Required, TypedDict
 
 import yaml
 
 from servelab.analysis.dataset import detect_layout, vllm_bench_files
 from servelab.analysis.pipeline import analysis_section
 from servelab.documents import JsonObject, JsonValue
+from servelab.documents.declared import Provenance, SideFacts
 from servelab.errors import ServelabError
-from servelab.evidence.documents import Provenance
 from servelab.evidence.files import safe_extract
 from servelab.evidence.verify import check_release_folder, is_release_folder, verify
 from servelab.experiment import AnalysisSection
@@ -58,7 +58,7 @@ class ServerJson(TypedDict, total=False):
     configs: list[ServerConfigJson]
 
 
-class RuntimeJson(TypedDict, total=False):
+class RuntimeConfigJson(TypedDict, total=False):
     """A config's `runtime` section (config.schema.yaml)."""
 
     kind: str
@@ -87,7 +87,7 @@ class ResolvedConfig(TypedDict, total=False):
     experiment: str
     results_dir: str
     model: JsonObject
-    runtime: RuntimeJson
+    runtime: RuntimeConfigJson
     server: ServerJson
     workload: JsonObject
     sweep: JsonObject
@@ -99,20 +99,6 @@ class ResolvedConfig(TypedDict, total=False):
     confirm: JsonObject
     search: JsonObject
     profile: JsonObject
-
-
-class SideFacts(TypedDict):
-    """A side as reproduction.json names it (`reference`, `fresh`): the path given and its
-    kind; a release's tag, tarball sha256 and whether it is pinned; the experiment and when it
-    started, where its provenance says."""
-
-    path: str
-    kind: str
-    tag: NotRequired[str | None]
-    tarball_sha256: NotRequired[str | None]
-    pinned: NotRequired[bool | None]
-    experiment: NotRequired[str | None]
-    started: NotRequired[str | None]
 
 
 @dataclass

@@ -11,9 +11,9 @@ from servelab.analysis.hostspeed import (
     UNKNOWN,
     no_speed_words,
 )
-from servelab.reproduce.checks import NOT_REPRODUCED, REPRODUCED, ClaimCheck, PointCheck
+from servelab.documents.declared import ClaimCheck, PointCheck, ReproductionRecord
+from servelab.reproduce.checks import NOT_REPRODUCED, REPRODUCED
 from servelab.reproduce.differences import differences_line
-from servelab.reproduce.records import ReproductionRecord
 
 
 def verdict_text(r: ReproductionRecord) -> str:

@@ -48,14 +48,14 @@ from servelab.analysis.hostspeed import (
 )
 from servelab.analysis.stats import Ratio, benjamini_hochberg, describe, ratio_ci, two_sample
 from servelab.design.level import LevelValue
+from servelab.documents.declared import HostComparison, HostSpeedRecord, ProvenanceDiff
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
 from servelab.hostfacts import compare_hosts, difference_names, host_qualifier
-from servelab.hostfacts.compare import HostComparison
 from servelab.reproduce.checks import POINT_METRICS, Analysed, analyse
 from servelab.reproduce.comparison import other_dataset
-from servelab.reproduce.provenance_diff import ProvenanceDiff, provenance_diff
-from servelab.reproduce.records import HostSpeedRecord, host_speed_json
+from servelab.reproduce.provenance_diff import provenance_diff
+from servelab.reproduce.records import host_speed_json
 from servelab.reproduce.sides import Side, bundle_side, open_side, refusal
 from servelab.site.check import CheckedRelease
 from servelab.site.history_changes import Known, method, series_changes

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import NotRequired, TypedDict
 
 from servelab.design.level import LevelValue
-from servelab.reproduce.records import Fdr, HostSpeedRecord
+from servelab.documents.declared import Fdr, HostSpeedRecord
 
 
 class ReleaseRow(TypedDict):

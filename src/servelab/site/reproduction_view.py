@@ -9,11 +9,16 @@ import json
 from collections.abc import Callable
 from typing import TypedDict
 
-from servelab.reproduce.checks import PairCheck
+from servelab.documents.declared import (
+    Counts,
+    Fdr,
+    PairCheck,
+    ReproductionRecord,
+    ReproductionSettings,
+    SideFacts,
+)
 from servelab.reproduce.differences import differences, unrecorded_engines
 from servelab.reproduce.markdown import HOST_CLASS_TEXT, REPORTED_POINT_METRICS, SHORT
-from servelab.reproduce.records import Counts, Fdr, ReproductionRecord, Settings
-from servelab.reproduce.sides import SideFacts
 from servelab.reproduce.verdict import (
     attribution_text,
     claim_verdict_text,
@@ -252,7 +257,7 @@ def _differs(r: ReproductionRecord) -> DiffersView:
     }
 
 
-def _settings(s: Settings) -> list[tuple[str, str]]:
+def _settings(s: ReproductionSettings) -> list[tuple[str, str]]:
     tolerance = s.get("tolerance_pct")
     return [
         ("Orderings judged", ", ".join(s["metrics"]) + " (paired t-test on log ratios)"),

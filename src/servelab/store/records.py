@@ -27,10 +27,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Self, TypedDict
+from typing import Any, ClassVar, Self
 
 from servelab.design.arrivals import ArrivalProcess, schedule_sha256, scheduled_rate
 from servelab.documents import JsonObject, JsonValue
+from servelab.documents.declared import ArrivalSummary
 from servelab.errors import ServelabError
 from servelab.store.jsonio import DamagedFile, clean, json_path, load_schema, read_json, write_json
 from servelab.store.paths import (
@@ -472,18 +473,6 @@ class WindowsRecord(Record):
     FORMAT_VERSION = 1
     OPEN = ("format_version", "windows")
     TODO = "re-run the profiling pass of its server configuration"
-
-
-class ArrivalSummary(TypedDict):
-    """What a point records of its schedule (point.json `arrival`): ArrivalsRecord.summary."""
-
-    process: Literal["poisson", "gamma", "constant", "trace"]
-    burstiness: float
-    seed: int
-    max_in_flight: int | None
-    requests: int
-    scheduled_rate: float | None
-    schedule_sha256: str
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from servelab.documents.declared import GpuChoiceJson
 from servelab.hostfacts.gpuids import (
     ALL,
     CUDA_IDS,
@@ -59,7 +60,7 @@ class ChoiceLike(Protocol):
     @property
     def ambiguous(self) -> str | None: ...
 
-    def to_json(self) -> Mapping[str, object]: ...
+    def to_json(self) -> GpuChoiceJson: ...
 
 
 class ContainerLike(Protocol):

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from servelab.hostfacts.gpu import GpuReadings, reading_facts
-from servelab.hostfacts.gpuids import GpuSelectionJson
+from servelab.documents.declared import GpuSamplingRecord
+from servelab.hostfacts.gpu import reading_facts
 from servelab.telemetry.gpus import (
     EVERY_GPU,
     NONE,
@@ -36,29 +36,6 @@ _NVML_ERROR_GPU_IS_LOST = 15
 
 def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-class SampledGpu(GpuReadings):
-    """One GPU sampled, as `GpuSource.describe` records it."""
-
-    device: int
-    uuid: str | None
-    pci_bus_id: str | None
-    name: str
-    chosen_by: str
-    energy_counter: str | None
-    compute_capability: str | None
-
-
-class GpuSamplingRecord(GpuSelectionJson):
-    """The GPUs' selection and what NVML made of it (`GpuSource.describe`)."""
-
-    gpus_listed: int
-    ambiguous: str | None
-    unmatched: list[str]
-    driver: str | None
-    driver_cuda: str | None
-    gpus: list[SampledGpu]
 
 
 @dataclass

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from servelab.documents import JsonObject
+from servelab.documents.declared import TelemetryJson
 from servelab.env.endpoint import REMOTE
 from servelab.errors import ServelabError
 from servelab.experiment import TelemetrySection
@@ -33,7 +34,7 @@ from servelab.telemetry.sources import (
     ServerMetricsSource,
     Source,
 )
-from servelab.telemetry.summary import TelemetryDisabled, TelemetrySummary, summarize
+from servelab.telemetry.summary import summarize
 
 FILE_NAME = TELEMETRY_FILE
 SOURCE_ORDER = {"gpu": 0, "cpu": 1, "server": 2, "rapl": 3}
@@ -233,7 +234,7 @@ class PointTelemetry:
         started_epoch_ns: int,
         finished_epoch_ns: int,
         output_tokens: int | None = None,
-    ) -> TelemetrySummary | TelemetryDisabled:
+    ) -> TelemetryJson:
         """Stop (if still running), write telemetry.jsonl into `point_dir`, return the summary;
         `output_tokens` (the point's `total_output_tokens`) gives its energy per output token."""
         if not self.enabled:

@@ -22,9 +22,21 @@ Pure functions of the samples of `telemetry.jsonl` and the point window
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, TypedDict
 
 import numpy as np
+
+from servelab.documents.declared import (
+    CpuSummary,
+    EnergySummary,
+    GpuDevice,
+    GpuSummary,
+    HistogramStats,
+    RaplSummary,
+    SeriesStats,
+    ServerSummary,
+    TelemetryJson,
+)
 
 SUMMARY_FORMAT = 1
 GpuField = Literal[
@@ -89,141 +101,11 @@ SERVER_HISTOGRAMS: tuple[tuple[str, ServerHistogram], ...] = (
 Sample = Mapping[str, Any]
 
 
-class SeriesStats(TypedDict):
-    """A gauge-like series over the point window: mean, p95 and max (null without samples)."""
-
-    mean: float | None
-    p95: float | None
-    max: float | None
-
-
-class HistogramStats(TypedDict):
-    """A server histogram's change over the point: its count, mean and p95 in ms."""
-
-    count: float | None
-    mean_ms: float | None
-    p95_ms: float | None
-
-
 class Errors(TypedDict):
     """A source's failed samples in the window: how many, and the last one's error."""
 
     errors: int
     last_error: str | None
-
-
-class GpuDevice(Errors):
-    """One GPU's summary (`gpu.devices[]`): its series (GPU_FIELDS, each set after the
-    rest); its selection and energy where the samples record the GPUs' selection."""
-
-    device: int
-    name: str | None
-    uuid: str | None
-    samples: int
-    lost_epoch_ns: int | None
-    util_pct: NotRequired[SeriesStats]
-    mem_util_pct: NotRequired[SeriesStats]
-    sm_clock_mhz: NotRequired[SeriesStats]
-    mem_used_bytes: NotRequired[SeriesStats]
-    power_w: NotRequired[SeriesStats]
-    temp_c: NotRequired[SeriesStats]
-    pci_bus_id: NotRequired[str | None]
-    chosen_by: NotRequired[str | None]
-    energy_j: NotRequired[float | None]
-    energy_counter: NotRequired[str | None]
-
-
-class GpuSummary(TypedDict, total=False):
-    """The `gpu` block: the devices, or why there are none; the selection the samples record."""
-
-    absent: str
-    selection: dict[str, Any]
-    devices: list[GpuDevice]
-
-
-class RaplSummary(TypedDict, total=False):
-    """The `rapl` block: the CPU packages' energy over the point, or why there is none."""
-
-    absent: str
-    zones: list[str]
-    samples: int
-    errors: int
-    last_error: str | None
-    energy_j: float | None
-
-
-class EnergySummary(TypedDict):
-    """The `energy` block: the server's energy over the point and per output token."""
-
-    source: str | None
-    joules: float | None
-    window_s: float
-    output_tokens: int | None
-    joules_per_output_token: float | None
-    absent: str | None
-
-
-class CpuSummary(TypedDict, total=False):
-    """The `cpu` block: the processes' and the host's CPU and memory, or why it is absent."""
-
-    absent: str
-    samples: int
-    server_cpu_pct: SeriesStats
-    server_cpu_s: float | None
-    client_cpu_pct: SeriesStats
-    client_cpu_s: float | None
-    telemetry_cpu_pct: SeriesStats
-    telemetry_cpu_s: float | None
-    # other servers kept up beside this one (a point sent in slices): only where there are any
-    siblings_cpu_pct: SeriesStats
-    siblings_cpu_s: float | None
-    host_cpu_pct: SeriesStats
-    host_steal_pct: SeriesStats
-    server_rss_bytes: SeriesStats
-    client_rss_bytes: SeriesStats
-    host_mem_used_bytes: SeriesStats
-    host_cpus: int | None
-    server_error: str | None
-
-
-class ServerSummary(TypedDict, total=False):
-    """The `server` block: the server's own /metrics over the point, or why it is absent."""
-
-    absent: str
-    samples: int
-    errors: int
-    last_error: str | None
-    running: SeriesStats
-    waiting: SeriesStats
-    kv_cache_usage: SeriesStats
-    waiting_fraction: float | None
-    preemptions: float | None
-    generation_tokens: float | None
-    prompt_tokens: float | None
-    prefix_cache_queries: float | None
-    prefix_cache_hits: float | None
-    requests_finished: float | None
-    generation_tokens_per_s: float | None
-    ttft: HistogramStats
-    itl: HistogramStats
-    queue_time: HistogramStats
-
-
-class TelemetryDisabled(TypedDict):
-    """point.json's `telemetry` block where telemetry was off."""
-
-    enabled: bool
-
-
-class TelemetrySummary(TypedDict):
-    """point.json's `telemetry` block (`summarize`)."""
-
-    format_version: int
-    gpu: GpuSummary
-    cpu: CpuSummary
-    server: ServerSummary
-    rapl: NotRequired[RaplSummary | None]
-    energy: NotRequired[EnergySummary]
 
 
 def series_stats(values: Iterable[float | int | None]) -> SeriesStats:
@@ -496,8 +378,10 @@ def _cpu(samples: Sequence[Sample], start: int, end: int) -> CpuSummary:
         out[cum_key] = used
     for key in CPU_GAUGES:
         out[key] = series_stats(s.get(key) for s in inside)
-    for key in HOST_SHARES:
-        out[key]["mean"] = _host_mean(samples, key, start, end)
+    for key in HOST_SHARES:  # gauges, each set just above
+        share = out[key]
+        if share is not None:
+            share["mean"] = _host_mean(samples, key, start, end)
     cpus = [s["host_cpus"] for s in samples if s.get("host_cpus")]
     out["host_cpus"] = int(cpus[0]) if cpus else None
     errs = [s["server_error"] for s in samples if s.get("server_error")]
@@ -567,7 +451,7 @@ def summarize(
     started_epoch_ns: int,
     finished_epoch_ns: int,
     output_tokens: int | None = None,
-) -> TelemetrySummary:
+) -> TelemetryJson:
     """The `telemetry` block of point.json: every source summarized over the point window.
     `output_tokens` (the point's `total_output_tokens`) gives the energy per output token.
 
@@ -578,7 +462,7 @@ def summarize(
         by_source.setdefault(str(s.get("source")), []).append(s)
     start, end = int(started_epoch_ns), int(finished_epoch_ns)
     gpu = _gpu(by_source["gpu"], start, end)
-    out: TelemetrySummary = {
+    out: TelemetryJson = {
         "format_version": SUMMARY_FORMAT,
         "gpu": gpu,
         "cpu": _cpu(by_source["cpu"], start, end),

@@ -33,9 +33,10 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NotRequired, Protocol, TypedDict
+from typing import Any, Protocol
 
 from servelab.client.prompt import Prompt
+from servelab.documents.declared import DatasetFileJson
 from servelab.env.model import HubFile, HubKeys, hub_errors
 from servelab.errors import ServelabError
 from servelab.experiment import DatasetFilter, DatasetSection
@@ -62,18 +63,6 @@ CountTokens = Callable[[str], int]
 # --- the file --------------------------------------------------------------------------
 
 
-class DatasetFileJson(TypedDict):
-    """A dataset file's identity (`DatasetFile.to_json`): a path, or a file on the hub."""
-
-    source: str  # path | hub
-    path: NotRequired[str]
-    repo_id: NotRequired[str | None]
-    filename: NotRequired[str | None]
-    revision: NotRequired[str | None]
-    sha256: str
-    bytes: int
-
-
 @dataclass(frozen=True)
 class DatasetFile:
     """A pinned dataset file. `path`: the local file read (for source "path" the config's own
@@ -94,6 +83,8 @@ class DatasetFile:
         repository, file and commit (never the local cache path), and the content's sha256
         and size."""
         if self.source == "hub":
+            if self.repo_id is None or self.filename is None or self.revision is None:
+                raise ServelabError("workload.dataset.hub: give repo_id, filename and revision")
             return {
                 "source": "hub",
                 "repo_id": self.repo_id,

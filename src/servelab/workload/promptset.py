@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from servelab.client.prompt import Conversation, Prompt, PromptLike
+from servelab.documents.declared import IntendedReuse, TraceJson
 from servelab.errors import ServelabError
 from servelab.experiment import Experiment, Lengths, WorkloadSection
 from servelab.job import Say
@@ -27,8 +28,6 @@ from servelab.launch.session import Session
 from servelab.store.jsonio import write_json, write_jsonl_gz
 from servelab.store.paths import TRACE_FILE
 from servelab.workload import datasets, synthetic as workload, trace
-from servelab.workload.synthetic import IntendedReuse
-from servelab.workload.trace import TraceJson
 
 Item = PromptLike | Conversation
 

@@ -25,10 +25,11 @@ import random
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypedDict, overload
+from typing import TYPE_CHECKING, NamedTuple, overload
 
 from servelab.client.prompt import Conversation, Prompt, PromptLike
 from servelab.design.schedule import Slot
+from servelab.documents.declared import IntendedReuse
 from servelab.env.model import RECORD as MODEL_RECORD
 from servelab.errors import ServelabError
 from servelab.experiment import Lengths, SharedPrefixSection, WorkloadSection
@@ -281,19 +282,6 @@ def synthetic_conversations(
         system = shared[k] if k is not None else None
         out.append(Conversation(tuple(msgs), system=system, prefix=k))
     return out
-
-
-class IntendedReuse(TypedDict):
-    """What the workload means the prefix cache to serve (`intended_reuse`; point.json's
-    `shared_prefix`)."""
-
-    prefix_tokens: int
-    prefixes: int
-    requests: int
-    requests_with_prefix: int
-    reused_tokens: int
-    prompt_tokens: int | None
-    reuse_ratio: float | None
 
 
 @overload

@@ -44,11 +44,12 @@ from typing import TypedDict
 
 from servelab.client.prompt import Prompt
 from servelab.documents import JsonObject
+from servelab.documents.declared import WindowJson
 from servelab.errors import ServelabError
 from servelab.experiment import DatasetFilter, DatasetSection, TraceSection
 from servelab.store.jsonio import DamagedFile, json_object_line
 from servelab.workload import datasets
-from servelab.workload.datasets import DatasetFile, DatasetFileJson
+from servelab.workload.datasets import DatasetFile
 
 FORMAT_VERSION = 1
 REASONS = ("over_model_len",)
@@ -180,28 +181,6 @@ class Window:
             "rejected": dict(self.rejected),
             "recorded_rate": round(self.recorded_rate, 9),
         }
-
-
-class WindowJson(TypedDict):
-    """A window as trace.json and point.json keep it (`Window.record`)."""
-
-    start_s: float
-    duration_s: float
-    in_window: int
-    requests: int
-    rejected: dict[str, int]
-    recorded_rate: float
-
-
-class TraceJson(TypedDict):
-    """raw/<sc>/trace.json: the trace file, the seed, block_tokens, the window and the rows."""
-
-    format_version: int
-    file: DatasetFileJson
-    seed: int
-    block_tokens: int
-    window: WindowJson
-    rows: int
 
 
 class TraceReuse(TypedDict):

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
 
 from servelab.analysis.validity.catalog import BY_NAME
 from servelab.analysis.validity.facts import PointFacts
 from servelab.analysis.validity.flags import FAILED, Flag
+from servelab.documents.declared import RecordJson
 from servelab.experiment import ValiditySection
 from servelab.store.rawdata import RawPoint
 
@@ -50,14 +50,6 @@ def disturbed(flags: Sequence[Flag]) -> list[Flag]:
 def disturbance(flags: Sequence[Flag]) -> str:
     """A disturbed attempt's failed host checks in words: 'contention: 0.41 CPU cores ...'."""
     return "; ".join(f"{f.check}: {f.reason}" for f in disturbed(flags))
-
-
-class RecordJson(TypedDict):
-    """validity.json `record` of a point measured more than once."""
-
-    attempt: int  # the attempt the statistics use
-    attempts: int  # complete attempts on disk
-    reason: str
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 from servelab.analysis.validity.facts import number
+from servelab.documents.declared import FlagJson
 from servelab.experiment import ValiditySection
 
 if TYPE_CHECKING:
@@ -59,16 +60,6 @@ def thresholds_json(t: ValiditySection, axis: str = "concurrency") -> dict[str, 
         and f.name not in NOT_THRESHOLDS
         and (axis == "rate" or f.name not in OPEN_LOOP_THRESHOLDS)
     }
-
-
-class FlagJson(TypedDict):
-    """A check's outcome at a point as validity.json records it."""
-
-    check: str
-    status: str
-    value: float | None
-    threshold: float | None
-    reason: str
 
 
 @dataclass(frozen=True)

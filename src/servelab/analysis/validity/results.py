@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NotRequired, TypedDict
 
-from servelab.analysis.validity.attempts import RecordJson
 from servelab.analysis.validity.catalog import checks_for, failed
 from servelab.analysis.validity.flags import (
     FAILED,
@@ -20,9 +18,15 @@ from servelab.analysis.validity.flags import (
     thresholds_json,
 )
 from servelab.design.level import CONCURRENCY, Level, LevelValue
+from servelab.documents.declared import (
+    HostSpeedJson,
+    RecordJson,
+    StatusCounts,
+    ValidityJson,
+    ValidityPoint,
+)
 from servelab.experiment import ValiditySection
-from servelab.hostfacts.canary import DriftJson, RunCanary
-from servelab.hostfacts.gpucanary import GpuDriftJson
+from servelab.hostfacts.canary import RunCanary
 
 FORMAT_VERSION = 1
 
@@ -61,51 +65,6 @@ def counts(points: Sequence[PointFlags]) -> dict[str, dict[str, int]]:
     return out
 
 
-class CheckJson(TypedDict):
-    """validity.json's `checks[]`: a check, what it leaves out and its threshold."""
-
-    name: str
-    definition: str
-    affects: str
-    threshold_key: str | None
-    threshold: float | None
-
-
-class GpuSpeedJson(TypedDict):
-    """validity.json `host_speed.<sc>.gpu`: the GPU canary's medians and drift, or why
-    there is none."""
-
-    present: bool
-    reason: NotRequired[str | None]
-    before: NotRequired[dict[str, float]]
-    after: NotRequired[dict[str, float]]
-    drift: NotRequired[GpuDriftJson]
-
-
-class HostSpeedJson(TypedDict):
-    """validity.json `host_speed.<sc>`: the host-speed canary of a sweep job."""
-
-    status: str
-    reason: str
-    before: dict[str, float]
-    after: dict[str, float]
-    drift: DriftJson
-    gpu: NotRequired[GpuSpeedJson]
-
-
-class ValidityJson(TypedDict):
-    """validity.json: the thresholds, the checks, their counts by status, and each point's
-    flags (a row keyed by its level's axis: FlagJson checks, a RecordJson `record`); the
-    host-speed canary of each sweep job where one was recorded."""
-
-    format_version: int
-    thresholds: dict[str, float]
-    checks: list[CheckJson]
-    counts: dict[str, dict[str, int]]
-    points: list[dict[str, object]]
-    host_speed: NotRequired[dict[str, HostSpeedJson]]
-
-
 def validity_json(
     points: Sequence[PointFlags],
     t: ValiditySection,
@@ -130,19 +89,37 @@ def validity_json(
             }
             for c in checks
         ],
-        "counts": counts(rows),
-        "points": [
-            {
-                "server_config": sc,
-                "repeat": rep,
-                axis: conc,
-                "valid": not failed(flags),
-                "checks": [f.to_json() for f in flags],
-            }
-            | ({"record": dict(rec[sc, rep, conc])} if (sc, rep, conc) in rec else {})
-            for sc, rep, conc, flags in rows
-        ],
+        "counts": {k: _status_counts(c) for k, c in counts(rows).items()},
+        "points": [_point(row, axis, rec.get(row[:3])) for row in rows],
     }
+
+
+def _status_counts(c: Mapping[str, int]) -> StatusCounts:
+    return {
+        "passed": c[PASSED],
+        "failed": c[FAILED],
+        "noted": c[NOTED],
+        "not checked": c[NOT_CHECKED],
+    }
+
+
+def _point(row: PointFlags, axis: str, record: RecordJson | None) -> ValidityPoint:
+    """validity.json's entry of a point: its level on the sweep's axis, whether it is valid,
+    its checks and (measured more than once) which attempt counts."""
+    sc, rep, level, flags = row
+    out: ValidityPoint = {
+        "server_config": sc,
+        "repeat": rep,
+        "valid": not failed(flags),
+        "checks": [f.to_json() for f in flags],
+    }
+    if axis == "rate":
+        out["rate"] = level
+    else:
+        out["concurrency"] = int(level)
+    if record is not None:
+        out["record"] = record.copy()
+    return out
 
 
 def summary_line(points: Sequence[PointFlags], anchor: str = "analysis/report.md#validity") -> str:

@@ -27,10 +27,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NotRequired, TypedDict, cast
+from typing import Any, cast
 
+from servelab.documents.declared import CudaCompatibility, GpuChoiceJson
 from servelab.errors import ServelabError
-from servelab.hostfacts.gpu import CudaCompatibility
 from servelab.hostfacts.gpuids import (
     CUDA_IDS,
     INDEX,
@@ -56,18 +56,6 @@ _LAUNCH = (
     "the GPU given to the container (the UUID of that NVML index) may not be the one "
     "CUDA_VISIBLE_DEVICES meant (a scheduler may also number a job's GPUs from 0)"
 )
-
-
-class GpuChoiceJson(TypedDict):
-    """launch.json's `gpus` (`GpuChoice.to_json`)."""
-
-    rule: str
-    ids: list[str]
-    origin: str
-    chosen_by: list[str]
-    ambiguous: str | None
-    cuda: CudaCompatibility | None
-    indices: NotRequired[list[int | None]]
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from servelab.documents.declared import RuntimeJson
 from servelab.env.container import ENGINES
-from servelab.env.endpoint import EndpointRecord, ensure_endpoint
-from servelab.env.runtime.gpu import GpuFields, GpuProbe, preflight, venv_gpu_probe
+from servelab.env.endpoint import ensure_endpoint
+from servelab.env.runtime.gpu import (
+    GpuFields,
+    GpuProbe,
+    add_gpu_fields,
+    preflight,
+    venv_gpu_probe,
+)
 from servelab.env.runtime.image import (
     PROBE_MARK,
-    ContainerRecord,
     engine_version_command,
     ensure_container,
     inspect_image,
@@ -31,6 +37,7 @@ from servelab.env.runtime.nsys import (
     NSYS_GLOBS,
     HostNsys,
     NsysFields,
+    add_nsys_fields,
     find_host_nsys,
     host_nsys_record,
     nsys_candidates,
@@ -43,7 +50,6 @@ from servelab.env.runtime.tools import HostTools, Runner
 from servelab.env.runtime.venv import (
     LOCK_EXCLUDE,
     READY_MARKER,
-    VenvMarker,
     ask_runtime,
     cache_dir_of,
     ensure_venv,
@@ -56,7 +62,7 @@ from servelab.env.runtime.venv import (
 )
 from servelab.errors import ServelabError
 from servelab.experiment import ProfileSection, RuntimeSection, ServerSection
-from servelab.hostfacts.isa import IsaRecord, describe_isa, runtime_isa
+from servelab.hostfacts.isa import describe_isa, runtime_isa
 
 __all__ = [
     "LOCK_EXCLUDE",
@@ -90,15 +96,6 @@ __all__ = [
 ]
 
 
-class VenvRecord(VenvMarker, GpuFields, NsysFields):
-    """runtime.json of a venv runtime (`ensure_runtime`): the venv, the CPU instruction set its
-    PyTorch and oneDNN use, whether its vLLM has `vllm serve`; on a GPU the pre-flight's
-    fields, and where the profiling pass may use it the host's Nsight Systems."""
-
-    isa: IsaRecord
-    vllm_cli: bool
-
-
 def ensure_runtime(
     runtime: RuntimeSection,
     profile: ProfileSection,
@@ -107,7 +104,7 @@ def ensure_runtime(
     *,
     tools: HostTools | None = None,
     server: ServerSection | None = None,
-) -> VenvRecord | ContainerRecord | EndpointRecord:
+) -> RuntimeJson:
     """The `runtime` stage: make the configured runtime ready and return its record (the
     profile section says whether Nsight Systems is looked for: in the image, on the host;
     server: the quantizations the GPU pre-flight checks). tools: how this host is reached
@@ -143,4 +140,19 @@ def ensure_runtime(
     nsys: NsysFields = {}
     if wants_nsys(runtime, profile):
         nsys = {**host_nsys_record(profile, tools, say)}
-    return {**venv, "isa": isa, "vllm_cli": vllm_cli, **gpu, **nsys}
+    record: RuntimeJson = {
+        "kind": venv["kind"],
+        "lock": venv["lock"],
+        "lock_sha256": venv["lock_sha256"],
+        "venv": venv["venv"],
+        "python": venv["python"],
+        "python_version": venv["python_version"],
+        "packages": venv["packages"],
+        "isa": isa,
+        "vllm_cli": vllm_cli,
+    }
+    if "created_s" in venv:  # markers written before it was kept lack it
+        record["created_s"] = venv["created_s"]
+    add_gpu_fields(record, gpu)
+    add_nsys_fields(record, nsys)
+    return record

@@ -30,12 +30,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NotRequired, TypedDict
 
+from servelab.documents.declared import (
+    GpuCheckRecord,
+    GpuChoiceJson,
+    GpuFacts,
+    RuntimeJson,
+    TorchBuild,
+)
 from servelab.env.container import ENGINES, ContainerRun
-from servelab.env.container.gpus import GpuChoice, GpuChoiceJson, choose_gpus, with_indices
+from servelab.env.container.gpus import GpuChoice, choose_gpus, with_indices
 from servelab.env.runtime.tools import Runner, call, last_line
 from servelab.errors import ServelabError
 from servelab.experiment import RuntimeSection, ServerSection
-from servelab.hostfacts.gpu import GpuFacts, gpu_facts, list_gpus
+from servelab.hostfacts.gpu import gpu_facts, list_gpus
 
 # vLLM's QuantizationConfig.get_min_capability() (compute capability x 10) per method, as
 # vllm/model_executor/layers/quantization/<method>.py returns it: awq.py and auto_awq.py 75
@@ -109,15 +116,6 @@ class GpuProbe(GpuProbeOutput):
     runtime: str
 
 
-class TorchBuild(TypedDict):
-    """runtime.json's torch_build."""
-
-    torch_version: str | None
-    cuda: str | None
-    arch_list: list[str] | None
-    error: str | None
-
-
 class CheckedGpu(TypedDict):
     """A GPU runtime.json's gpu_check found able to run the runtime."""
 
@@ -125,15 +123,6 @@ class CheckedGpu(TypedDict):
     name: str | None
     compute_capability: str
     arch_ok: bool | None
-
-
-class GpuCheckRecord(TypedDict):
-    """runtime.json's gpu_check (`check_gpus`)."""
-
-    status: str
-    reason: str | None
-    gpus: list[CheckedGpu]
-    quantization: list[QuantUseJson]
 
 
 class Preflight(TypedDict):
@@ -154,6 +143,20 @@ class GpuFields(TypedDict, total=False):
     image_cuda: str | None
     gpu_check: GpuCheckRecord
     gpu_choice: GpuChoiceJson
+
+
+def add_gpu_fields(record: RuntimeJson, gpu: GpuFields) -> None:
+    """Put the GPU pre-flight's fields into a runtime record (none on a CPU runtime)."""
+    if "torch_build" in gpu:
+        record["torch_build"] = gpu["torch_build"]
+    if "torch_cuda" in gpu:
+        record["torch_cuda"] = gpu["torch_cuda"]
+    if "image_cuda" in gpu:
+        record["image_cuda"] = gpu["image_cuda"]
+    if "gpu_check" in gpu:
+        record["gpu_check"] = gpu["gpu_check"]
+    if "gpu_choice" in gpu:
+        record["gpu_choice"] = gpu["gpu_choice"]
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
+from servelab.documents.declared import (
+    RuntimeJson,
+)
 from servelab.env.container import (
     CONTAINER_PYTHON,
     ContainerRun,
@@ -23,21 +26,18 @@ from servelab.env.container import (
     digests_of,
     probe_command,
 )
-from servelab.env.container.gpus import GpuChoiceJson
 from servelab.env.runtime.gpu import (
-    GpuCheckRecord,
     GpuFields,
     GpuProbe,
-    TorchBuild,
+    add_gpu_fields,
     container_gpu_probe,
     preflight,
 )
 from servelab.env.runtime.nsys import (
     HostNsys,
-    HostNsysJson,
     HostNsysRecord,
     NsysFields,
-    NsysInImage,
+    add_nsys_fields,
     host_nsys_record,
     nsys_in_image,
     wants_nsys,
@@ -91,26 +91,6 @@ class ProbeFacts(TypedDict):
     nsys_version: str | None
     image_cuda: str | None
     torch_cuda: str | None
-
-
-class ContainerRecord(ImageFacts, ProbeFacts):
-    """runtime.json of a container runtime (`ensure_container`); on a GPU runtime the GPU
-    pre-flight's fields, and the host's Nsight Systems where the image holds none."""
-
-    kind: str
-    engine: str
-    engine_executable: str
-    engine_version: str
-    image: str | None
-    image_ref: str
-    lock: None
-    lock_sha256: None
-    torch_build: NotRequired[TorchBuild]
-    gpu_check: NotRequired[GpuCheckRecord]
-    gpu_choice: NotRequired[GpuChoiceJson]  # the GPUs every launch of the run is given
-    host_nsys: NotRequired[HostNsysJson | None]
-    host_nsys_reason: NotRequired[str | None]
-    host_nsys_in_image: NotRequired[NsysInImage]
 
 
 def engine_version_command(exe: str, engine: str) -> list[str]:
@@ -332,7 +312,7 @@ def ensure_container(
     say: Callable[[str], None] = print,
     tools: HostTools | None = None,
     server: ServerSection | None = None,
-) -> ContainerRecord:
+) -> RuntimeJson:
     """Check the engine and the image, probe it, and return the runtime record.
 
     On a GPU runtime, the GPU pre-flight (servelab.env.runtime.gpu; server: the quantizations it
@@ -377,17 +357,36 @@ def ensure_container(
     nsys: NsysFields = {}
     if not probe["nsys"] and wants_nsys(rt, profile):
         nsys = {**_host_nsys(base, profile, tools, say)}
-    return {
+    if rt.image is None:
+        raise ServelabError("runtime.image: a container runtime needs its image")
+    record: RuntimeJson = {
         "kind": "container",
         "engine": settings.engine,
         "engine_executable": exe,
         "engine_version": engine_version,
         "image": rt.image,
         "image_ref": image_ref,
-        **facts,
-        **probe,
+        "image_digest": facts["image_digest"],
+        "image_sha256": facts["image_sha256"],
+        "python": probe["python"],
+        "python_version": probe["python_version"],
+        "vllm_version": probe["vllm_version"],
+        "packages": probe["packages"],
+        "profiler_config": probe["profiler_config"],
+        "vllm_cli": probe["vllm_cli"],
+        "nsys": probe["nsys"],
+        "nsys_version": probe["nsys_version"],
+        "image_cuda": probe["image_cuda"],
+        "torch_cuda": probe["torch_cuda"],
         "lock": None,
         "lock_sha256": None,
-        **gpu,
-        **nsys,
     }
+    if "image_id" in facts:  # what the engine says, where it does
+        record["image_id"] = facts["image_id"]
+    if "repo_digests" in facts:
+        record["repo_digests"] = facts["repo_digests"]
+    if "labels" in facts:
+        record["labels"] = facts["labels"]
+    add_gpu_fields(record, gpu)
+    add_nsys_fields(record, nsys)
+    return record

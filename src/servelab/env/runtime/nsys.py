@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
+from servelab.documents.declared import HostNsysJson, NsysInImage, RuntimeJson
 from servelab.env.container import ContainerRun, nsys_mount
 from servelab.env.runtime.tools import HostTools, Runner, call, last_line
 from servelab.errors import ServelabError
@@ -87,28 +88,6 @@ def nsys_candidates(
     return out
 
 
-class HostNsysJson(TypedDict):
-    """runtime.json's host_nsys (`HostNsys.to_json`)."""
-
-    path: str
-    found_by: str
-    version: str | None
-    version_text: str
-    install_dir: str | None
-
-
-class NsysInImage(TypedDict):
-    """runtime.json's host_nsys_in_image (`nsys_in_image`)."""
-
-    runs: bool
-    executable: str
-    mount: str
-    version_text: str | None
-    status_exit: int | None
-    status: list[str]
-    reason: str | None
-
-
 class HostNsysRecord(TypedDict):
     """The host's Nsight Systems in runtime.json: found (host_nsys) or why not
     (host_nsys_reason), and for an image that holds none whether it runs there."""
@@ -125,6 +104,16 @@ class NsysFields(TypedDict, total=False):
     host_nsys: HostNsysJson | None
     host_nsys_reason: str | None
     host_nsys_in_image: NsysInImage
+
+
+def add_nsys_fields(record: RuntimeJson, nsys: NsysFields) -> None:
+    """Put the host's Nsight Systems fields into a runtime record (none where not looked for)."""
+    if "host_nsys" in nsys:
+        record["host_nsys"] = nsys["host_nsys"]
+    if "host_nsys_reason" in nsys:
+        record["host_nsys_reason"] = nsys["host_nsys_reason"]
+    if "host_nsys_in_image" in nsys:
+        record["host_nsys_in_image"] = nsys["host_nsys_in_image"]
 
 
 @dataclass(frozen=True)
