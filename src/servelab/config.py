@@ -27,6 +27,7 @@ from servelab.experiment import (
     ServerSection,
     section_from_dict,
 )
+from servelab.store.jsonio import as_list, as_object
 
 if TYPE_CHECKING:
     import jsonschema
@@ -72,17 +73,9 @@ def key_path(parts: Iterable[str | int]) -> str:
 ENDPOINT_DEFAULT = "x-endpoint-default"
 
 
-def _obj(node: JsonValue) -> JsonObject:
-    """`node` where the document's shape was checked to hold an object there (the schema, a
-    config the schema has validated); TypeError where it does not."""
-    if not isinstance(node, dict):
-        raise TypeError(f"expected a JSON object, got {node!r}")
-    return node
-
-
 def _properties(schema: JsonObject) -> dict[str, JsonObject]:
     """A schema object's `properties`: each property's schema by name."""
-    return {name: _obj(sub) for name, sub in _obj(schema.get("properties", {})).items()}
+    return {name: as_object(sub) for name, sub in as_object(schema.get("properties", {})).items()}
 
 
 def _apply_defaults(schema: JsonObject, data: JsonValue, endpoint: bool = False) -> JsonValue:
@@ -112,8 +105,8 @@ def load_schema(schema_path: Path = SCHEMA_PATH) -> JsonObject:
     """The config schema with each `$ref` to one of its `$defs` replaced by the definition (the
     referring node's own keys, its description or default, kept over the definition's): the
     form whose `properties` hold every key's default."""
-    raw = _obj(load_yaml(schema_path))
-    return dict(_inline_object(raw, _obj(raw.get("$defs", {}))))
+    raw = as_object(load_yaml(schema_path))
+    return dict(_inline_object(raw, as_object(raw.get("$defs", {}))))
 
 
 def _inline_refs(node: JsonValue, defs: JsonObject) -> JsonValue:
@@ -128,7 +121,7 @@ def _inline_object(node: JsonObject, defs: JsonObject) -> JsonObject:
     out = {k: _inline_refs(v, defs) for k, v in node.items() if k not in ("$ref", "$defs")}
     ref = node.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        return {**_inline_object(_obj(defs[ref.removeprefix("#/$defs/")]), defs), **out}
+        return {**_inline_object(as_object(defs[ref.removeprefix("#/$defs/")]), defs), **out}
     return out
 
 
@@ -235,7 +228,7 @@ def _check_placeholders(config: object, source: str) -> None:
 
 def _resolve(cfg: JsonObject) -> None:
     """Defaults that depend on other keys."""
-    model = _obj(cfg["model"])
+    model = as_object(cfg["model"])
     if model.get("served_name") is None:
         model["served_name"] = model["repo"] if model["source"] == "hf" else "servelab-tiny"
 
@@ -292,10 +285,10 @@ def _check_model(model: JsonObject, source: str) -> None:
 def _check_runtime(cfg: JsonObject, source: str) -> None:
     from servelab.env.container import ContainerSettings
 
-    rt = _obj(cfg["runtime"])
+    rt = as_object(cfg["runtime"])
     container_keys = ("image", "image_sha256", "gpu_devices", "shm_size")
     check_config_runtimes(cfg, source)
-    plan = _obj(cfg["sweep"])["repeats"]
+    plan = as_object(cfg["sweep"])["repeats"]
     if isinstance(plan, dict):
         for key in ("interleave", "side_by_side", "slices"):
             if plan.get(key, 0) is None:
@@ -362,11 +355,11 @@ def _check_runtime(cfg: JsonObject, source: str) -> None:
 
 def _server(cfg: JsonObject) -> ServerSection:
     """The validated config's server section, typed."""
-    return section_from_dict(ServerSection, _obj(cfg["server"]), "server")
+    return section_from_dict(ServerSection, as_object(cfg["server"]), "server")
 
 
 def _check_semantics(cfg: JsonObject, source: str) -> None:
-    _check_model(_obj(cfg["model"]), source)
+    _check_model(as_object(cfg["model"]), source)
     _check_runtime(cfg, source)
     server = _server(cfg)
     names = server.names
@@ -389,15 +382,15 @@ def _check_semantics(cfg: JsonObject, source: str) -> None:
                 raise ServelabError(
                     f"{source}: {where}.{key}: servelab sets --{key} itself; remove it"
                 )
-    _check_rates(_obj(cfg["sweep"]), source)
+    _check_rates(as_object(cfg["sweep"]), source)
     _check_search(cfg, source)
     # absent unless given, as before these keys existed
     if cfg.get("confirm", 0) is None:
         del cfg["confirm"]
-    analysis = _obj(cfg["analysis"])
+    analysis = as_object(cfg["analysis"])
     if analysis.get("confirms", 0) is None:
         del analysis["confirms"]
-    repeats = _obj(cfg["sweep"])["repeats"]
+    repeats = as_object(cfg["sweep"])["repeats"]
     if isinstance(repeats, dict):
         repeats.setdefault("budget_s", None)  # a default inside oneOf is not filled in
         if _number(repeats["max"]) < _number(repeats["min"]):
@@ -408,7 +401,7 @@ def _check_semantics(cfg: JsonObject, source: str) -> None:
     from servelab.claims_syntax import parse_claim
 
     for where in ("analysis", "reproduction"):
-        for i, claim in enumerate(_list(_obj(cfg[where])["claims"])):
+        for i, claim in enumerate(as_list(as_object(cfg[where])["claims"])):
             try:
                 parse_claim(str(claim))
             except ServelabError as exc:
@@ -429,18 +422,11 @@ def _number(value: JsonValue) -> float:
     return value
 
 
-def _list(value: JsonValue) -> list[JsonValue]:
-    """A list of a config the schema has validated; TypeError where it is not one."""
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list, got {value!r}")
-    return value
-
-
 def _largest(lengths: JsonValue, where: str) -> int:
     """The longest length workload.input_tokens / output_tokens can draw."""
     if isinstance(lengths, int):
         return lengths
-    return section_from_dict(Lengths, _obj(lengths), where).largest
+    return section_from_dict(Lengths, as_object(lengths), where).largest
 
 
 def _check_workload(cfg: JsonObject, source: str) -> None:
@@ -448,7 +434,7 @@ def _check_workload(cfg: JsonObject, source: str) -> None:
     every earlier one), and a {min, max} range is not upside down. With a dataset, which gives
     the lengths, the resolved config holds no input_tokens nor output_tokens (the schema's
     defaults are dropped)."""
-    wu = _obj(cfg["workload"])
+    wu = as_object(cfg["workload"])
     for key in ("dataset", "shared_prefix", "chat"):
         if wu.get(key, 0) is None:
             del wu[key]  # absent, as before these keys existed
@@ -456,7 +442,7 @@ def _check_workload(cfg: JsonObject, source: str) -> None:
         return  # a trace's requests are filtered to fit (servelab.workload.trace)
     ds = wu.get("dataset")
     if ds is not None:
-        ds = _obj(ds)
+        ds = as_object(ds)
         if ("path" in ds) == ("hub" in ds):
             raise ServelabError(
                 f"{source}: workload.dataset: give path (with its sha256) or hub, "
@@ -476,12 +462,12 @@ def _check_workload(cfg: JsonObject, source: str) -> None:
                 f"{source}: workload.{key}: max ({v['max']}) is below min ({v['min']}); "
                 "give max >= min"
             )
-    model_len = _obj(_obj(cfg["server"])["args"]).get("max-model-len")
+    model_len = as_object(as_object(cfg["server"])["args"]).get("max-model-len")
     if not isinstance(model_len, int):
         return
     chat, shared = wu.get("chat"), wu.get("shared_prefix")
-    turns = int(_number(_obj(chat)["turns"])) if chat else 1
-    prefix = int(_number(_obj(shared)["prefix_tokens"])) if shared else 0
+    turns = int(_number(as_object(chat)["turns"])) if chat else 1
+    prefix = int(_number(as_object(shared)["prefix_tokens"])) if shared else 0
     longest = _largest(wu["input_tokens"], "workload.input_tokens") + _largest(
         wu["output_tokens"], "workload.output_tokens"
     )
@@ -565,13 +551,13 @@ def _check_rates(sweep: JsonObject, source: str) -> None:
     if sweep.get("rate") is None:
         sweep.pop("arrival", None)
         return
-    for i, r in enumerate(_list(sweep["rate"])):
+    for i, r in enumerate(as_list(sweep["rate"])):
         if round(_number(r), 3) != _number(r):
             raise ServelabError(
                 f"{source}: sweep.rate[{i}]: {r!r} has more than three decimals; round it "
                 "(points are named by rate to the thousandth)"
             )
-    _check_arrival(_obj(sweep["arrival"]), "sweep.arrival", source)
+    _check_arrival(as_object(sweep["arrival"]), "sweep.arrival", source)
 
 
 def _check_arrival(arrival: JsonObject, where: str, source: str) -> None:
@@ -586,22 +572,22 @@ def _check_arrival(arrival: JsonObject, where: str, source: str) -> None:
 
 def _check_search(cfg: JsonObject, source: str) -> None:
     """search: bounds to search with, configurations that exist, burstiness for gamma only."""
-    search = _obj(cfg["search"])
+    search = as_object(cfg["search"])
     if not search["enabled"]:
         return
-    if all(v is None for v in _obj(_obj(cfg["analysis"])["slo"]).values()):
+    if all(v is None for v in as_object(as_object(cfg["analysis"])["slo"]).values()):
         raise ServelabError(
             f"{source}: search.enabled: the search needs a bound: set at least one of "
             "analysis.slo.p99_ttft_ms, p99_tpot_ms, p99_e2el_ms (each a per-request bound there)"
         )
     names = _server(cfg).names
-    for i, name in enumerate(_list(search["server_configs"] or [])):
+    for i, name in enumerate(as_list(search["server_configs"] or [])):
         if name not in names:
             raise ServelabError(
                 f"{source}: search.server_configs[{i}]: {name!r} is not in server.configs "
                 f"({', '.join(names)})"
             )
-    _check_arrival(_obj(search["arrival"]), "search.arrival", source)
+    _check_arrival(as_object(search["arrival"]), "search.arrival", source)
 
 
 def load(path: Path, overrides: Mapping[str, JsonValue] | None = None) -> Experiment:

@@ -36,7 +36,6 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
 
 import numpy as np
 from scipy import stats as sps
@@ -56,20 +55,6 @@ METHOD = (
 MAX_ROUNDS_LOOKED_FOR = 200
 
 
-class DecisionJson(TypedDict):
-    """A Decision as JSON: its fields, in order."""
-
-    word: str
-    direction: str | None
-    speed: float | None
-    low: float | None
-    high: float | None
-    n: int
-    margin_pct: float
-    rounds_needed: int | None
-    why: str | None
-
-
 @dataclass(frozen=True)
 class Decision:
     """One point and metric: `word` (SAME, DIFFERENT or UNKNOWN), `direction` (faster or
@@ -86,19 +71,6 @@ class Decision:
     margin_pct: float
     rounds_needed: int | None = None
     why: str | None = None
-
-    def to_json(self) -> DecisionJson:
-        return {
-            "word": self.word,
-            "direction": self.direction,
-            "speed": self.speed,
-            "low": self.low,
-            "high": self.high,
-            "n": self.n,
-            "margin_pct": self.margin_pct,
-            "rounds_needed": self.rounds_needed,
-            "why": self.why,
-        }
 
     @property
     def label(self) -> str:
