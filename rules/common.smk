@@ -12,6 +12,7 @@ from servelab.errors import ServelabError
 from servelab.experiment import Experiment as _Experiment
 from servelab.profile.plan import on_sweep_launch as _on_sweep_launch
 from servelab.profile.plan import profile_plan as _profile_plan
+from servelab.analysis.tails import tail_notes as _tail_notes
 
 _sources = [str(p) for p in (workflow.overwrite_configfiles or ["config/config.yaml"])]
 # An experiment file (--configfile) replaces the default experiment instead of extending it:
@@ -68,6 +69,9 @@ try:
     # a dataset named by path is checked against its sha256 before anything starts
     _check_local_pin(_EXPERIMENT.workload.dataset)
     _check_trace_pin(_EXPERIMENT.workload.trace)  # and a trace named by path
+    # a claim on a percentile the points will hold too few requests to report
+    for _note in _tail_notes(_EXPERIMENT):
+        print(_note, file=sys.stderr)
 except ServelabError as _exc:
     sys.exit(f"config error: {_exc}")
 # sweep.repeats a sequential plan ({min, max}): one sweep job for every configuration, round by

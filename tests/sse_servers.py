@@ -60,6 +60,11 @@ def chat_reply(messages: list[dict[str, str]], tokens: int) -> list[str]:
     return [f"[{len(messages)}]"] + [" w"] * (tokens - 1)
 
 
+def reply_ids(tokens: int) -> list[int]:
+    """The token ids of a ChatServer reply of `tokens` tokens (return_token_ids)."""
+    return [100 + k for k in range(1, tokens + 1)]
+
+
 def chat_event(msg: dict[str, object]) -> bytes:
     return b"data: " + json.dumps(msg, separators=(",", ":")).encode() + b"\n\n"
 
@@ -70,10 +75,13 @@ class ChatServer:
     the reply (chat_reply: one token per chunk, `gap_s` apart, usage so far in each), the usage
     chunk, [DONE], in chunked transfer encoding on a keep-alive connection.
 
-    A completions request is answered with the same reply, without the role chunk. Every
-    request is kept (`bodies`, in arrival order). A request whose history does not carry
-    back what this server answered before (an assistant message that is not chat_reply of the
-    messages before it) is noted in `bad`. A last user message containing "FAIL" is answered
+    A completions request is answered with the same reply, without the role chunk. A request
+    with `return_token_ids` gets vLLM's token ids: each content chunk's choice carries
+    `token_ids` (`reply_ids`: token k of the reply is 100 + k), and the prompt's ids come once,
+    as vLLM sends them (the completions' first chunk's choice, the chat role chunk's top level:
+    `prompt_token_ids`, never an output's). Every request is kept (`bodies`, in arrival
+    order). A request whose history does not carry back what this server answered before (an
+    assistant message that is not chat_reply of the messages before it) is noted in `bad`. A last user message containing "FAIL" is answered
     with HTTP 500. prompt_tokens is the number of words in the messages."""
 
     def __init__(self, first_s: float = 0.0, gap_s: float = 0.0) -> None:
@@ -119,24 +127,32 @@ class ChatServer:
                      b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
         prompt = sum(len(m["content"].split()) for m in messages)
 
-        async def event(choices: list[dict[str, Any]], done: int) -> None:
+        async def event(
+            choices: list[dict[str, Any]], done: int, top: dict[str, Any] | None = None
+        ) -> None:
             usage = {"prompt_tokens": prompt, "completion_tokens": done,
                      "total_tokens": prompt + done}  # fmt: skip
             data = chat_event({"object": "chat.completion.chunk", "choices": choices,
-                               "usage": usage})  # fmt: skip
+                               "usage": usage, **(top or {})})  # fmt: skip
             writer.write(b"%x\r\n%s\r\n" % (len(data), data))
             await writer.drain()
 
         chat = "messages" in body
+        ids = body.get("return_token_ids") is True
+        prompt_ids = {"prompt_token_ids": list(range(prompt))} if ids else {}
         if chat:
             role = {"role": "assistant", "content": ""}
-            await event([{"index": 0, "delta": role, "finish_reason": None}], 0)
+            await event([{"index": 0, "delta": role, "finish_reason": None}], 0, prompt_ids)
         await asyncio.sleep(self.first_s)
         pieces = chat_reply(messages, body["max_tokens"])
         for k, piece in enumerate(pieces, 1):
             if k > 1:
                 await asyncio.sleep(self.gap_s)
-            said = {"delta": {"content": piece}} if chat else {"text": piece}
+            said: dict[str, Any] = {"delta": {"content": piece}} if chat else {"text": piece}
+            if ids:
+                said["token_ids"] = reply_ids(len(pieces))[k - 1 : k]
+                if not chat and k == 1:
+                    said.update(prompt_ids)
             await event([{"index": 0, **said, "finish_reason": None}], k)
         await event([], len(pieces))
         done = b"data: [DONE]\n\n"

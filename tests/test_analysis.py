@@ -194,7 +194,11 @@ def test_slo_capacity_and_goodput(tmp_path: Path) -> None:
         "output_throughput": pytest.approx(4996.33, abs=0.01),
     }
     p256 = next(p for p in slo["points"] if p["concurrency"] == 256)
-    assert p256["meets_slo_every_repeat"] is False and p256["goodput_req_s"] == 0.0
+    # 3 x 512 requests, every one over the limit; 3 x 256 within it at c=128
+    assert (p256["decision"], p256["requests"], p256["over"]) == ("fails", 1536, 1536)
+    assert p256["goodput_req_s"] == 0.0
+    p128 = next(p for p in slo["points"] if p["concurrency"] == 128)
+    assert p128["decision_text"] == "meets: 0 of 768 over (upper 0.39%, allowed 1%)"
     p64 = next(p for p in slo["points"] if p["concurrency"] == 64)
     assert p64["goodput_req_s"] == pytest.approx(
         describe([4240 / 100, 4255 / 100, 4272 / 100]).mean

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sse_servers import ChatServer, chat_event, chat_reply, serve_chat
+from sse_servers import ChatServer, chat_event, chat_reply, reply_ids, serve_chat
 
 from servelab.client import (
     ChatResponseParser,
@@ -413,3 +413,20 @@ def test_one_point_run_is_filled_in_place(chat: tuple[str, ChatServer]) -> None:
     out = PointRun()
     got = run_point(wl(base), [conv(80, turns=1)], 1, "p", out)
     assert got is out and len(out.records) == 1 and out.records[0].ok
+
+
+def test_each_turn_records_its_replys_token_ids(chat: tuple[str, ChatServer]) -> None:
+    """With record_output_ids every turn asks for the ids and keeps its reply's, gathered over
+    its content chunks; the role chunk's prompt_token_ids are not the output's. The history
+    still carries the reply's text."""
+    base, server = chat
+    run = run_point(wl(base, record_output_ids=True), [conv(7, turns=2)], 1, "tok")
+    assert [r.request_id for r in run.records] == ["tok-00000-t1", "tok-00000-t2"]
+    assert [r.output_ids for r in run.records] == [reply_ids(TOKENS)] * 2
+    assert all(r.ok and r.chunk_tokens == [1] * TOKENS for r in run.records)
+    assert [b.get("return_token_ids") for b in bodies_of(server, "c7")] == [True, True]
+    check_history(server, "c7", 2, system=True)
+    body = json.loads(
+        _chat_payload(wl("http://h", record_output_ids=True), [], Prompt("hi", max_tokens=2))
+    )
+    assert body["return_token_ids"] is True

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
-from sse_servers import RawServer, serve_app, serve_raw
+from sse_servers import ChatServer, RawServer, reply_ids, serve_app, serve_chat, serve_raw
 
 from servelab.client import (
     PointRun,
@@ -590,3 +590,71 @@ def test_a_stop_signal_interrupts_the_point(sse_server: str, sig: int) -> None:
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 3, out
     assert out.startswith(f"interrupted signal {int(sig)} 0")
+
+
+# --- the output's token ids (workload.record_output_ids) --------------------------------------
+
+
+def test_payload_asks_for_token_ids_only_when_recording() -> None:
+    off = json.loads(_payload(RequestSettings("http://h", "m", 4), "p"))
+    assert "return_token_ids" not in off
+    on = json.loads(_payload(RequestSettings("http://h", "m", 4, record_output_ids=True), "p"))
+    assert on["return_token_ids"] is True
+    assert {k: v for k, v in on.items() if k != "return_token_ids"} == off
+
+
+def _ids_chunk(text: str, ids: list[int] | None, cum: int, **extra: object) -> bytes:
+    """A content chunk as vLLM sends it with return_token_ids: the choice's token_ids are the
+    tokens this chunk adds (`ids` None: the key left out)."""
+    choice: dict[str, object] = {"index": 0, "text": text, "finish_reason": None, **extra}
+    if ids is not None:
+        choice["token_ids"] = ids
+    msg = {"choices": [choice], "usage": {"prompt_tokens": 3, "completion_tokens": cum}}
+    return b"data: " + json.dumps(msg).encode() + b"\n\n"
+
+
+def _record_ids(*events: bytes, ids: bool = True) -> RequestRecord:
+    rec = RequestRecord("r", 0)
+    p = ResponseParser(rec, T0, ids)
+    assert p.feed(sse_response(*events, USAGE, b"data: [DONE]\n\n"), T0 + 1000)
+    assert rec.ok, rec.error
+    return rec
+
+
+def test_parser_gathers_the_token_ids_across_chunks() -> None:
+    """A merged chunk's ids, an empty-text chunk's (a token held back), in order; the first
+    chunk's prompt_token_ids are the prompt's, not the output's."""
+    events = (
+        _ids_chunk("a", [5], 1, prompt_token_ids=[1, 2, 3]),
+        _ids_chunk("bc", [6, 7], 3),
+        _ids_chunk("", [8], 4),
+    )
+    rec = _record_ids(*events)
+    assert rec.output_ids == [5, 6, 7, 8] and rec.chunk_tokens == [1, 2, 1]
+    assert rec.to_json()["output_ids"] == [5, 6, 7, 8]
+    # not asked: nothing gathered, whatever the server sends
+    assert _record_ids(*events, ids=False).output_ids is None
+
+
+def test_parser_without_token_ids_records_none() -> None:
+    """A server that returns no ids (an older vLLM), or a chunk without them or with anything
+    but integers: the output's ids are unknown, and the request is still ok."""
+    assert _record_ids(_ids_chunk("a", None, 1), _ids_chunk("b", None, 2)).output_ids is None
+    assert _record_ids(_ids_chunk("a", [5], 1), _ids_chunk("b", None, 2)).output_ids is None
+    assert _record_ids(_ids_chunk("a", None, 1), _ids_chunk("b", [6], 2)).output_ids is None
+    assert _record_ids(_ids_chunk("a", [5], 1), _ids_chunk("b", ["6"], 2)).output_ids is None  # type: ignore[list-item]
+    assert "output_ids" not in _record_ids(_ids_chunk("a", None, 1)).to_json()
+
+
+def test_token_ids_over_a_socket() -> None:
+    """The client asks the server for the ids only when recording, and each record keeps its
+    reply's ids (tests/sse_servers.py ChatServer, completions as vLLM sends them)."""
+    server = ChatServer()
+    for base in serve_chat(server):
+        on = RequestSettings(base, "m", 4, request_timeout_s=10, record_output_ids=True)
+        run = run_point(on, ["p q", "r"], 2, "ids")
+        assert [r.output_ids for r in run.records] == [reply_ids(4)] * 2
+        assert all(r.ok and r.chunk_tokens == [1, 1, 1, 1] for r in run.records)
+        off = run_point(RequestSettings(base, "m", 4, request_timeout_s=10), ["p"], 1, "no")
+        assert off.records[0].ok and off.records[0].output_ids is None
+    assert [b.get("return_token_ids") for b in server.bodies] == [True, True, None]

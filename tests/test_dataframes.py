@@ -130,7 +130,12 @@ def test_requests_of_an_experiment(tmp_path: Path) -> None:
     by = good.groupby(["server_config", "concurrency", "repeat"])
     keyed = pts.set_index(["server_config", "concurrency", "repeat"])
     assert by["ttft_ms"].mean().to_numpy() == pytest.approx(keyed["mean_ttft_ms"].to_numpy())
-    assert by["e2el_ms"].median().to_numpy() == pytest.approx(keyed["median_e2el_ms"].to_numpy())
+    # a median is reported where a point holds the 6 requests its 95% interval needs
+    medians, reported = by["e2el_ms"].median(), keyed["median_e2el_ms"].notna()
+    assert reported.any() and (keyed["n_e2el"][~reported] < 6).all()
+    assert medians[reported].to_numpy() == pytest.approx(
+        keyed["median_e2el_ms"][reported].to_numpy()
+    )
     assert by.size().tolist() == keyed["completed"].tolist()
     assert by["output_tokens"].sum().tolist() == keyed["total_output_tokens"].tolist()
 

@@ -488,6 +488,18 @@ def test_the_slo_search_measures_the_running_server(make_job: Any, tmp_path: Pat
         )
         result = run_search(job, "endpoint")
     assert len(result["path"]) >= 1
+    # 2 requests a point, 1 repeat a round: never enough for a p99 SLO, so the first rate is
+    # measured in every round of search.max_rounds (3), as rep01-rep03, and counts as not
+    # meeting
+    first = result["path"][0]
+    assert (first["rounds"], first["decision"], len(first["repeats"])) == (3, "undecided", 3)
+    folder = f"r{first['rate']:08.3f}"
+    reps = [
+        job.paths.search("endpoint") / f"rep{r:02d}" / folder / "point.json" for r in range(1, 5)
+    ]
+    assert [p.exists() for p in reps] == [True, True, True, False]
+    assert first["rate"] in result["answer"]["undecided_rates"]
+    assert result["answer"]["met_rate"] is None
     launch = LaunchRecord.read(job.paths.search("endpoint") / LaunchRecord.FILE)
     assert launch.get("launched") is False and launch.get("command") == []
 

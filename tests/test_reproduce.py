@@ -602,7 +602,7 @@ def test_committed_v7_to_v8_outside_tolerance_is_not_a_regression() -> None:
     failed = [p for p in r["points"] if p["verdict"] == NOT_REPRODUCED]
     assert len(failed) == 10
     assert {p["host_attribution"] for p in failed} <= {"host speed not recorded", "unchanged"}
-    assert r["fdr"] == {"method": "Benjamini-Hochberg", "q": 0.05, "tests": 50}
+    assert r["fdr"] == {"method": "Benjamini-Hochberg", "q": 0.05, "tests": 30}
     assert (
         "point max-num-seqs-1 c=1 output_throughput: outside tolerance (+44.45%; changed, "
         "host speed not recorded)" in [line.strip() for line in verdict_lines(r)]

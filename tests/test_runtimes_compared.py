@@ -5,9 +5,12 @@ error rate (benchmarks/bench_samehost.py)."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +224,58 @@ def test_the_family_error_rate_stays_under_alpha() -> None:
     # at the quiet spread the words decide rows: a check that could fail if they never did
     quiet = bench.simulate(np.random.default_rng(7), 400, 0.03, -math.log(1.2))
     assert quiet.decided > 0.2
+
+
+def with_output_ids(exp: Path, differ: Callable[[str, int, int, int], bool]) -> None:
+    """Every request of `exp` with the token ids of its answer: the same for a prompt on both
+    sides, except where `differ(config, round, level, index)`, whose answer parts at token 3."""
+    for path in sorted(exp.glob("raw/*/rep*/c*/requests.jsonl.gz")):
+        sc, rep, c = path.parts[-4], int(path.parts[-3][3:]), int(path.parts[-2][1:])
+        with gzip.open(path, "rt") as fh:
+            rows = [json.loads(line) for line in fh]
+        for i, row in enumerate(rows):
+            ids = [rep, c, i, 7, 7]
+            row["output_ids"] = ids[:2] + [99] + ids[3:] if differ(sc, rep, c, i) else ids
+        with gzip.open(path, "wt") as fh:
+            fh.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def test_the_runtimes_answer_says_when_the_completions_differ(tmp_path: Path) -> None:
+    """B answers the first prompt of every c=8 point otherwise (3 of 36 completions): the
+    headline says so beside the speed, each pair carries its outputs, and the report's "Same
+    outputs" lists the pair; a claim comparing the two configurations says it too. Under a 10%
+    threshold the verdicts stand as they were."""
+    spec = {(8, "tput"): (1.5, 0.003)}
+    exp = ab_tree(tmp_path, spec, rounds=3)
+    with_output_ids(exp, lambda sc, rep, c, i: sc == "b" and c == 8 and i == 0)
+    claim = "throughput[config=b,c=8] > throughput[config=a,c=8]"
+    res = analyze(exp, tmp_path / "out", analysis_section({"claims": [claim]}), figures=False)
+    assert res.runtimes is not None
+    block = res.runtimes["pairs"][0]["same_outputs"]
+    assert (block["pairs"], block["identical"], block["first_differing_token_min"]) == (36, 33, 3)
+    assert block["beyond"] is True and block["max_differing_outputs_pct"] == 0
+    schema = read_json(REPO / "src" / "servelab" / "schemas" / "runtimes.schema.json")
+    jsonschema.Draft202012Validator(schema).validate(res.runtimes)
+    report = (tmp_path / "out" / "report.md").read_text()
+    headline = next(line for line in report.splitlines() if line.startswith("No: faster"))
+    assert headline.endswith("the same within 10% at 7 more, but 8% of completions differ.")
+    assert (
+        "Same outputs: 33 of 36 completions identical (92%); 3 differ, first at token 3" in report
+    )
+    assert "## Same outputs" in report and "- b against a: Same outputs: 33 of 36" in report
+    assert f"| `{claim}` | holds, but 8% of completions differ |" in report
+    lenient = analysis_section({"claims": [claim], "max_differing_outputs_pct": 10})
+    analyze(exp, tmp_path / "o10", lenient, figures=False)
+    calm = (tmp_path / "o10" / "report.md").read_text()
+    assert "completions differ" not in calm and f"| `{claim}` | holds |" in calm
+    assert "Same outputs: 33 of 36 completions identical (92%)" in calm
+
+
+def test_without_output_ids_the_comparison_says_not_recorded(tmp_path: Path) -> None:
+    exp = ab_tree(tmp_path, {}, rounds=3)
+    res = analyze(exp, tmp_path / "out", analysis_section({}), figures=False)
+    assert res.runtimes is not None and "same_outputs" not in res.runtimes["pairs"][0]
+    assert res.same_outputs is None
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Same outputs: not recorded (workload.record_output_ids is off" in report
+    assert "## Same outputs" not in report

@@ -1,8 +1,8 @@
 """SLO capacity by search (servelab.analysis.search): bracketing and bisection on synthetic outcomes with a
-known threshold, the rule for a rate that meets the SLO, attainment from request records,
-search.json's writer and checked reader, the figure's bytes; and the known answer: against a
-server of known capacity (tests/queue_server.py), a real open loop finds that capacity within
-one bisection step."""
+known threshold, the early-stop rule for a rate (pooled repeats; an undecided rate measured
+again, round after round, and never a pass), attainment from request records, search.json's
+writer and checked reader, the figure's bytes. The known answer against a server of known
+capacity is tests/test_search_known.py."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 
 from servelab.analysis.search import (
     Answer,
+    Measure,
     RateOutcome,
     RepeatOutcome,
     SearchResult,
@@ -35,29 +36,33 @@ from servelab.store.jsonio import dumps
 E2EL = SloBounds(e2el_ms=100)
 
 
-def rep(attainment: float | None, valid: bool = True) -> RepeatOutcome:
-    return RepeatOutcome(attainment, valid, 100)
+def rep(attainment: float | None, valid: bool = True, requests: int = 1000) -> RepeatOutcome:
+    """A repeat of 1000 requests by default: enough for a p99 SLO to be decided."""
+    return RepeatOutcome(attainment, valid, requests)
 
 
-def threshold(t: float, repeats: int = 1) -> Callable[[float], RateOutcome]:
-    """A server that meets the SLO up to rate `t` and misses it above."""
+def threshold(t: float, repeats: int = 1) -> Measure:
+    """A server that meets the SLO up to rate `t` and misses it above, decided in one round."""
 
-    def measure(rate: float) -> RateOutcome:
+    def measure(rate: float, round_: int) -> RateOutcome:
         return RateOutcome(tuple(rep(1.0 if rate <= t else 0.5) for _ in range(repeats)))
 
     return measure
 
 
 class Recorder:
-    """A measure that remembers the rates it was asked for."""
+    """A measure that remembers the rates it was asked for, and each (rate, round)."""
 
-    def __init__(self, inner: Callable[[float], RateOutcome]) -> None:
+    def __init__(self, inner: Measure) -> None:
         self.inner = inner
         self.rates: list[float] = []
+        self.rounds: list[tuple[float, int]] = []
 
-    def __call__(self, rate: float) -> RateOutcome:
-        self.rates.append(rate)
-        return self.inner(rate)
+    def __call__(self, rate: float, round_: int) -> RateOutcome:
+        if round_ == 1:
+            self.rates.append(rate)
+        self.rounds.append((rate, round_))
+        return self.inner(rate, round_)
 
 
 def spec(start: float, **kw: Any) -> SearchSpec:
@@ -151,8 +156,8 @@ def test_the_rate_limits_cap_the_bracketing() -> None:
     assert m.rates == [4, 2, 1, 0.5, 0.3]
     assert (r.answer.met_rate, r.answer.failed_rate, r.answer.stopped) == (None, 0.3, "min_rate")
     assert r.answer.text() == (
-        "below 0.3 req/s (even the lowest allowed rate 0.3 req/s fails the SLO: lower min_rate "
-        "or the resolution, or relax the SLO)"
+        "below 0.3 req/s (even the lowest allowed rate 0.3 req/s does not meet the SLO: lower "
+        "min_rate or the resolution, or relax the SLO)"
     )
     # without min_rate, the resolution is the floor
     r = search_rate(threshold(0.0001), spec(0.004))
@@ -178,7 +183,7 @@ def test_the_budget_stops_the_search_with_what_it_found() -> None:
 
     r = search_rate(threshold(0.001), spec(1, max_measurements=2))
     assert (r.answer.met_rate, r.answer.failed_rate) == (None, 0.5)
-    assert "every rate measured failed the SLO, down to 0.5 req/s" in str(r.answer.reason)
+    assert "no rate measured met the SLO, down to 0.5 req/s" in str(r.answer.reason)
 
     r = search_rate(threshold(3.7), spec(2, max_measurements=4))
     assert r.answer.bracket == (3.5, 4) and r.answer.stopped == "max_measurements"
@@ -209,31 +214,122 @@ def test_outcomes_that_are_not_monotone_keep_the_bracket_conservative() -> None:
     every rate that failed and the answer errs low."""
     answers = {1.5: True, 3: True, 6: False, 4.5: False, 3.75: True, 4.125: True}
     r = search_rate(
-        lambda x: RateOutcome((rep(1.0 if answers[x] else 0.0),)), spec(1.5, tolerance=0.1)
+        lambda x, _round: RateOutcome((rep(1.0 if answers[x] else 0.0),)),
+        spec(1.5, tolerance=0.1),
     )
     assert [s.rate for s in r.path] == list(answers)
     assert r.answer.bracket == (4.125, 4.5)
     assert max(s.rate for s in r.path if s.meets) < min(s.rate for s in r.path if not s.meets)
 
 
-# --- the rule for a rate that meets ---------------------------------------------------------
+# --- the rule for a rate: early stopping on the pooled requests ----------------------------
 
 
 @pytest.mark.parametrize(
-    ("repeats", "meets"),
+    ("repeats", "decision", "n", "k"),
     [
-        ((rep(0.99), rep(1.0)), True),
-        ((rep(0.99), rep(0.989)), False),  # one valid repeat below the target fails the rate
-        ((rep(1.0), rep(0.2, valid=False)), True),  # an invalid repeat is left out
-        ((rep(0.2, valid=False),), False),  # no valid repeat: never meets
-        ((), False),
-        ((rep(None),), False),  # a valid repeat without requests does not meet
+        ((rep(1.0, requests=200), rep(1.0, requests=200)), "meets", 400, 0),  # pooled: 400
+        ((rep(1.0, requests=200),), "undecided", 200, 0),  # one alone is too few for p99
+        ((rep(0.995), rep(1.0)), "meets", 2000, 5),
+        ((rep(0.98), rep(1.0)), "undecided", 2000, 20),  # 1% over: no tell either way
+        ((rep(0.97), rep(0.98)), "fails", 2000, 50),
+        ((rep(1.0), rep(0.2, valid=False)), "meets", 1000, 0),  # an invalid repeat is left out
+        ((rep(0.2, valid=False),), "undecided", 0, 0),  # no valid repeat: nothing to tell
+        ((), "undecided", 0, 0),
+        ((rep(None, requests=0),), "undecided", 0, 0),  # a valid repeat without requests
     ],
 )
-def test_a_rate_meets_when_every_valid_repeat_does(
-    repeats: tuple[RepeatOutcome, ...], meets: bool
+def test_a_rate_is_decided_on_the_requests_of_its_valid_repeats(
+    repeats: tuple[RepeatOutcome, ...], decision: str, n: int, k: int
 ) -> None:
-    assert RateOutcome(repeats).meets(0.99) is meets
+    d = RateOutcome(repeats).decide(0.99)
+    assert (d.decision, d.n, d.k, d.allowed) == (decision, n, k, 0.01)
+
+
+def test_a_repeat_counts_whole_requests() -> None:
+    assert rep(0.995).over == 5 and rep(0.995).counted == 1000
+    assert rep(None, requests=0).over == 0 and rep(None, requests=0).counted == 0
+    with pytest.raises(ServelabError, match=r"^attainment 0.9 of None requests: give the number"):
+        RepeatOutcome(0.9, True)
+    with pytest.raises(ServelabError, match=r"^attainment 0.5 of 3 requests is not a whole num"):
+        RepeatOutcome(0.5, True, 3)
+
+
+def rounds_of(per_round: dict[float, list[tuple[float, int]]]) -> Measure:
+    """A measure giving, for a rate, round r's (attainment, requests) of one repeat from
+    `per_round[rate][r - 1]`."""
+
+    def measure(rate: float, round_: int) -> RateOutcome:
+        a, n = per_round[rate][round_ - 1]
+        return RateOutcome((rep(a, requests=n),))
+
+    return measure
+
+
+def test_an_undecided_rate_is_measured_again_until_decided() -> None:
+    """Rate 2: 0 of 200 over is undecided for p99 (needs 299); a second round brings 400, all
+    within the SLO: meets. Rate 4 fails in its first round; rate 3 needs three rounds."""
+    m = Recorder(
+        rounds_of(
+            {
+                2: [(1.0, 200), (1.0, 200)],
+                4: [(0.5, 200)],
+                3: [(1.0, 100), (1.0, 100), (1.0, 200)],
+            }
+        )
+    )
+    r = search_rate(m, spec(2, tolerance=0.5))
+    assert m.rounds == [(2, 1), (2, 2), (4, 1), (3, 1), (3, 2), (3, 3)]
+    assert [(s.rate, s.rounds, s.decision.decision, s.decision.n) for s in r.path] == [
+        (2, 2, "meets", 400),
+        (4, 1, "fails", 200),
+        (3, 3, "meets", 400),
+    ]
+    assert [len(s.outcome.repeats) for s in r.path] == [2, 1, 3]  # every round's repeats
+    assert r.answer == Answer(3, 4, "converged", None)
+
+
+def test_a_rate_undecided_after_max_rounds_never_meets() -> None:
+    """Rate 2 stays undecided for its 3 rounds (0 of 90 over): it counts as not meeting, so the
+    bracketing goes down, and the answer names it; never a pass."""
+    m = Recorder(rounds_of({2: [(1.0, 30)] * 3, 1: [(1.0, 400)], 1.5: [(1.0, 100)] * 3}))
+    r = search_rate(m, spec(2, tolerance=0.5, max_rounds=3))
+    assert m.rounds == [(2, 1), (2, 2), (2, 3), (1, 1), (1.5, 1), (1.5, 2), (1.5, 3)]
+    assert [(s.rate, s.rounds, s.decision.decision, s.meets) for s in r.path] == [
+        (2, 3, "undecided", False),
+        (1, 1, "meets", True),
+        (1.5, 3, "meets", True),  # 300 requests, none over, by its third round
+    ]
+    assert r.answer == Answer(1.5, 2, "converged", None, (2,))
+    assert r.answer.text() == (
+        "between 1.5 and 2 req/s (undecided, counted as not meeting: 2 req/s)"
+    )
+    assert r.to_json()["answer"]["undecided_rates"] == [2]
+    # max_rounds 1: never measured again
+    once = Recorder(rounds_of({2: [(1.0, 30)], 1: [(1.0, 400)], 1.5: [(1.0, 100)]}))
+    r1 = search_rate(once, spec(2, tolerance=0.5, max_rounds=1))
+    assert all(rnd == 1 for _, rnd in once.rounds)
+    assert r1.answer.met_rate == 1 and r1.answer.undecided == (2, 1.5)
+
+
+def test_every_rate_undecided_is_no_answer() -> None:
+    """A server the search can never decide (too few requests at every rate): no rate meets,
+    the search goes down to its floor, and every rate is named undecided."""
+    r = search_rate(
+        lambda rate, _round: RateOutcome((rep(1.0, requests=10),)),
+        spec(4, min_rate=1, max_rounds=2),
+    )
+    assert [s.rate for s in r.path] == [4, 2, 1]
+    assert r.answer.met_rate is None and r.answer.stopped == "min_rate"
+    assert r.answer.undecided == (4, 2, 1)
+
+
+def test_same_outcomes_same_path_with_rounds() -> None:
+    table = {2: [(1.0, 200), (1.0, 200)], 4: [(0.99, 200)] * 3, 3: [(1.0, 400)]}
+    a = search_rate(rounds_of(table), spec(2, tolerance=0.5))
+    b = search_rate(rounds_of(table), spec(2, tolerance=0.5))
+    assert a == b and dumps(a.to_json()) == dumps(b.to_json())
+    assert [(s.rate, s.rounds) for s in a.path] == [(2, 2), (4, 3), (3, 1)]
 
 
 def record(ttft_us: int, done_us: int, tokens: int = 5, ok: bool = True) -> RequestRecord:
@@ -269,6 +365,8 @@ def test_attainment_counts_requests_within_every_bound() -> None:
         ({"target": 1.5}, r"^search target 1.5: give the share of requests"),
         ({"tolerance": 0}, r"^search tolerance 0: give the relative width"),
         ({"max_measurements": 1}, r"^search max_measurements 1: give a whole number from 2 up$"),
+        ({"max_rounds": 0}, r"^search max_rounds 0: give a whole number from 1 up$"),
+        ({"confidence": 1}, r"^search confidence 1: give a probability between 0 and 1"),
         ({"min_rate": 5}, r"^search start_rate 2: below min_rate 5: start within the limits$"),
         ({"max_rate": 1}, r"^search start_rate 2: above max_rate 1: start within the limits$"),
         ({"min_rate": math.nan}, r"^search min_rate nan: give a rate"),
@@ -290,20 +388,24 @@ def test_invalid_bounds() -> None:
 
 
 def test_a_measure_must_give_a_rate_outcome() -> None:
-    with pytest.raises(TypeError, match=r"^measure\(2.0\) gave float: give a RateOutcome$"):
-        search_rate(lambda r: 1.0, spec(2.0))  # type: ignore[arg-type,return-value]
+    with pytest.raises(TypeError, match=r"^measure\(2.0, 1\) gave float: give a RateOutcome$"):
+        search_rate(lambda r, _round: 1.0, spec(2.0))  # type: ignore[arg-type,return-value]
 
 
 # --- search.json ----------------------------------------------------------------------------
 
 
 def example() -> SearchResult:
-    def measure(rate: float) -> RateOutcome:
+    """Met up to 3.7 req/s; 3 measured in two rounds (its first undecided: 1 of 200 over)."""
+
+    def measure(rate: float, round_: int) -> RateOutcome:
         ok = rate <= 3.7
+        if rate == 3 and round_ == 1:
+            return RateOutcome((RepeatOutcome(0.995, True, 200),))
         return RateOutcome(
             (
-                RepeatOutcome(1.0 if ok else 0.8, True, 120),
-                RepeatOutcome(0.995 if ok else 0.7, rate != 4, 120, () if rate != 4 else ("slip",)),
+                RepeatOutcome(1.0 if ok else 0.8, True, 400),
+                RepeatOutcome(0.995 if ok else 0.7, rate != 4, 400, () if rate != 4 else ("slip",)),
             )
         )
 
@@ -322,12 +424,27 @@ def test_search_json_reads_back_to_the_same_result_and_bytes(tmp_path: Path) -> 
     doc = json.loads(first)
     assert list(doc) == ["answer", "format_version", "path", "spec"]
     assert doc["answer"]["text"] == "between 3.625 and 3.75 req/s"
+    assert doc["format_version"] == 2
+    assert doc["spec"]["max_rounds"] == 3 and doc["spec"]["confidence"] == 0.95
     assert doc["path"][1]["repeats"][1] == {
         "attainment": 0.7,
         "valid": False,
-        "requests": 120,
+        "requests": 400,
         "reasons": ["slip"],
     }
+    step = doc["path"][0]
+    assert {k: step[k] for k in ("rounds", "decision", "requests", "over")} == {
+        "rounds": 1,
+        "decision": "meets",
+        "requests": 800,
+        "over": 2,
+    }
+    assert step["decision_text"] == "meets: 2 of 800 over (upper 0.78%, allowed 1%)"
+    assert step["over_lower"] < step["over_upper"] <= 0.01
+    three = doc["path"][2]
+    assert three["rate"] == 3 and three["rounds"] == 2 and len(three["repeats"]) == 3
+    assert (three["requests"], three["over"]) == (1000, 3)
+    assert doc["answer"]["undecided_rates"] == []
 
 
 def damage(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
@@ -367,14 +484,28 @@ def _drop(keys: tuple[Any, ...]) -> Callable[[dict[str, Any]], None]:
         (_set(("path", 1, "repeats", 0, "attainment"), "0.8"), "$.path[1].repeats[0].attainment:"),
         (_set(("spec", "growth"), 1), "$.spec.growth: 1 is less than or equal to the minimum of 1"),
         (_set(("path",), []), "$.path: [] should be non-empty"),
-        (_set(("format_version",), 2), "$.format_version: 2 is not a version this servelab reads"),
+        (_set(("format_version",), 3), "$.format_version: 3 is not a version this servelab reads"),
+        (_set(("format_version",), 1), "(2); its repeats were each decided alone, without early"),
         (_drop(("format_version",)), "$.format_version: required field missing"),
         (
             _set(("spec", "max_rate"), 1.5),
             "$.spec.start_rate: 2.0: above max_rate 1.5: start within",
         ),
         (_set(("path", 3, "order"), 7), "$.path[3].order: 7, where 4 follows the steps before it"),
-        (_set(("path", 0, "meets"), False), "$.path[0].meets: False, where its repeats and the"),
+        (
+            _set(("path", 0, "decision"), "fails"),
+            "$.path[0].decision: 'fails', where its repeats and the target 0.99 say 'meets'",
+        ),
+        (_set(("path", 0, "over"), 0), "$.path[0].over: 0, where its repeats and the target"),
+        (_set(("path", 0, "decision"), "maybe"), "$.path[0].decision: 'maybe' is not one of"),
+        (_drop(("path", 0, "rounds")), "$.path[0].rounds: required field missing"),
+        (_set(("path", 0, "rounds"), 4), "$.path[0].rounds: 4, where an undecided rate is"),
+        (
+            _set(("path", 1, "repeats", 0, "requests"), None),
+            "$.path[1].repeats[0]: attainment 0.8 of None requests",
+        ),
+        (_set(("answer", "undecided_rates"), [3]), "$.answer.undecided_rates: [3], where the"),
+        (_drop(("spec", "max_rounds")), "$.spec.max_rounds: required field missing"),
         (_set(("answer", "met_rate"), 3.5), "$.answer.met_rate: 3.5, where the path says 3.625"),
         (_set(("answer", "failed_rate"), None), "$.answer.failed_rate: None, where the path says"),
     ],
@@ -417,6 +548,13 @@ def test_the_search_figure_is_the_same_bytes_each_time(tmp_path: Path) -> None:
         assert x.read_bytes() == y.read_bytes()
     svg = a[0].read_text()
     assert "between 3.625 and 3.75 req/s" in svg and "final bracket" in svg
+    assert "undecided" not in svg  # no step was
+    undecided = search_rate(
+        rounds_of({2: [(1.0, 30)] * 3, 1: [(1.0, 400)], 1.5: [(1.0, 400)]}),
+        spec(2, tolerance=0.5),
+    )
+    svg = render_search(undecided, tmp_path / "u")[0].read_text()
+    assert "undecided (counted as not meeting)" in svg
     # a search without a bracket draws too
     edge = search_rate(threshold(25), spec(4, max_rate=20))
     assert [p.name for p in render_search(edge, tmp_path / "c", "edge")] == ["edge.svg", "edge.png"]

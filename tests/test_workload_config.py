@@ -38,8 +38,8 @@ def _refused(workload: dict[str, Any]) -> str:
 def test_the_default_workload_resolves_as_before() -> None:
     wl = resolve(_cfg({}))["workload"]
     assert sorted(wl) == [
-        "client_workers", "ignore_eos", "input_tokens", "output_tokens", "request_timeout_s",
-        "seed", "unique_prompts", "warmup", "waves",
+        "client_workers", "ignore_eos", "input_tokens", "output_tokens", "record_output_ids",
+        "request_timeout_s", "seed", "unique_prompts", "warmup", "waves",
     ]  # fmt: skip
     assert validate(_cfg({})).workload.fixed_lengths
 

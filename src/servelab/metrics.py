@@ -6,11 +6,16 @@ before each send, over every request); failures are counted in `failed`.
 
 from __future__ import annotations
 
+import functools
+import math
+import re
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TypedDict
 
 import numpy as np
+from scipy.stats import binom
 
 from servelab.client import RequestRecord
 
@@ -20,15 +25,144 @@ MIN_WINDOW_NS = 1_000_000  # achieved_concurrency needs a send window at least t
 
 
 def latency_stats(name: str, values_ms: Sequence[float]) -> dict[str, float | None]:
+    """A latency family's statistics: mean, median, std and the PERCENTILES (its tail,
+    `tail_stats`, apart). A percentile (the median too) the sample cannot support is None: its
+    95% interval would need an order statistic above the sample's largest
+    (`samples_needed`); n and the maximum stand beside it."""
     out: dict[str, float | None] = {}
     arr = np.asarray(values_ms, dtype=np.float64)
     have = arr.size > 0
     out[f"mean_{name}_ms"] = float(arr.mean()) if have else None
-    out[f"median_{name}_ms"] = float(np.median(arr)) if have else None
+    out[f"median_{name}_ms"] = float(np.median(arr)) if supported(arr.size, 50) else None
     out[f"std_{name}_ms"] = float(arr.std()) if have else None
     for p in PERCENTILES:
-        out[f"p{p}_{name}_ms"] = float(np.percentile(arr, p)) if have else None
+        out[f"p{p}_{name}_ms"] = float(np.percentile(arr, p)) if supported(arr.size, p) else None
     return out
+
+
+def tail_stats(name: str, values_ms: Sequence[float] | np.ndarray) -> dict[str, float | None]:
+    """n_<name> (how many values), max_<name>_ms, and each percentile's distribution-free 95%
+    interval, p<P>_<name>_ms_low and _high (None where the sample cannot bound it:
+    `percentile_interval`)."""
+    arr = np.sort(np.asarray(values_ms, dtype=np.float64))
+    out: dict[str, float | None] = {
+        f"n_{name}": int(arr.size),
+        f"max_{name}_ms": float(arr[-1]) if arr.size else None,
+    }
+    for p in PERCENTILES:
+        low, high = percentile_interval(arr, p)
+        out[f"p{p}_{name}_ms_low"] = low
+        out[f"p{p}_{name}_ms_high"] = high
+    return out
+
+
+CONFIDENCE = 0.95  # of a percentile's interval
+_PERCENTILE = re.compile(r"^(?:p(\d+)|median)_([a-z0-9_]+?)_ms$")
+
+
+def percentile_of(metric: str) -> tuple[str, float] | None:
+    """(latency, percentile) of a percentile metric: p99_ttft_ms -> ("ttft", 99),
+    median_tpot_ms -> ("tpot", 50); None for any other metric."""
+    m = _PERCENTILE.match(metric)
+    if m is None or m.group(2) not in LATENCIES:
+        return None
+    return m.group(2), float(m.group(1) or 50)
+
+
+@dataclass(frozen=True)
+class Tail:
+    """A sample's tail (`tail`): its size, largest value, and per percentile its estimate
+    (None where unsupported) and 95% interval (low, high; None where the sample has no order
+    statistic for a bound)."""
+
+    n: int
+    max: float | None
+    estimates: Mapping[int, float | None]
+    intervals: Mapping[int, tuple[float | None, float | None]]
+
+    def text(self, p: int, digits: int = 1) -> str:
+        """'41.2 ms [38.0, 45.1], n = 420', or 'insufficient (n = 12: max 63.0 ms; p99 needs
+        368)'; '—' with no values."""
+        if self.n == 0:
+            return "—"
+        est = self.estimates[p]
+        if est is None:
+            return f"insufficient ({insufficient(p, self.n, self.max)})"
+        low, high = self.intervals[p]
+        lo = "—" if low is None else f"{low:.{digits}f}"
+        assert high is not None  # an estimate is reported only with its upper bound
+        return f"{est:.{digits}f} ms [{lo}, {high:.{digits}f}], n = {self.n}"
+
+
+def tail(values_ms: Sequence[float]) -> Tail:
+    """The tail of a sample of latencies (ms) at each of PERCENTILES."""
+    arr = np.sort(np.asarray(values_ms, dtype=np.float64))
+    return Tail(
+        n=int(arr.size),
+        max=float(arr[-1]) if arr.size else None,
+        estimates={
+            p: float(np.percentile(arr, p)) if supported(arr.size, p) else None for p in PERCENTILES
+        },
+        intervals={p: percentile_interval(arr, p) for p in PERCENTILES},
+    )
+
+
+@functools.cache
+def percentile_ranks(n: int, p: float) -> tuple[int | None, int | None]:
+    """The 1-based ranks (l, u) of the order statistics that bound the p-th percentile of a
+    sample of n with 95% confidence, distribution-free: the number B of values at or below the
+    true percentile is Binomial(n, p/100), and the interval [x_(l), x_(u)] covers it when
+    l <= B < u; l is the largest rank with P(B < l) <= 2.5% and u the smallest with
+    P(B >= u) <= 2.5%. None for a bound the sample has no order statistic for: l below 1 (no
+    lower bound), u above n (no upper bound: the percentile is beyond what n values can
+    bound, however they fall)."""
+    if n < 1:
+        return None, None
+    q, tail = p / 100.0, (1.0 - CONFIDENCE) / 2.0
+    # P(B <= k) for k = -1..n; l-1 is the largest k with P(B <= k) <= tail
+    below = int(binom.ppf(tail, n, q))  # smallest k with P(B <= k) >= tail
+    lo = below if binom.cdf(below, n, q) > tail else below + 1
+    # u-1 is the smallest k with P(B <= k) >= 1 - tail
+    hi = int(binom.ppf(1.0 - tail, n, q)) + 1
+    return (lo if lo >= 1 else None), (hi if hi <= n else None)
+
+
+def percentile_interval(
+    sorted_values: Sequence[float] | np.ndarray, p: float
+) -> tuple[float | None, float | None]:
+    """The distribution-free 95% interval of the p-th percentile from a sorted sample
+    (`percentile_ranks`): (low, high), either None where the sample has no order statistic for
+    it."""
+    lo, hi = percentile_ranks(len(sorted_values), p)
+    return (
+        float(sorted_values[lo - 1]) if lo is not None else None,
+        float(sorted_values[hi - 1]) if hi is not None else None,
+    )
+
+
+@functools.cache
+def samples_needed(p: float) -> int:
+    """The fewest values whose largest can be the upper bound of the p-th percentile's 95%
+    interval (`percentile_ranks`): n with P(all n below the percentile) = (p/100)^n <= 2.5%.
+    6 for the median, 36 for p90, 72 for p95, 368 for p99."""
+    tail = (1.0 - CONFIDENCE) / 2.0
+    n = max(1, math.ceil(math.log(tail) / math.log(p / 100.0)))
+    while percentile_ranks(n, p)[1] is None:
+        n += 1
+    return n
+
+
+def supported(n: int, p: float) -> bool:
+    """Whether n values can report the p-th percentile: its 95% interval has an upper bound
+    inside the sample (`samples_needed`)."""
+    return n >= samples_needed(p)
+
+
+def insufficient(p: float, n: int | str, max_ms: float | None) -> str:
+    """'n = 4: max 63.0 ms; p99 needs 368': why a percentile is not reported (`n` the count,
+    or words for it, '4 in 3 of 3 repeats')."""
+    top = f": max {max_ms:.1f} ms" if max_ms is not None else ""
+    return f"n = {n}{top}; p{p:g} needs {samples_needed(p)}"
 
 
 def first_output_chunk(
@@ -219,6 +353,8 @@ def assemble(
     }
     for name in LATENCIES:
         out.update(latency_stats(name, latencies_ms.get(name, [])))
+    for name in LATENCIES:
+        out.update(tail_stats(name, latencies_ms.get(name, [])))
     out["achieved_concurrency"] = None
     out["mean_in_flight"] = None
     return out

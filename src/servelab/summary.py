@@ -27,6 +27,7 @@ from servelab.documents import JsonObject, JsonValue
 from servelab.experiment import ValiditySection
 from servelab.hostfacts.canary import run_canaries
 from servelab.launch.serverlog import start_line
+from servelab.metrics import PERCENTILES, samples_needed
 from servelab.render import num
 from servelab.store.paths import ExperimentPaths
 from servelab.store.rawdata import RawPoint, load_points
@@ -105,6 +106,23 @@ def summary_rows(points: Sequence[PointDoc]) -> list[SummaryRow]:
     return rows
 
 
+def tail_lines(points: Sequence[PointDoc]) -> list[str]:
+    """How many requests the points hold against what each percentile's 95% interval needs
+    (servelab.metrics.samples_needed), and at how many points each can be reported."""
+    counts = [int(_num(p.get("completed") or 0)) for p in points]
+    if not counts:
+        return []
+    parts = []
+    for pct in PERCENTILES:
+        need = samples_needed(pct)
+        parts.append(f"p{pct} needs {need} ({sum(n >= need for n in counts)} of {len(counts)})")
+    return [
+        f"tails: {min(counts)} to {max(counts)} completed requests per point; a percentile "
+        "is reported with its 95% interval where a point holds enough, else as insufficient: "
+        + ", ".join(parts)
+    ]
+
+
 def stage_times(exp_dir: Path) -> list[tuple[str, float]]:
     out = []
     for tsv in sorted((exp_dir / "benchmarks").glob("*.tsv")):
@@ -176,6 +194,7 @@ def render_summary(exp_dir: Path, validity: ValiditySection | None = None) -> st
             f"{max(tputs) / min(tputs):.2f}x"
         )
     lines += ["", summary_line(point_validity(raw, t)), *remeasured_lines(raw, t)]
+    lines += tail_lines(points)
     lines += canary_lines(exp_dir)
     lines += resolved_lines(exp_dir)
     lines += same_host_lines(exp_dir)

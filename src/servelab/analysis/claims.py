@@ -14,7 +14,13 @@ from typing import Any, Literal, NotRequired, TypedDict, cast, overload
 
 from servelab.analysis.dataset import Point
 from servelab.analysis.diagnosis_records import level_of
-from servelab.analysis.groups import SUMMARY_METRICS, Groups, hit_order, invalid_text
+from servelab.analysis.groups import (
+    SUMMARY_METRICS,
+    Groups,
+    hit_order,
+    insufficient_text,
+    invalid_text,
+)
 from servelab.analysis.knee import DOMINANCE, DominanceRow, knee_level
 from servelab.analysis.stats import describe, one_sided_bounds, paired
 from servelab.analysis.validity import Flag
@@ -156,6 +162,17 @@ def _invalid_claim(claim: str, hits: list[tuple[Point, Flag]]) -> ClaimVerdict:
         "verdict": "invalid",
         "reason": invalid_text(hits),
         "evidence": {"invalid": [_invalid_point(p, f) for p, f in sorted(hits, key=hit_order)]},
+    }
+
+
+def _insufficient_claim(claim: str, short: list[str]) -> ClaimVerdict:
+    """Inconclusive: a percentile the claim reads that a repeat's requests are too few to
+    report (Groups.insufficient)."""
+    return {
+        "claim": claim,
+        "verdict": "inconclusive",
+        "reason": insufficient_text(short),
+        "evidence": {"insufficient": short},
     }
 
 
@@ -315,6 +332,9 @@ def _comparison(
     lost = _claim_left_out(g, [(sa, ca), (sb, cb)], [metric_a])
     if lost:
         return _invalid_claim(claim, lost)
+    short = g.insufficient(sa, ca, metric_a) + g.insufficient(sb, cb, metric_a)
+    if short:
+        return _insufficient_claim(claim, short)
     va, vb = g.pair(sa, ca, sb, cb, metric_a)
     k = float(factor) if factor else 1.0
     kb = [k * x for x in vb]
@@ -356,7 +376,9 @@ def _comparison(
 def _capacity(claim: str, parts: tuple[str, ...], g: Groups, found: Findings) -> ClaimVerdict:
     """The SLO capacity search's answer against a rate: `> R` holds when a rate above R met
     the SLO and fails when one at or below R failed; `< R` the other way round; inconclusive
-    when R lies inside the search's bracket."""
+    when R lies inside the search's bracket. Only a rate the early-stop rule decided fails
+    counts as failing here: an undecided one (the bracketing counts it as not meeting) shows
+    nothing either way."""
     sel, op, number = parts
     sc, _ = _selector(sel, claim, g, need_c=False)
     if sc not in found.searches:
@@ -365,7 +387,9 @@ def _capacity(claim: str, parts: tuple[str, ...], g: Groups, found: Findings) ->
             "(and search.server_configs to include it)"
         )
     answer = found.searches[sc]["answer"]
-    met, failed, rate = answer["met_rate"], answer["failed_rate"], float(number)
+    path = found.searches[sc]["path"]
+    failed = min((s["rate"] for s in path if s["decision"] == "fails"), default=None)
+    met, rate = answer["met_rate"], float(number)
     above = met is not None and met > rate  # the capacity is above R
     below = failed is not None and failed <= rate  # the capacity is below R
     if op == "<":
@@ -391,6 +415,9 @@ def _bound(
     lost = _claim_left_out(g, [(sc, level)], [metric])
     if lost:
         return _invalid_claim(claim, lost)
+    short = g.insufficient(sc, level, metric)
+    if short:
+        return _insufficient_claim(claim, short)
     values = list(g.values(sc, level, metric).values())
     lo, hi = one_sided_bounds(values, analysis.alpha)
     bound = float(number)

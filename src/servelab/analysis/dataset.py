@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NotRequired, TypedDict, cast
 
+from servelab.analysis.outputs import PointKey, PointOutputs, point_outputs
 from servelab.analysis.search import SearchResult, read_search
 from servelab.analysis.validity import (
     FAILED,
@@ -189,6 +190,10 @@ class Dataset:
     searches: dict[str, SearchResult] = field(default_factory=dict)
     # the chat points (point.json `chat`), with their requests, for the per-turn tables
     turn_points: list[TurnPoint] = field(default_factory=list)
+    # each point's completed requests that carry their output's token ids
+    # (workload.record_output_ids), by configuration and (repeat, level); none for a point
+    # that recorded none (servelab.analysis.outputs)
+    outputs: dict[str, dict[PointKey, PointOutputs]] = field(default_factory=dict)
 
     def configs(self) -> list[str]:
         return sorted({p.server_config for p in self.points})
@@ -274,6 +279,7 @@ def _point(
 def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -> Dataset:
     points = []
     turns: list[TurnPoint] = []
+    outputs: dict[str, dict[PointKey, PointOutputs]] = {}
     skipped: list[Skipped] = []
     # a re-measured point: the attempt the host checks leave (validity.json `record`); a
     # repeat measured again whole, one attempt throughout
@@ -287,6 +293,9 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
             continue
         point = _point(raw, recs, t, choice)
         points.append(point)
+        ids = point_outputs(recs)
+        if ids:
+            outputs.setdefault(point.server_config, {})[(point.repeat, raw.level.value)] = ids
         if "chat" in raw.meta:
             left_out = bool(point.left_out("mean_ttft_ms"))
             turns.append(
@@ -350,6 +359,7 @@ def _load_servelab(root: Path, t: ValiditySection, skip_damaged: bool = False) -
         server_starts(root),
         {p.parent.parent.name: read_search(p) for p in paths.search_files()},
         turns,
+        outputs,
     )
 
 

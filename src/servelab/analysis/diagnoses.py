@@ -238,12 +238,18 @@ def _dominated_one(g: Groups, d: DominanceRow, word: str) -> Diagnosis:
         "kind": "dominated",
         "server_config": sc,
         "evidence": d,
-        "evidence_level": evidence_level(_repeats(g, sc, [at, by], [m for m, _ in DOMINANCE])),
+        # the repeats of the metrics compared (a p99 too few requests report is not)
+        "evidence_level": evidence_level(_repeats(g, sc, [at, by], _compared(d))),
         "suggestion": (
             f"{word} {by} is at least as good on throughput, TTFT and TPOT: do not operate here"
         ),
     }
     return _at_level(out, axis, at)
+
+
+def _compared(d: DominanceRow) -> list[str]:
+    """The DOMINANCE metrics a dominance row compared: those with a delta."""
+    return [m for m, _ in DOMINANCE if d.get(f"{m}_delta_pct") is not None]
 
 
 def diagnoses(

@@ -9,7 +9,7 @@ affecting it is left out there; `invalid_text` says which and why wherever a ver
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TypedDict
+from typing import TypedDict, cast
 
 from servelab.analysis.dataset import Dataset, Point
 from servelab.analysis.stats import describe, paired
@@ -18,6 +18,7 @@ from servelab.design.level import LevelValue
 from servelab.documents.declared import RecordJson
 from servelab.errors import ServelabError
 from servelab.experiment import AnalysisSection
+from servelab.metrics import LATENCIES, PERCENTILES, Tail, insufficient, percentile_of, tail
 from servelab.telemetry.columns import Cell, telemetry_columns
 
 POINT_METRICS = (
@@ -34,10 +35,20 @@ POINT_METRICS = (
     ]
     + [
         f"{stat}_{lat}_ms"
-        for lat in ("ttft", "tpot", "itl", "e2el", "ttfb", "client_wait")
+        for lat in LATENCIES
         for stat in ("mean", "median", "std", "p50", "p90", "p95", "p99")
     ]
     + ["achieved_concurrency", "mean_in_flight", "client_cpu_s"]
+    # each latency's tail: how many values, the largest, and each percentile's 95% interval
+    + [
+        column
+        for lat in LATENCIES
+        for column in (
+            f"n_{lat}",
+            f"max_{lat}_ms",
+            *(f"p{p}_{lat}_ms_{end}" for p in PERCENTILES for end in ("low", "high")),
+        )
+    ]
 )
 SUMMARY_METRICS = [
     "output_throughput",
@@ -189,6 +200,44 @@ class Groups:
             if "record" in p.extra
         }
 
+    def insufficient(self, sc: str, c: LevelValue, metric: str) -> list[str]:
+        """Of a percentile `metric` (p99_ttft_ms) that a counted repeat of the point has too
+        few values to report: the point and why, e.g. 'c=4 a (n = 16 in 3 of 3 repeats: max
+        63.0 ms; p99 needs 368)'; empty when every counted repeat reports it, and for any other
+        metric."""
+        of = percentile_of(metric)
+        if of is None:
+            return []
+        lat, p = of
+        counted = self.valid_points(sc, c, metric)
+        short = [
+            point
+            for point in counted
+            if point.metrics.get(metric) is None
+            and isinstance(point.metrics.get(f"n_{lat}"), int | float)
+        ]
+        if not short:
+            return []
+        ns = sorted({int(cast(float, point.metrics[f"n_{lat}"])) for point in short})
+        tops = [
+            t for point in short if isinstance(t := point.metrics.get(f"max_{lat}_ms"), int | float)
+        ]
+        n = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]} to {ns[-1]}"
+        n += f" in {len(short)} of {len(counted)} repeats"
+        return [f"{self.level_name(c)} {sc} ({insufficient(p, n, max(tops) if tops else None)})"]
+
+    def pooled(self, sc: str, c: LevelValue, lat: str) -> Tail:
+        """A latency's tail over the requests of every repeat of a point it counts in (TTFT,
+        TPOT, E2EL: Point.per_request), as one sample."""
+        index = {"ttft": 0, "tpot": 1, "e2el": 2}[lat]
+        values = [
+            v
+            for point in self.valid_points(sc, c, f"mean_{lat}_ms")
+            for v in (r[index] for r in point.per_request)
+            if v is not None
+        ]
+        return tail(values)
+
     def mean(self, sc: str, c: LevelValue, metric: str) -> float | None:
         return describe(list(self.values(sc, c, metric).values())).mean
 
@@ -266,6 +315,7 @@ def paired_table(g: Groups, analysis: AnalysisSection) -> list[PairedRow]:
             va, vb = g.pair(sc, a, sc, b, m)
             r = paired(va, vb, analysis.threshold_pct, analysis.alpha)
             hits = g.left_out(sc, a, m) + g.left_out(sc, b, m)
+            short = g.insufficient(sc, a, m) + g.insufficient(sc, b, m)
             rows.append(
                 {
                     "server_config": sc,
@@ -276,8 +326,12 @@ def paired_table(g: Groups, analysis: AnalysisSection) -> list[PairedRow]:
                     "mean_rel_diff_pct": r.mean_rel_diff_pct,
                     "agree": r.agree,
                     # no test on the repeats that remain: say why one is missing
-                    "p_value": None if hits else r.p_value,
-                    "verdict": invalid_text(hits) if hits else r.verdict,
+                    "p_value": None if hits or short else r.p_value,
+                    "verdict": invalid_text(hits)
+                    if hits
+                    else insufficient_text(short)
+                    if short
+                    else r.verdict,
                 }
             )
     return rows
@@ -286,6 +340,13 @@ def paired_table(g: Groups, analysis: AnalysisSection) -> list[PairedRow]:
 def hit_order(h: tuple[Point, Flag]) -> tuple[str, LevelValue, int, int]:
     p, f = h
     return (p.server_config, p.level.value, p.repeat, list(BY_NAME).index(f.check))
+
+
+def insufficient_text(short: list[str]) -> str:
+    """'insufficient: c=2 a (n = 4 in 3 of 3 repeats: max 21.0 ms; p99 needs 368); ...'"""
+    more = len(short) - INVALID_SHOWN
+    shown = "; ".join(short[:INVALID_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+    return f"insufficient: {shown}"
 
 
 def invalid_text(hits: list[tuple[Point, Flag]]) -> str:

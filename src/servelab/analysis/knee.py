@@ -62,12 +62,21 @@ def _next(ev: KneeEvidence, axis: str, level: LevelValue) -> KneeEvidence:
 @dataclass(frozen=True)
 class _Curve:
     """One configuration's throughput curve: its levels with throughput, their throughput
-    means and the p99 TTFT means of every level."""
+    means and the p99 and mean TTFT means of every level (a p99 None where its points hold
+    too few requests to report it)."""
 
     sc: str
     usable: list[LevelValue]
     means: dict[LevelValue, float]
     p99: dict[LevelValue, float | None]
+    mean_ttft: dict[LevelValue, float | None]
+
+    def ttft(self, lo: LevelValue, hi: LevelValue) -> tuple[str, float | None, float | None]:
+        """The TTFT the plateau rule reads between two levels: p99 where both levels report
+        it, else the mean (metric, value at lo, value at hi)."""
+        if self.p99[lo] is not None and self.p99[hi] is not None:
+            return "p99_ttft_ms", self.p99[lo], self.p99[hi]
+        return "mean_ttft_ms", self.mean_ttft[lo], self.mean_ttft[hi]
 
 
 def knee(g: Groups, analysis: AnalysisSection) -> list[Knee]:
@@ -94,7 +103,7 @@ def knee(g: Groups, analysis: AnalysisSection) -> list[Knee]:
             entry["reason"] = f"fewer than two {word} levels with throughput"
             out.append(entry)
             continue
-        curve = _Curve(sc, usable, means, p99)
+        curve = _Curve(sc, usable, means, p99, {c: g.mean(sc, c, "mean_ttft_ms") for c in lv})
         if not _peak(g, curve, entry, analysis):
             _plateau(g, curve, entry, analysis)
         out.append(entry)
@@ -132,25 +141,28 @@ def _peak(g: Groups, curve: _Curve, entry: Knee, analysis: AnalysisSection) -> b
 def _plateau(g: Groups, curve: _Curve, entry: Knee, analysis: AnalysisSection) -> None:
     """The knee at the first level that no later level beats by the plateau margin, provided
     latency grows past it; else none."""
-    usable, means, p99, axis = curve.usable, curve.means, curve.p99, g.axis
+    usable, means, axis = curve.usable, curve.means, g.axis
     word = "request rate" if g.open_loop else "concurrency"
     for i, lo in enumerate(usable[:-1]):
         hi = usable[i + 1]
         later_best = max(means[c] for c in usable[i + 1 :])
         gain = 100.0 * (later_best / means[lo] - 1) if means[lo] else math.inf
-        p99_lo, p99_hi = p99[lo], p99[hi]
-        grows = p99_hi is not None and p99_lo is not None and p99_hi > p99_lo
+        metric, at_lo, at_hi = curve.ttft(lo, hi)
+        grows = at_hi is not None and at_lo is not None and at_hi > at_lo
         if gain < analysis.plateau_pct and grows:
             _at(entry, axis, lo)
             entry["reason"] = (
                 f"throughput stops rising after {lo} (no higher {word} gains "
                 f"{analysis.plateau_pct:g}% or more; best later {gain:+.1f}%) "
-                "while p99 TTFT grows"
+                f"while {metric.split('_')[0]} TTFT grows"
             )
             ev: KneeEvidence = {"throughput": means[lo], "best_later_gain_pct": gain}
             entry["evidence"] = _next(ev, axis, hi)
-            ev["p99_ttft_ms"] = p99_lo
-            ev["next_p99_ttft_ms"] = p99_hi
+            ev["p99_ttft_ms"] = curve.p99[lo]
+            ev["next_p99_ttft_ms"] = curve.p99[hi]
+            if metric == "mean_ttft_ms":  # the p99s too few requests report: the means
+                ev["mean_ttft_ms"] = at_lo
+                ev["next_mean_ttft_ms"] = at_hi
             return
     entry["reason"] = (
         f"no knee: throughput still rises up to the highest {word} measured ({usable[-1]})"
@@ -160,30 +172,35 @@ def _plateau(g: Groups, curve: _Curve, entry: Knee, analysis: AnalysisSection) -
 def dominance(g: Groups) -> list[DominanceRow]:
     rows = []
     for sc in g.configs:
-        # the levels with a mean of every DOMINANCE metric, in level order
+        # the levels with a mean of every DOMINANCE metric that has one at all (a percentile
+        # too few requests report is left out: dominance_metrics), in level order
         vals = {c: ms for c in g.levels(sc) if (ms := _dominance_means(g, sc, c)) is not None}
         for c in vals:
             for d in vals:
                 if c == d:
                     continue
-                better_eq = all(sign * (vals[d][m] - vals[c][m]) >= 0 for m, sign in DOMINANCE)
-                strictly = any(sign * (vals[d][m] - vals[c][m]) > 0 for m, sign in DOMINANCE)
+                both = [(m, sign) for m, sign in DOMINANCE if m in vals[c] and m in vals[d]]
+                better_eq = all(sign * (vals[d][m] - vals[c][m]) >= 0 for m, sign in both)
+                strictly = any(sign * (vals[d][m] - vals[c][m]) > 0 for m, sign in both)
                 if better_eq and strictly:
                     row: DominanceRow = {"server_config": sc, g.axis: c, "dominated_by": d}
                     for m, _ in DOMINANCE:
-                        row[f"{m}_delta_pct"] = _pct(vals[c][m], vals[d][m])
+                        row[f"{m}_delta_pct"] = _pct(vals[c].get(m), vals[d].get(m))
                     rows.append(row)
     return rows
 
 
 def _dominance_means(g: Groups, sc: str, c: LevelValue) -> dict[str, float] | None:
-    """The level's mean of each DOMINANCE metric, by metric; None when one has no mean."""
+    """The level's mean of each DOMINANCE metric, by metric; None when one has no mean,
+    unless it is a percentile its requests are too few to report (Groups.insufficient): that
+    one is left out of the comparison."""
     out: dict[str, float] = {}
     for m, _ in DOMINANCE:
         v = g.mean(sc, c, m)
-        if v is None:
+        if v is not None:
+            out[m] = v
+        elif not g.insufficient(sc, c, m):
             return None
-        out[m] = v
     return out
 
 

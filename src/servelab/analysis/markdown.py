@@ -10,6 +10,7 @@ from servelab.analysis.confirmation import confirmation_section
 from servelab.analysis.diagnosis_records import level_of
 from servelab.analysis.groups import Groups, PairedRow
 from servelab.analysis.knee import DominanceRow, knee_level
+from servelab.analysis.outputs import ComparedOutputs, claim_note, outputs_section
 from servelab.analysis.proposals import proposal_line
 from servelab.analysis.replay_report import replay_section
 from servelab.analysis.result import Analysis, HostPart
@@ -42,6 +43,7 @@ from servelab.documents.declared import (
 from servelab.env.endpoint import report_line
 from servelab.hostfacts import ISA_FLAGS
 from servelab.launch.serverlog import PHASE_NAMES
+from servelab.metrics import samples_needed
 from servelab.render import md_table, num
 from servelab.store.paths import TELEMETRY_FIGURE
 
@@ -59,7 +61,7 @@ THROUGHPUT_HEADER = (
     "Mean output throughput",
     "CV",
     "Mean TTFT",
-    "p99 TTFT",
+    "p99 TTFT, repeats pooled [95% CI]",
     "Mean TPOT",
 )
 TELEMETRY_HEADER = (
@@ -84,6 +86,14 @@ def _lat(g: Groups, sc: str, c: int | float, metric: str) -> str:
         return "invalid"
     text = _ms(g.mean(sc, c, metric))
     return f"{text} ({kept} of {kept + lost})" if lost else text
+
+
+def _pooled(g: Groups, sc: str, c: int | float, lat: str, p: int) -> str:
+    """A percentile of a latency over every counted repeat's requests, with its interval and
+    n, or 'insufficient (...)'; 'invalid' when validity left out every repeat."""
+    if not g.values(sc, c, f"mean_{lat}_ms") and g.left_out(sc, c, f"mean_{lat}_ms"):
+        return "invalid"
+    return g.pooled(sc, c, lat).text(p)
 
 
 def cpu_line(f: CpuFacts) -> str:
@@ -232,10 +242,11 @@ def render_report(g: Groups, result: Analysis, layout: str, figures: list[str]) 
     lines += _slo_section(result.slo, g.axis)
     lines += _search_section(result.search or {})
     lines += _diagnoses_section(result.diagnoses, g.axis)
-    lines += _claims_section(result.claims)
+    lines += _claims_section(result.claims, result.same_outputs)
     names = {c: g.level_name(c) for (_, c) in g.by}
     lines += runtimes_section(result.runtimes, names)
     lines += same_host_section(result.same_host, names)
+    lines += outputs_section(result.same_outputs)
     if result.confirmation is not None:
         lines += confirmation_section(result.confirmation)
     if result.rounds is not None:
@@ -259,7 +270,8 @@ def _throughput_section(g: Groups) -> list[str]:
             cv = "n/a (1 repeat)" if d.n == 1 else f"{num(d.cv_pct, '.2f')}%"
             rows.append(
                 [c, d.n, f"{num(d.mean)} tok/s", cv]
-                + [_lat(g, sc, c, m) for m in ("mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms")]
+                + [_lat(g, sc, c, "mean_ttft_ms"), _pooled(g, sc, c, "ttft", 99)]
+                + [_lat(g, sc, c, "mean_tpot_ms")]
             )
         lines += [f"### {sc}", ""]
         lines += md_table(header, rows, align="rrrrrrr")
@@ -273,7 +285,9 @@ def _paired_section(g: Groups, paired: list[PairedRow]) -> list[str]:
         f"## Paired comparisons of adjacent {AXIS_WORDS[g.axis]} levels",
         "",
         "Difference = mean over repeats of a/b - 1; agree = repeats where a > b; the verdict "
-        "needs both the paired t-test on log ratios and the practical threshold.",
+        "needs both the paired t-test on log ratios and the practical threshold. A percentile "
+        f"is tested only where every repeat's requests can bound it (p99 needs "
+        f"{samples_needed(99)} per point); otherwise the verdict says insufficient.",
         "",
     ]
     for sc, a, b in sorted({(r["server_config"], r["a"], r["b"]) for r in paired}):
@@ -326,11 +340,19 @@ def _slo_section(s: SloJson | None, axis: str) -> list[str]:
     """The SLO and each config's capacity under it (slo.json); no section without an SLO."""
     if not s:
         return []
+    allowed = f"{100 * s['allowed_over']:g}%"
     lines = [
         "",
         "## SLO capacity",
         "",
         "SLO: " + ", ".join(f"{k} <= {v:g}" for k, v in sorted(s["slo"].items())),
+        "",
+        f"A level meets the SLO when, over the requests of its counted repeats pooled, the "
+        f"one-sided {100 * s['confidence']:g}% upper bound (Clopper-Pearson) on the share over "
+        f"a limit (a failed request counts as over) is at most {allowed}; it fails when the "
+        f"lower bound is above {allowed}, and is undecided otherwise. A p99 SLO needs at least "
+        f"{s['min_requests']} requests per level, all within the limits, to be met; an "
+        "undecided level is never the capacity.",
         "",
     ]
     for sc, cap in sorted(s["capacity"].items()):
@@ -340,16 +362,21 @@ def _slo_section(s: SloJson | None, axis: str) -> list[str]:
             lines.append(
                 f"- {sc}: {AXIS_WORDS[axis]} {cap[axis]}, {num(cap['output_throughput'])} tok/s"
             )
-    return lines
+    rows = [
+        [p["server_config"], p[axis], p["decision_text"], num(p["goodput_req_s"], ".2f")]
+        for p in s["points"]
+    ]
+    header = ["Config", AXIS_WORDS[axis].capitalize(), "Decision", "Goodput (req/s)"]
+    return [*lines, "", *md_table(header, rows)]
 
 
 def _search_verdict(step: StepJson) -> str:
-    """meets, misses, or misses for want of a valid repeat (the SLO itself may have held)."""
-    if step["meets"]:
-        return "meets"
+    """The step's early-stop decision in one line; a rate without a valid repeat says so (the
+    SLO itself may have held)."""
+    text = step["decision_text"]
     if not any(r["valid"] for r in step["repeats"]):
-        return "misses: no valid repeat"
-    return "misses"
+        return f"{text}: no valid repeat"
+    return text
 
 
 def _search_section(searches: dict[str, SearchJson]) -> list[str]:
@@ -367,21 +394,29 @@ def _search_section(searches: dict[str, SearchJson]) -> list[str]:
             if met is not None and failed is not None
             else str(answer["reason"])
         )
+        allowed = f"{100 * (1 - spec['target']):.6g}%"
+        undecided = ", ".join(f"{r:g}" for r in answer["undecided_rates"])
         lines += [
             f"### {sc}: {said}",
             "",
-            f"{100 * spec['target']:g}% of each repeat's requests within {bounds} "
-            f"(stopped: {answer['stopped']}). A rate meets the SLO when at least one repeat "
-            "is valid and every valid one reaches the target; a repeat that failed a validity "
-            "check (#validity) counts for nothing, so a rate without a valid repeat misses "
-            "whatever its requests did.",
+            f"{100 * spec['target']:g}% of the requests within {bounds} "
+            f"(stopped: {answer['stopped']}). A rate meets the SLO when, over the requests of "
+            f"its valid repeats pooled, the one-sided {100 * spec['confidence']:g}% upper bound "
+            f"on the share that misses it is at most {allowed}, and fails when the lower bound "
+            f"is above; otherwise it is undecided and measured again, up to "
+            f"{spec['max_rounds']} rounds of the repeats. A rate still undecided counts as not "
+            "meeting, never as a pass; a repeat that failed a validity check (#validity) "
+            "counts for nothing.",
             "",
         ]
+        if undecided:
+            lines += [f"Undecided after {spec['max_rounds']} rounds: {undecided} req/s.", ""]
         rows = [
             [
                 step["order"],
                 step["phase"],
                 f"{step['rate']:g}",
+                step["rounds"],
                 ", ".join(
                     "-"
                     if r["attainment"] is None
@@ -392,7 +427,8 @@ def _search_section(searches: dict[str, SearchJson]) -> list[str]:
             ]
             for step in s["path"]
         ]
-        lines += md_table(["Step", "Phase", "Rate (req/s)", "Within the SLO", "Verdict"], rows)
+        header = ["Step", "Phase", "Rate (req/s)", "Rounds", "Within the SLO", "Decision"]
+        lines += md_table(header, rows)
         lines.append("")
     return lines
 
@@ -423,12 +459,17 @@ def _diagnoses_section(diags: list[Diagnosis], axis: str) -> list[str]:
     return lines if diags else [*lines, "- none"]
 
 
-def _claims_section(claims: list[ClaimVerdict]) -> list[str]:
-    """The claims (claims.json) with their verdicts; no section without a claim."""
+def _claims_section(
+    claims: list[ClaimVerdict], outputs: list[ComparedOutputs] | None = None
+) -> list[str]:
+    """The claims (claims.json) with their verdicts, a comparison of two configurations whose
+    completions differ saying so (`outputs`: the "Same outputs" pairs); no section without a
+    claim."""
     if not claims:
         return []
     return ["", "## Claims", ""] + md_table(
-        ["Claim", "Verdict"], [[f"`{c['claim']}`", _claim_text(c)] for c in claims]
+        ["Claim", "Verdict"],
+        [[f"`{c['claim']}`", _claim_text(c) + claim_note(c, outputs)] for c in claims],
     )
 
 
@@ -442,9 +483,11 @@ def _figures_section(figures: list[str]) -> list[str]:
 
 
 def _claim_text(c: ClaimVerdict) -> str:
-    """The verdict, or the reason of one not decided (invalid, not comparable); a comparison
-    across hosts that stands says so beside it."""
+    """The verdict, or the reason of one not decided (invalid, not comparable, inconclusive
+    for want of requests); a comparison across hosts that stands says so beside it."""
     text = str(c.get("reason") or c["verdict"])
+    if c["verdict"] == "inconclusive" and c.get("reason"):
+        text = f"inconclusive ({text})"
     h = c.get("hosts")
     if h and not c.get("reason"):
         text += f"; measured on different hosts: {h['a']}, {h['b']} ({h['class']})"

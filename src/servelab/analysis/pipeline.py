@@ -23,6 +23,7 @@ from servelab.analysis.groups import (
     with_axis,
 )
 from servelab.analysis.knee import DOMINANCE_COLUMNS, DominanceRow, dominance, knee
+from servelab.analysis.outputs import OutputsAsk, claim_configs, outputs_compared
 from servelab.analysis.result import Analysis
 from servelab.analysis.rounds import sequential_claims
 from servelab.analysis.runtimes import runtimes_compared
@@ -63,8 +64,11 @@ __all__ = [
 # on one repeat reported untested), the CUDA graph capture sizes and the dip's batch against them;
 # 5: points.csv's telemetry columns filled (they were written empty); 6: every diagnosis with
 # its proposal or why it has none (analysis.proposals), in diagnoses.json and the report; 7: every
-# figure of means draws the mean's 95% CI and each repeat (figures.means_with_ci).
-ANALYSIS_VERSION = 7
+# figure of means draws the mean's 95% CI and each repeat (figures.means_with_ci); 8: every
+# percentile with its n and 95% interval, or none where the requests are too few to bound it
+# (points.csv's tail columns, paired and claim verdicts "insufficient"), the steady_state
+# check, SLO decisions by early stopping, and same_outputs.
+ANALYSIS_VERSION = 8
 
 
 def analysis_section(recorded: Mapping[str, JsonValue] | None) -> AnalysisSection:
@@ -120,6 +124,11 @@ def analyze(
     diagnosed = diagnoses(g, ds, knees, dominated, opts)
     found = Findings(knees, dominated, diagnosed, notes.get("search", {}))
     claims, rounds = _claims(g, ds, opts, found)
+    # the compared configurations' completions, where the points recorded their token ids
+    outputs = OutputsAsk(ds.outputs, opts.max_differing_outputs_pct)
+    named = [(p.a, p.b) for p in opts.compare] + [
+        pair for c in claims if (pair := claim_configs(c)) is not None
+    ]
     result = Analysis(
         points=points_table(ds),
         summary=summary_table(g),
@@ -134,11 +143,13 @@ def analyze(
         slo=slo_capacity(g, opts),
         rounds=rounds,
         # configurations on their own runtimes (another vLLM release)
-        runtimes=runtimes_compared(g, ds, opts),
+        runtimes=runtimes_compared(g, ds, opts, outputs),
         # pairs compared on this host in three words (a rerun)
-        same_host=same_host(ds, opts.compare, opts.margin_pct, opts.alpha)
+        same_host=same_host(ds, opts.compare, opts.margin_pct, opts.alpha, outputs=outputs)
         if opts.compare
         else None,
+        # did the compared configurations give the same answers (the report's "Same outputs")
+        same_outputs=outputs_compared(outputs, g.configs, named),
         # a confirmation experiment: a verdict per proposal
         confirmation=confirmation(g, claims, opts.confirms) if opts.confirms is not None else None,
         **notes,

@@ -16,6 +16,7 @@ from typing import TypedDict
 
 from servelab.analysis.groups import PairedRow
 from servelab.analysis.knee import DominanceRow
+from servelab.analysis.outputs import ComparedOutputs
 from servelab.analysis.turns import TurnRow
 from servelab.documents.declared import (
     ClaimVerdict,
@@ -63,8 +64,9 @@ class Analysis:
     the configurations on their own runtimes compared (`runtimes`), the pairs compared on this
     host (`same_host`), a confirmation's verdicts (`confirmation`), the damaged data skipped
     (`skipped`), the hosts of configurations measured on several nodes (`hosts_differ`), the
-    SLO capacity searches (`search`), the sweeps' server starts (`starts`) and the chat points'
-    turns (`turns`)."""
+    SLO capacity searches (`search`), the sweeps' server starts (`starts`), the chat points'
+    turns (`turns`) and the compared configurations' completions (`same_outputs`, where a point
+    recorded its outputs' token ids; the report's "Same outputs", in no file of its own)."""
 
     points: list[dict[str, Cell]]
     summary: list[dict[str, Cell]]
@@ -85,6 +87,7 @@ class Analysis:
     search: dict[str, SearchJson] | None = None
     starts: dict[str, StartRecord] | None = None
     turns: dict[str, list[TurnRow]] | None = None
+    same_outputs: list[ComparedOutputs] | None = None
 
     def csv_tables(self) -> dict[str, Sequence[Mapping[str, object]]]:
         """The CSV tables, by file name (store.paths.ANALYSIS_TABLES' .csv ones)."""

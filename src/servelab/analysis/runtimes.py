@@ -26,7 +26,9 @@ runtimes.json format 2 (Analysis.runtimes): format 1's keys keep their names; `a
 the word ("SAME", "DIFFERENT (slower)", "UNKNOWN"), `ratio`, `ci_low` and `ci_high` are B / A
 with the family interval; the words' own fields (`word`, `direction`, `speed`, `low`, `high`,
 `rounds_needed`, `why`) and the family's (`method`, `margin_pct`, `decisions`, `looks`,
-`interval_alpha`, `interleaved`) are added.
+`interval_alpha`, `interleaved`) are added; each pair's `same_outputs`, where either side
+recorded its outputs' token ids (servelab.analysis.outputs), says whether the two runtimes gave
+the same answers, and the headline says so where too many differ.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from servelab.analysis.dataset import Dataset
 from servelab.analysis.engine_diff import engine_text, pair_engine
 from servelab.analysis.equivalence import DIFFERENT, METHOD as WORDS_METHOD, SAME, SLOWER, UNKNOWN
 from servelab.analysis.groups import Groups
+from servelab.analysis.outputs import OutputsAsk, outputs_line, with_outputs
 from servelab.analysis.samehost import (
     HIGHER_IS_FASTER,
     METRICS,
@@ -132,8 +135,11 @@ def _row(g: Groups, a: str, b: str, r: RowJson, opts: AnalysisSection) -> Compar
     }
 
 
-def runtimes_compared(g: Groups, ds: Dataset, opts: AnalysisSection) -> RuntimesJson | None:
-    """The comparison of the run's runtimes (None: every configuration ran on one)."""
+def runtimes_compared(
+    g: Groups, ds: Dataset, opts: AnalysisSection, outputs: OutputsAsk | None = None
+) -> RuntimesJson | None:
+    """The comparison of the run's runtimes (None: every configuration ran on one);
+    `outputs`: the run's recorded completions, each pair's compared (None: not read)."""
     ids = runtime_ids(ds, list(g.configs))
     asked = runtime_pairs(ids)
     if not asked:
@@ -148,7 +154,16 @@ def runtimes_compared(g: Groups, ds: Dataset, opts: AnalysisSection) -> Runtimes
     for other, found in zip(others, words["pairs"], strict=True):
         a, b = found["a"], found["b"]
         rows = [_row(g, a, b, r, opts) for r in found["rows"]]
-        pairs.append({"a": ref, "b": other, "rows": rows, "engine": pair_engine(ds.launches, a, b)})
+        pair: RuntimesPair = {
+            "a": ref,
+            "b": other,
+            "rows": rows,
+            "engine": pair_engine(ds.launches, a, b),
+        }
+        block = outputs.block(a, b) if outputs is not None else None
+        if block is not None:
+            pair["same_outputs"] = block
+        pairs.append(pair)
     return {
         "format_version": FORMAT_VERSION,
         "axis": g.axis,
@@ -222,7 +237,11 @@ def runtimes_section(doc: RuntimesJson | None, level_name: dict[int | float, str
             "",
             f"### Is {b} slower than {a}?",
             "",
-            headline(pair["rows"], doc["margin_pct"], level_name),
+            with_outputs(
+                headline(pair["rows"], doc["margin_pct"], level_name), pair.get("same_outputs")
+            ),
+            "",
+            outputs_line(pair.get("same_outputs")),
             *engine_text(pair.get("engine")),
             "",
             "| level | metric | rounds | B / A [interval] | p (unadjusted) | answer |",

@@ -14,7 +14,9 @@ wrong SAME or DIFFERENT anywhere, at any look, stays under the analysis's alpha.
 with the same round of the other side only when each round ran on a fresh launch of each side
 in turn (`sweep.repeats.interleave`); otherwise the two sides' rounds are not independent
 replicates (pseudo-replication) and every row is UNKNOWN with that reason. A point a validity
-check left out leaves its round out of the pair.
+check left out leaves its round out of the pair. Where either side recorded its outputs' token
+ids, each pair's `same_outputs` says whether the two gave the same answers
+(servelab.analysis.outputs).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from servelab.analysis.equivalence import (
     family_alpha,
 )
 from servelab.analysis.groups import Groups, invalid_text
+from servelab.analysis.outputs import OutputsAsk, outputs_line
 from servelab.design.level import LevelValue
 from servelab.documents.declared import RowJson, SameHostJson, SameHostPair
 from servelab.errors import ServelabError
@@ -141,9 +144,11 @@ def same_host(
     margin_pct: float,
     alpha: float,
     plan: Plan = Plan(),
+    outputs: OutputsAsk | None = None,
 ) -> SameHostJson | None:
     """The three words of every pair in `pairs` on the points of `ds` (None when there are
-    no pairs); `plan`: the sweep's own, while it measures (its record is not written yet)."""
+    no pairs); `plan`: the sweep's own, while it measures (its record is not written yet);
+    `outputs`: the run's recorded completions, each pair's compared (None: not read)."""
     if not pairs:
         return None
     g = Groups(ds)
@@ -159,7 +164,16 @@ def same_host(
         rows = [_row(g, a, b, c, m, ask) for c in levels for m in metrics]
         if not paired:
             rows = [_unpaired(r) for r in rows]
-        out.append({"a": a, "b": b, "rows": rows, "engine": pair_engine(ds.launches, a, b)})
+        pair: SameHostPair = {
+            "a": a,
+            "b": b,
+            "rows": rows,
+            "engine": pair_engine(ds.launches, a, b),
+        }
+        block = outputs.block(a, b) if outputs is not None else None
+        if block is not None:
+            pair["same_outputs"] = block
+        out.append(pair)
     return {
         "format_version": FORMAT_VERSION,
         "axis": g.axis,
@@ -258,6 +272,8 @@ def same_host_section(doc: SameHostJson | None, level_name: Mapping[Any, str]) -
         lines += [
             "",
             f"### {pair['b']} against {pair['a']}",
+            "",
+            outputs_line(pair.get("same_outputs")),
             *engine_text(pair.get("engine")),
             "",
             "| level | metric | rounds | B speed / A [interval] | answer |",

@@ -2,18 +2,25 @@
 target, found by bracketing then bisection on measured rates (docs/analysis.md, "SLO capacity
 by search").
 
-The search is a pure driver over a callable: `search_rate(measure, spec)` asks `measure(rate)`
-for the outcome of one rate (each repeat's SLO attainment and whether the repeat was valid) and
-decides from those outcomes alone which rate to measure next. The same outcomes give the same
-path, step for step. `slo_attainment` is a repeat's attainment from its request records;
-`write_search` / `read_search` are search.json's one writer and its checked reader.
+The search is a pure driver over a callable: `search_rate(measure, spec)` asks
+`measure(rate, round_)` for the outcome of one round of a rate (each repeat's SLO attainment,
+how many requests it sent and whether the repeat was valid) and decides from those outcomes
+alone whether to measure the rate again and which rate to measure next. The same outcomes give
+the same path, step for step. `slo_attainment` is a repeat's attainment from its request
+records; `write_search` / `read_search` are search.json's one writer and its checked reader.
 
-A rate **meets** the SLO when at least one of its repeats is valid and every valid repeat's
-attainment is at or above the target (`RateOutcome.meets`). Invalid repeats are left out (as
-the analysis leaves out invalid points), but a rate with no valid repeat never meets.
+A rate's outcome is the early-stop decision (servelab.analysis.early_stop) over the requests
+of its valid repeats, pooled: of n requests, k missed the SLO (a failed request misses it); the
+rate **meets** when the one-sided 95% upper bound on the share that misses is at or under
+1 - target, **fails** when the lower bound is above it, and is **undecided** otherwise (too few
+requests to tell; a rate with no valid repeat has none). Invalid repeats are left out, as the
+analysis leaves out invalid points. An undecided rate is measured again, one more round of the
+repeats (more requests, pooled with the rounds before), up to `max_rounds` rounds; a rate still
+undecided then counts as not meeting for the bracketing (never as a pass) and the answer names
+it (`Answer.undecided`).
 
-The answer is a bracket: the highest rate that met and the lowest rate above it that failed
-("between 3.5 and 3.75 req/s"). Every rate that met lies below every rate that failed on the
+The answer is a bracket: the highest rate that met and the lowest rate above it that did not
+("between 3.5 and 3.75 req/s"). Every rate that met lies below every rate that did not on the
 path, so the bracket holds every crossing the measurements saw.
 """
 
@@ -26,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servelab.analysis.early_stop import CONFIDENCE, Decision, allowed_share, decide
 from servelab.client import RequestRecord
 from servelab.documents.declared import (
     AnswerJson,
@@ -44,6 +52,7 @@ from servelab.store.records import DamagedRawData, read_raw
 __all__ = [
     "FORMAT_VERSION",
     "SEARCH_FILE",
+    "Measure",
     "STOPS",
     "Answer",
     "RateOutcome",
@@ -61,7 +70,7 @@ __all__ = [
 ]
 
 SEARCH_FILE = paths.SEARCH_FILE
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 # why a search stopped (Answer.stopped)
 STOPS = ("converged", "resolution", "max_measurements", "min_rate", "max_rate")
 _TODO = "re-run the search"
@@ -142,7 +151,8 @@ def slo_attainment(records: Sequence[RequestRecord], bounds: SloBounds) -> float
 @dataclass(frozen=True)
 class RepeatOutcome:
     """One repeat of a rate: its SLO attainment (None when it has none: no requests), whether
-    it passed the validity checks, how many requests it sent and, when invalid, why."""
+    it passed the validity checks, how many requests it sent (required with an attainment:
+    the decision counts them) and, when invalid, why."""
 
     attainment: float | None
     valid: bool
@@ -156,8 +166,35 @@ class RepeatOutcome:
                 f"attainment {a!r} is not a share from 0 to 1: give the share of requests "
                 "that met the SLO, or None when there were none"
             )
+        n = self.requests
+        if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n >= 0):
+            raise ServelabError(f"requests {n!r}: give how many requests the repeat sent")
+        if a is not None:
+            if not n:
+                raise ServelabError(
+                    f"attainment {a!r} of {n!r} requests: give the number of requests the "
+                    "attainment is a share of (the decision counts them)"
+                )
+            if abs(a * n - round(a * n)) > 1e-6:
+                raise ServelabError(
+                    f"attainment {a!r} of {n} requests is not a whole number of requests: give "
+                    "the share of requests that met the SLO"
+                )
         _floats(self, ("attainment",))
         object.__setattr__(self, "reasons", tuple(self.reasons))
+
+    @property
+    def over(self) -> int:
+        """How many of its requests missed the SLO (0 without requests)."""
+        a, n = self.attainment, self.requests
+        if a is None or not n:
+            return 0
+        return n - round(a * n)
+
+    @property
+    def counted(self) -> int:
+        """How many of its requests the decision counts (0 without an attainment)."""
+        return 0 if self.attainment is None else self.requests or 0
 
     def to_json(self) -> RepeatJson:
         return {
@@ -170,17 +207,23 @@ class RepeatOutcome:
 
 @dataclass(frozen=True)
 class RateOutcome:
-    """A rate measured with the experiment's repeats, one RepeatOutcome each, in order."""
+    """A rate measured with the experiment's repeats, one RepeatOutcome each, in order (a
+    round's, or every round's of a step)."""
 
     repeats: tuple[RepeatOutcome, ...]
 
-    def meets(self, target: float) -> bool:
-        """At least one valid repeat, and every valid repeat's attainment >= `target` (a valid
-        repeat without an attainment does not meet)."""
+    def decide(self, target: float, confidence: float = CONFIDENCE) -> Decision:
+        """The early-stop decision over the requests of the valid repeats, pooled: meets,
+        fails or undecided against the share 1 - `target` allowed to miss the SLO
+        (servelab.analysis.early_stop.decide); undecided without a valid request."""
         valid = [r for r in self.repeats if r.valid]
-        return bool(valid) and all(
-            r.attainment is not None and r.attainment >= target for r in valid
-        )
+        n = sum(r.counted for r in valid)
+        k = sum(r.over for r in valid)
+        return decide(n, k, allowed_share(target), confidence)
+
+
+# measure(rate, round_): one round of the repeats at `rate` (round_ from 1)
+Measure = Callable[[float, int], RateOutcome]
 
 
 @dataclass(frozen=True)
@@ -191,7 +234,9 @@ class SearchSpec:
     - 1) at which bisection stops (`tolerance`); at most `max_measurements` rates measured; and
     the lowest and highest rates allowed (None: no limit). Every rate measured is a whole
     number of `resolution` req/s (None: any rate), as the raw layout names a rate's folder to
-    the thousandth: two rates of a search never share a folder."""
+    the thousandth: two rates of a search never share a folder. A rate the early-stop rule
+    leaves undecided is measured again, at most `max_rounds` rounds in all; `confidence` is
+    the one-sided confidence of the rule's bounds."""
 
     start_rate: float
     bounds: SloBounds
@@ -202,11 +247,18 @@ class SearchSpec:
     min_rate: float | None = None
     max_rate: float | None = None
     resolution: float | None = 0.001
+    max_rounds: int = 3
+    confidence: float = CONFIDENCE
 
     def __post_init__(self) -> None:
         _check_spec(self)
         names = ("start_rate", "target", "growth", "tolerance", "min_rate", "max_rate")
-        _floats(self, (*names, "resolution"))
+        _floats(self, (*names, "resolution", "confidence"))
+
+    @property
+    def allowed(self) -> float:
+        """The share of a rate's requests allowed to miss the SLO: 1 - target."""
+        return allowed_share(self.target)
 
     def snap(self, rate: float) -> float:
         """`rate` on the grid of the resolution (the nearest whole number of it), as recorded."""
@@ -230,6 +282,8 @@ class SearchSpec:
             "min_rate": self.min_rate,
             "max_rate": self.max_rate,
             "resolution": self.resolution,
+            "max_rounds": self.max_rounds,
+            "confidence": self.confidence,
         }
 
 
@@ -252,6 +306,11 @@ def _check_spec(s: SearchSpec) -> None:
     m = s.max_measurements
     if not isinstance(m, int) or isinstance(m, bool) or m < 2:
         raise bad("max_measurements", "give a whole number from 2 up")
+    r = s.max_rounds
+    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+        raise bad("max_rounds", "give a whole number from 1 up")
+    if not (_number(s.confidence) and 0 < s.confidence < 1):
+        raise bad("confidence", "give a probability between 0 and 1, e.g. 0.95")
     low, high = s.min_rate, s.max_rate
     if low is not None and s.start_rate < low:
         raise bad("start_rate", f"below min_rate {low!r}: start within the limits")
@@ -264,21 +323,35 @@ def _check_spec(s: SearchSpec) -> None:
 @dataclass(frozen=True)
 class Step:
     """One measured rate of the search: its place in the path (`order`, from 1), its `phase`
-    (bracket or bisect), the `rate`, its outcome and whether it met the SLO."""
+    (bracket or bisect), the `rate`, its outcome (every repeat of its `rounds`, in order) and
+    the early-stop decision over their pooled requests."""
 
     order: int
     phase: str
     rate: float
     outcome: RateOutcome
-    meets: bool
+    decision: Decision
+    rounds: int = 1
+
+    @property
+    def meets(self) -> bool:
+        """Whether the rate met the SLO: only a decision of meets does (undecided never)."""
+        return self.decision.decision == "meets"
 
     def to_json(self) -> StepJson:
+        d = self.decision
         return {
             "order": self.order,
             "phase": self.phase,
             "rate": self.rate,
+            "rounds": self.rounds,
             "repeats": [r.to_json() for r in self.outcome.repeats],
-            "meets": self.meets,
+            "decision": d.decision,
+            "requests": d.n,
+            "over": d.k,
+            "over_lower": d.lower,
+            "over_upper": d.upper,
+            "decision_text": d.text(),
         }
 
 
@@ -287,12 +360,15 @@ class Answer:
     """The search's answer: `met_rate`, the highest rate that met the SLO, and `failed_rate`,
     the lowest rate above it that failed (either None when the path has none); why it stopped
     (`stopped`, one of STOPS); and, unless it converged, the `reason` in words and what to
-    change (None for a bracket within the tolerance)."""
+    change (None for a bracket within the tolerance). `failed_rate` is the lowest rate that
+    did not meet: one the early-stop rule left `undecided` (those rates, in path order) counts
+    as not meeting, never as a pass."""
 
     met_rate: float | None
     failed_rate: float | None
     stopped: str
     reason: str | None
+    undecided: tuple[float, ...] = ()
 
     @property
     def bracket(self) -> tuple[float, float] | None:
@@ -309,16 +385,23 @@ class Answer:
         return None if b is None else b[1] / b[0] - 1
 
     def text(self) -> str:
-        """The answer in words: "between 3.5 and 3.75 req/s", or what is known instead."""
+        """The answer in words: "between 3.5 and 3.75 req/s", or what is known instead; the
+        undecided rates after it, e.g. "between 3.5 and 3.75 req/s (undecided, counted as not
+        meeting: 3.75 req/s)"."""
         b = self.bracket
-        if b is not None:
-            return f"between {b[0]:g} and {b[1]:g} req/s"
         met, failed = self.met_rate, self.failed_rate
-        if met is not None:
-            return f"at least {met:g} req/s ({self.reason})"
-        if failed is not None:
-            return f"below {failed:g} req/s ({self.reason})"
-        return f"unknown ({self.reason})"
+        if b is not None:
+            said = f"between {b[0]:g} and {b[1]:g} req/s"
+        elif met is not None:
+            said = f"at least {met:g} req/s ({self.reason})"
+        elif failed is not None:
+            said = f"below {failed:g} req/s ({self.reason})"
+        else:
+            said = f"unknown ({self.reason})"
+        if self.undecided:
+            rates = ", ".join(f"{r:g}" for r in self.undecided)
+            said += f" (undecided, counted as not meeting: {rates} req/s)"
+        return said
 
     def to_json(self) -> AnswerJson:
         return {
@@ -327,6 +410,7 @@ class Answer:
             "relative_width": self.relative_width,
             "stopped": self.stopped,
             "reason": self.reason,
+            "undecided_rates": list(self.undecided),
             "text": self.text(),
         }
 
@@ -353,43 +437,56 @@ class SearchResult:
 class _Walk:
     """The search under way: the path so far and the bracket it holds."""
 
-    measure: Callable[[float], RateOutcome]
+    measure: Measure
     spec: SearchSpec
     steps: list[Step] = field(default_factory=list)
-    met: float | None = None  # highest rate that met, below every rate that failed
-    failed: float | None = None  # lowest rate that failed
+    met: float | None = None  # highest rate that met, below every rate that did not
+    failed: float | None = None  # lowest rate that did not meet (failed or undecided)
 
     def step(self, phase: str, rate: float) -> bool:
-        outcome = self.measure(rate)
-        if not isinstance(outcome, RateOutcome):
-            raise TypeError(f"measure({rate!r}) gave {type(outcome).__name__}: give a RateOutcome")
-        meets = outcome.meets(self.spec.target)
-        self.steps.append(Step(len(self.steps) + 1, phase, rate, outcome, meets))
-        if meets:
+        """Measure `rate`, round after round while the decision is undecided (at most
+        max_rounds), and add it to the path; whether it met."""
+        repeats: tuple[RepeatOutcome, ...] = ()
+        for round_ in range(1, self.spec.max_rounds + 1):
+            outcome = self.measure(rate, round_)
+            if not isinstance(outcome, RateOutcome):
+                name = type(outcome).__name__
+                raise TypeError(f"measure({rate!r}, {round_}) gave {name}: give a RateOutcome")
+            repeats += outcome.repeats
+            decision = RateOutcome(repeats).decide(self.spec.target, self.spec.confidence)
+            if decision.decision != "undecided":
+                break
+        step = Step(len(self.steps) + 1, phase, rate, RateOutcome(repeats), decision, round_)
+        self.steps.append(step)
+        if step.meets:
             self.met = rate
         else:
             self.failed = rate
-        return meets
+        return step.meets
 
     @property
     def spent(self) -> bool:
         return len(self.steps) >= self.spec.max_measurements
 
     def answer(self, stopped: str, reason: str | None) -> SearchResult:
-        a = Answer(self.met, self.failed, stopped, reason)
+        undecided = tuple(s.rate for s in self.steps if s.decision.decision == "undecided")
+        a = Answer(self.met, self.failed, stopped, reason, undecided)
         return SearchResult(self.spec, tuple(self.steps), a)
 
 
-def search_rate(measure: Callable[[float], RateOutcome], spec: SearchSpec) -> SearchResult:
+def search_rate(measure: Measure, spec: SearchSpec) -> SearchResult:
     """Search for the highest rate that meets the SLO, measuring rates with `measure`.
 
-    Bracketing: measure `start_rate`; while the rate meets, multiply it by `growth` (capped at
-    `max_rate`) until one fails; if the start fails, divide by `growth` (floored at `min_rate`,
-    else the resolution) until one meets. Bisection: measure the midpoint of the bracket
+    Each rate is measured a round at a time, `measure(rate, round_)`, until the early-stop
+    decision over its rounds so far is meets or fails, or `max_rounds` rounds leave it
+    undecided, which counts as not meeting ("fails" below: does not meet). Bracketing:
+    measure `start_rate`; while the rate meets, multiply it by `growth` (capped at `max_rate`)
+    until one fails; if the start fails, divide by `growth` (floored at `min_rate`, else the
+    resolution) until one meets. Bisection: measure the midpoint of the bracket
     (met + failed) / 2, which replaces the end on its side, until failed / met - 1 <=
     `tolerance`, or until no rate of the resolution's grid lies inside the bracket. Every rate
     is snapped to that grid, and the bracketing moves by at least one step of it; no rate is
-    measured twice. At most `max_measurements` rates are measured in all; a search that runs
+    a step twice. At most `max_measurements` rates are measured in all; a search that runs
     out keeps what it found (stopped: max_measurements)."""
     w = _Walk(measure, spec)
     start = spec.snap(spec.start_rate)
@@ -449,13 +546,13 @@ def _bracket_down(w: _Walk, rate: float) -> SearchResult | None:
         if low is not None and rate <= low:
             return w.answer(
                 "min_rate",
-                f"even the lowest allowed rate {low:g} req/s fails the SLO: lower min_rate "
+                f"even the lowest allowed rate {low:g} req/s does not meet the SLO: lower min_rate "
                 "or the resolution, or relax the SLO",
             )
         if w.spent:
             return w.answer(
                 "max_measurements",
-                f"every rate measured failed the SLO, down to {rate:g} req/s, after "
+                f"no rate measured met the SLO, down to {rate:g} req/s, after "
                 f"{len(w.steps)} measurements: lower start_rate or raise max_measurements",
             )
         down = min(w.spec.snap(rate / w.spec.growth), w.spec.snap(rate - (w.spec.resolution or 0)))
@@ -482,8 +579,9 @@ def _validator() -> Any:
 def read_search(path: Path) -> SearchResult:
     """The search in search.json at `path`, checked: against its schema (every field it
     requires, at every depth), then that it is the format version this servelab reads, that its
-    spec is a valid one, that its steps are numbered from 1 in order with `meets` as the rule
-    and the target say, and that the answer is the path's. Damage raises DamagedRawData (a
+    spec is a valid one, that its steps are numbered from 1 in order, each with the decision
+    (and the counts) its repeats and the spec's target say, measured again while undecided up
+    to max_rounds, and that the answer is the path's. Damage raises DamagedRawData (a
     ServelabError): one line naming the file and the field."""
     return search_from_json(read_raw(path, _TODO), path)
 
@@ -493,27 +591,49 @@ def search_from_json(doc: Any, path: Path) -> SearchResult:
     version = doc.get("format_version", FORMAT_VERSION) if isinstance(doc, dict) else None
     if version != FORMAT_VERSION and version is not None:
         what = f"{version!r} is not a version this servelab reads ({FORMAT_VERSION})"
-        raise DamagedRawData(
-            path, "$.format_version", what, "upgrade servelab or re-run the search"
-        )
+        todo = "upgrade servelab or re-run the search"
+        if isinstance(version, int) and version < FORMAT_VERSION:
+            todo = "its repeats were each decided alone, without early stopping: re-run the search"
+        raise DamagedRawData(path, "$.format_version", what, todo)
     _check_schema(doc, path)
     spec = _spec_of(doc["spec"], path)
-    steps = []
-    for i, s in enumerate(doc["path"]):
-        where = f"$.path[{i}]"
-        if s["order"] != i + 1:
-            what = f"{s['order']!r}, where {i + 1} follows the steps before it"
-            raise DamagedRawData(path, f"{where}.order", what, _TODO)
-        repeats = tuple(
-            RepeatOutcome(r["attainment"], r["valid"], r["requests"], tuple(r["reasons"]))
-            for r in s["repeats"]
-        )
-        outcome = RateOutcome(repeats)
-        if outcome.meets(spec.target) != s["meets"]:
-            what = f"{s['meets']!r}, where its repeats and the target {spec.target:g} say otherwise"
-            raise DamagedRawData(path, f"{where}.meets", what, _TODO)
-        steps.append(Step(s["order"], s["phase"], float(s["rate"]), outcome, s["meets"]))
+    steps = [_step_of(s, i, spec, path) for i, s in enumerate(doc["path"])]
     return SearchResult(spec, tuple(steps), _answer_of(doc["answer"], steps, path))
+
+
+def _step_of(s: StepJson, i: int, spec: SearchSpec, path: Path) -> Step:
+    """Step `i` of a search.json's path, checked: its order, its repeats, its decision and
+    counts (recomputed from the repeats), its rounds."""
+    where = f"$.path[{i}]"
+    if s["order"] != i + 1:
+        what = f"{s['order']!r}, where {i + 1} follows the steps before it"
+        raise DamagedRawData(path, f"{where}.order", what, _TODO)
+    repeats = []
+    for j, r in enumerate(s["repeats"]):
+        try:
+            repeats.append(
+                RepeatOutcome(r["attainment"], r["valid"], r["requests"], tuple(r["reasons"]))
+            )
+        except ServelabError as exc:
+            raise DamagedRawData(path, f"{where}.repeats[{j}]", str(exc), _TODO) from None
+    outcome = RateOutcome(tuple(repeats))
+    d = outcome.decide(spec.target, spec.confidence)
+    for name, given, want in (
+        ("decision", s["decision"], d.decision),
+        ("requests", s["requests"], d.n),
+        ("over", s["over"], d.k),
+    ):
+        if given != want:
+            what = f"{given!r}, where its repeats and the target {spec.target:g} say {want!r}"
+            raise DamagedRawData(path, f"{where}.{name}", what, _TODO)
+    rounds = s["rounds"]
+    if rounds > spec.max_rounds or (d.decision == "undecided" and rounds < spec.max_rounds):
+        what = (
+            f"{rounds!r}, where an undecided rate is measured again up to max_rounds "
+            f"{spec.max_rounds} and no further"
+        )
+        raise DamagedRawData(path, f"{where}.rounds", what, _TODO)
+    return Step(s["order"], s["phase"], float(s["rate"]), outcome, d, rounds)
 
 
 def _check_schema(doc: Any, path: Path) -> None:
@@ -533,18 +653,25 @@ def _check_schema(doc: Any, path: Path) -> None:
 
 
 def _answer_of(a: AnswerJson, steps: Sequence[Step], path: Path) -> Answer:
-    """The answer of a search.json, which must be its path's: the highest rate that met and the
-    lowest that failed."""
+    """The answer of a search.json, which must be its path's: the highest rate that met, the
+    lowest that did not, the rates left undecided."""
+    undecided = tuple(float(r) for r in a["undecided_rates"])
     answer = Answer(
-        _opt_float(a["met_rate"]), _opt_float(a["failed_rate"]), a["stopped"], a["reason"]
+        _opt_float(a["met_rate"]),
+        _opt_float(a["failed_rate"]),
+        a["stopped"],
+        a["reason"],
+        undecided,
     )
     met = max((s.rate for s in steps if s.meets), default=None)
     failed = min((s.rate for s in steps if not s.meets), default=None)
-    for name, want, given in (
-        ("met_rate", met, a["met_rate"]),
-        ("failed_rate", failed, a["failed_rate"]),
+    left = tuple(s.rate for s in steps if s.decision.decision == "undecided")
+    for name, have, want, given in (
+        ("met_rate", answer.met_rate, met, a["met_rate"]),
+        ("failed_rate", answer.failed_rate, failed, a["failed_rate"]),
+        ("undecided_rates", list(answer.undecided), list(left), a["undecided_rates"]),
     ):
-        if getattr(answer, name) != want:
+        if have != want:
             what = f"{given!r}, where the path says {want!r}"
             raise DamagedRawData(path, f"$.answer.{name}", what, _TODO)
     return answer
@@ -574,6 +701,8 @@ def _spec_of(d: SpecJson, path: Path) -> SearchSpec:
             min_rate=_opt_float(d["min_rate"]),
             max_rate=_opt_float(d["max_rate"]),
             resolution=_opt_float(d["resolution"]),
+            max_rounds=d["max_rounds"],
+            confidence=float(d["confidence"]),
         )
     except ServelabError as exc:
         _, name, what = str(exc).split(" ", 2)  # "search <field> <value>: ..."

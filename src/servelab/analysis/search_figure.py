@@ -1,6 +1,6 @@
 """The path of an SLO capacity search (search.json) as a figure: the rate measured at each step,
-met or failed, and the final bracket shaded; drawn in servelab's figure style (servelab.render):
-same search, same bytes."""
+met, failed or undecided, and the final bracket shaded; drawn in servelab's figure style
+(servelab.render): same search, same bytes."""
 
 from __future__ import annotations
 
@@ -17,14 +17,18 @@ from servelab.analysis.search import SearchResult  # noqa: E402
 from servelab.render import figure_style, save_figure  # noqa: E402
 
 SEARCH_FIGURE = "search_path"
-# how the steps that met the SLO and those that failed it are drawn: (marker, color, label)
-_MET = ("o", "C2", "meets the SLO")
-_FAILED = ("X", "C3", "fails the SLO")
+# how the steps are drawn by their decision: (marker, color, label)
+_DRAWN = {
+    "meets": ("o", "C2", "meets the SLO"),
+    "fails": ("X", "C3", "fails the SLO"),
+    "undecided": ("D", "C1", "undecided (counted as not meeting)"),
+}
 
 
 def search_path(result: SearchResult) -> Figure:
     """Rate (req/s; a log scale when the rates span more than a factor of 10) against step:
-    the path as a line, each step marked met (green circle) or failed (red cross), a dotted
+    the path as a line, each step marked met (green circle), failed (red cross) or undecided
+    after its rounds (orange diamond; only where a step was), a dotted
     line where bracketing ends and bisection begins, the final bracket shaded, the answer in
     the title."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
@@ -32,9 +36,11 @@ def search_path(result: SearchResult) -> Figure:
     orders = [s.order for s in steps]
     rates = [s.rate for s in steps]
     ax.plot(orders, rates, color="0.6", linewidth=1, zorder=2)
-    for (marker, color, label), meets in ((_MET, True), (_FAILED, False)):
-        xs = [s.order for s in steps if s.meets is meets]
-        ys = [s.rate for s in steps if s.meets is meets]
+    for decision, (marker, color, label) in _DRAWN.items():
+        xs = [s.order for s in steps if s.decision.decision == decision]
+        ys = [s.rate for s in steps if s.decision.decision == decision]
+        if decision == "undecided" and not xs:
+            continue  # the legend names what the figure shows
         ax.scatter(xs, ys, s=40, zorder=4, marker=marker, color=color, label=label)
     for s in steps:
         ax.annotate(

@@ -34,8 +34,10 @@ from servelab.store.request import RequestRecord
 class RequestSettings:
     """How each request of a point is sent: the server's URL and served model, the tokens to
     generate (`max_tokens`, or each prompt's own), whether to ignore EOS, the temperature, the
-    per-request timeout, and a conversation's think time between turns. What is sent (the
-    prompts) and at what concurrency or rate are given beside it."""
+    per-request timeout, a conversation's think time between turns, and whether to ask the
+    server for the generated token ids (`record_output_ids`: vLLM's `return_token_ids`; each
+    record's output_ids). What is sent (the prompts) and at what concurrency or rate are given
+    beside it."""
 
     base_url: str
     model: str
@@ -45,6 +47,8 @@ class RequestSettings:
     request_timeout_s: float = 300.0
     # a conversation's pause between a reply's end and its next turn's send (seconds)
     think_time_s: float = 0.0
+    # ask for the output's token ids (workload.record_output_ids): RequestRecord.output_ids
+    record_output_ids: bool = False
 
 
 @dataclass
@@ -101,7 +105,15 @@ _IGNORE_EOS: IgnoreEos = {"ignore_eos": True}
 _EOS_AS_IS: IgnoreEos = {}
 
 
-class RequestBody(RequestInput, IgnoreEos):
+class ReturnTokenIds(TypedDict, total=False):
+    return_token_ids: bool  # sent only when the workload records the output's token ids
+
+
+_TOKEN_IDS: ReturnTokenIds = {"return_token_ids": True}
+_NO_TOKEN_IDS: ReturnTokenIds = {}
+
+
+class RequestBody(RequestInput, IgnoreEos, ReturnTokenIds):
     """A completions or chat completions request's JSON body (`_body`), in the order sent."""
 
     model: str
@@ -126,6 +138,8 @@ def _body(w: RequestSettings, what: RequestInput, own_max_tokens: int | None) ->
         # usage in every chunk (cumulative completion_tokens): how many tokens each carried
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         **(_IGNORE_EOS if w.ignore_eos else _EOS_AS_IS),
+        # vLLM's extension: each chunk's choice carries the token ids it adds (`token_ids`)
+        **(_TOKEN_IDS if w.record_output_ids else _NO_TOKEN_IDS),
     }
     return json.dumps(body).encode("utf-8")
 
@@ -208,7 +222,7 @@ class Sender:
             rec.max_tokens = prompt.max_tokens
             rec.input_tokens = prompt.input_tokens
             rec.prefix = prompt.prefix
-        parser = ResponseParser(rec, t0)
+        parser = ResponseParser(rec, t0, self.w.record_output_ids)
         conn, ended = await self.exchange(conn, request, parser)
         return rec, conn, ended
 
@@ -251,7 +265,7 @@ class Sender:
         rec = talk.record(self.clock.epoch_of(t0))
         if scheduled is not None:
             rec.send_slip_us = (sent - scheduled) // 1000
-        parser = ChatResponseParser(rec, t0)
+        parser = ChatResponseParser(rec, t0, self.w.record_output_ids)
         conn = conns.take()
         try:
             conn, ended = await self.exchange(conn, request, parser)

@@ -58,6 +58,10 @@ class ResponseParser:
       without usage;
     - `usage` sets prompt_tokens / output_tokens (the last one seen: the final total) and
       cached_tokens (`prompt_tokens_details.cached_tokens`, where the server reports it);
+    - with `ids` (the request asked for the output's token ids: vLLM's `return_token_ids`),
+      each content chunk's first choice's `token_ids` (the tokens that chunk adds) is appended
+      to output_ids; a content chunk without them, or with anything but a list of integers,
+      leaves output_ids None (the output's ids unknown), as a server that returns none does;
       data `[DONE]` marks a complete stream;
     - event data that is not JSON, or not a JSON object, fails the request ("malformed
       stream"); an `error` object without choices fails it ("stream error");
@@ -100,9 +104,10 @@ class ResponseParser:
         "reusable",
         "error_body",
         "received",
+        "ids",
     )
 
-    def __init__(self, rec: RequestRecord, t0: int) -> None:
+    def __init__(self, rec: RequestRecord, t0: int, ids: bool = False) -> None:
         self.rec = rec
         self.t0 = t0
         self.offsets = rec.chunk_offsets_us
@@ -134,6 +139,8 @@ class ResponseParser:
         self.reusable = True  # the connection can carry the next request
         self.error_body: list[bytes] = []
         self.received = False
+        # the output's token ids so far (`ids`); None: not asked, or a chunk came without them
+        self.ids: list[int] | None = [] if ids else None
 
     # feeding ---------------------------------------------------------------------------------
 
@@ -382,6 +389,8 @@ class ResponseParser:
                     self.empty.append(len(offsets) - 1)
             except (LookupError, TypeError):  # no text, or not a choice object
                 self.empty.append(len(offsets) - 1)
+            if self.ids is not None:
+                self._gather(choices[0])
             usage = msg.get("usage")
             if usage:
                 if type(usage) is not dict:
@@ -415,6 +424,17 @@ class ResponseParser:
             if "prompt_tokens_details" in usage:
                 self._cached(usage)
         return True
+
+    def _gather(self, choice: Any) -> None:
+        """A content chunk's token ids (its choice's `token_ids`) onto the record's
+        output_ids; a chunk without them leaves the output's ids unknown (None)."""
+        got = choice.get("token_ids") if type(choice) is dict else None
+        ids = self.ids
+        if ids is not None and type(got) is list and all(type(t) is int for t in got):
+            ids.extend(got)
+            self.rec.output_ids = ids
+        else:
+            self.ids = self.rec.output_ids = None
 
     def _cached(self, usage: dict[str, Any]) -> None:
         details = usage["prompt_tokens_details"]
@@ -454,13 +474,15 @@ class ChatResponseParser(ResponseParser):
       `vllm bench serve` takes the role chunk's (docs/client.md, "Multi-turn chat");
     - a content chunk whose `delta.content` is missing, null or empty goes to `empty_chunks`,
       as a completions chunk without text;
-    - chunks without choices (usage, an error) are read as for completions.
+    - chunks without choices (usage, an error) are read as for completions;
+    - with `ids`, a content chunk's first choice's `token_ids` go to output_ids, as for
+      completions (the role-only chunk carries none; its `prompt_token_ids` are the prompt's).
     """
 
     __slots__ = ("reply",)
 
-    def __init__(self, rec: RequestRecord, t0: int) -> None:
-        super().__init__(rec, t0)
+    def __init__(self, rec: RequestRecord, t0: int, ids: bool = False) -> None:
+        super().__init__(rec, t0, ids)
         self.reply: list[str] = []  # the content of every chunk, in order
 
     def reply_text(self) -> str:
@@ -482,8 +504,11 @@ class ChatResponseParser(ResponseParser):
         elif not self.offsets and type(delta) is dict and "role" in delta and not _tokens(usage):
             # the role-only first chunk: no content chunk, its usage only
             return super()._message({"usage": usage}, text)
-        # a completions chunk of the same text and usage: one path records both formats
-        return super()._message({"choices": [{"text": content}], "usage": usage}, text)
+        # a completions chunk of the same text, usage and token ids: one path records both
+        choice: dict[str, Any] = {"text": content}
+        if self.ids is not None:
+            choice["token_ids"] = first.get("token_ids") if type(first) is dict else None
+        return super()._message({"choices": [choice], "usage": usage}, text)
 
 
 def _tokens(usage: Any) -> bool:

@@ -562,7 +562,12 @@ class KneeEvidence(TypedDict):
 
     best_later_gain_pct: NotRequired[float]
     change_pct: NotRequired[float]
+
+    # The plateau rule's TTFT at the knee where the p99s are too few requests to report: the mean
+    # over the repeats.
+    mean_ttft_ms: NotRequired[float | None]
     next_concurrency: NotRequired[int | float]
+    next_mean_ttft_ms: NotRequired[float | None]
     next_p99_ttft_ms: NotRequired[float | None]
     next_rate: NotRequired[int | float]
     next_throughput: NotRequired[float | None]
@@ -2962,6 +2967,11 @@ class RuntimesPair(TypedDict):
     engine: NotRequired[list[str]]
     rows: list[ComparedJson]
 
+    # The two sides' completions compared token for token (workload.record_output_ids;
+    # servelab.analysis.outputs, docs/analysis.md "Same outputs"), over the completions both
+    # recorded for the same prompt. Absent where neither side recorded any output's token ids.
+    same_outputs: NotRequired[SameOutputsJson]
+
 
 class RuntimesJson(TypedDict):
     """Runtimes compared within one run (servelab.analysis.runtimes, docs/analysis.md "Runtimes
@@ -3017,6 +3027,49 @@ class RowJson(TypedDict):
     word: str
 
 
+class SameOutputsJson(TypedDict):
+    """The two sides' completions compared token for token (workload.record_output_ids;
+    servelab.analysis.outputs, docs/analysis.md "Same outputs"), over the completions both
+    recorded for the same prompt. Absent where neither side recorded any output's token ids.
+    (same_host.schema.json/properties/pairs/items/properties/same_outputs)
+    """
+
+    # Completions A recorded with their token ids, matched or not.
+    a_recorded: int
+
+    # Completions B recorded with their token ids, matched or not.
+    b_recorded: int
+
+    # differing_pct exceeds max_differing_outputs_pct: the verdict says the sides' completions
+    # differ.
+    beyond: bool
+    differing: int
+
+    # differing / pairs in percent; null without a pair.
+    differing_pct: float | None
+
+    # The median over the differing pairs of the first token where they part (from 1); null when
+    # none differs.
+    first_differing_token_median: float | None
+
+    # The earliest first differing token of any differing pair (from 1: the first generated token;
+    # where one completion is the other's beginning, the token after the shorter one's end); null
+    # when none differs.
+    first_differing_token_min: int | None
+    identical: int
+
+    # analysis.max_differing_outputs_pct, the threshold beyond is judged at.
+    max_differing_outputs_pct: float
+
+    # Completions both sides recorded for the same prompt (same repeat, level and place in the
+    # point).
+    pairs: int
+
+    # The comparison in one line, e.g. 'same_outputs: 58 of 60 completions identical (97%); 2
+    # differ, first at token 3 (median 5)'.
+    text: str
+
+
 class SameHostPair(TypedDict):
     """An object of same_host.schema.json/properties/pairs/items."""
 
@@ -3028,6 +3081,11 @@ class SameHostPair(TypedDict):
     # written before it was compared.
     engine: NotRequired[list[str]]
     rows: list[RowJson]
+
+    # The two sides' completions compared token for token (workload.record_output_ids;
+    # servelab.analysis.outputs, docs/analysis.md "Same outputs"), over the completions both
+    # recorded for the same prompt. Absent where neither side recorded any output's token ids.
+    same_outputs: NotRequired[SameOutputsJson]
 
 
 class SameHostJson(TypedDict):
@@ -3050,7 +3108,8 @@ class SameHostJson(TypedDict):
 class AnswerJson(TypedDict):
     """An object of search.schema.json/properties/answer."""
 
-    # The lowest rate above met_rate that failed; null: none did.
+    # The lowest rate above met_rate that did not meet the SLO (failed, or undecided after
+    # max_rounds); null: none.
     failed_rate: float | None
 
     # The highest rate that met the SLO; null: none did.
@@ -3061,6 +3120,10 @@ class AnswerJson(TypedDict):
     relative_width: float | None
     stopped: str
     text: str
+
+    # The rates still undecided after max_rounds rounds, in path order: counted as not meeting the
+    # SLO.
+    undecided_rates: list[float]
 
 
 class RepeatJson(TypedDict):
@@ -3075,11 +3138,37 @@ class RepeatJson(TypedDict):
 class StepJson(TypedDict):
     """An object of search.schema.json/properties/path/items."""
 
-    meets: bool
+    # The early-stop decision over the pooled requests of the valid repeats of every round
+    # (servelab.analysis.early_stop).
+    decision: str
+
+    # The decision in one line, e.g. 'meets: 0 of 320 over (upper 0.93%, allowed 1%)'.
+    decision_text: str
     order: int
     phase: str
+
+    # How many of those requests missed the SLO (a failed request misses it).
+    over: int
+
+    # The one-sided lower confidence bound (Clopper-Pearson) on the share of requests that miss the
+    # SLO.
+    over_lower: float
+
+    # The one-sided upper confidence bound (Clopper-Pearson) on the share of requests that miss the
+    # SLO.
+    over_upper: float
     rate: float
+
+    # Every repeat of every round, in order: round 2's after round 1's.
     repeats: list[RepeatJson]
+
+    # The requests the decision counts: those of the valid repeats with an attainment, pooled over
+    # the rounds.
+    requests: int
+
+    # How many rounds of the repeats measured the rate: more than 1 while the decision was
+    # undecided, at most spec.max_rounds.
+    rounds: int
 
 
 class SloBoundsJson(TypedDict):
@@ -3100,6 +3189,9 @@ class SpecJson(TypedDict):
     # Per-request SLO bounds in ms, counted from the scheduled send; null: no bound.
     bounds: SloBoundsJson
 
+    # The one-sided confidence of the early-stop decision's bounds.
+    confidence: float
+
     # The bracketing's factor.
     growth: float
 
@@ -3108,6 +3200,10 @@ class SpecJson(TypedDict):
 
     # The highest rate allowed (req/s); null: none.
     max_rate: float | None
+
+    # At most this many rounds of the repeats per rate: an undecided rate is measured again until
+    # then.
+    max_rounds: int
 
     # The lowest rate allowed (req/s); null: none.
     min_rate: float | None
@@ -3118,7 +3214,8 @@ class SpecJson(TypedDict):
     # The first rate measured (req/s).
     start_rate: float
 
-    # The attainment a rate must reach in every valid repeat.
+    # The share of requests within the bounds a rate must show: it meets when the early-stop upper
+    # bound on the share that misses is at most 1 - target.
     target: float
 
     # Bisection stops when failed_rate / met_rate - 1 is at or under it.
@@ -3141,12 +3238,26 @@ class SearchJson(TypedDict):
 class SloJson(TypedDict):
     """An object of slo.schema.json."""
 
-    # Per configuration, the best level that meets the SLO (keyed by the sweep's axis; null, with
-    # the reason, where none does) and its throughput.
+    # The share of a level's requests allowed over the limits: 1 - 0.99 for p99 limits.
+    allowed_over: float
+
+    # Per configuration, the best-throughput level whose decision is meets (keyed by the sweep's
+    # axis; null, with the reason, where none meets: how many failed and how many were undecided)
+    # and its throughput.
     capacity: dict[str, dict[str, str | float | None]]
 
-    # Per level of each configuration (its level keyed by the sweep's axis): whether every repeat
-    # meets the SLO, its goodput and throughput.
+    # The one-sided confidence of the early-stop decision's bounds.
+    confidence: float
+    format_version: int
+
+    # The fewest requests of a level, all within the limits, that can meet the SLO (299 for p99 at
+    # 95%).
+    min_requests: int
+
+    # Per level of each configuration (its level keyed by the sweep's axis): the early-stop decision
+    # over the requests of its counted repeats, pooled (decision: meets, fails or undecided;
+    # decision_text; repeats; requests; over, the requests over a limit or failed; over_lower and
+    # over_upper, the one-sided confidence bounds on the share over), its goodput and throughput.
     points: list[dict[str, str | bool | float | None]]
     slo: dict[str, float]
 

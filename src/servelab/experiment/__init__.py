@@ -311,6 +311,10 @@ class ValiditySection:
     max_count_mismatch_pct: float
     max_arrival_rate_error_pct: float
     max_send_slip_ms: float
+    # steady_state: a latency trend fails when its Mann-Kendall p is below latency_trend_alpha
+    # and its fitted change across the point exceeds max_latency_trend of its median
+    latency_trend_alpha: float
+    max_latency_trend: float
     # not a threshold: how many times the sweep measures a point again that failed a host
     # check (servelab.measure.remeasure); 0 never
     remeasure: int
@@ -378,6 +382,9 @@ class AnalysisSection:
     # same-host comparisons in three words (servelab.analysis.samehost)
     margin_pct: float
     compare: tuple[ComparePair, ...]
+    # the share of completions (%) the two sides of a comparison may answer differently before
+    # its verdict says so (servelab.analysis.outputs)
+    max_differing_outputs_pct: float
     # a confirmation experiment's only (servelab.confirm); absent everywhere else
     confirms: ConfirmsSection | None = None
 
@@ -412,6 +419,8 @@ class SearchSection:
     target: float
     tolerance: float
     max_measurements: int
+    # rounds of the repeats a rate may take while the early-stop decision is undecided
+    max_rounds: int
     min_rate: float | None
     max_rate: float | None
     arrival: ArrivalSection

@@ -136,6 +136,8 @@ class WorkloadSection:
     unique_prompts: bool
     request_timeout_s: float
     client_workers: int
+    # ask the server for each request's generated token ids (requests.jsonl.gz output_ids)
+    record_output_ids: bool
     warmup: WarmupSection
     dataset: DatasetSection | None
     shared_prefix: SharedPrefixSection | None

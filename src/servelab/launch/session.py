@@ -188,6 +188,8 @@ class Session:
             request_timeout_s=wl.request_timeout_s,
             # a conversation's pause between a reply's end and its next turn (workload.chat)
             think_time_s=wl.chat.think_time_s if wl.chat is not None else 0.0,
+            # each request's generated token ids, for comparing answers (output_ids)
+            record_output_ids=wl.record_output_ids,
         )
 
     def max_model_len(self) -> int | None:

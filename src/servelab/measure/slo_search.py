@@ -5,13 +5,18 @@ rates before it measured (docs/analysis.md, "SLO capacity by search").
 Each rate is measured as an open-loop point of the sweep (servelab.measure.point.PointJob), with the
 experiment's repeats one after another and every validity check of an open-loop point; a
 repeat's outcome is its SLO attainment (the share of its requests within every bound of
-`analysis.slo`, each read as a per-request bound) and whether it passed the checks.
+`analysis.slo`, each read as a per-request bound), how many requests it sent and whether it
+passed the checks. A rate the early-stop decision leaves undecided is measured again, a round
+of the repeats at a time, up to `search.max_rounds` rounds: round r's repeats are numbered on
+from round r - 1's, so with 3 repeats a round, round 2 is rep04-rep06 and round 3 rep07-rep09.
 
 Layout written (docs/raw-data.md):
   raw/<sc>/search/prompts.jsonl.gz  dataset.json  launch.json  capacity.json
   raw/<sc>/search/warmup/{requests.jsonl.gz,point.json}
-  raw/<sc>/search/arrivals/r<RRRR.RRR>.json       each rate's send schedule
+  raw/<sc>/search/arrivals/r<RRRR.RRR>.json       each rate's send schedule (every round's)
   raw/<sc>/search/rep<RR>/r<RRRR.RRR>/{requests.jsonl.gz,point.json}
+                                                   repeat RR of the rate: round 1's first,
+                                                   then each further round's
   raw/<sc>/search/search.json                      written last: the path and the answer
 A rerun keeps the complete points: the search replays their outcomes (the same outcomes give
 the same path) and measures only what it has not.
@@ -19,12 +24,14 @@ the same path) and measures only what it has not.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from servelab.analysis.early_stop import min_requests
 from servelab.analysis.search import (
     RateOutcome,
     RepeatOutcome,
@@ -79,6 +86,7 @@ def search_spec(exp: Experiment) -> SearchSpec:
         max_measurements=s.max_measurements,
         min_rate=s.min_rate,
         max_rate=s.max_rate,
+        max_rounds=s.max_rounds,
     )
 
 
@@ -92,7 +100,9 @@ class RateMeasurer:
     launch_index: int
     spec: SearchSpec
     prompts: PromptSet = field(default_factory=lambda: PromptSet([]))
-    measured: int = 0
+    measured: int = 0  # rounds measured, of every rate
+    # every round's repeats so far, by rate: the decision the log states after each round
+    pooled: dict[float, list[RepeatOutcome]] = field(default_factory=dict)
 
     @cached_property
     def replay(self) -> Replay | None:
@@ -123,8 +133,14 @@ class RateMeasurer:
             record.write(path)
         return record
 
-    def points(self, rate: float, prompts: list[Item]) -> PointJob:
-        exp, repeats = self.sweep.exp, self.sweep.exp.sweep.most_repeats
+    def repeats(self, round_: int) -> range:
+        """The repeats of round `round_` (from 1): each round's numbered on from the round
+        before's, `sweep.repeats` (a sequential plan's max) a round."""
+        per = self.sweep.exp.sweep.most_repeats
+        return range((round_ - 1) * per + 1, round_ * per + 1)
+
+    def points(self, rate: float, prompts: list[Item], round_: int = 1) -> PointJob:
+        exp = self.sweep.exp
         return PointJob(
             sc=self.sweep.sc,
             session=self.session,
@@ -136,7 +152,7 @@ class RateMeasurer:
             prompts=prompts,
             dataset=self.prompts.dataset,
             launch_index=self.launch_index,
-            orders={r: [rate] for r in range(1, repeats + 1)},
+            orders={r: [rate] for r in self.repeats(round_)},
             say=self.sweep.say,
             arrivals={rate: self.schedule(rate)},
             gpus=server_gpus(
@@ -146,36 +162,66 @@ class RateMeasurer:
             replay=self.replay,
         )
 
+    def reach(self) -> str:
+        """What the early-stop rule asks of a rate, in words: the requests it needs, all within
+        the SLO, to meet it, and the lowest rate whose rounds can send that many."""
+        exp = self.sweep.exp
+        assert exp.search is not None
+        need = min_requests(self.spec.allowed, self.spec.confidence)
+        if need is None:
+            return "no rate can meet a target of every request (early stopping)"
+        per, rounds = exp.sweep.most_repeats, self.spec.max_rounds
+        # requests a repeat must send for `rounds` rounds of `per` repeats to reach `need`
+        each = math.ceil(need / (per * rounds))
+        said = (
+            f"a rate meets the SLO only with >= {need} requests, all within it: >= {each} a "
+            f"repeat over {rounds} round(s) of {per} repeat(s)"
+        )
+        if self.replay is not None:
+            if self.replay.requests < each:
+                return f"{said}; the trace window sends {self.replay.requests}: no rate can"
+            return said
+        duration = exp.search.arrival.duration_s
+        return f"{said}: rates above {(each - 1) / duration:g} req/s"
+
     def warmup(self) -> None:
         wl = self.sweep.exp.workload
         if wl.warmup.requests:
             self.points(self.spec.start_rate, self.prompts_for(wl.warmup.requests)).warmup(0)
 
-    def measure(self, rate: float) -> RateOutcome:
-        """Every repeat of one rate (those complete on disk from an earlier run are read, not
-        measured again), and their outcomes."""
+    def measure(self, rate: float, round_: int) -> RateOutcome:
+        """Every repeat of one round of one rate (those complete on disk from an earlier run
+        are read, not measured again), and their outcomes."""
         self.measured += 1
         exp = self.sweep.exp
         assert exp.search is not None
         n = exp.search.arrival.requests(rate) if self.replay is None else self.replay.requests
-        job = self.points(rate, self.prompts_for(n, self.measured))
+        job = self.points(rate, self.prompts_for(n, self.measured), round_)
         outcomes = []
-        for rep in range(1, exp.sweep.most_repeats + 1):
+        for rep in self.repeats(round_):
             slot = Slot(rep, Level.at_rate(rate), 0, self.measured - 1)
             if not is_complete(job.folder(slot)):
                 job.measure(slot, 0, f"search {self.measured}")
             outcomes.append(self.outcome(job, slot))
-        result = RateOutcome(tuple(outcomes))
-        verdict = "meets" if result.meets(self.spec.target) else "misses"
-        if not any(o.valid for o in outcomes):
-            verdict += " (no valid repeat)"
+        self._note(rate, round_, outcomes)
+        return RateOutcome(tuple(outcomes))
+
+    def _note(self, rate: float, round_: int, outcomes: list[RepeatOutcome]) -> None:
+        """The round's repeats in the log, each one's attainment (and why it is invalid), and
+        the decision over every round of the rate so far."""
         attained = ", ".join(
             ("-" if o.attainment is None else f"{100 * o.attainment:.1f}%")
             + ("" if o.valid else f" (invalid: {'; '.join(o.reasons)})")
             for o in outcomes
         )
-        self.sweep.note(f"search: rate {rate:g} req/s {verdict} the SLO ({attained} within it)")
-        return result
+        if not any(o.valid for o in outcomes):
+            attained += "; no valid repeat"
+        seen = self.pooled.setdefault(rate, [])
+        seen += outcomes
+        d = RateOutcome(tuple(seen)).decide(self.spec.target, self.spec.confidence)
+        self.sweep.note(
+            f"search: rate {rate:g} req/s, round {round_}: {attained} within the SLO; {d.text()}"
+        )
 
     def outcome(self, job: PointJob, slot: Slot) -> RepeatOutcome:
         """One repeat's attainment and validity, from its raw data."""
@@ -214,6 +260,7 @@ def run_search(job: MeasureJob, sc: str) -> SearchJson:
     with serve(launch, paths.server_log(sc), exp.server, sweep.note) as session:
         sweep.started(session, launch, port, launch_index)
         measurer = RateMeasurer(sweep, session, launch, launch_index, spec)
+        sweep.note(f"search: {measurer.reach()}")
         measurer.warmup()
         result: SearchResult = search_rate(measurer.measure, spec)
     write_search(paths.search_record(sc), result)

@@ -111,7 +111,10 @@ def point_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[Poi
                 rd, nd = describe(rv), describe(nv)
                 change = _pct_change(rd.mean, nd.mean)
                 judged = s.tolerance_pct is not None and m in s.tolerance_metrics
-                if not nv:
+                short = ref.g.insufficient(sc, c, m) or new.g.insufficient(sc, c, m)
+                if short and not (rv and nv):
+                    status = "insufficient"  # a percentile too few requests report
+                elif not nv:
                     status = "missing"
                 elif not judged:
                     status = "reported"
@@ -132,6 +135,7 @@ def point_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[Poi
                     "status": status,
                     "verdict": {
                         "missing": NOT_COMPARABLE if judged else None,
+                        "insufficient": NOT_COMPARABLE if judged else None,
                         "within tolerance": REPRODUCED,
                         "outside tolerance": NOT_REPRODUCED,
                     }.get(status),
@@ -199,6 +203,11 @@ def _invalid(verdict: str | None) -> bool:
     return verdict is not None and (verdict == "invalid" or verdict.startswith("invalid:"))
 
 
+def _insufficient(verdict: str | None) -> bool:
+    """A paired row on a percentile that a side's requests are too few to report."""
+    return verdict is not None and verdict.startswith("insufficient")
+
+
 def judged(r: PairedRow, s: ReproductionSection) -> bool:
     """Whether a reproduction judges this ordering of the reference's paired table: the
     reference called it real, on a judged metric, by at least `min_effect_pct`."""
@@ -238,6 +247,10 @@ def pair_rows(ref: Analysed, new: Analysed, s: ReproductionSection) -> list[Pair
         nv = n["verdict"] if n is not None else None
         if _invalid(r["verdict"]):
             status, verdict = "invalid in the reference", None
+        elif _insufficient(r["verdict"]):
+            status, verdict = "insufficient in the reference", None
+        elif _insufficient(nv):
+            status, verdict = "insufficient in the fresh run", NOT_COMPARABLE
         elif _invalid(nv):
             status, verdict = "invalid in the fresh run", NOT_COMPARABLE
         elif n is None or np_ is None:

@@ -215,13 +215,17 @@ def _level(a: Analysed, sc: str, axis: str, level: float) -> int | float | None:
 
 def _repeats(rel: _Release, key: Key) -> tuple[list[float], int] | None:
     """A point's valid repeats of one metric (by repeat) and how many repeats lost it to a
-    validity check; None when the release did not measure the point."""
+    validity check; None when the release did not measure the point, or measured too few
+    requests to report a percentile `m` at it (Groups.insufficient): the history leaves it
+    out."""
     m, sc, axis, level = key
     a = rel.analysed
     c = _level(a, sc, axis, level) if a is not None else None
     if a is None or c is None:
         return None
     values = a.g.values(sc, c, m)
+    if not values and a.g.insufficient(sc, c, m):
+        return None
     measured = len(a.g.by.get((sc, c), {}))
     return [values[r] for r in sorted(values)], measured - len(values)
 

@@ -121,9 +121,15 @@ def series_changes(
     return out
 
 
+NO_VALUES = "no values"  # a series without a release that has a value of it
+
+
 def series_answer(changes: Sequence[ChangeRun]) -> str:
     """A series' answer over its runs: changed when any run changed, else no change point
-    when any run was judged, else why none was (too few releases, without a run)."""
+    when any run was judged, else why none was (too few releases; no values, without a run:
+    every point invalid, or a percentile too few requests report)."""
+    if not changes:
+        return NO_VALUES
     answers = [r["answer"] for r in changes]
     for answer in (CHANGED, NO_CHANGE):
         if answer in answers:
@@ -153,6 +159,8 @@ def run_words(changes: Sequence[ChangeRun]) -> str:
     """A series' change points in words, per judged run ("v3 to v6: no change point"), or why
     no run could be judged."""
     judged = [r for r in changes if r["answer"] != TOO_FEW]
+    if not changes:
+        return f"{NO_VALUES} (every point invalid, or too few requests to report it)"
     if not judged:
         return f"{TOO_FEW} (fewer than {MIN_RELEASES} comparable)"
     parts = []

@@ -191,6 +191,8 @@ def history_figure_alt(history: History, metric: str) -> str:
     if means:
         lo, hi = min(means), max(means)
         text += f"; means from {num(lo, ',.3g')} to {num(hi, ',.3g')}{' ' + unit if unit else ''}"
+    else:  # a percentile its points hold too few requests to report is left out of the history
+        text += "; no mean to draw (every point invalid, or too few requests to report it)"
     text += "."
     breaks = _breaks(history)
     if breaks:

@@ -15,6 +15,7 @@ from servelab.analysis.proposals import proposal_line
 from servelab.analysis.validity import AFFECTS_WORDS
 from servelab.errors import ServelabError
 from servelab.hostfacts import ISA_FLAGS
+from servelab.metrics import insufficient, percentile_of
 from servelab.site import layout, values
 from servelab.site.release_records import (
     ClaimRow,
@@ -204,10 +205,12 @@ def per_point(folder: Path) -> PerPoint:
     axis = _axis(rows[0]) if rows else "concurrency"
     found = {r["metric"] for r in rows}
     metrics = [m for m in METRIC_ORDER if m in found] + sorted(found - set(METRIC_ORDER))
+    short = _insufficient(folder, axis)
     cells: dict[str, dict[str, dict[str, PointCell]]] = {}
     for r in rows:
+        key = (r["server_config"], r[axis], r["metric"])
         cells.setdefault(r["server_config"], {}).setdefault(r[axis], {})[r["metric"]] = {
-            "mean": _cell(r["mean"]),
+            "mean": short[key] if r["n"] == "0" and key in short else _cell(r["mean"]),
             "ci": f"[{_cell(r['ci95_low'])}, {_cell(r['ci95_high'])}]",
             "n": r["n"],
         }
@@ -223,6 +226,24 @@ def per_point(folder: Path) -> PerPoint:
         for sc, by_level in sorted(cells.items())
     ]
     return {"axis": axis, "metrics": metrics, "tables": tables}
+
+
+def _insufficient(folder: Path, axis: str) -> dict[tuple[str, str, str], str]:
+    """'insufficient (n = 4: max 21.0 ms; p99 needs 368)' by (server config, level, metric):
+    the percentiles that points.csv leaves blank because a point's requests are too few to
+    report them (of the point's repeats, the one with the fewest requests)."""
+    path = folder / "tables" / "points.csv"
+    fewest: dict[tuple[str, str, str], tuple[int, str]] = {}
+    for r in read_csv(path) if path.exists() else []:
+        for column, text in r.items():
+            of = percentile_of(column)
+            if of is None or text or not r.get(f"n_{of[0]}"):
+                continue
+            n, top = int(float(r[f"n_{of[0]}"])), r.get(f"max_{of[0]}_ms")
+            key = (r["server_config"], r[axis], column)
+            if key not in fewest or n < fewest[key][0]:
+                fewest[key] = (n, insufficient(of[1], n, float(top) if top else None))
+    return {key: f"insufficient ({why})" for key, (_, why) in fewest.items()}
 
 
 def _cell(text: str | None) -> str:

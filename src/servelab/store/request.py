@@ -36,6 +36,7 @@ class RequestJson(TypedDict):
     prefix: NotRequired[int]
     conversation: NotRequired[int]
     turn: NotRequired[int]
+    output_ids: NotRequired[list[int]]
 
 
 @dataclass
@@ -66,6 +67,9 @@ class RequestRecord:
     # index among the point's items, and the turn's number in it (from 1).
     conversation: int | None = None
     turn: int | None = None
+    # Written when the workload records the generated tokens (workload.record_output_ids) and
+    # the server returned them: the output's token ids, in order, gathered over the chunks.
+    output_ids: list[int] | None = None
 
     def to_json(self) -> RequestJson:
         d: RequestJson = {
@@ -97,6 +101,8 @@ class RequestRecord:
             d["conversation"] = self.conversation
         if self.turn is not None:
             d["turn"] = self.turn
+        if self.output_ids is not None:
+            d["output_ids"] = list(self.output_ids)
         return d
 
     @staticmethod
@@ -150,6 +156,7 @@ _ROW_FIELDS: dict[str, tuple[str, bool]] = {
     "prefix": ("int", True),
     "conversation": ("int", True),
     "turn": ("int", True),
+    "output_ids": ("ints", True),
 }
 # left out of a row when None, so that records without them are written as before
 _ONLY_WHEN_SET = (
@@ -159,6 +166,7 @@ _ONLY_WHEN_SET = (
     "prefix",
     "conversation",
     "turn",
+    "output_ids",
 )
 _KIND_TEXT = {"str": "a string", "int": "an integer", "ints": "a list", "bool": "a boolean"}
 

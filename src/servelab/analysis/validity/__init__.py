@@ -10,8 +10,8 @@ its telemetry summary) and the thresholds of the config's `analysis.validity` se
 returns a Flag: passed, failed, noted (recorded, never excluding) or not checked (the data it
 needs was not recorded). A failed check removes the metrics it affects from every statistic:
 `latency` (TTFT, TPOT and ITL metrics: burst delivery leaves E2EL and throughput intact),
-`ttft` or `itl` alone, or `all`. The raw data stays as it was. docs/pitfalls.md maps each
-check to the measurement mistake it catches.
+`ttft` or `itl` alone, `ttft_e2el` (TTFT and E2EL: a latency trend), or `all`. The raw data
+stays as it was. docs/pitfalls.md maps each check to the measurement mistake it catches.
 
 To add a check: write a function (PointFacts, ValiditySection) -> Flag, add the facts it reads
 to PointFacts (and to both builders), its threshold to the schema (analysis.validity) and to
@@ -58,6 +58,7 @@ from servelab.analysis.validity.flags import (
     SECTION,
     STATUSES,
     TTFT,
+    TTFT_E2EL,
     Check,
     Flag,
     thresholds_json,
@@ -92,6 +93,7 @@ __all__ = [
     "SECTION",
     "STATUSES",
     "TTFT",
+    "TTFT_E2EL",
     "Check",
     "Choice",
     "Flag",

@@ -10,7 +10,17 @@ from servelab.analysis.validity.facts import (
     PointFacts,
     facts_from_records,
 )
-from servelab.analysis.validity.flags import ALL, FAILED, ITL, LATENCY, NONE, TTFT, Check, Flag
+from servelab.analysis.validity.flags import (
+    ALL,
+    FAILED,
+    ITL,
+    LATENCY,
+    NONE,
+    TTFT,
+    TTFT_E2EL,
+    Check,
+    Flag,
+)
 from servelab.analysis.validity.measurement import (
     check_contention,
     check_failed_requests,
@@ -36,6 +46,7 @@ from servelab.analysis.validity.pitfalls import (
     check_server_counts,
 )
 from servelab.analysis.validity.replay import check_trace_requests, check_trace_reuse
+from servelab.analysis.validity.steady import MIN_REQUESTS, check_steady_state
 from servelab.client import RequestRecord
 from servelab.experiment import ValiditySection
 
@@ -156,6 +167,16 @@ CHECKS: tuple[Check, ...] = (
         ALL,
         "max_count_mismatch_pct",
         check_server_counts,
+    ),
+    Check(
+        "steady_state",
+        "fitted change of TTFT and of E2EL across the point's successful requests in send "
+        "order (Sen's slope x (n - 1)), as a share of their median; fails on growth above the "
+        "threshold whose Mann-Kendall trend test has p below latency_trend_alpha (not checked "
+        f"below {MIN_REQUESTS} requests)",
+        TTFT_E2EL,
+        "max_latency_trend",
+        check_steady_state,
     ),
 )
 # the checks of an open-loop point only (servelab.analysis.validity.openloop), after the others

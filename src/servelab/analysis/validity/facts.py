@@ -68,6 +68,15 @@ class RequestFacts:
     # `input_tokens` / `output_tokens`) or nothing was recorded
     asked_input_tokens: int | None = None
     asked_output_tokens: int | None = None
+    # a completed request's TTFT and E2EL (ms) as the point's metrics count them
+    # (servelab.metrics.request_latencies); None for one that did not complete
+    ttft_ms: float | None = None
+    e2el_ms: float | None = None
+    # when it was sent (epoch ns; an open loop's scheduled send), which orders the requests in
+    # send order; None when not recorded (a vllm-bench tree's requests are in send order)
+    sent_ns: int | None = None
+    # a multi-turn chat's turn number in its conversation (from 1); None for a single request
+    turn: int | None = None
 
 
 @dataclass(frozen=True)
@@ -157,11 +166,12 @@ def facts_from_records(
 ) -> PointFacts:
     """servelab's layout: requests.jsonl.gz, point.json, the configuration's launch.json `args`
     and the warm-up's point.json (same server launch)."""
-    from servelab.metrics import in_flight, point_duration
+    from servelab.metrics import good, in_flight, point_duration, request_latencies
 
     reqs = []
     for r in records:
-        done = bool(r.ok and r.chunk_offsets_us)
+        done = good(r)
+        lat = request_latencies(r) if done else None
         error = r.error if not done else None
         if not done and not error:
             error = "no content received" if r.ok else "failed without an error message"
@@ -181,6 +191,10 @@ def facts_from_records(
                 **_open_loop_times(r),
                 asked_input_tokens=r.input_tokens,
                 asked_output_tokens=r.max_tokens,
+                ttft_ms=lat["ttft"] if lat is not None else None,
+                e2el_ms=lat["e2el"] if lat is not None else None,
+                sent_ns=r.sent_epoch_ns,
+                turn=r.turn,
             )
         )
     # point.json's, as its schema has checked it: each slice's [start, end] (ns)
@@ -262,6 +276,16 @@ def _open_loop_times(r: RequestRecord) -> dict[str, int | None]:
     return {"scheduled_ns": r.sent_epoch_ns, "send_slip_us": r.send_slip_us, "end_ns": end}
 
 
+def _bench_e2el_ms(
+    ttft_s: float, gaps_s: list[float] | None, latencies_s: list[float], i: int
+) -> float:
+    """A vllm-bench request's E2EL (ms) as its metrics count it: its `latencies` entry, else
+    its TTFT plus its inter-token gaps."""
+    if latencies_s:
+        return 1000.0 * float(latencies_s[i])
+    return 1000.0 * (float(ttft_s) + sum(float(g) for g in gaps_s or []))
+
+
 def facts_from_bench(
     bench: BenchJson,
     level: Level | None = None,
@@ -277,6 +301,8 @@ def facts_from_bench(
     errors = bench.get("errors") or [""] * n
     itls = bench.get("itls") or [None] * n
     input_lens = bench.get("input_lens") or [None] * n
+    latencies = bench.get("latencies") or []
+    starts = bench.get("start_times") or []
     reqs = []
     for i in range(n):
         out = bench["output_lens"][i]
@@ -291,6 +317,9 @@ def facts_from_bench(
                 error=None if done else (str(errors[i]) or "no output"),
                 prompt_tokens=_int_or_none(input_lens[i] if i < len(input_lens) else None),
                 chunks=len(gaps) + 1 if done and gaps is not None else None,
+                ttft_ms=1000.0 * float(bench["ttfts"][i]) if done else None,
+                e2el_ms=_bench_e2el_ms(bench["ttfts"][i], gaps, latencies, i) if done else None,
+                sent_ns=round(1e9 * float(starts[i])) if i < len(starts) else None,
             )
         )
     duration = float(bench["duration"]) if any(r.completed for r in reqs) else None

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 PASSED, FAILED, NOTED, NOT_CHECKED = "passed", "failed", "noted", "not checked"
 STATUSES = (PASSED, FAILED, NOTED, NOT_CHECKED)
 LATENCY, TTFT, ITL, ALL, NONE = "latency", "ttft", "itl", "all", "none"
+TTFT_E2EL = "ttft_e2el"
 AFFECTS_WORDS = {
     LATENCY: "TTFT, TPOT, ITL",
     TTFT: "TTFT",
     ITL: "ITL",
+    TTFT_E2EL: "TTFT, E2EL",
     ALL: "every metric",
     NONE: "nothing (note)",
 }
@@ -30,6 +32,7 @@ AFFECTED_METRIC = {
     LATENCY: re.compile(r"_(ttft|tpot|itl)_ms$"),
     TTFT: re.compile(r"_ttft_ms$"),
     ITL: re.compile(r"_itl_ms$"),
+    TTFT_E2EL: re.compile(r"_(ttft|e2el)_ms$"),
 }
 SECTION = "analysis.validity"
 
@@ -84,7 +87,7 @@ class Flag:
 class Check:
     name: str
     definition: str
-    affects: str  # LATENCY | TTFT | ITL | ALL | NONE
+    affects: str  # LATENCY | TTFT | ITL | TTFT_E2EL | ALL | NONE
     threshold_key: str | None  # key under analysis.validity
     run: Callable[[PointFacts, ValiditySection], Flag]
 
