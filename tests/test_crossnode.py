@@ -27,7 +27,7 @@ from servelab.store.jsonio import load_schema
 from servelab.store.rawdata import DamagedRawData
 
 REPO = Path(__file__).resolve().parents[1]
-RELEASE = REPO / "evidence" / "quickstart-cpu" / "v8"
+RELEASE = REPO / "evidence" / "quickstart-cpu" / "v9"
 CONFIGS = ("max-num-seqs-1", "max-num-seqs-8")
 # the release's claims: two compare the two configs, two read one config
 SERIALIZED = "serialized(config=max-num-seqs-1)"
@@ -43,7 +43,7 @@ ACROSS = (ACROSS_TPUT, ACROSS_TTFT)
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return safe_extract(RELEASE / "v8.tar.gz", tmp_path_factory.mktemp("v8"))
+    return safe_extract(RELEASE / "v9.tar.gz", tmp_path_factory.mktemp("v9"))
 
 
 @pytest.fixture(scope="module")

@@ -345,7 +345,7 @@ def test_committed_releases_rebuild_byte_for_byte(
         assert rebuild(check.root) == [], folder
 
 
-@pytest.mark.parametrize("tag", ["v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8"])
+@pytest.mark.parametrize("tag", ["v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9"])
 def test_committed_releases_pass_the_archive_bounds(
     tmp_path: Path, tag: str, committed_releases: dict[Path, CommittedRelease]
 ) -> None:

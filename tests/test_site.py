@@ -25,7 +25,7 @@ from servelab.site.scan import scan_evidence, tag_key
 
 REPO = Path(__file__).resolve().parents[1]
 EVIDENCE = REPO / "evidence"
-TAGS = ["v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8"]
+TAGS = ["v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9"]
 
 
 class Page(HTMLParser):
