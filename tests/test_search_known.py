@@ -1,5 +1,5 @@
-"""SLO capacity by search against a server of known capacity: a real open loop against the
-scripted one-at-a-time server (tests/queue_server.py). Its answer depends on the scripted
+"""SLO capacity by search, and steady state, against a server of known capacity: a real open
+loop against the scripted one-at-a-time server (tests/queue_server.py). Its answer depends on the scripted
 server getting the CPU it asks for, so it is marked e2e and runs with the real-server tests
 (tests/conftest.py), beside no vLLM server; tests/test_search.py has the rest."""
 
@@ -90,3 +90,26 @@ def test_the_search_finds_the_capacity_of_a_known_server(queue: str) -> None:
     for s in r.path:
         if s.rate <= 0.95 * lo_true or s.rate >= 1.05 * hi_true:
             assert s.meets is (s.rate < lo_true), (s.rate, trace)
+
+
+# --- steady state: an open loop past capacity ------------------------------------------------
+
+
+def test_an_open_loop_at_twice_capacity_fails_steady_state(queue: str) -> None:
+    """The same single server of capacity 40 req/s, driven at 80 req/s: every request waits
+    12.5 ms longer than the one before, a queue that grows over the point, so `steady_state`
+    fails it (TTFT and E2EL grow by about twice their median across 120 requests); at 20 req/s
+    nothing queues and it passes. About 8 s."""
+    from servelab.analysis.validity import check_point
+    from servelab.config import default_section
+    from servelab.experiment import ValiditySection
+
+    thresholds = default_section(ValiditySection, "analysis", "validity")
+    w = RequestSettings(base_url=queue, model="m", max_tokens=1, request_timeout_s=30)
+    past = run_point(w, ["p"] * 120, OpenLoop.of(ArrivalProcess("constant", 80.0), 120), "r80")
+    flag = {f.check: f for f in check_point(past.records, {}, thresholds)}["steady_state"]
+    assert flag.status == "failed" and flag.value is not None and flag.value > 1.0, flag
+    assert "grew over the point, not a steady state" in flag.reason, flag
+    half = run_point(w, ["p"] * 60, OpenLoop.of(ArrivalProcess("constant", 20.0), 60), "r20")
+    flag = {f.check: f for f in check_point(half.records, {}, thresholds)}["steady_state"]
+    assert flag.status == "passed", flag
