@@ -24,11 +24,11 @@ LATENCIES = ("ttft", "tpot", "itl", "e2el", "ttfb", "client_wait")
 MIN_WINDOW_NS = 1_000_000  # achieved_concurrency needs a send window at least this long
 
 
-def latency_stats(name: str, values_ms: Sequence[float]) -> dict[str, float | None]:
-    """A latency family's statistics: mean, median, std and the PERCENTILES (its tail,
-    `tail_stats`, apart). A percentile (the median too) the sample cannot support is None: its
-    95% interval would need an order statistic above the sample's largest
-    (`samples_needed`); n and the maximum stand beside it."""
+def latency_stats(name: str, values_ms: Sequence[float], t: Tail) -> dict[str, float | None]:
+    """A latency family's statistics: mean, median, std and the PERCENTILES, the percentiles
+    those of its tail `t` (`tail`; its columns, `tail_columns`, apart). A percentile (the median
+    too) the sample cannot support is None: its 95% interval would need an order statistic
+    above the sample's largest (`samples_needed`); n and the maximum stand beside it."""
     out: dict[str, float | None] = {}
     arr = np.asarray(values_ms, dtype=np.float64)
     have = arr.size > 0
@@ -36,23 +36,17 @@ def latency_stats(name: str, values_ms: Sequence[float]) -> dict[str, float | No
     out[f"median_{name}_ms"] = float(np.median(arr)) if supported(arr.size, 50) else None
     out[f"std_{name}_ms"] = float(arr.std()) if have else None
     for p in PERCENTILES:
-        out[f"p{p}_{name}_ms"] = float(np.percentile(arr, p)) if supported(arr.size, p) else None
+        out[f"p{p}_{name}_ms"] = t.estimates[p]
     return out
 
 
-def tail_stats(name: str, values_ms: Sequence[float] | np.ndarray) -> dict[str, float | None]:
-    """n_<name> (how many values), max_<name>_ms, and each percentile's distribution-free 95%
-    interval, p<P>_<name>_ms_low and _high (None where the sample cannot bound it:
-    `percentile_interval`)."""
-    arr = np.sort(np.asarray(values_ms, dtype=np.float64))
-    out: dict[str, float | None] = {
-        f"n_{name}": int(arr.size),
-        f"max_{name}_ms": float(arr[-1]) if arr.size else None,
-    }
+def tail_columns(name: str, t: Tail) -> dict[str, float | None]:
+    """A tail as point metrics: n_<name> (how many values), max_<name>_ms, and each
+    percentile's distribution-free 95% interval, p<P>_<name>_ms_low and _high (None where the
+    sample cannot bound it: `percentile_interval`)."""
+    out: dict[str, float | None] = {f"n_{name}": t.n, f"max_{name}_ms": t.max}
     for p in PERCENTILES:
-        low, high = percentile_interval(arr, p)
-        out[f"p{p}_{name}_ms_low"] = low
-        out[f"p{p}_{name}_ms_high"] = high
+        out[f"p{p}_{name}_ms_low"], out[f"p{p}_{name}_ms_high"] = t.intervals[p]
     return out
 
 
@@ -351,10 +345,11 @@ def assemble(
         if dur > 0
         else None,
     }
+    tails = {name: tail(latencies_ms.get(name, [])) for name in LATENCIES}
     for name in LATENCIES:
-        out.update(latency_stats(name, latencies_ms.get(name, [])))
+        out.update(latency_stats(name, latencies_ms.get(name, []), tails[name]))
     for name in LATENCIES:
-        out.update(tail_stats(name, latencies_ms.get(name, [])))
+        out.update(tail_columns(name, tails[name]))
     out["achieved_concurrency"] = None
     out["mean_in_flight"] = None
     return out
