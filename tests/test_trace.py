@@ -19,12 +19,15 @@ from servelab.workload.synthetic import vocab_ids
 from servelab.workload.trace import (
     TraceBuilder,
     TraceRow,
+    blocks_of,
     check_local_pin,
     intended_reuse,
     read_trace,
     resolve_trace,
+    scaled_block_tokens,
     schedule_ns,
     window,
+    window_text,
 )
 
 
@@ -118,18 +121,91 @@ def test_the_schedule_is_the_timestamps_times_the_scale_to_the_nanosecond(tmp_pa
 
 def test_the_window_and_the_model_length_filter_are_counted(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
-    spec = section(path, write_trace(path, ROWS), duration_s=10)
+    spec = section(path, write_trace(path, ROWS), duration_s=10, min_kept=0.75)
     win = window(read_trace(path), spec, 1024)
-    assert win.record() == {
+    record = win.record()
+    assert {k: v for k, v in record.items() if k not in ("fit", "original", "replayed")} == {
         "start_s": 0.0,
         "duration_s": 10.0,
         "in_window": 4,
         "requests": 3,
-        "rejected": {"over_model_len": 1},
+        "rejected": {"over_model_len": 1, "failed_in_trace": 0},
         "recorded_rate": 0.4,
+        "kept_share": 0.75,
     }
+    assert record["fit"] == {
+        "length_scale": 1.0,
+        "block_tokens": 16,
+        "max_output_tokens": None,
+        "over_limit": "drop",
+        "capped": 0,
+        "truncated": 0,
+        "min_kept": 0.75,
+    }
+    # the window as recorded against as replayed: the long request is only in the first
+    assert record["original"]["input_p90"] == 900 and record["replayed"]["input_p90"] == 40
+    assert record["original"]["rate"] == 0.4 and record["replayed"]["rate"] == 0.3
     with pytest.raises(ServelabError, match="no request between start_s 61"):
         window(read_trace(path), section(path, None, start_s=61.0), None)
+
+
+def test_a_window_that_keeps_too_few_is_refused_naming_a_scale_that_fits(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    spec = section(path, write_trace(path, ROWS), duration_s=10)
+    with pytest.raises(ServelabError) as err:
+        window(read_trace(path), spec, 1024)
+    said = str(err.value)
+    assert "keeps 3 of the window's 4 requests (75%; left out: 1 over_model_len)" in said
+    # 900 + 200 tokens at 1/2: 450 + 100 fits 1024, and 16 x 1/2 keeps blocks whole
+    assert "set workload.trace.length_scale: 0.5 (1/2: keeps 100%)" in said
+    assert "\n" not in said
+
+
+def test_length_scale_keeps_every_block_and_shared_prefix(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    spec = section(path, write_trace(path, ROWS), duration_s=10, length_scale=0.25)
+    rows = read_trace(path)
+    win = window(rows, spec, 1024)
+    assert win.block_tokens == 4 and win.kept_share == 1.0
+    # lengths x 1/4 rounded up: 40 -> 10, 20 -> 5, 30 -> 8 (7.5), 900 -> 225; outputs 8 -> 2
+    assert [(r.input_length, r.output_length) for r in win.rows] == [
+        (10, 2), (5, 1), (8, 1), (225, 50)
+    ]  # fmt: skip
+    # every request touches the blocks it touched at full scale
+    for full, scaled in zip(rows, win.rows, strict=False):
+        assert len(blocks_of(full, 16)) == len(blocks_of(scaled, 4))
+    # the reuse the trace implies is kept: 16 of 60 tokens at 16, 4 of 15 at 4
+    before = intended_reuse(rows[:2], 16)
+    after = intended_reuse(win.rows[:2], 4)
+    assert before["reuse_ratio"] == pytest.approx(after["reuse_ratio"])
+    with pytest.raises(ServelabError, match=r"0.3 x block_tokens 16 = 4.8 is not a whole"):
+        scaled_block_tokens(16, 0.3)
+
+
+def test_over_limit_truncate_and_the_output_cap_are_counted(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    digest = write_trace(path, ROWS)
+    spec = section(path, digest, duration_s=10, over_limit="truncate", max_output_tokens=150)
+    win = window(read_trace(path), spec, 1024, special=1)
+    # 900 + 1 + 200: the output capped at 150, then still over: the input cut to 1024 - 151
+    assert win.rows[-1].input_length == 873 and win.rows[-1].output_length == 150
+    assert win.fit.capped == 1 and win.fit.truncated == 1 and win.kept_share == 1.0
+    assert window_text(win.record()) == (
+        "window 0-10 s: 4 of 4 kept, 1 outputs capped at 150, 1 inputs truncated"
+    )
+
+
+def test_failed_requests_of_the_trace_are_left_out_and_counted() -> None:
+    rows = [
+        TraceRow(i * 100, 10, 0 if i == 2 else 5, None, i + 1, failed=i == 2) for i in range(40)
+    ]
+    spec = TraceSection("t", None, None, 16, 0.0, 4.0)
+    win = window(rows, spec, 1024)
+    assert len(win.rows) == 39 and win.rejected["failed_in_trace"] == 1
+    assert win.record()["original"]["requests"] == 40
+    spec_strict = TraceSection("t", None, None, 16, 0.0, 4.0, min_kept=1.0)
+    with pytest.raises(ServelabError, match="records 1 as failed"):
+        window(rows, spec_strict, 1024)
 
 
 def test_the_reuse_the_trace_implies() -> None:
@@ -190,3 +266,16 @@ def test_a_hub_trace_is_pinned_to_a_commit_and_named_as_a_trace() -> None:
         resolve_trace(spec)
     assert "workload.dataset" not in str(e.value)
     assert check_local_pin(spec) is None  # checked when the sweep downloads it
+
+
+def test_the_busiest_window_is_found_and_recorded() -> None:
+    # one request a second, then a burst of 10 in 1 s at 30 s, then one a second again
+    times = [i * 1000 for i in range(30)] + [30000 + 100 * i for i in range(10)]
+    times += [31000 + i * 1000 for i in range(30)]
+    rows = [TraceRow(t, 10, 5, None, i + 1) for i, t in enumerate(times)]
+    spec = TraceSection("t", None, None, 16, 0.0, None, busiest=5.0)
+    win = window(rows, spec, 1024)
+    # 14 requests from 26 s (26-29 and the burst) and from 27 s (27-29, the burst, 31): the
+    # earliest of equals
+    assert win.record()["start_s"] == 26.0 and win.record()["duration_s"] == 5.0
+    assert win.in_window == 14 and win.recorded_rate == 14 / 5

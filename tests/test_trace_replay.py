@@ -25,7 +25,7 @@ from servelab.experiment import TraceSection, ValiditySection
 from servelab.measure.sending import Replay
 from servelab.reproduce.comparison import _config_trace, other_trace
 from servelab.store.records import ArrivalsRecord
-from servelab.workload.trace import read_trace, schedule_ns, window
+from servelab.workload.trace import TraceRow, read_trace, schedule_ns, window
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "config" / "experiments" / "trace-replay-cpu.yaml"
@@ -185,7 +185,20 @@ def test_a_reproduction_on_another_trace_or_window_is_refused_in_one_line() -> N
     spec = {"path": "x.jsonl", "sha256": SAMPLE_SHA256, "start_s": 0, "duration_s": 60}
     assert _config_trace(PROV, spec) is None
     why = _config_trace(PROV, {**spec, "duration_s": 30})
-    assert why is not None and "pin the reference's trace and window" in why
+    assert why is not None and "pin the reference's trace, window and fit" in why
+    # a replay fitted otherwise (length_scale) is another workload; as recorded is the default
+    why = _config_trace(PROV, {**spec, "length_scale": 0.5})
+    assert why is not None and "length_scale 0.5" in why
+    assert _config_trace(PROV, {**spec, "length_scale": 1, "over_limit": "drop"}) is None
+    scaled = copy.deepcopy(PROV)
+    scaled["window"]["fit"] = {"length_scale": 0.5, "max_output_tokens": None}
+    assert other_trace(PROV, scaled) is not None and "length_scale 0.5" in str(
+        other_trace(PROV, scaled)
+    )
+    assert _config_trace(scaled, {**spec, "length_scale": 0.5}) is None
+    # the busiest window of the reference's length, in the same file
+    assert _config_trace(PROV, {**spec, "busiest": 60, "start_s": None}) is None
+    assert _config_trace(PROV, {**spec, "busiest": 30}) is not None
     assert _config_trace(PROV, {**spec, "sha256": "0" * 64}) is not None
     assert _config_trace(None, spec) is not None
 
@@ -270,3 +283,58 @@ def test_the_report_gives_each_rates_time_scale_send_slip_and_reuse_served() -> 
     assert "| on | 2 | 0.5 | 60 of 60 | 4.0-9.5 | 15616 | 0.98-1.00 |" in lines
     assert "| off | 1 | 1 | 60 of 60 | 3.0 | 15616 | - |" in lines
     assert replay_section(SimpleNamespace(by={("a", 1.0): {1: SimpleNamespace(extra={})}})) == []
+
+
+def test_the_report_gives_the_window_as_recorded_against_as_replayed() -> None:
+    from types import SimpleNamespace
+
+    from servelab.analysis.replay_report import fidelity_tables
+
+    rows = [TraceRow(i * 500, 2000 + 100 * i, 40, (1, 2, 3, 4), i + 1) for i in range(20)]
+    spec = TraceSection("t", None, None, 512, 0.0, 10.0, length_scale=0.25, over_limit="truncate")
+    win = window(rows, spec, 1024)
+    trace = {"time_scale": 1.0, "window": win.record(), "reuse": {}}
+    g: Any = SimpleNamespace(
+        by={("a", 2.0): {1: SimpleNamespace(extra={"trace": trace})},
+            ("b", 2.0): {1: SimpleNamespace(extra={"trace": trace})}}
+    )  # fmt: skip
+    lines = fidelity_tables(g)
+    assert lines[0] == "### The window replayed (a, b)"  # one table: both replayed one window
+    assert "window 0-10 s: 20 of 20 kept, lengths x 0.25 (block 128 tokens)" in lines[2]
+    # 2000-3900 tokens x 1/4 = 500-975; outputs 40 -> 10; 20 requests over 10 s
+    assert "| Requests | 20 | 20 (100.0%) |" in lines
+    assert "| Rate (req/s, as recorded) | 2 | 2 |" in lines
+    assert "| Input p50 / p90 (tokens) | 2900 / 3700 | 725 / 925 |" in lines
+    assert "| Output p50 / p90 (tokens) | 40 / 40 | 10 / 10 |" in lines
+    # every request after the first reuses the same four blocks: 19 x 2048 of the tokens
+    reuse = [line for line in lines if line.startswith("| Implied reuse")][0]
+    assert "(512-token blocks)" in reuse and "(128-token blocks)" in reuse
+    before, after = (float(c.split()[0]) for c in reuse.strip("|").split("|")[1:])
+    assert before == pytest.approx(19 * 2048 / sum(2000 + 100 * i for i in range(20)), abs=1e-3)
+    assert after == pytest.approx(before, abs=0.01)
+    old = {"time_scale": 1.0, "window": {"requests": 3, "in_window": 3}, "reuse": {}}
+    assert (
+        fidelity_tables(
+            SimpleNamespace(by={("a", 1.0): {1: SimpleNamespace(extra={"trace": old})}})
+        )
+        == []
+    )
+
+
+def test_trace_requests_allows_what_min_kept_allows_unless_the_config_sets_a_limit() -> None:
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from servelab.analysis.validity.replay import check_trace_requests
+
+    window_ = {"in_window": 100, "requests": 90, "rejected": {"over_model_len": 10},
+               "fit": {"min_kept": 0.9}}  # fmt: skip
+    facts: Any = SimpleNamespace(trace={"window": window_}, requests=[{}] * 90)
+    unset = replace(T, max_trace_missing_pct=None)
+    flag = check_trace_requests(facts, unset)
+    assert flag.status == PASSED and flag.threshold == pytest.approx(10.0), flag
+    assert "90 of the window's 100 requests sent (left out: 10 over_model_len)" in flag.reason
+    strict = replace(T, max_trace_missing_pct=5.0)
+    assert check_trace_requests(facts, strict).status == FAILED
+    facts.requests = [{}] * 85  # 5 more never sent: 15% missing, over min_kept's 10%
+    assert check_trace_requests(facts, unset).status == FAILED

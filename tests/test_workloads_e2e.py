@@ -213,6 +213,10 @@ def test_a_trace_replays_its_schedule_and_its_prefix_sharing(
     point = json.loads((pdir / "point.json").read_text())
     assert point["trace"]["time_scale"] == 0.5 and point["arrival"]["process"] == "trace"
     assert point["trace"]["window"]["in_window"] == 12
+    # nothing fitted: the replay is the window as recorded, and the run said so
+    assert point["trace"]["window"]["kept_share"] == 1.0
+    assert point["trace"]["window"]["fit"]["length_scale"] == 1
+    assert "(window 0-3 s: 12 of 12 kept)" in proc.stdout + proc.stderr
     # the schedule is the trace's timestamps x 0.5, to the nanosecond
     arrivals = json.loads((raw / "arrivals" / "r0008.000.json").read_text())
     stamps = [json.loads(line)["timestamp"] for line in path.read_text().splitlines()]
@@ -245,5 +249,7 @@ def test_a_trace_replays_its_schedule_and_its_prefix_sharing(
     assert _flags(exp, "trace_requests")[server.name][0]["status"] == "passed"
     report = (exp / "analysis" / "report.md").read_text()
     assert "## Trace replay" in report
+    assert f"### The window replayed ({server.name})" in report
+    assert "| Requests | 12 | 12 (100.0%) |" in report
     prov = json.loads((exp / "bundle" / "provenance.json").read_text())
     assert prov["trace"]["file"]["sha256"] == sha and prov["trace"]["time_scales"] == {"8": 0.5}

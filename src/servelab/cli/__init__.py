@@ -21,6 +21,7 @@ from servelab.cli import (
     site,
     summary,
     telemetry,
+    trace,
     verify,
 )
 from servelab.errors import ServelabError
@@ -42,6 +43,7 @@ VERBS = (
     site,
     telemetry,
     profile,
+    trace,
 )
 
 

@@ -3430,6 +3430,36 @@ class TraceJsonFile(TypedDict):
     revision: NotRequired[str]
 
 
+class FitJson(TypedDict):
+    """How the window's requests were fitted to the server (workload.trace): length_scale, the
+    replayed block (block_tokens x length_scale), the output cap and how many it capped, what
+    over_limit did with requests still over max-model-len and how many it truncated, and the
+    share the replay had to keep. (trace.schema.json/properties/window/properties/fit)
+    """
+
+    length_scale: float
+    block_tokens: int
+    max_output_tokens: int | None
+    over_limit: str
+    capped: int
+    truncated: int
+    min_kept: float
+
+
+class TrafficJson(TypedDict):
+    """The window's requests as the trace recorded them.
+    (trace.schema.json/properties/window/properties/original)
+    """
+
+    requests: int
+    rate: float
+    input_p50: int | None
+    input_p90: int | None
+    output_p50: int | None
+    output_p90: int | None
+    reuse_ratio: float | None
+
+
 class WindowJson(TypedDict):
     """An object of trace.schema.json/properties/window."""
 
@@ -3439,6 +3469,21 @@ class WindowJson(TypedDict):
     requests: int
     rejected: dict[str, int]
     recorded_rate: float
+
+    # requests / in_window: the share of the window's requests replayed.
+    kept_share: NotRequired[float]
+
+    # How the window's requests were fitted to the server (workload.trace): length_scale, the
+    # replayed block (block_tokens x length_scale), the output cap and how many it capped, what
+    # over_limit did with requests still over max-model-len and how many it truncated, and the share
+    # the replay had to keep.
+    fit: NotRequired[FitJson]
+
+    # The window's requests as the trace recorded them.
+    original: NotRequired[TrafficJson]
+
+    # The requests replayed, fitted to the server.
+    replayed: NotRequired[TrafficJson]
 
 
 class TraceJson(TypedDict):

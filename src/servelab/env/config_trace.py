@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from servelab.documents import JsonObject
 from servelab.errors import ServelabError
+from servelab.experiment.workload import scaled_block_tokens
 from servelab.store.jsonio import as_object
 
 # workload keys a trace replaces: it gives every request's lengths and its prefix sharing
@@ -29,6 +30,11 @@ def check_trace_as_written(wu: JsonObject, source: str) -> None:
         pin = f"sha256: {sha256_file(found)}" if found.is_file() else "its sha256"
         raise ServelabError(
             f"{source}: workload.trace.sha256: required with path: pin {tr['path']} with {pin}"
+        )
+    if tr.get("busiest") is not None and ("start_s" in tr or "duration_s" in tr):
+        raise ServelabError(
+            f"{source}: workload.trace.busiest: the window is the busiest {tr['busiest']} s; "
+            "remove start_s and duration_s, or busiest"
         )
     for key in ("input_tokens", "output_tokens", *NOT_WITH_TRACE):
         if wu.get(key) is not None:
@@ -58,8 +64,15 @@ def check_trace(cfg: JsonObject, source: str) -> bool:
             f"{source}: workload.trace: give path (with its sha256) or hub, "
             + ("not both" if "path" in tr else "e.g. path: datasets/mooncake-sample.jsonl")
         )
-    if tr.get("duration_s", 0) is None:
-        del tr["duration_s"]
+    for key in ("duration_s", "busiest", "max_output_tokens"):
+        if tr.get(key, 0) is None:
+            del tr[key]  # absent unless given
+    block, scale = tr["block_tokens"], tr["length_scale"]
+    assert isinstance(block, int) and isinstance(scale, int | float)  # the schema's types
+    try:
+        scaled_block_tokens(block, scale)
+    except ServelabError as exc:
+        raise ServelabError(f"{source}: {exc}") from None
     if as_object(cfg["sweep"]).get("rate") is None:
         raise ServelabError(
             f"{source}: workload.trace: a trace is replayed on its own schedule, an open loop; "

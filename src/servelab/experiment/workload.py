@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TypedDict
+
+from servelab.errors import ServelabError
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,19 @@ class DatasetSection:
 @dataclass(frozen=True)
 class TraceSection:
     """workload.trace: a timed request trace replayed (servelab.workload.trace), pinned as a
-    dataset is; its window `start_s` + `duration_s` (None: to the trace's end)."""
+    dataset is; its window `start_s` + `duration_s` (None: to the trace's end), or the busiest
+    `busiest` seconds; fitted to the server by `length_scale` (input, output and block_tokens
+    together), `max_output_tokens` and `over_limit` (drop or truncate what still exceeds
+    max-model-len), keeping at least `min_kept` of the window's requests."""
 
-    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("path", "hub", "sha256", "duration_s")
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = (
+        "path",
+        "hub",
+        "sha256",
+        "duration_s",
+        "busiest",
+        "max_output_tokens",
+    )
 
     path: str | None
     hub: HubDataset | None
@@ -96,6 +109,14 @@ class TraceSection:
     block_tokens: int
     start_s: float
     duration_s: float | None
+    busiest: float | None = None
+    length_scale: float = 1.0
+    max_output_tokens: int | None = None
+    over_limit: str = "drop"  # drop | truncate
+    min_kept: float = 0.95
+    # the file's format, servelab.workload.trace_formats: auto (told from its content) |
+    # mooncake | azure | burstgpt
+    format: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -156,3 +177,34 @@ class WorkloadSection:
             and self.shared_prefix is None
             and self.chat is None
         )
+
+
+# --- a trace's length scale -------------------------------------------------------------
+
+
+def scale_fraction(scale: float) -> Fraction:
+    """A length scale as the exact fraction it names (0.03125 -> 1/32), for whole-token
+    arithmetic."""
+    return Fraction(scale).limit_denominator(1_000_000)
+
+
+def scaled_block_tokens(block_tokens: int, scale: float) -> int:
+    """The replayed block size: block_tokens x length_scale, which must be a whole number of
+    tokens (at least 1) so that every block stays one block; else a one-line error."""
+    n = Fraction(block_tokens) * scale_fraction(scale)
+    if n.denominator != 1 or n < 1:
+        raise ServelabError(
+            f"workload.trace.length_scale: {scale:g} x block_tokens {block_tokens} = {float(n):g} "
+            "is not a whole number of tokens; choose a scale that keeps blocks whole "
+            f"(e.g. 1/{_whole_divisor(block_tokens, scale)} = "
+            f"{1 / _whole_divisor(block_tokens, scale):g})"
+        )
+    return int(n)
+
+
+def _whole_divisor(block_tokens: int, scale: float) -> int:
+    """The divisor d of block_tokens nearest 1/scale at or above it (a scale of 1/d keeps
+    blocks whole and scales no less)."""
+    want = 1 / scale if scale > 0 else block_tokens
+    fits = [d for d in range(1, block_tokens + 1) if block_tokens % d == 0 and d >= want]
+    return fits[0] if fits else block_tokens

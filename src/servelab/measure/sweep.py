@@ -260,7 +260,8 @@ class SweepJob(ConfigJob):
         tr, source = self.exp.workload.trace, self.prompt_source
         if tr is None or source.dataset is None:
             return None
-        return Replay(source.trace_window(session), source.dataset.sha256, tr.block_tokens)
+        win = source.trace_window(session)
+        return Replay(win, source.dataset.sha256, win.block_tokens)
 
     def arrivals(self, slots: list[Slot], replay: Replay | None) -> dict[float, ArrivalsRecord]:
         """The send schedule of every rate of the plan (none for a closed loop), written to

@@ -122,6 +122,22 @@ def other_dataset(ref: DatasetFacts | None, new: DatasetFacts | None) -> str | N
     )
 
 
+# how a replay fitted the trace to its server (window.fit; absent: as recorded), and each
+# key's value where a record has none
+FIT_KEYS = {"length_scale": 1, "max_output_tokens": None, "over_limit": "drop"}
+
+
+def _fit_of(window: Mapping[str, object]) -> tuple[object, ...]:
+    """A window record's fit (length_scale, max_output_tokens, over_limit)."""
+    fit = _fields(window.get("fit"))
+    return tuple(fit.get(k, v) for k, v in FIT_KEYS.items())
+
+
+def _fit_text(fit: tuple[object, ...]) -> str:
+    said = [f"{k} {v}" for (k, d), v in zip(FIT_KEYS.items(), fit, strict=True) if v != d]
+    return f", {', '.join(said)}" if said else ""
+
+
 def _trace_text(t: Mapping[str, object] | None) -> str:
     if not t:
         return "no trace"
@@ -129,20 +145,21 @@ def _trace_text(t: Mapping[str, object] | None) -> str:
     name = f.get("path") or f"{f.get('repo_id')}/{f.get('filename')}"
     return (
         f"trace {name} (sha256 {str(f.get('sha256'))[:12]}, window {w.get('start_s')} s "
-        f"+ {w.get('duration_s')} s)"
+        f"+ {w.get('duration_s')} s{_fit_text(_fit_of(w))})"
     )
 
 
 def other_trace(ref: Mapping[str, object] | None, new: Mapping[str, object] | None) -> str | None:
     """Why two sides (provenance.json `trace`) did not replay the same trace window, in one
-    line: another file, or another window (start, duration); None when they did, or neither
-    replayed a trace."""
+    line: another file, or another window (start, duration) or fit to the server (length_scale,
+    max_output_tokens, over_limit); None when they did, or neither replayed a trace."""
 
     def key(t: Mapping[str, object] | None) -> tuple[object, ...] | None:
         if not t:
             return None
         w = _fields(t.get("window"))
-        return (_fields(t.get("file")).get("sha256"), w.get("start_s"), w.get("duration_s"))
+        file = _fields(t.get("file")).get("sha256")
+        return (file, w.get("start_s"), w.get("duration_s"), *_fit_of(w))
 
     if key(ref) == key(new):
         return None
@@ -402,8 +419,9 @@ def _config_trace(
     ref: Mapping[str, object] | None, spec: Mapping[str, object] | None
 ) -> str | None:
     """Why the trace window a config replays (workload.trace) is not the reference's, in one
-    line; None when it is (the pinned sha256, or the hub file, and the window's start and
-    duration), or neither replays a trace."""
+    line; None when it is (the pinned sha256, or the hub file, the window's start and
+    duration, or the busiest window of its length, and the fit to the server), or neither
+    replays a trace."""
     if not ref and not spec:
         return None
     f, w = _fields((ref or {}).get("file")), _fields((ref or {}).get("window"))
@@ -411,21 +429,30 @@ def _config_trace(
         hub, pinned = _fields(spec.get("hub")), spec.get("sha256")
         keys = ("repo_id", "filename", "revision")
         same = pinned == f.get("sha256") if pinned else all(hub.get(k) == f.get(k) for k in keys)
-        start, duration = _start_s(spec), spec.get("duration_s")
-        if same and start == w.get("start_s") and duration in (None, w.get("duration_s")):
+        busiest = spec.get("busiest")
+        if busiest is not None:  # the same file's busiest window of that length
+            window_same = busiest == w.get("duration_s")
+        else:
+            start, duration = _start_s(spec), spec.get("duration_s")
+            window_same = start == w.get("start_s") and duration in (None, w.get("duration_s"))
+        fit = tuple(spec.get(k, v) for k, v in FIT_KEYS.items())
+        if same and window_same and fit == _fit_of(w):
             return None
     mine = "no trace"
     if spec:
         hub = _fields(spec.get("hub"))
         name = spec.get("path") or f"{hub.get('repo_id')}/{hub.get('filename')}"
-        mine = (
-            f"trace {name} (sha256 {str(spec.get('sha256'))[:12]}, window "
-            f"{_start_s(spec)} s + {spec.get('duration_s')} s)"
+        span = (
+            f"the busiest {spec['busiest']} s"
+            if spec.get("busiest") is not None
+            else f"{_start_s(spec)} s + {spec.get('duration_s')} s"
         )
+        fit_text = _fit_text(tuple(spec.get(k, v) for k, v in FIT_KEYS.items()))
+        mine = f"trace {name} (sha256 {str(spec.get('sha256'))[:12]}, window {span}{fit_text})"
     return (
         f"the reference replayed {_trace_text(ref)}, this config replays {mine}: a "
-        "reproduction on another trace or window is not compared; pin the reference's trace "
-        "and window in workload.trace"
+        "reproduction on another trace, window or fit is not compared; pin the reference's "
+        "trace, window and fit in workload.trace"
     )
 
 

@@ -51,7 +51,7 @@ class PromptSet:
             copies = (n - wl.warmup.requests) // max(1, win["requests"])
             what = (
                 f"{copies} replay{'s' if copies != 1 else ''} of {win['requests']} requests "
-                f"of trace {self.source}"
+                f"of trace {self.source} ({trace.window_text(win)})"
             )
         elif self.source is not None:
             what = f"{n} prompts sampled from {self.source}"
@@ -93,7 +93,7 @@ class PromptSource:
         tr = exp.workload.trace
         if tr is not None:
             file = trace.resolve_trace(tr)
-            rows = trace.read_trace(file.path)
+            rows = trace.read_trace(file.path, tr.format)
             say(f"trace {label(file)}: {len(rows)} requests, sha256 {file.sha256[:12]}")
             return PromptSource(exp.workload, model_dir, file, trace_rows=tuple(rows))
         spec = exp.workload.dataset
@@ -156,7 +156,7 @@ class PromptSource:
         tokenize, detokenize = workload.server_tokenizer(server, model)
         vocab = workload.vocab_ids(self.model_dir)
         b = trace.TraceBuilder(
-            vocab, wl.seed, tr.block_tokens, tokenize, detokenize, _special(session)
+            vocab, wl.seed, win.block_tokens, tokenize, detokenize, _special(session)
         )
         warm = wl.warmup.requests
         rows = [win.rows[i % len(win.rows)] for i in range(warm)]

@@ -11,11 +11,15 @@ the time scale; `arrival_rate`), two:
   where the configuration enables prefix caching; more than implied is fine (blocks a request
   shares with the warm-up, or a partial block vLLM completed);
 - `trace_requests`: the requests the point sent against those in the trace's window (point.json
-  `trace.window.in_window`): more than `max_trace_missing_pct` percent missing (5 unless set),
-  left out for the server's max-model-len or never sent, is no longer the window's traffic.
+  `trace.window.in_window`): more missing (failed in the trace, left out for the server's
+  max-model-len, or never sent) than `max_trace_missing_pct` percent where set, else than the
+  replay's `workload.trace.min_kept` allows (5% at its 0.95), is no longer the window's
+  traffic.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from servelab.analysis.validity.facts import PointFacts, integer
 from servelab.analysis.validity.flags import (
@@ -57,11 +61,22 @@ def check_trace_reuse(f: PointFacts, t: ValiditySection) -> Flag:
     return Flag("trace_reuse", PASSED, share, limit, said)
 
 
+def _missing_limit(t: ValiditySection, window: Mapping[str, object]) -> float:
+    """The most percent of the window's requests a point may miss: max_trace_missing_pct where
+    the config sets it, else what the replay's min_kept allows (point.json trace.window.fit),
+    else 5."""
+    if t.max_trace_missing_pct is None:
+        kept = block(window, "fit").get("min_kept")
+        if isinstance(kept, int | float) and not isinstance(kept, bool):
+            return round(100 * (1 - kept), 9)
+    return threshold_of(t, "max_trace_missing_pct")
+
+
 def check_trace_requests(f: PointFacts, t: ValiditySection) -> Flag:
-    limit = threshold_of(t, "max_trace_missing_pct")
+    window = block(f.trace, "window") if f.trace is not None else {}
+    limit = _missing_limit(t, window)
     if f.trace is None:
         return Flag("trace_requests", NOT_CHECKED, None, limit, NOT_TRACE)
-    window = block(f.trace, "window")
     expected = integer(window.get("in_window") or 0)
     sent = len(f.requests)
     if not expected:
