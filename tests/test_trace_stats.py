@@ -270,6 +270,21 @@ def test_synth_keeps_the_sources_statistics(tmp_path: Path) -> None:
     assert all((r.input_length, r.output_length) in pairs for r in back)
 
 
+def test_synth_at_twice_the_samples_rate_halves_its_gaps_and_keeps_its_reuse() -> None:
+    src = read_trace(SAMPLE)
+    rate = len(src) / (src[-1].timestamp / 1000)  # the sample's recorded rate, 60 / 57 s
+
+    def mean_gap(rows: list[TraceRow]) -> float:
+        return (rows[-1].timestamp - rows[0].timestamp) / (len(rows) - 1)
+
+    reuse = intended_reuse(src, 128)["reuse_ratio"]
+    assert reuse is not None
+    for seed in range(5):  # 1,263 requests over 600 s, from each of five seeds
+        rows = synthesize(src, SynthPlan(2 * rate, 600, seed, 128))
+        assert mean_gap(rows) == pytest.approx(mean_gap(src) / 2, rel=0.05)
+        assert intended_reuse(rows, 128)["reuse_ratio"] == pytest.approx(reuse, rel=0.05)
+
+
 def test_synth_of_a_plain_trace_and_refusals() -> None:
     plain = [TraceRow(t, 50, 5, None, i) for i, t in enumerate((0, 0, 1000, 3000), 1)]
     synthetic = synthesize(plain, SynthPlan(1, 10, 0, 512))
