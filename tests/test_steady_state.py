@@ -279,3 +279,31 @@ def test_a_vllm_bench_tree_is_read_in_its_send_order() -> None:
     del bench["latencies"]
     g = facts_from_bench(bench)  # type: ignore[arg-type]
     assert g.requests[0].e2el_ms == pytest.approx(30.0)
+
+
+def test_a_trace_whose_replies_lengthen_is_read_per_output_token() -> None:
+    # 200 requests whose output lengths double over the point (as in a production trace's
+    # window), each at 10 ms per output token: E2EL doubles with them, with no queue at all
+    rng = random.Random(3)
+    outs = [20 + i // 2 + rng.randint(0, 10) for i in range(200)]
+    e2el = [10.0 * o * (1 + 0.1 * rng.uniform(-1, 1)) for o in outs]
+
+    def facts(per_token: list[float], wait: float = 0.0) -> PointFacts:
+        reqs = tuple(
+            RequestFacts(completed=True, output_tokens=o, reads=o, error=None,
+                         ttft_ms=50.0 + rng.uniform(-5, 5) + wait * i, e2el_ms=e + wait * i,
+                         sent_ns=T0 + i * 10**8)
+            for i, (o, e) in enumerate(zip(outs, per_token, strict=True))
+        )  # fmt: skip
+        return PointFacts(reqs, 10.0, None)
+
+    assert trend(e2el).relative is not None and trend(e2el).relative > 1.0  # E2EL alone trends
+    flag = check_steady_state(facts(e2el), T)
+    assert flag.status == PASSED, flag.reason
+    assert "E2EL per output token" in flag.reason
+    # a queue growing over the same point: each request waits 40 ms more than the one before
+    flag = check_steady_state(facts(e2el, wait=40.0), T)
+    assert flag.status == FAILED, flag.reason
+    # the wait is whole in TTFT, diluted per output token in E2EL: TTFT tells the queue
+    assert "TTFT grew over the point" in flag.reason, flag.reason
+    assert "E2EL per output token +" in flag.reason

@@ -9,7 +9,9 @@ a transient: its percentiles depend on how long it lasted, and describe nothing 
 
 The test reads a point's successful requests in send order (`sent_epoch_ns`; an open loop's
 scheduled send), their TTFT and, separately, their E2EL as the metrics count them
-(servelab.metrics.request_latencies):
+(servelab.metrics.request_latencies), per output token where the requests' output lengths
+differ (`e2el_series`: a trace's own lengths may trend, and a queue lengthens E2EL per token
+as much as E2EL):
 
 - Mann-Kendall's trend test: S, the number of later requests slower than an earlier one minus
   those faster, over every pair; its variance under no trend with the correction for ties,
@@ -42,8 +44,6 @@ from servelab.experiment import ValiditySection
 # fewer successful requests than this leave the point not checked: the normal approximation
 # of Mann-Kendall's S is poor below it
 MIN_REQUESTS = 10
-# the latencies the check reads, by the name its words give them
-TREND_METRICS = ("TTFT", "E2EL")
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,21 @@ def send_order(requests: Sequence[RequestFacts]) -> list[RequestFacts]:
     return done
 
 
+def e2el_series(reqs: Sequence[RequestFacts]) -> dict[str, list[float]]:
+    """The E2EL series the check reads: each request's E2EL where every request generated as
+    many tokens; where their output lengths differ (a trace, a dataset, drawn lengths), E2EL
+    per output token, so that a workload whose own lengths trend (a trace whose later replies
+    are longer) is not taken for a growing queue, which lengthens it per token alike."""
+    outs = {r.output_tokens for r in reqs}
+    if len(outs) <= 1:
+        return {"E2EL": [float(r.e2el_ms or 0.0) for r in reqs]}
+    return {
+        "E2EL per output token": [
+            float(r.e2el_ms or 0.0) / max(1, r.output_tokens or 0) for r in reqs
+        ]
+    }
+
+
 def _pct(share: float | None) -> str:
     if share is None:
         return "n/a (median 0)"
@@ -147,11 +162,8 @@ def check_steady_state(f: PointFacts, t: ValiditySection) -> Flag:
         what = "first turns" if f.chat_turns and f.chat_turns > 1 else "requests"
         why = f"{n} successful {what}: the trend test needs at least {MIN_REQUESTS}"
         return Flag("steady_state", NOT_CHECKED, None, limit, why)
-    series = {
-        "TTFT": [float(r.ttft_ms or 0.0) for r in reqs],
-        "E2EL": [float(r.e2el_ms or 0.0) for r in reqs],
-    }
-    trends = {name: trend(series[name]) for name in TREND_METRICS}
+    series = {"TTFT": [float(r.ttft_ms or 0.0) for r in reqs], **e2el_series(reqs)}
+    trends = {name: trend(values) for name, values in series.items()}
     grew = [
         name
         for name, tr in trends.items()
@@ -160,11 +172,11 @@ def check_steady_state(f: PointFacts, t: ValiditySection) -> Flag:
     sizes = [tr.relative for name, tr in trends.items() if tr.relative is not None]
     grown = [r for name in grew if (r := trends[name].relative) is not None]
     value = max(grown) if grown else (max(sizes) if sizes else None)
-    first, second = (trends[name] for name in TREND_METRICS)
+    (first_name, first), (second_name, second) = trends.items()
     said = (
         f"fitted change across {n} requests in send order, as a share of the median: "
-        f"TTFT {_pct(first.relative)} (Mann-Kendall p {first.p:.2g}), "
-        f"E2EL {_pct(second.relative)} (p {second.p:.2g})"
+        f"{first_name} {_pct(first.relative)} (Mann-Kendall p {first.p:.2g}), "
+        f"{second_name} {_pct(second.relative)} (p {second.p:.2g})"
     )
     if grew:
         why = (
