@@ -24,6 +24,7 @@ from servelab.workload.trace import (
     intended_reuse,
     read_trace,
     resolve_trace,
+    reuse_per_row,
     scaled_block_tokens,
     schedule_ns,
     window,
@@ -216,6 +217,7 @@ def test_the_reuse_the_trace_implies() -> None:
         TraceRow(3, 16, 1, (8,), 4),  # 8 at another place: not a prefix
         TraceRow(4, 10, 1, None, 5),
     ]
+    assert reuse_per_row(rows, 16) == [0, 16, 40, 0, 0]  # per request, as synth copies it
     got = intended_reuse(rows, 16)
     assert got["reused_tokens"] == 16 + 40
     assert got["requests_with_reuse"] == 2

@@ -216,14 +216,6 @@ def test_png_is_the_same_bytes_for_the_same_trace(
 
 
 def test_the_reuse_per_request_that_synth_copies() -> None:
-    rows = [
-        TraceRow(0, 40, 1, (7, 8, 9), 1),
-        TraceRow(1, 20, 1, (7, 10), 2),  # block 7 again: 16 tokens
-        TraceRow(2, 40, 1, (7, 8, 9), 3),  # 7 and 8 whole, 9's 8 tokens
-        TraceRow(3, 16, 1, (8,), 4),  # 8 at another place: not a prefix
-        TraceRow(4, 10, 1, None, 5),
-    ]
-    assert reuse_per_row(rows, 16) == [0, 16, 40, 0, 0]
     sample = read_trace(SAMPLE)
     hits = reuse_per_row(sample, 128)
     assert hits[0] == 0 and sum(h > 0 for h in hits) == 59

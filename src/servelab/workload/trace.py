@@ -70,7 +70,14 @@ def _as_dataset(spec: TraceSection) -> DatasetSection:
 
 
 def _renamed(exc: ServelabError) -> ServelabError:
-    return ServelabError(str(exc).replace("workload.dataset", "workload.trace"))
+    said = str(exc).replace("workload.dataset", "workload.trace")
+    return ServelabError(
+        said.replace(
+            "give the dataset file's path",
+            "give the trace file's path (an example replaying a public trace says in its "
+            "header where to fetch it)",
+        )
+    )
 
 
 def resolve_trace(spec: TraceSection) -> DatasetFile:
