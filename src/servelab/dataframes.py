@@ -30,7 +30,6 @@ from servelab.client import RequestRecord
 from servelab.config import load as load_config
 from servelab.experiment import Experiment
 from servelab.metrics import request_latencies
-from servelab.store.jsonio import read_json
 from servelab.store.rawdata import load_points
 from servelab.telemetry.columns import table_columns as telemetry_table_columns
 
@@ -134,7 +133,7 @@ def _bench_requests(root: Path, name: str) -> Iterator[dict[str, Any]]:
     (E2EL: `latencies`, else TTFT plus the ITLs); any other per-request list under its key.
     The point's level under `concurrency`, or `rate` for a run at a request rate."""
     for f in vllm_bench_files(root):
-        bench = read_json(f.path)
+        bench = f.read()
         level = f.level(bench).to_json()
         n = len(bench["ttfts"])
         errors = bench.get("errors") or [""] * n

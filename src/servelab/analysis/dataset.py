@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NotRequired, TypedDict, cast
 
 from servelab.analysis.outputs import PointKey, PointOutputs, point_outputs
+from servelab.analysis.peers import point_file, read_point
 from servelab.analysis.search import SearchResult, read_search
 from servelab.analysis.validity import (
     FAILED,
@@ -55,7 +56,6 @@ from servelab.experiment import ValiditySection
 from servelab.hostfacts.canary import RunCanary, run_canaries
 from servelab.launch.serverlog import parse_capacity
 from servelab.metrics import PointMetrics, assemble, point_metrics, request_latencies
-from servelab.store.jsonio import read_json
 from servelab.store.paths import SERVER_LOG, ExperimentPaths
 from servelab.store.rawdata import DamagedRawData, RawPoint, Skipped, load_points
 from servelab.store.records import (
@@ -462,6 +462,11 @@ class BenchFile:
     repeat: int
     axis: str  # "concurrency" | "rate"
     folder_level: str  # the level as the folder spells it
+    tool: str = "vllm"  # the tool that wrote it (servelab.analysis.peers.POINT_FILES)
+
+    def read(self) -> BenchJson:
+        """The point's results as vllm bench's per-request lists (another tool's, adapted)."""
+        return read_point(self.path, self.tool)
 
     def concurrency(self, bench: BenchJson) -> int:
         """A concurrency point's level: benchmark.json's max_concurrency, else the folder's."""
@@ -500,7 +505,8 @@ class BenchFile:
 
 
 def vllm_bench_files(root: Path) -> list[BenchFile]:
-    """Every benchmark.json of a vllm-bench tree, by repeat, then folder name; a tree that holds
+    """Every point file of a vllm-bench tree (vllm bench's benchmark.json, or another tool's
+    results: servelab.analysis.peers), by repeat, then folder name; a tree that holds
     both concurrency_<CCC> and rate_<R> folders is a one-line error (one sweep per root)."""
     files, axes = [], set()
     # the repeat folders, each with its name's match of VLLM_REP
@@ -513,8 +519,9 @@ def vllm_bench_files(root: Path) -> list[BenchFile]:
                 if m is None or not d.is_dir():
                     continue
                 axes.add(axis)
-                if (d / "benchmark.json").exists():
-                    files.append(BenchFile(d / "benchmark.json", rep, axis, m.group(1)))
+                found = point_file(d)
+                if found is not None:
+                    files.append(BenchFile(found[0], rep, axis, m.group(1), found[1]))
     if len(axes) > 1:
         raise ServelabError(
             f"{root}: holds both concurrency_<CCC> and rate_<R> folders; a vllm-bench tree is a "
@@ -640,7 +647,7 @@ def bench_checks(bench: BenchJson, level: Level, t: ValiditySection) -> tuple[Fl
 def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
     points = []
     for f in vllm_bench_files(root):
-        bench: BenchJson = read_json(f.path)
+        bench = f.read()
         metrics, ttfts, per = vllm_bench_metrics(bench, str(f.path))
         level = f.level(bench)
         points.append(

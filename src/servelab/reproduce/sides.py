@@ -16,6 +16,7 @@ from typing import Required, TypedDict
 import yaml
 
 from servelab.analysis.dataset import detect_layout, vllm_bench_files
+from servelab.analysis.peers import tool_version
 from servelab.analysis.pipeline import analysis_section
 from servelab.documents import JsonObject, JsonValue
 from servelab.documents.declared import Provenance, SideFacts
@@ -209,6 +210,9 @@ def _bench_facts(root: Path) -> BenchFacts:
     files = vllm_bench_files(root)
     if not files:
         return {}
+    made_by = tool_version(files[0].path, files[0].tool)
+    if made_by is not None:  # another tool's results: which tool and version wrote them
+        return {"tool": made_by}
     data = json.loads(files[0].path.read_text(encoding="utf-8"))
     keys = BENCH_FACTS + (BENCH_RATE_FACTS if files[0].axis == "rate" else ())
     # an infinite burstiness (constant gaps) as its JSON can hold it

@@ -1,0 +1,162 @@
+"""Other tools' results read as points (servelab.analysis.peers): real AIPerf 0.13 and GuideLLM
+0.8 runs (tests/fixtures/tools/, three repeats of c=4 each, made against the CPU default's
+server) laid out as a vllm-bench tree, loaded with servelab's definitions and compared; another
+version or layout refused in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from servelab.analysis.dataset import load_dataset
+from servelab.analysis.peers import read_aiperf, read_guidellm
+from servelab.errors import ServelabError
+
+TOOLS = Path(__file__).resolve().parent / "fixtures" / "tools"
+
+
+def tree(tmp_path: Path, tool: str, files: tuple[str, ...]) -> Path:
+    """rep_0N/concurrency_004/ holding repN's result files of `tool`."""
+    root = tmp_path / tool
+    for n in (1, 2, 3):
+        point = root / f"rep_{n:02d}" / "concurrency_004"
+        point.mkdir(parents=True)
+        for name in files:
+            shutil.copy(TOOLS / tool / f"rep{n:02d}" / name, point / name)
+    return root
+
+
+def aiperf_tree(tmp_path: Path) -> Path:
+    return tree(tmp_path, "aiperf", ("profile_export.jsonl", "profile_export_aiperf.json"))
+
+
+def guidellm_tree(tmp_path: Path) -> Path:
+    return tree(tmp_path, "guidellm", ("benchmarks.json",))
+
+
+def test_an_aiperf_run_reads_as_its_own_summary_says(tmp_path: Path) -> None:
+    ds = load_dataset(aiperf_tree(tmp_path))
+    assert [(p.repeat, p.level.value) for p in ds.points] == [(1, 4), (2, 4), (3, 4)]
+    for p in ds.points:
+        summary = json.loads(
+            (TOOLS / "aiperf" / f"rep{p.repeat:02d}" / "profile_export_aiperf.json").read_text()
+        )
+        # 16 sent, 1 failed (its tokens decode to no text), as AIPerf counts them
+        assert p.metrics["num_prompts"] == 16 and p.metrics["completed"] == 15
+        # mean TTFT over the same 15 requests: AIPerf's own mean, to the float
+        assert p.metrics["mean_ttft_ms"] == pytest.approx(summary["time_to_first_token"]["avg"])
+        # output tokens as the server counted them (64 each), not AIPerf's re-tokenized count
+        assert p.metrics["total_output_tokens"] == 15 * 64
+        assert p.metrics["duration"] == pytest.approx(summary["benchmark_duration"]["avg"])
+    bench = read_aiperf(TOOLS / "aiperf" / "rep01" / "profile_export.jsonl")
+    starts = bench["start_times"]
+    assert starts[0] == 0.0 and starts == sorted(starts)  # in send order
+    assert sum(1 for e in bench["errors"] if e) == 1
+
+
+def test_a_guidellm_run_reads_as_its_own_summary_says(tmp_path: Path) -> None:
+    ds = load_dataset(guidellm_tree(tmp_path))
+    assert len(ds.points) == 3
+    for p in ds.points:
+        data = json.loads(
+            (TOOLS / "guidellm" / f"rep{p.repeat:02d}" / "benchmarks.json").read_text()
+        )
+        metrics = data["benchmarks"][0]["metrics"]
+        assert p.metrics["completed"] == metrics["time_to_first_token_ms"]["successful"]["count"]
+        assert p.metrics["mean_ttft_ms"] == pytest.approx(
+            metrics["time_to_first_token_ms"]["successful"]["mean"]
+        )
+        assert p.metrics["total_output_tokens"] == 16 * 64
+    bench = read_guidellm(TOOLS / "guidellm" / "rep01" / "benchmarks.json")
+    assert bench["max_concurrency"] == 4
+    # a request's gaps are its mean ITL, one per token after the first
+    assert all(len(g or []) == 63 for g in bench["itls"])
+
+
+def test_an_inference_perf_stage_reads_into_a_single_side_analysis(tmp_path: Path) -> None:
+    from servelab.analysis.peers import tool_version
+
+    point = tmp_path / "inference-perf" / "rep_01" / "concurrency_004"
+    shutil.copytree(TOOLS / "inference-perf" / "run01", point)
+    ds = load_dataset(tmp_path / "inference-perf")
+    summary = json.loads((point / "summary_lifecycle_metrics.json").read_text())
+    (p,) = ds.points
+    assert p.metrics["completed"] == summary["successes"]["count"] == 16
+    ttft = summary["successes"]["latency"]["time_to_first_token"]["mean"]
+    assert p.metrics["mean_ttft_ms"] == pytest.approx(1000 * ttft)
+    # the server's usage (64 each), not inference-perf's own re-tokenized count (30-212)
+    assert p.metrics["total_output_tokens"] == 16 * 64
+    assert p.metrics["duration"] == pytest.approx(summary["benchmark_time_seconds"])
+    records = point / "per_request_lifecycle_metrics.json"
+    assert tool_version(records, "inference-perf") == "inference-perf (report format 0.2.1)"
+    report = point / "inference-perf.partial.stage_0.yaml"
+    report.write_text(report.read_text().replace("version: 0.2.1", "version: 0.3.0", 1))
+    with pytest.raises(ServelabError, match="written by inference-perf report format 0.3.0"):
+        load_dataset(tmp_path / "inference-perf")
+    report.unlink()
+    with pytest.raises(ServelabError, match="no inference-perf.partial.stage_0.yaml beside it"):
+        load_dataset(tmp_path / "inference-perf")
+
+
+def test_another_version_or_layout_is_refused_in_one_line(tmp_path: Path) -> None:
+    root = aiperf_tree(tmp_path)
+    summary = root / "rep_01" / "concurrency_004" / "profile_export_aiperf.json"
+    summary.write_text(
+        summary.read_text().replace('"aiperf_version": "0.13.0"', '"aiperf_version": "0.12.1"')
+    )
+    with pytest.raises(ServelabError) as err:
+        load_dataset(root)
+    said = str(err.value)
+    assert str(summary) in said and "written by aiperf 0.12.1" in said
+    assert "servelab reads aiperf 0.13.x results" in said and "\n" not in said
+    (root / "rep_02" / "concurrency_004" / "profile_export_aiperf.json").unlink()
+    summary.write_text(summary.read_text().replace("0.12.1", "0.13.0"))
+    with pytest.raises(ServelabError, match="no profile_export_aiperf.json beside it"):
+        load_dataset(root)
+    g = guidellm_tree(tmp_path)
+    path = g / "rep_01" / "concurrency_004" / "benchmarks.json"
+    data = json.loads(path.read_text())
+    data["benchmarks"] = data["benchmarks"] * 2  # a sweep in one file
+    path.write_text(json.dumps(data))
+    with pytest.raises(ServelabError, match="2 benchmarks; a point folder holds one"):
+        load_dataset(g)
+    data["benchmarks"] = data["benchmarks"][:1]
+    data["metadata"]["guidellm_version"] = "0.9.0"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ServelabError, match="written by guidellm 0.9.0"):
+        load_dataset(g)
+
+
+def test_compare_reads_them_and_refuses_to_compare_two_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from servelab.cli import main
+
+    guidellm = guidellm_tree(tmp_path)
+    again = tmp_path / "again" / "guidellm"
+    shutil.copytree(guidellm, again)
+    out = tmp_path / "out"
+    # the same GuideLLM run against itself: the points pair up, and a claim on them reproduces
+    claim = "throughput[config=guidellm,c=4] > 100"
+    rc = main(["compare", str(guidellm), str(again), "--out", str(out), "--claim", claim])
+    said = capsys.readouterr().out
+    record = json.loads((out / "reproduction.json").read_text())
+    assert rc == 0 and record["verdict"] == "REPRODUCED", said
+    # two clients measure differently: their runs are not one setup measured twice
+    rc = main(["compare", str(aiperf_tree(tmp_path)), str(guidellm), "--out", str(out)])
+    said = capsys.readouterr().out
+    record = json.loads((out / "reproduction.json").read_text())
+    assert rc == 3 and record["verdict"] == "NOT COMPARABLE", said
+    assert "benchmark.tool" in record["why"]
+
+
+def test_aiperfs_failed_request_invalidates_its_points(tmp_path: Path) -> None:
+    # AIPerf rejected one response per run (its 64 tokens decode to no text): servelab counts
+    # the failure against the point, as it would its own client's
+    ds = load_dataset(aiperf_tree(tmp_path))
+    for p in ds.points:
+        failed = [f for f in p.checks if f.check == "failed_requests"]
+        assert failed and failed[0].status == "failed", p.checks
