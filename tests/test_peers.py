@@ -160,3 +160,65 @@ def test_aiperfs_failed_request_invalidates_its_points(tmp_path: Path) -> None:
     for p in ds.points:
         failed = [f for f in p.checks if f.check == "failed_requests"]
         assert failed and failed[0].status == "failed", p.checks
+
+
+V9 = Path(__file__).resolve().parents[1] / "evidence" / "quickstart-cpu" / "v9"
+
+
+def test_crosscheck_sets_the_tools_beside_servelabs_run_and_names_the_causes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from servelab.analysis.dataset import load_dataset as load
+    from servelab.analysis.stats import ratio_ci
+    from servelab.cli import main
+
+    ip = tmp_path / "inference-perf" / "rep_01" / "concurrency_004"
+    shutil.copytree(TOOLS / "inference-perf" / "run01", ip)
+    trees = [guidellm_tree(tmp_path), tmp_path / "inference-perf"]
+    out = tmp_path / "out"
+    # release v9: the same server (tiny model, max-num-seqs 8) at the same point (c=4, 128 -> 64)
+    args = ["crosscheck", str(V9), *map(str, trees), "--config", "max-num-seqs-8"]
+    assert main([*args, "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert said == (out / "clients.md").read_text()
+    from servelab.reproduce.sides import open_side
+
+    side = open_side(V9, tmp_path / "v9", "run")
+    ours = [
+        float(p.metrics["output_throughput"] or 0)
+        for p in load(side.root).points
+        if p.server_config == "max-num-seqs-8" and p.level.value == 4
+        if not p.left_out("output_throughput")
+    ]
+    theirs = [float(p.metrics["output_throughput"] or 0) for p in load(trees[0]).points]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in said.splitlines()]
+    row = next(r for r in rows if r[0].startswith("guidellm 0.8.1") and r[2] == "output_throughput")
+    assert row[1] == "c=4"
+    assert row[3] == f"{sum(ours) / len(ours):.4g} (n = {len(ours)})"
+    assert row[4] == f"{sum(theirs) / 3:.4g} (n = 3)"
+    # the tool's geometric mean over servelab's, with its Welch interval
+    r = ratio_ci(theirs, ours)
+    assert r is not None and r.low is not None and r.high is not None
+    assert row[5] == f"{r.value:.3f} [{r.low:.3f}, {r.high:.3f}]"
+    # GuideLLM's TTFT is invalid: 5-6 of its 16 streams arrived in one read on 2 shared cores
+    ttft = next(
+        line for line in said.splitlines() if "guidellm 0.8.1" in line and "mean_ttft_ms" in line
+    )
+    assert "| invalid |" in ttft
+    assert "guidellm 0.8.1 (guidellm): streams that arrived in one read" in said
+    # inference-perf re-tokenizes the text: its count beside the server's
+    assert "counts output tokens by re-tokenizing the text: 1617 against the server's 1024" in said
+
+
+def test_crosscheck_refuses_what_it_cannot_pair(tmp_path: Path) -> None:
+    import argparse
+
+    from servelab.cli import main
+    from servelab.cli.crosscheck import run as crosscheck
+
+    tree_ = guidellm_tree(tmp_path)
+    with pytest.raises(ServelabError, match="server configurations max-num-seqs-1, max-num-seqs-8"):
+        crosscheck(argparse.Namespace(run=str(V9), trees=[str(tree_)], config=None, out=None))
+    assert main(["crosscheck", str(V9), str(tree_), "--config", "nope"]) == 2
+    assert main(["crosscheck", str(V9), str(tmp_path), "--config", "max-num-seqs-8"]) == 2
+    assert main(["crosscheck", str(tree_), str(tree_)]) == 2  # not servelab's run

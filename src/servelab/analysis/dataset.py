@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import NotRequired, TypedDict, cast
 
 from servelab.analysis.outputs import PointKey, PointOutputs, point_outputs
-from servelab.analysis.peers import point_file, read_point
+from servelab.analysis.peers import client_output_tokens, point_file, read_point
 from servelab.analysis.search import SearchResult, read_search
 from servelab.analysis.validity import (
     FAILED,
@@ -84,6 +84,9 @@ class PointExtra(TypedDict, total=False):
     trace: Mapping[str, object]
     record: RecordJson
     arrival: Arrival
+    # another tool's own count of the output tokens of the point's completed requests (its
+    # re-tokenization of the text; servelab.analysis.peers), beside the server's the metrics use
+    client_output_tokens: int
 
 
 @dataclass
@@ -650,6 +653,9 @@ def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
         bench = f.read()
         metrics, ttfts, per = vllm_bench_metrics(bench, str(f.path))
         level = f.level(bench)
+        extra: PointExtra = {"arrival": bench_arrival(bench)} if level.is_rate else {}
+        if bench.get("client_output_lens") is not None:
+            extra["client_output_tokens"] = client_output_tokens(bench)
         points.append(
             Point(
                 server_config=name,
@@ -658,7 +664,7 @@ def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
                 metrics=metrics,
                 ttfts_ms=ttfts,
                 per_request=per,
-                extra={"arrival": bench_arrival(bench)} if level.is_rate else {},
+                extra=extra,
                 checks=bench_checks(bench, level, t),
             )
         )

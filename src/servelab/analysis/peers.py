@@ -47,6 +47,18 @@ GUIDELLM_VERSION = "0.8"
 INFERENCE_PERF_FORMAT = "0.2"  # the report format inference-perf 0.7 writes
 
 
+def client_output_tokens(bench: BenchJson) -> int:
+    """A tool's own count of the output tokens of the requests that completed (no error, and
+    output by the server's count)."""
+    own = bench.get("client_output_lens") or []
+    errors = bench.get("errors") or [""] * len(own)
+    return sum(
+        int(c or 0)
+        for c, e, n in zip(own, errors, bench["output_lens"], strict=True)
+        if not e and n not in (0, None)
+    )
+
+
 def point_file(folder: Path) -> tuple[Path, str] | None:
     """The results file of a point folder and the tool that wrote it (None: none known)."""
     for name, tool in POINT_FILES:
@@ -141,7 +153,7 @@ def read_aiperf(records: Path) -> BenchJson:
     t0 = rows[0][0]
     out: BenchJson = {
         "ttfts": [], "itls": [], "latencies": [], "output_lens": [], "input_lens": [],
-        "errors": [], "start_times": [],
+        "errors": [], "start_times": [], "client_output_lens": [],
     }  # fmt: skip
     for start, _, metrics, error in rows:
         failed = error is not None
@@ -160,6 +172,8 @@ def read_aiperf(records: Path) -> BenchJson:
         out["input_lens"].append(None if ins is None else int(ins))
         out["errors"].append(_error_text(error) if failed else "")
         out["start_times"].append((start - t0) / 1e9)
+        own = _number(metrics, "output_sequence_length")
+        out["client_output_lens"].append(None if own is None else int(own))
     duration = _number(summary, "benchmark_duration")
     if duration is None:
         raise DamagedFile(records.with_name(AIPERF_SUMMARY), "benchmark_duration", "missing")
@@ -260,7 +274,7 @@ def read_inference_perf(path: Path) -> BenchJson:
     t0 = _number(rows[0], "start_time") or 0.0
     out: BenchJson = {
         "ttfts": [], "itls": [], "latencies": [], "output_lens": [], "input_lens": [],
-        "errors": [], "start_times": [],
+        "errors": [], "start_times": [], "client_output_lens": [],
     }  # fmt: skip
     for r in rows:
         computed = _mapping(r, "computed_metrics")
@@ -280,6 +294,8 @@ def read_inference_perf(path: Path) -> BenchJson:
         message = _mapping(r, "error").get("error_msg") if isinstance(error, Mapping) else error
         out["errors"].append(str(message or "no metrics") if failed else "")
         out["start_times"].append((_number(r, "start_time") or t0) - t0)
+        own = _number(computed, "output_tokens")
+        out["client_output_lens"].append(None if own is None else int(own))
     summary = path.with_name(INFERENCE_PERF_SUMMARY)
     doc = read_json(summary) if summary.is_file() else None
     took = _number(doc, "benchmark_time_seconds") if isinstance(doc, Mapping) else None

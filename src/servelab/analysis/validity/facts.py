@@ -41,6 +41,9 @@ class BenchJson(TypedDict, total=False):
     request_rate: float | str | None
     burstiness: float | None
     ramp_up_strategy: str | None
+    # another tool's results (servelab.analysis.peers): the tool's own count of each request's
+    # output tokens (a re-tokenization of its text), where it differs in kind from output_lens
+    client_output_lens: list[int | None]
 
 
 @dataclass(frozen=True)
