@@ -39,6 +39,8 @@ ALLOWED = {
     "the history, the summary); within an analysis, the dataset's",
     "hostspeed.py": "read_host_speed: a run's or a release's canaries, for the comparisons of "
     "two runs (a reproduction, the history)",
+    "peers.py": "read_point: another tool's result files of one point, which load_dataset (and "
+    "dataframes, and a comparison's setup facts) call for each point folder of a tree",
 }
 
 
