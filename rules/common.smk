@@ -149,6 +149,16 @@ def model_params():
     return {**config["model"], "url": rt["url"]}
 
 
+# client.cross_check: other benchmark tools measuring the sweep's points (rules/runtime.smk,
+# client_tools: their venvs from envs/<tool>.lock; servelab.measure.crosscheck)
+CROSS_CHECK = list(_EXPERIMENT.cross_check)
+
+
+def client_tools_record(wildcards):
+    """runtime/clients.json where client.cross_check names tools: the sweeps read it."""
+    return [f"{EXP}/runtime/{_paths.CLIENTS_FILE}"] if CROSS_CHECK else []
+
+
 def runtime_inputs(wildcards):
     """The lock of a venv runtime; a container runtime reads nothing from the repository."""
     rt = config["runtime"]

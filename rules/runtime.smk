@@ -34,6 +34,35 @@ rule runtime:
         "../scripts/runtime.py"
 
 
+# The other benchmark tools of client.cross_check (servelab.env.client_tools): each installed
+# into its own venv from its hashed lock in envs/ (an input, so a changed lock rebuilds it);
+# vllm bench serve runs from the server runtime's venv, read from its record.
+from servelab.env import client_tools as _client_tools
+
+
+rule client_tools:
+    input:
+        locks=_client_tools.tool_locks(CROSS_CHECK, "envs"),
+        runtime=rules.runtime.output.record,
+    output:
+        record=f"{EXP}/runtime/{_paths.CLIENTS_FILE}",
+    params:
+        exp=experiment_dir,
+        tools=CROSS_CHECK,
+    resources:
+        measure=1,
+        cpus_per_task=node_cpus,
+        **WHOLE_NODE,
+    group:
+        MEASURE_GROUP
+    log:
+        f"{EXP}/logs/client_tools.log",
+    benchmark:
+        f"{EXP}/benchmarks/client_tools.tsv"
+    script:
+        "../scripts/client_tools.py"
+
+
 # A configuration with a runtime of its own (server.configs[].runtime: another lock or image,
 # e.g. another vLLM release): made ready as the shared one is, into runtime/<sc>/runtime.json,
 # which that configuration's measuring jobs read instead of runtime/runtime.json.

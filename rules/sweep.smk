@@ -16,6 +16,7 @@ rule sweep:
         model=rules.model.output.record,
         runtime=rules.runtime.output.record,
         config_runtimes=config_runtimes,
+        clients=client_tools_record,
     output:
         run=sweep_outputs() if SEQUENTIAL else f"{EXP}/raw/{{sc}}/{_paths.RUN_FILE}",
     params:
@@ -40,6 +41,7 @@ rule sweep_profile:
         model=rules.model.output.record,
         runtime=rules.runtime.output.record,
         config_runtimes=config_runtimes,
+        clients=client_tools_record,
     output:
         run=f"{EXP}/raw/{{sc}}/{_paths.RUN_FILE}",
         capture=f"{EXP}/profile/{{sc}}/{_paths.CAPTURE_FILE}",

@@ -290,7 +290,9 @@ def shared_servers(
             log = tmp / f"{name}.log"
             server = stack.enter_context(Server(launch, log, shutdown_timeout_s=30))
             started.append(server)
-            servers[name] = SharedServer(name, launch.base_url, SHARED_MODEL, tuple(args), log)
+            servers[name] = SharedServer(
+                name, launch.base_url, SHARED_MODEL, tuple(args), log, Path(record["path"])
+            )
         for server in started:
             server.wait_ready(600, say=lambda s: None)
         yield servers

@@ -255,6 +255,7 @@ class SharedServer:
     served_model: str
     args: tuple[str, ...]
     log: Path
+    model_path: Path | None = None  # the model's folder (its tokenizer)
 
 
 def shared_launch_args(prefix_caching: bool) -> dict[str, Any]:

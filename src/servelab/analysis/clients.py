@@ -10,15 +10,22 @@ tool counted by re-tokenizing the text instead of the server's count."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from servelab.analysis.dataset import Dataset
+from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.groups import Groups
 from servelab.analysis.stats import Ratio, ratio_ci
 from servelab.analysis.validity import FAILED
+from servelab.config import default_section
 from servelab.design.level import LevelValue
+from servelab.documents.declared import ClientRunJson
+from servelab.env.client_tools import TOOLS
+from servelab.experiment import ValiditySection
 from servelab.render import md_table
+from servelab.store.paths import CLIENT_FILE, CLIENTS_DIR
+from servelab.store.records import ClientRunRecord
 
 METRICS = ("output_throughput", "mean_ttft_ms", "mean_itl_ms")
 # validity checks whose failure on a tool's point names a known cause, and the cause in words
@@ -46,10 +53,48 @@ class ClientRow:
 
 @dataclass(frozen=True)
 class Tool:
-    """A tool's results: its name (and version), and its points (one server configuration)."""
+    """A tool's results: its name (and version), and its points (one server configuration);
+    `runs`: the tool's client.json of each point where servelab ran it (client.cross_check),
+    by level: its client CPU and the load window."""
 
     name: str
     data: Dataset
+    runs: Mapping[LevelValue, Sequence[ClientRunJson]] = field(default_factory=dict)
+    failed: int = 0  # runs that failed (kept as <point>.failed/, never read as data)
+
+
+@dataclass(frozen=True)
+class ClientsRun:
+    """A configuration's points as client.cross_check's tools measured them (raw/<sc>/clients/)."""
+
+    config: str
+    tools: list[Tool]
+    # analysis.validity: the bounds servelab holds its own client to (client CPU, client wait)
+    validity: ValiditySection | None = None
+
+
+def run_clients(root: Path, validity: ValiditySection | None) -> list[ClientsRun]:
+    """The tools' runs a servelab run holds, per configuration (none without client.cross_check):
+    raw/<sc>/clients/<tool>/, each a vllm-bench tree read by servelab.analysis.peers."""
+    out: list[ClientsRun] = []
+    for clients in sorted((root / "raw").glob(f"*/{CLIENTS_DIR}")):
+        tools: list[Tool] = []
+        for tree in sorted(d for d in clients.iterdir() if d.is_dir()):
+            runs: dict[LevelValue, list[ClientRunJson]] = {}
+            for f in sorted(tree.glob(f"rep_*/concurrency_*/{CLIENT_FILE}")):
+                doc = ClientRunRecord.read(f).doc
+                runs.setdefault(int(doc["concurrency"]), []).append(doc)  # type: ignore[arg-type]
+            failed = len(list(tree.glob("rep_*/concurrency_*.failed*")))
+            if not runs:
+                continue
+            first = next(iter(runs.values()))[0]
+            spec = TOOLS.get(first["tool"])
+            title = spec.title if spec is not None else first["tool"]
+            data = load_dataset(tree, first["tool"], validity)
+            tools.append(Tool(f"{title} {first['version']}", data, runs, failed))
+        if tools:
+            out.append(ClientsRun(clients.parent.name, tools, validity))
+    return out
 
 
 def compare_clients(ours: Groups, config: str, tools: Sequence[Tool]) -> list[ClientRow]:
@@ -105,6 +150,165 @@ def causes(tool: Tool) -> list[str]:
     return out
 
 
+# a tool's duration this much past its requests' span is named as a cause
+SPAN_EXCESS = 0.05
+# the server's own mean ITL this much above servelab's while a tool measured: named as a cause
+SERVER_SLOWER = 0.10
+
+
+def duration_cause(tool: Tool) -> list[str]:
+    """A tool whose points' durations run past its requests' span (first send to last end):
+    its tokens/s, over its own duration, reads lower than over the span servelab times."""
+    pairs = [
+        (float(d), float(span))
+        for p in tool.data.points
+        if (span := p.extra.get("request_span_s"))
+        and isinstance(d := p.metrics.get("duration"), int | float)
+    ]
+    if not pairs:
+        return []
+    excess = sum(d for d, _ in pairs) / sum(s for _, s in pairs) - 1.0
+    if excess <= SPAN_EXCESS:
+        return []
+    extra_s = sum(d - s for d, s in pairs) / len(pairs)
+    return [
+        f"{tool.name}: its duration runs {100 * excess:.0f}% past its requests' span, first "
+        f"send to last end ({extra_s:.2f} s a point on average): its throughput, over its own "
+        "duration, reads that much lower than over the span, which servelab's duration is"
+    ]
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def wait_cause(tool: Tool, limit_pct: float) -> list[str]:
+    """A tool whose requests waited in its client, between falling due and their send, longer
+    on average than `limit_pct` of their mean latency (analysis.validity.max_client_wait_pct,
+    servelab's own client_wait bound): its latencies, timed from the send, leave that out."""
+    hot = []
+    for p in tool.data.points:
+        wait, e2el = p.extra.get("client_wait_ms"), p.metrics.get("mean_e2el_ms")
+        if wait is not None and isinstance(e2el, int | float) and e2el > 0:
+            if 100.0 * wait / e2el > limit_pct:
+                hot.append((p, wait, 100.0 * wait / e2el))
+    if not hot:
+        return []
+    worst = max(hot, key=lambda h: h[2])
+    return [
+        f"{tool.name}: its requests waited in its client before their send longer than "
+        f"{limit_pct:g}% of their mean latency in {len(hot)} of {len(tool.data.points)} "
+        f"points (at most {worst[1]:.1f} ms, {worst[2]:.1f}%): its TTFT and E2EL, timed from "
+        "the send, leave that wait out"
+    ]
+
+
+def own_client_cores(ours: Groups, config: str, level: LevelValue) -> float | None:
+    """servelab's own client CPU at a level, in cores: the mean of its points' client_cpu
+    check values (telemetry over each point)."""
+    return _mean(
+        [
+            float(f.value)
+            for p in ours.by.get((config, level), {}).values()
+            for f in p.checks
+            if f.check == "client_cpu" and f.value is not None
+        ]
+    )
+
+
+def own_server_ms(ours: Groups, config: str, level: LevelValue, key: str) -> float | None:
+    """The server's own mean TTFT or ITL (`key` ttft, itl; its /metrics histogram, ms) over
+    servelab's points at a level: the telemetry summary's."""
+    vals = []
+    for p in ours.by.get((config, level), {}).values():
+        server = (p.extra.get("telemetry") or {}).get("server")
+        block = server.get(key) if isinstance(server, Mapping) else None
+        mean = block.get("mean_ms") if isinstance(block, Mapping) else None
+        if isinstance(mean, int | float):
+            vals.append(float(mean))
+    return _mean(vals)
+
+
+@dataclass(frozen=True)
+class LevelFacts:
+    """One tool at one level beside servelab's client: client CPU (cores: servelab's, the
+    tool's over its load window, the host's other busy cores meanwhile) and the server's own
+    mean ITL and TTFT (ms, its /metrics) while each measured."""
+
+    level: LevelValue
+    own_cores: float | None
+    tool_cores: float | None
+    other_cores: float | None
+    own_itl: float | None
+    tool_itl: float | None
+    own_ttft: float | None
+    tool_ttft: float | None
+    tool_wait: float | None = None  # its requests' mean wait in its client before the send, ms
+
+
+def level_facts(ours: Groups, config: str, tool: Tool) -> list[LevelFacts]:
+    """Per level the tool ran at (its client.json files), means over the repeats."""
+
+    def mean_of(runs: Sequence[ClientRunJson], key: str) -> float | None:
+        return _mean([float(v) for r in runs if isinstance(v := r.get(key), int | float)])
+
+    return [
+        LevelFacts(
+            level,
+            own_client_cores(ours, config, level),
+            mean_of(runs, "client_cpu_cores"),
+            mean_of(runs, "contention_cores"),
+            own_server_ms(ours, config, level, "itl"),
+            mean_of(runs, "server_itl_ms"),
+            own_server_ms(ours, config, level, "ttft"),
+            mean_of(runs, "server_ttft_ms"),
+            _mean(
+                [
+                    w
+                    for p in tool.data.points
+                    if p.level.value == level and (w := p.extra.get("client_wait_ms")) is not None
+                ]
+            ),
+        )
+        for level, runs in sorted(tool.runs.items())
+    ]
+
+
+def cpu_causes(ours: Groups, config: str, tool: Tool, limit: float) -> list[str]:
+    """A tool's client CPU at or over the bound servelab holds its own client to
+    (analysis.validity.max_client_cpu_cores), at the levels where it was; and a server that
+    served the tool's requests slower than servelab's, by its own /metrics."""
+    out: list[str] = []
+    facts = level_facts(ours, config, tool)
+    hot = [
+        f"{ours.level_name(f.level)}: {f.tool_cores:.2f} cores"
+        + ("" if f.own_cores is None else f" (servelab's client {f.own_cores:.2f})")
+        for f in facts
+        if f.tool_cores is not None and f.tool_cores >= limit
+    ]
+    if hot:
+        out.append(
+            f"{tool.name}: its client processes used at least the {limit:g} of a core that "
+            f"servelab allows its own client (max_client_cpu_cores) over the load: "
+            f"{'; '.join(hot)}. A client that busy falls behind the stream, or takes CPU from "
+            "a server on the same cores"
+        )
+    pairs = [(f.tool_itl, f.own_itl) for f in facts if f.tool_itl and f.own_itl]
+    if pairs:
+        ratio = _mean([t / o for t, o in pairs]) or 1.0
+        if ratio > 1.0 + SERVER_SLOWER:
+            cores = _mean([f.tool_cores for f in facts if f.tool_cores is not None])
+            why = "" if cores is None else f"; its client used {cores:.2f} cores meanwhile"
+            out.append(
+                f"{tool.name}: the server itself was slower while it measured: its own mean "
+                f"ITL (/metrics) {ratio:.2f}x what it was under servelab's client, mean over "
+                f"{len(pairs)} levels. That part of the difference is in what the server did, "
+                f"not in how the tool timed it (a client sharing the server's cores is one "
+                f"reason{why})"
+            )
+    return out
+
+
 def _ratio_text(r: Ratio | None) -> str:
     if r is None:
         return "-"
@@ -117,8 +321,13 @@ def _value(v: float | None, n: int) -> str:
     return "invalid" if v is None else f"{v:.4g} (n = {n})"
 
 
-def clients_section(ours: Groups, config: str, tools: Sequence[Tool]) -> list[str]:
-    """report's "Clients compared": the table and the causes, as Markdown lines."""
+def clients_section(
+    ours: Groups, config: str, tools: Sequence[Tool], validity: ValiditySection | None = None
+) -> list[str]:
+    """report's "Clients compared": the table, the tools' client CPU where servelab ran them,
+    and the causes, as Markdown lines; `validity` (analysis.validity, the schema's defaults
+    when None): the bounds servelab holds its own client to, which the causes apply."""
+    limits = validity or default_section(ValiditySection, "analysis", "validity")
     rows = compare_clients(ours, config, tools)
     table = [
         [
@@ -131,7 +340,17 @@ def clients_section(ours: Groups, config: str, tools: Sequence[Tool]) -> list[st
         ]
         for r in rows
     ]
-    found = [line for tool in tools for line in causes(tool)]
+    found = [line for tool in tools for line in [*causes(tool), *duration_cause(tool)]]
+    cpu_limit = float(limits.max_client_cpu_cores)
+    found += [line for tool in tools for line in cpu_causes(ours, config, tool, cpu_limit)]
+    found += [
+        line for tool in tools for line in wait_cause(tool, float(limits.max_client_wait_pct))
+    ]
+    found += [
+        f"{tool.name}: {tool.failed} of its runs failed (kept as <point>.failed/, not read)"
+        for tool in tools
+        if tool.failed
+    ]
     return [
         "## Clients compared",
         "",
@@ -147,7 +366,63 @@ def clients_section(ours: Groups, config: str, tools: Sequence[Tool]) -> list[st
             align="lllrrr",
         ),
         "",
+        *_cpu_table(ours, config, tools),
         "Known causes the data shows:" if found else "Known causes the data shows: none.",
         *(f"- {line}" for line in found),
+        "",
+    ]
+
+
+def _cores_text(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _cpu_table(ours: Groups, config: str, tools: Sequence[Tool]) -> list[str]:
+    """Each tool's client CPU and the server's own view beside servelab's, where servelab ran
+    the tool (client.json)."""
+    t = _cores_text
+
+    def ms(a: float | None, b: float | None) -> str:
+        return "-" if a is None or b is None else f"{a:.1f} / {b:.1f}"
+
+    rows = [
+        [
+            tool.name,
+            ours.level_name(f.level),
+            t(f.own_cores),
+            t(f.tool_cores),
+            t(f.other_cores),
+            ms(f.own_itl, f.tool_itl),
+            ms(f.own_ttft, f.tool_ttft),
+            "-" if f.tool_wait is None else f"{f.tool_wait:.1f}",
+        ]
+        for tool in tools
+        for f in level_facts(ours, config, tool)
+    ]
+    if not rows:
+        return []
+    return [
+        "Client CPU, in cores: servelab's client over its points, each tool's processes over "
+        "the load window (the span the server's /metrics showed requests running or waiting: "
+        "start-up left out), and the host's busy cores outside the server, the tool and the "
+        "samplers meanwhile. The server's own mean ITL and TTFT (its /metrics histograms, ms) "
+        "under servelab's client / under the tool. The tool's requests' mean wait in its client "
+        "between falling due and their send (ms; where its files record it). Means over the "
+        "repeats.",
+        "",
+        *md_table(
+            [
+                "Tool",
+                "Level",
+                "servelab's client",
+                "Tool's client",
+                "Other busy cores",
+                "Server ITL",
+                "Server TTFT",
+                "Tool's wait",
+            ],
+            rows,
+            align="llrrrrrr",
+        ),
         "",
     ]

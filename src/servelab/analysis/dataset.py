@@ -87,6 +87,11 @@ class PointExtra(TypedDict, total=False):
     # another tool's own count of the output tokens of the point's completed requests (its
     # re-tokenization of the text; servelab.analysis.peers), beside the server's the metrics use
     client_output_tokens: int
+    # a vllm-bench point's requests' span, first send to last end (s), where its file records
+    # send times: what its `duration` is set against ("Clients compared")
+    request_span_s: float
+    # another tool's mean wait in its client before a send (ms; BenchJson client_waits)
+    client_wait_ms: float
 
 
 @dataclass
@@ -656,6 +661,12 @@ def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
         extra: PointExtra = {"arrival": bench_arrival(bench)} if level.is_rate else {}
         if bench.get("client_output_lens") is not None:
             extra["client_output_tokens"] = client_output_tokens(bench)
+        waits = [float(w) for w in bench.get("client_waits") or [] if w is not None]
+        if waits:
+            extra["client_wait_ms"] = 1000.0 * sum(waits) / len(waits)
+        sends = [float(x) for x in bench.get("start_times") or []]
+        if sends and len(sends) == len(bench["ttfts"]):
+            extra["request_span_s"] = max(_bench_ends(bench, sends)) - min(sends)
         points.append(
             Point(
                 server_config=name,

@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 
+from servelab.analysis.clients import clients_section
 from servelab.analysis.confirmation import confirmation_section
 from servelab.analysis.diagnosis_records import level_of
 from servelab.analysis.groups import Groups, PairedRow
@@ -247,6 +248,8 @@ def render_report(g: Groups, result: Analysis, layout: str, figures: list[str]) 
     lines += runtimes_section(result.runtimes, names)
     lines += same_host_section(result.same_host, names)
     lines += outputs_section(result.same_outputs)
+    for run in result.clients or []:
+        lines += ["", *clients_section(g, run.config, run.tools, run.validity)]
     if result.confirmation is not None:
         lines += confirmation_section(result.confirmation)
     if result.rounds is not None:

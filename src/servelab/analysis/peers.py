@@ -153,9 +153,9 @@ def read_aiperf(records: Path) -> BenchJson:
     t0 = rows[0][0]
     out: BenchJson = {
         "ttfts": [], "itls": [], "latencies": [], "output_lens": [], "input_lens": [],
-        "errors": [], "start_times": [], "client_output_lens": [],
+        "errors": [], "start_times": [], "client_output_lens": [], "client_waits": [],
     }  # fmt: skip
-    for start, _, metrics, error in rows:
+    for start, meta, metrics, error in rows:
         failed = error is not None
         chunks = metrics.get("inter_chunk_latency")
         gaps = chunks.get("value") if isinstance(chunks, Mapping) else None
@@ -174,6 +174,8 @@ def read_aiperf(records: Path) -> BenchJson:
         out["start_times"].append((start - t0) / 1e9)
         own = _number(metrics, "output_sequence_length")
         out["client_output_lens"].append(None if own is None else int(own))
+        credit = meta.get("credit_issued_ns")  # the slot's credit, before the send
+        out["client_waits"].append((start - credit) / 1e9 if isinstance(credit, int) else None)
     duration = _number(summary, "benchmark_duration")
     if duration is None:
         raise DamagedFile(records.with_name(AIPERF_SUMMARY), "benchmark_duration", "missing")
@@ -218,7 +220,7 @@ def read_guidellm(path: Path) -> BenchJson:
     t0 = rows[0][0]
     out: BenchJson = {
         "ttfts": [], "itls": [], "latencies": [], "output_lens": [], "input_lens": [],
-        "errors": [], "start_times": [],
+        "errors": [], "start_times": [], "client_waits": [],
     }  # fmt: skip
     for start, r, failed in rows:
         outs = int(_number(r, "output_tokens") or 0)
@@ -232,6 +234,8 @@ def read_guidellm(path: Path) -> BenchJson:
         error = _mapping(r, "info").get("error")
         out["errors"].append(str(error or "incomplete") if failed else "")
         out["start_times"].append(start - t0)
+        # the time from when the harness meant to send it (a free slot) to its send
+        out["client_waits"].append(_number(r, "request_dispatch_delay"))
     duration = _number(bench, "duration") if isinstance(bench, Mapping) else None
     if duration is None:
         raise DamagedFile(path, "benchmarks[0].duration", "missing")

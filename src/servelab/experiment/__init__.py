@@ -229,6 +229,14 @@ class SweepSection:
 
 
 @dataclass(frozen=True)
+class ClientSection:
+    """client: other benchmark clients measuring the same points (servelab.measure.crosscheck)."""
+
+    cross_check: tuple[str, ...]
+    timeout_s: float
+
+
+@dataclass(frozen=True)
 class TelemetrySection:
     enabled: bool
     gpu_hz: float
@@ -468,9 +476,16 @@ class Experiment:
     confirm: ConfirmSection | None = None
     # a bisection's (servelab bisect): absent or null everywhere else
     bisect: BisectSection | None = None
+    # other tools measuring the same points (absent or null: none)
+    client: ClientSection | None = None
     _source: Mapping[str, JsonValue] = field(default_factory=dict, repr=False, compare=False)
 
-    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("search", "confirm", "bisect")
+    ABSENT_AS_NONE: typing.ClassVar[tuple[str, ...]] = ("search", "confirm", "bisect", "client")
+
+    @property
+    def cross_check(self) -> tuple[str, ...]:
+        """The tools that measure every point again beside servelab's client (none: ())."""
+        return () if self.client is None else self.client.cross_check
 
     @property
     def name(self) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 from servelab.analysis.validity import HOST_SPEED_WORDS
 from servelab.design.level import LevelValue
 from servelab.design.schedule import Slot, plan
+from servelab.env.client_tools import TOOLS, runtime_tool
 from servelab.errors import ServelabError
 from servelab.hostfacts.canary import CanaryTimes
 from servelab.hostfacts.gpucanary import GpuMeasure
@@ -45,14 +46,17 @@ from servelab.launch.hostlock import MeasuringLock
 from servelab.launch.ports import choose_port
 from servelab.launch.server import ServerLaunch, raise_on_signals
 from servelab.launch.session import LaunchAdditions, Session, build_launch, serve
+from servelab.measure.crosscheck import CrossCheck, Target, point_folder
 from servelab.measure.point import OpenPoint, PointJob, is_complete, keep_incomplete
 from servelab.measure.remeasure import pending, remeasure
 from servelab.measure.sending import Replay, requests_of, schedule_of
 from servelab.profile.capture import PlannedCapture, plan_capture
 from servelab.profile.plan import on_sweep_launch
+from servelab.store.paths import CLIENT_FILE
 from servelab.store.records import (
     ArrivalsRecord,
     CapacityRecord,
+    ClientsRecord,
     LaunchRecord,
     RunRecord,
 )
@@ -88,9 +92,19 @@ class Live:
     slots: list[Slot]
     measured: int
     again: int = 0
+    # the other tools of client.cross_check (None: none)
+    cross: CrossCheck | None = None
 
     def measure(self, slot: Slot, label: str) -> None:
         self.points.measure(slot, self.pplan.offsets[slot.key], label)
+        self.cross_check(slot)
+
+    def cross_check(self, slot: Slot) -> None:
+        """The other tools measure the point servelab's client has just measured."""
+        if self.cross is None:
+            return
+        at, n = self.pplan.offsets[slot.key], self.points.requests(slot)
+        self.cross.measure(slot, self.points.prompts[at : at + n])
 
     def open(self, slot: Slot, siblings: tuple[int, ...]) -> OpenPoint:
         """A point of this launch to send in slices (servelab.measure.alternate), beside the
@@ -104,6 +118,10 @@ class Live:
 
     def finish(self) -> None:
         job = self.job
+        if self.cross is not None:  # points measured on an earlier launch the tools missed
+            for slot in self.slots:
+                if self.cross.missing(slot) and is_complete(job.paths.slot(job.sc, slot)):
+                    self.cross_check(slot)
         self.again = remeasure(self.points, self.slots, self.pplan.offsets, job.exp)
         if job.capture is not None and self.start.interface is not None:
             job.capture_here(
@@ -187,7 +205,33 @@ class SweepJob(ConfigJob):
             todo or pending(self.paths, self.sc, slots, self.exp)
         ):
             points.warmup(pplan.warmup_offset)
-        return Live(self, session, start, points, pplan, slots, len(todo))
+        live = Live(self, session, start, points, pplan, slots, len(todo))
+        live.cross = self.cross_check(start, live.pid())
+        return live
+
+    def cross_check(self, start: Start, server_pid: int | None) -> CrossCheck | None:
+        """The tools of client.cross_check on this launch (None: none); vllm bench serve
+        from this configuration's own runtime."""
+        exp = self.exp
+        if not exp.cross_check or exp.client is None:
+            return None
+        tools = dict(ClientsRecord.read(self.paths.clients_record).doc["tools"])
+        if "vllm" in tools:
+            tools["vllm"] = runtime_tool(TOOLS["vllm"], self.runtime.doc)
+        wl = exp.workload
+        assert isinstance(wl.output_tokens, int)  # config: one output length
+        target = Target(
+            start.launch.base_url,
+            start.launch.served_name,
+            self.model_dir,
+            wl.output_tokens,
+            wl.ignore_eos,
+            wl.seed,
+            exp.client.timeout_s,
+        )
+        return CrossCheck(
+            exp, self.sc, self.paths, tools, target, server_pid, start.index, self.say
+        )
 
     def stopped(self, live: Live) -> None:
         """The launch's server has stopped: the host canary after it (the lock still held),
@@ -333,18 +377,33 @@ class SweepJob(ConfigJob):
         slots = plan(sweep.levels, repeats, sweep.order, sweep.order_seed, sweep.axis)
         self.prompt_source  # noqa: B018 - a dataset is pinned (or refused) before any launch
         todo = [s for s in slots if not is_complete(self.paths.slot(self.sc, s))]
+        tools_todo = self.tools_missing(slots)
         for stale in [*raw.glob("rep*/*.partial"), *raw.glob("rep*/*/attempt-*.partial")]:
             keep_incomplete(stale)
         redo = pending(self.paths, self.sc, slots, self.exp)
-        if not todo and not redo and not self.capture_pending:
+        if not todo and not redo and not self.capture_pending and not tools_todo:
             self.note(f"all {len(slots)} points already complete")
             return slots, todo, False
         if not todo:
-            why = f"{len(redo)} to measure again" if redo else "a launch for the profiling pass"
+            why = (
+                f"{len(redo)} to measure again"
+                if redo
+                else f"{tools_todo} runs of other tools to measure"
+                if tools_todo
+                else "a launch for the profiling pass"
+            )
             self.note(f"all {len(slots)} points already complete; {why}")
         if len(todo) < len(slots):
             self.note(f"resuming: {len(slots) - len(todo)} of {len(slots)} points already complete")
         return slots, todo, True
+
+    def tools_missing(self, slots: list[Slot]) -> int:
+        """The runs of client.cross_check's tools not complete yet, over the plan's points."""
+        return sum(
+            not (point_folder(self.paths, self.sc, tool, slot) / CLIENT_FILE).is_file()
+            for tool in self.exp.cross_check
+            for slot in slots
+        )
 
     def write_run(self, slots: list[Slot], wall_s: float, **extra: Any) -> dict[str, Any]:
         """run.json, the job's output, written last: the plan measured and how; `extra`: what a

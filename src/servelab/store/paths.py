@@ -73,6 +73,9 @@ CAPTURE_FILE = "capture.json"  # one profiling job: profiled, or not and why
 WINDOWS_FILE = "windows.json"  # the diagnostic points of a profiling pass
 PROFILE_FILE = "profile.json"  # a profiling pass's trace analysis
 RUNTIME_FILE = "runtime.json"  # the server runtime
+CLIENTS_FILE = "clients.json"  # runtime/clients.json: the other tools' venvs (client.cross_check)
+CLIENTS_DIR = "clients"  # raw/<sc>/clients/<tool>/rep_<NN>/concurrency_<CCC>/: their runs
+CLIENT_FILE = "client.json"  # a tool's run of one point: its command, exit, CPU and load window
 ARRIVALS_DIR = "arrivals"  # raw/<sc>/arrivals/r<rate>.json: an open-loop rate's send schedule
 SEARCH_DIR = "search"  # raw/<sc>/search/: the SLO capacity search's points and its record
 SEARCH_FILE = "search.json"
@@ -92,6 +95,8 @@ RAW_LAYOUT_FILES = (
     PROFILE_FILE,
     RUNTIME_FILE,
     SEARCH_FILE,
+    CLIENTS_FILE,
+    CLIENT_FILE,
 )
 
 
@@ -321,6 +326,16 @@ class ExperimentPaths:
     def runtime_record(self) -> Path:
         """runtime/runtime.json: the server runtime the runtime stage made."""
         return self.runtime / RUNTIME_FILE
+
+    @property
+    def clients_record(self) -> Path:
+        """runtime/clients.json: the venvs of the tools of client.cross_check."""
+        return self.runtime / CLIENTS_FILE
+
+    def clients(self, sc: str) -> Path:
+        """raw/<sc>/clients/: the other tools' runs of this configuration's points, one
+        vllm-bench tree (rep_<NN>/concurrency_<CCC>/) per tool."""
+        return self.raw / sc / CLIENTS_DIR
 
     def config_runtime_record(self, sc: str) -> Path:
         """runtime/<sc>/runtime.json: the runtime of a configuration with its own

@@ -38,6 +38,8 @@ from servelab.store.paths import (
     ARRIVALS_DIR,
     CAPACITY_FILE,
     CAPTURE_FILE,
+    CLIENT_FILE,
+    CLIENTS_FILE,
     LAUNCH_FILE,
     POINT_FILE,
     RUN_FILE,
@@ -51,6 +53,8 @@ __all__ = [
     "CapacityRecord",
     "CaptureRecord",
     "Check",
+    "ClientRunRecord",
+    "ClientsRecord",
     "DamagedRawData",
     "LaunchRecord",
     "PointRecord",
@@ -532,6 +536,29 @@ class ArrivalsRecord(Record):
             "scheduled_rate": self.doc["scheduled_rate"],
             "schedule_sha256": self.doc["schedule_sha256"],
         }
+
+
+@dataclass(frozen=True)
+class ClientsRecord(Record):
+    """runtime/clients.json: the venvs of the tools of client.cross_check
+    (servelab.env.client_tools)."""
+
+    FILE = CLIENTS_FILE
+    SCHEMA = "clients"
+    FORMAT_VERSION = 1
+    NEEDS = ("tools",)
+    TODO = "re-run the client_tools stage"
+
+
+@dataclass(frozen=True)
+class ClientRunRecord(Record):
+    """raw/<sc>/clients/<tool>/rep_<NN>/concurrency_<CCC>/client.json: one tool's run of one
+    point (servelab.measure.crosscheck)."""
+
+    FILE = CLIENT_FILE
+    SCHEMA = "client_run"
+    FORMAT_VERSION = 1
+    NEEDS = ("tool", "status", "cpu_s", "wall_s")
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,8 @@ class PointTelemetry:
     GPUs (servelab.telemetry.gpus.server_gpus; None: every GPU NVML lists), the only ones
     sampled; `host` (tests) replaces the pynvml module and /sys/class/powercap (`HostAccess`).
     The CPU packages' energy (RAPL) is sampled at `cpu_hz`. `siblings`: the process roots of
-    other servers kept up beside this one whose points alternate with its (HostSource).
+    other servers kept up beside this one whose points alternate with its (HostSource);
+    `client_pid` another tool's process measuring the point instead of servelab's client.
     """
 
     def __init__(
@@ -136,9 +137,11 @@ class PointTelemetry:
         gpus: GpuSelection | None = None,
         siblings: tuple[int, ...] = (),
         host: HostAccess | None = None,
+        client_pid: int | None = None,
     ) -> None:
         self.settings = settings
         self.siblings = siblings
+        self.client_pid = client_pid
         host = host or HostAccess()
         nvml, powercap_root = host.nvml, host.powercap_root
         self.enabled = settings.enabled
@@ -168,7 +171,7 @@ class PointTelemetry:
         sources: list[tuple[Source, float]] = [
             (GpuSource(self.nvml, self.gpus), float(self.settings.gpu_hz)),
             (
-                HostSource(self.server_pid, self.own_cpu_s, self.siblings),
+                HostSource(self.server_pid, self.own_cpu_s, self.siblings, self.client_pid),
                 float(self.settings.cpu_hz),
             ),
             (

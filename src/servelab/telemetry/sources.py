@@ -118,7 +118,9 @@ class HostSource:
     samplers' own threads (`telemetry_cpu_*`), which `own_cpu_s` reports. `siblings`: the
     process trees of other servers this run keeps up beside the point's (a point sent in
     slices that alternate with theirs, sweep.repeats.slices), summed as `siblings_cpu_*`, so
-    that the host's busy time they take is known rather than read as contention.
+    that the host's busy time they take is known rather than read as contention. `client_pid`:
+    another tool measuring the point instead of servelab's client (client.cross_check): its
+    process tree is the client, and the samplers' own CPU stays in `telemetry_cpu_*`.
     """
 
     name = "cpu"
@@ -128,9 +130,12 @@ class HostSource:
         server_pid: int | str | None,
         own_cpu_s: Callable[[], float],
         siblings: tuple[int, ...] = (),
+        client_pid: int | None = None,
     ) -> None:
         # a string: why the server's processes cannot be sampled (a remote endpoint)
         self.server_pid = server_pid
+        self.client_pid = client_pid
+        self._tool: ProcessTree | None = None
         self.own_cpu_s = own_cpu_s
         self.sibling_pids = siblings
         self._client = psutil.Process(os.getpid())
@@ -148,6 +153,11 @@ class HostSource:
         self._client0 = _cpu_s(self._client.cpu_times())
         self._client_cpu = 0.0
         self._own0 = self.own_cpu_s()
+        if self.client_pid is not None:
+            try:
+                self._tool = ProcessTree(psutil.Process(self.client_pid), opened)
+            except psutil.Error:
+                return f"client process {self.client_pid} is gone"
         for pid in self.sibling_pids:
             try:
                 self._siblings.append(ProcessTree(psutil.Process(pid), opened))
@@ -175,13 +185,17 @@ class HostSource:
         epoch_ns = time.time_ns()
         now = time.monotonic()
         server_cpu, server_rss, nprocs = self._server_reading(now)
-        with self._client.oneshot():
-            client_total = _cpu_s(self._client.cpu_times()) - self._client0
-            client_rss = int(self._client.memory_info().rss)
         own = self.own_cpu_s() - self._own0
-        # psutil counts the process in clock ticks (10 ms), the samplers' own CPU in ns: their
-        # difference can step back by a tick's fraction, a counter must not
-        self._client_cpu = max(self._client_cpu, client_total - own)
+        if self._tool is not None:
+            client_total, client_rss, _ = self._tool.reading(now)
+            self._client_cpu = max(self._client_cpu, client_total)
+        else:
+            with self._client.oneshot():
+                client_total = _cpu_s(self._client.cpu_times()) - self._client0
+                client_rss = int(self._client.memory_info().rss)
+            # psutil counts the process in clock ticks (10 ms), the samplers' own CPU in ns:
+            # their difference can step back by a tick's fraction, a counter must not
+            self._client_cpu = max(self._client_cpu, client_total - own)
         client_cpu = self._client_cpu
         host = psutil.cpu_times()
         mem = psutil.virtual_memory()
@@ -218,7 +232,7 @@ class HostSource:
         return [rec]
 
     def close(self) -> None:
-        for tree in [self._server, *self._siblings]:
+        for tree in [self._server, self._tool, *self._siblings]:
             if tree is not None:
                 tree.close()
 

@@ -44,6 +44,9 @@ class BenchJson(TypedDict, total=False):
     # another tool's results (servelab.analysis.peers): the tool's own count of each request's
     # output tokens (a re-tokenization of its text), where it differs in kind from output_lens
     client_output_lens: list[int | None]
+    # another tool's wait in its client between a request falling due (a free slot) and its
+    # send (s; servelab.analysis.peers: AIPerf's credit to start, GuideLLM's dispatch delay)
+    client_waits: list[float | None]
 
 
 @dataclass(frozen=True)
