@@ -222,3 +222,50 @@ def test_crosscheck_refuses_what_it_cannot_pair(tmp_path: Path) -> None:
     assert main(["crosscheck", str(V9), str(tree_), "--config", "nope"]) == 2
     assert main(["crosscheck", str(V9), str(tmp_path), "--config", "max-num-seqs-8"]) == 2
     assert main(["crosscheck", str(tree_), str(tree_)]) == 2  # not servelab's run
+
+
+def test_a_vllm_bench_tree_of_aggregates_only_is_read_and_the_verdict_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vllm bench saved without --save-detailed: the point is read from its aggregates, every
+    check not run (saying why), and a comparison with it says its side is aggregates only."""
+    from analysis_fixtures import vllm_bench_tree
+
+    from servelab.cli import main
+
+    detailed = vllm_bench_tree(tmp_path / "detailed", {4: [(400.0, 100.0), (410.0, 98.0)]})
+    summary = tmp_path / "summary"
+    shutil.copytree(detailed, summary)
+    for f in summary.rglob("benchmark.json"):
+        doc = json.loads(f.read_text())
+        for key in ("ttfts", "itls", "output_lens", "input_lens", "latencies", "start_times"):
+            doc.pop(key, None)
+        doc |= {"total_input_tokens": 80, "total_output_tokens": 400}
+        doc |= {"mean_ttft_ms": 100.0, "median_ttft_ms": 99.0, "p99_ttft_ms": 130.0}
+        f.write_text(json.dumps(doc))
+    ds = load_dataset(summary)
+    p = ds.points[0]
+    assert p.extra["aggregates_only"] is True
+    assert p.metrics["mean_ttft_ms"] == 100.0 and p.metrics["median_ttft_ms"] == 99.0
+    assert p.metrics["p99_ttft_ms"] is None  # 8 requests cannot support a p99
+    assert p.metrics["output_throughput"] == pytest.approx(400 / p.metrics["duration"])
+    assert {f.status for f in p.checks} == {"not checked"}
+    assert "aggregates only" in p.checks[0].reason
+    # the detailed run against its own aggregates: a verdict, saying which side had only those
+    out = tmp_path / "out"
+    claim = "throughput[config=detailed,c=4] > 100"
+    rc = main(["compare", str(detailed), str(summary), "--out", str(out), "--claim", claim])
+    said = capsys.readouterr().out
+    record = json.loads((out / "reproduction.json").read_text())
+    assert rc in (0, 1, 3) and record["verdict"], said
+    assert any(
+        "fresh run's results are aggregates only in 2 of its 2" in n for n in record["notes"]
+    )
+    assert "aggregates only" in (out / "report.md").read_text()
+    # neither lists nor aggregates: refused in one line
+    for f in summary.rglob("benchmark.json"):
+        doc = json.loads(f.read_text())
+        doc.pop("mean_ttft_ms")
+        f.write_text(json.dumps(doc))
+    with pytest.raises(ServelabError, match="key 'ttfts' missing; save with --save-result"):
+        load_dataset(summary)

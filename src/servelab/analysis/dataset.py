@@ -29,6 +29,7 @@ from servelab.analysis.validity import (
     Choice,
     Flag,
     check_point,
+    checks_for,
     evaluate,
     facts_from_bench,
     failed,
@@ -55,7 +56,14 @@ from servelab.errors import ServelabError
 from servelab.experiment import ValiditySection
 from servelab.hostfacts.canary import RunCanary, run_canaries
 from servelab.launch.serverlog import parse_capacity
-from servelab.metrics import PointMetrics, assemble, point_metrics, request_latencies
+from servelab.metrics import (
+    PERCENTILES,
+    PointMetrics,
+    assemble,
+    point_metrics,
+    request_latencies,
+    supported,
+)
 from servelab.store.paths import SERVER_LOG, ExperimentPaths
 from servelab.store.rawdata import DamagedRawData, RawPoint, Skipped, load_points
 from servelab.store.records import (
@@ -92,6 +100,8 @@ class PointExtra(TypedDict, total=False):
     request_span_s: float
     # another tool's mean wait in its client before a send (ms; BenchJson client_waits)
     client_wait_ms: float
+    # a vllm-bench point read from its file's aggregates (no per-request records)
+    aggregates_only: bool
 
 
 @dataclass
@@ -417,7 +427,10 @@ def _s_to_ms(xs: list[float]) -> list[float]:
 def vllm_bench_metrics(
     bench: BenchJson, source: str
 ) -> tuple[PointMetrics, list[float], list[tuple[float, float | None, float]]]:
-    """Metrics of one benchmark.json, from its per-request lists, with servelab's definitions."""
+    """Metrics of one benchmark.json, from its per-request lists, with servelab's definitions;
+    one saved without them (no --save-detailed) from its aggregates (`aggregates_only`)."""
+    if aggregates_only(bench):
+        return aggregate_metrics(bench, source), [], []
     for key in ("ttfts", "itls", "output_lens", "duration"):
         if key not in bench:
             raise ServelabError(
@@ -459,6 +472,48 @@ def vllm_bench_metrics(
     )
     m["client_cpu_s"] = None
     return m, ttft, per
+
+
+# what a benchmark.json without per-request lists must hold to be read from its aggregates
+AGGREGATE_KEYS = ("duration", "completed", "total_output_tokens", "mean_ttft_ms")
+AGGREGATES_ONLY = (
+    "aggregates only: the file holds no per-request records (vllm bench without "
+    "--save-detailed), so no check on requests can run"
+)
+
+
+def aggregates_only(bench: BenchJson) -> bool:
+    """A vllm bench result saved without its per-request lists (no --save-detailed)."""
+    return "ttfts" not in bench and all(k in bench for k in AGGREGATE_KEYS)
+
+
+def aggregate_metrics(bench: BenchJson, source: str) -> PointMetrics:
+    """A point's metrics from vllm bench's aggregates: its counts, duration and each latency's
+    mean, median and std as it computed them; a percentile only where its count of requests
+    can support one (metrics.samples_needed), without an interval (no sample to bound it)."""
+    raw: Mapping[str, object] = cast(Mapping[str, object], bench)
+    completed = int(cast(int, raw["completed"]))
+    failed = raw.get("failed")
+    m = assemble(
+        num_prompts=completed + (int(failed) if isinstance(failed, int) else 0),
+        completed=completed,
+        duration=float(cast(float, raw["duration"])),
+        total_input_tokens=int(cast(int, raw.get("total_input_tokens") or 0)),
+        total_output_tokens=int(cast(int, raw["total_output_tokens"])),
+        latencies_ms={},
+    )
+    for name in ("ttft", "tpot", "itl", "e2el"):
+        for stat in ("mean", "median", "std", *(f"p{p}" for p in PERCENTILES)):
+            value = raw.get(f"{stat}_{name}_ms")
+            if not isinstance(value, int | float):
+                continue
+            if stat.startswith("p") and not supported(completed, float(stat[1:])):
+                continue
+            m[f"{stat}_{name}_ms"] = float(value)
+        if raw.get(f"mean_{name}_ms") is not None:
+            m[f"n_{name}"] = completed
+    m["client_cpu_s"] = None
+    return m
 
 
 @dataclass(frozen=True)
@@ -632,7 +687,12 @@ def _bench_cap_reached(bench: BenchJson, cap: int | None) -> Flag:
 def bench_checks(bench: BenchJson, level: Level, t: ValiditySection) -> tuple[Flag, ...]:
     """Every check on one benchmark.json. A rate point's open-loop checks read what vllm bench
     records: the send times and waits for a slot (`start_times`, `queue_times`, in newer
-    versions), never the scheduled send times, so `send_slip` is not checked."""
+    versions), never the scheduled send times, so `send_slip` is not checked. A file of
+    aggregates only has every check not run, saying so."""
+    if aggregates_only(bench):
+        return tuple(
+            Flag(c.name, NOT_CHECKED, None, None, AGGREGATES_ONLY) for c in checks_for(level.axis)
+        )
     if not level.is_rate:
         return evaluate(facts_from_bench(bench), t)
     arrival = bench_arrival(bench)
@@ -659,6 +719,8 @@ def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
         metrics, ttfts, per = vllm_bench_metrics(bench, str(f.path))
         level = f.level(bench)
         extra: PointExtra = {"arrival": bench_arrival(bench)} if level.is_rate else {}
+        if aggregates_only(bench):
+            extra["aggregates_only"] = True
         if bench.get("client_output_lens") is not None:
             extra["client_output_tokens"] = client_output_tokens(bench)
         waits = [float(w) for w in bench.get("client_waits") or [] if w is not None]

@@ -6,7 +6,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from servelab.analysis.dataset import load_dataset
+from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.equivalence import DEFAULT_MARGIN_PCT
 from servelab.analysis.hostspeed import (
     BEYOND_HOST,
@@ -198,6 +198,20 @@ def other_runtime(ref: Provenance, new: Provenance) -> str | None:
     return None
 
 
+def aggregates_notes(rds: Dataset, nds: Dataset) -> list[str]:
+    """A side whose points were read from a tool's aggregates only, said in the verdict."""
+    out = []
+    for label, ds in (("reference", rds), ("fresh run", nds)):
+        n = sum(1 for p in ds.points if p.extra.get("aggregates_only"))
+        if n:
+            out.append(
+                f"the {label}'s results are aggregates only in {n} of its {len(ds.points)} "
+                "points (vllm bench without --save-detailed): no validity check ran on them, "
+                "and their percentiles are the tool's, without an interval"
+            )
+    return out
+
+
 def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> ReproductionRecord:
     """Both sides analysed with the reference's options, checked, and judged: the content of
     reproduction.json. Sides measured on different datasets, or with a configuration of its own
@@ -215,6 +229,7 @@ def compare_sides(ref: Side, new: Side, s: ReproductionSection) -> ReproductionR
     rds = load_dataset(ref.root, validity=opts.validity)
     nds = load_dataset(new.root, validity=opts.validity)
     notes = [n for n in [align_configs(rds, nds)] if n]
+    notes += aggregates_notes(rds, nds)
     ra, na = analyse(rds, opts), analyse(nds, opts)
     host = compare_hosts(ref.provenance, new.provenance)
     prov = provenance_diff(ref, new, host)
