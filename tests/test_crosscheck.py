@@ -371,3 +371,28 @@ def test_vllm_bench_is_the_runtimes_own_and_each_other_tool_has_its_lock():
         locks, (("aiperf", "0.13.0"), ("guidellm", "0.8.1")), strict=True
     ):
         assert parse_lock(Path(path).read_text(), path)[name] == version
+
+
+def test_the_summary_counts_the_tools_runs_and_their_time(tmp_path: Path):
+    from servelab.summary import _tool_runs
+
+    clients = tmp_path / "raw" / "s" / "clients"
+    runs = (("aiperf/rep_01/concurrency_004", 9.5), ("vllm/rep_01/concurrency_004.failed", 2.0))
+    for rel, wall in runs:
+        (clients / rel).mkdir(parents=True)
+        record = {
+            "format_version": 1,
+            "tool": rel.split("/")[0],
+            "version": "1",
+            "repeat": 1,
+            "concurrency": 4,
+            "requests": 16,
+            "status": "complete",
+            "command": ["t"],
+            "returncode": 0,
+            "wall_s": wall,
+            "cpu_s": 1.0,
+        }
+        (clients / rel / "client.json").write_text(json.dumps(record))
+    assert _tool_runs(clients) == (2, 11.5)  # a failed run's time counts too
+    assert _tool_runs(tmp_path / "none") == (0, 0.0)

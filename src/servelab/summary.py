@@ -31,11 +31,19 @@ from servelab.metrics import PERCENTILES, samples_needed
 from servelab.render import num
 from servelab.store.paths import ExperimentPaths
 from servelab.store.rawdata import RawPoint, load_points
-from servelab.store.records import CaptureRecord, LaunchRecord, Record, RunRecord, launch_files
+from servelab.store.records import (
+    CaptureRecord,
+    ClientRunRecord,
+    LaunchRecord,
+    Record,
+    RunRecord,
+    launch_files,
+)
 
 # First-run setup, left out of the wall time: a first run creates the runtime (a venv from its
-# lock, or an image pull) and fetches the model, both cached for every later run.
-SETUP_STAGES = ("runtime", "model")
+# lock, or an image pull), client.cross_check's venvs, and fetches the model, all cached for
+# every later run.
+SETUP_STAGES = ("runtime", "client_tools", "model")
 
 # a point's point.json, as read
 PointDoc = Mapping[str, JsonValue]
@@ -333,7 +341,8 @@ def wall_line(exp_dir: Path, times: dict[str, float], points: Sequence[PointDoc]
     starts, waited, waits = sweep_starts(exp_dir, points, sequential="sweep" in stages)
     profiling = sum(v - waited.get(k, 0.0) for k, v in stages.items() if k.startswith("profile-"))
     profiling += sum(v for k, v in on_sweep_captures(exp_dir).items() if k in stages)
-    rest = max(0.0, wall - windows - starts - waits - profiling)
+    tools = sum(_tool_runs(d)[1] for d in sorted((exp_dir / "raw").glob("*/clients")))
+    rest = max(0.0, wall - windows - starts - waits - profiling - tools)
 
     def ratio(total: float) -> str:
         return f"{total / windows:.2f}x" if windows > 0 else "no measured window"
@@ -347,7 +356,8 @@ def wall_line(exp_dir: Path, times: dict[str, float], points: Sequence[PointDoc]
     line = (
         f"wall {_secs(wall)} s for {_secs(windows)} s of measured windows: {ratio(wall)}{lock} "
         f"(server starts {_secs(starts)} s, profiling pass {_secs(profiling)} s, "
-        f"rest {_secs(rest)} s)"
+        + (f"other tools' runs {_secs(tools)} s, " if tools else "")
+        + f"rest {_secs(rest)} s)"
     )
     setup = [(k, times[k]) for k in SETUP_STAGES if k in times]
     if setup:
@@ -387,7 +397,7 @@ def time_breakdown(exp_dir: Path, times: dict[str, float], points: Sequence[Poin
     round (`rounds_breakdown`); server start per profiling pass. Times move between hosts (a
     slow host starts vLLM in minutes), so say them here."""
     lines = ["where the time went on this host:"]
-    for name in ("runtime", "model"):
+    for name in ("runtime", "client_tools", "model"):
         if name in times:
             lines.append(f"  {name:<28} {times[name]:7.1f} s")
     durations: dict[str, float] = defaultdict(float)
@@ -410,16 +420,32 @@ def time_breakdown(exp_dir: Path, times: dict[str, float], points: Sequence[Poin
             else _ready_s(paths.capture(sc), CaptureRecord)
         )
         parts = [f"server start {ready:.1f} s" if ready is not None else "server start ?"]
+        tools = _tool_runs(paths.clients(sc)) if kind == "sweep" else (0, 0.0)
         if kind == "sweep":
             parts.append(f"{counts[sc]} points {durations[sc]:.1f} s")
+        if tools[0]:  # client.cross_check: the other tools' runs, start-up included
+            parts.append(f"{tools[0]} runs of other tools {tools[1]:.1f} s")
         if stage in on_sweep:
             parts.append(f"profiling pass on this launch {on_sweep[stage]:.1f} s")
         known = (
-            (ready or 0.0) + (durations[sc] if kind == "sweep" else 0.0) + on_sweep.get(stage, 0.0)
+            (ready or 0.0)
+            + (durations[sc] if kind == "sweep" else 0.0)
+            + on_sweep.get(stage, 0.0)
+            + tools[1]
         )
         parts.append(f"other {max(0.0, total - known):.1f} s")
         lines.append(f"  {stage:<28} {total:7.1f} s = " + " + ".join(parts))
     return lines if len(lines) > 1 else []
+
+
+def _tool_runs(clients: Path) -> tuple[int, float]:
+    """client.cross_check's runs of a configuration (raw/<sc>/clients/, failed ones too): how
+    many, and their wall time (client.json `wall_s`, the tool's start-up included)."""
+    walls = [
+        _seconds(ClientRunRecord.read(f).get("wall_s"))
+        for f in sorted(clients.glob(f"*/rep_*/*/{ClientRunRecord.FILE}"))
+    ]
+    return len(walls), sum(walls)
 
 
 # A sequential sweep (sweep.repeats: {min, max}): one Snakemake stage, `sweep`, measures every
