@@ -24,7 +24,8 @@ from typing import Any, TypedDict
 
 import pandas as pd
 
-from servelab.analysis.dataset import detect_layout, load_dataset, vllm_bench_files
+from servelab.analysis.benchtree import vllm_bench_files
+from servelab.analysis.dataset import detect_layout, load_dataset
 from servelab.analysis.groups import POINTS_COLUMNS, axis_of, points_table, with_axis
 from servelab.client import RequestRecord
 from servelab.config import load as load_config

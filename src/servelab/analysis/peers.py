@@ -1,7 +1,7 @@
 """The result files of other serving benchmarks, each read by one small adapter into the
 per-request lists of `vllm bench serve --save-detailed` (BenchJson), which servelab's
 reader of vllm-bench trees already turns into points with its own definitions
-(servelab.analysis.dataset.vllm_bench_metrics): a tree of `rep_<NN>/concurrency_<CCC>/` or
+(servelab.analysis.benchtree.vllm_bench_metrics): a tree of `rep_<NN>/concurrency_<CCC>/` or
 `rep_<NN>/rate_<R>/` folders may hold, per point, any one of
 
 - `benchmark.json`: vllm bench serve's (`--save-result --save-detailed`);

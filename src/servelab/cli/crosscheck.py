@@ -33,8 +33,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
+    from servelab.analysis.benchtree import vllm_bench_files
     from servelab.analysis.clients import Tool, clients_section
-    from servelab.analysis.dataset import load_dataset, vllm_bench_files
+    from servelab.analysis.dataset import load_dataset
     from servelab.analysis.groups import Groups
     from servelab.analysis.peers import tool_version
     from servelab.reproduce.sides import open_side

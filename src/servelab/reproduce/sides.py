@@ -15,7 +15,8 @@ from typing import Required, TypedDict
 
 import yaml
 
-from servelab.analysis.dataset import detect_layout, vllm_bench_files
+from servelab.analysis.benchtree import vllm_bench_files
+from servelab.analysis.dataset import detect_layout
 from servelab.analysis.peers import tool_version
 from servelab.analysis.pipeline import analysis_section
 from servelab.documents import JsonObject, JsonValue
