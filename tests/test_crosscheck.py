@@ -40,6 +40,7 @@ from servelab.measure.crosscheck import (
 )
 from servelab.store.paths import ExperimentPaths
 from servelab.telemetry.sampling import PointTelemetry
+from servelab.telemetry.sources import Beside
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / "tests" / "fixtures" / "tools"
@@ -133,7 +134,7 @@ def test_the_load_window_is_the_longest_span_the_server_had_requests():
 
 def _telemetry_off(pid: int) -> PointTelemetry:
     off = replace(default_section(TelemetrySection, "telemetry"), enabled=False)
-    return PointTelemetry(off, None, None, client_pid=pid)
+    return PointTelemetry(off, None, None, beside=Beside(client=pid))
 
 
 def test_a_tool_run_records_its_cpu_and_one_past_its_timeout_is_stopped(tmp_path: Path):

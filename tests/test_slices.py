@@ -34,7 +34,7 @@ from servelab.measure import alternate as alt
 from servelab.measure.point import PointJob
 from servelab.metrics import in_flight, point_duration, point_metrics, sliced
 from servelab.store.request import RequestRecord
-from servelab.telemetry.sources import HostSource
+from servelab.telemetry.sources import Beside, HostSource
 
 TOKENS = 3
 
@@ -168,7 +168,7 @@ def test_the_other_servers_cpu_is_known_not_contention() -> None:
 def test_host_source_samples_a_siblings_cpu() -> None:
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        src = HostSource(None, lambda: 0.0, siblings=(busy.pid,))
+        src = HostSource(None, lambda: 0.0, Beside(siblings=(busy.pid,)))
         assert src.open() is None
         first = src.read()[0]
         time.sleep(0.3)

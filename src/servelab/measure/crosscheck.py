@@ -40,7 +40,7 @@ from servelab.experiment import Experiment
 from servelab.store.jsonio import write_json
 from servelab.store.paths import CLIENT_FILE, TELEMETRY_FILE, ExperimentPaths
 from servelab.telemetry.sampling import PointTelemetry, write_samples
-from servelab.telemetry.sources import Sample
+from servelab.telemetry.sources import Beside, Sample
 from servelab.telemetry.summary import summarize
 
 # each tool's result file in its point folder (servelab.analysis.peers reads the same names)
@@ -363,7 +363,7 @@ class CrossCheck:
 
     def _telemetry(self, pid: int) -> PointTelemetry:
         return PointTelemetry(
-            self.exp.telemetry, self.server_pid, self.target.base_url, client_pid=pid
+            self.exp.telemetry, self.server_pid, self.target.base_url, beside=Beside(client=pid)
         )
 
 

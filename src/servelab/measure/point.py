@@ -35,6 +35,7 @@ from servelab.store.jsonio import write_jsonl_gz
 from servelab.store.paths import REQUESTS_FILE, ExperimentPaths, attempt_dir
 from servelab.store.records import ArrivalsRecord, PointRecord
 from servelab.telemetry import GpuSelection, PointTelemetry
+from servelab.telemetry.sources import Beside
 from servelab.workload.promptset import Item, slice_reuse
 
 
@@ -279,7 +280,7 @@ class PointJob:
         # a point cut short; their summary over the point's window goes into point.json.
         server = self.session.server.telemetry_process()
         tel = PointTelemetry(
-            self.telemetry, server, self.client.base_url, gpus=self.gpus, siblings=siblings
+            self.telemetry, server, self.client.base_url, gpus=self.gpus, beside=Beside(siblings)
         )
         return OpenPoint(self, slot, prompt_offset, final, info, label, tel)
 

@@ -28,6 +28,8 @@ from servelab.store.paths import TELEMETRY_FILE
 from servelab.telemetry.gpus import GpuSelection
 from servelab.telemetry.nvml import GpuSource
 from servelab.telemetry.sources import (
+    ALONE,
+    Beside,
     HostSource,
     RaplSource,
     Sample,
@@ -124,9 +126,9 @@ class PointTelemetry:
     (`config.default_section(TelemetrySection, "telemetry")` without one); `gpus` the server's
     GPUs (servelab.telemetry.gpus.server_gpus; None: every GPU NVML lists), the only ones
     sampled; `host` (tests) replaces the pynvml module and /sys/class/powercap (`HostAccess`).
-    The CPU packages' energy (RAPL) is sampled at `cpu_hz`. `siblings`: the process roots of
-    other servers kept up beside this one whose points alternate with its (HostSource);
-    `client_pid` another tool's process measuring the point instead of servelab's client.
+    The CPU packages' energy (RAPL) is sampled at `cpu_hz`. `beside`: the processes beside the
+    server the CPU sample tells apart (sources.Beside: other servers whose points alternate
+    with its, another tool measuring the point instead of servelab's client).
     """
 
     def __init__(
@@ -135,13 +137,11 @@ class PointTelemetry:
         server_pid: int | str | None,
         base_url: str | None,
         gpus: GpuSelection | None = None,
-        siblings: tuple[int, ...] = (),
+        beside: Beside = ALONE,
         host: HostAccess | None = None,
-        client_pid: int | None = None,
     ) -> None:
         self.settings = settings
-        self.siblings = siblings
-        self.client_pid = client_pid
+        self.beside = beside
         host = host or HostAccess()
         nvml, powercap_root = host.nvml, host.powercap_root
         self.enabled = settings.enabled
@@ -171,7 +171,7 @@ class PointTelemetry:
         sources: list[tuple[Source, float]] = [
             (GpuSource(self.nvml, self.gpus), float(self.settings.gpu_hz)),
             (
-                HostSource(self.server_pid, self.own_cpu_s, self.siblings, self.client_pid),
+                HostSource(self.server_pid, self.own_cpu_s, self.beside),
                 float(self.settings.cpu_hz),
             ),
             (

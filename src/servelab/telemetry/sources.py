@@ -108,6 +108,20 @@ class ProcessTree:
         self._tree = {}
 
 
+@dataclass(frozen=True)
+class Beside:
+    """The processes beside the server that a point's CPU sample tells apart from contention:
+    `siblings`, the roots of other servers kept up beside this one whose points alternate with
+    its (sweep.repeats.slices), and `client`, another tool measuring the point instead of
+    servelab's client (client.cross_check; None: servelab's own client, this process)."""
+
+    siblings: tuple[int, ...] = ()
+    client: int | None = None
+
+
+ALONE = Beside()  # nothing beside the server but servelab's own client
+
+
 class HostSource:
     """The server's process tree, the client process and the host, each on its own.
 
@@ -115,12 +129,11 @@ class HostSource:
     over the interval since the previous sample (`*_cpu_pct`, null on the first sample); the
     host's `host_cpu_pct` (busy, steal included) and `host_steal_pct` (hypervisor steal, null
     where the platform reports none) are of all cores. The client is this process less the
-    samplers' own threads (`telemetry_cpu_*`), which `own_cpu_s` reports. `siblings`: the
-    process trees of other servers this run keeps up beside the point's (a point sent in
-    slices that alternate with theirs, sweep.repeats.slices), summed as `siblings_cpu_*`, so
-    that the host's busy time they take is known rather than read as contention. `client_pid`:
-    another tool measuring the point instead of servelab's client (client.cross_check): its
-    process tree is the client, and the samplers' own CPU stays in `telemetry_cpu_*`.
+    samplers' own threads (`telemetry_cpu_*`), which `own_cpu_s` reports. `beside.siblings`:
+    the process trees of other servers this run keeps up beside the point's, summed as
+    `siblings_cpu_*`, so that the host's busy time they take is known rather than read as
+    contention. `beside.client`: another tool measuring the point instead of servelab's client:
+    its process tree is the client, and the samplers' own CPU stays in `telemetry_cpu_*`.
     """
 
     name = "cpu"
@@ -129,15 +142,14 @@ class HostSource:
         self,
         server_pid: int | str | None,
         own_cpu_s: Callable[[], float],
-        siblings: tuple[int, ...] = (),
-        client_pid: int | None = None,
+        beside: Beside = ALONE,
     ) -> None:
         # a string: why the server's processes cannot be sampled (a remote endpoint)
         self.server_pid = server_pid
-        self.client_pid = client_pid
+        self.client_pid = beside.client
         self._tool: ProcessTree | None = None
         self.own_cpu_s = own_cpu_s
-        self.sibling_pids = siblings
+        self.sibling_pids = beside.siblings
         self._client = psutil.Process(os.getpid())
         self._server: ProcessTree | None = None
         self._siblings: list[ProcessTree] = []
