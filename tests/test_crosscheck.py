@@ -397,3 +397,22 @@ def test_the_summary_counts_the_tools_runs_and_their_time(tmp_path: Path):
         (clients / rel / "client.json").write_text(json.dumps(record))
     assert _tool_runs(clients) == (2, 11.5)  # a failed run's time counts too
     assert _tool_runs(tmp_path / "none") == (0, 0.0)
+
+
+def test_the_clients_take_turns_servelabs_among_them(tmp_path: Path, monkeypatch):
+    exp = validate(_config())
+    tools = {t: {"tool": t} for t in ("aiperf", "guidellm", "vllm")}
+    cross = CrossCheck(
+        exp, "s", ExperimentPaths(tmp_path), tools, _target(tmp_path), None, 1, print
+    )
+    order: list[tuple[str, int]] = []
+    monkeypatch.setattr(CrossCheck, "run", lambda self, p, pos: order.append((p.tool, pos)))
+    for repeat in (1, 2, 3, 4):
+        cross.measure(_slot(repeat=repeat), ["p"], lambda: order.append(("servelab", 0)))
+    firsts = [order[i][0] for i in range(0, 16, 4)]
+    assert firsts == ["servelab", "aiperf", "guidellm", "vllm"]  # each first once in four
+    assert order[4:8] == [("aiperf", 1), ("guidellm", 2), ("vllm", 3), ("servelab", 0)]
+    # a point servelab's client measured on an earlier launch: only the tools, in their turn
+    order.clear()
+    cross.measure(_slot(repeat=5), ["p"], None)
+    assert order == [("aiperf", 2), ("guidellm", 3), ("vllm", 4)]

@@ -298,10 +298,10 @@ class LoadWindowJson(TypedDict):
 
 class ClientRunJson(TypedDict):
     """One tool's run of one point
-    (raw/<sc>/clients/<tool>/rep_<NN>/concurrency_<CCC>/client.json), measured right after
-    servelab's client measured the point on the same server: the command, its exit, the tool's
-    own CPU, and the load window the server's /metrics showed (requests running or waiting),
-    over which its client CPU is given as servelab's own is. (client_run.schema.json)
+    (raw/<sc>/clients/<tool>/rep_<NN>/concurrency_<CCC>/client.json), measured in turn with
+    servelab's client on the same server launch: the command, its exit, the tool's own CPU, and
+    the load window the server's /metrics showed (requests running or waiting), over which its
+    client CPU is given as servelab's own is. (client_run.schema.json)
     """
 
     # The tool's processes' CPU over the load window, in cores (null: no window).
@@ -323,8 +323,8 @@ class ClientRunJson(TypedDict):
     # The server launch it measured.
     launch: NotRequired[int]
 
-    # Its place among the tools measured after servelab's client at this point (the order turns from
-    # point to point).
+    # Its place among the clients that measured this point, servelab's own included (the order
+    # rotates from point to point).
     position: NotRequired[int]
 
     # Why it failed (null: it did not).

@@ -1,19 +1,21 @@
 """Other benchmark tools measuring the sweep's points on the same server (client.cross_check).
 
-Right after servelab's client has measured a point, each tool of client.cross_check measures it
-again: the same prompts (the point's own, written in the tool's dataset format), the same
-concurrency, output length, ignore_eos and temperature 0, streamed from /v1/completions of the
-same server launch. The tools take turns: their order rotates from one point to the next, so
-that none always comes first after servelab's client. Each tool runs from its venv
+Each point of the sweep is measured by servelab's client and by each tool of
+client.cross_check, one after another on the same server launch: the same prompts (the
+point's own, written in the tool's dataset format), the same concurrency, output length,
+ignore_eos and temperature 0, streamed from /v1/completions. The clients take turns: their
+order, servelab's client among them, rotates from one point to the next, so that each of k
+clients comes first at one point in k. Each tool runs from its venv
 (servelab.env.client_tools, runtime/clients.json) and writes into
 
     raw/<sc>/clients/<tool>/rep_<NN>/concurrency_<CCC>/
 
 as the tool lays out its results (read by servelab.analysis.peers), with `client.json` beside
-them: the command, its exit, the tool's CPU, and the load window, the longest span in which
-the server's /metrics showed requests running or waiting. The telemetry samples the tool's
-process tree as the point's client (telemetry.jsonl there), so its client CPU over the load
-window is known as servelab's own is, start-up and tokenizer loading left out.
+them: the command, its exit, the tool's CPU, its place in the point's order, and the load
+window, the longest span in which the server's /metrics showed requests running or waiting.
+The telemetry samples the tool's process tree as the point's client (telemetry.jsonl there),
+so its client CPU over the load window is known as servelab's own is, start-up and tokenizer
+loading left out, and so is the server's own mean TTFT and ITL meanwhile.
 
 A run is made in `<folder>.partial/` and renamed when the tool wrote its results; one that
 failed (non-zero exit, client.timeout_s, no result file) is kept as `<folder>.failed[.N]/`
@@ -57,6 +59,7 @@ VLLM_BENCH = (
     "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
 )
 LOG_FILE = "tool.log"
+OURS = "servelab"  # servelab's own client, in the rotating order of the point's clients
 # scrapes that saw requests running or waiting, closer than this, belong to one load window
 WINDOW_GAP_NS = 1_500_000_000
 
@@ -286,19 +289,24 @@ class CrossCheck:
             if not (point_folder(self.paths, self.sc, t, slot) / CLIENT_FILE).is_file()
         ]
 
-    def measure(self, slot: Slot, items: Sequence[object]) -> None:
-        """Every tool still to run this point, in this point's turn of the rotating order."""
+    def measure(
+        self, slot: Slot, items: Sequence[object], ours: Callable[[], object] | None = None
+    ) -> None:
+        """This point by every client still to measure it, in this point's turn of the
+        rotating order of servelab's client (`ours`: its measuring of the point; None: done
+        already) and the tools: with k clients, each comes first at one point in k."""
         todo = self.missing(slot)
-        if not todo:
-            return
-        names = self.names
-        k = self.turn % len(names)
+        clients = [OURS, *self.names]
+        k = self.turn % len(clients)
         self.turn += 1
-        order = [t for t in names[k:] + names[:k] if t in todo]
         prompts = [_text(i) for i in items]
-        for position, tool in enumerate(order, 1):
-            folder = point_folder(self.paths, self.sc, tool, slot)
-            self.run(ToolPoint(tool, slot, prompts, folder), position)
+        for position, client in enumerate(clients[k:] + clients[:k], 1):
+            if client == OURS:
+                if ours is not None:
+                    ours()
+            elif client in todo:
+                folder = point_folder(self.paths, self.sc, client, slot)
+                self.run(ToolPoint(client, slot, prompts, folder), position)
 
     def run(self, point: ToolPoint, position: int) -> ClientRunJson:
         """One tool's run of one point into <folder>.partial/, renamed when it succeeded."""

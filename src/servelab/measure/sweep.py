@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -96,15 +97,21 @@ class Live:
     cross: CrossCheck | None = None
 
     def measure(self, slot: Slot, label: str) -> None:
-        self.points.measure(slot, self.pplan.offsets[slot.key], label)
-        self.cross_check(slot)
+        def ours() -> None:
+            self.points.measure(slot, self.pplan.offsets[slot.key], label)
 
-    def cross_check(self, slot: Slot) -> None:
-        """The other tools measure the point servelab's client has just measured."""
+        if self.cross is None:
+            ours()
+        else:  # servelab's client and the tools of client.cross_check, in this point's order
+            self.cross_check(slot, ours)
+
+    def cross_check(self, slot: Slot, ours: Callable[[], None] | None = None) -> None:
+        """The point by the tools of client.cross_check and, given `ours`, servelab's client,
+        in the point's turn of their rotating order."""
         if self.cross is None:
             return
         at, n = self.pplan.offsets[slot.key], self.points.requests(slot)
-        self.cross.measure(slot, self.points.prompts[at : at + n])
+        self.cross.measure(slot, self.points.prompts[at : at + n], ours)
 
     def open(self, slot: Slot, siblings: tuple[int, ...]) -> OpenPoint:
         """A point of this launch to send in slices (servelab.measure.alternate), beside the
