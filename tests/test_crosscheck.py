@@ -275,7 +275,8 @@ def test_clients_compared_in_a_runs_report_names_a_busy_client(tmp_path: Path):
     assert "Tool's client" in text and "| 0.95 |" in text
     assert "AIPerf 0.13.0: its client processes used at least the 0.9 of a core" in text
     assert "GuideLLM 0.8.1: its client processes" not in text
-    assert "AIPerf 0.13.0: the server itself was slower while it measured: its own mean ITL" in text
+    assert "AIPerf 0.13.0: the server itself was slower while it measured, its own mean ITL" in text
+    assert "c=4: 2.0" in text
     assert "GuideLLM 0.8.1: the server itself" not in text
     assert "| AIPerf 0.13.0 | c=4 | " in text and " / 21.0 |" in text
     assert "GuideLLM 0.8.1: 1 of its runs failed" in text

@@ -293,19 +293,19 @@ def cpu_causes(ours: Groups, config: str, tool: Tool, limit: float) -> list[str]
             f"{'; '.join(hot)}. A client that busy falls behind the stream, or takes CPU from "
             "a server on the same cores"
         )
-    pairs = [(f.tool_itl, f.own_itl) for f in facts if f.tool_itl and f.own_itl]
-    if pairs:
-        ratio = _mean([t / o for t, o in pairs]) or 1.0
-        if ratio > 1.0 + SERVER_SLOWER:
-            cores = _mean([f.tool_cores for f in facts if f.tool_cores is not None])
-            why = "" if cores is None else f"; its client used {cores:.2f} cores meanwhile"
-            out.append(
-                f"{tool.name}: the server itself was slower while it measured: its own mean "
-                f"ITL (/metrics) {ratio:.2f}x what it was under servelab's client, mean over "
-                f"{len(pairs)} levels. That part of the difference is in what the server did, "
-                f"not in how the tool timed it (a client sharing the server's cores is one "
-                f"reason{why})"
-            )
+    slower = [
+        f"{ours.level_name(f.level)}: {f.tool_itl / f.own_itl:.2f}x"
+        + ("" if f.tool_cores is None else f" (its client {f.tool_cores:.2f} cores)")
+        for f in facts
+        if f.tool_itl and f.own_itl and f.tool_itl / f.own_itl > 1.0 + SERVER_SLOWER
+    ]
+    if slower:
+        out.append(
+            f"{tool.name}: the server itself was slower while it measured, its own mean ITL "
+            f"(/metrics) over that under servelab's client: {'; '.join(slower)}. That part of "
+            "the difference is in what the server did, not in how the tool timed it; a client "
+            "sharing the server's cores is one reason"
+        )
     return out
 
 

@@ -202,9 +202,15 @@ def scaled_block_tokens(block_tokens: int, scale: float) -> int:
     return int(n)
 
 
+def block_divisors(block_tokens: int) -> list[int]:
+    """The divisors of block_tokens, smallest first: each d gives a length scale 1/d that keeps
+    every block whole (workload.trace.length_scale), the largest scale first."""
+    return [d for d in range(1, block_tokens + 1) if block_tokens % d == 0]
+
+
 def _whole_divisor(block_tokens: int, scale: float) -> int:
     """The divisor d of block_tokens nearest 1/scale at or above it (a scale of 1/d keeps
     blocks whole and scales no less)."""
     want = 1 / scale if scale > 0 else block_tokens
-    fits = [d for d in range(1, block_tokens + 1) if block_tokens % d == 0 and d >= want]
+    fits = [d for d in block_divisors(block_tokens) if d >= want]
     return fits[0] if fits else block_tokens

@@ -49,7 +49,7 @@ from servelab.client.prompt import Prompt
 from servelab.documents.declared import FitJson, TrafficJson, WindowJson
 from servelab.errors import ServelabError
 from servelab.experiment import DatasetFilter, DatasetSection, TraceSection
-from servelab.experiment.workload import scale_fraction, scaled_block_tokens
+from servelab.experiment.workload import block_divisors, scale_fraction, scaled_block_tokens
 from servelab.workload import datasets, trace_formats
 from servelab.workload.datasets import DatasetFile
 from servelab.workload.trace_formats import TraceRow as TraceRow
@@ -332,9 +332,9 @@ def suggest_scale(
     the scale given) that keeps at least min_kept of `inside`, with the share it keeps; None
     when none does."""
     n = len(inside)
-    for d in range(1, spec.block_tokens + 1):
+    for d in block_divisors(spec.block_tokens):
         scale = 1 / d
-        if spec.block_tokens % d or scale > spec.length_scale:
+        if scale > spec.length_scale:
             continue
         kept, _, _ = _fitted(inside, replace(spec, length_scale=scale), model_len, special)
         if len(kept) >= spec.min_kept * n:

@@ -14,7 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from servelab.errors import ServelabError
-from servelab.experiment.workload import scaled_block_tokens
+from servelab.experiment.workload import block_divisors, scaled_block_tokens
 from servelab.workload.trace import TraceReuse, intended_reuse, read_trace, scale_row
 from servelab.workload.trace_formats import FORMATS, TraceRow
 from servelab.workload.trace_stats import (
@@ -90,9 +90,7 @@ def suggest_divisor(
     the requests fitting (the largest such scale) with its fit; when none does, block_tokens
     itself (the smallest scale) with its fit."""
     fit = FitCount(1.0, 0, len(rows))
-    for d in range(1, block_tokens + 1):
-        if block_tokens % d:
-            continue
+    for d in block_divisors(block_tokens):
         fit = FitCount(1 / d, fitting(rows, max_model_len, 1 / d), len(rows))
         if fit.share >= share:
             return d, fit
