@@ -114,8 +114,8 @@ def compare_clients(ours: Groups, config: str, tools: Sequence[Tool]) -> list[Cl
                         tool.name,
                         level,
                         metric,
-                        sum(b) / len(b) if b else None,
-                        sum(a) / len(a) if a else None,
+                        _mean(b),
+                        _mean(a),
                         ratio_ci(a, b),
                         len(b),
                         len(a),
@@ -216,17 +216,20 @@ def own_client_cores(ours: Groups, config: str, level: LevelValue) -> float | No
     )
 
 
+def server_mean_ms(server: object, key: str) -> float | None:
+    """The mean of the server's /metrics histogram `key` (ttft, itl), ms, in a telemetry
+    summary's `server` block (None: not there)."""
+    block = server.get(key) if isinstance(server, Mapping) else None
+    mean = block.get("mean_ms") if isinstance(block, Mapping) else None
+    return float(mean) if isinstance(mean, int | float) else None
+
+
 def own_server_ms(ours: Groups, config: str, level: LevelValue, key: str) -> float | None:
     """The server's own mean TTFT or ITL (`key` ttft, itl; its /metrics histogram, ms) over
     servelab's points at a level: the telemetry summary's."""
-    vals = []
-    for p in ours.by.get((config, level), {}).values():
-        server = (p.extra.get("telemetry") or {}).get("server")
-        block = server.get(key) if isinstance(server, Mapping) else None
-        mean = block.get("mean_ms") if isinstance(block, Mapping) else None
-        if isinstance(mean, int | float):
-            vals.append(float(mean))
-    return _mean(vals)
+    points = ours.by.get((config, level), {}).values()
+    summaries = [(p.extra.get("telemetry") or {}).get("server") for p in points]
+    return _mean([v for s in summaries if (v := server_mean_ms(s, key)) is not None])
 
 
 @dataclass(frozen=True)
@@ -274,12 +277,12 @@ def level_facts(ours: Groups, config: str, tool: Tool) -> list[LevelFacts]:
     ]
 
 
-def cpu_causes(ours: Groups, config: str, tool: Tool, limit: float) -> list[str]:
+def cpu_causes(ours: Groups, tool: Tool, facts: Sequence[LevelFacts], limit: float) -> list[str]:
     """A tool's client CPU at or over the bound servelab holds its own client to
     (analysis.validity.max_client_cpu_cores), at the levels where it was; and a server that
-    served the tool's requests slower than servelab's, by its own /metrics."""
+    served the tool's requests slower than servelab's, by its own /metrics (`facts`: the
+    tool's `level_facts`)."""
     out: list[str] = []
-    facts = level_facts(ours, config, tool)
     hot = [
         f"{ours.level_name(f.level)}: {f.tool_cores:.2f} cores"
         + ("" if f.own_cores is None else f" (servelab's client {f.own_cores:.2f})")
@@ -340,9 +343,12 @@ def clients_section(
         ]
         for r in rows
     ]
+    facts = {tool.name: level_facts(ours, config, tool) for tool in tools}
     found = [line for tool in tools for line in [*causes(tool), *duration_cause(tool)]]
     cpu_limit = float(limits.max_client_cpu_cores)
-    found += [line for tool in tools for line in cpu_causes(ours, config, tool, cpu_limit)]
+    found += [
+        line for tool in tools for line in cpu_causes(ours, tool, facts[tool.name], cpu_limit)
+    ]
     found += [
         line for tool in tools for line in wait_cause(tool, float(limits.max_client_wait_pct))
     ]
@@ -366,7 +372,7 @@ def clients_section(
             align="lllrrr",
         ),
         "",
-        *_cpu_table(ours, config, tools),
+        *_cpu_table(ours, tools, facts),
         "Known causes the data shows:" if found else "Known causes the data shows: none.",
         *(f"- {line}" for line in found),
         "",
@@ -377,9 +383,11 @@ def _cores_text(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def _cpu_table(ours: Groups, config: str, tools: Sequence[Tool]) -> list[str]:
+def _cpu_table(
+    ours: Groups, tools: Sequence[Tool], facts: Mapping[str, Sequence[LevelFacts]]
+) -> list[str]:
     """Each tool's client CPU and the server's own view beside servelab's, where servelab ran
-    the tool (client.json)."""
+    the tool (client.json): `facts`, each tool's `level_facts` by its name."""
     t = _cores_text
 
     def ms(a: float | None, b: float | None) -> str:
@@ -397,7 +405,7 @@ def _cpu_table(ours: Groups, config: str, tools: Sequence[Tool]) -> list[str]:
             "-" if f.tool_wait is None else f"{f.tool_wait:.1f}",
         ]
         for tool in tools
-        for f in level_facts(ours, config, tool)
+        for f in facts[tool.name]
     ]
     if not rows:
         return []

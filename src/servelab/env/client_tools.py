@@ -54,7 +54,9 @@ def ensure_tools(
         if spec.lock is None:
             out[name] = runtime_tool(spec, runtime)
             continue
-        marker = ensure_venv(envs / spec.lock, check_import=spec.module, say=_as_client(say))
+        marker = ensure_venv(
+            envs / spec.lock, check_import=spec.module, say=say, label="client tools"
+        )
         version = marker["packages"].get(spec.distribution)
         if version is None:
             raise ServelabError(
@@ -71,11 +73,6 @@ def ensure_tools(
         }
         say(f"client tools: {spec.title} {version} in {marker['venv']}")
     return {"format_version": 1, "tools": out}
-
-
-def _as_client(say: Callable[[str], None]) -> Callable[[str], None]:
-    """`say`, its venv lines ("runtime: creating ...") named for what they make here."""
-    return lambda line: say(line.replace("runtime: ", "client tools: ", 1))
 
 
 def runtime_tool(spec: ToolSpec, runtime: Mapping[str, object]) -> ClientToolJson:

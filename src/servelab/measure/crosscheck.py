@@ -35,6 +35,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.analysis.clients import server_mean_ms
+from servelab.analysis.validity.flags import block_mean
+from servelab.analysis.validity.measurement import outside_cores
 from servelab.client.prompt import Conversation, text_of
 from servelab.design.schedule import Slot
 from servelab.documents.declared import ClientRunJson, ClientToolJson, LoadWindowJson
@@ -96,6 +99,12 @@ def point_folder(paths: ExperimentPaths, sc: str, tool: str, slot: Slot) -> Path
     """raw/<sc>/clients/<tool>/rep_<NN>/concurrency_<CCC>/ (a vllm-bench tree per tool)."""
     level = int(slot.level.value)
     return paths.clients(sc) / tool / f"rep_{slot.repeat:02d}" / f"concurrency_{level:03d}"
+
+
+def done(paths: ExperimentPaths, sc: str, tool: str, slot: Slot) -> bool:
+    """The tool's run of the point is complete (its folder holds client.json: a failed run's
+    is kept in <folder>.failed/)."""
+    return (point_folder(paths, sc, tool, slot) / CLIENT_FILE).is_file()
 
 
 def dataset_file(tool: str, prompts: Sequence[str], max_tokens: int, folder: Path) -> Path:
@@ -213,12 +222,6 @@ def _count(v: object) -> float:
     return float(v) if isinstance(v, int | float) else 0.0
 
 
-def _cores(cpu: Mapping[str, object], key: str) -> float | None:
-    stats = cpu.get(key)
-    mean = stats.get("mean") if isinstance(stats, Mapping) else None
-    return float(mean) / 100.0 if isinstance(mean, int | float) else None
-
-
 @dataclass(frozen=True)
 class WindowFacts:
     """What the telemetry says of a tool's load window: its client CPU and the host's other
@@ -244,23 +247,18 @@ def window_facts(
     server = summarize(samples, start - margin_ns, end + margin_ns).get("server") or {}
     client = other = None
     if isinstance(cpu, Mapping) and not cpu.get("absent"):
-        client = _cores(cpu, "client_cpu_pct")
-        host, n = _cores(cpu, "host_cpu_pct"), cpu.get("host_cpus")
-        known = [_cores(cpu, k) for k in ("server_cpu_pct", "client_cpu_pct", "telemetry_cpu_pct")]
-        if host is not None and isinstance(n, int) and all(v is not None for v in known):
-            other = round(max(0.0, host * n - sum(v or 0.0 for v in known)), 3)
+        client = block_mean(cpu, "client_cpu_pct")
+        other = outside_cores(cpu)  # as the contention check reads a point's
     return WindowFacts(
-        None if client is None else round(client, 3),
-        other,
-        _hist_mean(server, "ttft"),
-        _hist_mean(server, "itl"),
+        _rounded(None if client is None else client / 100.0),
+        _rounded(other),
+        _rounded(server_mean_ms(server, "ttft")),
+        _rounded(server_mean_ms(server, "itl")),
     )
 
 
-def _hist_mean(server: object, key: str) -> float | None:
-    block = server.get(key) if isinstance(server, Mapping) else None
-    mean = block.get("mean_ms") if isinstance(block, Mapping) else None
-    return round(float(mean), 3) if isinstance(mean, int | float) else None
+def _rounded(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
 
 
 @dataclass
@@ -283,11 +281,7 @@ class CrossCheck:
 
     def missing(self, slot: Slot) -> list[str]:
         """The tools whose run of this point is not complete."""
-        return [
-            t
-            for t in self.names
-            if not (point_folder(self.paths, self.sc, t, slot) / CLIENT_FILE).is_file()
-        ]
+        return [t for t in self.names if not done(self.paths, self.sc, t, slot)]
 
     def measure(
         self, slot: Slot, items: Sequence[object], ours: Callable[[], object] | None = None

@@ -47,13 +47,12 @@ from servelab.launch.hostlock import MeasuringLock
 from servelab.launch.ports import choose_port
 from servelab.launch.server import ServerLaunch, raise_on_signals
 from servelab.launch.session import LaunchAdditions, Session, build_launch, serve
-from servelab.measure.crosscheck import CrossCheck, Target, point_folder
+from servelab.measure.crosscheck import CrossCheck, Target, done
 from servelab.measure.point import OpenPoint, PointJob, is_complete, keep_incomplete
 from servelab.measure.remeasure import pending, remeasure
 from servelab.measure.sending import Replay, requests_of, schedule_of
 from servelab.profile.capture import PlannedCapture, plan_capture
 from servelab.profile.plan import on_sweep_launch
-from servelab.store.paths import CLIENT_FILE
 from servelab.store.records import (
     ArrivalsRecord,
     CapacityRecord,
@@ -407,7 +406,7 @@ class SweepJob(ConfigJob):
     def tools_missing(self, slots: list[Slot]) -> int:
         """The runs of client.cross_check's tools not complete yet, over the plan's points."""
         return sum(
-            not (point_folder(self.paths, self.sc, tool, slot) / CLIENT_FILE).is_file()
+            not done(self.paths, self.sc, tool, slot)
             for tool in self.exp.cross_check
             for slot in slots
         )

@@ -3,6 +3,8 @@ host, no failed requests, preemptions noted, a long enough point."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from servelab.analysis.validity.facts import (
     BURST_MAX_READS,
     BURST_MIN_TOKENS,
@@ -48,6 +50,24 @@ def check_streaming(f: PointFacts, t: ValiditySection) -> Flag:
     return Flag("streaming", PASSED, share, limit, said)
 
 
+# the processes a point's CPU sample names: the server, its client, the samplers
+OWN_CPU = ("server_cpu_pct", "client_cpu_pct", "telemetry_cpu_pct")
+
+
+def outside_cores(cpu: Mapping[str, object]) -> float | None:
+    """The host's cores busy outside the server (and the servers it alternates with), the
+    client and the samplers, over a telemetry summary's `cpu` block; None where the host's
+    busy percent, its core count or a process's CPU is unknown. Sampling can put the
+    difference slightly below zero on an idle host: it is 0 then."""
+    host, cores = block_mean(cpu, "host_cpu_pct"), cpu.get("host_cpus")
+    own = [block_mean(cpu, k) for k in OWN_CPU]
+    if host is None or not cores or any(v is None for v in own):
+        return None
+    # percent of all cores and percents of one core, as cores
+    known = sum(v or 0.0 for v in own) + (block_mean(cpu, "siblings_cpu_pct") or 0.0)
+    return max(0.0, host / 100.0 * integer(cores) - known / 100.0)
+
+
 def check_contention(f: PointFacts, t: ValiditySection) -> Flag:
     limit = float(t.max_other_cpu_cores)
     tel = f.telemetry
@@ -61,7 +81,7 @@ def check_contention(f: PointFacts, t: ValiditySection) -> Flag:
     host, cores = block_mean(cpu, "host_cpu_pct"), cpu.get("host_cpus")
     if host is None or not cores:
         return Flag("contention", NOT_CHECKED, None, limit, "no host CPU sample over the point")
-    own = [block_mean(cpu, k) for k in ("server_cpu_pct", "client_cpu_pct", "telemetry_cpu_pct")]
+    own = [block_mean(cpu, k) for k in OWN_CPU]
     # the servers this one alternates with (a point sent in slices) are known, not contention
     siblings = "siblings_cpu_pct" in cpu
     if cpu.get("server_error") == REMOTE:
@@ -71,10 +91,8 @@ def check_contention(f: PointFacts, t: ValiditySection) -> Flag:
         err = cpu.get("server_error")
         why = f"server CPU unknown ({err})" if own[0] is None and err else "process CPU unknown"
         return Flag("contention", NOT_CHECKED, None, limit, why)
-    # percent of all cores and percents of one core, as cores; sampling can put the difference
-    # slightly below zero on an idle host
-    known = sum(v or 0.0 for v in own) + (block_mean(cpu, "siblings_cpu_pct") or 0.0)
-    other = max(0.0, host / 100.0 * integer(cores) - known / 100.0)
+    other = outside_cores(cpu)
+    assert other is not None  # the host, its cores and every process's CPU are known here
     servers = "servers" if siblings else "server"
     said = f"{other:.2f} CPU cores busy outside the {servers}, client and samplers"
     steal = block_mean(cpu, "host_steal_pct")

@@ -113,8 +113,10 @@ def ensure_venv(
     log_path: Path | None = None,
     check_import: str = "vllm",
     say: Callable[[str], None] = print,
+    label: str = "runtime",
 ) -> VenvMarker:
-    """Create (or reuse) the venv for lock_path and return the runtime record.
+    """Create (or reuse) the venv for lock_path and return the runtime record; `label` names
+    what the venv is for in its progress lines ("runtime: creating ...").
 
     Safe to call from several processes at once (a workflow and a test run): the first
     creates the venv under a file lock, the others wait and reuse it.
@@ -125,7 +127,9 @@ def ensure_venv(
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.with_name(venv.name + ".lock"), "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
-        return _ensure_venv_locked(lock_path, venv, log_path, check_import, say)
+        return _ensure_venv_locked(
+            lock_path, venv, log_path, check_import, lambda line: say(f"{label}: {line}")
+        )
 
 
 def _ensure_venv_locked(
@@ -141,7 +145,7 @@ def _ensure_venv_locked(
     if marker.exists():
         record: VenvMarker = json.loads(marker.read_text(encoding="utf-8"))
         if record.get("lock_sha256") == digest and _python(venv).exists():
-            say(f"runtime: reusing {venv}")
+            say(f"reusing {venv}")
             return record
     if venv.exists():
         shutil.rmtree(venv)
@@ -149,7 +153,7 @@ def _ensure_venv_locked(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     say(
-        f"runtime: creating {venv} from {lock_path} ({len(pins)} pinned packages; "
+        f"creating {venv} from {lock_path} ({len(pins)} pinned packages; "
         f"a few minutes and several GB the first time; log: {log_path})"
     )
     # Built in place (a venv's scripts embed its path); the marker, written last, says "ready".
@@ -184,7 +188,7 @@ def _ensure_venv_locked(
         "created_s": round(time.monotonic() - started, 1),
     }
     marker.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    say(f"runtime: ready in {record['created_s']} s")
+    say(f"ready in {record['created_s']} s")
     return record
 
 
