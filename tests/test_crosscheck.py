@@ -132,6 +132,29 @@ def test_the_load_window_is_the_longest_span_the_server_had_requests():
     assert one is not None and one["duration_s"] == 0.5
 
 
+def test_a_load_between_two_idle_scrapes_is_found_by_the_servers_counters():
+    def server(t_s: float, tokens: float | None, running: int = 0) -> dict[str, Any]:
+        sample: dict[str, Any] = {"source": "server", "epoch_ns": int(t_s * 1e9)}
+        if tokens is not None:  # a failed scrape has no counters
+            sample |= {"running": running, "waiting": 0, "generation_tokens_total": tokens}
+        return sample
+
+    # 0.3 s of load between the scrapes at 2.0 and 2.5 s: the gauges saw nothing
+    quick = [server(1.5, 0), server(2.0, 0), server(2.5, 1024), server(3.0, 1024)]
+    # the middle half of the interval the tokens were generated in
+    assert load_window(quick) == {
+        "start_epoch_ns": int(2.125e9),
+        "end_epoch_ns": int(2.375e9),
+        "duration_s": 0.25,
+    }
+    # counters that did not move, or a failed scrape before them, show no load
+    assert load_window([server(1.0, 64), server(1.5, 64), server(2.0, 64)]) is None
+    assert load_window([server(1.0, None), server(1.5, 64), server(2.0, 64)]) is None
+    # where the gauges saw the load, the counters change nothing
+    seen = [server(1.0, 0), server(1.5, 30, 3), server(2.0, 64)]
+    assert load_window(seen) == load_window([{**s, "generation_tokens_total": 0} for s in seen])
+
+
 def _telemetry_off(pid: int) -> PointTelemetry:
     off = replace(default_section(TelemetrySection, "telemetry"), enabled=False)
     return PointTelemetry(off, None, None, beside=Beside(client=pid))

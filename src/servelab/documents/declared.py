@@ -287,8 +287,9 @@ class ClaimVerdict(TypedDict):
 
 class LoadWindowJson(TypedDict):
     """The longest span in which the server had requests running or waiting, from its /metrics
-    sampled at telemetry.metrics_hz (null: telemetry off, or no request seen).
-    (client_run.schema.json/properties/window)
+    sampled at telemetry.metrics_hz; a load that fell between two idle scrapes, seen only in its
+    counters rising, is given the middle half of that interval (null: telemetry off, or no
+    request seen). (client_run.schema.json/properties/window)
     """
 
     duration_s: float
@@ -353,7 +354,9 @@ class ClientRunJson(TypedDict):
     wall_s: float
 
     # The longest span in which the server had requests running or waiting, from its /metrics
-    # sampled at telemetry.metrics_hz (null: telemetry off, or no request seen).
+    # sampled at telemetry.metrics_hz; a load that fell between two idle scrapes, seen only in its
+    # counters rising, is given the middle half of that interval (null: telemetry off, or no request
+    # seen).
     window: NotRequired[LoadWindowJson | None]
 
 

@@ -184,12 +184,22 @@ def load_window(samples: Sequence[Sample]) -> LoadWindowJson | None:
     """The longest span in which the server's /metrics showed requests running or waiting
     (busy scrapes closer than WINDOW_GAP_NS join one span), each end halfway to the idle
     scrape beside it (the load began and ended somewhere between the two); None where no
-    scrape showed any."""
-    scrapes = sorted(
-        (t, _count(s.get("running")) + _count(s.get("waiting")) > 0)
-        for s in samples
-        if s.get("source") == "server" and isinstance(t := s.get("epoch_ns"), int)
+    scrape showed any. A load short enough to fall between two idle scrapes, seen only in
+    the server's counters (tokens, finished requests) rising from one to the next, counts as
+    busy at their midpoint: its window is the middle half of that interval."""
+    server = sorted(
+        (
+            (t, s)
+            for s in samples
+            if s.get("source") == "server" and isinstance(t := s.get("epoch_ns"), int)
+        ),
+        key=lambda ts: ts[0],
     )
+    scrapes = [(t, _busy(s)) for t, s in server]
+    for (t0, a), (t1, b) in zip(server, server[1:], strict=False):
+        if not _busy(a) and not _busy(b) and _counted(a, b):
+            scrapes.append(((t0 + t1) // 2, True))
+    scrapes.sort()
     spans: list[list[int]] = []  # [index of the first busy scrape, index of the last]
     for i, (t, busy) in enumerate(scrapes):
         if not busy:
@@ -220,6 +230,24 @@ def load_window(samples: Sequence[Sample]) -> LoadWindowJson | None:
 
 def _count(v: object) -> float:
     return float(v) if isinstance(v, int | float) else 0.0
+
+
+def _busy(scrape: Sample) -> bool:
+    return _count(scrape.get("running")) + _count(scrape.get("waiting")) > 0
+
+
+# the server's counters of work done: one rising between two scrapes saw requests served
+WORK_COUNTERS = ("generation_tokens_total", "prompt_tokens_total", "requests_finished_total")
+
+
+def _counted(before: Sample, after: Sample) -> bool:
+    """Whether a counter of work rose from one scrape to the next (one that failed, with no
+    counters, tells nothing)."""
+    for key in WORK_COUNTERS:
+        a, b = before.get(key), after.get(key)
+        if isinstance(a, int | float) and isinstance(b, int | float) and b > a:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
