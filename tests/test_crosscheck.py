@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 import yaml
 
-from servelab.analysis.clients import clients_section, run_clients
-from servelab.analysis.dataset import load_dataset
+from servelab.analysis.clients import Tool, clients_section, rate_causes, run_clients
+from servelab.analysis.dataset import Point, load_dataset
 from servelab.analysis.groups import Groups
 from servelab.config import default_section, validate
 from servelab.design.level import Level
 from servelab.design.schedule import Slot
 from servelab.errors import ServelabError
 from servelab.evidence.schemas import check_all_json, validate_file
-from servelab.experiment import TelemetrySection, ValiditySection
+from servelab.experiment import ArrivalSection, TelemetrySection, ValiditySection
 from servelab.measure.crosscheck import (
     CrossCheck,
     Target,
@@ -108,6 +108,55 @@ def test_each_tool_is_given_the_points_prompts_concurrency_and_output_length(tmp
     ):
         assert cmd[cmd.index(flag) + 1] == value
     assert "--ignore-eos" in cmd and "--disable-shuffle" in cmd
+
+
+def test_at_a_rate_each_tool_draws_the_sweeps_arrival_process(tmp_path: Path):
+    prompts = ["a prompt"] * 5
+    slot = Slot(1, Level.at_rate(2.5), 0, 0)
+    poisson = ArrivalSection("poisson", 1.0, None, 2.0)
+    gamma = ArrivalSection("gamma", 0.5, 8, 2.0)
+    constant = ArrivalSection("constant", 1.0, None, 2.0)
+
+    def args(tool: str, arrival: ArrivalSection) -> list[str]:
+        point = ToolPoint(tool, slot, prompts, tmp_path / tool)
+        cmd = command(
+            tool,
+            "/venv/bin/python",
+            point,
+            tmp_path / "d",
+            replace(_target(tmp_path), arrival=arrival),
+        )
+        return cmd
+
+    cmd = args("aiperf", poisson)
+    assert cmd[cmd.index("--request-rate") + 1] == "2.5" and "--concurrency" not in cmd
+    assert cmd[cmd.index("--arrival-pattern") + 1] == "poisson"
+    cmd = args("aiperf", gamma)
+    assert cmd[cmd.index("--arrival-smoothness") + 1] == "0.5"
+    assert cmd[cmd.index("--concurrency") + 1] == "8"  # sweep.arrival.max_in_flight
+    assert cmd[cmd.index("--arrival-pattern") + 1] == "gamma"
+    assert (
+        args("aiperf", constant)[args("aiperf", constant).index("--arrival-pattern") + 1]
+        == "constant"
+    )
+    assert "kind=poisson,rate=2.5" in args("guidellm", poisson)
+    assert "kind=constant,rate=2.5" in args("guidellm", constant)
+    assert "kind=poisson,rate=2.5,max_concurrency=8" in args(
+        "guidellm", replace(poisson, max_in_flight=8)
+    )
+    cmd = args("vllm", poisson)
+    assert cmd[cmd.index("--request-rate") + 1] == "2.5" and "--max-concurrency" not in cmd
+    assert cmd[cmd.index("--burstiness") + 1] == "1"  # Poisson
+    cmd = args("vllm", gamma)
+    assert cmd[cmd.index("--burstiness") + 1] == "0.5"
+    assert cmd[cmd.index("--max-concurrency") + 1] == "8"
+    # a rate's folder is named as vllm bench trees name it, and read back at that rate
+    paths = ExperimentPaths(tmp_path)
+    assert point_folder(paths, "s", "aiperf", slot).name == "rate_2.5"
+    assert point_folder(paths, "s", "aiperf", Slot(1, Level.at_rate(4.0), 0, 0)).name == "rate_4"
+    assert (
+        point_folder(paths, "s", "aiperf", Slot(1, Level.at_rate(0.125), 0, 0)).name == "rate_0.125"
+    )
 
 
 def test_the_load_window_is_the_longest_span_the_server_had_requests():
@@ -211,7 +260,22 @@ def test_a_failed_tool_run_is_kept_apart_and_measured_again_later(tmp_path: Path
 @pytest.mark.parametrize(
     ("over", "named"),
     [
-        ({"sweep__concurrency": None, "sweep__rate": [1, 2]}, "sweep.rate"),
+        (
+            {
+                "sweep__concurrency": None,
+                "sweep__rate": [1, 2],
+                "sweep__arrival": {"process": "gamma"},
+            },
+            "sweep.arrival.process gamma: guidellm draws poisson or constant arrivals only",
+        ),
+        (
+            {
+                "sweep__concurrency": None,
+                "sweep__rate": [1],
+                "sweep__arrival": {"process": "constant"},
+            },
+            "sweep.arrival.process constant: vllm draws poisson or gamma arrivals only",
+        ),
         ({"workload__chat": {"turns": 2}}, "workload.chat"),
         ({"workload__output_tokens": {"min": 8, "max": 64}}, "workload.output_tokens"),
         ({"sweep__repeats": {"min": 2, "max": 4}}, "sweep.repeats"),
@@ -343,6 +407,22 @@ def test_vllm_bench_measures_a_point_of_a_shared_server(shared_servers, vllm_run
     ds = load_dataset(paths.clients("s") / "vllm")
     (point,) = ds.points
     assert point.metrics["completed"] == 16 and point.metrics["total_output_tokens"] == 16 * 64
+    # at a rate: vllm bench draws the sweep's Poisson arrivals into rate_<R>/, read at that rate
+    rate_exp = validate(
+        _config(sweep__concurrency=None, sweep__rate=[8], sweep__arrival={"duration_s": 1})
+        | {"client": {"cross_check": ["vllm"]}}
+    )
+    at_rate = replace(target, arrival=rate_exp.sweep.arrival)
+    cross = CrossCheck(rate_exp, "r", paths, tools, at_rate, None, 1, lambda s: None)
+    rated = Slot(1, Level.at_rate(8.0), 0, 0)
+    cross.measure(rated, prompts[:8])
+    folder = point_folder(paths, "r", "vllm", rated)
+    record = json.loads((folder / "client.json").read_text())
+    assert (folder.name, record["status"], record["rate"]) == ("rate_8", "complete", 8.0)
+    assert record["concurrency"] is None  # no cap on requests in flight
+    (point,) = load_dataset(paths.clients("r") / "vllm").points
+    assert point.level == Level.at_rate(8.0) and point.metrics["completed"] == 8
+    assert point.extra["arrival"]["process"] == "poisson"
 
 
 def test_a_tools_wait_before_send_and_a_duration_past_its_requests_are_named(tmp_path: Path):
@@ -356,7 +436,7 @@ def test_a_tools_wait_before_send_and_a_duration_past_its_requests_are_named(tmp
     assert 0 < wait < 100
     share = 100 * wait / float(point.metrics["mean_e2el_ms"])
     (line,) = wait_cause(aiperf, share / 2)
-    assert line.startswith("AIPerf 0.13.0: its requests waited in its client before their send")
+    assert line.startswith("AIPerf 0.13.0: its requests waited in its client, between falling due")
     assert "in 1 of 1 points" in line
     assert wait_cause(aiperf, share * 2) == []
     assert duration_cause(aiperf) == []  # its duration is its requests' span
@@ -440,3 +520,78 @@ def test_the_clients_take_turns_servelabs_among_them(tmp_path: Path, monkeypatch
     order.clear()
     cross.measure(_slot(repeat=5), ["p"], None)
     assert order == [("aiperf", 2), ("guidellm", 3), ("vllm", 4)]
+
+
+RATE = TOOLS / "rate"  # real runs of client.cross_check at 1 req/s (tests/fixtures/tools/rate)
+
+
+def test_a_tools_rate_run_is_read_at_its_rate_with_its_own_schedule():
+    aiperf = load_dataset(RATE / "aiperf", "aiperf")
+    guidellm = load_dataset(RATE / "guidellm", "guidellm")
+    for data in (aiperf, guidellm):
+        (point,) = data.points
+        assert point.level == Level.at_rate(1.0) and point.metrics["completed"] == 10
+        arrival = point.extra["arrival"]
+        # as each file records its load: Poisson, no cap (GuideLLM's own 10,240 holds none back)
+        assert (arrival["process"], arrival["max_in_flight"]) == ("poisson", None)
+    checks = {
+        name: {f.check: f for f in data.points[0].checks}
+        for name, data in (("aiperf", aiperf), ("guidellm", guidellm))
+    }
+    # send_slip read from the tools' own waits after falling due
+    assert checks["aiperf"]["send_slip"].status == "passed"
+    assert "the tool's own record" in checks["aiperf"]["send_slip"].reason
+    # GuideLLM 0.8.1's poisson: one gap drawn by each worker from the one seed, every gap 1.86 s
+    assert guidellm.points[0].extra["arrival"]["repeated_gaps"] == 8
+    assert aiperf.points[0].extra["arrival"]["repeated_gaps"] == 0
+    # arrival_rate: the sends against each tool's own schedule, which both kept
+    for name in ("aiperf", "guidellm"):
+        assert checks[name]["arrival_rate"].status == "passed"
+        assert "their schedule's rate" in checks[name]["arrival_rate"].reason
+    assert guidellm.points[0].extra["offered_rate"] == pytest.approx(1 / 1.8606, rel=1e-3)
+    assert aiperf.points[0].extra["offered_rate"] == pytest.approx(0.881, rel=1e-3)
+    lines = rate_causes(Groups(aiperf), "aiperf", "GuideLLM 0.8.1", guidellm.points, 5.0)
+    assert any(
+        "at a rate servelab times TTFT and E2EL from each request's scheduled" in x for x in lines
+    )
+    assert any("8 of the 9 gaps of its own schedule" in x for x in lines)
+    assert any("mean" in x and "after falling due" in x for x in lines)
+    # beside AIPerf's run as if it were servelab's: its schedule offered 0.881 req/s
+    assert any("rate=1: 0.537 against 0.881 req/s" in x for x in lines)
+    lines = rate_causes(Groups(aiperf), "aiperf", "AIPerf 0.13.0", aiperf.points, 5.0)
+    assert not any("gaps of its own schedule" in x or "offered" in x for x in lines)
+    text = "\n".join(clients_section(Groups(aiperf), "x", [Tool("AIPerf 0.13.0", aiperf)]))
+    assert "fewer stream chunks than the server's tokens, by its own record" in text
+
+
+def test_a_rate_runs_client_json_is_read_by_its_level(tmp_path: Path):
+    run = tmp_path / "run"
+    for tool in ("aiperf", "guidellm"):
+        shutil.copytree(RATE / tool, run / "raw" / "s" / "clients" / tool)
+    (found,) = run_clients(run, None)
+    assert [sorted(t.runs) for t in found.tools] == [[1.0], [1.0]]
+    (doc,) = found.tools[0].runs[1.0]
+    assert doc["rate"] == 1.0 and doc["concurrency"] is None
+    validate_file(run / "raw/s/clients/aiperf/rep_01/rate_1/client.json", "client_run", "x")
+
+
+def test_a_schedule_anchored_before_the_run_is_a_burst_and_its_waits_are_not_averaged():
+    from servelab.analysis.benchtree import bench_arrival, run_waits
+    from servelab.analysis.schedules import schedule_causes
+
+    # GuideLLM 0.8.1 once (rate 3, repeat 3 of the example): its shared schedule offset still
+    # at its initial -1.0 when the workers read it, so every request fell due in 1970
+    sends = [0.0, 0.004, 0.016, 0.02]
+    epoch = 1796651410.0
+    bench = {
+        "ttfts": [0.05] * 4,
+        "start_times": sends,
+        "client_waits": [0.38, epoch - 0.6, epoch - 0.3, epoch],
+        "duration": 3.49,
+        "burstiness": 1.0,
+    }
+    arrival = bench_arrival(bench)  # type: ignore[arg-type]
+    assert arrival["scheduled_early"] == 3 and run_waits(bench) == [0.38]
+    point = Point("s", 3, Level.at_rate(3.0), {}, extra={"arrival": arrival})
+    (line,) = schedule_causes("GuideLLM 0.8.1", [point])
+    assert "scheduled before its run began" in line and "rate=3 rep 3: 3 of 4" in line

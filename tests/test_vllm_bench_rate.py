@@ -58,7 +58,12 @@ def test_a_rate_tree_reads_as_open_loop_points(tmp_path: Path) -> None:
         "burstiness": 1.0,
         "max_in_flight": None,
         "requests": N,
+        # vllm bench records no schedule: nothing is read of one
+        "repeated_gaps": None,
+        "scheduled_early": None,
+        "scheduled_rate": None,
     }
+    assert p.extra["offered_rate"] == 1.0  # the target, to which vllm bench scales its schedule
     # request i released at (i + 1) / R, the last ends E2EL later: duration 40 / 1 + 0.2 s
     assert p.metrics["duration"] == pytest.approx(40.2)
     assert p.metrics["output_throughput"] == pytest.approx(N * OUT / 40.2)

@@ -16,10 +16,11 @@ from pathlib import Path
 
 from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.groups import Groups
+from servelab.analysis.schedules import rate_causes
 from servelab.analysis.stats import Ratio, ratio_ci
 from servelab.analysis.validity import FAILED
 from servelab.config import default_section
-from servelab.design.level import LevelValue
+from servelab.design.level import Level, LevelValue
 from servelab.documents.declared import ClientRunJson
 from servelab.env.client_tools import TOOLS
 from servelab.experiment import ValiditySection
@@ -34,6 +35,10 @@ CAUSES = {
     "(its client, or the host, fell behind the stream)",
     "failed_requests": "requests it failed that the server answered",
     "output_length": "output lengths other than asked",
+    "arrival_rate": "sends at a rate further from the one asked than the arrival_rate bound",
+    "send_slip": "sends later after falling due, by its own record, than the send_slip bound",
+    "chunk_tokens": "fewer stream chunks than the server's tokens, by its own record (its ITL "
+    "is then per chunk, not per token)",
 }
 
 
@@ -81,10 +86,11 @@ def run_clients(root: Path, validity: ValiditySection | None) -> list[ClientsRun
         tools: list[Tool] = []
         for tree in sorted(d for d in clients.iterdir() if d.is_dir()):
             runs: dict[LevelValue, list[ClientRunJson]] = {}
-            for f in sorted(tree.glob(f"rep_*/concurrency_*/{CLIENT_FILE}")):
+            for f in sorted(tree.glob(f"rep_*/*/{CLIENT_FILE}")):  # concurrency_* or rate_*
                 doc = ClientRunRecord.read(f).doc
-                runs.setdefault(int(doc["concurrency"]), []).append(doc)  # type: ignore[arg-type]
-            failed = len(list(tree.glob("rep_*/concurrency_*.failed*")))
+                level = Level.from_record(doc).value
+                runs.setdefault(level, []).append(doc)  # type: ignore[arg-type]
+            failed = len(list(tree.glob("rep_*/*.failed*")))
             if not runs:
                 continue
             first = next(iter(runs.values()))[0]
@@ -196,10 +202,11 @@ def wait_cause(tool: Tool, limit_pct: float) -> list[str]:
         return []
     worst = max(hot, key=lambda h: h[2])
     return [
-        f"{tool.name}: its requests waited in its client before their send longer than "
-        f"{limit_pct:g}% of their mean latency in {len(hot)} of {len(tool.data.points)} "
-        f"points (at most {worst[1]:.1f} ms, {worst[2]:.1f}%): its TTFT and E2EL, timed from "
-        "the send, leave that wait out"
+        f"{tool.name}: its requests waited in its client, between falling due (a free slot, "
+        f"or at a rate their scheduled time) and their send, longer than {limit_pct:g}% of "
+        f"their mean latency in {len(hot)} of {len(tool.data.points)} points (at most "
+        f"{worst[1]:.1f} ms, {worst[2]:.1f}%): its TTFT and E2EL, timed from the send, leave "
+        "that wait out"
     ]
 
 
@@ -331,6 +338,7 @@ def clients_section(
     and the causes, as Markdown lines; `validity` (analysis.validity, the schema's defaults
     when None): the bounds servelab holds its own client to, which the causes apply."""
     limits = validity or default_section(ValiditySection, "analysis", "validity")
+    off_pct = float(limits.max_arrival_rate_error_pct)
     rows = compare_clients(ours, config, tools)
     table = [
         [
@@ -344,7 +352,15 @@ def clients_section(
         for r in rows
     ]
     facts = {tool.name: level_facts(ours, config, tool) for tool in tools}
-    found = [line for tool in tools for line in [*causes(tool), *duration_cause(tool)]]
+    found = [
+        line
+        for tool in tools
+        for line in [
+            *causes(tool),
+            *duration_cause(tool),
+            *rate_causes(ours, config, tool.name, tool.data.points, off_pct),
+        ]
+    ]
     cpu_limit = float(limits.max_client_cpu_cores)
     found += [
         line for tool in tools for line in cpu_causes(ours, tool, facts[tool.name], cpu_limit)

@@ -23,6 +23,7 @@ from servelab.analysis.benchtree import (
     bench_arrival,
     bench_checks,
     bench_ends,
+    run_waits,
     vllm_bench_files,
     vllm_bench_metrics,
 )
@@ -90,6 +91,10 @@ class PointExtra(TypedDict, total=False):
     client_wait_ms: float
     # a vllm-bench point read from its file's aggregates (no per-request records)
     aggregates_only: bool
+    # an open-loop point's offered rate (req/s): its schedule's own (servelab's point.json
+    # arrival.scheduled_rate, another tool's recorded schedule), else the target (vllm bench
+    # scales its drawn schedule to it)
+    offered_rate: float
 
 
 @dataclass
@@ -267,6 +272,9 @@ def _point(
         extra["telemetry"] = meta["telemetry"]
     if "trace" in meta:
         extra["trace"] = meta["trace"]
+    scheduled = (meta.get("arrival") or {}).get("scheduled_rate")
+    if isinstance(scheduled, int | float):
+        extra["offered_rate"] = float(scheduled)
     if choice is not None:
         extra["record"] = choice.to_json()
     return Point(
@@ -414,12 +422,16 @@ def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
         bench = f.read()
         metrics, ttfts, per = vllm_bench_metrics(bench, str(f.path))
         level = f.level(bench)
-        extra: PointExtra = {"arrival": bench_arrival(bench)} if level.is_rate else {}
+        extra: PointExtra = {}
+        if level.is_rate:
+            arrival = bench_arrival(bench)
+            extra["arrival"] = arrival
+            extra["offered_rate"] = arrival["scheduled_rate"] or float(level.value)
         if aggregates_only(bench):
             extra["aggregates_only"] = True
         if bench.get("client_output_lens") is not None:
             extra["client_output_tokens"] = client_output_tokens(bench)
-        waits = [float(w) for w in bench.get("client_waits") or [] if w is not None]
+        waits = run_waits(bench)  # the waits of requests scheduled within the run
         if waits:
             extra["client_wait_ms"] = 1000.0 * sum(waits) / len(waits)
         sends = [float(x) for x in bench.get("start_times") or []]

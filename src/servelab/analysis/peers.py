@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -180,7 +181,33 @@ def read_aiperf(records: Path) -> BenchJson:
     if duration is None:
         raise DamagedFile(records.with_name(AIPERF_SUMMARY), "benchmark_duration", "missing")
     out["duration"] = duration
-    out["max_concurrency"] = None
+    out.update(_aiperf_load(summary))
+    return out
+
+
+# how each arrival process is recorded in a BenchJson: vllm bench's gamma shape `burstiness`
+# (1: Poisson; infinite: constant gaps)
+BURSTINESS = {"poisson": 1.0, "constant": math.inf}
+
+
+def _aiperf_load(summary: Mapping[str, object]) -> BenchJson:
+    """The profiling phase's load as the summary's input_config records it: its rate and
+    arrival process (poisson, gamma of shape `smoothness`, constant) and its cap on requests
+    in flight (`concurrency`); nothing more for a closed loop or another phase type."""
+    phases = _mapping(summary, "input_config").get("phases")
+    listed = phases if isinstance(phases, list) else []
+    phase: Mapping[str, object] = next(
+        (ph for ph in listed if isinstance(ph, Mapping) and ph.get("kind") == "profiling"), {}
+    )
+    kind, cap = phase.get("type"), phase.get("concurrency")
+    out: BenchJson = {"max_concurrency": cap if isinstance(cap, int) else None}
+    rate = _number(phase, "rate")
+    if kind == "gamma":
+        out["burstiness"] = _number(phase, "smoothness") or 1.0
+    elif isinstance(kind, str) and kind in BURSTINESS:
+        out["burstiness"] = BURSTINESS[kind]
+    if "burstiness" in out and rate is not None:
+        out["request_rate"] = rate
     return out
 
 
@@ -241,8 +268,25 @@ def read_guidellm(path: Path) -> BenchJson:
         raise DamagedFile(path, "benchmarks[0].duration", "missing")
     out["duration"] = duration
     strategy = _mapping(_mapping(bench, "config"), "strategy")
-    streams = strategy.get("streams")
-    out["max_concurrency"] = streams if isinstance(streams, int) else None
+    out.update(_guidellm_load(strategy, len(rows)))
+    return out
+
+
+def _guidellm_load(strategy: Mapping[str, object], requests: int) -> BenchJson:
+    """The benchmark's load as its strategy records it: a concurrent one's `streams`, or a
+    poisson or constant one's `rate` and cap on requests in flight (`max_concurrency`; GuideLLM
+    sets one of 10,240 where none was asked: a cap of at least the benchmark's requests holds
+    none back, and reads as none)."""
+    kind = strategy.get("type_")
+    if kind == "concurrent":
+        streams = strategy.get("streams")
+        return {"max_concurrency": streams if isinstance(streams, int) else None}
+    cap = strategy.get("max_concurrency")
+    out: BenchJson = {"max_concurrency": cap if isinstance(cap, int) and cap < requests else None}
+    rate = _number(strategy, "rate")
+    if isinstance(kind, str) and kind in BURSTINESS and rate is not None:
+        out["burstiness"] = BURSTINESS[kind]
+        out["request_rate"] = rate
     return out
 
 

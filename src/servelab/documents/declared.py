@@ -298,11 +298,11 @@ class LoadWindowJson(TypedDict):
 
 
 class ClientRunJson(TypedDict):
-    """One tool's run of one point
-    (raw/<sc>/clients/<tool>/rep_<NN>/concurrency_<CCC>/client.json), measured in turn with
-    servelab's client on the same server launch: the command, its exit, the tool's own CPU, and
-    the load window the server's /metrics showed (requests running or waiting), over which its
-    client CPU is given as servelab's own is. (client_run.schema.json)
+    """One tool's run of one point (raw/<sc>/clients/<tool>/rep_<NN>/concurrency_<CCC> or
+    rate_<R>/client.json), measured in turn with servelab's client on the same server launch:
+    the command, its exit, the tool's own CPU, and the load window the server's /metrics showed
+    (requests running or waiting), over which its client CPU is given as servelab's own is.
+    (client_run.schema.json)
     """
 
     # The tool's processes' CPU over the load window, in cores (null: no window).
@@ -310,7 +310,10 @@ class ClientRunJson(TypedDict):
 
     # The command line, as run.
     command: list[str]
-    concurrency: int
+
+    # The most requests in flight: the point's concurrency, or at a rate point
+    # sweep.arrival.max_in_flight (null: no cap).
+    concurrency: int | None
 
     # Busy cores of the host outside the server, the tool and servelab over the load window (null:
     # not known).
@@ -327,6 +330,10 @@ class ClientRunJson(TypedDict):
     # Its place among the clients that measured this point, servelab's own included (the order
     # rotates from point to point).
     position: NotRequired[int]
+
+    # The point's request rate in requests per second, each tool drawing its arrivals from
+    # sweep.arrival's process (null: a closed-loop point).
+    rate: NotRequired[float | None]
 
     # Why it failed (null: it did not).
     reason: NotRequired[str | None]

@@ -1,9 +1,12 @@
 """client.cross_check (servelab.measure.crosscheck), checked as the config is validated
 (servelab.config calls `check_client` on the resolved config): the tools are given what
-servelab's client sends only for closed-loop levels of plain prompts with one output length,
-and vllm bench serve runs from a venv runtime. Each refusal is one line naming the key."""
+servelab's client sends only for plain prompts with one output length, at a rate only from an
+arrival process the tool draws, and vllm bench serve runs from a venv runtime. Each refusal
+is one line naming the key."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from servelab.documents import JsonObject
 from servelab.errors import ServelabError
@@ -11,8 +14,9 @@ from servelab.store.jsonio import as_object
 
 
 def check_client(cfg: JsonObject, source: str) -> None:
-    """client.cross_check: the tools take what servelab's client sends only for closed-loop
-    levels of plain prompts with one output length, on a runtime whose venv holds vllm bench."""
+    """client.cross_check: the tools take what servelab's client sends only for plain prompts
+    with one output length, at a rate only from an arrival process each tool draws, on a
+    runtime whose venv holds vllm bench."""
     client = cfg.get("client")
     tools = as_object(client).get("cross_check") if isinstance(client, dict) else None
     if not isinstance(tools, list) or not tools:
@@ -20,8 +24,8 @@ def check_client(cfg: JsonObject, source: str) -> None:
     sweep, wl = as_object(cfg["sweep"]), as_object(cfg["workload"])
     why = None
     if sweep.get("rate"):
-        why = "sweep.rate: the tools measure closed-loop levels (sweep.concurrency) only"
-    elif isinstance(as_object(sweep).get("repeats"), dict):
+        why = _arrival_refused(tools, as_object(sweep.get("arrival") or {}))
+    if why is None and isinstance(as_object(sweep).get("repeats"), dict):
         why = "sweep.repeats: a sequential plan; give a fixed number of repeats"
     for key in ("dataset", "trace", "shared_prefix", "chat"):
         if why is None and wl.get(key) is not None:
@@ -32,3 +36,25 @@ def check_client(cfg: JsonObject, source: str) -> None:
         why = "runtime.kind: vllm bench serve runs from a venv runtime's own vLLM"
     if why is not None:
         raise ServelabError(f"{source}: client.cross_check {', '.join(map(str, tools))}: {why}")
+
+
+# the arrival processes each tool draws (AIPerf --arrival-pattern; GuideLLM's profile kinds;
+# vllm bench serve's gamma gaps, Poisson at --burstiness 1)
+PROCESSES = {
+    "aiperf": ("poisson", "gamma", "constant"),
+    "guidellm": ("poisson", "constant"),
+    "vllm": ("poisson", "gamma"),
+}
+
+
+def _arrival_refused(tools: Sequence[object], arrival: JsonObject) -> str | None:
+    """Why a rate sweep's arrival process cannot be given to one of the tools (None: it can)."""
+    process = str(arrival.get("process", "poisson"))
+    for tool in tools:
+        can = PROCESSES.get(str(tool))
+        if can is not None and process not in can:
+            return (
+                f"sweep.arrival.process {process}: {tool} draws {' or '.join(can)} arrivals "
+                f"only; choose one of those or leave {tool} out"
+            )
+    return None

@@ -2,13 +2,14 @@
 
 Each point of the sweep is measured by servelab's client and by each tool of
 client.cross_check, one after another on the same server launch: the same prompts (the
-point's own, written in the tool's dataset format), the same concurrency, output length,
-ignore_eos and temperature 0, streamed from /v1/completions. The clients take turns: their
+point's own, written in the tool's dataset format), the same concurrency, or the same rate
+with the tool drawing sweep.arrival's process itself, the same output length, ignore_eos and
+temperature 0, streamed from /v1/completions. The clients take turns: their
 order, servelab's client among them, rotates from one point to the next, so that each of k
 clients comes first at one point in k. Each tool runs from its venv
 (servelab.env.client_tools, runtime/clients.json) and writes into
 
-    raw/<sc>/clients/<tool>/rep_<NN>/concurrency_<CCC>/
+    raw/<sc>/clients/<tool>/rep_<NN>/concurrency_<CCC>/   (at a rate: rate_<R>/)
 
 as the tool lays out its results (read by servelab.analysis.peers), with `client.json` beside
 them: the command, its exit, the tool's CPU, its place in the point's order, and the load
@@ -41,7 +42,7 @@ from servelab.analysis.validity.measurement import outside_cores
 from servelab.client.prompt import Conversation, text_of
 from servelab.design.schedule import Slot
 from servelab.documents.declared import ClientRunJson, ClientToolJson, LoadWindowJson
-from servelab.experiment import Experiment
+from servelab.experiment import ArrivalSection, Experiment
 from servelab.store.jsonio import write_json
 from servelab.store.paths import CLIENT_FILE, TELEMETRY_FILE, ExperimentPaths
 from servelab.telemetry.sampling import PointTelemetry, write_samples
@@ -79,6 +80,8 @@ class Target:
     ignore_eos: bool
     seed: int
     timeout_s: float
+    # sweep.arrival of a rate sweep: each tool draws the same process at the point's rate
+    arrival: ArrivalSection | None = None
 
 
 @dataclass(frozen=True)
@@ -91,14 +94,41 @@ class ToolPoint:
     folder: Path
 
     @property
-    def concurrency(self) -> int:
-        return int(self.slot.level.value)
+    def concurrency(self) -> int | None:
+        """The point's concurrency (None at a rate)."""
+        return self.slot.level.concurrency
+
+    @property
+    def rate(self) -> float | None:
+        """The point's request rate (None at a concurrency)."""
+        return self.slot.level.rate
+
+    def in_flight(self, arrival: ArrivalSection | None) -> int | None:
+        """The most requests in flight: the concurrency, or at a rate sweep.arrival's cap."""
+        if self.rate is None:
+            return self.concurrency
+        return None if arrival is None else arrival.max_in_flight
+
+
+def rate_text(rate: float) -> str:
+    """A rate as the tools are given it and its folder is named: 2, 2.5, 0.125 (sweep.rate
+    has at most three decimals)."""
+    return f"{rate:.3f}".rstrip("0").rstrip(".")
+
+
+def level_folder(slot: Slot) -> str:
+    """A point's folder in a vllm-bench tree: concurrency_<CCC>, or rate_<R>, R as given to
+    the tool."""
+    level = slot.level
+    if level.is_rate:
+        return "rate_" + rate_text(float(level.value))
+    return f"concurrency_{int(level.value):03d}"
 
 
 def point_folder(paths: ExperimentPaths, sc: str, tool: str, slot: Slot) -> Path:
-    """raw/<sc>/clients/<tool>/rep_<NN>/concurrency_<CCC>/ (a vllm-bench tree per tool)."""
-    level = int(slot.level.value)
-    return paths.clients(sc) / tool / f"rep_{slot.repeat:02d}" / f"concurrency_{level:03d}"
+    """raw/<sc>/clients/<tool>/rep_<NN>/<concurrency_CCC or rate_R>/ (a vllm-bench tree per
+    tool)."""
+    return paths.clients(sc) / tool / f"rep_{slot.repeat:02d}" / level_folder(slot)
 
 
 def done(paths: ExperimentPaths, sc: str, tool: str, slot: Slot) -> bool:
@@ -131,17 +161,47 @@ def dataset_file(tool: str, prompts: Sequence[str], max_tokens: int, folder: Pat
     return path
 
 
+def load_args(tool: str, point: ToolPoint, arrival: ArrivalSection | None) -> list[str]:
+    """The tool's flags for the point's load: its concurrency (a closed loop), or its rate
+    drawn from sweep.arrival's process, with the cap on requests in flight where one is set.
+    The config check (servelab.env.config_client) refuses a process the tool does not draw."""
+    rate = point.rate
+    if rate is None:
+        c = str(point.concurrency)
+        if tool == "aiperf":
+            return ["--concurrency", c]
+        if tool == "guidellm":
+            return ["--profile", f"kind=concurrent,streams={c}"]
+        return ["--max-concurrency", c, "--request-rate", "inf"]
+    if arrival is None:
+        raise ValueError(f"a rate point ({rate:g} req/s) needs sweep.arrival")
+    r, cap = rate_text(rate), arrival.max_in_flight
+    if tool == "aiperf":
+        out = ["--request-rate", r, "--arrival-pattern", arrival.process]
+        if arrival.process == "gamma":
+            out += ["--arrival-smoothness", f"{arrival.burstiness:g}"]
+        return out + ([] if cap is None else ["--concurrency", str(cap)])
+    if tool == "guidellm":
+        profile = f"kind={arrival.process},rate={r}"
+        return ["--profile", profile + ("" if cap is None else f",max_concurrency={cap}")]
+    burstiness = arrival.burstiness if arrival.process == "gamma" else 1.0  # 1: Poisson
+    out = ["--request-rate", r, "--burstiness", f"{burstiness:g}"]
+    return out + ([] if cap is None else ["--max-concurrency", str(cap)])
+
+
 def command(tool: str, python: str, point: ToolPoint, data: Path, t: Target) -> list[str]:
     """The tool's command line for one point (servelab's settings, the tool's own flags)."""
     bin_dir = Path(python).parent
-    n, c = str(len(point.prompts)), str(point.concurrency)
+    n = str(len(point.prompts))
+    load = load_args(tool, point, t.arrival)
     if tool == "aiperf":
         return [
             str(bin_dir / "aiperf"),
             "profile",
             *("--url", t.base_url, "--model", t.model, "--tokenizer", str(t.tokenizer)),
             *("--endpoint-type", "completions", "--streaming"),
-            *("--concurrency", c, "--request-count", n),
+            *load,
+            *("--request-count", n),
             *("--input-file", str(data), "--custom-dataset-type", "single_turn"),
             *("--dataset-sampling-strategy", "sequential"),
             *("--extra-inputs", f"ignore_eos:{str(t.ignore_eos).lower()}"),
@@ -158,7 +218,7 @@ def command(tool: str, python: str, point: ToolPoint, data: Path, t: Target) -> 
             str(bin_dir / "guidellm"),
             "run",
             *("--backend", backend, "--tokenizer", f"kind=hf_auto,model={t.tokenizer}"),
-            *("--profile", f"kind=concurrent,streams={c}"),
+            *load,
             *("--constraint", f"kind=max_requests,count={n}"),
             *("--data", f"kind=json_file,path={data}", "--seed", f"kind=static,value={t.seed}"),
             *("--output", f"kind=json,path={point.folder / RESULT_FILES['guidellm']}"),
@@ -172,7 +232,7 @@ def command(tool: str, python: str, point: ToolPoint, data: Path, t: Target) -> 
         *("--model", t.model, "--tokenizer", str(t.tokenizer)),
         *("--dataset-name", "sharegpt", "--dataset-path", str(data)),
         *("--sharegpt-output-len", str(t.output_tokens), "--disable-shuffle"),
-        *("--num-prompts", n, "--max-concurrency", c, "--request-rate", "inf"),
+        *("--num-prompts", n, *load),
         *(("--ignore-eos",) if t.ignore_eos else ()),
         *("--temperature", "0", "--seed", str(t.seed)),
         *("--save-result", "--save-detailed", "--result-dir", str(point.folder)),
@@ -340,7 +400,7 @@ class CrossCheck:
         at = ToolPoint(point.tool, point.slot, point.prompts, work)
         data = dataset_file(point.tool, point.prompts, self.target.output_tokens, work)
         cmd = command(point.tool, spec["python"], at, data, self.target)
-        label = f"{point.tool} {spec['version']} at c={point.concurrency} rep {point.slot.repeat}"
+        label = f"{point.tool} {spec['version']} at {point.slot.level} rep {point.slot.repeat}"
         self.say(f"[{self.sc}] client cross-check: {label} ({len(point.prompts)} requests)")
         started = time.time_ns()
         ran = _run(cmd, work / LOG_FILE, self.target.timeout_s, self._telemetry)
@@ -361,7 +421,8 @@ class CrossCheck:
             "tool": point.tool,
             "version": spec["version"],
             "repeat": point.slot.repeat,
-            "concurrency": point.concurrency,
+            "concurrency": point.in_flight(self.target.arrival),
+            "rate": point.rate,
             "requests": len(point.prompts),
             "position": position,
             "launch": self.launch_index,

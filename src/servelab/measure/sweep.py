@@ -234,6 +234,7 @@ class SweepJob(ConfigJob):
             wl.ignore_eos,
             wl.seed,
             exp.client.timeout_s,
+            exp.sweep.arrival if exp.sweep.rate else None,
         )
         return CrossCheck(
             exp, self.sc, self.paths, tools, target, server_pid, start.index, self.say

@@ -106,6 +106,11 @@ def check_arrival_rate(f: PointFacts, t: ValiditySection) -> Flag:
     return Flag("arrival_rate", PASSED, off, limit, said)
 
 
+def slip_percentile(slips: list[float]) -> float:
+    """The SLIP_PCT percentile (nearest rank) of sorted send slips."""
+    return slips[min(len(slips) - 1, max(0, -(-SLIP_PCT * len(slips) // 100) - 1))]
+
+
 def check_send_slip(f: PointFacts, t: ValiditySection) -> Flag:
     limit = float(t.max_send_slip_ms)
     if not f.open_loop:
@@ -116,7 +121,7 @@ def check_send_slip(f: PointFacts, t: ValiditySection) -> Flag:
     if not slips:
         why = "no send time recorded" if not reqs else "every request waited for the cap"
         return Flag("send_slip", NOT_CHECKED, None, limit, why)
-    p90 = slips[min(len(slips) - 1, max(0, -(-SLIP_PCT * len(slips) // 100) - 1))]
+    p90 = slip_percentile(slips)
     said = f"p{SLIP_PCT} send slip {p90:.3g} ms over {len(slips)} requests (max {slips[-1]:.3g})"
     if len(slips) < len(reqs):
         said += f", not counting {len(reqs) - len(slips)} the cap held back"

@@ -1,0 +1,139 @@
+"""Clients compared at a rate (servelab.analysis.clients): what differs between servelab's
+client and another tool's in an open loop, and what the tool's recorded schedule shows.
+
+- **Where latencies count from.** servelab times TTFT and E2EL from each request's scheduled
+  send, the tools from their send: a request sent late, or held for a slot under a cap on
+  requests in flight, counts that delay on servelab's side only.
+- **Two draws.** Each client draws its own arrival times from the same process; each re-sends
+  its one draw at every repeat, so an interval over the repeats does not cover the draw.
+- **Offered rates.** Below the server's capacity an open loop serves what it is offered: a
+  tool whose schedules ran at another rate than servelab's (each side's schedule's own rate,
+  vllm bench's the target it scales its schedule to) differs in throughput by about as much.
+- **Schedules that are not the process** (where the tool records its schedule, AIPerf's and
+  GuideLLM's: each send less its wait after falling due): gaps that repeat an earlier gap to
+  the microsecond (draws of a continuous process never do), and requests scheduled before the
+  run began (sent at once: a burst).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from servelab.analysis.dataset import Point
+from servelab.analysis.groups import Groups
+from servelab.design.level import RATE, Level, LevelValue
+
+
+def rate_causes(
+    ours: Groups, config: str, name: str, points: Sequence[Point], off_pct: float
+) -> list[str]:
+    """The lines "Clients compared" gives for the tool `name`'s rate points beside servelab's
+    configuration `config`; `off_pct` (analysis.validity.max_arrival_rate_error_pct): how far
+    apart two offered rates are named."""
+    rated = [p for p in points if p.level.is_rate]
+    if not rated:
+        return []
+    drawn = sorted({str(a["process"]) for p in rated if (a := p.extra.get("arrival"))})
+    return [
+        timing_cause(ours, config, name, rated),
+        f"{name}: at its rates it drew its own arrival times ({', '.join(drawn) or '?'}, "
+        "as its files record the process) with its own generator, servelab its own from "
+        "workload.seed: the two schedules differ, each re-sent at every repeat, so the "
+        "interval covers the repeats, not the draw of the schedule",
+        *offered_cause(ours, config, name, rated, off_pct),
+        *schedule_causes(name, rated),
+    ]
+
+
+def timing_cause(ours: Groups, config: str, name: str, rated: Sequence[Point]) -> str:
+    """servelab's latencies from the scheduled send, the tool's from its send, with what each
+    side records of the delay between: servelab's send_slip, the tool's waits, a cap."""
+    slips = [
+        float(f.value)
+        for level in sorted({p.level.value for p in rated})
+        for p in ours.by.get((config, level), {}).values()
+        for f in p.checks
+        if f.check == "send_slip" and f.value is not None
+    ]
+    waits = [w for p in rated if (w := p.extra.get("client_wait_ms")) is not None]
+    capped = sorted(
+        {int(cap) for p in rated if (a := p.extra.get("arrival")) and (cap := a["max_in_flight"])}
+    )
+    seen = []
+    if slips:
+        seen.append(f"servelab's sends up to {max(slips):.1f} ms late (send_slip, p90)")
+    if waits:
+        seen.append(f"the tool's a mean {sum(waits) / len(waits):.1f} ms after falling due")
+    if capped:
+        seen.append(
+            f"at most {', '.join(map(str, capped))} requests in flight, a request due "
+            "while the cap was full waiting for a slot"
+        )
+    return (
+        f"{name}: at a rate servelab times TTFT and E2EL from each request's scheduled "
+        "send, the tool from its send: a request sent late counts the delay in servelab's "
+        "latencies only" + (f" ({'; '.join(seen)})" if seen else "")
+    )
+
+
+def offered_cause(
+    ours: Groups, config: str, name: str, rated: Sequence[Point], off_pct: float
+) -> list[str]:
+    """The levels where the tool's schedules offered a rate more than `off_pct` off servelab's
+    (means over the repeats)."""
+    offered = []
+    for level in sorted({p.level.value for p in rated}):
+        mine = offered_rate(rated, level)
+        theirs = offered_rate(ours.by.get((config, level), {}).values(), level)
+        if mine is not None and theirs is not None and abs(mine / theirs - 1) * 100 > off_pct:
+            offered.append(f"{Level.on(RATE, level)}: {mine:.3g} against {theirs:.3g} req/s")
+    if not offered:
+        return []
+    return [
+        f"{name}: its schedules offered a rate more than {off_pct:g}% "
+        f"(max_arrival_rate_error_pct) off servelab's ({'; '.join(offered)}; each side's "
+        "schedule's own rate, vllm bench's the target it scales to): below the server's "
+        "capacity an open loop serves what it is offered, so throughput differs by about "
+        "as much"
+    ]
+
+
+def schedule_causes(name: str, rated: Sequence[Point]) -> list[str]:
+    """What the tool's recorded schedule shows: repeated gaps (a Poisson or gamma process),
+    and requests scheduled before its run began."""
+    out = []
+    repeats = [
+        (int(a.get("repeated_gaps") or 0), int(a["requests"]) - 1)
+        for p in rated
+        if (a := p.extra.get("arrival")) and a["process"] != "constant"
+        if a.get("repeated_gaps") is not None
+    ]
+    if sum(r for r, _ in repeats):
+        out.append(
+            f"{name}: {sum(r for r, _ in repeats)} of the {sum(n for _, n in repeats)} gaps "
+            "of its own schedule (each send less its recorded wait) repeat an earlier gap to "
+            "the microsecond: its arrival times are not independent draws of the process "
+            "(one seed's sequence drawn again, as by each of several worker processes)"
+        )
+    early = [
+        f"{p.level} rep {p.repeat}: {n} of {a['requests']}"
+        for p in rated
+        if (a := p.extra.get("arrival")) and (n := int(a.get("scheduled_early") or 0))
+    ]
+    if early:
+        out.append(
+            f"{name}: requests scheduled before its run began (a recorded wait longer than "
+            "the whole point: its schedule was anchored before the start), so sent at once, "
+            f"a burst instead of the process ({'; '.join(early)})"
+        )
+    return out
+
+
+def offered_rate(points: Iterable[Point], level: LevelValue) -> float | None:
+    """The mean offered rate of the points at `level` (req/s; None: none recorded)."""
+    rates = [
+        float(r)
+        for p in points
+        if p.level.value == level and (r := p.extra.get("offered_rate")) is not None
+    ]
+    return sum(rates) / len(rates) if rates else None
