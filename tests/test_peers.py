@@ -186,7 +186,7 @@ def test_crosscheck_sets_the_tools_beside_servelabs_run_and_names_the_causes(
     side = open_side(V9, tmp_path / "v9", "run")
     ours = [
         float(p.metrics["output_throughput"] or 0)
-        for p in load(side.root).points
+        for p in load(side.root, validity=side.analysis.validity).points
         if p.server_config == "max-num-seqs-8" and p.level.value == 4
         if not p.left_out("output_throughput")
     ]

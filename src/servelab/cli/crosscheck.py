@@ -15,11 +15,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "crosscheck",
         help="other tools' runs of the same points beside a servelab run",
         description="Set the runs of other benchmark tools (AIPerf, GuideLLM, inference-perf, "
-        "vllm bench serve; each a tree of rep_<NN>/concurrency_<CCC>/ folders) beside a "
+        "vllm bench serve; each a tree of rep_<NN>/concurrency_<CCC>/ or rate_<R>/ folders) "
+        "beside a "
         "servelab run of the same server and points: per tool, level and metric (output "
         "throughput, mean TTFT, mean ITL) both means and the tool's over servelab's with its "
         "95% interval, and the known causes of a disagreement the data shows "
-        '(docs/analysis.md, "Clients compared").',
+        '(docs/analysis.md, "Clients compared"). Both sides are held to the run\'s own '
+        "analysis.validity bounds.",
     )
     p.add_argument("run", help="the servelab run: release folder, .tar.gz, bundle or results/<exp>")
     p.add_argument("trees", nargs="+", metavar="tree", help="a tool's tree of runs")
@@ -44,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
         side = open_side(Path(args.run), Path(tmp), "servelab run")
         if side.kind == "vllm-bench":
             raise ServelabError(f"{args.run}: a tree of another tool's runs; give servelab's run")
-        ours = Groups(load_dataset(side.root))
+        # both clients' points held to the run's own bounds (its analysis.validity)
+        validity = side.analysis.validity
+        ours = Groups(load_dataset(side.root, validity=validity))
     config = args.config
     if config is None:
         if len(ours.configs) != 1:
@@ -64,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
         if not files:
             raise ServelabError(f"{tree}: no tool runs (rep_<NN>/concurrency_<CCC>/...) in it")
         made = tool_version(files[0].path, files[0].tool) or "vllm bench serve"
-        tools.append(Tool(f"{made} ({tree.name})", load_dataset(tree)))
-    lines = clients_section(ours, config, tools)
+        tools.append(Tool(f"{made} ({tree.name})", load_dataset(tree, validity=validity)))
+    lines = clients_section(ours, config, tools, validity)
     text = "\n".join(lines)
     print(text, end="")
     if args.out:
