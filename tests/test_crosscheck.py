@@ -526,8 +526,10 @@ RATE = TOOLS / "rate"  # real runs of client.cross_check at 1 req/s (tests/fixtu
 
 
 def test_a_tools_rate_run_is_read_at_its_rate_with_its_own_schedule():
-    aiperf = load_dataset(RATE / "aiperf", "aiperf")
-    guidellm = load_dataset(RATE / "guidellm", "guidellm")
+    # the example's bounds: sends up to 150 ms late (GuideLLM's p90 here is 10.7 ms)
+    bounds = replace(default_section(ValiditySection, "analysis", "validity"), max_send_slip_ms=150)
+    aiperf = load_dataset(RATE / "aiperf", "aiperf", bounds)
+    guidellm = load_dataset(RATE / "guidellm", "guidellm", bounds)
     for data in (aiperf, guidellm):
         (point,) = data.points
         assert point.level == Level.at_rate(1.0) and point.metrics["completed"] == 10
@@ -595,3 +597,42 @@ def test_a_schedule_anchored_before_the_run_is_a_burst_and_its_waits_are_not_ave
     point = Point("s", 3, Level.at_rate(3.0), {}, extra={"arrival": arrival})
     (line,) = schedule_causes("GuideLLM 0.8.1", [point])
     assert "scheduled before its run began" in line and "rate=3 rep 3: 3 of 4" in line
+
+
+def test_a_reproduction_notes_when_the_tools_beside_servelab_differ(tmp_path: Path):
+    from servelab.reproduce.provenance_diff import tool_rows
+
+    def side(name: str, aiperf_sha: str, tools: tuple[str, ...]) -> Path:
+        root = tmp_path / name
+        (root / "runtime").mkdir(parents=True)
+        spec = {
+            "aiperf": ("0.13.0", "aiperf.lock", aiperf_sha),
+            "guidellm": ("0.8.1", "guidellm.lock", "b" * 64),
+        }
+        doc = {
+            "format_version": 1,
+            "tools": {
+                t: {
+                    "tool": t,
+                    "version": spec[t][0],
+                    "python": f"/venvs/{t}/bin/python",
+                    "lock": spec[t][1],
+                    "lock_sha256": spec[t][2],
+                    "created_s": 1.0,
+                }
+                for t in tools
+            },
+        }
+        (root / "runtime" / "clients.json").write_text(json.dumps(doc))
+        validate_file(root / "runtime" / "clients.json", "clients", "clients.json")
+        return root
+
+    ref = side("ref", "a" * 64, ("aiperf", "guidellm"))
+    new = side("new", "c" * 64, ("aiperf",))
+    rows = {r["field"]: r for r in tool_rows(ref, new)}
+    assert rows["client_tools.aiperf"]["reference"] == "0.13.0 (lock sha256 aaaaaaaaaaaaaaaa)"
+    assert rows["client_tools.aiperf"]["same"] is False
+    assert rows["client_tools.guidellm"]["fresh"] is None  # the fresh run did not run it
+    assert all(r["effect"] == "note" for r in rows.values())  # never blocks a verdict
+    assert tool_rows(ref, ref) and all(r["same"] for r in tool_rows(ref, ref))
+    assert tool_rows(tmp_path / "none", tmp_path / "none") == []  # no cross-check on either side

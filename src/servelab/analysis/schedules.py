@@ -130,10 +130,12 @@ def schedule_causes(name: str, rated: Sequence[Point]) -> list[str]:
 
 
 def offered_rate(points: Iterable[Point], level: LevelValue) -> float | None:
-    """The mean offered rate of the points at `level` (req/s; None: none recorded)."""
+    """The mean offered rate of the points at `level` whose throughput counts (those the
+    table's mean is over; req/s; None: none recorded)."""
     rates = [
         float(r)
         for p in points
         if p.level.value == level and (r := p.extra.get("offered_rate")) is not None
+        if not p.left_out("output_throughput")
     ]
     return sum(rates) / len(rates) if rates else None

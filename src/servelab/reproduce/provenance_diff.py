@@ -8,6 +8,7 @@ noted field is reported. Values are compared as each side recorded them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TypedDict, TypeVar
 
 from servelab.analysis.engine_diff import compare_engines, launches_of
@@ -18,6 +19,8 @@ from servelab.documents.declared import (
     ProvenanceDiff,
 )
 from servelab.reproduce.sides import Side
+from servelab.store.paths import CLIENTS_FILE
+from servelab.store.records import ClientsRecord
 
 
 class EndpointSide(TypedDict):
@@ -174,6 +177,32 @@ def not_checked(ref: Side, new: Side) -> list[str]:
     return lines
 
 
+def tool_rows(reference: Path, fresh: Path) -> list[FieldRow]:
+    """client.cross_check's tools on each side (runtime/clients.json), each as its version and
+    lock, compared as notes: the verdicts judge servelab's own client, but "Clients compared"
+    changes with the tools that measured beside it."""
+
+    def tools(root: Path) -> dict[str, str]:
+        record = ClientsRecord.read_if_present(root / "runtime" / CLIENTS_FILE)
+        listed = {} if record is None else record.doc["tools"]
+        return {
+            name: f"{t['version']} (lock sha256 {t['lock_sha256'][:16]})"
+            for name, t in listed.items()
+        }
+
+    a, b = tools(reference), tools(fresh)
+    return [
+        {
+            "field": f"client_tools.{name}",
+            "reference": a.get(name),
+            "fresh": b.get(name),
+            "same": a.get(name) == b.get(name),
+            "effect": "note",
+        }
+        for name in sorted(set(a) | set(b))
+    ]
+
+
 def provenance_diff(
     ref: Side,
     new: Side,
@@ -212,6 +241,7 @@ def provenance_diff(
                 rows.append(
                     {"field": name, "reference": a, "fresh": b, "same": a == b, "effect": kind}
                 )
+        rows += tool_rows(ref.root, new.root)
         if host["class"] == "identical":
             flags.append(
                 "every host fact is the same (CPU, cores, memory, OS, kernel): the same "
