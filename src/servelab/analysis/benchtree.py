@@ -20,18 +20,19 @@ from typing import TypedDict, cast
 
 from servelab.analysis.peers import point_file, read_point
 from servelab.analysis.validity import (
-    FAILED,
     NOT_CHECKED,
-    NOTED,
-    PASSED,
     Flag,
     checks_for,
     evaluate,
     facts_from_bench,
 )
 from servelab.analysis.validity.facts import BenchJson
-from servelab.analysis.validity.flags import number_text
-from servelab.analysis.validity.openloop import SLIP_PCT, achieved_rate, slip_percentile
+from servelab.analysis.validity.openloop import (
+    achieved_rate,
+    arrival_rate_flag,
+    cap_reached_flag,
+    send_slip_flag,
+)
 from servelab.design.level import RATE, Level
 from servelab.errors import ServelabError
 from servelab.experiment import ValiditySection
@@ -227,8 +228,8 @@ class Arrival(TypedDict):
     # of the gaps between scheduled sends (where the file records them), how many equal an
     # earlier gap to the microsecond: draws of a continuous process never do (None: no schedule)
     repeated_gaps: int | None
-    # requests scheduled before the run began: due more than the point's duration before its
-    # first send, a schedule anchored elsewhere (sent at once on arrival; None: no schedule)
+    # requests scheduled before the run began: a recorded wait longer than the whole point,
+    # a schedule anchored elsewhere (sent at once on arrival; None: no schedule)
     scheduled_early: int | None
     # the schedule's own rate (req/s, from the recorded schedule; None: none recorded)
     scheduled_rate: float | None
@@ -238,17 +239,17 @@ def bench_arrival(bench: BenchJson) -> Arrival:
     """A rate point's arrival process as far as benchmark.json records it: `process` (gamma
     gaps of shape `burstiness`, vLLM's default 1: poisson; an infinite one: constant),
     `burstiness` (1 for poisson and constant, as servelab records them), `max_in_flight`
-    (--max-concurrency, None without a cap), `requests` and `repeated_gaps`."""
+    (--max-concurrency, None without a cap), `requests`, and what the schedule shows where
+    the file records one (AIPerf's, GuideLLM's): `repeated_gaps`, `scheduled_early` and
+    `scheduled_rate`."""
     b = bench.get("burstiness")
     burst = 1.0 if b is None else float(b)
     process = "constant" if math.isinf(burst) else "poisson" if burst == 1.0 else "gamma"
     cap = bench.get("max_concurrency")
     scheduled = scheduled_sends(bench)
     early = None
-    if scheduled is not None:
-        early = sum(
-            1 for x in scheduled if x < run_start(bench) - float(bench.get("duration") or 0)
-        )
+    if scheduled is not None:  # every wait is recorded: those not of this run's schedule
+        early = len(scheduled) - len(run_waits(bench))
     return {
         "process": process,
         "burstiness": burst if process == "gamma" else 1.0,
@@ -258,11 +259,6 @@ def bench_arrival(bench: BenchJson) -> Arrival:
         "scheduled_early": early,
         "scheduled_rate": None if scheduled is None else achieved_rate(scheduled),
     }
-
-
-def run_start(bench: BenchJson) -> float:
-    """The first send (s, on the clock of `start_times`; 0 where none is recorded)."""
-    return min((float(x) for x in bench.get("start_times") or []), default=0.0)
 
 
 def run_waits(bench: BenchJson) -> list[float]:
@@ -313,12 +309,15 @@ def bench_ends(bench: BenchJson, sends: list[float]) -> list[float]:
     ]
 
 
-def _bench_arrival_rate(bench: BenchJson, rate: float, t: ValiditySection) -> Flag:
+def _bench_arrival_rate(
+    bench: BenchJson, rate: float, own: float | None, t: ValiditySection
+) -> Flag:
     """arrival_rate from the send times (`start_times`, after any wait for a slot) against
     the schedule's own rate where the file records the schedule (AIPerf, GuideLLM: as servelab
     checks its own points, since a drawn schedule differs from the target by sampling), else
     against the target: vLLM records no schedule, but scales its drawn gaps so that request N
-    of N is due at N/R s, and its first send then differs from 1/R by sampling alone."""
+    of N is due at N/R s, and its first send then differs from 1/R by sampling alone. `own`:
+    the schedule's rate (bench_arrival's `scheduled_rate`; None: none recorded)."""
     limit = float(t.max_arrival_rate_error_pct)
     sends = sorted(float(x) for x in bench.get("start_times") or [])
     achieved = achieved_rate(sends)
@@ -327,7 +326,6 @@ def _bench_arrival_rate(bench: BenchJson, rate: float, t: ValiditySection) -> Fl
         if not sends:
             why = f"the send times (start_times) are {NOT_BY_BENCH}"
         return Flag("arrival_rate", NOT_CHECKED, None, limit, why)
-    own = bench_arrival(bench)["scheduled_rate"]
     if own is not None:
         off = 100.0 * abs(achieved / own - 1.0)
         said = (
@@ -342,9 +340,7 @@ def _bench_arrival_rate(bench: BenchJson, rate: float, t: ValiditySection) -> Fl
             f"(the schedule's own rate is {NOT_BY_BENCH}; vLLM scales its schedule to the "
             "target)"
         )
-    if off > limit:
-        return Flag("arrival_rate", FAILED, off, limit, f"{said} (limit {number_text(limit)}%)")
-    return Flag("arrival_rate", PASSED, off, limit, said)
+    return arrival_rate_flag(off, limit, said)
 
 
 def _bench_cap_reached(bench: BenchJson, cap: int | None) -> Flag:
@@ -366,13 +362,7 @@ def _bench_cap_reached(bench: BenchJson, cap: int | None) -> Flag:
         others = bisect.bisect_right(sorted_sends, due) - (s <= due)  # sent by then, not itself
         in_flight = others - bisect.bisect_right(ends, due)
         n += in_flight >= cap
-    if n:
-        why = (
-            f"{n} of {len(sends)} requests were released while all {cap} slots "
-            "(--max-concurrency) were busy and waited for one: the point was partly a closed loop"
-        )
-        return Flag("cap_reached", NOTED, n / len(sends), None, why)
-    return Flag("cap_reached", PASSED, 0.0, None, f"no request waited for one of the {cap} slots")
+    return cap_reached_flag(n, len(sends), cap, "released", "--max-concurrency")
 
 
 def bench_checks(bench: BenchJson, level: Level, t: ValiditySection) -> tuple[Flag, ...]:
@@ -389,39 +379,34 @@ def bench_checks(bench: BenchJson, level: Level, t: ValiditySection) -> tuple[Fl
     arrival = bench_arrival(bench)
     flags = evaluate(facts_from_bench(bench, level, arrival), t)
     own = {
-        "arrival_rate": _bench_arrival_rate(bench, float(level.value), t),
-        "send_slip": _bench_send_slip(bench, arrival["max_in_flight"], t),
+        "arrival_rate": _bench_arrival_rate(
+            bench, float(level.value), arrival["scheduled_rate"], t
+        ),
+        "send_slip": _bench_send_slip(bench, arrival, t),
         "cap_reached": _bench_cap_reached(bench, arrival["max_in_flight"]),
     }
     return tuple(own.get(f.check, f) for f in flags)
 
 
-def _bench_send_slip(bench: BenchJson, cap: int | None, t: ValiditySection) -> Flag:
+def _bench_send_slip(bench: BenchJson, arrival: Arrival, t: ValiditySection) -> Flag:
     """send_slip from the waits between falling due and the send that another tool's file
     records (AIPerf's, GuideLLM's `client_waits`), read as servelab reads its own slips: their
     90th percentile. Not checked without them (vllm bench records no schedule) or under a cap
     on requests in flight (the file does not tell a wait for a slot from a late send)."""
     limit = float(t.max_send_slip_ms)
-    waits = bench.get("client_waits")
-    if scheduled_sends(bench) is None or not waits:
-        return Flag(
-            "send_slip", NOT_CHECKED, None, limit, f"the scheduled send times are {NOT_BY_BENCH}"
-        )
-    if cap:
+    early = arrival["scheduled_early"]
+    if early is None:
+        why = f"the scheduled send times are {NOT_BY_BENCH}"
+        return Flag("send_slip", NOT_CHECKED, None, limit, why)
+    if arrival["max_in_flight"]:
         why = "the tool's waits for a slot (max_concurrency) are not told apart from late sends"
         return Flag("send_slip", NOT_CHECKED, None, limit, why)
-    slips = sorted(1000.0 * float(w or 0.0) for w in waits)
-    p90 = slip_percentile(slips)
-    said = (
-        f"p{SLIP_PCT} send slip {p90:.3g} ms over {len(slips)} requests (max {slips[-1]:.3g}; "
-        "the tool's own record of each request's wait after falling due)"
-    )
-    early = len(slips) - len(run_waits(bench))
+    slips = sorted(1000.0 * float(w or 0.0) for w in bench.get("client_waits") or [])
+    more = ""
     if early:
-        said += (
+        more = (
             f"; {early} of them were scheduled before the run began, a schedule anchored "
             "elsewhere, and went out at once"
         )
-    if p90 > limit:
-        return Flag("send_slip", FAILED, p90, limit, f"{said} (limit {number_text(limit)} ms)")
-    return Flag("send_slip", PASSED, p90, limit, said)
+    source = "; the tool's own record of each request's wait after falling due"
+    return send_slip_flag(slips, limit, source, more)

@@ -101,14 +101,42 @@ def check_arrival_rate(f: PointFacts, t: ValiditySection) -> Flag:
         f"requests sent at {achieved:.3g} req/s, their schedule's rate {number(scheduled):.3g} "
         f"req/s (target {f.rate:g}): {off:.2g}% off"
     )
-    if off > limit:
-        return Flag("arrival_rate", FAILED, off, limit, f"{said} (limit {number_text(limit)}%)")
-    return Flag("arrival_rate", PASSED, off, limit, said)
+    return arrival_rate_flag(off, limit, said)
 
 
-def slip_percentile(slips: list[float]) -> float:
-    """The SLIP_PCT percentile (nearest rank) of sorted send slips."""
-    return slips[min(len(slips) - 1, max(0, -(-SLIP_PCT * len(slips) // 100) - 1))]
+def arrival_rate_flag(off_pct: float, limit: float, said: str) -> Flag:
+    """arrival_rate's verdict on sends `off_pct` off the rate they were held to (servelab's
+    points and other tools' alike): failed above `limit`."""
+    if off_pct > limit:
+        why = f"{said} (limit {number_text(limit)}%)"
+        return Flag("arrival_rate", FAILED, off_pct, limit, why)
+    return Flag("arrival_rate", PASSED, off_pct, limit, said)
+
+
+def send_slip_flag(slips: list[float], limit: float, source: str = "", more: str = "") -> Flag:
+    """send_slip's verdict on sorted send slips (ms): their SLIP_PCT percentile (nearest
+    rank) against `limit`; `source` ends the reason's parenthesis (where the slips come
+    from), `more` follows it."""
+    p90 = slips[min(len(slips) - 1, max(0, -(-SLIP_PCT * len(slips) // 100) - 1))]
+    said = (
+        f"p{SLIP_PCT} send slip {p90:.3g} ms over {len(slips)} requests "
+        f"(max {slips[-1]:.3g}{source}){more}"
+    )
+    if p90 > limit:
+        return Flag("send_slip", FAILED, p90, limit, f"{said} (limit {number_text(limit)} ms)")
+    return Flag("send_slip", PASSED, p90, limit, said)
+
+
+def cap_reached_flag(held: int, total: int, cap: int, due: str, knob: str) -> Flag:
+    """cap_reached's note on `held` of `total` requests that found every one of `cap` slots
+    busy: `due` says when they found it (due, released), `knob` names the cap's setting."""
+    if held:
+        why = (
+            f"{held} of {total} requests were {due} while all {cap} slots ({knob}) were busy "
+            "and waited for one: the point was partly a closed loop"
+        )
+        return Flag("cap_reached", NOTED, held / total, None, why)
+    return Flag("cap_reached", PASSED, 0.0, None, f"no request waited for one of the {cap} slots")
 
 
 def check_send_slip(f: PointFacts, t: ValiditySection) -> Flag:
@@ -121,13 +149,10 @@ def check_send_slip(f: PointFacts, t: ValiditySection) -> Flag:
     if not slips:
         why = "no send time recorded" if not reqs else "every request waited for the cap"
         return Flag("send_slip", NOT_CHECKED, None, limit, why)
-    p90 = slip_percentile(slips)
-    said = f"p{SLIP_PCT} send slip {p90:.3g} ms over {len(slips)} requests (max {slips[-1]:.3g})"
+    more = ""
     if len(slips) < len(reqs):
-        said += f", not counting {len(reqs) - len(slips)} the cap held back"
-    if p90 > limit:
-        return Flag("send_slip", FAILED, p90, limit, f"{said} (limit {number_text(limit)} ms)")
-    return Flag("send_slip", PASSED, p90, limit, said)
+        more = f", not counting {len(reqs) - len(slips)} the cap held back"
+    return send_slip_flag(slips, limit, more=more)
 
 
 def check_cap_reached(f: PointFacts, t: ValiditySection) -> Flag:
@@ -140,10 +165,4 @@ def check_cap_reached(f: PointFacts, t: ValiditySection) -> Flag:
     n = sum(held)
     if not held:
         return Flag("cap_reached", NOT_CHECKED, None, None, "no send time recorded")
-    if n:
-        why = (
-            f"{n} of {len(held)} requests were due while all {cap} slots (max_in_flight) were "
-            "busy and waited for one: the point was partly a closed loop"
-        )
-        return Flag("cap_reached", NOTED, n / len(held), None, why)
-    return Flag("cap_reached", PASSED, 0.0, None, f"no request waited for one of the {cap} slots")
+    return cap_reached_flag(n, len(held), integer(cap), "due", "max_in_flight")
