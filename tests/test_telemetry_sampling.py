@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from telemetry_fakes import metrics_server
 
@@ -91,7 +92,11 @@ def server_tree() -> Iterator[subprocess.Popen[bytes]]:
         "time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    time.sleep(0.5)
+    # until the child exists: on a busy host two interpreter starts can take well over 0.5 s
+    deadline = time.monotonic() + 30.0
+    while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert psutil.Process(proc.pid).children(), "the stand-in server's child never started"
     yield proc
     os.killpg(proc.pid, signal.SIGKILL)  # the whole group: no child outlives the test
     proc.wait()
