@@ -42,7 +42,8 @@ ALLOWED = {
     "peers.py": "read_point: another tool's result files of one point, which load_dataset (and "
     "dataframes, and a comparison's setup facts) call for each point folder of a tree",
     "clients.py": "run_clients: each client.json of client.cross_check's tools (their command, "
-    "CPU and load window), beside the tools' trees it reads through load_dataset",
+    "CPU and load window), beside the tools' trees it reads through load_dataset; for a run "
+    "handed servelab's schedule, that schedule (arrivals/) and the run's send times again",
 }
 
 

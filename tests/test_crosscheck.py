@@ -74,8 +74,9 @@ def test_each_tool_is_given_the_points_prompts_concurrency_and_output_length(tmp
     for tool in ("aiperf", "guidellm", "vllm"):
         folder = tmp_path / tool
         folder.mkdir()
-        data = dataset_file(tool, prompts, 64, folder)
-        cmd = command(tool, "/venv/bin/python", ToolPoint(tool, _slot(), prompts, folder), data, t)
+        point = ToolPoint(tool, _slot(), prompts, folder)
+        data = dataset_file(point, 64)
+        cmd = command(tool, "/venv/bin/python", point, data, t)
         seen[tool] = (data, cmd)
     data, cmd = seen["aiperf"]
     rows = [json.loads(line) for line in data.read_text().splitlines()]

@@ -237,7 +237,8 @@ class Arrival(TypedDict):
 
 def bench_arrival(bench: BenchJson) -> Arrival:
     """A rate point's arrival process as far as benchmark.json records it: `process` (gamma
-    gaps of shape `burstiness`, vLLM's default 1: poisson; an infinite one: constant),
+    gaps of shape `burstiness`, vLLM's default 1: poisson; an infinite one: constant;
+    `schedule`: send times the tool was handed, AIPerf's --fixed-schedule),
     `burstiness` (1 for poisson and constant, as servelab records them), `max_in_flight`
     (--max-concurrency, None without a cap), `requests`, and what the schedule shows where
     the file records one (AIPerf's, GuideLLM's): `repeated_gaps`, `scheduled_early` and
@@ -245,6 +246,8 @@ def bench_arrival(bench: BenchJson) -> Arrival:
     b = bench.get("burstiness")
     burst = 1.0 if b is None else float(b)
     process = "constant" if math.isinf(burst) else "poisson" if burst == 1.0 else "gamma"
+    if bench.get("fixed_schedule"):  # send times handed to the tool, not drawn by it
+        process, burst = "schedule", 1.0
     cap = bench.get("max_concurrency")
     scheduled = scheduled_sends(bench)
     early = None

@@ -16,17 +16,19 @@ from pathlib import Path
 
 from servelab.analysis.dataset import Dataset, load_dataset
 from servelab.analysis.groups import Groups
-from servelab.analysis.schedules import rate_causes
+from servelab.analysis.peers import point_file, read_point
+from servelab.analysis.schedules import Handed, handed, rate_causes
 from servelab.analysis.stats import Ratio, ratio_ci
 from servelab.analysis.validity import FAILED
+from servelab.analysis.validity.facts import BenchJson
 from servelab.config import default_section
 from servelab.design.level import Level, LevelValue
 from servelab.documents.declared import ClientRunJson
 from servelab.env.client_tools import TOOLS
 from servelab.experiment import ValiditySection
 from servelab.render import md_table
-from servelab.store.paths import CLIENT_FILE, CLIENTS_DIR
-from servelab.store.records import ClientRunRecord
+from servelab.store.paths import CLIENT_FILE, CLIENTS_DIR, ExperimentPaths
+from servelab.store.records import ArrivalsRecord, ClientRunRecord
 
 METRICS = ("output_throughput", "mean_ttft_ms", "mean_itl_ms")
 # validity checks whose failure on a tool's point names a known cause, and the cause in words
@@ -66,6 +68,8 @@ class Tool:
     data: Dataset
     runs: Mapping[LevelValue, Sequence[ClientRunJson]] = field(default_factory=dict)
     failed: int = 0  # runs that failed (kept as <point>.failed/, never read as data)
+    # its runs handed servelab's own schedule (client.schedule servelab)
+    handed: Sequence[Handed] = ()
 
 
 @dataclass(frozen=True)
@@ -84,12 +88,17 @@ def run_clients(root: Path, validity: ValiditySection | None) -> list[ClientsRun
     out: list[ClientsRun] = []
     for clients in sorted((root / "raw").glob(f"*/{CLIENTS_DIR}")):
         tools: list[Tool] = []
+        paths, sc = ExperimentPaths(root), clients.parent.name
         for tree in sorted(d for d in clients.iterdir() if d.is_dir()):
             runs: dict[LevelValue, list[ClientRunJson]] = {}
+            on_ours: list[Handed] = []
             for f in sorted(tree.glob(f"rep_*/*/{CLIENT_FILE}")):  # concurrency_* or rate_*
-                doc = ClientRunRecord.read(f).doc
+                doc: ClientRunJson = ClientRunRecord.read(f).doc  # type: ignore[assignment]
                 level = Level.from_record(doc).value
-                runs.setdefault(level, []).append(doc)  # type: ignore[arg-type]
+                runs.setdefault(level, []).append(doc)
+                rate = doc.get("rate")
+                if rate and doc.get("schedule_sha256"):
+                    on_ours.append(_handed(doc, f.parent, paths.arrivals(sc, rate)))
             failed = len(list(tree.glob("rep_*/*.failed*")))
             if not runs:
                 continue
@@ -97,10 +106,19 @@ def run_clients(root: Path, validity: ValiditySection | None) -> list[ClientsRun
             spec = TOOLS.get(first["tool"])
             title = spec.title if spec is not None else first["tool"]
             data = load_dataset(tree, first["tool"], validity)
-            tools.append(Tool(f"{title} {first['version']}", data, runs, failed))
+            tools.append(Tool(f"{title} {first['version']}", data, runs, failed, on_ours))
         if tools:
             out.append(ClientsRun(clients.parent.name, tools, validity))
     return out
+
+
+def _handed(run: ClientRunJson, folder: Path, arrivals: Path) -> Handed:
+    """A tool's run handed servelab's schedule: its results in `folder` read again for their
+    send times, against servelab's arrivals record of the rate."""
+    record = ArrivalsRecord.read(arrivals) if arrivals.is_file() else None
+    found = point_file(folder)
+    bench: BenchJson = read_point(*found) if found is not None else {}
+    return handed(run, bench, record, arrivals.name)
 
 
 def compare_clients(ours: Groups, config: str, tools: Sequence[Tool]) -> list[ClientRow]:
@@ -358,7 +376,7 @@ def clients_section(
         for line in [
             *causes(tool),
             *duration_cause(tool),
-            *rate_causes(ours, config, tool.name, tool.data.points, off_pct),
+            *rate_causes(ours, config, tool.name, tool.data.points, off_pct, tool.handed),
         ]
     ]
     cpu_limit = float(limits.max_client_cpu_cores)

@@ -193,7 +193,8 @@ BURSTINESS = {"poisson": 1.0, "constant": math.inf}
 def _aiperf_load(summary: Mapping[str, object]) -> BenchJson:
     """The profiling phase's load as the summary's input_config records it: its rate and
     arrival process (poisson, gamma of shape `smoothness`, constant) and its cap on requests
-    in flight (`concurrency`); nothing more for a closed loop or another phase type."""
+    in flight (`concurrency`), or that it sent on the send times of its dataset (a
+    fixed_schedule phase); nothing more for a closed loop or another phase type."""
     phases = _mapping(summary, "input_config").get("phases")
     listed = phases if isinstance(phases, list) else []
     phase: Mapping[str, object] = next(
@@ -202,7 +203,9 @@ def _aiperf_load(summary: Mapping[str, object]) -> BenchJson:
     kind, cap = phase.get("type"), phase.get("concurrency")
     out: BenchJson = {"max_concurrency": cap if isinstance(cap, int) else None}
     rate = _number(phase, "rate")
-    if kind == "gamma":
+    if kind == "fixed_schedule":
+        out["fixed_schedule"] = True
+    elif kind == "gamma":
         out["burstiness"] = _number(phase, "smoothness") or 1.0
     elif isinstance(kind, str) and kind in BURSTINESS:
         out["burstiness"] = BURSTINESS[kind]

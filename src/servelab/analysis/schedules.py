@@ -6,6 +6,10 @@ client and another tool's in an open loop, and what the tool's recorded schedule
   requests in flight, counts that delay on servelab's side only.
 - **Two draws.** Each client draws its own arrival times from the same process; each re-sends
   its one draw at every repeat, so an interval over the repeats does not cover the draw.
+- **One schedule** (client.schedule servelab): the tool was handed servelab's own send times
+  (AIPerf's --fixed-schedule), so both sides were offered the same load request by request;
+  what is left is how late each side's sends went out after them (`Handed`: the tool's k-th
+  send against servelab's k-th scheduled send, its schedule's start aligned with servelab's).
 - **Offered rates.** Below the server's capacity an open loop serves what it is offered: a
   tool whose schedules ran at another rate than servelab's (each side's schedule's own rate,
   vllm bench's the target it scales its schedule to) differs in throughput by about as much.
@@ -18,31 +22,108 @@ client and another tool's in an open loop, and what the tool's recorded schedule
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
+from servelab.analysis.benchtree import scheduled_sends
 from servelab.analysis.dataset import Point
 from servelab.analysis.groups import Groups
+from servelab.analysis.validity.facts import BenchJson
+from servelab.analysis.validity.openloop import slip_pct
 from servelab.design.level import RATE, Level, LevelValue
+from servelab.documents.declared import ClientRunJson
+from servelab.store.records import ArrivalsRecord
+
+
+@dataclass(frozen=True)
+class Handed:
+    """A tool's run of a rate point on servelab's own schedule (client.schedule servelab): how
+    late its sends went out after servelab's scheduled sends (ms, the p90 and the largest),
+    or why that is not known (`why`)."""
+
+    level: LevelValue
+    repeat: int
+    p90_ms: float | None = None
+    max_ms: float | None = None
+    why: str | None = None
+
+
+def handed(
+    run: ClientRunJson, bench: BenchJson, record: ArrivalsRecord | None, name: str
+) -> Handed:
+    """A tool's run handed servelab's schedule (client.json `schedule_sha256`): its sends
+    (`bench`, its results) against that schedule (`record`, servelab's arrivals record of the
+    rate, named `name`; None: missing). Its k-th send is set against the k-th scheduled send,
+    its clock's zero at its own first scheduled send (its first send less its recorded wait,
+    else its first send)."""
+    level, repeat = float(run["rate"] or 0.0), int(run["repeat"])
+    if record is None:
+        return Handed(level, repeat, why=f"servelab's schedule {name} is missing")
+    if record.doc["schedule_sha256"] != run.get("schedule_sha256"):
+        return Handed(level, repeat, why=f"the schedule handed is not {name}")
+    sends = sorted(float(s) for s in bench.get("start_times") or [])
+    offsets = record.offsets_ns
+    if len(sends) != len(offsets):
+        why = f"{len(sends)} sends recorded against {len(offsets)} scheduled"
+        return Handed(level, repeat, why=why)
+    zero = min(scheduled_sends(bench) or sends)
+    slips = sorted(1e3 * (s - zero) - o / 1e6 for s, o in zip(sends, offsets, strict=True))
+    return Handed(level, repeat, slip_pct(slips), slips[-1])
 
 
 def rate_causes(
-    ours: Groups, config: str, name: str, points: Sequence[Point], off_pct: float
+    ours: Groups,
+    config: str,
+    name: str,
+    points: Sequence[Point],
+    off_pct: float,
+    runs: Sequence[Handed] = (),
 ) -> list[str]:
     """The lines "Clients compared" gives for the tool `name`'s rate points beside servelab's
     configuration `config`; `off_pct` (analysis.validity.max_arrival_rate_error_pct): how far
-    apart two offered rates are named."""
+    apart two offered rates are named; `runs`: the tool's runs handed servelab's schedule."""
     rated = [p for p in points if p.level.is_rate]
     if not rated:
         return []
-    drawn = sorted({str(a["process"]) for p in rated if (a := p.extra.get("arrival"))})
+    drawn = sorted(
+        {str(a["process"]) for p in rated if (a := p.extra.get("arrival"))} - {"schedule"}
+    )
+    out = [timing_cause(ours, config, name, rated)]
+    if drawn:
+        out.append(
+            f"{name}: at its rates it drew its own arrival times ({', '.join(drawn)}, "
+            "as its files record the process) with its own generator, servelab its own from "
+            "workload.seed: the two schedules differ, each re-sent at every repeat, so the "
+            "interval covers the repeats, not the draw of the schedule"
+        )
     return [
-        timing_cause(ours, config, name, rated),
-        f"{name}: at its rates it drew its own arrival times ({', '.join(drawn) or '?'}, "
-        "as its files record the process) with its own generator, servelab its own from "
-        "workload.seed: the two schedules differ, each re-sent at every repeat, so the "
-        "interval covers the repeats, not the draw of the schedule",
+        *out,
+        *handed_causes(name, runs),
         *offered_cause(ours, config, name, rated, off_pct),
         *schedule_causes(name, rated),
     ]
+
+
+def handed_causes(name: str, runs: Sequence[Handed]) -> list[str]:
+    """The tool's runs on servelab's own schedule: how late its sends went out after it, and
+    the runs where that is not known."""
+    if not runs:
+        return []
+    known = [r for r in runs if r.p90_ms is not None and r.max_ms is not None]
+    line = (
+        f"{name}: sent on servelab's own schedule (client.schedule servelab), the same send "
+        "times, so both sides were offered the same load request by request"
+    )
+    if known:
+        p90 = max(float(r.p90_ms or 0.0) for r in known)
+        worst = max(float(r.max_ms or 0.0) for r in known)
+        line += (
+            f"; its sends went out up to {p90:.1f} ms after them (p90 of a run; at most "
+            f"{worst:.1f} ms), over {len(known)} runs"
+        )
+    unknown = [f"{Level.on(RATE, r.level)} rep {r.repeat}: {r.why}" for r in runs if r.why]
+    if unknown:
+        line += f" (not known: {'; '.join(unknown)})"
+    return [line]
 
 
 def timing_cause(ours: Groups, config: str, name: str, rated: Sequence[Point]) -> str:

@@ -331,8 +331,14 @@ class ClientRunJson(TypedDict):
     # rotates from point to point).
     position: NotRequired[int]
 
-    # The point's request rate in requests per second, each tool drawing its arrivals from
-    # sweep.arrival's process (null: a closed-loop point).
+    # client.schedule servelab: the sha256 of servelab's schedule of the point
+    # (raw/<sc>/arrivals/r<rate>.json) the tool was handed, its send times in the tool's dataset
+    # (null or absent: the tool drew its own arrivals).
+    schedule_sha256: NotRequired[str | None]
+
+    # The point's request rate in requests per second, the tool drawing its arrivals from
+    # sweep.arrival's process or handed servelab's schedule (schedule_sha256) (null: a closed-loop
+    # point).
     rate: NotRequired[float | None]
 
     # Why it failed (null: it did not).

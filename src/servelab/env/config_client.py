@@ -2,7 +2,7 @@
 (servelab.config calls `check_client` on the resolved config): the tools are given what
 servelab's client sends only for plain prompts with one output length, at a rate only from an
 arrival process the tool draws, and vllm bench serve runs from a venv runtime. Each refusal
-is one line naming the key."""
+is one line naming the key; client.schedule servelab only for tools that take a schedule."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def check_client(cfg: JsonObject, source: str) -> None:
             why = f"workload.{key}: the tools are given plain prompts only; remove it"
     if why is None and isinstance(wl.get("output_tokens"), dict):
         why = "workload.output_tokens: the tools are given one output length; give a number"
+    if why is None and as_object(client).get("schedule") == "servelab":
+        why = _schedule_refused(tools, bool(sweep.get("rate")))
     if why is None and "vllm" in tools and as_object(cfg["runtime"]).get("kind") != "venv":
         why = "runtime.kind: vllm bench serve runs from a venv runtime's own vLLM"
     if why is not None:
@@ -57,4 +59,22 @@ def _arrival_refused(tools: Sequence[object], arrival: JsonObject) -> str | None
                 f"sweep.arrival.process {process}: {tool} draws {' or '.join(can)} arrivals "
                 f"only; choose one of those or leave {tool} out"
             )
+    return None
+
+
+# the tools that take a schedule of send times from a file (AIPerf's --fixed-schedule)
+TAKES_SCHEDULE = ("aiperf",)
+
+
+def _schedule_refused(tools: Sequence[object], rated: bool) -> str | None:
+    """Why client.schedule servelab cannot be given (None: it can): it needs a rate sweep,
+    and tools that take a schedule."""
+    if not rated:
+        return "client.schedule servelab: a schedule is sent at a rate; give sweep.rate"
+    others = [str(t) for t in tools if t not in TAKES_SCHEDULE]
+    if others:
+        return (
+            f"client.schedule servelab: {', '.join(others)} take no schedule of send times "
+            f"(only {', '.join(TAKES_SCHEDULE)} does); leave them out or set client.schedule own"
+        )
     return None

@@ -234,6 +234,8 @@ class ClientSection:
 
     cross_check: tuple[str, ...]
     timeout_s: float
+    # at a rate: each tool draws its own arrivals (own), or is handed servelab's schedule
+    schedule: str = "own"
 
 
 @dataclass(frozen=True)

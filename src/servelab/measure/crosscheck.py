@@ -3,8 +3,10 @@
 Each point of the sweep is measured by servelab's client and by each tool of
 client.cross_check, one after another on the same server launch: the same prompts (the
 point's own, written in the tool's dataset format), the same concurrency, or the same rate
-with the tool drawing sweep.arrival's process itself, the same output length, ignore_eos and
-temperature 0, streamed from /v1/completions. The clients take turns: their
+with the tool drawing sweep.arrival's process itself (client.schedule own) or sending on
+servelab's own schedule of the point (client.schedule servelab: AIPerf's --fixed-schedule, the
+send times written into its dataset), the same output length, ignore_eos and temperature 0,
+streamed from /v1/completions. The clients take turns: their
 order, servelab's client among them, rotates from one point to the next, so that each of k
 clients comes first at one point in k. Each tool runs from its venv
 (servelab.env.client_tools, runtime/clients.json) and writes into
@@ -33,7 +35,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from servelab.analysis.clients import server_mean_ms
@@ -43,8 +45,10 @@ from servelab.client.prompt import Conversation, text_of
 from servelab.design.schedule import Slot
 from servelab.documents.declared import ClientRunJson, ClientToolJson, LoadWindowJson
 from servelab.experiment import ArrivalSection, Experiment
+from servelab.measure.sending import schedule_of
 from servelab.store.jsonio import write_json
 from servelab.store.paths import CLIENT_FILE, TELEMETRY_FILE, ExperimentPaths
+from servelab.store.records import ArrivalsRecord
 from servelab.telemetry.sampling import PointTelemetry, write_samples
 from servelab.telemetry.sources import Beside, Sample
 from servelab.telemetry.summary import summarize
@@ -86,12 +90,14 @@ class Target:
 
 @dataclass(frozen=True)
 class ToolPoint:
-    """One tool's run of one point: the point's prompts, its concurrency and its folder."""
+    """One tool's run of one point: the point's prompts, its concurrency and its folder, and
+    at a rate under client.schedule servelab the schedule it is handed."""
 
     tool: str
     slot: Slot
     prompts: Sequence[str]
     folder: Path
+    schedule: ArrivalsRecord | None = None
 
     @property
     def concurrency(self) -> int | None:
@@ -137,11 +143,16 @@ def done(paths: ExperimentPaths, sc: str, tool: str, slot: Slot) -> bool:
     return (point_folder(paths, sc, tool, slot) / CLIENT_FILE).is_file()
 
 
-def dataset_file(tool: str, prompts: Sequence[str], max_tokens: int, folder: Path) -> Path:
-    """The point's prompts in the tool's dataset format, in the point's folder."""
+def dataset_file(point: ToolPoint, max_tokens: int) -> Path:
+    """The point's prompts in the tool's dataset format, in the point's folder (AIPerf's with
+    each request's send time, in ms from the start, where it is handed a schedule)."""
+    tool, prompts, folder = point.tool, point.prompts, point.folder
     if tool == "aiperf":  # single_turn JSONL
         path = folder / "prompts.jsonl"
-        rows = [{"text": p, "output_length": max_tokens} for p in prompts]
+        rows: list[dict[str, object]] = [{"text": p, "output_length": max_tokens} for p in prompts]
+        if point.schedule is not None:
+            for row, ns in zip(rows, point.schedule.offsets_ns, strict=True):
+                row["timestamp"] = ns / 1e6  # ms; AIPerf keeps the float
         path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     elif tool == "guidellm":  # json_file: GuideLLM's column mapper reads these names
         path = folder / "prompts.jsonl"
@@ -176,6 +187,10 @@ def load_args(tool: str, point: ToolPoint, arrival: ArrivalSection | None) -> li
     if arrival is None:
         raise ValueError(f"a rate point ({rate:g} req/s) needs sweep.arrival")
     r, cap = rate_text(rate), arrival.max_in_flight
+    if point.schedule is not None:  # servelab's send times, in the dataset (aiperf only)
+        if tool != "aiperf":
+            raise ValueError(f"{tool} takes no schedule of send times")
+        return ["--fixed-schedule"] + ([] if cap is None else ["--concurrency", str(cap)])
     if tool == "aiperf":
         out = ["--request-rate", r, "--arrival-pattern", arrival.process]
         if arrival.process == "gamma":
@@ -382,13 +397,24 @@ class CrossCheck:
         k = self.turn % len(clients)
         self.turn += 1
         prompts = [_text(i) for i in items]
+        schedule = self.schedule(slot)
         for position, client in enumerate(clients[k:] + clients[:k], 1):
             if client == OURS:
                 if ours is not None:
                     ours()
             elif client in todo:
                 folder = point_folder(self.paths, self.sc, client, slot)
-                self.run(ToolPoint(client, slot, prompts, folder), position)
+                self.run(ToolPoint(client, slot, prompts, folder, schedule), position)
+
+    def schedule(self, slot: Slot) -> ArrivalsRecord | None:
+        """servelab's own schedule of a rate point, handed to the tools under client.schedule
+        servelab (None: a concurrency, or each tool draws its own)."""
+        arrival, client = self.exp.sweep.arrival, self.exp.client
+        if slot.level.rate is None or arrival is None or client is None:
+            return None
+        if client.schedule != "servelab":
+            return None
+        return schedule_of(arrival, slot.level.rate, self.exp.workload.seed)
 
     def run(self, point: ToolPoint, position: int) -> ClientRunJson:
         """One tool's run of one point into <folder>.partial/, renamed when it succeeded."""
@@ -397,8 +423,8 @@ class CrossCheck:
         work = final.with_name(final.name + ".partial")
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        at = ToolPoint(point.tool, point.slot, point.prompts, work)
-        data = dataset_file(point.tool, point.prompts, self.target.output_tokens, work)
+        at = replace(point, folder=work)
+        data = dataset_file(at, self.target.output_tokens)
         cmd = command(point.tool, spec["python"], at, data, self.target)
         label = f"{point.tool} {spec['version']} at {point.slot.level} rep {point.slot.repeat}"
         self.say(f"[{self.sc}] client cross-check: {label} ({len(point.prompts)} requests)")
@@ -423,6 +449,9 @@ class CrossCheck:
             "repeat": point.slot.repeat,
             "concurrency": point.in_flight(self.target.arrival),
             "rate": point.rate,
+            "schedule_sha256": (
+                None if point.schedule is None else str(point.schedule.doc["schedule_sha256"])
+            ),
             "requests": len(point.prompts),
             "position": position,
             "launch": self.launch_index,

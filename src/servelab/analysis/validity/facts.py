@@ -47,6 +47,9 @@ class BenchJson(TypedDict, total=False):
     # another tool's wait in its client between a request falling due (a free slot) and its
     # send (s; servelab.analysis.peers: AIPerf's credit to start, GuideLLM's dispatch delay)
     client_waits: list[float | None]
+    # another tool's run that sent on send times it was handed in its dataset (AIPerf's
+    # --fixed-schedule) rather than drawing them from a process
+    fixed_schedule: bool
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ process asked for. These checks say whether it did:
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from servelab.analysis.validity.facts import PointFacts, RequestFacts, integer, number
@@ -113,11 +114,16 @@ def arrival_rate_flag(off_pct: float, limit: float, said: str) -> Flag:
     return Flag("arrival_rate", PASSED, off_pct, limit, said)
 
 
+def slip_pct(slips: Sequence[float]) -> float:
+    """The SLIP_PCT percentile (nearest rank) of sorted send slips."""
+    return slips[min(len(slips) - 1, max(0, -(-SLIP_PCT * len(slips) // 100) - 1))]
+
+
 def send_slip_flag(slips: list[float], limit: float, source: str = "", more: str = "") -> Flag:
     """send_slip's verdict on sorted send slips (ms): their SLIP_PCT percentile (nearest
     rank) against `limit`; `source` ends the reason's parenthesis (where the slips come
     from), `more` follows it."""
-    p90 = slips[min(len(slips) - 1, max(0, -(-SLIP_PCT * len(slips) // 100) - 1))]
+    p90 = slip_pct(slips)
     said = (
         f"p{SLIP_PCT} send slip {p90:.3g} ms over {len(slips)} requests "
         f"(max {slips[-1]:.3g}{source}){more}"
