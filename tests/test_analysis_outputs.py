@@ -26,8 +26,8 @@ from servelab.analysis.search import (
     SearchSpec,
     SloBounds,
     search_rate,
-    write_search as write_search_record,
 )
+from servelab.analysis.search_records import write_search as write_search_record
 from servelab.config import validate
 from servelab.evidence.files import safe_extract
 

@@ -34,7 +34,7 @@ READERS = frozenset(
 )
 ALLOWED = {
     "dataset.py": "the dataset: the run's points and the records beside them, read once",
-    "search.py": "read_search, which load_dataset calls for each search.json",
+    "search_records.py": "read_search, which load_dataset calls for each search.json",
     "engine_diff.py": "launches_of: two runs' launch.json set side by side (a reproduction, "
     "the history, the summary); within an analysis, the dataset's",
     "hostspeed.py": "read_host_speed: a run's or a release's canaries, for the comparisons of "

@@ -373,8 +373,8 @@ def test_a_reproduction_judges_a_claim_on_the_search(tmp_path: Path) -> None:
         SearchSpec,
         SloBounds,
         search_rate,
-        write_search,
     )
+    from servelab.analysis.search_records import write_search
     from servelab.reproduce.checks import _claim, analyse
 
     exp = tmp_path / "exp"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import REPO, SharedServer, endpoint_config, run_snakemake, write_config
 
-from servelab.analysis.search import read_search
+from servelab.analysis.search_records import read_search
 from servelab.config import default_section, read_file
 from servelab.design.arrivals import schedule_sha256
 from servelab.experiment import ValiditySection

@@ -22,13 +22,12 @@ from servelab.analysis.search import (
     SearchResult,
     SearchSpec,
     SloBounds,
-    read_search,
     request_meets,
     search_rate,
     slo_attainment,
-    write_search,
 )
 from servelab.analysis.search_figure import render_search
+from servelab.analysis.search_records import read_search, write_search
 from servelab.client import RequestRecord
 from servelab.errors import ServelabError
 from servelab.store.jsonio import dumps

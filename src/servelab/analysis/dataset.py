@@ -29,7 +29,8 @@ from servelab.analysis.benchtree import (
 )
 from servelab.analysis.outputs import PointKey, PointOutputs, point_outputs
 from servelab.analysis.peers import client_output_tokens
-from servelab.analysis.search import SearchResult, read_search
+from servelab.analysis.search import SearchResult
+from servelab.analysis.search_records import read_search
 from servelab.analysis.validity import (
     Choice,
     Flag,

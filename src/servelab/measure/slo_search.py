@@ -40,8 +40,8 @@ from servelab.analysis.search import (
     SloBounds,
     search_rate,
     slo_attainment,
-    write_search,
 )
+from servelab.analysis.search_records import write_search
 from servelab.analysis.validity import check_point, failed
 from servelab.design.level import Level
 from servelab.design.schedule import Slot
