@@ -19,11 +19,17 @@ from servelab.documents import JsonObject, JsonValue
 from servelab.env import endpoint, endpoint_config
 from servelab.env.config_client import check_client
 from servelab.env.config_runtime import check_config_runtimes, check_side_by_side, check_slices
-from servelab.env.config_trace import check_trace, check_trace_as_written
+from servelab.env.config_workload import (
+    check_arrival,
+    check_rates,
+    check_sweep_axis,
+    check_workload,
+    check_workload_as_written,
+    number,
+)
 from servelab.errors import ServelabError
 from servelab.experiment import (
     Experiment,
-    Lengths,
     RuntimeSection,
     ServerSection,
     section_from_dict,
@@ -165,8 +171,8 @@ def resolve(config: object, source: str = "config", schema_path: Path = SCHEMA_P
 
     schema = load_schema(schema_path)
     _check_placeholders(config, source)
-    _check_sweep_axis(config, source)
-    _check_workload_as_written(config, source)
+    check_sweep_axis(config, source)
+    check_workload_as_written(config, source)
     if isinstance(config, dict):  # check_written checks a mapping of config keys only
         endpoint_config.check_written(config, source, _endpoint_defaults(schema))
     data = copy.deepcopy(config) if config is not None else {}
@@ -383,7 +389,7 @@ def _check_semantics(cfg: JsonObject, source: str) -> None:
                 raise ServelabError(
                     f"{source}: {where}.{key}: servelab sets --{key} itself; remove it"
                 )
-    _check_rates(as_object(cfg["sweep"]), source)
+    check_rates(as_object(cfg["sweep"]), source)
     _check_search(cfg, source)
     # absent unless given, as before these keys existed
     if cfg.get("confirm", 0) is None:
@@ -397,7 +403,7 @@ def _check_semantics(cfg: JsonObject, source: str) -> None:
     repeats = as_object(cfg["sweep"])["repeats"]
     if isinstance(repeats, dict):
         repeats.setdefault("budget_s", None)  # a default inside oneOf is not filled in
-        if _number(repeats["max"]) < _number(repeats["min"]):
+        if number(repeats["max"]) < number(repeats["min"]):
             raise ServelabError(
                 f"{source}: sweep.repeats: max ({repeats['max']}) is below min "
                 f"({repeats['min']}); give max >= min"
@@ -416,162 +422,7 @@ def _check_semantics(cfg: JsonObject, source: str) -> None:
             f"{source}: reference: {ref!r} not found (relative to {Path.cwd()}); give a release "
             "folder evidence/<experiment>/<tag>, its .tar.gz or a bundle folder"
         )
-    _check_workload(cfg, source)
-
-
-def _number(value: JsonValue) -> float:
-    """A number of a config the schema has validated; TypeError where it is not one."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected a number, got {value!r}")
-    return value
-
-
-def _largest(lengths: JsonValue, where: str) -> int:
-    """The longest length workload.input_tokens / output_tokens can draw."""
-    if isinstance(lengths, int):
-        return lengths
-    return section_from_dict(Lengths, as_object(lengths), where).largest
-
-
-def _check_workload(cfg: JsonObject, source: str) -> None:
-    """Lengths a request may ask fit the server's max-model-len (a chat's last turn carries
-    every earlier one), and a {min, max} range is not upside down. With a dataset, which gives
-    the lengths, the resolved config holds no input_tokens nor output_tokens (the schema's
-    defaults are dropped)."""
-    wu = as_object(cfg["workload"])
-    for key in ("dataset", "shared_prefix", "chat"):
-        if wu.get(key, 0) is None:
-            del wu[key]  # absent, as before these keys existed
-    if check_trace(cfg, source):
-        return  # a trace's requests are filtered to fit (servelab.workload.trace)
-    ds = wu.get("dataset")
-    if ds is not None:
-        ds = as_object(ds)
-        if ("path" in ds) == ("hub" in ds):
-            raise ServelabError(
-                f"{source}: workload.dataset: give path (with its sha256) or hub, "
-                + ("not both" if "path" in ds else "e.g. path: datasets/sharegpt-sample.json")
-            )
-        wu.pop("input_tokens", None)
-        wu.pop("output_tokens", None)
-        return  # a dataset's pairs are filtered to fit (servelab.workload.datasets)
-    for key in ("input_tokens", "output_tokens"):
-        v = wu[key]
-        if isinstance(v, dict) and "min" in v and "values" in v:
-            raise ServelabError(
-                f"{source}: workload.{key}: give min and max (a uniform draw) or values, not both"
-            )
-        if isinstance(v, dict) and "min" in v and _number(v["max"]) < _number(v["min"]):
-            raise ServelabError(
-                f"{source}: workload.{key}: max ({v['max']}) is below min ({v['min']}); "
-                "give max >= min"
-            )
-    model_len = as_object(as_object(cfg["server"])["args"]).get("max-model-len")
-    if not isinstance(model_len, int):
-        return
-    chat, shared = wu.get("chat"), wu.get("shared_prefix")
-    turns = int(_number(as_object(chat)["turns"])) if chat else 1
-    prefix = int(_number(as_object(shared)["prefix_tokens"])) if shared else 0
-    longest = _largest(wu["input_tokens"], "workload.input_tokens") + _largest(
-        wu["output_tokens"], "workload.output_tokens"
-    )
-    need = prefix + turns * longest
-    if need > model_len:
-        what = "input_tokens + output_tokens"
-        if prefix:
-            what = "shared_prefix.prefix_tokens + " + what
-        if turns > 1:
-            what += f" over {turns} chat turns"
-        raise ServelabError(
-            f"{source}: workload: {what} (longest) = {need} exceeds server.args.max-model-len "
-            f"{model_len}; shorten them or raise max-model-len"
-        )
-
-
-def _check_workload_as_written(config: object, source: str) -> None:
-    """In the config as written: a dataset gives the prompts (no input_tokens), and a chat
-    is synthetic."""
-    wu = config.get("workload") if isinstance(config, dict) else None
-    if not isinstance(wu, dict):
-        return
-    check_trace_as_written(wu, source)
-    for key in ("input_tokens", "output_tokens"):
-        v = wu.get(key)
-        if isinstance(v, dict) and not ({"min", "max"} <= v.keys() or "values" in v):
-            raise ServelabError(
-                f"{source}: workload.{key}: give a number, {{min: A, max: B}} (uniform) or "
-                f"{{values: [..]}}; got {v!r}"
-            )
-    ds = wu.get("dataset")
-    if isinstance(ds, dict) and "path" in ds and "sha256" not in ds:
-        from servelab.store.hashing import sha256_file
-
-        found = Path(str(ds["path"]))
-        pin = f"sha256: {sha256_file(found)}" if found.is_file() else "its sha256"
-        raise ServelabError(
-            f"{source}: workload.dataset.sha256: required with path: pin {ds['path']} with {pin}"
-        )
-    if ds is None:
-        return
-    for key in ("input_tokens", "output_tokens"):
-        if key in wu:
-            raise ServelabError(
-                f"{source}: workload.{key}: the lengths come from workload.dataset; remove "
-                f"{key} (bound them with workload.dataset.filter; fix every output length "
-                "with workload.dataset.output_tokens)"
-            )
-    if wu.get("chat") is not None:
-        raise ServelabError(
-            f"{source}: workload.chat: conversations are built from synthetic turns only; "
-            "remove workload.dataset or workload.chat"
-        )
-
-
-def _check_sweep_axis(config: object, source: str) -> None:
-    """In the config as written: sweep.concurrency or sweep.rate, not both; sweep.arrival
-    with rates only."""
-    sweep = config.get("sweep") if isinstance(config, dict) else None
-    if not isinstance(sweep, dict):
-        return  # the schema says what is missing
-    has_c, has_r = sweep.get("concurrency") is not None, sweep.get("rate") is not None
-    if has_c == has_r:
-        raise ServelabError(
-            f"{source}: sweep: give either concurrency (a closed loop) or rate (an open loop at "
-            "requests per second), " + ("not both" if has_c else "e.g. concurrency: [1, 4, 16]")
-        )
-    if has_c:
-        for key in ("rate", "arrival"):
-            if key in sweep:
-                raise ServelabError(
-                    f"{source}: sweep.{key}: applies to a sweep over sweep.rate only; remove it, "
-                    "or replace sweep.concurrency with sweep.rate"
-                )
-
-
-def _check_rates(sweep: JsonObject, source: str) -> None:
-    """A sweep over rates: rates to the thousandth, burstiness for gamma only. A sweep over
-    concurrency holds no arrival section (the schema's default is dropped: its resolved
-    config stays as it was before rates existed)."""
-    if sweep.get("rate") is None:
-        sweep.pop("arrival", None)
-        return
-    for i, r in enumerate(as_list(sweep["rate"])):
-        if round(_number(r), 3) != _number(r):
-            raise ServelabError(
-                f"{source}: sweep.rate[{i}]: {r!r} has more than three decimals; round it "
-                "(points are named by rate to the thousandth)"
-            )
-    _check_arrival(as_object(sweep["arrival"]), "sweep.arrival", source)
-
-
-def _check_arrival(arrival: JsonObject, where: str, source: str) -> None:
-    """An arrival section (sweep.arrival, search.arrival): burstiness for gamma only."""
-    if arrival["process"] != "gamma" and _number(arrival["burstiness"]) != 1:
-        raise ServelabError(
-            f"{source}: {where}.burstiness: {arrival['burstiness']!r} applies to "
-            f"process gamma only; set process: gamma, or remove burstiness for "
-            f"{arrival['process']}"
-        )
+    check_workload(cfg, source)
 
 
 def _check_search(cfg: JsonObject, source: str) -> None:
@@ -591,7 +442,7 @@ def _check_search(cfg: JsonObject, source: str) -> None:
                 f"{source}: search.server_configs[{i}]: {name!r} is not in server.configs "
                 f"({', '.join(names)})"
             )
-    _check_arrival(as_object(search["arrival"]), "search.arrival", source)
+    check_arrival(as_object(search["arrival"]), "search.arrival", source)
 
 
 def load(path: Path, overrides: Mapping[str, JsonValue] | None = None) -> Experiment:
