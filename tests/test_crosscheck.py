@@ -480,7 +480,7 @@ def test_vllm_bench_is_the_runtimes_own_and_each_other_tool_has_its_lock():
 
 
 def test_the_summary_counts_the_tools_runs_and_their_time(tmp_path: Path):
-    from servelab.summary import _tool_runs
+    from servelab.summary.screen import _tool_runs
 
     clients = tmp_path / "raw" / "s" / "clients"
     runs = (("aiperf/rep_01/concurrency_004", 9.5), ("vllm/rep_01/concurrency_004.failed", 2.0))
