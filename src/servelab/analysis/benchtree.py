@@ -368,18 +368,21 @@ def _bench_cap_reached(bench: BenchJson, cap: int | None) -> Flag:
     return cap_reached_flag(n, len(sends), cap, "released", "--max-concurrency")
 
 
-def bench_checks(bench: BenchJson, level: Level, t: ValiditySection) -> tuple[Flag, ...]:
+def bench_checks(
+    bench: BenchJson, level: Level, t: ValiditySection, arrival: Arrival | None = None
+) -> tuple[Flag, ...]:
     """Every check on one benchmark.json. A rate point's open-loop checks read what vllm bench
     records: the send times and waits for a slot (`start_times`, `queue_times`, in newer
     versions), never the scheduled send times, so `send_slip` is not checked. A file of
-    aggregates only has every check not run, saying so."""
+    aggregates only has every check not run, saying so. `arrival`: the point's bench_arrival,
+    where the caller has it already."""
     if aggregates_only(bench):
         return tuple(
             Flag(c.name, NOT_CHECKED, None, None, AGGREGATES_ONLY) for c in checks_for(level.axis)
         )
     if not level.is_rate:
         return evaluate(facts_from_bench(bench), t)
-    arrival = bench_arrival(bench)
+    arrival = arrival or bench_arrival(bench)
     flags = evaluate(facts_from_bench(bench, level, arrival), t)
     own = {
         "arrival_rate": _bench_arrival_rate(

@@ -424,6 +424,7 @@ def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
         metrics, ttfts, per = vllm_bench_metrics(bench, str(f.path))
         level = f.level(bench)
         extra: PointExtra = {}
+        arrival = None
         if level.is_rate:
             arrival = bench_arrival(bench)
             extra["arrival"] = arrival
@@ -447,7 +448,7 @@ def _load_vllm_bench(root: Path, name: str, t: ValiditySection) -> Dataset:
                 ttfts_ms=ttfts,
                 per_request=per,
                 extra=extra,
-                checks=bench_checks(bench, level, t),
+                checks=bench_checks(bench, level, t, arrival),
             )
         )
     if not points:
