@@ -131,6 +131,12 @@ def test_a_schedule_that_is_not_the_runs_own_is_said(tmp_path: Path) -> None:
     assert found.tools[0].handed[0].why == "servelab's schedule r0001.000.json is missing"
     (line,) = handed_causes("AIPerf 0.13.0", found.tools[0].handed)
     assert "(not known: rate=1 rep 1: servelab's schedule r0001.000.json is missing)" in line
+    # under a cap on requests in flight, a wait for a slot is part of how late a send went out
+    (known,) = run_clients(SCHEDULE, None)[0].tools[0].handed
+    (line,) = handed_causes("AIPerf 0.13.0", [known], capped=True)
+    assert line.endswith(
+        "over 1 run, a wait for a slot under the cap on requests in flight among it"
+    )
     # a run that drew its own is not one handed a schedule
     del doc["schedule_sha256"]
     client.write_text(json.dumps(doc))

@@ -97,15 +97,22 @@ def rate_causes(
         )
     return [
         *out,
-        *handed_causes(name, runs),
+        *handed_causes(name, runs, capped=any(_cap(p) for p in rated)),
         *offered_cause(ours, config, name, rated, off_pct),
         *schedule_causes(name, rated),
     ]
 
 
-def handed_causes(name: str, runs: Sequence[Handed]) -> list[str]:
-    """The tool's runs on servelab's own schedule: how late its sends went out after it, and
-    the runs where that is not known."""
+def _cap(point: Point) -> int | None:
+    """The cap on requests in flight of a tool's rate point (None: none)."""
+    arrival = point.extra.get("arrival")
+    return arrival["max_in_flight"] if arrival else None
+
+
+def handed_causes(name: str, runs: Sequence[Handed], capped: bool = False) -> list[str]:
+    """The tool's runs on servelab's own schedule: how late its sends went out after it (under
+    a cap on requests in flight, `capped`, its waits for a slot among it), and the runs where
+    that is not known."""
     if not runs:
         return []
     known = [r for r in runs if r.p90_ms is not None and r.max_ms is not None]
@@ -118,8 +125,10 @@ def handed_causes(name: str, runs: Sequence[Handed]) -> list[str]:
         worst = max(float(r.max_ms or 0.0) for r in known)
         line += (
             f"; its sends went out up to {p90:.1f} ms after them (p90 of a run; at most "
-            f"{worst:.1f} ms), over {len(known)} runs"
+            f"{worst:.1f} ms), over {len(known)} run{'s' if len(known) > 1 else ''}"
         )
+        if capped:
+            line += ", a wait for a slot under the cap on requests in flight among it"
     unknown = [f"{Level.on(RATE, r.level)} rep {r.repeat}: {r.why}" for r in runs if r.why]
     if unknown:
         line += f" (not known: {'; '.join(unknown)})"
