@@ -1,5 +1,6 @@
 """client.schedule servelab: a tool handed servelab's own schedule of a rate point (AIPerf's
---fixed-schedule) instead of drawing its own, and what the analysis makes of its run."""
+--fixed-schedule) instead of drawing its own, and what the analysis makes of its run; and what
+Clients compared says of a tool that times TTFT at the first chunk with text."""
 
 from __future__ import annotations
 
@@ -12,17 +13,20 @@ from typing import Any
 import pytest
 import yaml
 
-from servelab.analysis.clients import run_clients
+from servelab.analysis.clients import Tool, run_clients, text_lag_cause
+from servelab.analysis.dataset import Dataset, Point, PointExtra, TextLag
 from servelab.analysis.groups import Groups
 from servelab.analysis.schedules import handed_causes, rate_causes
-from servelab.config import validate
+from servelab.config import default_section, validate
 from servelab.design.level import Level
 from servelab.design.schedule import Slot
 from servelab.errors import ServelabError
-from servelab.experiment import ArrivalSection
+from servelab.experiment import ArrivalSection, ValiditySection
 from servelab.measure.crosscheck import Target, ToolPoint, command, dataset_file
 from servelab.measure.sending import schedule_of
+from servelab.metrics import text_lag
 from servelab.store.records import ArrivalsRecord
+from servelab.store.request import RequestRecord
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -142,3 +146,45 @@ def test_a_schedule_that_is_not_the_runs_own_is_said(tmp_path: Path) -> None:
     client.write_text(json.dumps(doc))
     (found,) = run_clients(run, None)
     assert not found.tools[0].handed
+
+
+def test_text_lag_counts_the_chunks_of_output_before_the_first_with_text() -> None:
+    def rec(empty: list[int] | None, tokens: list[int] | None, n: int = 4) -> RequestRecord:
+        return RequestRecord("r", 0, list(range(0, 100 * n, 100)), ok=True, chunk_tokens=tokens,
+                             empty_chunks=empty)  # fmt: skip
+
+    # two tokens whose text the server held back: servelab's TTFT at chunk 0, text at chunk 2
+    assert text_lag(rec([0, 1], [1, 1, 1, 1])) == 2
+    # without per-chunk token counts servelab too waits for text: no lag between the two
+    assert text_lag(rec([0, 1], None)) == 0
+    assert text_lag(rec([], [1, 1, 1, 1])) == text_lag(rec(None, None)) == 0
+    assert text_lag(rec([0, 1, 2, 3], [1, 1, 1, 1])) is None  # no text at all
+
+
+def test_a_tool_that_times_ttft_at_text_is_set_beside_servelabs_requests(tmp_path: Path) -> None:
+    def point(repeat: int, level: float, lag: TextLag | None) -> Point:
+        extra: PointExtra = {} if lag is None else {"text_lag": lag}
+        return Point("c", repeat, Level.at_rate(level), {}, extra=extra)
+
+    ours = Dataset(
+        "servelab",
+        tmp_path,
+        [
+            point(1, 1.0, {"requests": 10, "lagged": 2, "most": 3, "no_text": 0}),
+            point(2, 1.0, {"requests": 10, "lagged": 1, "most": 21, "no_text": 1}),
+            point(1, 3.0, {"requests": 30, "lagged": 9, "most": 40, "no_text": 0}),  # not its
+            point(3, 1.0, None),  # raw data written before the fact was kept
+        ],
+        {},
+        default_section(ValiditySection, "analysis", "validity"),
+    )
+    theirs = Dataset("vllm-bench", tmp_path, [point(1, 1.0, None)], {}, ours.validity)
+    (line,) = text_lag_cause(Groups(ours), "c", Tool("AIPerf 0.13.0", theirs, key="aiperf"))
+    assert line.startswith("AIPerf 0.13.0: times TTFT at the first chunk with text (")
+    assert (
+        "of servelab's 20 completed requests at the levels it measured, 3 began with output "
+        "streamed without text (up to 21 chunks before the first with text), whose TTFT it "
+        "times that much later; 1 carried no text at all, which it counts as failed" in line
+    )
+    # vllm bench times TTFT at its first chunk, text or not, as servelab does
+    assert text_lag_cause(Groups(ours), "c", Tool("vllm bench", theirs, key="vllm")) == []

@@ -176,6 +176,19 @@ def first_output_chunk(
     return None
 
 
+def text_lag(rec: RequestRecord) -> int | None:
+    """How many chunks after the one its TTFT is measured at (`ttft_chunk`) a request's first
+    chunk with text came: 0 when the first output chunk has text; None when no chunk has text
+    (or none is known to lack it, raw data older than `empty_chunks`: 0). A client that times
+    TTFT at the first chunk with text times this request that many chunks later."""
+    n = len(rec.chunk_offsets_us)
+    skip = set(rec.empty_chunks or ())
+    first_text = next((i for i in range(n) if i not in skip), None)
+    if first_text is None:
+        return None
+    return max(0, first_text - ttft_chunk(rec))
+
+
 def ttft_chunk(rec: RequestRecord) -> int:
     """The chunk TTFT is measured at: the first that carries output (`first_output_chunk`);
     the first chunk when none does (raw data older than `empty_chunks` reads that way too)."""

@@ -70,6 +70,8 @@ class Tool:
     failed: int = 0  # runs that failed (kept as <point>.failed/, never read as data)
     # its runs handed servelab's own schedule (client.schedule servelab)
     handed: Sequence[Handed] = ()
+    # which tool (aiperf, guidellm, vllm, inference-perf: how it times what), where known
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,8 @@ def run_clients(root: Path, validity: ValiditySection | None) -> list[ClientsRun
             spec = TOOLS.get(first["tool"])
             title = spec.title if spec is not None else first["tool"]
             data = load_dataset(tree, first["tool"], validity)
-            tools.append(Tool(f"{title} {first['version']}", data, runs, failed, on_ours))
+            name = f"{title} {first['version']}"
+            tools.append(Tool(name, data, runs, failed, on_ours, key=first["tool"]))
         if tools:
             out.append(ClientsRun(clients.parent.name, tools, validity))
     return out
@@ -178,6 +181,49 @@ def causes(tool: Tool) -> list[str]:
 SPAN_EXCESS = 0.05
 # the server's own mean ITL this much above servelab's while a tool measured: named as a cause
 SERVER_SLOWER = 0.10
+
+
+# the tools that time TTFT at the first streamed chunk with text, and where they do; servelab
+# times it at the first chunk of output, text or not, as vllm bench serve at its first chunk
+TTFT_AT_TEXT = {
+    "aiperf": "its content_responses[0], metrics/types/ttft_metric.py",
+    "guidellm": "the first line its handler takes text from, backends/openai/http.py",
+}
+
+
+def text_lag_cause(ours: Groups, config: str, tool: Tool) -> list[str]:
+    """A tool that times TTFT at the first chunk with text, beside servelab's requests at the
+    levels it measured whose output began without text (the server streams a token whose text
+    it holds back as a chunk without text): the tool times those that many chunks later, and
+    fails those without text at all."""
+    where = TTFT_AT_TEXT.get(tool.key or "")
+    if where is None:
+        return []
+    levels = {p.level.value for p in tool.data.points}
+    lags = [
+        lag
+        for level in sorted(levels)
+        for p in ours.by.get((config, level), {}).values()
+        if (lag := p.extra.get("text_lag")) is not None
+    ]
+    n, lagged = sum(x["requests"] for x in lags), sum(x["lagged"] for x in lags)
+    no_text = sum(x["no_text"] for x in lags)
+    if not lagged and not no_text:
+        return []
+    seen = []
+    if lagged:
+        most = max(x["most"] for x in lags)
+        seen.append(
+            f"{lagged} began with output streamed without text (up to {most} chunks before "
+            "the first with text), whose TTFT it times that much later"
+        )
+    if no_text:
+        seen.append(f"{no_text} carried no text at all, which it counts as failed")
+    return [
+        f"{tool.name}: times TTFT at the first chunk with text ({where}), servelab at the "
+        f"first chunk of output, text or not: of servelab's {n} completed requests at the "
+        f"levels it measured, {'; '.join(seen)}"
+    ]
 
 
 def duration_cause(tool: Tool) -> list[str]:
@@ -375,6 +421,7 @@ def clients_section(
         for tool in tools
         for line in [
             *causes(tool),
+            *text_lag_cause(ours, config, tool),
             *duration_cause(tool),
             *rate_causes(ours, config, tool.name, tool.data.points, off_pct, tool.handed),
         ]

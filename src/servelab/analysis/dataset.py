@@ -59,6 +59,7 @@ from servelab.launch.serverlog import parse_capacity
 from servelab.metrics import (
     point_metrics,
     request_latencies,
+    text_lag,
 )
 from servelab.store.paths import SERVER_LOG, ExperimentPaths
 from servelab.store.rawdata import DamagedRawData, RawPoint, Skipped, load_points
@@ -96,6 +97,20 @@ class PointExtra(TypedDict, total=False):
     # arrival.scheduled_rate, another tool's recorded schedule), else the target (vllm bench
     # scales its drawn schedule to it)
     offered_rate: float
+    # servelab's point: how its completed requests' text followed their first token
+    text_lag: TextLag
+
+
+class TextLag(TypedDict):
+    """A servelab point's completed requests against a client that times TTFT at the first
+    chunk with text (servelab.metrics.text_lag): how many there were, how many had chunks of
+    output without text before the first with text (`lagged`, and the most such chunks), and
+    how many had no text at all (`no_text`)."""
+
+    requests: int
+    lagged: int
+    most: int
+    no_text: int
 
 
 @dataclass
@@ -253,6 +268,18 @@ def _per_request(
     return ttfts, per
 
 
+def _text_lag(records: list[RequestRecord]) -> TextLag:
+    """TextLag of a point's requests (the completed ones)."""
+    lags = [text_lag(r) for r in records if r.ok and r.chunk_offsets_us]
+    shown = [n for n in lags if n is not None]
+    return {
+        "requests": len(lags),
+        "lagged": sum(1 for n in shown if n > 0),
+        "most": max(shown, default=0),
+        "no_text": len(lags) - len(shown),
+    }
+
+
 def _point(
     raw: RawPoint, recs: list[RequestRecord], t: ValiditySection, choice: Choice | None
 ) -> Point:
@@ -276,6 +303,7 @@ def _point(
     scheduled = (meta.get("arrival") or {}).get("scheduled_rate")
     if isinstance(scheduled, int | float):
         extra["offered_rate"] = float(scheduled)
+    extra["text_lag"] = _text_lag(recs)
     if choice is not None:
         extra["record"] = choice.to_json()
     return Point(

@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         if not files:
             raise ServelabError(f"{tree}: no tool runs (rep_<NN>/concurrency_<CCC>/...) in it")
         made = tool_version(files[0].path, files[0].tool) or "vllm bench serve"
-        tools.append(Tool(f"{made} ({tree.name})", load_dataset(tree, validity=validity)))
+        data = load_dataset(tree, validity=validity)
+        tools.append(Tool(f"{made} ({tree.name})", data, key=files[0].tool))
     lines = clients_section(ours, config, tools, validity)
     text = "\n".join(lines)
     print(text, end="")
