@@ -269,3 +269,21 @@ def test_a_vllm_bench_tree_of_aggregates_only_is_read_and_the_verdict_says_so(
         f.write_text(json.dumps(doc))
     with pytest.raises(ServelabError, match="key 'ttfts' missing; save with --save-result"):
         load_dataset(summary)
+
+
+def test_a_guidellm_request_without_a_first_token_is_counted_but_not_timed(tmp_path: Path) -> None:
+    # GuideLLM 0.8.1 records a successful request whose output carried no text with
+    # time_to_first_token_ms null (4 of 372 in the CPU examples' runs): not a TTFT of 0
+    data = json.loads((TOOLS / "guidellm" / "rep01" / "benchmarks.json").read_text())
+    requests = data["benchmarks"][0]["requests"]["successful"]
+    timed = [float(r["time_to_first_token_ms"]) for r in requests[1:]]
+    requests[0]["time_to_first_token_ms"] = None
+    path = tmp_path / "rep_01" / "concurrency_004" / "benchmarks.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(data))
+    bench = read_guidellm(path)
+    assert None in bench["ttfts"] and bench["ttfts"].count(None) == 1
+    (point,) = load_dataset(tmp_path).points
+    assert point.metrics["completed"] == 16 and point.metrics["total_output_tokens"] == 16 * 64
+    assert point.metrics["mean_ttft_ms"] == pytest.approx(sum(timed) / len(timed))
+    assert len(point.ttfts_ms) == 15

@@ -149,8 +149,9 @@ def _bench_requests(root: Path, name: str) -> Iterator[dict[str, Any]]:
             out = bench["output_lens"][i]
             ok = not errors[i] and out not in (0, None)
             lat = NO_LATENCIES
-            if ok:
-                ttft = float(bench["ttfts"][i]) * 1000.0
+            first = bench["ttfts"][i]
+            if ok and first is not None:  # a first token the tool did not time: no latencies
+                ttft = float(first) * 1000.0
                 itl = [float(x) * 1000.0 for x in bench["itls"][i] or []]
                 e2el = float(latencies[i]) * 1000.0 if latencies else ttft + sum(itl)
                 tpot = (e2el - ttft) / (int(out) - 1) if int(out) > 1 else None

@@ -73,17 +73,22 @@ def vllm_bench_metrics(
     for i in range(n):
         if errors[i] or bench["output_lens"][i] in (0, None):
             continue
-        t = float(bench["ttfts"][i]) * 1000.0
-        gaps = _s_to_ms(itls[i] or [])
-        e = float(latencies[i]) * 1000.0 if latencies else t + sum(gaps)
         out = int(bench["output_lens"][i])
-        tp = (e - t) / (out - 1) if out > 1 else None
         completed += 1
         total_in += int(input_lens[i] or 0)
         total_out += out
+        first = bench["ttfts"][i]
+        gaps = _s_to_ms(itls[i] or [])
+        itl_all.extend(gaps)
+        if first is None:  # completed, its first token untimed: in the counts, not the latencies
+            if latencies:
+                e2el.append(float(latencies[i]) * 1000.0)
+            continue
+        t = float(first) * 1000.0
+        e = float(latencies[i]) * 1000.0 if latencies else t + sum(gaps)
+        tp = (e - t) / (out - 1) if out > 1 else None
         ttft.append(t)
         e2el.append(e)
-        itl_all.extend(gaps)
         if tp is not None:
             tpot.append(tp)
         per.append((t, tp, e))

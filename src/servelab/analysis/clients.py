@@ -183,11 +183,18 @@ SPAN_EXCESS = 0.05
 SERVER_SLOWER = 0.10
 
 
-# the tools that time TTFT at the first streamed chunk with text, and where they do; servelab
-# times it at the first chunk of output, text or not, as vllm bench serve at its first chunk
+# the tools that time TTFT at the first streamed chunk with text: where they do, and what they
+# make of a request with no text at all; servelab times it at the first chunk of output, text
+# or not, as vllm bench serve at its first chunk
 TTFT_AT_TEXT = {
-    "aiperf": "its content_responses[0], metrics/types/ttft_metric.py",
-    "guidellm": "the first line its handler takes text from, backends/openai/http.py",
+    "aiperf": (
+        "its content_responses[0], metrics/types/ttft_metric.py",
+        "which it counts as failed",
+    ),
+    "guidellm": (
+        "the first line its handler takes text from, backends/openai/http.py",
+        "for which it records no first token (left out of its TTFT here)",
+    ),
 }
 
 
@@ -196,9 +203,9 @@ def text_lag_cause(ours: Groups, config: str, tool: Tool) -> list[str]:
     levels it measured whose output began without text (the server streams a token whose text
     it holds back as a chunk without text): the tool times those that many chunks later, and
     fails those without text at all."""
-    where = TTFT_AT_TEXT.get(tool.key or "")
-    if where is None:
+    if (tool.key or "") not in TTFT_AT_TEXT:
         return []
+    where, untimed = TTFT_AT_TEXT[tool.key or ""]
     levels = {p.level.value for p in tool.data.points}
     lags = [
         lag
@@ -218,7 +225,7 @@ def text_lag_cause(ours: Groups, config: str, tool: Tool) -> list[str]:
             "the first with text), whose TTFT it times that much later"
         )
     if no_text:
-        seen.append(f"{no_text} carried no text at all, which it counts as failed")
+        seen.append(f"{no_text} carried no text at all, {untimed}")
     return [
         f"{tool.name}: times TTFT at the first chunk with text ({where}), servelab at the "
         f"first chunk of output, text or not: of servelab's {n} completed requests at the "

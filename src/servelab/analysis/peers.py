@@ -164,7 +164,8 @@ def read_aiperf(records: Path) -> BenchJson:
         if outs is None:
             outs = _number(metrics, "output_sequence_length")
         ins = _number(metrics, "usage_prompt_tokens") or _number(metrics, "input_sequence_length")
-        out["ttfts"].append(0.0 if failed else (_number(metrics, "time_to_first_token") or 0) / 1e3)
+        first = _number(metrics, "time_to_first_token")
+        out["ttfts"].append(0.0 if failed else None if first is None else first / 1e3)
         out["itls"].append(
             [float(g) / 1e3 for g in gaps] if isinstance(gaps, list) and not failed else []
         )
@@ -255,7 +256,9 @@ def read_guidellm(path: Path) -> BenchJson:
     for start, r, failed in rows:
         outs = int(_number(r, "output_tokens") or 0)
         itl = _number(r, "inter_token_latency_ms")
-        out["ttfts"].append(0.0 if failed else (_number(r, "time_to_first_token_ms") or 0) / 1e3)
+        # a request whose output carried no text has no first token in GuideLLM's record
+        first = _number(r, "time_to_first_token_ms")
+        out["ttfts"].append(0.0 if failed else None if first is None else first / 1e3)
         out["itls"].append([] if failed or itl is None else [itl / 1e3] * max(0, outs - 1))
         out["latencies"].append(0.0 if failed else _number(r, "request_latency") or 0.0)
         out["output_lens"].append(0 if failed else outs)
@@ -337,7 +340,7 @@ def read_inference_perf(path: Path) -> BenchJson:
         times = [float(t) for t in chunks] if isinstance(chunks, list) else []
         outs = _number(usage, "completion_tokens") or _number(computed, "output_tokens") or 0
         ins = _number(usage, "prompt_tokens") or _number(computed, "input_tokens")
-        out["ttfts"].append(0.0 if failed else _number(computed, "time_to_first_token") or 0.0)
+        out["ttfts"].append(0.0 if failed else _number(computed, "time_to_first_token"))
         out["itls"].append([] if failed else [b - a for a, b in itertools.pairwise(times)])
         out["latencies"].append(0.0 if failed else _number(computed, "request_latency") or 0.0)
         out["output_lens"].append(0 if failed else int(outs))

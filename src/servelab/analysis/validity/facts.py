@@ -28,7 +28,9 @@ class BenchJson(TypedDict, total=False):
     --burstiness and --ramp-up-strategy. vLLM's file, not servelab's: none is checked beyond
     the keys the reader needs (`vllm_bench_metrics`)."""
 
-    ttfts: list[float]
+    # None: a request the tool completed without timing its first token (GuideLLM's whose
+    # output carried no text; servelab.analysis.peers)
+    ttfts: list[float | None]
     itls: list[list[float] | None]
     latencies: list[float]
     output_lens: list[int]
@@ -78,7 +80,8 @@ class RequestFacts:
     asked_input_tokens: int | None = None
     asked_output_tokens: int | None = None
     # a completed request's TTFT and E2EL (ms) as the point's metrics count them
-    # (servelab.metrics.request_latencies); None for one that did not complete
+    # (servelab.metrics.request_latencies); None for one that did not complete, or whose first
+    # token (whose end) another tool did not time
     ttft_ms: float | None = None
     e2el_ms: float | None = None
     # when it was sent (epoch ns; an open loop's scheduled send), which orders the requests in
@@ -285,13 +288,19 @@ def _open_loop_times(r: RequestRecord) -> dict[str, int | None]:
     return {"scheduled_ns": r.sent_epoch_ns, "send_slip_us": r.send_slip_us, "end_ns": end}
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else 1000.0 * float(seconds)
+
+
 def _bench_e2el_ms(
-    ttft_s: float, gaps_s: list[float] | None, latencies_s: list[float], i: int
-) -> float:
+    ttft_s: float | None, gaps_s: list[float] | None, latencies_s: list[float], i: int
+) -> float | None:
     """A vllm-bench request's E2EL (ms) as its metrics count it: its `latencies` entry, else
-    its TTFT plus its inter-token gaps."""
+    its TTFT plus its inter-token gaps (None: neither recorded)."""
     if latencies_s:
         return 1000.0 * float(latencies_s[i])
+    if ttft_s is None:
+        return None
     return 1000.0 * (float(ttft_s) + sum(float(g) for g in gaps_s or []))
 
 
@@ -326,7 +335,7 @@ def facts_from_bench(
                 error=None if done else (str(errors[i]) or "no output"),
                 prompt_tokens=_int_or_none(input_lens[i] if i < len(input_lens) else None),
                 chunks=len(gaps) + 1 if done and gaps is not None else None,
-                ttft_ms=1000.0 * float(bench["ttfts"][i]) if done else None,
+                ttft_ms=_ms(bench["ttfts"][i]) if done else None,
                 e2el_ms=_bench_e2el_ms(bench["ttfts"][i], gaps, latencies, i) if done else None,
                 sent_ns=round(1e9 * float(starts[i])) if i < len(starts) else None,
             )
