@@ -22,9 +22,10 @@ from servelab.design.level import Level
 from servelab.design.schedule import Slot
 from servelab.errors import ServelabError
 from servelab.experiment import ArrivalSection, ValiditySection
-from servelab.measure.crosscheck import Target, ToolPoint, command, dataset_file
+from servelab.measure.crosscheck import CrossCheck, Target, ToolPoint, command, dataset_file
 from servelab.measure.sending import schedule_of
 from servelab.metrics import text_lag
+from servelab.store.paths import ExperimentPaths
 from servelab.store.records import ArrivalsRecord
 from servelab.store.request import RequestRecord
 
@@ -188,3 +189,19 @@ def test_a_tool_that_times_ttft_at_text_is_set_beside_servelabs_requests(tmp_pat
     )
     # vllm bench times TTFT at its first chunk, text or not, as servelab does
     assert text_lag_cause(Groups(ours), "c", Tool("vllm bench", theirs, key="vllm")) == []
+
+
+def test_the_schedule_servelab_keeps_is_handed_only_under_client_schedule_servelab(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed: list[ArrivalsRecord | None] = []
+    monkeypatch.setattr(CrossCheck, "run", lambda self, p, pos: handed.append(p.schedule))
+    slot = Slot(1, Level.at_rate(1.0), 0, 0)
+    ours = schedule_of(ArrivalSection("poisson", 1.0, None, 2.0), 1.0, 0)
+    target = Target("http://127.0.0.1:8000", "m", tmp_path / "tok", 64, True, 0, 60.0)
+    for schedule in ("servelab", "own"):
+        exp = validate(_config(schedule=schedule))
+        cross = CrossCheck(exp, "s", ExperimentPaths(tmp_path), {"aiperf": {}}, target, None, 1,
+                           print)  # type: ignore[arg-type]  # fmt: skip
+        cross.measure(slot, ["p"] * 2, None, ours)
+    assert handed == [ours, None]  # the sweep's own record, never one drawn again

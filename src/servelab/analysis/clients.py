@@ -202,10 +202,11 @@ def text_lag_cause(ours: Groups, config: str, tool: Tool) -> list[str]:
     """A tool that times TTFT at the first chunk with text, beside servelab's requests at the
     levels it measured whose output began without text (the server streams a token whose text
     it holds back as a chunk without text): the tool times those that many chunks later, and
-    fails those without text at all."""
-    if (tool.key or "") not in TTFT_AT_TEXT:
+    those without text at all as TTFT_AT_TEXT says."""
+    spec = TTFT_AT_TEXT.get(tool.key or "")
+    if spec is None:
         return []
-    where, untimed = TTFT_AT_TEXT[tool.key or ""]
+    where, untimed = spec
     levels = {p.level.value for p in tool.data.points}
     lags = [
         lag

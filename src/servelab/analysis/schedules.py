@@ -146,9 +146,7 @@ def timing_cause(ours: Groups, config: str, name: str, rated: Sequence[Point]) -
         if f.check == "send_slip" and f.value is not None
     ]
     waits = [w for p in rated if (w := p.extra.get("client_wait_ms")) is not None]
-    capped = sorted(
-        {int(cap) for p in rated if (a := p.extra.get("arrival")) and (cap := a["max_in_flight"])}
-    )
+    capped = sorted({cap for p in rated if (cap := _cap(p))})
     seen = []
     if slips:
         seen.append(f"servelab's sends up to {max(slips):.1f} ms late (send_slip, p90)")

@@ -45,7 +45,6 @@ from servelab.client.prompt import Conversation, text_of
 from servelab.design.schedule import Slot
 from servelab.documents.declared import ClientRunJson, ClientToolJson, LoadWindowJson
 from servelab.experiment import ArrivalSection, Experiment
-from servelab.measure.sending import schedule_of
 from servelab.store.jsonio import write_json
 from servelab.store.paths import CLIENT_FILE, TELEMETRY_FILE, ExperimentPaths
 from servelab.store.records import ArrivalsRecord
@@ -387,17 +386,24 @@ class CrossCheck:
         return [t for t in self.names if not done(self.paths, self.sc, t, slot)]
 
     def measure(
-        self, slot: Slot, items: Sequence[object], ours: Callable[[], object] | None = None
+        self,
+        slot: Slot,
+        items: Sequence[object],
+        ours: Callable[[], object] | None = None,
+        schedule: ArrivalsRecord | None = None,
     ) -> None:
         """This point by every client still to measure it, in this point's turn of the
         rotating order of servelab's client (`ours`: its measuring of the point; None: done
-        already) and the tools: with k clients, each comes first at one point in k."""
+        already) and the tools: with k clients, each comes first at one point in k.
+        `schedule`: the send schedule servelab's client keeps at this point (a rate's), handed
+        to the tools under client.schedule servelab."""
         todo = self.missing(slot)
         clients = [OURS, *self.names]
         k = self.turn % len(clients)
         self.turn += 1
         prompts = [_text(i) for i in items]
-        schedule = self.schedule(slot)
+        if self.exp.client is None or self.exp.client.schedule != "servelab":
+            schedule = None  # each tool draws its own
         for position, client in enumerate(clients[k:] + clients[:k], 1):
             if client == OURS:
                 if ours is not None:
@@ -405,16 +411,6 @@ class CrossCheck:
             elif client in todo:
                 folder = point_folder(self.paths, self.sc, client, slot)
                 self.run(ToolPoint(client, slot, prompts, folder, schedule), position)
-
-    def schedule(self, slot: Slot) -> ArrivalsRecord | None:
-        """servelab's own schedule of a rate point, handed to the tools under client.schedule
-        servelab (None: a concurrency, or each tool draws its own)."""
-        arrival, client = self.exp.sweep.arrival, self.exp.client
-        if slot.level.rate is None or arrival is None or client is None:
-            return None
-        if client.schedule != "servelab":
-            return None
-        return schedule_of(arrival, slot.level.rate, self.exp.workload.seed)
 
     def run(self, point: ToolPoint, position: int) -> ClientRunJson:
         """One tool's run of one point into <folder>.partial/, renamed when it succeeded."""

@@ -110,7 +110,9 @@ class Live:
         if self.cross is None:
             return
         at, n = self.pplan.offsets[slot.key], self.points.requests(slot)
-        self.cross.measure(slot, self.points.prompts[at : at + n], ours)
+        # a rate's send schedule, the one servelab's client keeps (raw/<sc>/arrivals/)
+        schedule = self.points.arrivals.get(slot.level.value) if slot.level.is_rate else None
+        self.cross.measure(slot, self.points.prompts[at : at + n], ours, schedule)
 
     def open(self, slot: Slot, siblings: tuple[int, ...]) -> OpenPoint:
         """A point of this launch to send in slices (servelab.measure.alternate), beside the
