@@ -4,7 +4,6 @@ the CSV tables and the report section (`analyze_capture`), and the writer of tho
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from servelab.documents.declared import ProfileRecord
@@ -21,7 +20,7 @@ from servelab.profile.trace_analysis import (
     analyze_trace,
 )
 from servelab.profile.windows import load_windows
-from servelab.store.jsonio import write_json
+from servelab.store.jsonio import write_atomic, write_json
 from servelab.store.paths import PROFILE_FILE, ExperimentPaths
 from servelab.store.records import CaptureRecord
 
@@ -53,19 +52,13 @@ def write_profile(
     written = []
     for name, text in profile_tables(result, profile).items():
         p = out / name
-        _write_text(p, text)
+        write_atomic(p, text)
         written.append(p)
     md = out / REPORT
-    _write_text(md, profile_markdown(profile, title))
+    write_atomic(md, profile_markdown(profile, title))
     pj = out / PROFILE_FILE
     write_json(pj, profile)
     return [pj, md, *written]
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _sampled_gpus(paths: ExperimentPaths, sc: str) -> tuple[TelemetryGpu, ...] | None:

@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import threading
 import zlib
 from collections.abc import Iterable, Mapping
 from importlib import resources
@@ -44,12 +45,23 @@ def dumps(data: object, indent: int | None = 2) -> str:
     return text + "\n" if indent is not None else text
 
 
-def write_json(path: Path, data: object) -> None:
-    """Write atomically (temp file + rename) so a killed job never leaves half a file."""
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write `data` (text as UTF-8) to `path` atomically: into a temp file beside it, renamed
+    over it, so a killed job never leaves half a file. The temp file is this process's and
+    thread's own (`<name>.<pid>-<thread>.tmp`): two writers of one file (jobs building the same
+    shared cache entry) never rename each other's half-written file, and the last stays."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dumps(data), encoding="utf-8")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def write_json(path: Path, data: object) -> None:
+    """Write atomically (write_atomic) so a killed job never leaves half a file."""
+    write_atomic(path, dumps(data))
 
 
 class DamagedFile(ServelabError):
@@ -92,14 +104,11 @@ def as_list(node: JsonValue) -> list[JsonValue]:
 
 def write_jsonl_gz(path: Path, rows: Iterable[Mapping[str, object]]) -> None:
     """gzip with mtime 0 and no file name in the header: the bytes depend only on the rows."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as gz:
         for row in rows:
             gz.write(dumps(row, indent=None).encode("utf-8") + b"\n")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, path)
+    write_atomic(path, buf.getvalue())
 
 
 def json_object_line(path: Path, lineno: int, line: str, todo: str = "") -> JsonObject:

@@ -9,7 +9,6 @@ source reports (`telemetry_cpu_*`) and subtracts from the client's.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from servelab.documents.declared import TelemetryJson
 from servelab.env.endpoint import REMOTE
 from servelab.errors import ServelabError
 from servelab.experiment import TelemetrySection
-from servelab.store.jsonio import DamagedFile, dumps, json_object_line
+from servelab.store.jsonio import DamagedFile, dumps, json_object_line, write_atomic
 from servelab.store.paths import TELEMETRY_FILE
 from servelab.telemetry.gpus import GpuSelection
 from servelab.telemetry.nvml import GpuSource
@@ -268,10 +267,7 @@ def sort_samples(rows: Sequence[Sample]) -> list[Sample]:
 
 def write_samples(path: Path, rows: Sequence[Sample]) -> None:
     """One JSON object per line, keys sorted, written atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(dumps(r, indent=None) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, "".join(dumps(r, indent=None) + "\n" for r in rows))
 
 
 # what to do about a damaged telemetry.jsonl: the point's summary (point.json `telemetry`) was
